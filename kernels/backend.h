@@ -1,0 +1,143 @@
+// The backend seam: everything the server asks of a compute backend. The server
+// validates requests (see ops.h for the shape rules) and then calls these with
+// well-formed arrays; backends still check their preconditions and return a
+// Status, never abort. No gRPC in here.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kernels/array.h"
+#include "kernels/dtype.h"
+
+namespace gpucompute {
+
+struct DeviceDescription {
+  std::string name;         // "cpu", "cuda:0"
+  std::string description;  // "NVIDIA H100 80GB HBM3", "16 threads"
+  uint64_t memory_bytes = 0;
+  bool healthy = true;
+};
+
+// Per-call context: cancellation in, measured compute time out.
+struct OpContext {
+  // Set by the server when the client cancels or the deadline passes; backends
+  // poll it between blocks of work and return absl::CancelledError.
+  const std::atomic<bool>* cancelled = nullptr;
+  // Time of the operation itself, measured by the backend (CUDA events on a GPU).
+  absl::Duration compute_time = absl::ZeroDuration();
+
+  bool IsCancelled() const {
+    return cancelled != nullptr && cancelled->load(std::memory_order_relaxed);
+  }
+};
+
+enum class NormKind { kSum, kL1, kL2, kMaxAbs };
+
+struct GeoPoint {
+  double lat = 0;  // degrees
+  double lon = 0;
+};
+
+// Inclusive linspace: count points from start to stop (numpy.linspace).
+struct Linspace {
+  double start = 0;
+  double stop = 0;
+  int64_t count = 0;
+
+  double At(int64_t i) const {
+    if (count == 1) return start;
+    // numpy's formula: start + i * step, with the last point exactly `stop`.
+    if (i == count - 1) return stop;
+    return start + static_cast<double>(i) * ((stop - start) / static_cast<double>(count - 1));
+  }
+};
+
+struct LatLonMesh {
+  Linspace lat;
+  Linspace lon;
+};
+
+inline constexpr double kDefaultEarthRadiusKm = 6371.0088;
+
+struct LombScargleOptions {
+  bool precenter = false;
+  bool normalize = false;
+  bool floating_mean = false;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // "cpu" or "cuda".
+  virtual std::string_view name() const = 0;
+  virtual std::vector<DeviceDescription> Devices() const = 0;
+  // False once no device can serve (e.g. every GPU hit a sticky error).
+  virtual bool Healthy() const = 0;
+  // The device a new request without stored operands should run on.
+  virtual int PickDevice() = 0;
+
+  // Memory. `Allocate` fails with RESOURCE_EXHAUSTED when the device is full.
+  virtual absl::StatusOr<std::shared_ptr<Array>> Allocate(DType dtype, Shape shape,
+                                                          int device) = 0;
+  // Host <-> array copies of `bytes` bytes at byte `offset` within the array.
+  virtual absl::Status CopyToArray(const void* host_src, size_t offset, size_t bytes,
+                                   Array& dst) = 0;
+  virtual absl::Status CopyFromArray(const Array& src, size_t offset, size_t bytes,
+                                     void* host_dst) = 0;
+
+  // out = factors * values, NumPy broadcasting; out has the broadcast shape.
+  virtual absl::Status DiscountProduct(const Array& factors, const Array& values, Array& out,
+                                       OpContext& ctx) = 0;
+  // out (n_ref, n_lat, n_lon): great-circle distance from each reference to the mesh.
+  virtual absl::Status HaversineMesh(const LatLonMesh& mesh, std::span<const GeoPoint> refs,
+                                     double radius, Array& out, OpContext& ctx) = 0;
+  // out (n_ref, *lat.shape): distance from each reference to each (lat, lon) pair.
+  virtual absl::Status HaversinePoints(const Array& lat, const Array& lon,
+                                       std::span<const GeoPoint> refs, double radius,
+                                       Array& out, OpContext& ctx) = 0;
+  // Each row along the last axis divided by its norm. A zero or non-finite norm
+  // fails with INVALID_ARGUMENT naming the first such row; `out` is then unspecified.
+  virtual absl::Status Normalize(const Array& in, NormKind norm, Array& out,
+                                 OpContext& ctx) = 0;
+  // scipy.signal.lombscargle over angular frequencies `freqs` (an array of shape
+  // (M)) or `grid` (generated on the device). x: (N) or (B, N); y: (N) or (B, N);
+  // weights: null or y's shape or (N); out: (M) or (B, M).
+  virtual absl::Status LombScargle(const Array& x, const Array& y, const Array* weights,
+                                   const Array* freqs, const Linspace& grid,
+                                   const LombScargleOptions& options, Array& out,
+                                   OpContext& ctx) = 0;
+};
+
+enum class BackendKind { kAuto, kCpu, kCuda };
+
+struct BackendOptions {
+  BackendKind kind = BackendKind::kAuto;
+  int cpu_threads = 0;            // 0: hardware concurrency
+  std::vector<int> cuda_devices;  // empty: all visible
+  uint64_t pinned_staging_bytes = 64ull << 20;
+  uint64_t pool_release_threshold_bytes = 0;  // 0: keep all freed memory cached
+};
+
+struct BackendSelection {
+  std::unique_ptr<Backend> backend;
+  std::string note;  // why this backend, for the log and ServerInfo
+};
+
+// kAuto: CUDA when compiled in and a usable device exists, else CPU.
+absl::StatusOr<BackendSelection> CreateBackend(const BackendOptions& options);
+
+// True when this build has the CUDA backend compiled in.
+bool CudaCompiledIn();
+
+}  // namespace gpucompute

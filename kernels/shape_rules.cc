@@ -1,0 +1,109 @@
+#include "kernels/shape_rules.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace gpucompute {
+
+absl::StatusOr<Shape> BroadcastShapes(const Shape& a, const Shape& b, std::string_view a_name,
+                                      std::string_view b_name) {
+  const size_t rank = std::max(a.size(), b.size());
+  if (rank > static_cast<size_t>(kMaxRank)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("broadcast rank ", rank, " exceeds the limit of ", kMaxRank));
+  }
+  Shape out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    // Axis counted from the right.
+    const int64_t da = i < a.size() ? a[a.size() - 1 - i] : 1;
+    const int64_t db = i < b.size() ? b[b.size() - 1 - i] : 1;
+    if (da != db && da != 1 && db != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          a_name, ".shape ", ShapeToString(a), " and ", b_name, ".shape ", ShapeToString(b),
+          " do not broadcast: axis -", i + 1, " has extents ", da, " and ", db));
+    }
+    out[rank - 1 - i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out) {
+  std::vector<int64_t> strides(out.size(), 0);
+  int64_t stride = 1;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const size_t in_axis = in.size() - 1 - i;
+    const size_t out_axis = out.size() - 1 - i;
+    strides[out_axis] = in[in_axis] == 1 ? 0 : stride;
+    stride *= in[in_axis];
+  }
+  return strides;
+}
+
+absl::Status CheckNormalizeShape(const Shape& input, std::string_view name) {
+  if (input.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " is a scalar; Normalize needs rank >= 1 (rows along the last axis)"));
+  }
+  if (input.back() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ".shape ", ShapeToString(input), " has empty rows (last axis is 0)"));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::Status CheckRank12(const Shape& shape, std::string_view name) {
+  if (shape.size() != 1 && shape.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ".shape ", ShapeToString(shape),
+                                                   " must be (N) or (B, N)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<LombScargleShape> LombScargleShapes(const Shape& x, const Shape& y,
+                                                   const Shape* weights, int64_t frequencies) {
+  if (absl::Status s = CheckRank12(x, "x"); !s.ok()) return s;
+  if (absl::Status s = CheckRank12(y, "y"); !s.ok()) return s;
+  LombScargleShape result;
+  result.samples = y.back();
+  result.batch = y.size() == 2 ? y[0] : 1;
+  if (x.back() != result.samples) {
+    return absl::InvalidArgumentError(absl::StrCat("x.shape ", ShapeToString(x), " and y.shape ",
+                                                   ShapeToString(y),
+                                                   " differ in length (last axis)"));
+  }
+  if (x.size() == 2) {
+    if (y.size() != 2 || x[0] != y[0]) {
+      return absl::InvalidArgumentError(absl::StrCat("x.shape ", ShapeToString(x),
+                                                     " is batched but y.shape ", ShapeToString(y),
+                                                     " has a different batch"));
+    }
+    result.x_batched = true;
+  }
+  if (weights != nullptr) {
+    if (*weights == y && y.size() == 2) {
+      result.weights_batched = true;
+    } else if (weights->size() != 1 || weights->back() != result.samples) {
+      return absl::InvalidArgumentError(absl::StrCat("weights.shape ", ShapeToString(*weights),
+                                                     " must equal y.shape ", ShapeToString(y),
+                                                     " or be (N,) with N = ", result.samples));
+    }
+  }
+  if (result.samples == 0 || result.batch == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("y.shape ", ShapeToString(y), " is empty; Lomb-Scargle needs N >= 1"));
+  }
+  if (frequencies <= 0) {
+    return absl::InvalidArgumentError("frequencies are empty; need at least one");
+  }
+  result.frequencies = frequencies;
+  result.out = y.size() == 2 ? Shape{result.batch, frequencies} : Shape{frequencies};
+  return result;
+}
+
+}  // namespace gpucompute

@@ -1,0 +1,40 @@
+// Shape rules of the four operations: the output shape for valid operands, and
+// INVALID_ARGUMENT naming the operand and the rule otherwise. Used by the server
+// to validate requests before any work is queued, and by backends for strides.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/dtype.h"
+
+namespace gpucompute {
+
+// NumPy broadcasting of two shapes (rank <= kMaxRank).
+absl::StatusOr<Shape> BroadcastShapes(const Shape& a, const Shape& b, std::string_view a_name,
+                                      std::string_view b_name);
+
+// Element strides of an operand of shape `in` read as the broadcast shape `out`
+// (right-aligned; 0 on broadcast axes). Result has out.size() entries.
+std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out);
+
+// Normalize: rank >= 1 with a non-empty last axis. Output shape == input shape.
+absl::Status CheckNormalizeShape(const Shape& input, std::string_view name);
+
+struct LombScargleShape {
+  int64_t batch = 1;        // B (1 when y is 1-D)
+  int64_t samples = 0;      // N
+  int64_t frequencies = 0;  // M
+  bool x_batched = false;   // x is (B, N) rather than (N)
+  bool weights_batched = false;
+  Shape out;                // (M) or (B, M)
+};
+
+// x: (N) or (B, N); y: (N) or (B, N); weights: empty optional or like y or (N);
+// M frequencies >= 1. N >= 1.
+absl::StatusOr<LombScargleShape> LombScargleShapes(const Shape& x, const Shape& y,
+                                                   const Shape* weights, int64_t frequencies);
+
+}  // namespace gpucompute
