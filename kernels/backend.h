@@ -10,7 +10,7 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <string_view>
+#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
@@ -26,6 +26,21 @@ struct DeviceDescription {
   std::string description;  // "NVIDIA H100 80GB HBM3", "16 threads"
   uint64_t memory_bytes = 0;
   bool healthy = true;
+};
+
+// Memory and warm-state figures for metrics; cheap to read.
+struct DeviceMemoryStats {
+  std::string device;            // DeviceDescription::name
+  uint64_t pool_reserved_bytes = 0;  // held by the allocator (CUDA memory pool)
+  uint64_t pool_used_bytes = 0;      // in live arrays
+  uint64_t queued_ops = 0;           // operations running or waiting on this device
+};
+
+struct BackendStats {
+  std::vector<DeviceMemoryStats> devices;
+  uint64_t pinned_staging_bytes = 0;
+  int kernels_loaded = 0;  // kernels loaded and run once at start-up
+  absl::Duration warmup_time = absl::ZeroDuration();
 };
 
 // Per-call context: cancellation in, measured compute time out.
@@ -80,12 +95,13 @@ class Backend {
   virtual ~Backend() = default;
 
   // "cpu" or "cuda".
-  virtual std::string_view name() const = 0;
+  virtual absl::string_view name() const = 0;
   virtual std::vector<DeviceDescription> Devices() const = 0;
   // False once no device can serve (e.g. every GPU hit a sticky error).
   virtual bool Healthy() const = 0;
-  // The device a new request without stored operands should run on.
+  // The device a new request without stored operands should run on (least loaded).
   virtual int PickDevice() = 0;
+  virtual BackendStats Stats() const = 0;
 
   // Memory. `Allocate` fails with RESOURCE_EXHAUSTED when the device is full.
   virtual absl::StatusOr<std::shared_ptr<Array>> Allocate(DType dtype, Shape shape,

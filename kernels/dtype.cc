@@ -11,7 +11,7 @@ std::string ShapeToString(const Shape& shape) {
 }
 
 absl::StatusOr<int64_t> CheckedElementCount(const Shape& shape, int64_t max_elements,
-                                            std::string_view field) {
+                                            absl::string_view field) {
   if (shape.size() > static_cast<size_t>(kMaxRank)) {
     return absl::InvalidArgumentError(absl::StrCat(field, ".shape has rank ", shape.size(),
                                                    "; the limit is ", kMaxRank));

@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <string_view>
+#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -18,7 +18,7 @@ using Shape = std::vector<int64_t>;
 inline constexpr int kMaxRank = 8;
 
 constexpr size_t ElementSize(DType dtype) { return dtype == DType::kFloat32 ? 4 : 8; }
-constexpr std::string_view DTypeName(DType dtype) {
+constexpr absl::string_view DTypeName(DType dtype) {
   return dtype == DType::kFloat32 ? "float32" : "float64";
 }
 
@@ -29,6 +29,6 @@ std::string ShapeToString(const Shape& shape);
 // over `max_elements` (which also guards the byte count against overflow).
 // `field` names the request field in the error message.
 absl::StatusOr<int64_t> CheckedElementCount(const Shape& shape, int64_t max_elements,
-                                            std::string_view field);
+                                            absl::string_view field);
 
 }  // namespace gpucompute

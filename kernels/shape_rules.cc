@@ -7,8 +7,8 @@
 
 namespace gpucompute {
 
-absl::StatusOr<Shape> BroadcastShapes(const Shape& a, const Shape& b, std::string_view a_name,
-                                      std::string_view b_name) {
+absl::StatusOr<Shape> BroadcastShapes(const Shape& a, const Shape& b, absl::string_view a_name,
+                                      absl::string_view b_name) {
   const size_t rank = std::max(a.size(), b.size());
   if (rank > static_cast<size_t>(kMaxRank)) {
     return absl::InvalidArgumentError(
@@ -41,7 +41,7 @@ std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out) {
   return strides;
 }
 
-absl::Status CheckNormalizeShape(const Shape& input, std::string_view name) {
+absl::Status CheckNormalizeShape(const Shape& input, absl::string_view name) {
   if (input.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(name, " is a scalar; Normalize needs rank >= 1 (rows along the last axis)"));
@@ -55,7 +55,7 @@ absl::Status CheckNormalizeShape(const Shape& input, std::string_view name) {
 
 namespace {
 
-absl::Status CheckRank12(const Shape& shape, std::string_view name) {
+absl::Status CheckRank12(const Shape& shape, absl::string_view name) {
   if (shape.size() != 1 && shape.size() != 2) {
     return absl::InvalidArgumentError(absl::StrCat(name, ".shape ", ShapeToString(shape),
                                                    " must be (N) or (B, N)"));

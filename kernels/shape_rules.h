@@ -4,7 +4,7 @@
 #pragma once
 
 #include <cstdint>
-#include <string_view>
+#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -13,15 +13,15 @@
 namespace gpucompute {
 
 // NumPy broadcasting of two shapes (rank <= kMaxRank).
-absl::StatusOr<Shape> BroadcastShapes(const Shape& a, const Shape& b, std::string_view a_name,
-                                      std::string_view b_name);
+absl::StatusOr<Shape> BroadcastShapes(const Shape& a, const Shape& b, absl::string_view a_name,
+                                      absl::string_view b_name);
 
 // Element strides of an operand of shape `in` read as the broadcast shape `out`
 // (right-aligned; 0 on broadcast axes). Result has out.size() entries.
 std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out);
 
 // Normalize: rank >= 1 with a non-empty last axis. Output shape == input shape.
-absl::Status CheckNormalizeShape(const Shape& input, std::string_view name);
+absl::Status CheckNormalizeShape(const Shape& input, absl::string_view name);
 
 struct LombScargleShape {
   int64_t batch = 1;        // B (1 when y is 1-D)

@@ -1,0 +1,42 @@
+#include "server/info_service.h"
+
+namespace gpucompute {
+
+grpc::ServerUnaryReactor* InfoService::GetInfo(grpc::CallbackServerContext* context,
+                                               const v1::GetInfoRequest*,
+                                               v1::ServerInfo* response) {
+  RpcRecorder rpc(service_.metrics, RpcMethod::kGetInfo);
+  response->set_version(kVersion);
+  response->set_backend(std::string(service_.backend.name()));
+  response->set_backend_note(backend_note_);
+  for (const DeviceDescription& device : service_.backend.Devices()) {
+    v1::DeviceInfo* info = response->add_devices();
+    info->set_name(device.name);
+    info->set_description(device.description);
+    info->set_memory_bytes(device.memory_bytes);
+    info->set_healthy(device.healthy);
+  }
+  for (const char* name : {"DiscountProduct", "HaversineGrid", "Normalize", "LombScargle"}) {
+    v1::OperationInfo* op = response->add_operations();
+    op->set_name(name);
+    op->add_dtypes(v1::FLOAT32);
+    op->add_dtypes(v1::FLOAT64);
+  }
+  const ServerConfig& config = service_.config;
+  v1::Limits* limits = response->mutable_limits();
+  limits->set_max_receive_message_bytes(config.max_receive_message_bytes);
+  limits->set_buffer_quota_bytes(config.buffer_quota_bytes);
+  limits->set_min_chunk_bytes(config.min_chunk_bytes);
+  limits->set_max_chunk_bytes(config.max_chunk_bytes);
+  limits->set_default_chunk_bytes(config.default_chunk_bytes);
+  limits->set_max_rank(kMaxRank);
+  limits->set_max_elements(config.max_elements);
+  limits->set_executor_threads(service_.executor.threads());
+  limits->set_max_queue_depth(config.max_queue_depth);
+  rpc.Done(grpc::OK);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace gpucompute

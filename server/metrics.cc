@@ -1,0 +1,298 @@
+#include "server/metrics.h"
+
+#include <exception>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "prometheus/collectable.h"
+#include "server/status_convert.h"
+
+namespace gpucompute {
+namespace {
+
+constexpr std::array<absl::string_view, kOperationCount> kOperationLabels = {
+    "discount_product", "haversine_grid", "normalize", "lombscargle", "upload", "download"};
+constexpr std::array<absl::string_view, kStageCount> kStageLabels = {
+    "queue", "transfer_in", "compute", "transfer_out", "stream_write", "serialization"};
+constexpr std::array<absl::string_view, 2> kDirectionLabels = {"host_to_device",
+                                                              "device_to_host"};
+constexpr std::array<absl::string_view, kRejectionCount> kRejectionLabels = {
+    "queue_full", "deadline_exceeded", "quota", "too_large", "unavailable"};
+
+struct RpcName {
+  absl::string_view service;
+  absl::string_view method;
+  absl::string_view type;
+};
+constexpr std::array<RpcName, kRpcMethodCount> kRpcNames = {{
+    {"gpucompute.v1.Compute", "DiscountProduct", "server_stream"},
+    {"gpucompute.v1.Compute", "HaversineGrid", "server_stream"},
+    {"gpucompute.v1.Compute", "Normalize", "server_stream"},
+    {"gpucompute.v1.Compute", "LombScargle", "server_stream"},
+    {"gpucompute.v1.Buffers", "Upload", "client_stream"},
+    {"gpucompute.v1.Buffers", "Download", "server_stream"},
+    {"gpucompute.v1.Buffers", "Delete", "unary"},
+    {"gpucompute.v1.Buffers", "List", "unary"},
+    {"gpucompute.v1.Server", "GetInfo", "unary"},
+}};
+
+// 10 us to 60 s, roughly x2.5 per bucket.
+const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
+  static const auto* buckets = new prometheus::Histogram::BucketBoundaries{
+      10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3,
+      25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0};
+  return *buckets;
+}
+
+std::string S(absl::string_view v) { return std::string(v); }
+
+prometheus::MetricFamily GaugeFamily(std::string name, std::string help) {
+  prometheus::MetricFamily family;
+  family.name = std::move(name);
+  family.help = std::move(help);
+  family.type = prometheus::MetricType::Gauge;
+  return family;
+}
+
+void AddGauge(prometheus::MetricFamily& family, double value,
+              std::vector<prometheus::ClientMetric::Label> labels = {}) {
+  prometheus::ClientMetric metric;
+  metric.label = std::move(labels);
+  metric.gauge.value = value;
+  family.metric.push_back(std::move(metric));
+}
+
+}  // namespace
+
+absl::string_view OperationLabel(Operation op) { return kOperationLabels[static_cast<int>(op)]; }
+
+// Gauges of live state, computed at each scrape from a snapshot callback.
+class Metrics::LiveStateCollector final : public prometheus::Collectable {
+ public:
+  explicit LiveStateCollector(std::function<LiveState()> snapshot)
+      : snapshot_(std::move(snapshot)) {}
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    const LiveState state = snapshot_();
+    auto reserved = GaugeFamily("gpucompute_device_pool_reserved_bytes",
+                                "Bytes held by the device memory pool.");
+    auto used = GaugeFamily("gpucompute_device_pool_used_bytes",
+                            "Bytes of the device memory pool in live arrays.");
+    auto queue = GaugeFamily("gpucompute_queue_depth",
+                             "Operations running or waiting, per device; device=\"executor\" "
+                             "counts admitted requests waiting for a thread.");
+    for (const DeviceMemoryStats& device : state.backend.devices) {
+      AddGauge(reserved, device.pool_reserved_bytes, {{"device", device.device}});
+      AddGauge(used, device.pool_used_bytes, {{"device", device.device}});
+      AddGauge(queue, device.queued_ops, {{"device", device.device}});
+    }
+    AddGauge(queue, state.queued_requests, {{"device", "executor"}});
+    auto info = GaugeFamily("gpucompute_device_info", "Devices in use (value 1).");
+    auto healthy = GaugeFamily("gpucompute_device_healthy", "1 when the device can serve.");
+    for (const DeviceDescription& device : state.devices) {
+      AddGauge(info, 1, {{"device", device.name}, {"name", device.description}});
+      AddGauge(healthy, device.healthy ? 1 : 0, {{"device", device.name}});
+    }
+    auto buffers = GaugeFamily("gpucompute_stored_buffers", "Stored buffers.");
+    AddGauge(buffers, state.stored_buffers);
+    auto buffer_bytes =
+        GaugeFamily("gpucompute_stored_buffer_bytes", "Bytes in stored buffers and reservations.");
+    AddGauge(buffer_bytes, state.stored_buffer_bytes);
+    auto pinned = GaugeFamily("gpucompute_pinned_pool_bytes", "Pinned host staging bytes.");
+    AddGauge(pinned, state.backend.pinned_staging_bytes);
+    auto kernels = GaugeFamily("gpucompute_kernels_loaded",
+                               "Kernels loaded and run once before serving.");
+    AddGauge(kernels, state.backend.kernels_loaded);
+    auto warmup = GaugeFamily("gpucompute_warmup_duration_seconds",
+                              "Time spent warming the backend at start-up.");
+    AddGauge(warmup, absl::ToDoubleSeconds(state.backend.warmup_time));
+    return {std::move(reserved), std::move(used), std::move(queue), std::move(info),
+            std::move(healthy), std::move(buffers), std::move(buffer_bytes), std::move(pinned),
+            std::move(kernels), std::move(warmup)};
+  }
+
+ private:
+  std::function<LiveState()> snapshot_;
+};
+
+Metrics::Metrics(const BuildInfo& build) : registry_(std::make_shared<prometheus::Registry>()) {
+  auto& started = prometheus::BuildCounter()
+                      .Name("grpc_server_started_total")
+                      .Help("RPCs started on the server.")
+                      .Register(*registry_);
+  auto& handled = prometheus::BuildCounter()
+                      .Name("grpc_server_handled_total")
+                      .Help("RPCs completed on the server, by status code.")
+                      .Register(*registry_);
+  auto& handling = prometheus::BuildHistogram()
+                       .Name("grpc_server_handling_seconds")
+                       .Help("RPC handling time until the status is sent.")
+                       .Register(*registry_);
+  for (int m = 0; m < kRpcMethodCount; ++m) {
+    const RpcName& rpc = kRpcNames[m];
+    const prometheus::Labels labels = {
+        {"grpc_service", S(rpc.service)}, {"grpc_method", S(rpc.method)}, {"grpc_type", S(rpc.type)}};
+    rpc_started_[m] = &started.Add(labels);
+    rpc_seconds_[m] = &handling.Add(labels, LatencyBuckets());
+    for (int code = 0; code < 17; ++code) {
+      prometheus::Labels with_code = labels;
+      with_code["grpc_code"] = S(GrpcCodeName(static_cast<grpc::StatusCode>(code)));
+      rpc_handled_[m][code] = &handled.Add(with_code);
+    }
+  }
+
+  auto& requests = prometheus::BuildCounter()
+                       .Name("gpucompute_requests_total")
+                       .Help("Operation requests completed, by status code.")
+                       .Register(*registry_);
+  auto& request_seconds = prometheus::BuildHistogram()
+                              .Name("gpucompute_request_duration_seconds")
+                              .Help("Operation latency from acceptance to the last message.")
+                              .Register(*registry_);
+  auto& stage_seconds = prometheus::BuildHistogram()
+                            .Name("gpucompute_stage_duration_seconds")
+                            .Help("Time per stage of an operation.")
+                            .Register(*registry_);
+  auto& in_flight = prometheus::BuildGauge()
+                        .Name("gpucompute_requests_in_flight")
+                        .Help("Operation requests accepted and not yet finished.")
+                        .Register(*registry_);
+  auto& first_request = prometheus::BuildGauge()
+                            .Name("gpucompute_first_request_duration_seconds")
+                            .Help("Latency of the first successful request of each operation.")
+                            .Register(*registry_);
+  for (int op = 0; op < kOperationCount; ++op) {
+    const std::string label = S(kOperationLabels[op]);
+    for (int code = 0; code < 17; ++code) {
+      requests_[op][code] = &requests.Add(
+          {{"operation", label},
+           {"code", S(GrpcCodeName(static_cast<grpc::StatusCode>(code)))}});
+    }
+    request_seconds_[op] = &request_seconds.Add({{"operation", label}}, LatencyBuckets());
+    for (int stage = 0; stage < kStageCount; ++stage) {
+      stage_seconds_[op][stage] = &stage_seconds.Add(
+          {{"operation", label}, {"stage", S(kStageLabels[stage])}}, LatencyBuckets());
+    }
+    in_flight_[op] = &in_flight.Add({{"operation", label}});
+    first_request_seconds_[op] = &first_request.Add({{"operation", label}});
+  }
+
+  auto& rejections = prometheus::BuildCounter()
+                         .Name("gpucompute_rejections_total")
+                         .Help("Requests refused before running, by reason.")
+                         .Register(*registry_);
+  for (int r = 0; r < kRejectionCount; ++r) {
+    rejections_[r] = &rejections.Add({{"reason", S(kRejectionLabels[r])}});
+  }
+
+  auto& transfer_bytes = prometheus::BuildCounter()
+                             .Name("gpucompute_transfer_bytes_total")
+                             .Help("Bytes copied between host and backend memory.")
+                             .Register(*registry_);
+  auto& transfer_seconds = prometheus::BuildHistogram()
+                               .Name("gpucompute_transfer_duration_seconds")
+                               .Help("Duration of host<->backend copies.")
+                               .Register(*registry_);
+  auto& bandwidth = prometheus::BuildGauge()
+                        .Name("gpucompute_transfer_bandwidth_bytes_per_second")
+                        .Help("Bandwidth achieved by the last copy of 1 MiB or more.")
+                        .Register(*registry_);
+  for (int d = 0; d < 2; ++d) {
+    const prometheus::Labels labels = {{"direction", S(kDirectionLabels[d])}};
+    transfer_bytes_[d] = &transfer_bytes.Add(labels);
+    transfer_seconds_[d] = &transfer_seconds.Add(labels, LatencyBuckets());
+    transfer_bandwidth_[d] = &bandwidth.Add(labels);
+  }
+
+  network_received_ = &prometheus::BuildCounter()
+                           .Name("gpucompute_network_received_bytes_total")
+                           .Help("Tensor bytes received from clients.")
+                           .Register(*registry_)
+                           .Add({});
+  network_sent_ = &prometheus::BuildCounter()
+                       .Name("gpucompute_network_sent_bytes_total")
+                       .Help("Result bytes sent to clients.")
+                       .Register(*registry_)
+                       .Add({});
+
+  prometheus::BuildGauge()
+      .Name("gpucompute_build_info")
+      .Help("Build and backend of this server (value 1).")
+      .Register(*registry_)
+      .Add({{"version", build.version},
+            {"git_commit", build.git_commit},
+            {"cuda_version", build.cuda_version},
+            {"backend", build.backend}})
+      .Set(1);
+}
+
+Metrics::~Metrics() = default;
+
+absl::Status Metrics::StartExposer(const std::string& address,
+                                   std::function<LiveState()> live_state) {
+  if (address.empty()) return absl::OkStatus();
+  // CivetWeb binds numeric addresses only.
+  std::string bind = absl::StrReplaceAll(address, {{"localhost:", "127.0.0.1:"}});
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(bind, 2);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("metrics_address ", address, " cannot be served: ", e.what()));
+  }
+  live_collector_ = std::make_shared<LiveStateCollector>(std::move(live_state));
+  exposer_->RegisterCollectable(registry_);
+  exposer_->RegisterCollectable(live_collector_);
+  return absl::OkStatus();
+}
+
+int Metrics::port() const {
+  if (exposer_ == nullptr) return 0;
+  const std::vector<int> ports = exposer_->GetListeningPorts();
+  return ports.empty() ? 0 : ports.front();
+}
+
+void Metrics::RpcStarted(RpcMethod method) { rpc_started_[static_cast<int>(method)]->Increment(); }
+
+void Metrics::RpcHandled(RpcMethod method, grpc::StatusCode code, absl::Duration elapsed) {
+  const int m = static_cast<int>(method);
+  const int c = (code >= 0 && code < 17) ? code : grpc::UNKNOWN;
+  rpc_handled_[m][c]->Increment();
+  rpc_seconds_[m]->Observe(absl::ToDoubleSeconds(elapsed));
+}
+
+void Metrics::RequestDone(Operation op, grpc::StatusCode code, absl::Duration total) {
+  const int o = static_cast<int>(op);
+  const int c = (code >= 0 && code < 17) ? code : grpc::UNKNOWN;
+  requests_[o][c]->Increment();
+  request_seconds_[o]->Observe(absl::ToDoubleSeconds(total));
+  if (code == grpc::OK && !first_request_seen_[o].exchange(true)) {
+    first_request_seconds_[o]->Set(absl::ToDoubleSeconds(total));
+  }
+}
+
+void Metrics::ObserveStage(Operation op, Stage stage, absl::Duration elapsed) {
+  stage_seconds_[static_cast<int>(op)][static_cast<int>(stage)]->Observe(
+      absl::ToDoubleSeconds(elapsed));
+}
+
+void Metrics::AddInFlight(Operation op, double delta) {
+  in_flight_[static_cast<int>(op)]->Increment(delta);
+}
+
+void Metrics::Rejected(Rejection reason) { rejections_[static_cast<int>(reason)]->Increment(); }
+
+void Metrics::Transferred(Direction direction, uint64_t bytes, absl::Duration elapsed) {
+  const int d = static_cast<int>(direction);
+  transfer_bytes_[d]->Increment(static_cast<double>(bytes));
+  const double seconds = absl::ToDoubleSeconds(elapsed);
+  transfer_seconds_[d]->Observe(seconds);
+  if (bytes >= (1u << 20) && seconds > 0) transfer_bandwidth_[d]->Set(bytes / seconds);
+}
+
+void Metrics::NetworkReceived(uint64_t bytes) { network_received_->Increment(bytes); }
+void Metrics::NetworkSent(uint64_t bytes) { network_sent_->Increment(bytes); }
+
+}  // namespace gpucompute

@@ -1,0 +1,127 @@
+// Prometheus metrics. One Metrics object owns the registry; every family and
+// every labelled child is built in the constructor (fixed, low-cardinality label
+// sets: operation, stage, direction, code, reason), so the hot path only touches
+// cached pointers. Live state (memory, queue, buffers) is read at scrape time.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "grpcpp/support/status.h"
+#include "kernels/backend.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace gpucompute {
+
+enum class Operation { kDiscountProduct, kHaversineGrid, kNormalize, kLombScargle, kUpload, kDownload };
+inline constexpr int kOperationCount = 6;
+absl::string_view OperationLabel(Operation op);
+
+enum class Stage { kQueue, kTransferIn, kCompute, kTransferOut, kStreamWrite, kSerialization };
+inline constexpr int kStageCount = 6;
+
+enum class Direction { kHostToDevice, kDeviceToHost };
+
+enum class Rejection { kQueueFull, kDeadlineExceeded, kQuota, kTooLarge, kUnavailable };
+inline constexpr int kRejectionCount = 5;
+
+// Every RPC the server implements, for the grpc_server_* families.
+enum class RpcMethod {
+  kDiscountProduct, kHaversineGrid, kNormalize, kLombScargle,
+  kUpload, kDownload, kDelete, kList, kGetInfo,
+};
+inline constexpr int kRpcMethodCount = 9;
+
+struct BuildInfo {
+  std::string version;
+  std::string git_commit;
+  std::string cuda_version;  // "none" without CUDA
+  std::string backend;
+};
+
+// Read at every scrape.
+struct LiveState {
+  BackendStats backend;
+  std::vector<DeviceDescription> devices;
+  uint64_t stored_buffers = 0;
+  uint64_t stored_buffer_bytes = 0;
+  uint64_t queued_requests = 0;
+};
+
+class Metrics {
+ public:
+  explicit Metrics(const BuildInfo& build);
+  ~Metrics();
+
+  // Serves /metrics on `address` (host:port; port 0 picks one). Empty: none.
+  absl::Status StartExposer(const std::string& address,
+                            std::function<LiveState()> live_state);
+  int port() const;  // 0 when not exposed
+  prometheus::Registry& registry() { return *registry_; }
+
+  void RpcStarted(RpcMethod method);
+  void RpcHandled(RpcMethod method, grpc::StatusCode code, absl::Duration elapsed);
+
+  void RequestDone(Operation op, grpc::StatusCode code, absl::Duration total);
+  void ObserveStage(Operation op, Stage stage, absl::Duration elapsed);
+  void AddInFlight(Operation op, double delta);
+  void Rejected(Rejection reason);
+  void Transferred(Direction direction, uint64_t bytes, absl::Duration elapsed);
+  void NetworkReceived(uint64_t bytes);
+  void NetworkSent(uint64_t bytes);
+
+ private:
+  class LiveStateCollector;
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<LiveStateCollector> live_collector_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+
+  std::array<prometheus::Counter*, kRpcMethodCount> rpc_started_{};
+  std::array<std::array<prometheus::Counter*, 17>, kRpcMethodCount> rpc_handled_{};
+  std::array<prometheus::Histogram*, kRpcMethodCount> rpc_seconds_{};
+
+  std::array<std::array<prometheus::Counter*, 17>, kOperationCount> requests_{};
+  std::array<prometheus::Histogram*, kOperationCount> request_seconds_{};
+  std::array<std::array<prometheus::Histogram*, kStageCount>, kOperationCount> stage_seconds_{};
+  std::array<prometheus::Gauge*, kOperationCount> in_flight_{};
+  std::array<prometheus::Gauge*, kOperationCount> first_request_seconds_{};
+  std::array<std::atomic<bool>, kOperationCount> first_request_seen_{};
+  std::array<prometheus::Counter*, kRejectionCount> rejections_{};
+  std::array<prometheus::Counter*, 2> transfer_bytes_{};
+  std::array<prometheus::Histogram*, 2> transfer_seconds_{};
+  std::array<prometheus::Gauge*, 2> transfer_bandwidth_{};
+  prometheus::Counter* network_received_ = nullptr;
+  prometheus::Counter* network_sent_ = nullptr;
+};
+
+// Records grpc_server_started_total at construction and handled/handling_seconds
+// at Done(); one per RPC.
+class RpcRecorder {
+ public:
+  RpcRecorder(Metrics& metrics, RpcMethod method)
+      : metrics_(metrics), method_(method), start_(absl::Now()) {
+    metrics_.RpcStarted(method_);
+  }
+  void Done(grpc::StatusCode code) {
+    metrics_.RpcHandled(method_, code, absl::Now() - start_);
+  }
+  absl::Time start() const { return start_; }
+
+ private:
+  Metrics& metrics_;
+  RpcMethod method_;
+  absl::Time start_;
+};
+
+}  // namespace gpucompute

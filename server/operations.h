@@ -1,0 +1,84 @@
+// Turns compute requests into backend calls. Prepare* runs on the gRPC thread:
+// it only checks the request (dtypes, shapes, sizes, stored-buffer ids) and never
+// blocks. Execute runs on the executor: it copies inline operands to the backend,
+// allocates the output and runs the operation.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "gpucompute/v1/gpucompute.pb.h"
+#include "kernels/backend.h"
+#include "server/buffer_store.h"
+#include "server/metrics.h"
+
+namespace gpucompute {
+
+absl::StatusOr<DType> DTypeFromProto(v1::DType dtype, absl::string_view field);
+v1::DType DTypeToProto(DType dtype);
+
+// One input of an operation, checked but not yet on the backend.
+struct OperandSpec {
+  std::string field;  // request field, for messages ("values", "points.lat")
+  DType dtype = DType::kFloat64;
+  Shape shape;
+  std::shared_ptr<Array> stored;     // a stored buffer, or
+  const v1::Tensor* tensor = nullptr;  // inline data (owned by the request)
+};
+
+// Checks an Operand: a well-formed inline tensor (known dtype, shape within
+// limits, data length matching) or a known buffer id.
+absl::StatusOr<OperandSpec> ResolveOperand(const v1::Operand& operand, absl::string_view field,
+                                           const BufferStore& store, int64_t max_elements);
+
+using RunFn = absl::AnyInvocable<absl::Status(Backend& backend,
+                                              std::span<const std::shared_ptr<Array>> operands,
+                                              Array& out, OpContext& ctx)>;
+
+struct PreparedOperation {
+  Operation op;
+  std::vector<OperandSpec> operands;
+  DType out_dtype = DType::kFloat64;
+  Shape out_shape;
+  RunFn run;
+};
+
+absl::StatusOr<PreparedOperation> PrepareDiscountProduct(const v1::DiscountProductRequest& request,
+                                                         const BufferStore& store,
+                                                         int64_t max_elements);
+absl::StatusOr<PreparedOperation> PrepareHaversineGrid(const v1::HaversineGridRequest& request,
+                                                       const BufferStore& store,
+                                                       int64_t max_elements);
+absl::StatusOr<PreparedOperation> PrepareNormalize(const v1::NormalizeRequest& request,
+                                                   const BufferStore& store,
+                                                   int64_t max_elements);
+absl::StatusOr<PreparedOperation> PrepareLombScargle(const v1::LombScargleRequest& request,
+                                                     const BufferStore& store,
+                                                     int64_t max_elements);
+
+struct ExecutionTimes {
+  absl::Duration transfer_in = absl::ZeroDuration();
+  absl::Duration compute = absl::ZeroDuration();
+  uint64_t bytes_in = 0;
+  std::string device;  // where it ran, e.g. "cpu" or "cuda:0"
+};
+
+// Materializes the operands on one device (that of the first stored operand, else
+// the backend's pick), allocates the output there and runs the operation.
+absl::StatusOr<std::shared_ptr<Array>> Execute(PreparedOperation& prepared, Backend& backend,
+                                               Metrics& metrics, OpContext& ctx,
+                                               ExecutionTimes& times);
+
+// Fills the API's BufferInfo from a stored buffer.
+void ToBufferInfo(const StoredBuffer& buffer, v1::BufferInfo* info);
+
+// "cpu" for host arrays, "cuda:N" otherwise.
+std::string DeviceLabel(int device);
+
+}  // namespace gpucompute

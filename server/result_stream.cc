@@ -1,0 +1,249 @@
+#include "server/result_stream.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/status_convert.h"
+
+namespace gpucompute {
+namespace {
+
+uint64_t Micros(absl::Duration d) { return static_cast<uint64_t>(absl::ToInt64Microseconds(d)); }
+
+}  // namespace
+
+absl::StatusOr<uint32_t> ServiceContext::ResolveChunkBytes(uint32_t requested,
+                                                           absl::string_view field) const {
+  if (requested == 0) return config.default_chunk_bytes;
+  if (requested < config.min_chunk_bytes || requested > config.max_chunk_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " is ", requested,
+                                                   "; it must lie in [", config.min_chunk_bytes,
+                                                   ", ", config.max_chunk_bytes, "] (or 0)"));
+  }
+  return requested;
+}
+
+absl::Status ServiceContext::CheckAccepting() const {
+  if (draining.load()) {
+    metrics.Rejected(Rejection::kUnavailable);
+    return absl::UnavailableError("server is draining; retry on another replica");
+  }
+  return absl::OkStatus();
+}
+
+ResultStreamReactor::ResultStreamReactor(ServiceContext& service,
+                                         grpc::CallbackServerContext* context, Operation op,
+                                         RpcMethod method)
+    : service_(service), context_(context), op_(op), rpc_(service.metrics, method),
+      accepted_(rpc_.start()) {
+  service_.metrics.AddInFlight(op_, 1);
+}
+
+void ResultStreamReactor::Reject(const absl::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    Fail(status);
+  }
+  Pump();
+}
+
+void ResultStreamReactor::Start(Output output, absl::Duration prepare_time, ProduceFn produce) {
+  {
+    absl::MutexLock lock(&mu_);
+    output_ = std::move(output);
+    prepare_time_ = prepare_time;
+    producing_ = true;
+  }
+  absl::Status admitted = service_.executor.SubmitRequest(
+      [this, produce = std::move(produce)]() mutable { RunProduce(std::move(produce)); });
+  if (!admitted.ok()) {
+    service_.metrics.Rejected(Rejection::kQueueFull);
+    absl::MutexLock lock(&mu_);
+    producing_ = false;
+    Fail(admitted);
+  }
+  Pump();
+}
+
+void ResultStreamReactor::RunProduce(ProduceFn produce) {
+  const absl::Time started = absl::Now();
+  absl::StatusOr<StreamSource> source;
+  if (cancelled_.load()) {
+    source = absl::CancelledError("cancelled while queued");
+  } else if (absl::FromChrono(context_->deadline()) < started) {
+    service_.metrics.Rejected(Rejection::kDeadlineExceeded);
+    source = absl::DeadlineExceededError("deadline passed while the request was queued");
+  } else {
+    OpContext ctx;
+    ctx.cancelled = &cancelled_;
+    source = produce(ctx);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    producing_ = false;
+    queue_time_ = started - accepted_;
+    if (!source.ok()) {
+      Fail(source.status());
+    } else {
+      times_ = source->times;
+      result_ = std::move(source->array);
+      v1::ResultHeader* header = ready_.emplace_back().mutable_header();
+      header->set_dtype(DTypeToProto(result_->dtype()));
+      for (int64_t extent : result_->shape()) header->add_shape(extent);
+      header->set_total_bytes(result_->bytes());
+      if (output_.keep.has_value()) {
+        absl::StatusOr<StoredBuffer> stored = service_.store.Commit(
+            *std::exchange(output_.keep, std::nullopt), output_.buffer_name, result_);
+        if (!stored.ok()) {
+          Fail(stored.status());
+        } else {
+          v1::BufferInfo info;
+          ToBufferInfo(*stored, &info);
+          result_.reset();
+          QueueTrailer(&info);
+        }
+      } else if (result_->bytes() == 0) {
+        QueueTrailer(nullptr);
+      }
+    }
+  }
+  Pump();
+}
+
+void ResultStreamReactor::ProduceChunk() {
+  std::shared_ptr<Array> array;
+  uint64_t offset;
+  uint32_t chunk_bytes;
+  {
+    absl::MutexLock lock(&mu_);
+    array = result_;
+    offset = next_offset_;
+    chunk_bytes = output_.chunk_bytes;
+  }
+  const uint64_t n = std::min<uint64_t>(chunk_bytes, array->bytes() - offset);
+  v1::ResultChunk chunk;
+  v1::ResultData* data = chunk.mutable_data();
+  data->set_offset(offset);
+  std::string* bytes = data->mutable_data();
+  const absl::Time start = absl::Now();
+  bytes->resize(n);
+  absl::Status copied = cancelled_.load()
+                            ? absl::CancelledError("cancelled while streaming")
+                            : service_.backend.CopyFromArray(*array, offset, n, bytes->data());
+  const absl::Duration elapsed = absl::Now() - start;
+  if (copied.ok()) service_.metrics.Transferred(Direction::kDeviceToHost, n, elapsed);
+  {
+    absl::MutexLock lock(&mu_);
+    producing_ = false;
+    if (!copied.ok()) {
+      Fail(copied);
+    } else {
+      transfer_out_ += elapsed;
+      next_offset_ = offset + n;
+      ready_.push_back(std::move(chunk));
+      if (next_offset_ == array->bytes()) {
+        result_.reset();  // free the result memory as soon as it is copied out
+        QueueTrailer(nullptr);
+      }
+    }
+  }
+  Pump();
+}
+
+void ResultStreamReactor::Fail(const absl::Status& status) {
+  final_status_ = ToGrpcStatus(status);
+  ready_.clear();
+  result_.reset();
+  output_.keep.reset();
+  done_ = true;
+}
+
+void ResultStreamReactor::QueueTrailer(const v1::BufferInfo* stored) {
+  v1::ResultTrailer* trailer = ready_.emplace_back().mutable_trailer();
+  v1::Timing* timing = trailer->mutable_timing();
+  timing->set_queue_us(Micros(queue_time_));
+  timing->set_transfer_in_us(Micros(times_.transfer_in));
+  timing->set_compute_us(Micros(times_.compute));
+  timing->set_transfer_out_us(Micros(transfer_out_));
+  timing->set_total_us(Micros(absl::Now() - accepted_));
+  trailer->set_backend(std::string(service_.backend.name()));
+  trailer->set_device(times_.device);
+  if (stored != nullptr) *trailer->mutable_stored_buffer() = *stored;
+  done_ = true;
+}
+
+void ResultStreamReactor::Pump() {
+  bool write = false;
+  bool finish = false;
+  bool produce = false;
+  grpc::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    if (finish_sent_) return;
+    const bool cancelled = cancelled_.load();
+    if (!writing_ && !cancelled && !ready_.empty()) {
+      in_flight_ = std::move(ready_.front());
+      ready_.pop_front();
+      writing_ = true;
+      write_started_ = absl::Now();
+      write = true;
+    }
+    if (!writing_ && !producing_ && (cancelled || (done_ && ready_.empty()))) {
+      finish_sent_ = true;
+      finish = true;
+      status = cancelled && final_status_.ok()
+                   ? grpc::Status(grpc::CANCELLED, "cancelled by the client")
+                   : final_status_;
+    }
+    if (!done_ && !cancelled && !producing_ && result_ != nullptr &&
+        ready_.size() < kReadAhead) {
+      producing_ = true;
+      produce = true;
+    }
+  }
+  if (write) StartWrite(&in_flight_);
+  if (produce) service_.executor.SubmitContinuation([this] { ProduceChunk(); });
+  if (finish) {
+    RecordFinish(status);
+    Finish(status);
+  }
+}
+
+void ResultStreamReactor::OnWriteDone(bool ok) {
+  {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    stream_write_ += absl::Now() - write_started_;
+    if (in_flight_.has_data()) service_.metrics.NetworkSent(in_flight_.data().data().size());
+    if (!ok) cancelled_.store(true);  // the stream is broken: stop producing
+  }
+  Pump();
+}
+
+void ResultStreamReactor::OnCancel() {
+  cancelled_.store(true);
+  Pump();
+}
+
+void ResultStreamReactor::RecordFinish(const grpc::Status& status) {
+  Metrics& metrics = service_.metrics;
+  const absl::Duration total = absl::Now() - accepted_;
+  rpc_.Done(status.error_code());
+  metrics.RequestDone(op_, status.error_code(), total);
+  metrics.AddInFlight(op_, -1);
+  absl::MutexLock lock(&mu_);
+  metrics.ObserveStage(op_, Stage::kSerialization, prepare_time_);
+  if (status.ok()) {
+    metrics.ObserveStage(op_, Stage::kQueue, queue_time_);
+    metrics.ObserveStage(op_, Stage::kTransferIn, times_.transfer_in);
+    metrics.ObserveStage(op_, Stage::kCompute, times_.compute);
+    metrics.ObserveStage(op_, Stage::kTransferOut, transfer_out_);
+    metrics.ObserveStage(op_, Stage::kStreamWrite, stream_write_);
+    if (times_.bytes_in > 0) metrics.NetworkReceived(times_.bytes_in);
+  }
+}
+
+void ResultStreamReactor::OnDone() { delete this; }
+
+}  // namespace gpucompute

@@ -1,0 +1,93 @@
+// The server-streaming reactor shared by the four compute RPCs and Download: it
+// runs the work on the executor, then streams header, data chunks and trailer
+// with one write in flight. Chunks are copied out of the backend on the executor
+// (read ahead by kReadAhead chunks) while earlier chunks are on the wire, so
+// device-to-host copies overlap gRPC writes. Finish is called exactly once, and
+// only when no executor task for this call is pending, so the request message
+// and this object outlive every task that uses them.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "gpucompute/v1/gpucompute.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "server/operations.h"
+#include "server/service_context.h"
+
+namespace gpucompute {
+
+struct StreamSource {
+  std::shared_ptr<Array> array;
+  ExecutionTimes times;
+};
+
+class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChunk> {
+ public:
+  using ProduceFn = absl::AnyInvocable<absl::StatusOr<StreamSource>(OpContext& ctx)>;
+
+  struct Output {
+    uint32_t chunk_bytes = 0;
+    // Set for keep_on_device: the result is stored under this reservation.
+    std::optional<BufferStore::Reservation> keep;
+    std::string buffer_name;
+  };
+
+  ResultStreamReactor(ServiceContext& service, grpc::CallbackServerContext* context,
+                      Operation op, RpcMethod method);
+
+  // Exactly one of these, once, right after construction.
+  void Start(Output output, absl::Duration prepare_time, ProduceFn produce);
+  void Reject(const absl::Status& status);
+
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+
+ private:
+  static constexpr size_t kReadAhead = 2;
+
+  void RunProduce(ProduceFn produce);
+  void ProduceChunk();
+  void Fail(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void QueueTrailer(const v1::BufferInfo* stored) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Decides the next write / finish / chunk copy; never blocks.
+  void Pump();
+  void RecordFinish(const grpc::Status& status);
+
+  ServiceContext& service_;
+  grpc::CallbackServerContext* const context_;
+  const Operation op_;
+  RpcRecorder rpc_;
+  const absl::Time accepted_;
+  std::atomic<bool> cancelled_{false};
+
+  absl::Mutex mu_;
+  Output output_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<Array> result_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_offset_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<v1::ResultChunk> ready_ ABSL_GUARDED_BY(mu_);
+  v1::ResultChunk in_flight_;  // owned by the write in flight
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool producing_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;  // trailer queued or failed
+  bool finish_sent_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status final_status_ ABSL_GUARDED_BY(mu_);
+  absl::Time write_started_ ABSL_GUARDED_BY(mu_);
+  absl::Duration stream_write_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
+  absl::Duration transfer_out_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
+  absl::Duration prepare_time_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
+  absl::Duration queue_time_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
+  ExecutionTimes times_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace gpucompute

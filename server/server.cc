@@ -1,0 +1,111 @@
+#include "server/server.h"
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+#include "server/log.h"
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "kernels/backend.h"
+#include "server/buffer_store.h"
+#include "server/buffers_service.h"
+#include "server/compute_service.h"
+#include "server/executor.h"
+#include "server/info_service.h"
+#include "server/metrics.h"
+#include "server/service_context.h"
+
+#ifndef GPUCOMPUTE_GIT_COMMIT
+#define GPUCOMPUTE_GIT_COMMIT "unknown"
+#endif
+#ifndef GPUCOMPUTE_CUDA_VERSION
+#define GPUCOMPUTE_CUDA_VERSION "none"
+#endif
+
+namespace gpucompute {
+
+absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
+    const ServerConfig& config) {
+  std::unique_ptr<GpuComputeServer> server(new GpuComputeServer());
+  server->config_ = config;
+
+  absl::StatusOr<BackendSelection> selection = CreateBackend(config.backend);
+  if (!selection.ok()) return selection.status();
+  server->backend_ = std::move(selection->backend);
+  server->backend_note_ = std::move(selection->note);
+
+  server->metrics_ = std::make_unique<Metrics>(BuildInfo{kVersion, GPUCOMPUTE_GIT_COMMIT,
+                                                         GPUCOMPUTE_CUDA_VERSION,
+                                                         std::string(server->backend_->name())});
+  server->store_ = std::make_unique<BufferStore>(config.buffer_quota_bytes);
+  const int threads = config.executor_threads > 0
+                          ? config.executor_threads
+                          : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+  server->executor_ = std::make_unique<Executor>(threads, config.max_queue_depth);
+  server->context_ = std::unique_ptr<ServiceContext>(
+      new ServiceContext{server->config_, *server->backend_, *server->store_, *server->executor_,
+                         *server->metrics_, server->draining_});
+  server->compute_service_ = std::make_unique<ComputeService>(*server->context_);
+  server->buffers_service_ = std::make_unique<BuffersService>(*server->context_);
+  server->info_service_ = std::make_unique<InfoService>(*server->context_, server->backend_note_);
+
+  GpuComputeServer* self = server.get();
+  if (absl::Status s = server->metrics_->StartExposer(config.metrics_address,
+                                                     [self] {
+                                                       LiveState state;
+                                                       state.backend = self->backend_->Stats();
+                                                       state.devices = self->backend_->Devices();
+                                                       state.stored_buffers = self->store_->count();
+                                                       state.stored_buffer_bytes =
+                                                           self->store_->used_bytes();
+                                                       state.queued_requests =
+                                                           self->executor_->queued_requests();
+                                                       return state;
+                                                     });
+      !s.ok()) {
+    return s;
+  }
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config.address, grpc::InsecureServerCredentials(), &server->port_);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(
+      std::min<uint64_t>(config.max_receive_message_bytes, INT32_MAX)));
+  builder.RegisterService(server->compute_service_.get());
+  builder.RegisterService(server->buffers_service_.get());
+  builder.RegisterService(server->info_service_.get());
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on address ", config.address, " (in use or invalid)"));
+  }
+  server->server_->GetHealthCheckService()->SetServingStatus(true);
+  return server;
+}
+
+GpuComputeServer::~GpuComputeServer() {
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now());
+    server_->Wait();
+  }
+}
+
+int GpuComputeServer::metrics_port() const { return metrics_->port(); }
+
+std::string GpuComputeServer::backend_name() const { return std::string(backend_->name()); }
+
+bool GpuComputeServer::BackendHealthy() const { return backend_->Healthy(); }
+
+void GpuComputeServer::Drain(absl::Duration grace) {
+  server_->GetHealthCheckService()->SetServingStatus(false);
+  draining_.store(true);
+  LogLine(absl::StrCat("draining: health NOT_SERVING, new requests UNAVAILABLE, grace ",
+                       absl::FormatDuration(grace)));
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  server_->Wait();
+}
+
+}  // namespace gpucompute

@@ -1,0 +1,62 @@
+// The whole server: backend (warmed before serving), buffer store, executor,
+// services, metrics endpoint, health and reflection.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "server/config.h"
+
+namespace gpucompute {
+
+class Backend;
+class BufferStore;
+class Executor;
+class Metrics;
+struct ServiceContext;
+class ComputeService;
+class BuffersService;
+class InfoService;
+
+class GpuComputeServer {
+ public:
+  // Creates the backend, binds both ports and reports SERVING.
+  static absl::StatusOr<std::unique_ptr<GpuComputeServer>> Start(const ServerConfig& config);
+  ~GpuComputeServer();
+
+  int port() const { return port_; }
+  int metrics_port() const;
+  const std::string& backend_note() const { return backend_note_; }
+  std::string backend_name() const;
+
+  // Health NOT_SERVING, new requests UNAVAILABLE, in-flight RPCs get up to
+  // `grace` to finish before they are cancelled. Returns when all are done.
+  void Drain(absl::Duration grace);
+  // False once the backend has no healthy device left.
+  bool BackendHealthy() const;
+
+ private:
+  GpuComputeServer() = default;
+
+  ServerConfig config_;
+  std::string backend_note_;
+  std::atomic<bool> draining_{false};
+  // Declaration order is teardown order reversed: the gRPC server stops first,
+  // then the executor drains, then stored buffers are freed, then the backend.
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<BufferStore> store_;
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<ServiceContext> context_;
+  std::unique_ptr<ComputeService> compute_service_;
+  std::unique_ptr<BuffersService> buffers_service_;
+  std::unique_ptr<InfoService> info_service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+}  // namespace gpucompute

@@ -1,0 +1,32 @@
+// What every service needs, owned by GpuComputeServer and shared by reference.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+#include "server/buffer_store.h"
+#include "server/config.h"
+#include "server/executor.h"
+#include "server/metrics.h"
+
+namespace gpucompute {
+
+struct ServiceContext {
+  const ServerConfig& config;
+  Backend& backend;
+  BufferStore& store;
+  Executor& executor;
+  Metrics& metrics;
+  // Set when the server starts draining: new work gets UNAVAILABLE.
+  const std::atomic<bool>& draining;
+
+  // output.chunk_bytes (0 = default) checked against the configured bounds.
+  absl::StatusOr<uint32_t> ResolveChunkBytes(uint32_t requested, absl::string_view field) const;
+  // UNAVAILABLE while draining.
+  absl::Status CheckAccepting() const;
+};
+
+}  // namespace gpucompute
