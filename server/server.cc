@@ -99,6 +99,8 @@ std::string GpuComputeServer::backend_name() const { return std::string(backend_
 
 bool GpuComputeServer::BackendHealthy() const { return backend_->Healthy(); }
 
+BackendStats GpuComputeServer::backend_stats() const { return backend_->Stats(); }
+
 void GpuComputeServer::Drain(absl::Duration grace) {
   server_->GetHealthCheckService()->SetServingStatus(false);
   draining_.store(true);

@@ -9,11 +9,11 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "kernels/backend.h"
 #include "server/config.h"
 
 namespace gpucompute {
 
-class Backend;
 class BufferStore;
 class Executor;
 class Metrics;
@@ -38,6 +38,7 @@ class GpuComputeServer {
   void Drain(absl::Duration grace);
   // False once the backend has no healthy device left.
   bool BackendHealthy() const;
+  BackendStats backend_stats() const;
 
  private:
   GpuComputeServer() = default;
