@@ -1,0 +1,248 @@
+#!/usr/bin/env bash
+# Builds the Dockerfile with buildah and runs the image's server on the CPU
+# backend: health check and one request with the image's own gpucompute-cli.
+#
+#   sudo scripts/container_test.sh
+#
+# No Docker engine and no registry are needed: the two base images are local
+# stand-ins made here, passed through the Dockerfile's build args:
+#   build stage    a debootstrap Debian bookworm root plus the CUDA toolkit
+#                  copied from $CUDA_HOME (like nvidia/cuda:*-devel)
+#   runtime stage  the same root plus libcudart only (like nvidia/cuda:*-base)
+# buildah runs with --isolation chroot and the vfs storage driver, in its own
+# storage under $WORK, so it needs root but no daemon, overlayfs or user
+# namespaces. Slow (a full Release build with nvcc, and vfs copies every layer):
+# run by hand, not in CI. Installs buildah and debootstrap with apt-get if
+# missing. Network: Debian's package mirror only (debootstrap, apt in the build).
+#
+# Environment:
+#   WORK=/var/tmp/gpucompute-container-test  work dir (rootfs cache, storage)
+#   CUDA_HOME=/usr/local/cuda                toolkit copied into the build stand-in
+#   CUDA_ARCHITECTURES=90                    GPU targets built (the Dockerfile's
+#                                            default is 80-real;86-real;89-real;90)
+#   BUILD_JOBS=2                             compile jobs inside the build
+#   DEBIAN_MIRROR=http://deb.debian.org/debian
+#   KEEP=0                                   1: keep buildah storage and images
+#   REQUIRE_CUDA=1                           0: allow a CPU-only image (no nvcc)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+WORK=${WORK:-/var/tmp/gpucompute-container-test}
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES:-90}
+BUILD_JOBS=${BUILD_JOBS:-2}
+DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+KEEP=${KEEP:-0}
+REQUIRE_CUDA=${REQUIRE_CUDA:-1}
+SUITE=bookworm
+ROOTFS=$WORK/rootfs-$SUITE
+RUNTIME_BASE=localhost/gpucompute-standin/cuda-base:$SUITE
+BUILD_BASE=localhost/gpucompute-standin/cuda-devel:$SUITE
+IMAGE=localhost/gpucompute:container-test
+
+T0=$(date +%s)
+log() { printf '[%4ds] %s\n' $(( $(date +%s) - T0 )) "$*"; }
+die() { log "FAIL: $*"; exit 1; }
+
+[[ $(id -u) -eq 0 ]] || die "run as root (buildah with chroot isolation and debootstrap need it)"
+mkdir -p "$WORK"
+BUILDAH=(buildah --root "$WORK/storage" --runroot "$WORK/run" --storage-driver vfs)
+
+containers=()
+forget() {  # forget CONTAINER: it was committed with --rm
+  local keep=() c
+  for c in "${containers[@]}"; do [[ "$c" != "$1" ]] && keep+=("$c"); done
+  containers=("${keep[@]}")
+}
+server_pid=""
+cleanup() {
+  local rc=$?
+  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
+    kill -TERM "$server_pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.2; done
+    kill -KILL "$server_pid" 2>/dev/null || true
+  fi
+  for c in "${containers[@]}"; do
+    "${BUILDAH[@]}" umount "$c" >/dev/null 2>&1 || true
+    "${BUILDAH[@]}" rm "$c" >/dev/null 2>&1 || true
+  done
+  if [[ "$KEEP" != 1 && -d "$WORK/storage" ]]; then
+    "${BUILDAH[@]}" rmi --all --force >/dev/null 2>&1 || true
+    rm -rf "$WORK/storage" "$WORK/run"
+  fi
+  log "exit $rc (total $(( $(date +%s) - T0 )) s)"
+}
+trap cleanup EXIT
+
+# ------------------------------------------------------------------ tools
+missing=()
+command -v buildah >/dev/null || missing+=(buildah)
+command -v debootstrap >/dev/null || missing+=(debootstrap)
+if ((${#missing[@]})); then
+  log "installing ${missing[*]}"
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+log "$(buildah --version); debootstrap $(dpkg-query -W -f '${Version}' debootstrap)"
+[[ -x "$CUDA_HOME/bin/nvcc" ]] || { [[ "$REQUIRE_CUDA" == 0 ]] || die "no nvcc under $CUDA_HOME (REQUIRE_CUDA=0 builds CPU-only)"; }
+
+# ------------------------------------------------------------------ rootfs
+if [[ ! -f "$ROOTFS/.complete" ]]; then
+  log "debootstrap $SUITE (minbase) into $ROOTFS from $DEBIAN_MIRROR"
+  rm -rf "$ROOTFS" "$ROOTFS.tmp"
+  debootstrap --variant=minbase --include=ca-certificates "$SUITE" "$ROOTFS.tmp" "$DEBIAN_MIRROR" \
+    > "$WORK/debootstrap.log" 2>&1 || { tail -n 30 "$WORK/debootstrap.log"; die "debootstrap failed"; }
+  # Like the official images: no apt cache, apt lists fetched by each build.
+  rm -rf "$ROOTFS.tmp"/var/lib/apt/lists/* "$ROOTFS.tmp"/var/cache/apt/archives/*.deb
+  printf 'deb %s %s main\ndeb %s %s-updates main\n' "$DEBIAN_MIRROR" "$SUITE" "$DEBIAN_MIRROR" "$SUITE" \
+    > "$ROOTFS.tmp/etc/apt/sources.list"
+  mv "$ROOTFS.tmp" "$ROOTFS"
+  touch "$ROOTFS/.complete"
+else
+  log "reusing $ROOTFS"
+fi
+log "rootfs: $(du -sh --exclude=.complete "$ROOTFS" | cut -f1)"
+
+# ------------------------------------------------------------------ stand-in bases
+# Copies a directory tree into a working container.
+copy_tree() {  # copy_tree CONTAINER SRC DEST [tar options...]
+  local ctr=$1 src=$2 dest=$3; shift 3
+  local mnt
+  mnt=$("${BUILDAH[@]}" mount "$ctr")
+  mkdir -p "$mnt$dest"
+  tar -C "$src" "$@" -cf - . | tar -C "$mnt$dest" -xpf -
+  "${BUILDAH[@]}" umount "$ctr" >/dev/null
+}
+
+cuda_real=$(readlink -f "$CUDA_HOME")
+cuda_ver=$(basename "$cuda_real")   # cuda-13.0
+NV_ENV=(--env "PATH=/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        --env "LD_LIBRARY_PATH=/usr/local/nvidia/lib:/usr/local/nvidia/lib64"
+        --env NVIDIA_VISIBLE_DEVICES=all --env NVIDIA_DRIVER_CAPABILITIES=compute,utility)
+
+log "stand-in runtime base $RUNTIME_BASE (rootfs + libcudart from $cuda_real)"
+ctr=$("${BUILDAH[@]}" from scratch); containers+=("$ctr")
+copy_tree "$ctr" "$ROOTFS" / --exclude=./.complete
+if [[ -d "$cuda_real/lib" ]]; then
+  mnt=$("${BUILDAH[@]}" mount "$ctr")
+  mkdir -p "$mnt/usr/local/$cuda_ver/lib"
+  cp -a "$cuda_real"/lib/libcudart.so* "$mnt/usr/local/$cuda_ver/lib/" 2>/dev/null || true
+  ln -sfn "$cuda_ver" "$mnt/usr/local/cuda"
+  echo "/usr/local/cuda/lib" > "$mnt/etc/ld.so.conf.d/000-cuda.conf"
+  ldconfig -r "$mnt"
+  "${BUILDAH[@]}" umount "$ctr" >/dev/null
+fi
+"${BUILDAH[@]}" config "${NV_ENV[@]}" --cmd /bin/bash "$ctr"
+"${BUILDAH[@]}" commit --quiet --rm "$ctr" "$RUNTIME_BASE" >/dev/null
+forget "$ctr"
+
+log "stand-in build base $BUILD_BASE (runtime base + CUDA toolkit)"
+ctr=$("${BUILDAH[@]}" from --pull=never "$RUNTIME_BASE"); containers+=("$ctr")
+if [[ -x "$CUDA_HOME/bin/nvcc" ]]; then
+  # The compiler, headers, the static runtime and the driver stubs; not the large
+  # math / DL libraries the project does not link (CUDA_FULL=1 copies all).
+  excludes=()
+  if [[ "${CUDA_FULL:-0}" != 1 ]]; then
+    for pat in 'libcublas*' 'libcudnn*' 'libcufft*' 'libcurand*' 'libcusolver*' 'libcusparse*' \
+               'libnccl*' 'libnvblas*' 'libcupti*' 'libnvperf*' 'libpcsampling*' 'libcheckpoint*' \
+               'libnvrtc*' 'libnvJitLink*' 'libnvtx3interop*' 'libnvvm.so*'; do
+      excludes+=("--exclude=./lib/$pat")
+    done
+  fi
+  copy_tree "$ctr" "$cuda_real" "/usr/local/$cuda_ver" "${excludes[@]}"
+  log "  toolkit copied: $(du -sh "$("${BUILDAH[@]}" mount "$ctr")/usr/local/$cuda_ver" | cut -f1)"
+  "${BUILDAH[@]}" umount "$ctr" >/dev/null
+fi
+"${BUILDAH[@]}" config --env CUDA_HOME=/usr/local/cuda "$ctr"
+"${BUILDAH[@]}" commit --quiet --rm "$ctr" "$BUILD_BASE" >/dev/null
+forget "$ctr"
+"${BUILDAH[@]}" images
+
+# ------------------------------------------------------------------ build
+commit=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+log "buildah bud (chroot isolation, vfs) -> $IMAGE; CUDA_ARCHITECTURES=$CUDA_ARCHITECTURES BUILD_JOBS=$BUILD_JOBS"
+tb=$(date +%s)
+if ! "${BUILDAH[@]}" bud --isolation chroot --format docker --pull=never --layers=false \
+      --build-arg "BASE_BUILD_IMAGE=$BUILD_BASE" \
+      --build-arg "BASE_RUNTIME_IMAGE=$RUNTIME_BASE" \
+      --build-arg "CUDA_ARCHITECTURES=$CUDA_ARCHITECTURES" \
+      --build-arg "BUILD_JOBS=$BUILD_JOBS" \
+      --build-arg "REQUIRE_CUDA=$REQUIRE_CUDA" \
+      --build-arg "GIT_COMMIT=$commit" \
+      -f "$ROOT/Dockerfile" -t "$IMAGE" "$ROOT" > "$WORK/bud.log" 2>&1; then
+  tail -n 60 "$WORK/bud.log"
+  die "buildah bud failed (full log: $WORK/bud.log)"
+fi
+grep -E '^(STEP|runtime packages:|-- gpucompute|gpucompute:)' "$WORK/bud.log" || true
+log "image built in $(( $(date +%s) - tb )) s"
+"${BUILDAH[@]}" images --format '{{.Name}}:{{.Tag}} {{.Size}}' | grep -E "gpucompute" || true
+
+# ------------------------------------------------------------------ inspect
+failures=0
+check() {  # check DESCRIPTION COMMAND...
+  local what=$1; shift
+  if "$@"; then log "PASS $what"; else log "FAIL $what"; failures=$((failures + 1)); fi
+}
+cfg=$("${BUILDAH[@]}" inspect --type image --format '{{json .Docker.Config}}' "$IMAGE")
+printf '%s\n' "$cfg" > "$WORK/image-config.json"
+py_cfg() { /usr/bin/python3 -c "import json,sys; c=json.load(open('$WORK/image-config.json')); $1"; }
+check "entrypoint is gpucompute-server on 0.0.0.0:50051 / :9464" py_cfg \
+  "sys.exit(c['Entrypoint'] != ['gpucompute-server','--address=0.0.0.0:50051','--metrics_address=0.0.0.0:9464'])"
+check "runs as non-root user 10001" py_cfg "sys.exit(c.get('User') != '10001:10001')"
+check "exposes 50051 and 9464" py_cfg \
+  "sys.exit(not {'50051/tcp','9464/tcp'} <= set((c.get('ExposedPorts') or {}).keys()))"
+check "healthcheck runs gpucompute-cli health" py_cfg \
+  "hc=(c.get('Healthcheck') or {}).get('Test') or []; sys.exit(not ('gpucompute-cli' in hc and 'health' in hc))"
+size_bytes=$("${BUILDAH[@]}" images --json "$IMAGE" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["size"])')
+base_bytes=$("${BUILDAH[@]}" images --json "$RUNTIME_BASE" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["size"])')
+log "image size: $((size_bytes / 1024 / 1024)) MiB (runtime stand-in base: $((base_bytes / 1024 / 1024)) MiB, added by the Dockerfile: $(((size_bytes - base_bytes) / 1024 / 1024)) MiB)"
+
+# ------------------------------------------------------------------ run
+free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PORT=$(free_port); MPORT=$(free_port)
+ctr=$("${BUILDAH[@]}" from --pull=never "$IMAGE"); containers+=("$ctr")
+run_in() { "${BUILDAH[@]}" run --isolation chroot "$ctr" -- "$@"; }
+log "starting the image's server: --backend=cpu on 127.0.0.1:$PORT, metrics :$MPORT"
+"${BUILDAH[@]}" run --isolation chroot "$ctr" -- gpucompute-server --address="127.0.0.1:$PORT" \
+  --metrics_address="127.0.0.1:$MPORT" --backend=cpu --grace_period=2s > "$WORK/server.log" 2>&1 &
+server_pid=$!
+healthy=0
+for _ in $(seq 1 60); do
+  if run_in gpucompute-cli --target="127.0.0.1:$PORT" health > "$WORK/health.out" 2>&1; then healthy=1; break; fi
+  kill -0 "$server_pid" 2>/dev/null || break
+  sleep 1
+done
+check "gpucompute-cli health (from the image) succeeds" test "$healthy" = 1
+cat "$WORK/health.out"
+if [[ $healthy != 1 ]]; then tail -n 30 "$WORK/server.log"; fi
+if run_in gpucompute-cli --target="127.0.0.1:$PORT" info > "$WORK/info.out" 2>&1; then
+  check "gpucompute-cli info reports the cpu backend" grep -qi "cpu" "$WORK/info.out"
+else
+  check "gpucompute-cli info succeeds" false
+fi
+cat "$WORK/info.out"
+# One compute request that needs no input files: a haversine mesh.
+if run_in gpucompute-cli --target="127.0.0.1:$PORT" haversine --mesh=-10:10:5,0:20:5 \
+     --ref=0,0 --ref=10,10 > "$WORK/request.out" 2>&1; then
+  check "haversine request through the image's CLI" true
+else
+  check "haversine request through the image's CLI" false
+fi
+head -c 2000 "$WORK/request.out"; echo
+check "/metrics serves gpucompute_build_info" /usr/bin/python3 -c "
+import sys, urllib.request
+t = urllib.request.urlopen('http://127.0.0.1:$MPORT/metrics', timeout=5).read().decode()
+print(next((l for l in t.splitlines() if l.startswith('gpucompute_build_info')), 'gpucompute_build_info missing'))
+sys.exit('gpucompute_build_info{' not in t)"
+
+log "stopping the server (SIGTERM)"
+kill -TERM "$server_pid" 2>/dev/null || true
+stopped=0
+for _ in $(seq 1 50); do kill -0 "$server_pid" 2>/dev/null || { stopped=1; break; }; sleep 0.2; done
+check "server exits within 10 s of SIGTERM" test "$stopped" = 1
+wait "$server_pid" 2>/dev/null || true
+server_pid=""
+tail -n 5 "$WORK/server.log"
+
+if ((failures)); then die "$failures check(s) failed"; fi
+log "OK: image $IMAGE built and served requests on the CPU backend"

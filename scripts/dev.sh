@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The README's two commands:
+#   scripts/dev.sh serve   install what is missing, build (Release), start the server
+#   scripts/dev.sh test    install what is missing, build, run every test
+# Both are idempotent: packages already present are skipped, builds are incremental.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${GPUCOMPUTE_BUILD_DIR:-$repo/build}
+jobs=${GPUCOMPUTE_JOBS:-$(nproc)}
+
+# Debian 12 / Ubuntu 24.04 package names.
+packages=(
+  build-essential cmake pkg-config git
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-grpcio python3-protobuf python3-numpy python3-scipy python3-pytest
+  python3-yaml yamllint prometheus curl
+)
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+install_packages() {
+  local missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "dev.sh: installing ${missing[*]}"
+    as_root apt-get update -q
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+      "${missing[@]}"
+  fi
+}
+
+build_all() {
+  if [ ! -f "$build/CMakeCache.txt" ]; then
+    cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release
+  fi
+  cmake --build "$build" -j "$jobs"
+}
+
+case "${1:-}" in
+  serve)
+    shift
+    install_packages
+    build_all
+    exec "$build/server/gpucompute-server" "$@"
+    ;;
+  test)
+    install_packages
+    build_all
+    status=0
+    (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 900) || status=1
+    GPUCOMPUTE_SERVER="$build/server/gpucompute-server" GPUCOMPUTE_CLI="$build/client/gpucompute-cli" \
+      /usr/bin/python3 -m pytest -q "$repo/tests/python" || status=1
+    for t in "$repo"/tests/deploy/*.sh; do
+      [ -x "$t" ] || continue
+      echo "== $t"
+      "$t" "$build" || status=1
+    done
+    exit $status
+    ;;
+  *)
+    echo "usage: scripts/dev.sh serve [server flags] | scripts/dev.sh test" >&2
+    exit 2
+    ;;
+esac

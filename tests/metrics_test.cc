@@ -1,0 +1,144 @@
+// Scrapes /metrics over HTTP after a known sequence of requests and checks the
+// exact counts, and that histogram counts match the requests made.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "client/tensor.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/server.h"
+
+namespace gpucompute {
+namespace {
+
+namespace v1 = ::gpucompute::v1;
+
+// GET http://127.0.0.1:port/metrics, body only.
+std::string Scrape(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string request =
+      "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  send(fd, request.data(), request.size(), 0);
+  std::string response;
+  char buffer[65536];
+  ssize_t n;
+  while ((n = recv(fd, buffer, sizeof(buffer), 0)) > 0) response.append(buffer, n);
+  close(fd);
+  const size_t body = response.find("\r\n\r\n");
+  return body == std::string::npos ? "" : response.substr(body + 4);
+}
+
+// "name{labels}" -> value, for every sample line.
+std::map<std::string, double> ParseSamples(const std::string& text) {
+  std::map<std::string, double> samples;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t space = line.rfind(' ');
+    samples[line.substr(0, space)] = std::stod(line.substr(space + 1));
+  }
+  return samples;
+}
+
+class MetricsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerConfig config;
+    config.address = "127.0.0.1:0";
+    config.metrics_address = "127.0.0.1:0";
+    config.backend.kind = BackendKind::kCpu;
+    auto server = GpuComputeServer::Start(config);
+    ASSERT_TRUE(server.ok()) << server.status().message();
+    server_ = *std::move(server);
+    ASSERT_GT(server_->metrics_port(), 0);
+    client_ = std::make_unique<client::Client>(
+        client::MakeChannel(absl::StrCat("127.0.0.1:", server_->port())));
+  }
+
+  double Sample(const std::map<std::string, double>& samples, const std::string& key) {
+    auto it = samples.find(key);
+    EXPECT_NE(it, samples.end()) << "missing series " << key;
+    return it == samples.end() ? -1 : it->second;
+  }
+
+  std::unique_ptr<GpuComputeServer> server_;
+  std::unique_ptr<client::Client> client_;
+};
+
+TEST_F(MetricsTest, CountsMatchAKnownSequenceOfRequests) {
+  const std::vector<double> row = {1, 2, 3, 4};  // 32 bytes of float64
+  const std::vector<int64_t> row_shape = {4}, zeros_shape = {2};
+  v1::NormalizeRequest good;
+  *good.mutable_input()->mutable_tensor() = *client::MakeTensor(std::span<const double>(row), row_shape);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(client_->Normalize(good).ok());
+  const std::vector<double> zeros = {0, 0};
+  v1::NormalizeRequest bad;
+  *bad.mutable_input()->mutable_tensor() = *client::MakeTensor(std::span<const double>(zeros), zeros_shape);
+  ASSERT_EQ(client_->Normalize(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  auto uploaded = client_->Upload("u", *client::MakeTensor(std::span<const double>(row), row_shape));
+  ASSERT_TRUE(uploaded.ok()) << uploaded.status().message();
+  ASSERT_TRUE(client_->Download(uploaded->id()).ok());
+  ASSERT_TRUE(client_->GetInfo().ok());
+
+  const std::string text = Scrape(server_->metrics_port());
+  ASSERT_FALSE(text.empty());
+  const auto samples = ParseSamples(text);
+
+  const std::string normalize_rpc =
+      R"(grpc_method="Normalize",grpc_service="gpucompute.v1.Compute",grpc_type="server_stream")";
+  EXPECT_EQ(Sample(samples, "grpc_server_started_total{" + normalize_rpc + "}"), 4);
+  EXPECT_EQ(Sample(samples, R"(grpc_server_handled_total{grpc_code="OK",)" + normalize_rpc + "}"), 3);
+  EXPECT_EQ(Sample(samples, R"(grpc_server_handled_total{grpc_code="INVALID_ARGUMENT",)" +
+                                normalize_rpc + "}"),
+            1);
+  EXPECT_EQ(Sample(samples, "grpc_server_handling_seconds_count{" + normalize_rpc + "}"), 4);
+  EXPECT_EQ(Sample(samples, R"(grpc_server_handled_total{grpc_code="OK",grpc_method="GetInfo",grpc_service="gpucompute.v1.Server",grpc_type="unary"})"),
+            1);
+
+  EXPECT_EQ(Sample(samples, R"(gpucompute_requests_total{code="OK",operation="normalize"})"), 3);
+  EXPECT_EQ(Sample(samples,
+                   R"(gpucompute_requests_total{code="INVALID_ARGUMENT",operation="normalize"})"),
+            1);
+  EXPECT_EQ(Sample(samples, R"(gpucompute_requests_total{code="OK",operation="upload"})"), 1);
+  EXPECT_EQ(Sample(samples, R"(gpucompute_requests_total{code="OK",operation="download"})"), 1);
+  EXPECT_EQ(Sample(samples, R"(gpucompute_request_duration_seconds_count{operation="normalize"})"), 4);
+  for (const char* stage : {"queue", "transfer_in", "compute", "transfer_out", "stream_write"}) {
+    EXPECT_EQ(Sample(samples, absl::StrCat(R"(gpucompute_stage_duration_seconds_count{operation="normalize",stage=")",
+                                           stage, "\"}")),
+              3)
+        << stage;
+  }
+  EXPECT_EQ(Sample(samples, R"(gpucompute_requests_in_flight{operation="normalize"})"), 0);
+  // 4 inline normalize inputs (3 x 32 + 16 bytes) and one 32-byte upload went in.
+  EXPECT_EQ(Sample(samples, R"(gpucompute_transfer_bytes_total{direction="host_to_device"})"),
+            3 * 32 + 16 + 32);
+  // 3 results of 32 bytes and the 32-byte download came out.
+  EXPECT_EQ(Sample(samples, R"(gpucompute_transfer_bytes_total{direction="device_to_host"})"),
+            4 * 32);
+  EXPECT_EQ(Sample(samples, "gpucompute_network_sent_bytes_total"), 4 * 32);
+  EXPECT_EQ(Sample(samples, "gpucompute_stored_buffers"), 1);
+  EXPECT_EQ(Sample(samples, "gpucompute_stored_buffer_bytes"), 32);
+  EXPECT_EQ(Sample(samples, R"(gpucompute_rejections_total{reason="queue_full"})"), 0);
+  EXPECT_THAT(text, ::testing::HasSubstr("gpucompute_build_info{backend=\"cpu\""));
+  EXPECT_EQ(Sample(samples, R"(gpucompute_device_healthy{device="cpu"})"), 1);
+}
+
+}  // namespace
+}  // namespace gpucompute
