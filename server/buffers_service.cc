@@ -143,8 +143,10 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
   }
 
   void Complete(const absl::Status& status) {
-    // Nothing half-stored survives a failed upload: the reservation and the array
-    // are released with this reactor.
+    // Nothing half-stored survives a failed upload, and the quota and memory are
+    // back before the client hears the status.
+    reservation_.reset();
+    array_.reset();
     const grpc::Status grpc_status = ToGrpcStatus(status);
     rpc_.Done(grpc_status.error_code());
     service_.metrics.RequestDone(Operation::kUpload, grpc_status.error_code(),

@@ -192,6 +192,9 @@ void ResultStreamReactor::Pump() {
     if (!writing_ && !producing_ && (cancelled || (done_ && ready_.empty()))) {
       finish_sent_ = true;
       finish = true;
+      // Memory and quota are released before the client hears the status.
+      result_.reset();
+      output_.keep.reset();
       status = cancelled && final_status_.ok()
                    ? grpc::Status(grpc::CANCELLED, "cancelled by the client")
                    : final_status_;
