@@ -1,0 +1,117 @@
+"""gRPC statuses as Python exceptions."""
+from __future__ import annotations
+
+from typing import Dict, Optional, Type
+
+import grpc
+
+
+class GpuComputeError(Exception):
+    """A failed call: ``code`` (grpc.StatusCode) and the server's ``message``."""
+
+    #: the status code this class stands for (None on the base class)
+    default_code: Optional[grpc.StatusCode] = None
+
+    def __init__(self, code: grpc.StatusCode, message: str, *, method: str = ""):
+        self.code = code
+        self.message = message
+        self.method = method
+        super().__init__(code, message)
+
+    def __str__(self) -> str:
+        name = self.code.name if isinstance(self.code, grpc.StatusCode) else str(self.code)
+        where = f" ({self.method})" if self.method else ""
+        return f"{name}{where}: {self.message}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.code}, {self.message!r})"
+
+
+class Cancelled(GpuComputeError):
+    default_code = grpc.StatusCode.CANCELLED
+
+
+class Unknown(GpuComputeError):
+    default_code = grpc.StatusCode.UNKNOWN
+
+
+class InvalidArgument(GpuComputeError, ValueError):
+    """The server rejected an argument; the message names the field and the limit."""
+    default_code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class DeadlineExceeded(GpuComputeError):
+    default_code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+class NotFound(GpuComputeError):
+    default_code = grpc.StatusCode.NOT_FOUND
+
+
+class AlreadyExists(GpuComputeError):
+    default_code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class PermissionDenied(GpuComputeError):
+    default_code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class ResourceExhausted(GpuComputeError):
+    """Buffer quota, device memory, queue depth or message size exceeded."""
+    default_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class FailedPrecondition(GpuComputeError):
+    default_code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class Aborted(GpuComputeError):
+    default_code = grpc.StatusCode.ABORTED
+
+
+class OutOfRange(GpuComputeError):
+    default_code = grpc.StatusCode.OUT_OF_RANGE
+
+
+class Unimplemented(GpuComputeError):
+    default_code = grpc.StatusCode.UNIMPLEMENTED
+
+
+class Internal(GpuComputeError):
+    default_code = grpc.StatusCode.INTERNAL
+
+
+class Unavailable(GpuComputeError):
+    default_code = grpc.StatusCode.UNAVAILABLE
+
+
+class DataLoss(GpuComputeError):
+    default_code = grpc.StatusCode.DATA_LOSS
+
+
+class Unauthenticated(GpuComputeError):
+    default_code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class ProtocolError(DataLoss):
+    """The result stream broke the API's framing (offsets, sizes, order)."""
+
+
+_BY_CODE: Dict[grpc.StatusCode, Type[GpuComputeError]] = {
+    cls.default_code: cls
+    for cls in (Cancelled, Unknown, InvalidArgument, DeadlineExceeded, NotFound, AlreadyExists,
+                PermissionDenied, ResourceExhausted, FailedPrecondition, Aborted, OutOfRange,
+                Unimplemented, Internal, Unavailable, DataLoss, Unauthenticated)
+}
+
+
+def error_for(code: grpc.StatusCode, message: str, method: str = "") -> GpuComputeError:
+    return _BY_CODE.get(code, GpuComputeError)(code, message, method=method)
+
+
+def from_rpc_error(err: grpc.RpcError, method: str = "") -> GpuComputeError:
+    code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
+    details = err.details() if hasattr(err, "details") else str(err)
+    if code is None:
+        code = grpc.StatusCode.UNKNOWN
+    return error_for(code, details or "", method)
