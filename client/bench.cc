@@ -1,0 +1,241 @@
+#include "client/bench.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <random>
+#include <thread>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "client/format.h"
+#include "client/tensor.h"
+
+namespace gpucompute::client {
+namespace {
+
+// Samples per Lomb-Scargle series and frequencies per periodogram; the batch
+// size makes up the requested result size.
+constexpr int64_t kLombScargleSamples = 256;
+constexpr int64_t kLombScargleFrequencies = 256;
+// Row length for Normalize; leading extent of the discount factors (M in the
+// seed case (M, O) * (D, M, O)) and the number of value slices D.
+constexpr int64_t kNormalizeRowLength = 256;
+constexpr int64_t kDiscountRows = 64;
+constexpr int64_t kDiscountSlices = 4;
+
+// Uniform values in [low, high) of `dtype`, shaped `shape`.
+v1::Tensor RandomTensor(v1::DType dtype, const Shape& shape, double low, double high,
+                        std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> uniform(low, high);
+  int64_t count = 1;
+  for (int64_t extent : shape) count *= extent;
+  absl::StatusOr<v1::Tensor> tensor;
+  if (dtype == v1::FLOAT32) {
+    std::vector<float> values(count);
+    for (float& value : values) value = static_cast<float>(uniform(rng));
+    tensor = MakeTensor(values, shape);
+  } else {
+    std::vector<double> values(count);
+    for (double& value : values) value = uniform(rng);
+    tensor = MakeTensor(values, shape);
+  }
+  return *std::move(tensor);  // the shape matches the values by construction
+}
+
+// One prebuilt request per operation, reused by every thread (read-only).
+struct Workload {
+  v1::NormalizeRequest normalize;
+  v1::HaversineGridRequest haversine;
+  v1::DiscountProductRequest discount;
+  v1::LombScargleRequest lombscargle;
+};
+
+Workload BuildWorkload(const BenchConfig& config) {
+  std::mt19937_64 rng(config.seed);
+  const int64_t size = static_cast<int64_t>(std::max<uint64_t>(config.size, 1));
+  Workload workload;
+
+  const int64_t rows = std::max<int64_t>(1, size / kNormalizeRowLength);
+  *workload.normalize.mutable_input() =
+      TensorOperand(RandomTensor(config.dtype, {rows, kNormalizeRowLength}, 0.5, 1.5, rng));
+  workload.normalize.set_norm(v1::NORM_L2);
+  workload.normalize.mutable_output()->set_chunk_bytes(config.chunk_bytes);
+
+  v1::LatLonMesh& mesh = *workload.haversine.mutable_mesh();
+  const auto n_lat = static_cast<uint64_t>(std::max<double>(1, std::sqrt(size)));
+  mesh.set_lat_start(-60);
+  mesh.set_lat_stop(60);
+  mesh.set_n_lat(n_lat);
+  mesh.set_lon_start(-180);
+  mesh.set_lon_stop(180);
+  mesh.set_n_lon(std::max<uint64_t>(1, static_cast<uint64_t>(size) / n_lat));
+  mesh.set_dtype(config.dtype);
+  v1::GeoPoint& reference = *workload.haversine.add_references();
+  reference.set_lat(48.8566);
+  reference.set_lon(2.3522);
+  workload.haversine.mutable_output()->set_chunk_bytes(config.chunk_bytes);
+
+  const int64_t columns = std::max<int64_t>(1, size / (kDiscountRows * kDiscountSlices));
+  *workload.discount.mutable_factors() =
+      TensorOperand(RandomTensor(config.dtype, {kDiscountRows, columns}, 0.9, 1.0, rng));
+  *workload.discount.mutable_values() = TensorOperand(
+      RandomTensor(config.dtype, {kDiscountSlices, kDiscountRows, columns}, 0, 100, rng));
+  workload.discount.mutable_output()->set_chunk_bytes(config.chunk_bytes);
+
+  const int64_t batch = std::max<int64_t>(1, size / kLombScargleFrequencies);
+  *workload.lombscargle.mutable_x() =
+      TensorOperand(RandomTensor(config.dtype, {kLombScargleSamples}, 0, 100, rng));
+  *workload.lombscargle.mutable_y() =
+      TensorOperand(RandomTensor(config.dtype, {batch, kLombScargleSamples}, -1, 1, rng));
+  v1::FrequencyGrid& grid = *workload.lombscargle.mutable_freq_grid();
+  grid.set_start(0.01);
+  grid.set_stop(10);
+  grid.set_count(kLombScargleFrequencies);
+  workload.lombscargle.set_precenter(true);
+  workload.lombscargle.mutable_output()->set_chunk_bytes(config.chunk_bytes);
+  return workload;
+}
+
+absl::StatusOr<Result> Send(Client& client, const Workload& workload, BenchOp op) {
+  switch (op) {
+    case BenchOp::kNormalize:
+      return client.Normalize(workload.normalize);
+    case BenchOp::kHaversine:
+      return client.HaversineGrid(workload.haversine);
+    case BenchOp::kDiscount:
+      return client.DiscountProduct(workload.discount);
+    case BenchOp::kLombScargle:
+      return client.LombScargle(workload.lombscargle);
+  }
+  return absl::InternalError("unknown operation");
+}
+
+// What one thread saw.
+struct ThreadRecord {
+  std::map<BenchOp, std::vector<absl::Duration>> latencies;
+  uint64_t requests = 0;
+  uint64_t result_bytes = 0;
+  std::map<std::string, uint64_t> errors_by_code;
+  std::map<std::string, std::string> example_error_by_code;
+};
+
+std::string FormatLatency(const LatencySummary& summary) {
+  const auto ms = [](absl::Duration d) { return absl::ToDoubleMilliseconds(d); };
+  return absl::StrFormat("p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms", ms(summary.p50),
+                         ms(summary.p90), ms(summary.p99), ms(summary.max));
+}
+
+}  // namespace
+
+LatencySummary Summarize(std::vector<absl::Duration>& latencies) {
+  LatencySummary summary;
+  summary.count = latencies.size();
+  if (latencies.empty()) return summary;
+  std::sort(latencies.begin(), latencies.end());
+  const auto percentile = [&latencies](double p) {
+    const size_t rank = static_cast<size_t>(std::ceil(p * static_cast<double>(latencies.size())));
+    return latencies[std::clamp<size_t>(rank, 1, latencies.size()) - 1];
+  };
+  summary.p50 = percentile(0.50);
+  summary.p90 = percentile(0.90);
+  summary.p99 = percentile(0.99);
+  summary.max = latencies.back();
+  return summary;
+}
+
+absl::StatusOr<BenchReport> RunBench(Client& client, const BenchConfig& config) {
+  if (config.concurrency < 1) {
+    return absl::InvalidArgumentError("--concurrency must be at least 1");
+  }
+  if (config.mix.empty()) return absl::InvalidArgumentError("--mix names no operation");
+  if (config.count == 0 && config.duration <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("give --duration above 0 or --count");
+  }
+  const Workload workload = BuildWorkload(config);
+  std::vector<BenchOp> weighted_ops;
+  for (const MixEntry& entry : config.mix)
+    weighted_ops.insert(weighted_ops.end(), entry.weight, entry.op);
+
+  // Requests not yet claimed when a count is set.
+  std::atomic<int64_t> remaining(config.count == 0 ? -1 : static_cast<int64_t>(config.count));
+  const absl::Time start = absl::Now();
+  const absl::Time stop = start + config.duration;
+  std::vector<ThreadRecord> records(config.concurrency);
+  {
+    std::vector<std::jthread> threads;
+    for (int t = 0; t < config.concurrency; ++t) {
+      threads.emplace_back([&, t] {
+        std::mt19937_64 rng(config.seed + 1 + t);
+        std::uniform_int_distribution<size_t> pick(0, weighted_ops.size() - 1);
+        ThreadRecord& record = records[t];
+        while (absl::Now() < stop) {
+          if (config.count != 0 && remaining.fetch_sub(1) <= 0) break;
+          const BenchOp op = weighted_ops[pick(rng)];
+          const absl::Time sent = absl::Now();
+          absl::StatusOr<Result> result = Send(client, workload, op);
+          const absl::Duration latency = absl::Now() - sent;
+          ++record.requests;
+          if (result.ok()) {
+            record.latencies[op].push_back(latency);
+            record.result_bytes += result->data.size();
+          } else {
+            const std::string code = absl::StatusCodeToString(result.status().code());
+            ++record.errors_by_code[code];
+            record.example_error_by_code.emplace(code, result.status().message());
+          }
+        }
+      });
+    }
+  }
+
+  BenchReport report;
+  report.elapsed = absl::Now() - start;
+  std::vector<absl::Duration> all;
+  std::map<BenchOp, std::vector<absl::Duration>> by_op;
+  for (ThreadRecord& record : records) {
+    report.requests += record.requests;
+    report.result_bytes += record.result_bytes;
+    for (auto& [op, latencies] : record.latencies) {
+      all.insert(all.end(), latencies.begin(), latencies.end());
+      by_op[op].insert(by_op[op].end(), latencies.begin(), latencies.end());
+    }
+    for (const auto& [code, count] : record.errors_by_code) report.errors_by_code[code] += count;
+    report.example_error_by_code.merge(record.example_error_by_code);
+  }
+  report.succeeded = all.size();
+  report.latency = Summarize(all);
+  for (auto& [op, latencies] : by_op) report.latency_by_op[op] = Summarize(latencies);
+  return report;
+}
+
+std::string FormatBenchReport(const BenchReport& report) {
+  const double seconds = std::max(absl::ToDoubleSeconds(report.elapsed), 1e-9);
+  std::string out =
+      absl::StrFormat("requests    %d in %.2f s (%d ok, %d failed)\n", report.requests, seconds,
+                      report.succeeded, report.requests - report.succeeded);
+  absl::StrAppendFormat(
+      &out, "throughput  %.1f req/s, %s/s of results\n",
+      static_cast<double>(report.succeeded) / seconds,
+      FormatBytes(static_cast<uint64_t>(static_cast<double>(report.result_bytes) / seconds)));
+  if (report.succeeded > 0) {
+    absl::StrAppendFormat(&out, "latency     %s\n", FormatLatency(report.latency));
+    for (const auto& [op, summary] : report.latency_by_op) {
+      absl::StrAppendFormat(&out, "  %-12s %6d ok  %s\n", BenchOpName(op), summary.count,
+                            FormatLatency(summary));
+    }
+  }
+  if (!report.errors_by_code.empty()) {
+    absl::StrAppend(&out, "errors\n");
+    for (const auto& [code, count] : report.errors_by_code) {
+      absl::StrAppendFormat(&out, "  %-20s %6d  e.g. %s\n", code, count,
+                            report.example_error_by_code.at(code));
+    }
+  }
+  return out;
+}
+
+}  // namespace gpucompute::client

@@ -1,0 +1,56 @@
+// Closed-loop load test: `concurrency` threads each send one request at a time,
+// drawn from a weighted mix of the compute operations, until a duration or a
+// request count is reached.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/cli_parse.h"
+#include "client/client.h"
+
+namespace gpucompute::client {
+
+struct BenchConfig {
+  int concurrency = 8;
+  // Stops at whichever comes first; count 0 means no count limit.
+  absl::Duration duration = absl::Seconds(10);
+  uint64_t count = 0;
+  std::vector<MixEntry> mix;
+  // Elements in each result; the inputs are sized to produce it.
+  uint64_t size = 1 << 16;
+  v1::DType dtype = v1::FLOAT32;
+  uint32_t chunk_bytes = 0;
+  uint64_t seed = 1;
+};
+
+struct LatencySummary {
+  uint64_t count = 0;
+  absl::Duration p50, p90, p99, max;
+};
+
+struct BenchReport {
+  absl::Duration elapsed;
+  uint64_t requests = 0;
+  uint64_t succeeded = 0;
+  uint64_t result_bytes = 0;
+  LatencySummary latency;  // successful requests
+  std::map<BenchOp, LatencySummary> latency_by_op;
+  // By gRPC code name, with one message per code for diagnosis.
+  std::map<std::string, uint64_t> errors_by_code;
+  std::map<std::string, std::string> example_error_by_code;
+};
+
+// Nearest-rank percentiles of `latencies` (sorted in place).
+LatencySummary Summarize(std::vector<absl::Duration>& latencies);
+
+absl::StatusOr<BenchReport> RunBench(Client& client, const BenchConfig& config);
+
+std::string FormatBenchReport(const BenchReport& report);
+
+}  // namespace gpucompute::client

@@ -1,0 +1,199 @@
+#include "client/client.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
+
+namespace gpucompute::client {
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
+                                           const ChannelOptions& options) {
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
+  arguments.SetMaxSendMessageSize(options.max_send_message_bytes);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), arguments);
+}
+
+absl::Status ToAbslStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  // gRPC and Abseil share the canonical code numbering.
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+Client::Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options)
+    : options_(options),
+      compute_(v1::Compute::NewStub(channel)),
+      buffers_(v1::Buffers::NewStub(channel)),
+      server_(v1::Server::NewStub(channel)),
+      health_(grpc::health::v1::Health::NewStub(channel)) {}
+
+void Client::SetDeadline(grpc::ClientContext& context) const {
+  if (options_.timeout == absl::InfiniteDuration()) return;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       absl::ToChronoNanoseconds(options_.timeout));
+}
+
+absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Client::Health(
+    const std::string& service) {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  grpc::health::v1::HealthCheckResponse response;
+  if (grpc::Status status = health_->Check(&context, request, &response); !status.ok()) {
+    return ToAbslStatus(status);
+  }
+  return response.status();
+}
+
+absl::StatusOr<v1::ServerInfo> Client::GetInfo() {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  v1::ServerInfo info;
+  if (grpc::Status status = server_->GetInfo(&context, v1::GetInfoRequest(), &info); !status.ok()) {
+    return ToAbslStatus(status);
+  }
+  return info;
+}
+
+absl::StatusOr<v1::BufferInfo> Client::Upload(const std::string& name, v1::DType dtype,
+                                              std::span<const int64_t> shape,
+                                              absl::string_view data,
+                                              const ProgressCallback& progress) {
+  absl::StatusOr<uint64_t> expected = ByteCount(dtype, shape);
+  if (!expected.ok()) return expected.status();
+  if (*expected != data.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(DTypeName(dtype), " ", ShapeToString(shape),
+                                                   " needs ", *expected, " bytes, got ",
+                                                   data.size()));
+  }
+  const size_t chunk_bytes = std::max<uint32_t>(options_.upload_chunk_bytes, 1);
+
+  grpc::ClientContext context;
+  SetDeadline(context);
+  v1::BufferInfo info;
+  std::unique_ptr<grpc::ClientWriter<v1::UploadRequest>> writer = buffers_->Upload(&context, &info);
+
+  v1::UploadRequest message;
+  v1::UploadHeader& header = *message.mutable_header();
+  header.set_name(name);
+  header.set_dtype(dtype);
+  header.mutable_shape()->Add(shape.begin(), shape.end());
+  // A failed Write means the server already ended the call; Finish says why.
+  bool open = writer->Write(message);
+  if (progress) progress(0, data.size());
+  for (size_t offset = 0; open && offset < data.size(); offset += chunk_bytes) {
+    const size_t length = std::min(chunk_bytes, data.size() - offset);
+    message.set_data(data.data() + offset, length);
+    open = writer->Write(message);
+    if (open && progress) progress(offset + length, data.size());
+  }
+  if (open) writer->WritesDone();
+  if (grpc::Status status = writer->Finish(); !status.ok()) return ToAbslStatus(status);
+  if (!open) {
+    return absl::InternalError("upload stream closed early although the server reported success");
+  }
+  return info;
+}
+
+absl::StatusOr<v1::BufferInfo> Client::Upload(const std::string& name, const v1::Tensor& tensor,
+                                              const ProgressCallback& progress) {
+  return Upload(name, tensor.dtype(), std::span(tensor.shape().data(), tensor.shape().size()),
+                tensor.data(), progress);
+}
+
+absl::StatusOr<Result> Client::Download(const std::string& buffer_id, uint32_t chunk_bytes,
+                                        const ProgressCallback& progress) {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  v1::DownloadRequest request;
+  request.set_buffer_id(buffer_id);
+  request.set_chunk_bytes(chunk_bytes);
+  auto reader = buffers_->Download(&context, request);
+  return ReadResultStream(context, *reader, /*expect_data=*/true, progress);
+}
+
+absl::StatusOr<uint64_t> Client::Delete(const std::string& buffer_id) {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  v1::DeleteRequest request;
+  request.set_buffer_id(buffer_id);
+  v1::DeleteResponse response;
+  if (grpc::Status status = buffers_->Delete(&context, request, &response); !status.ok()) {
+    return ToAbslStatus(status);
+  }
+  return response.freed_bytes();
+}
+
+absl::StatusOr<v1::ListResponse> Client::List() {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  v1::ListResponse response;
+  if (grpc::Status status = buffers_->List(&context, v1::ListRequest(), &response); !status.ok()) {
+    return ToAbslStatus(status);
+  }
+  return response;
+}
+
+absl::StatusOr<Result> Client::DiscountProduct(const v1::DiscountProductRequest& request,
+                                               const ProgressCallback& progress) {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  auto reader = compute_->DiscountProduct(&context, request);
+  return ReadResultStream(context, *reader, !request.output().keep_on_device(), progress);
+}
+
+absl::StatusOr<Result> Client::HaversineGrid(const v1::HaversineGridRequest& request,
+                                             const ProgressCallback& progress) {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  auto reader = compute_->HaversineGrid(&context, request);
+  return ReadResultStream(context, *reader, !request.output().keep_on_device(), progress);
+}
+
+absl::StatusOr<Result> Client::Normalize(const v1::NormalizeRequest& request,
+                                         const ProgressCallback& progress) {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  auto reader = compute_->Normalize(&context, request);
+  return ReadResultStream(context, *reader, !request.output().keep_on_device(), progress);
+}
+
+absl::StatusOr<Result> Client::LombScargle(const v1::LombScargleRequest& request,
+                                           const ProgressCallback& progress) {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  auto reader = compute_->LombScargle(&context, request);
+  return ReadResultStream(context, *reader, !request.output().keep_on_device(), progress);
+}
+
+absl::StatusOr<Result> Client::ReadResultStream(
+    grpc::ClientContext& context, grpc::ClientReaderInterface<v1::ResultChunk>& reader,
+    bool expect_data, const ProgressCallback& progress) const {
+  ResultAssembler assembler({.expect_data = expect_data,
+                             .max_result_bytes = options_.max_result_bytes,
+                             .progress = progress});
+  v1::ResultChunk chunk;
+  absl::Status framing = absl::OkStatus();
+  while (reader.Read(&chunk)) {
+    framing = assembler.Add(chunk);
+    if (!framing.ok()) {
+      // Stop the server streaming the rest; Read returns false once cancelled.
+      context.TryCancel();
+      while (reader.Read(&chunk)) {
+      }
+      break;
+    }
+  }
+  const grpc::Status status = reader.Finish();
+  if (!framing.ok()) return framing;
+  if (!status.ok()) return ToAbslStatus(status);
+  return std::move(assembler).Finish();
+}
+
+}  // namespace gpucompute::client

@@ -1,0 +1,60 @@
+#include "client/operand_resolver.h"
+
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "client/cli_parse.h"
+#include "client/npy.h"
+#include "client/progress_bar.h"
+
+namespace gpucompute::client {
+
+OperandResolver::OperandResolver(Client& client, uint64_t inline_limit_bytes, bool show_progress)
+    : client_(client), inline_limit_bytes_(inline_limit_bytes), show_progress_(show_progress) {}
+
+OperandResolver::~OperandResolver() { Release().IgnoreError(); }
+
+absl::StatusOr<v1::Operand> OperandResolver::Resolve(absl::string_view spec,
+                                                     absl::string_view flag) {
+  absl::StatusOr<OperandSpec> parsed = ParseOperandSpec(spec, flag);
+  if (!parsed.ok()) return parsed.status();
+  if (parsed->kind == OperandSpec::Kind::kBuffer) return BufferOperand(parsed->value);
+
+  absl::StatusOr<NpyArray> array = ReadNpyFile(parsed->value);
+  if (!array.ok()) return array.status();
+  if (array->data.size() <= inline_limit_bytes_) {
+    absl::StatusOr<v1::Tensor> tensor =
+        MakeTensor(array->dtype, array->shape, std::move(array->data));
+    if (!tensor.ok()) return tensor.status();
+    return TensorOperand(*std::move(tensor));
+  }
+  const std::string name = std::filesystem::path(parsed->value).filename().string();
+  absl::StatusOr<v1::BufferInfo> buffer = [&] {
+    ProgressBar bar(absl::StrCat("upload ", name), show_progress_);
+    return client_.Upload(name, array->dtype, array->shape, array->data, bar.Callback());
+  }();
+  if (!buffer.ok()) {
+    return absl::Status(
+        buffer.status().code(),
+        absl::StrCat("uploading --", flag, "=", parsed->value, ": ", buffer.status().message()));
+  }
+  uploaded_ids_.push_back(buffer->id());
+  return BufferOperand(buffer->id());
+}
+
+absl::Status OperandResolver::Release() {
+  absl::Status first_error;
+  for (const std::string& id : uploaded_ids_) {
+    absl::StatusOr<uint64_t> freed = client_.Delete(id);
+    if (!freed.ok() && first_error.ok()) {
+      first_error = absl::Status(
+          freed.status().code(),
+          absl::StrCat("deleting temporary buffer ", id, ": ", freed.status().message()));
+    }
+  }
+  uploaded_ids_.clear();
+  return first_error;
+}
+
+}  // namespace gpucompute::client
