@@ -23,7 +23,10 @@
 #   BUILD_JOBS=2                             compile jobs inside the build
 #   DEBIAN_MIRROR=http://deb.debian.org/debian
 #   KEEP=0                                   1: keep buildah storage and images
-#   REQUIRE_CUDA=1                           0: allow a CPU-only image (no nvcc)
+#   REUSE_IMAGE=0                            1: skip the build, test the image a
+#                                            KEEP=1 run left
+#   WITH_CUDA=1                              0: CPU-only image (ENABLE_CUDA=OFF), no
+#                                            toolkit in the build stand-in; faster
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -33,7 +36,8 @@ CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES:-90}
 BUILD_JOBS=${BUILD_JOBS:-2}
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 KEEP=${KEEP:-0}
-REQUIRE_CUDA=${REQUIRE_CUDA:-1}
+WITH_CUDA=${WITH_CUDA:-1}
+if [[ "$WITH_CUDA" == 1 ]]; then ENABLE_CUDA=ON; REQUIRE_CUDA=1; else ENABLE_CUDA=OFF; REQUIRE_CUDA=0; fi
 SUITE=bookworm
 ROOTFS=$WORK/rootfs-$SUITE
 RUNTIME_BASE=localhost/gpucompute-standin/cuda-base:$SUITE
@@ -84,8 +88,13 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 log "$(buildah --version); debootstrap $(dpkg-query -W -f '${Version}' debootstrap)"
-[[ -x "$CUDA_HOME/bin/nvcc" ]] || { [[ "$REQUIRE_CUDA" == 0 ]] || die "no nvcc under $CUDA_HOME (REQUIRE_CUDA=0 builds CPU-only)"; }
+[[ "$WITH_CUDA" != 1 || -x "$CUDA_HOME/bin/nvcc" ]] || die "no nvcc under $CUDA_HOME (WITH_CUDA=0 builds CPU-only)"
 
+reuse=0
+if [[ "${REUSE_IMAGE:-0}" == 1 ]] && "${BUILDAH[@]}" inspect --type image "$IMAGE" >/dev/null 2>&1; then
+  reuse=1; log "REUSE_IMAGE=1: testing the existing $IMAGE (KEEP=1 from an earlier run)"
+fi
+if [[ $reuse == 0 ]]; then
 # ------------------------------------------------------------------ rootfs
 if [[ ! -f "$ROOTFS/.complete" ]]; then
   log "debootstrap $SUITE (minbase) into $ROOTFS from $DEBIAN_MIRROR"
@@ -114,7 +123,7 @@ copy_tree() {  # copy_tree CONTAINER SRC DEST [tar options...]
   "${BUILDAH[@]}" umount "$ctr" >/dev/null
 }
 
-cuda_real=$(readlink -f "$CUDA_HOME")
+cuda_real=$(readlink -f "$CUDA_HOME" || echo /nonexistent/cuda)
 cuda_ver=$(basename "$cuda_real")   # cuda-13.0
 NV_ENV=(--env "PATH=/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
         --env "LD_LIBRARY_PATH=/usr/local/nvidia/lib:/usr/local/nvidia/lib64"
@@ -138,7 +147,7 @@ forget "$ctr"
 
 log "stand-in build base $BUILD_BASE (runtime base + CUDA toolkit)"
 ctr=$("${BUILDAH[@]}" from --pull=never "$RUNTIME_BASE"); containers+=("$ctr")
-if [[ -x "$CUDA_HOME/bin/nvcc" ]]; then
+if [[ "$WITH_CUDA" == 1 ]]; then
   # The compiler, headers, the static runtime and the driver stubs; not the large
   # math / DL libraries the project does not link (CUDA_FULL=1 copies all).
   excludes=()
@@ -160,13 +169,14 @@ forget "$ctr"
 
 # ------------------------------------------------------------------ build
 commit=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-log "buildah bud (chroot isolation, vfs) -> $IMAGE; CUDA_ARCHITECTURES=$CUDA_ARCHITECTURES BUILD_JOBS=$BUILD_JOBS"
+log "buildah bud (chroot isolation, vfs) -> $IMAGE; ENABLE_CUDA=$ENABLE_CUDA CUDA_ARCHITECTURES=$CUDA_ARCHITECTURES BUILD_JOBS=$BUILD_JOBS"
 tb=$(date +%s)
 if ! "${BUILDAH[@]}" bud --isolation chroot --format docker --pull=never --layers=false \
       --build-arg "BASE_BUILD_IMAGE=$BUILD_BASE" \
       --build-arg "BASE_RUNTIME_IMAGE=$RUNTIME_BASE" \
       --build-arg "CUDA_ARCHITECTURES=$CUDA_ARCHITECTURES" \
       --build-arg "BUILD_JOBS=$BUILD_JOBS" \
+      --build-arg "ENABLE_CUDA=$ENABLE_CUDA" \
       --build-arg "REQUIRE_CUDA=$REQUIRE_CUDA" \
       --build-arg "GIT_COMMIT=$commit" \
       -f "$ROOT/Dockerfile" -t "$IMAGE" "$ROOT" > "$WORK/bud.log" 2>&1; then
@@ -177,14 +187,21 @@ grep -E '^(STEP|runtime packages:|-- gpucompute|gpucompute:)' "$WORK/bud.log" ||
 log "image built in $(( $(date +%s) - tb )) s"
 "${BUILDAH[@]}" images --format '{{.Name}}:{{.Tag}} {{.Size}}' | grep -E "gpucompute" || true
 
+fi  # reuse
+
 # ------------------------------------------------------------------ inspect
 failures=0
 check() {  # check DESCRIPTION COMMAND...
   local what=$1; shift
   if "$@"; then log "PASS $what"; else log "FAIL $what"; failures=$((failures + 1)); fi
 }
-cfg=$("${BUILDAH[@]}" inspect --type image --format '{{json .Docker.Config}}' "$IMAGE")
-printf '%s\n' "$cfg" > "$WORK/image-config.json"
+"${BUILDAH[@]}" inspect --type image "$IMAGE" > "$WORK/image-inspect.json"
+/usr/bin/python3 -c "
+import json, sys
+d = json.load(open('$WORK/image-inspect.json'))
+c = (d.get('Docker') or {}).get('config') or {}
+json.dump(c, open('$WORK/image-config.json', 'w'), indent=1)
+print('image config:', json.dumps({k: c.get(k) for k in ('User', 'Entrypoint', 'Cmd', 'ExposedPorts', 'Healthcheck', 'WorkingDir')}))"
 py_cfg() { /usr/bin/python3 -c "import json,sys; c=json.load(open('$WORK/image-config.json')); $1"; }
 check "entrypoint is gpucompute-server on 0.0.0.0:50051 / :9464" py_cfg \
   "sys.exit(c['Entrypoint'] != ['gpucompute-server','--address=0.0.0.0:50051','--metrics_address=0.0.0.0:9464'])"
@@ -193,15 +210,19 @@ check "exposes 50051 and 9464" py_cfg \
   "sys.exit(not {'50051/tcp','9464/tcp'} <= set((c.get('ExposedPorts') or {}).keys()))"
 check "healthcheck runs gpucompute-cli health" py_cfg \
   "hc=(c.get('Healthcheck') or {}).get('Test') or []; sys.exit(not ('gpucompute-cli' in hc and 'health' in hc))"
-size_bytes=$("${BUILDAH[@]}" images --json "$IMAGE" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["size"])')
-base_bytes=$("${BUILDAH[@]}" images --json "$RUNTIME_BASE" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["size"])')
-log "image size: $((size_bytes / 1024 / 1024)) MiB (runtime stand-in base: $((base_bytes / 1024 / 1024)) MiB, added by the Dockerfile: $(((size_bytes - base_bytes) / 1024 / 1024)) MiB)"
+size_of() { "${BUILDAH[@]}" images --json "$1" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["size"])'; }
+# What a registry would hold: the image as a compressed OCI archive.
+"${BUILDAH[@]}" push --quiet "$IMAGE" "oci-archive:$WORK/image.oci.tar" >/dev/null
+log "image size: $(size_of "$IMAGE") unpacked (runtime stand-in base: $(size_of "$RUNTIME_BASE")); compressed OCI archive: $(( $(stat -c %s "$WORK/image.oci.tar") / 1024 / 1024 )) MiB"
+rm -f "$WORK/image.oci.tar"
 
 # ------------------------------------------------------------------ run
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 PORT=$(free_port); MPORT=$(free_port)
 ctr=$("${BUILDAH[@]}" from --pull=never "$IMAGE"); containers+=("$ctr")
 run_in() { "${BUILDAH[@]}" run --isolation chroot "$ctr" -- "$@"; }
+uid=$(run_in id -u 2>/dev/null || true)
+check "processes in the container run as uid 10001 (got '$uid')" test "$uid" = 10001
 log "starting the image's server: --backend=cpu on 127.0.0.1:$PORT, metrics :$MPORT"
 "${BUILDAH[@]}" run --isolation chroot "$ctr" -- gpucompute-server --address="127.0.0.1:$PORT" \
   --metrics_address="127.0.0.1:$MPORT" --backend=cpu --grace_period=2s > "$WORK/server.log" 2>&1 &
@@ -222,8 +243,8 @@ else
 fi
 cat "$WORK/info.out"
 # One compute request that needs no input files: a haversine mesh.
-if run_in gpucompute-cli --target="127.0.0.1:$PORT" haversine --mesh=-10:10:5,0:20:5 \
-     --ref=0,0 --ref=10,10 > "$WORK/request.out" 2>&1; then
+if run_in gpucompute-cli --target="127.0.0.1:$PORT" haversine --lat=-10:10:5 --lon=0:20:5 \
+     --ref="0,0;10,10" > "$WORK/request.out" 2>&1; then
   check "haversine request through the image's CLI" true
 else
   check "haversine request through the image's CLI" false
