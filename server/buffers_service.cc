@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/operations.h"
 #include "server/result_stream.h"
+#include "server/security.h"
 #include "server/status_convert.h"
 
 namespace gpucompute {
@@ -24,10 +25,12 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
       : service_(service), context_(context), response_(response),
         rpc_(service.metrics, RpcMethod::kUpload) {
     service_.metrics.AddInFlight(Operation::kUpload, 1);
-    if (absl::Status accepting = service_.CheckAccepting(); !accepting.ok()) {
-      Complete(accepting);
+    absl::StatusOr<Admission::Ticket> ticket = service_.Admit(*context);
+    if (!ticket.ok()) {
+      Complete(ticket.status());
       return;
     }
+    ticket_ = *std::move(ticket);
     StartRead(&request_);
   }
 
@@ -76,7 +79,8 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
     }
     expected_bytes_ = static_cast<uint64_t>(*count) * ElementSize(*dtype);
     absl::StatusOr<BufferStore::Reservation> reservation =
-        service_.store.Reserve(expected_bytes_, absl::StrCat("upload '", header.name(), "'"));
+        service_.store.Reserve(expected_bytes_, absl::StrCat("upload '", header.name(), "'"),
+                               PrincipalOf(*context_));
     if (!reservation.ok()) {
       service_.metrics.Rejected(Rejection::kQuota);
       return Complete(reservation.status());
@@ -147,6 +151,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
     // back before the client hears the status.
     reservation_.reset();
     array_.reset();
+    ticket_ = Admission::Ticket();
     const grpc::Status grpc_status = ToGrpcStatus(status);
     rpc_.Done(grpc_status.error_code());
     service_.metrics.RequestDone(Operation::kUpload, grpc_status.error_code(),
@@ -159,6 +164,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
   grpc::CallbackServerContext* const context_;
   v1::BufferInfo* const response_;
   RpcRecorder rpc_;
+  Admission::Ticket ticket_;
   v1::UploadRequest request_;
   std::optional<BufferStore::Reservation> reservation_;
   std::shared_ptr<Array> array_;
@@ -181,18 +187,25 @@ grpc::ServerWriteReactor<v1::ResultChunk>* BuffersService::Download(
   auto* reactor =
       new ResultStreamReactor(service_, context, Operation::kDownload, RpcMethod::kDownload);
   const absl::Time start = absl::Now();
+  absl::StatusOr<Admission::Ticket> ticket = service_.Admit(*context);
+  if (!ticket.ok()) {
+    reactor->Reject(ticket.status());
+    return reactor;
+  }
   absl::StatusOr<uint32_t> chunk_bytes =
       service_.ResolveChunkBytes(request->chunk_bytes(), "chunk_bytes");
   if (!chunk_bytes.ok()) {
     reactor->Reject(chunk_bytes.status());
     return reactor;
   }
-  absl::StatusOr<StoredBuffer> buffer = service_.store.Get(request->buffer_id(), "buffer_id");
+  absl::StatusOr<StoredBuffer> buffer =
+      service_.store.Get(request->buffer_id(), "buffer_id", PrincipalOf(*context));
   if (!buffer.ok()) {
     reactor->Reject(buffer.status());
     return reactor;
   }
   ResultStreamReactor::Output output;
+  output.ticket = *std::move(ticket);
   output.chunk_bytes = *chunk_bytes;
   reactor->Start(std::move(output), absl::Now() - start,
                  [array = buffer->array](OpContext&) -> absl::StatusOr<StreamSource> {
@@ -208,7 +221,7 @@ grpc::ServerUnaryReactor* BuffersService::Delete(grpc::CallbackServerContext* co
                                                  const v1::DeleteRequest* request,
                                                  v1::DeleteResponse* response) {
   RpcRecorder rpc(service_.metrics, RpcMethod::kDelete);
-  absl::StatusOr<uint64_t> freed = service_.store.Delete(request->buffer_id());
+  absl::StatusOr<uint64_t> freed = service_.store.Delete(request->buffer_id(), PrincipalOf(*context));
   if (freed.ok()) response->set_freed_bytes(*freed);
   const grpc::Status status = ToGrpcStatus(freed.status());
   rpc.Done(status.error_code());
@@ -221,10 +234,11 @@ grpc::ServerUnaryReactor* BuffersService::List(grpc::CallbackServerContext* cont
                                                const v1::ListRequest*,
                                                v1::ListResponse* response) {
   RpcRecorder rpc(service_.metrics, RpcMethod::kList);
-  for (const StoredBuffer& buffer : service_.store.List()) {
+  const std::string principal = PrincipalOf(*context);
+  for (const StoredBuffer& buffer : service_.store.List(principal)) {
     ToBufferInfo(buffer, response->add_buffers());
   }
-  response->set_used_bytes(service_.store.used_bytes());
+  response->set_used_bytes(service_.store.used_bytes(principal));
   response->set_quota_bytes(service_.store.quota_bytes());
   rpc.Done(grpc::OK);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/operations.h"
 #include "server/result_stream.h"
+#include "server/security.h"
 
 namespace gpucompute {
 namespace {
@@ -20,12 +21,14 @@ grpc::ServerWriteReactor<v1::ResultChunk>* ComputeService::Run(
     PrepareFn prepare) {
   auto* reactor = new ResultStreamReactor(service_, context, op, method);
   const absl::Time start = absl::Now();
-  if (absl::Status accepting = service_.CheckAccepting(); !accepting.ok()) {
-    reactor->Reject(accepting);
+  absl::StatusOr<Admission::Ticket> ticket = service_.Admit(*context);
+  if (!ticket.ok()) {
+    reactor->Reject(ticket.status());
     return reactor;
   }
   const v1::OutputOptions& options = request.output();
   ResultStreamReactor::Output output;
+  output.ticket = *std::move(ticket);
   absl::StatusOr<uint32_t> chunk_bytes =
       service_.ResolveChunkBytes(options.chunk_bytes(), "output.chunk_bytes");
   if (!chunk_bytes.ok()) {
@@ -39,8 +42,8 @@ grpc::ServerWriteReactor<v1::ResultChunk>* ComputeService::Run(
                      " bytes; the limit is ", kMaxBufferNameBytes)));
     return reactor;
   }
-  absl::StatusOr<PreparedOperation> prepared =
-      prepare(request, service_.store, service_.config.max_elements);
+  const RequestScope scope{service_.store, PrincipalOf(*context), service_.config.max_elements};
+  absl::StatusOr<PreparedOperation> prepared = prepare(request, scope);
   if (!prepared.ok()) {
     reactor->Reject(prepared.status());
     return reactor;
@@ -50,7 +53,7 @@ grpc::ServerWriteReactor<v1::ResultChunk>* ComputeService::Run(
     uint64_t bytes = ElementSize(prepared->out_dtype);
     for (int64_t extent : prepared->out_shape) bytes *= static_cast<uint64_t>(extent);
     absl::StatusOr<BufferStore::Reservation> reservation = service_.store.Reserve(
-        bytes, absl::StrCat(OperationLabel(op), " result kept on device"));
+        bytes, absl::StrCat(OperationLabel(op), " result kept on device"), scope.principal);
     if (!reservation.ok()) {
       service_.metrics.Rejected(Rejection::kQuota);
       reactor->Reject(reservation.status());

@@ -7,6 +7,7 @@
 
 #include "absl/time/time.h"
 #include "kernels/backend.h"
+#include "server/security.h"
 
 namespace gpucompute {
 
@@ -22,8 +23,25 @@ struct ServerConfig {
   uint32_t max_chunk_bytes = 4u << 20;
   uint32_t default_chunk_bytes = 1u << 20;
   uint64_t buffer_quota_bytes = 8ull << 30;
+  uint64_t principal_quota_bytes = 0;  // per caller; 0: only the global quota
   int64_t max_elements = int64_t{1} << 34;  // per tensor
   absl::Duration grace_period = absl::Seconds(30);
+
+  // Admission and transport limits (each reported in ServerInfo.limits).
+  int max_in_flight = 1024;                 // requests admitted at once, all callers
+  int max_in_flight_per_connection = 128;   // per client connection
+  int max_concurrent_streams = 256;         // HTTP/2 streams per connection
+  uint64_t resource_quota_bytes = 2ull << 30;  // gRPC's memory for connections and calls
+  absl::Duration keepalive_time = absl::Hours(2);
+  absl::Duration keepalive_timeout = absl::Seconds(20);
+  absl::Duration min_client_ping_interval = absl::Seconds(60);
+  absl::Duration max_connection_idle = absl::InfiniteDuration();
+  absl::Duration max_connection_age = absl::InfiniteDuration();
+  absl::Duration max_connection_age_grace = absl::InfiniteDuration();
+
+  SecurityConfig security;
+  bool enable_reflection = true;
+  std::string metrics_basic_auth_file;  // "USER sha256:HEX" per line; empty: open
 };
 
 }  // namespace gpucompute

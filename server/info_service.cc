@@ -33,6 +33,14 @@ grpc::ServerUnaryReactor* InfoService::GetInfo(grpc::CallbackServerContext* cont
   limits->set_max_elements(config.max_elements);
   limits->set_executor_threads(service_.executor.threads());
   limits->set_max_queue_depth(config.max_queue_depth);
+  limits->set_principal_quota_bytes(config.principal_quota_bytes);
+  limits->set_max_in_flight(config.max_in_flight);
+  limits->set_max_in_flight_per_connection(config.max_in_flight_per_connection);
+  limits->set_max_concurrent_streams(config.max_concurrent_streams);
+  limits->set_resource_quota_bytes(config.resource_quota_bytes);
+  limits->set_tls(!config.security.tls_cert_file.empty());
+  limits->set_mutual_tls(!config.security.tls_client_ca_file.empty());
+  limits->set_token_auth(!config.security.auth_tokens_file.empty());
   rpc.Done(grpc::OK);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);

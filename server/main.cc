@@ -37,6 +37,35 @@ ABSL_FLAG(uint64_t, pinned_staging_bytes, 64ull << 20,
           "CUDA: pinned host staging memory for host<->device copies");
 ABSL_FLAG(uint64_t, pool_release_threshold_bytes, 0,
           "CUDA: memory the device pool keeps cached when idle; 0 = keep all (warm)");
+ABSL_FLAG(uint64_t, principal_quota_bytes, 0,
+          "stored-buffer bytes per caller (token principal or client certificate); 0 = no limit "
+          "beyond --buffer_quota_bytes");
+ABSL_FLAG(int32_t, max_in_flight, 1024, "requests admitted at once from all callers");
+ABSL_FLAG(int32_t, max_in_flight_per_connection, 128, "requests admitted at once per connection");
+ABSL_FLAG(int32_t, max_concurrent_streams, 256, "HTTP/2 streams per connection");
+ABSL_FLAG(uint64_t, resource_quota_bytes, 2ull << 30,
+          "memory gRPC may use for connections and calls (grpc::ResourceQuota)");
+ABSL_FLAG(absl::Duration, keepalive_time, absl::Hours(2), "server keepalive ping interval");
+ABSL_FLAG(absl::Duration, keepalive_timeout, absl::Seconds(20),
+          "how long to wait for a keepalive ping ack before closing");
+ABSL_FLAG(absl::Duration, min_client_ping_interval, absl::Seconds(60),
+          "clients pinging more often than this are disconnected");
+ABSL_FLAG(absl::Duration, max_connection_idle, absl::InfiniteDuration(),
+          "close connections idle this long");
+ABSL_FLAG(absl::Duration, max_connection_age, absl::InfiniteDuration(),
+          "close connections this old (spreads load after scaling out)");
+ABSL_FLAG(absl::Duration, max_connection_age_grace, absl::InfiniteDuration(),
+          "time given to calls on a connection closed for age");
+ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate chain; set with --tls_key for TLS");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle; clients must present a certificate it signed (mutual TLS)");
+ABSL_FLAG(std::string, auth_tokens_file, "",
+          "bearer tokens, one 'PRINCIPAL sha256:HEX' per line (hash of the token); needs TLS; "
+          "health checks stay open");
+ABSL_FLAG(std::string, metrics_basic_auth_file, "",
+          "'USER sha256:HEX' lines (hash of the password): /metrics needs HTTP basic auth");
+ABSL_FLAG(bool, reflection, true, "serve gRPC server reflection (grpcurl, grpcui)");
 ABSL_FLAG(absl::Duration, grace_period, absl::Seconds(30),
           "on SIGTERM/SIGINT, how long in-flight requests may run before they are cancelled");
 
@@ -78,14 +107,34 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
   config.buffer_quota_bytes = absl::GetFlag(FLAGS_buffer_quota_bytes);
   config.max_elements = absl::GetFlag(FLAGS_max_elements);
   config.grace_period = absl::GetFlag(FLAGS_grace_period);
+  config.principal_quota_bytes = absl::GetFlag(FLAGS_principal_quota_bytes);
+  config.max_in_flight = absl::GetFlag(FLAGS_max_in_flight);
+  config.max_in_flight_per_connection = absl::GetFlag(FLAGS_max_in_flight_per_connection);
+  config.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  config.resource_quota_bytes = absl::GetFlag(FLAGS_resource_quota_bytes);
+  config.keepalive_time = absl::GetFlag(FLAGS_keepalive_time);
+  config.keepalive_timeout = absl::GetFlag(FLAGS_keepalive_timeout);
+  config.min_client_ping_interval = absl::GetFlag(FLAGS_min_client_ping_interval);
+  config.max_connection_idle = absl::GetFlag(FLAGS_max_connection_idle);
+  config.max_connection_age = absl::GetFlag(FLAGS_max_connection_age);
+  config.max_connection_age_grace = absl::GetFlag(FLAGS_max_connection_age_grace);
+  config.security.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  config.security.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  config.security.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  config.security.auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file);
+  config.metrics_basic_auth_file = absl::GetFlag(FLAGS_metrics_basic_auth_file);
+  config.enable_reflection = absl::GetFlag(FLAGS_reflection);
   if (config.min_chunk_bytes == 0 || config.min_chunk_bytes > config.default_chunk_bytes ||
       config.default_chunk_bytes > config.max_chunk_bytes) {
     return absl::InvalidArgumentError(
         "chunk bounds must satisfy 0 < --min_chunk_bytes <= --default_chunk_bytes <= "
         "--max_chunk_bytes");
   }
-  if (config.max_queue_depth < 1 || config.max_elements < 1) {
-    return absl::InvalidArgumentError("--max_queue_depth and --max_elements must be >= 1");
+  if (config.max_queue_depth < 1 || config.max_elements < 1 || config.max_in_flight < 1 ||
+      config.max_in_flight_per_connection < 1 || config.max_concurrent_streams < 1) {
+    return absl::InvalidArgumentError(
+        "--max_queue_depth, --max_elements, --max_in_flight, --max_in_flight_per_connection and "
+        "--max_concurrent_streams must be >= 1");
   }
   return config;
 }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "prometheus/collectable.h"
+#include "server/security.h"
 #include "server/status_convert.h"
 
 namespace gpucompute {
@@ -20,7 +21,7 @@ constexpr std::array<absl::string_view, kStageCount> kStageLabels = {
 constexpr std::array<absl::string_view, 2> kDirectionLabels = {"host_to_device",
                                                               "device_to_host"};
 constexpr std::array<absl::string_view, kRejectionCount> kRejectionLabels = {
-    "queue_full", "deadline_exceeded", "quota", "too_large", "unavailable"};
+    "queue_full", "deadline_exceeded", "quota", "unavailable", "in_flight_limit"};
 
 struct RpcName {
   absl::string_view service;
@@ -232,8 +233,16 @@ Metrics::Metrics(const BuildInfo& build) : registry_(std::make_shared<prometheus
 Metrics::~Metrics() = default;
 
 absl::Status Metrics::StartExposer(const std::string& address,
+                                   const std::string& basic_auth_file,
                                    std::function<LiveState()> live_state) {
   if (address.empty()) return absl::OkStatus();
+  absl::flat_hash_map<std::string, std::string> users;
+  if (!basic_auth_file.empty()) {
+    absl::StatusOr<absl::flat_hash_map<std::string, std::string>> read =
+        ReadHashFile(basic_auth_file, "--metrics_basic_auth_file");
+    if (!read.ok()) return read.status();
+    users = *std::move(read);
+  }
   // CivetWeb binds numeric addresses only.
   std::string bind = absl::StrReplaceAll(address, {{"localhost:", "127.0.0.1:"}});
   try {
@@ -243,6 +252,14 @@ absl::Status Metrics::StartExposer(const std::string& address,
         absl::StrCat("metrics_address ", address, " cannot be served: ", e.what()));
   }
   live_collector_ = std::make_shared<LiveStateCollector>(std::move(live_state));
+  if (!users.empty()) {
+    exposer_->RegisterAuth(
+        [users = std::move(users)](const std::string& user, const std::string& password) {
+          auto it = users.find(user);
+          return it != users.end() && it->second == Sha256Hex(password);
+        },
+        "gpucompute metrics");
+  }
   exposer_->RegisterCollectable(registry_);
   exposer_->RegisterCollectable(live_collector_);
   return absl::OkStatus();

@@ -32,7 +32,7 @@ inline constexpr int kStageCount = 6;
 
 enum class Direction { kHostToDevice, kDeviceToHost };
 
-enum class Rejection { kQueueFull, kDeadlineExceeded, kQuota, kTooLarge, kUnavailable };
+enum class Rejection { kQueueFull, kDeadlineExceeded, kQuota, kUnavailable, kInFlightLimit };
 inline constexpr int kRejectionCount = 5;
 
 // Every RPC the server implements, for the grpc_server_* families.
@@ -64,7 +64,8 @@ class Metrics {
   ~Metrics();
 
   // Serves /metrics on `address` (host:port; port 0 picks one). Empty: none.
-  absl::Status StartExposer(const std::string& address,
+  // With `basic_auth_file` ("USER sha256:HEX" lines) scrapes need HTTP basic auth.
+  absl::Status StartExposer(const std::string& address, const std::string& basic_auth_file,
                             std::function<LiveState()> live_state);
   int port() const;  // 0 when not exposed
   prometheus::Registry& registry() { return *registry_; }

@@ -31,8 +31,8 @@ absl::Status SameDType(const OperandSpec& a, const OperandSpec& b) {
 }
 
 absl::StatusOr<OperandSpec> ResolveNonEmpty(const v1::Operand& operand, absl::string_view field,
-                                            const BufferStore& store, int64_t max_elements) {
-  absl::StatusOr<OperandSpec> spec = ResolveOperand(operand, field, store, max_elements);
+                                            const RequestScope& scope) {
+  absl::StatusOr<OperandSpec> spec = ResolveOperand(operand, field, scope);
   if (!spec.ok()) return spec.status();
   if (absl::Status s = NotEmpty(*spec); !s.ok()) return s;
   return spec;
@@ -104,7 +104,7 @@ void ToBufferInfo(const StoredBuffer& buffer, v1::BufferInfo* info) {
 }
 
 absl::StatusOr<OperandSpec> ResolveOperand(const v1::Operand& operand, absl::string_view field,
-                                           const BufferStore& store, int64_t max_elements) {
+                                           const RequestScope& scope) {
   OperandSpec spec;
   spec.field = std::string(field);
   switch (operand.source_case()) {
@@ -114,7 +114,7 @@ absl::StatusOr<OperandSpec> ResolveOperand(const v1::Operand& operand, absl::str
       if (!dtype.ok()) return dtype.status();
       spec.dtype = *dtype;
       spec.shape.assign(tensor.shape().begin(), tensor.shape().end());
-      absl::StatusOr<int64_t> count = CheckedElementCount(spec.shape, max_elements, field);
+      absl::StatusOr<int64_t> count = CheckedElementCount(spec.shape, scope.max_elements, field);
       if (!count.ok()) return count.status();
       const uint64_t expected = static_cast<uint64_t>(*count) * ElementSize(spec.dtype);
       if (tensor.data().size() != expected) {
@@ -127,7 +127,7 @@ absl::StatusOr<OperandSpec> ResolveOperand(const v1::Operand& operand, absl::str
     }
     case v1::Operand::kBufferId: {
       absl::StatusOr<StoredBuffer> buffer =
-          store.Get(operand.buffer_id(), absl::StrCat(field, ".buffer_id"));
+          scope.store.Get(operand.buffer_id(), absl::StrCat(field, ".buffer_id"), scope.principal);
       if (!buffer.ok()) return buffer.status();
       spec.dtype = buffer->array->dtype();
       spec.shape = buffer->array->shape();
@@ -142,20 +142,21 @@ absl::StatusOr<OperandSpec> ResolveOperand(const v1::Operand& operand, absl::str
 }
 
 absl::StatusOr<PreparedOperation> PrepareDiscountProduct(const v1::DiscountProductRequest& request,
-                                                         const BufferStore& store,
-                                                         int64_t max_elements) {
+                                                         const RequestScope& scope) {
+  const int64_t max_elements = scope.max_elements;
   absl::StatusOr<OperandSpec> factors =
-      ResolveNonEmpty(request.factors(), "factors", store, max_elements);
+      ResolveNonEmpty(request.factors(), "factors", scope);
   if (!factors.ok()) return factors.status();
   absl::StatusOr<OperandSpec> values =
-      ResolveNonEmpty(request.values(), "values", store, max_elements);
+      ResolveNonEmpty(request.values(), "values", scope);
   if (!values.ok()) return values.status();
   if (absl::Status s = SameDType(*factors, *values); !s.ok()) return s;
   absl::StatusOr<Shape> out = BroadcastShapes(factors->shape, values->shape, "factors", "values");
   if (!out.ok()) return out.status();
   if (absl::Status s = CheckOutputSize(*out, max_elements); !s.ok()) return s;
 
-  PreparedOperation prepared{Operation::kDiscountProduct};
+  PreparedOperation prepared;
+  prepared.op = Operation::kDiscountProduct;
   prepared.out_dtype = factors->dtype;
   prepared.out_shape = *std::move(out);
   prepared.operands = {*std::move(factors), *std::move(values)};
@@ -165,8 +166,8 @@ absl::StatusOr<PreparedOperation> PrepareDiscountProduct(const v1::DiscountProdu
 }
 
 absl::StatusOr<PreparedOperation> PrepareHaversineGrid(const v1::HaversineGridRequest& request,
-                                                       const BufferStore& store,
-                                                       int64_t max_elements) {
+                                                       const RequestScope& scope) {
+  const int64_t max_elements = scope.max_elements;
   if (request.references_size() == 0) {
     return absl::InvalidArgumentError("references is empty; give at least one reference point");
   }
@@ -191,7 +192,8 @@ absl::StatusOr<PreparedOperation> PrepareHaversineGrid(const v1::HaversineGridRe
   }
   const int64_t n_ref = static_cast<int64_t>(refs.size());
 
-  PreparedOperation prepared{Operation::kHaversineGrid};
+  PreparedOperation prepared;
+  prepared.op = Operation::kHaversineGrid;
   switch (request.grid_case()) {
     case v1::HaversineGridRequest::kMesh: {
       const v1::LatLonMesh& m = request.mesh();
@@ -227,10 +229,10 @@ absl::StatusOr<PreparedOperation> PrepareHaversineGrid(const v1::HaversineGridRe
     }
     case v1::HaversineGridRequest::kPoints: {
       absl::StatusOr<OperandSpec> lat =
-          ResolveNonEmpty(request.points().lat(), "points.lat", store, max_elements);
+          ResolveNonEmpty(request.points().lat(), "points.lat", scope);
       if (!lat.ok()) return lat.status();
       absl::StatusOr<OperandSpec> lon =
-          ResolveNonEmpty(request.points().lon(), "points.lon", store, max_elements);
+          ResolveNonEmpty(request.points().lon(), "points.lon", scope);
       if (!lon.ok()) return lon.status();
       if (absl::Status s = SameDType(*lat, *lon); !s.ok()) return s;
       if (lat->shape != lon->shape) {
@@ -262,9 +264,8 @@ absl::StatusOr<PreparedOperation> PrepareHaversineGrid(const v1::HaversineGridRe
 }
 
 absl::StatusOr<PreparedOperation> PrepareNormalize(const v1::NormalizeRequest& request,
-                                                   const BufferStore& store,
-                                                   int64_t max_elements) {
-  absl::StatusOr<OperandSpec> input = ResolveOperand(request.input(), "input", store, max_elements);
+                                                   const RequestScope& scope) {
+  absl::StatusOr<OperandSpec> input = ResolveOperand(request.input(), "input", scope);
   if (!input.ok()) return input.status();
   if (absl::Status s = CheckNormalizeShape(input->shape, "input"); !s.ok()) return s;
   if (absl::Status s = NotEmpty(*input); !s.ok()) return s;
@@ -279,7 +280,8 @@ absl::StatusOr<PreparedOperation> PrepareNormalize(const v1::NormalizeRequest& r
           "norm has unknown value ", static_cast<int>(request.norm()),
           "; use NORM_SUM, NORM_L1, NORM_L2 or NORM_MAX_ABS"));
   }
-  PreparedOperation prepared{Operation::kNormalize};
+  PreparedOperation prepared;
+  prepared.op = Operation::kNormalize;
   prepared.out_dtype = input->dtype;
   prepared.out_shape = input->shape;
   prepared.operands = {*std::move(input)};
@@ -289,20 +291,21 @@ absl::StatusOr<PreparedOperation> PrepareNormalize(const v1::NormalizeRequest& r
 }
 
 absl::StatusOr<PreparedOperation> PrepareLombScargle(const v1::LombScargleRequest& request,
-                                                     const BufferStore& store,
-                                                     int64_t max_elements) {
-  absl::StatusOr<OperandSpec> x = ResolveOperand(request.x(), "x", store, max_elements);
+                                                     const RequestScope& scope) {
+  const int64_t max_elements = scope.max_elements;
+  absl::StatusOr<OperandSpec> x = ResolveOperand(request.x(), "x", scope);
   if (!x.ok()) return x.status();
-  absl::StatusOr<OperandSpec> y = ResolveOperand(request.y(), "y", store, max_elements);
+  absl::StatusOr<OperandSpec> y = ResolveOperand(request.y(), "y", scope);
   if (!y.ok()) return y.status();
   if (absl::Status s = SameDType(*y, *x); !s.ok()) return s;
 
-  PreparedOperation prepared{Operation::kLombScargle};
+  PreparedOperation prepared;
+  prepared.op = Operation::kLombScargle;
   prepared.operands = {*x, *y};
   const bool has_weights = request.has_weights();
   if (has_weights) {
     absl::StatusOr<OperandSpec> weights =
-        ResolveOperand(request.weights(), "weights", store, max_elements);
+        ResolveOperand(request.weights(), "weights", scope);
     if (!weights.ok()) return weights.status();
     if (absl::Status s = SameDType(*y, *weights); !s.ok()) return s;
     prepared.operands.push_back(*std::move(weights));
@@ -314,7 +317,7 @@ absl::StatusOr<PreparedOperation> PrepareLombScargle(const v1::LombScargleReques
   switch (request.frequencies_case()) {
     case v1::LombScargleRequest::kFreqs: {
       absl::StatusOr<OperandSpec> freqs =
-          ResolveOperand(request.freqs(), "freqs", store, max_elements);
+          ResolveOperand(request.freqs(), "freqs", scope);
       if (!freqs.ok()) return freqs.status();
       if (absl::Status s = SameDType(*y, *freqs); !s.ok()) return s;
       if (freqs->shape.size() != 1) {

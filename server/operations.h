@@ -32,17 +32,24 @@ struct OperandSpec {
   const v1::Tensor* tensor = nullptr;  // inline data (owned by the request)
 };
 
+// What a request may see: the stored buffers of its principal, within the limits.
+struct RequestScope {
+  const BufferStore& store;
+  std::string principal;
+  int64_t max_elements;
+};
+
 // Checks an Operand: a well-formed inline tensor (known dtype, shape within
-// limits, data length matching) or a known buffer id.
+// limits, data length matching) or a buffer id of the caller's.
 absl::StatusOr<OperandSpec> ResolveOperand(const v1::Operand& operand, absl::string_view field,
-                                           const BufferStore& store, int64_t max_elements);
+                                           const RequestScope& scope);
 
 using RunFn = absl::AnyInvocable<absl::Status(Backend& backend,
                                               std::span<const std::shared_ptr<Array>> operands,
                                               Array& out, OpContext& ctx)>;
 
 struct PreparedOperation {
-  Operation op;
+  Operation op = Operation::kDiscountProduct;
   std::vector<OperandSpec> operands;
   DType out_dtype = DType::kFloat64;
   Shape out_shape;
@@ -50,17 +57,13 @@ struct PreparedOperation {
 };
 
 absl::StatusOr<PreparedOperation> PrepareDiscountProduct(const v1::DiscountProductRequest& request,
-                                                         const BufferStore& store,
-                                                         int64_t max_elements);
+    const RequestScope& scope);
 absl::StatusOr<PreparedOperation> PrepareHaversineGrid(const v1::HaversineGridRequest& request,
-                                                       const BufferStore& store,
-                                                       int64_t max_elements);
+    const RequestScope& scope);
 absl::StatusOr<PreparedOperation> PrepareNormalize(const v1::NormalizeRequest& request,
-                                                   const BufferStore& store,
-                                                   int64_t max_elements);
+    const RequestScope& scope);
 absl::StatusOr<PreparedOperation> PrepareLombScargle(const v1::LombScargleRequest& request,
-                                                     const BufferStore& store,
-                                                     int64_t max_elements);
+    const RequestScope& scope);
 
 struct ExecutionTimes {
   absl::Duration transfer_in = absl::ZeroDuration();

@@ -24,12 +24,15 @@ absl::StatusOr<uint32_t> ServiceContext::ResolveChunkBytes(uint32_t requested,
   return requested;
 }
 
-absl::Status ServiceContext::CheckAccepting() const {
+absl::StatusOr<Admission::Ticket> ServiceContext::Admit(
+    const grpc::CallbackServerContext& context) const {
   if (draining.load()) {
     metrics.Rejected(Rejection::kUnavailable);
     return absl::UnavailableError("server is draining; retry on another replica");
   }
-  return absl::OkStatus();
+  absl::StatusOr<Admission::Ticket> ticket = admission.Enter(context.peer());
+  if (!ticket.ok()) metrics.Rejected(Rejection::kInFlightLimit);
+  return ticket;
 }
 
 ResultStreamReactor::ResultStreamReactor(ServiceContext& service,
@@ -192,9 +195,10 @@ void ResultStreamReactor::Pump() {
     if (!writing_ && !producing_ && (cancelled || (done_ && ready_.empty()))) {
       finish_sent_ = true;
       finish = true;
-      // Memory and quota are released before the client hears the status.
+      // Memory, quota and the admission ticket are released before the client
+      // hears the status.
       result_.reset();
-      output_.keep.reset();
+      output_ = Output{};
       status = cancelled && final_status_.ok()
                    ? grpc::Status(grpc::CANCELLED, "cancelled by the client")
                    : final_status_;

@@ -36,6 +36,7 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
   using ProduceFn = absl::AnyInvocable<absl::StatusOr<StreamSource>(OpContext& ctx)>;
 
   struct Output {
+    Admission::Ticket ticket;
     uint32_t chunk_bytes = 0;
     // Set for keep_on_device: the result is stored under this reservation.
     std::optional<BufferStore::Reservation> keep;

@@ -8,13 +8,16 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "kernels/backend.h"
+#include "server/admission.h"
 #include "server/buffer_store.h"
 #include "server/buffers_service.h"
 #include "server/compute_service.h"
 #include "server/executor.h"
 #include "server/info_service.h"
 #include "server/metrics.h"
+#include "server/security.h"
 #include "server/service_context.h"
 
 #ifndef GPUCOMPUTE_GIT_COMMIT
@@ -25,6 +28,15 @@
 #endif
 
 namespace gpucompute {
+namespace {
+
+// gRPC channel arguments take int milliseconds; INT_MAX means "never".
+int Millis(absl::Duration d) {
+  if (d == absl::InfiniteDuration()) return INT32_MAX;
+  return static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(d), INT32_MAX));
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
     const ServerConfig& config) {
@@ -39,20 +51,23 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
   server->metrics_ = std::make_unique<Metrics>(BuildInfo{kVersion, GPUCOMPUTE_GIT_COMMIT,
                                                          GPUCOMPUTE_CUDA_VERSION,
                                                          std::string(server->backend_->name())});
-  server->store_ = std::make_unique<BufferStore>(config.buffer_quota_bytes);
+  server->store_ =
+      std::make_unique<BufferStore>(config.buffer_quota_bytes, config.principal_quota_bytes);
+  server->admission_ = std::make_unique<Admission>(config.max_in_flight,
+                                                   config.max_in_flight_per_connection);
   const int threads = config.executor_threads > 0
                           ? config.executor_threads
                           : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
   server->executor_ = std::make_unique<Executor>(threads, config.max_queue_depth);
   server->context_ = std::unique_ptr<ServiceContext>(
       new ServiceContext{server->config_, *server->backend_, *server->store_, *server->executor_,
-                         *server->metrics_, server->draining_});
+                         *server->metrics_, *server->admission_, server->draining_});
   server->compute_service_ = std::make_unique<ComputeService>(*server->context_);
   server->buffers_service_ = std::make_unique<BuffersService>(*server->context_);
   server->info_service_ = std::make_unique<InfoService>(*server->context_, server->backend_note_);
 
   GpuComputeServer* self = server.get();
-  if (absl::Status s = server->metrics_->StartExposer(config.metrics_address,
+  if (absl::Status s = server->metrics_->StartExposer(config.metrics_address, config.metrics_basic_auth_file,
                                                      [self] {
                                                        LiveState state;
                                                        state.backend = self->backend_->Stats();
@@ -68,12 +83,29 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
     return s;
   }
 
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials(config.security);
+  if (!credentials.ok()) return credentials.status();
+
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  if (config.enable_reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.address, grpc::InsecureServerCredentials(), &server->port_);
+  builder.AddListeningPort(config.address, *credentials, &server->port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(
       std::min<uint64_t>(config.max_receive_message_bytes, INT32_MAX)));
+  grpc::ResourceQuota quota("gpucompute");
+  quota.Resize(config.resource_quota_bytes);
+  builder.SetResourceQuota(quota);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, config.max_concurrent_streams);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, Millis(config.keepalive_time));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, Millis(config.keepalive_timeout));
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             Millis(config.min_client_ping_interval));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, Millis(config.max_connection_idle));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, Millis(config.max_connection_age));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                             Millis(config.max_connection_age_grace));
   builder.RegisterService(server->compute_service_.get());
   builder.RegisterService(server->buffers_service_.get());
   builder.RegisterService(server->info_service_.get());

@@ -14,6 +14,7 @@
 
 namespace gpucompute {
 
+class Admission;
 class BufferStore;
 class Executor;
 class Metrics;
@@ -51,6 +52,7 @@ class GpuComputeServer {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<BufferStore> store_;
+  std::unique_ptr<Admission> admission_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<ServiceContext> context_;
   std::unique_ptr<ComputeService> compute_service_;

@@ -6,7 +6,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "grpcpp/server_context.h"
 #include "kernels/backend.h"
+#include "server/admission.h"
 #include "server/buffer_store.h"
 #include "server/config.h"
 #include "server/executor.h"
@@ -20,13 +22,15 @@ struct ServiceContext {
   BufferStore& store;
   Executor& executor;
   Metrics& metrics;
+  Admission& admission;
   // Set when the server starts draining: new work gets UNAVAILABLE.
   const std::atomic<bool>& draining;
 
   // output.chunk_bytes (0 = default) checked against the configured bounds.
   absl::StatusOr<uint32_t> ResolveChunkBytes(uint32_t requested, absl::string_view field) const;
-  // UNAVAILABLE while draining.
-  absl::Status CheckAccepting() const;
+  // A new request: UNAVAILABLE while draining, RESOURCE_EXHAUSTED over an
+  // in-flight limit. The ticket is held until the request is finished.
+  absl::StatusOr<Admission::Ticket> Admit(const grpc::CallbackServerContext& context) const;
 };
 
 }  // namespace gpucompute

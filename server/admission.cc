@@ -1,0 +1,37 @@
+#include "server/admission.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace gpucompute {
+
+absl::StatusOr<Admission::Ticket> Admission::Enter(const std::string& peer) {
+  absl::MutexLock lock(&mu_);
+  if (in_flight_ >= max_in_flight_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "server has ", in_flight_, " requests in flight (max_in_flight ", max_in_flight_, ")"));
+  }
+  int64_t& mine = by_peer_[peer];
+  if (mine >= max_per_connection_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("this connection has ", mine, " requests in flight (max_in_flight_per_connection ",
+                     max_per_connection_, ")"));
+  }
+  ++mine;
+  ++in_flight_;
+  return Ticket(this, peer);
+}
+
+void Admission::Leave(const std::string& peer) {
+  absl::MutexLock lock(&mu_);
+  --in_flight_;
+  auto it = by_peer_.find(peer);
+  if (--it->second == 0) by_peer_.erase(it);
+}
+
+int64_t Admission::in_flight() const {
+  absl::MutexLock lock(&mu_);
+  return in_flight_;
+}
+
+}  // namespace gpucompute
