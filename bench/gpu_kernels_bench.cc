@@ -1,0 +1,386 @@
+// GPU timings at the seed sizes, with CUDA events (no Google Benchmark loop: every
+// figure is the median of >= 20 event-timed runs after warm-up).
+//
+//   gpu_kernels_bench [--csv FILE] [--quick]
+//
+// Prints the two ceilings measured on this device (device-to-device copy bandwidth,
+// counting bytes read plus bytes written; pinned PCIe H2D/D2H), the backend's staged
+// copies from pageable memory, then one row per operation: op, dtype, size, median
+// ms (ctx.compute_time: events around the kernels), host wall ms of the whole call,
+// bytes counted (each input read once, each output written once), achieved GB/s and
+// the ratio to the measured D2D bandwidth; for Lomb-Scargle, (frequency, sample)
+// pairs per second instead.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/launchers.h"
+
+namespace gpucompute {
+namespace {
+
+#define CHECK_CUDA(expr)                                                                   \
+  do {                                                                                     \
+    cudaError_t _e = (expr);                                                               \
+    if (_e != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(_e)); \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+#define CHECK_OK(expr)                                                                     \
+  do {                                                                                     \
+    absl::Status _s = (expr);                                                              \
+    if (!_s.ok()) {                                                                        \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, _s.ToString().c_str()); \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct Row {
+  std::string op, dtype, size;
+  double ms = 0, wall_ms = 0, spread = 0;  // spread: (p90 - p10) / median
+  double bytes = 0;                        // counted bytes (0: compute-bound row)
+  double work = 0;                         // pairs for LS
+  std::string note;
+};
+
+std::vector<Row> g_rows;
+double g_d2d_gbs = 0;
+int g_reps = 20;
+
+double Spread(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const double p10 = v[v.size() / 10], p90 = v[(v.size() * 9) / 10];
+  return (p90 - p10) / Median(v);
+}
+
+// Times `run` (returns the kernel milliseconds) after 3 warm-ups.
+Row Time(const std::string& op, const std::string& dtype, const std::string& size, double bytes,
+         double work, const std::function<double()>& run) {
+  for (int i = 0; i < 3; ++i) run();
+  std::vector<double> ms, wall;
+  for (int i = 0; i < g_reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ms.push_back(run());
+    wall.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  Row r{op, dtype, size, Median(ms), Median(wall), Spread(ms), bytes, work, ""};
+  g_rows.push_back(r);
+  std::printf("  %-22s %-4s %-26s %9.4f ms (wall %8.3f ms, spread %.1f%%)\n", op.c_str(), dtype.c_str(),
+              size.c_str(), r.ms, r.wall_ms, 100 * r.spread);
+  std::fflush(stdout);
+  return r;
+}
+
+std::string Short(DType dt) { return dt == DType::kFloat32 ? "f32" : "f64"; }
+
+double OpMs(const OpContext& ctx) { return absl::ToDoubleMilliseconds(ctx.compute_time); }
+
+struct Bench {
+  std::unique_ptr<Backend> backend;
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  int sm_count = 1;
+
+  std::shared_ptr<Array> Alloc(DType dt, const Shape& shape, double lo, double hi, uint64_t seed) {
+    absl::StatusOr<std::shared_ptr<Array>> a = backend->Allocate(dt, shape, device);
+    CHECK_OK(a.status());
+    CHECK_CUDA(cuda::LaunchFillUniform(dt, (*a)->data(), (*a)->size(), lo, hi, seed,
+                                       cuda::LaunchEnv{stream, nullptr, sm_count}));
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    return *a;
+  }
+};
+
+void Ceilings(Bench& b) {
+  std::printf("\n== ceilings\n");
+  const size_t bytes = size_t{2} << 30;  // 2 GiB each way
+  void *src = nullptr, *dst = nullptr;
+  CHECK_CUDA(cudaMalloc(&src, bytes));
+  CHECK_CUDA(cudaMalloc(&dst, bytes));
+  CHECK_CUDA(cuda::LaunchFillUniform(DType::kFloat32, src, bytes / 4, -1, 1, 1, cuda::LaunchEnv{b.stream, nullptr, b.sm_count}));
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  auto timed_copy = [&](void* d, const void* s, size_t n, cudaMemcpyKind kind) {
+    CHECK_CUDA(cudaEventRecord(e0, b.stream));
+    CHECK_CUDA(cudaMemcpyAsync(d, s, n, kind, b.stream));
+    CHECK_CUDA(cudaEventRecord(e1, b.stream));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    return static_cast<double>(ms);
+  };
+  Row d2d = Time("memcpy D2D", "-", "2 GiB", 2.0 * bytes, 0,
+                 [&] { return timed_copy(dst, src, bytes, cudaMemcpyDeviceToDevice); });
+  g_d2d_gbs = d2d.bytes / (d2d.ms * 1e6);
+  std::printf("  D2D bandwidth (read + write): %.0f GB/s\n", g_d2d_gbs);
+  // Write-only streams (the haversine mesh writes and reads nothing) have their own ceiling.
+  Row ms = Time("memset (write only)", "-", "2 GiB", static_cast<double>(bytes), 0, [&] {
+    CHECK_CUDA(cudaEventRecord(e0, b.stream));
+    CHECK_CUDA(cudaMemsetAsync(dst, 0x3f, bytes, b.stream));
+    CHECK_CUDA(cudaEventRecord(e1, b.stream));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    float t = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+    return static_cast<double>(t);
+  });
+  std::printf("  write-only bandwidth: %.0f GB/s\n", ms.bytes / (ms.ms * 1e6));
+  const size_t pinned_bytes = size_t{512} << 20;
+  void* pinned = nullptr;
+  CHECK_CUDA(cudaHostAlloc(&pinned, pinned_bytes, cudaHostAllocPortable));
+  std::memset(pinned, 1, pinned_bytes);
+  Row h2d = Time("memcpy H2D pinned", "-", "512 MiB", pinned_bytes, 0,
+                 [&] { return timed_copy(dst, pinned, pinned_bytes, cudaMemcpyHostToDevice); });
+  Row d2h = Time("memcpy D2H pinned", "-", "512 MiB", pinned_bytes, 0,
+                 [&] { return timed_copy(pinned, src, pinned_bytes, cudaMemcpyDeviceToHost); });
+  std::printf("  H2D pinned %.1f GB/s, D2H pinned %.1f GB/s\n", pinned_bytes / (h2d.ms * 1e6),
+              pinned_bytes / (d2h.ms * 1e6));
+  // The backend's copies: pageable host memory through the pinned staging pool.
+  std::vector<char> pageable(pinned_bytes, 3);
+  absl::StatusOr<std::shared_ptr<Array>> arr = b.backend->Allocate(DType::kFloat32, {static_cast<int64_t>(pinned_bytes / 4)}, b.device);
+  CHECK_OK(arr.status());
+  auto host_ms = [](const std::function<void()>& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  Time("CopyToArray pageable", "-", "512 MiB", pinned_bytes, 0, [&] {
+    return host_ms([&] { CHECK_OK(b.backend->CopyToArray(pageable.data(), 0, pinned_bytes, **arr)); });
+  });
+  Time("CopyFromArray pageable", "-", "512 MiB", pinned_bytes, 0, [&] {
+    return host_ms([&] { CHECK_OK(b.backend->CopyFromArray(**arr, 0, pinned_bytes, pageable.data())); });
+  });
+  Time("CopyToArray pinned", "-", "512 MiB", pinned_bytes, 0, [&] {
+    return host_ms([&] { CHECK_OK(b.backend->CopyToArray(pinned, 0, pinned_bytes, **arr)); });
+  });
+  CHECK_CUDA(cudaFreeHost(pinned));
+  CHECK_CUDA(cudaFree(src));
+  CHECK_CUDA(cudaFree(dst));
+}
+
+void Discount(Bench& b, bool quick) {
+  std::printf("\n== discount product\n");
+  struct C { int64_t d, m, o; DType dt; };
+  std::vector<C> cases = {{100, 4000, 5, DType::kFloat64}, {200, 1000000, 5, DType::kFloat64},
+                          {200, 1000000, 5, DType::kFloat32}};
+  if (quick) cases.resize(1);
+  for (const C& c : cases) {
+    auto f = b.Alloc(c.dt, {c.m, c.o}, 0.5, 1.5, 11);
+    auto v = b.Alloc(c.dt, {c.d, c.m, c.o}, -1, 1, 12);
+    auto out = b.Alloc(c.dt, {c.d, c.m, c.o}, 0, 1, 13);
+    const double bytes = static_cast<double>(f->bytes() + v->bytes() + out->bytes());
+    Time("discount", Short(c.dt), absl::StrCat("(", c.d, ",", c.m, ",", c.o, ")"), bytes, 0, [&] {
+      OpContext ctx;
+      CHECK_OK(b.backend->DiscountProduct(*f, *v, *out, ctx));
+      return OpMs(ctx);
+    });
+  }
+}
+
+void Haversine(Bench& b, bool quick) {
+  std::printf("\n== haversine\n");
+  for (int64_t n : {int64_t{1000}, int64_t{10000}}) {
+    if (quick && n > 1000) break;
+    for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+      auto out = b.Alloc(dt, {1, n, n}, 0, 1, 21);
+      const std::vector<GeoPoint> refs = {{30, 101}};
+      const LatLonMesh mesh{{29, 31, n}, {99, 101, n}};
+      Time("haversine mesh", Short(dt), absl::StrCat(n, "x", n), static_cast<double>(out->bytes()), 0, [&] {
+        OpContext ctx;
+        CHECK_OK(b.backend->HaversineMesh(mesh, refs, kDefaultEarthRadiusKm, *out, ctx));
+        return OpMs(ctx);
+      });
+    }
+  }
+  if (quick) return;
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    const int64_t n = 10000000;
+    auto lat = b.Alloc(dt, {n}, -89, 89, 22), lon = b.Alloc(dt, {n}, -180, 180, 23);
+    auto out = b.Alloc(dt, {4, n}, 0, 1, 24);
+    const std::vector<GeoPoint> refs = {{30, 101}, {-12, 40}, {51, 0}, {0, -170}};
+    Time("haversine points", Short(dt), "1e7 pts x 4 refs",
+         static_cast<double>(lat->bytes() + lon->bytes() + out->bytes()), 0, [&] {
+           OpContext ctx;
+           CHECK_OK(b.backend->HaversinePoints(*lat, *lon, refs, kDefaultEarthRadiusKm, *out, ctx));
+           return OpMs(ctx);
+         });
+  }
+}
+
+void Normalize(Bench& b, bool quick) {
+  std::printf("\n== normalize\n");
+  struct C { int64_t rows, cols; DType dt; NormKind k; const char* name; };
+  std::vector<C> cases = {{10, 10000000, DType::kFloat32, NormKind::kSum, "sum"},
+                          {10, 10000000, DType::kFloat64, NormKind::kL2, "l2"},
+                          {1000000, 100, DType::kFloat32, NormKind::kSum, "sum"},
+                          {10000000, 10, DType::kFloat32, NormKind::kL1, "l1"}};
+  if (quick) cases.resize(1);
+  for (const C& c : cases) {
+    auto in = b.Alloc(c.dt, {c.rows, c.cols}, 0.5, 1.5, 31);
+    auto out = b.Alloc(c.dt, {c.rows, c.cols}, 0, 1, 32);
+    Time(absl::StrCat("normalize ", c.name), Short(c.dt),
+         absl::StrCat(c.rows, "x", c.cols), static_cast<double>(in->bytes() + out->bytes()), 0, [&] {
+           OpContext ctx;
+           CHECK_OK(b.backend->Normalize(*in, c.k, *out, ctx));
+           return OpMs(ctx);
+         });
+  }
+}
+
+void LombScargle(Bench& b, bool quick) {
+  std::printf("\n== lomb-scargle\n");
+  const int64_t n = 1024, m = quick ? (1 << 17) : (1 << 20);
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    auto x = b.Alloc(dt, {n}, 0, 1000, 41);
+    auto y = b.Alloc(dt, {n}, -1, 1, 42);
+    auto out = b.Alloc(dt, {m}, 0, 1, 43);
+    const std::string t = Short(dt);
+    const std::string size = absl::StrCat("N=", n, " M=", m);
+    for (bool fm : {true, false}) {
+      Time(fm ? "lombscargle fm" : "lombscargle", t, size, 0, static_cast<double>(n) * m, [&] {
+        OpContext ctx;
+        CHECK_OK(b.backend->LombScargle(*x, *y, nullptr, nullptr, Linspace{0.01, 10.0, m},
+                                        LombScargleOptions{false, false, fm}, *out, ctx));
+        return OpMs(ctx);
+      });
+    }
+    {  // a mid-size grid, where float32 switches to 4 frequencies per thread
+      const int64_t m2 = 1 << 16;
+      auto out2 = b.Alloc(dt, {m2}, 0, 1, 44);
+      Time("lombscargle fm", t, absl::StrCat("N=", n, " M=", m2), 0, static_cast<double>(n) * m2, [&] {
+        OpContext ctx;
+        CHECK_OK(b.backend->LombScargle(*x, *y, nullptr, nullptr, Linspace{0.01, 10.0, m2},
+                                        LombScargleOptions{false, false, true}, *out2, ctx));
+        return OpMs(ctx);
+      });
+    }
+    // Launch-policy variants, straight through the launcher (kernels only).
+    for (int variant : {0, 1}) {
+      cuda::LombScargleArgs a;
+      a.samples = n;
+      a.frequencies = m;
+      a.x = x->data();
+      a.y = y->data();
+      a.grid_start = 0.01;
+      a.grid_stop = 10.0;
+      a.floating_mean = true;
+      a.out = out->data();
+      cuda::LombScargleResult* res = nullptr;
+      CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&res), sizeof(*res)));
+      cudaEvent_t e0, e1;
+      CHECK_CUDA(cudaEventCreate(&e0));
+      CHECK_CUDA(cudaEventCreate(&e1));
+      Time(absl::StrCat("  launcher v", variant), t, size, 0, static_cast<double>(n) * m, [&] {
+        CHECK_CUDA(cudaEventRecord(e0, b.stream));
+        CHECK_CUDA(cuda::LaunchLombScargle(dt, a, res, cuda::LaunchEnv{b.stream, nullptr, b.sm_count}, variant));
+        CHECK_CUDA(cudaEventRecord(e1, b.stream));
+        CHECK_CUDA(cudaEventSynchronize(e1));
+        float ms = 0;
+        CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+        return static_cast<double>(ms);
+      });
+      cudaFree(res);
+      cudaEventDestroy(e0);
+      cudaEventDestroy(e1);
+    }
+  }
+}
+
+void PrintTable(FILE* f, bool csv) {
+  if (csv) {
+    std::fprintf(f, "op,dtype,size,median_ms,wall_ms,spread,bytes,GBps,ratio_to_d2d,pairs_per_s\n");
+  } else {
+    std::fprintf(f, "\n%-24s %-4s %-20s %10s %10s %10s %9s %7s %12s\n", "op", "type", "size", "median ms",
+                 "wall ms", "MB counted", "GB/s", "x D2D", "Gpairs/s");
+  }
+  for (const Row& r : g_rows) {
+    const double gbs = r.bytes > 0 ? r.bytes / (r.ms * 1e6) : 0;
+    const double ratio = g_d2d_gbs > 0 && r.bytes > 0 ? gbs / g_d2d_gbs : 0;
+    const double pairs = r.work > 0 ? r.work / (r.ms * 1e-3) : 0;
+    if (csv) {
+      std::fprintf(f, "%s,%s,%s,%.5f,%.5f,%.4f,%.0f,%.1f,%.3f,%.4g\n", r.op.c_str(), r.dtype.c_str(),
+                   r.size.c_str(), r.ms, r.wall_ms, r.spread, r.bytes, gbs, ratio, pairs);
+    } else {
+      std::fprintf(f, "%-24s %-4s %-20s %10.4f %10.3f %10.1f %9.0f %7.2f %12.1f\n", r.op.c_str(),
+                   r.dtype.c_str(), r.size.c_str(), r.ms, r.wall_ms, r.bytes / 1e6, gbs, ratio, pairs / 1e9);
+    }
+  }
+}
+
+int Main(int argc, char** argv) {
+  std::string csv;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) csv = argv[++i];
+    else if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    else if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) g_reps = std::max(5, std::atoi(argv[++i]));
+  }
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("no CUDA device: nothing to time\n");
+    return 0;
+  }
+  Bench b;
+  absl::StatusOr<std::unique_ptr<Backend>> be = CreateCudaBackend(BackendOptions{});
+  CHECK_OK(be.status());
+  b.backend = *std::move(be);
+  b.device = b.backend->PickDevice();
+  CHECK_CUDA(cudaSetDevice(b.device));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking));
+  cudaDeviceProp prop{};
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, b.device));
+  b.sm_count = prop.multiProcessorCount;
+  int clock_khz = 0, mem_clock_khz = 0, bus_bits = 0;
+  cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, b.device);
+  cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, b.device);
+  cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, b.device);
+  std::printf("device %d: %s, cc %d.%d, %d SMs, %.1f GiB, L2 %d MiB, SM clock %.2f GHz, "
+              "memory %.2f GHz x %d bits (datasheet %.0f GB/s)\n",
+              b.device, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+              prop.totalGlobalMem / double(1 << 30), prop.l2CacheSize >> 20, clock_khz / 1e6,
+              mem_clock_khz / 1e6, bus_bits, 2.0 * mem_clock_khz * 1e3 * bus_bits / 8 / 1e9);
+  const BackendStats st = b.backend->Stats();
+  std::printf("backend warm-up: %d kernels loaded and run, %.1f ms\n", st.kernels_loaded,
+              absl::ToDoubleMilliseconds(st.warmup_time));
+  Ceilings(b);
+  Discount(b, quick);
+  Haversine(b, quick);
+  Normalize(b, quick);
+  LombScargle(b, quick);
+  std::printf("\nD2D ceiling %.0f GB/s; 'x D2D' = achieved / ceiling for memory-bound rows\n", g_d2d_gbs);
+  PrintTable(stdout, false);
+  if (!csv.empty()) {
+    if (FILE* f = std::fopen(csv.c_str(), "w")) {
+      PrintTable(f, true);
+      std::fclose(f);
+    }
+  }
+  cudaStreamDestroy(b.stream);
+  return 0;
+}
+
+}  // namespace
+}  // namespace gpucompute
+
+int main(int argc, char** argv) { return gpucompute::Main(argc, argv); }

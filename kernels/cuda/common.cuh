@@ -1,0 +1,98 @@
+// Device-side helpers shared by the operation files: vector types, grid sizing,
+// launch checks and stream-ordered scratch memory. Included only by .cu files.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/cuda/launchers.h"
+
+namespace gpucompute::cuda {
+
+// Launchers assert their preconditions: in debug builds assert() fires; in release
+// builds they return cudaErrorInvalidValue (the backend has already validated).
+#define GC_REQUIRE(cond)                   \
+  do {                                     \
+    if (!(cond)) {                         \
+      assert(false && #cond);              \
+      return cudaErrorInvalidValue;        \
+    }                                      \
+  } while (0)
+
+// Every launch is followed by this.
+#define GC_CHECK_LAUNCH()                                       \
+  do {                                                          \
+    const cudaError_t _gc_launch_err = cudaGetLastError();      \
+    if (_gc_launch_err != cudaSuccess) return _gc_launch_err;   \
+  } while (0)
+
+#define GC_TRY(expr)                                \
+  do {                                              \
+    const cudaError_t _gc_try_err = (expr);         \
+    if (_gc_try_err != cudaSuccess) return _gc_try_err; \
+  } while (0)
+
+// 16-byte vector of T: float4 or double2.
+template <typename T>
+struct Vec16;
+template <>
+struct Vec16<float> {
+  using type = float4;
+  static constexpr int kCount = 4;
+};
+template <>
+struct Vec16<double> {
+  using type = double2;
+  static constexpr int kCount = 2;
+};
+
+template <typename V, typename F>
+__device__ __forceinline__ V VecMap2(const V& a, const V& b, F f) {
+  V r;
+  if constexpr (std::is_same_v<V, float4>) {
+    r.x = f(a.x, b.x); r.y = f(a.y, b.y); r.z = f(a.z, b.z); r.w = f(a.w, b.w);
+  } else {
+    r.x = f(a.x, b.x); r.y = f(a.y, b.y);
+  }
+  return r;
+}
+
+inline bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Grid for a grid-stride kernel: enough blocks to cover `work_blocks`, at most
+// `blocks_per_sm` resident waves on every multiprocessor.
+inline unsigned GridFor(int64_t work_blocks, int sm_count, int blocks_per_sm) {
+  const int64_t cap = static_cast<int64_t>(std::max(sm_count, 1)) * blocks_per_sm;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min(work_blocks, cap)));
+}
+
+// Stream-ordered scratch memory from the device pool, freed on the same stream.
+class Scratch {
+ public:
+  Scratch() = default;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() {
+    if (ptr_ != nullptr) (void)cudaFreeAsync(ptr_, stream_);
+  }
+  cudaError_t Allocate(size_t bytes, const LaunchEnv& env) {
+    stream_ = env.stream;
+    if (bytes == 0) bytes = 16;
+    if (env.pool != nullptr) return cudaMallocFromPoolAsync(&ptr_, bytes, env.pool, env.stream);
+    return cudaMallocAsync(&ptr_, bytes, env.stream);
+  }
+  template <typename T>
+  T* as() const { return static_cast<T*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace gpucompute::cuda

@@ -1,0 +1,263 @@
+// RAII owners of CUDA resources used by the backend: current-device guard, streams,
+// events, pinned host buffers, a pool of streams and the pinned staging pool.
+// Host-only; every function returns absl::Status rather than aborting.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/cuda/cuda_status.h"
+
+namespace gpucompute::cuda {
+
+// Makes `device` current for this thread (cudaSetDevice is per thread and cheap).
+inline absl::Status SetDevice(int device) {
+  GC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device), absl::StrCat("cudaSetDevice(", device, ")"));
+  return absl::OkStatus();
+}
+
+class Event {
+ public:
+  Event() = default;
+  explicit Event(cudaEvent_t e) : e_(e) {}
+  Event(Event&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+  Event& operator=(Event&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      e_ = std::exchange(o.e_, nullptr);
+    }
+    return *this;
+  }
+  ~Event() { Reset(); }
+  static absl::StatusOr<Event> Create(unsigned flags) {
+    cudaEvent_t e = nullptr;
+    GC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, flags), "cudaEventCreate");
+    return Event(e);
+  }
+  cudaEvent_t get() const { return e_; }
+
+ private:
+  void Reset() {
+    if (e_ != nullptr) (void)cudaEventDestroy(e_);
+    e_ = nullptr;
+  }
+  cudaEvent_t e_ = nullptr;
+};
+
+// Pinned (page-locked) host memory, portable across devices.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(PinnedBuffer&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      p_ = std::exchange(o.p_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+  }
+  ~PinnedBuffer() { Reset(); }
+  static absl::StatusOr<PinnedBuffer> Create(size_t bytes) {
+    PinnedBuffer b;
+    GC_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&b.p_, bytes, cudaHostAllocPortable),
+                            absl::StrCat("cudaHostAlloc(", bytes, ")"));
+    b.bytes_ = bytes;
+    return b;
+  }
+  void* data() const { return p_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void Reset() {
+    if (p_ != nullptr) (void)cudaFreeHost(p_);
+    p_ = nullptr;
+    bytes_ = 0;
+  }
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// A stream with a small pinned host buffer of its own (for staging request
+// constants in and reading result flags back on that stream).
+struct PooledStream {
+  cudaStream_t stream = nullptr;
+  PinnedBuffer small;  // kSmallPinnedBytes
+};
+
+// Streams of one device, lent one per call; grows on demand. Thread-safe.
+class StreamPool {
+ public:
+  static constexpr size_t kSmallPinnedBytes = 64 << 10;
+
+  explicit StreamPool(int device) : device_(device) {}
+  StreamPool(const StreamPool&) = delete;
+  StreamPool& operator=(const StreamPool&) = delete;
+  ~StreamPool() {
+    for (PooledStream* s : all_) {
+      (void)cudaSetDevice(device_);
+      (void)cudaStreamDestroy(s->stream);
+      delete s;
+    }
+  }
+
+  // Creates `n` streams up front (warm state). The calling thread's device must be device_.
+  absl::Status Reserve(int n) {
+    std::vector<PooledStream*> made;
+    for (int i = 0; i < n; ++i) {
+      absl::StatusOr<PooledStream*> s = Make();
+      if (!s.ok()) return s.status();
+      made.push_back(*s);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    for (PooledStream* s : made) free_.push_back(s);
+    return absl::OkStatus();
+  }
+
+  class Lease {
+   public:
+    Lease(StreamPool* pool, PooledStream* s) : pool_(pool), s_(s) {}
+    Lease(Lease&& o) noexcept : pool_(o.pool_), s_(std::exchange(o.s_, nullptr)) {}
+    Lease& operator=(Lease&&) = delete;
+    ~Lease() {
+      if (s_ != nullptr) pool_->Return(s_);
+    }
+    cudaStream_t stream() const { return s_->stream; }
+    void* small() const { return s_->small.data(); }
+    // After a sticky error the stream is not handed to anyone again.
+    void Discard() { s_ = nullptr; }
+
+   private:
+    StreamPool* pool_;
+    PooledStream* s_;
+  };
+
+  // The calling thread's device must be device_.
+  absl::StatusOr<Lease> Acquire() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!free_.empty()) {
+        PooledStream* s = free_.back();
+        free_.pop_back();
+        return Lease(this, s);
+      }
+    }
+    absl::StatusOr<PooledStream*> s = Make();
+    if (!s.ok()) return s.status();
+    return Lease(this, *s);
+  }
+
+  size_t size() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return all_.size();
+  }
+
+ private:
+  absl::StatusOr<PooledStream*> Make() {
+    auto* s = new PooledStream;
+    cudaError_t e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+      delete s;
+      return CudaStatus(e, absl::StrCat("cuda:", device_, " cudaStreamCreate"));
+    }
+    absl::StatusOr<PinnedBuffer> small = PinnedBuffer::Create(kSmallPinnedBytes);
+    if (!small.ok()) {
+      (void)cudaStreamDestroy(s->stream);
+      delete s;
+      return small.status();
+    }
+    s->small = *std::move(small);
+    std::lock_guard<std::mutex> lock(mu_);
+    all_.push_back(s);
+    return s;
+  }
+  void Return(PooledStream* s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(s);
+  }
+
+  const int device_;
+  mutable std::mutex mu_;
+  std::vector<PooledStream*> all_;
+  std::vector<PooledStream*> free_;
+};
+
+// The pinned staging pool: `total` bytes of pinned host memory cut into equal slots.
+// Host <-> device copies take two slots (double buffering). Blocks while none are
+// free; thread-safe.
+class StagingPool {
+ public:
+  static absl::StatusOr<std::unique_ptr<StagingPool>> Create(uint64_t total_bytes) {
+    // Slots of up to 8 MiB, at least 2 of them, at least 64 KiB each.
+    constexpr uint64_t kMaxSlot = 8ull << 20, kMinSlot = 64ull << 10;
+    uint64_t slot = std::min<uint64_t>(kMaxSlot, std::max<uint64_t>(kMinSlot, total_bytes / 2));
+    slot = (slot + 4095) / 4096 * 4096;
+    const uint64_t count = std::max<uint64_t>(2, total_bytes / slot);
+    absl::StatusOr<PinnedBuffer> buf = PinnedBuffer::Create(slot * count);
+    if (!buf.ok()) return buf.status();
+    auto pool = std::unique_ptr<StagingPool>(new StagingPool);
+    pool->slot_bytes_ = slot;
+    pool->buffer_ = *std::move(buf);
+    for (uint64_t i = 0; i < count; ++i) {
+      pool->free_.push_back(static_cast<char*>(pool->buffer_.data()) + i * slot);
+    }
+    return pool;
+  }
+
+  // Two slots, returned on destruction.
+  class Pair {
+   public:
+    Pair(StagingPool* pool, char* a, char* b) : pool_(pool), slot_{a, b} {}
+    Pair(const Pair&) = delete;
+    Pair& operator=(const Pair&) = delete;
+    ~Pair() { pool_->Release(slot_[0], slot_[1]); }
+    char* slot(int i) const { return slot_[i & 1]; }
+
+   private:
+    StagingPool* pool_;
+    char* slot_[2];
+  };
+
+  std::unique_ptr<Pair> AcquirePair() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return free_.size() >= 2; });
+    char* a = free_.back();
+    free_.pop_back();
+    char* b = free_.back();
+    free_.pop_back();
+    return std::make_unique<Pair>(this, a, b);
+  }
+
+  uint64_t slot_bytes() const { return slot_bytes_; }
+  uint64_t total_bytes() const { return buffer_.bytes(); }
+
+ private:
+  StagingPool() = default;
+  void Release(char* a, char* b) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      free_.push_back(a);
+      free_.push_back(b);
+    }
+    cv_.notify_all();
+  }
+
+  uint64_t slot_bytes_ = 0;
+  PinnedBuffer buffer_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<char*> free_;
+};
+
+}  // namespace gpucompute::cuda

@@ -1,0 +1,149 @@
+// Host entry points of the CUDA kernels (one .cu file per operation). Each launcher
+// checks its preconditions (cudaErrorInvalidValue when they fail), enqueues its
+// kernel(s) on `env.stream`, checks cudaGetLastError after every launch and returns
+// without synchronizing. Scratch memory comes from `env.pool` (stream-ordered).
+// Plain C++ interface: included by the backend (.cc, g++) and the .cu files alike.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/dtype.h"
+
+namespace gpucompute::cuda {
+
+// "No row / batch" in the device result structs below.
+inline constexpr unsigned long long kNoIndex = ~0ull;
+
+// Where and how to launch.
+struct LaunchEnv {
+  cudaStream_t stream = nullptr;
+  cudaMemPool_t pool = nullptr;  // scratch allocations (cudaMallocFromPoolAsync)
+  int sm_count = 1;              // multiprocessors of the device (grid sizing)
+};
+
+// A kernel known to the backend: loaded (cudaFuncGetAttributes) at start-up.
+struct KernelEntry {
+  std::string name;
+  const void* func = nullptr;
+};
+
+// ---- discount product: out = a * b with NumPy broadcasting ------------------
+// Element strides of a and b read as the output shape (0 on broadcast axes), as
+// BroadcastStrides gives them. rank <= kMaxRank; out is dense row-major.
+struct BroadcastArgs {
+  int rank = 0;
+  int64_t shape[kMaxRank] = {};
+  int64_t stride_a[kMaxRank] = {};
+  int64_t stride_b[kMaxRank] = {};
+};
+
+// Which kernel a broadcast plan uses (exposed for tests and the benchmark).
+enum class DiscountPath { kEmpty, kFlat, kRowBroadcast, kGeneral };
+DiscountPath PlanDiscountProduct(const BroadcastArgs& args, DType dtype, const void* a,
+                                 const void* b, void* out);
+
+cudaError_t LaunchDiscountProduct(DType dtype, const void* a, const void* b, void* out,
+                                  const BroadcastArgs& args, const LaunchEnv& env);
+
+// ---- haversine --------------------------------------------------------------
+// Per-reference constants, computed on the host in float64.
+struct RefPoint {
+  double lat_deg = 0;
+  double lon_deg = 0;
+  double cos_lat = 0;  // cos(lat) of the reference
+  double pad = 0;
+};
+
+struct MeshAxis {  // numpy.linspace(start, stop, count), degrees
+  double start = 0;
+  double stop = 0;
+  int64_t count = 0;
+};
+
+// out (n_ref, lat.count, lon.count). `refs` is a device array of n_ref RefPoints.
+cudaError_t LaunchHaversineMesh(DType dtype, const MeshAxis& lat, const MeshAxis& lon,
+                                const RefPoint* refs, int64_t n_ref, double radius, void* out,
+                                const LaunchEnv& env);
+// out (n_ref, n_points); lat, lon: n_points degrees each.
+cudaError_t LaunchHaversinePoints(DType dtype, const void* lat, const void* lon, int64_t n_points,
+                                  const RefPoint* refs, int64_t n_ref, double radius, void* out,
+                                  const LaunchEnv& env);
+
+// ---- normalize ----------------------------------------------------------------
+enum class NormCode : int { kSum = 0, kL1 = 1, kL2 = 2, kMaxAbs = 3 };
+
+// Device results of a normalize launch, read back by the caller after the stream
+// completes: the lowest row index whose norm is zero or non-finite (UINT64_MAX when
+// none) and that row's norm.
+struct NormalizeResult {
+  unsigned long long bad_row;
+  double bad_norm;
+};
+
+// in, out: rows x cols (dense). `result` is device memory the launcher initializes.
+// Rows with a bad norm are never divided by (their output is left unwritten).
+cudaError_t LaunchNormalize(DType dtype, const void* in, void* out, int64_t rows, int64_t cols,
+                            NormCode norm, NormalizeResult* result, const LaunchEnv& env);
+// Error path, after LaunchNormalize completed with result->bad_row set: fills
+// result->bad_norm with that row's norm (for the message).
+cudaError_t LaunchNormalizeBadRowNorm(DType dtype, const void* in, int64_t rows, int64_t cols,
+                                      NormCode norm, NormalizeResult* result, const LaunchEnv& env);
+
+// ---- Lomb-Scargle -------------------------------------------------------------
+struct LombScargleArgs {
+  int64_t batch = 1;
+  int64_t samples = 0;      // N
+  int64_t frequencies = 0;  // M
+  const void* x = nullptr;
+  bool x_batched = false;
+  const void* y = nullptr;         // (B, N)
+  const void* weights = nullptr;   // null, (N) or (B, N)
+  bool weights_batched = false;
+  const void* freqs = nullptr;     // (M), or null: grid below
+  double grid_start = 0, grid_stop = 0;  // numpy.linspace(start, stop, M)
+  bool precenter = false;
+  bool normalize = false;
+  bool floating_mean = false;
+  void* out = nullptr;             // (B, M)
+};
+
+// Device flag written by the launch: first batch whose weights are negative or do
+// not sum to a positive value (UINT64_MAX when none).
+struct LombScargleResult {
+  unsigned long long bad_batch;
+};
+
+// `variant` selects a launch policy: -1 picks by size (what the backend uses);
+// 0 and 1 force one (the benchmark compares them). float32: 0 = 8 frequencies per
+// thread, 1 = 4; float64: 0 = 4 per thread, 1 = 8 on 128-thread blocks.
+cudaError_t LaunchLombScargle(DType dtype, const LombScargleArgs& args, LombScargleResult* result,
+                              const LaunchEnv& env, int variant = -1);
+
+// ---- start-up -----------------------------------------------------------------
+// Every kernel of every operation, for cudaFuncGetAttributes.
+void ListKernels(std::vector<KernelEntry>& out);
+// Runs every kernel instantiation once on tiny inputs (scratch from env.pool) on the
+// current device; returns the first error. The caller synchronizes.
+cudaError_t WarmupKernels(const LaunchEnv& env);
+
+// Per-operation pieces of the two above (one per .cu file).
+void ListDiscountProductKernels(std::vector<KernelEntry>& out);
+void ListHaversineKernels(std::vector<KernelEntry>& out);
+void ListNormalizeKernels(std::vector<KernelEntry>& out);
+void ListLombScargleKernels(std::vector<KernelEntry>& out);
+cudaError_t WarmupDiscountProduct(const LaunchEnv& env);
+cudaError_t WarmupHaversine(const LaunchEnv& env);
+cudaError_t WarmupNormalize(const LaunchEnv& env);
+cudaError_t WarmupLombScargle(const LaunchEnv& env);
+
+// ---- test and benchmark support ---------------------------------------------
+// Fills n elements with uniform values in [lo, hi) from a counter-based hash of
+// (seed, index): the same on every device and run.
+cudaError_t LaunchFillUniform(DType dtype, void* data, int64_t n, double lo, double hi,
+                              uint64_t seed, const LaunchEnv& env);
+
+}  // namespace gpucompute::cuda

@@ -1,0 +1,462 @@
+// Generalized Lomb-Scargle periodogram, scipy.signal.lombscargle (SciPy >= 1.15)
+// semantics: weights normalized to sum 1, optional precentering (unweighted mean),
+// optional floating mean, "power" (x N/4) or "normalize" output.
+//
+//   LaunchLombScargle
+//     -> PrepKernel<T>: one block per batch row; float64 sums of the weights and y,
+//        writes w_i / sum(w) and w_i y_i (as T) and Y = sum w y, YY = sum w y^2
+//        (float64) per batch; flags negative weights or a non-positive sum.
+//     -> PeriodogramKernel<T, kVariant, kFloatingMean, kGrid>: the fused kernel, one per dtype
+//        (float32 and float64 are separate instantiations with no mixed arithmetic).
+//        Each block owns kThreads * kFreqsPerThread frequencies (grid-stride), stages
+//        (x, w, w y) through shared memory in tiles of kTile samples, and accumulates
+//        C, S, CC, CS, YC, YS per frequency in registers. The frequency grid is
+//        generated in the kernel when no frequency array is given; on a grid only f_0
+//        and the spacing get sin/cos per sample, the thread's other frequencies follow
+//        by rotation (kFreqsPerThread - 1 rotations of 4 FMAs: error ~ 1 ulp each).
+//
+// float32 phase: f * x is split exactly into p + e (e = fma(f, x, -p)), reduced
+// modulo 2 pi with a two-constant Cody-Waite step (p - k 2pi_hi is exact for |p| >= 4),
+// e is added back, and the reduced angle in [-pi, pi] goes to __sincosf. The phase
+// error stays ~3e-7 rad whatever |f x| is (a plain sinf(f * x) at f x = 1e4 is off by
+// up to ~5e-4 rad from the rounding of the product alone). Grid frequencies carry a
+// float low part (f = hi + lo), so rounding f to float32 costs nothing either.
+#include <cuda_runtime.h>
+
+#include <cub/block/block_reduce.cuh>
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/launchers.h"
+
+namespace gpucompute::cuda {
+namespace {
+
+struct PrepPolicy {
+  static constexpr int kThreads = 256;
+};
+
+// The backend picks variant 0 or 1 by size (LaunchLombScargle, variant -1); the
+// benchmark times each.
+// kInnerUnroll > 1 interleaves samples on top of the kFreqsPerThread independent
+// chains; it costs registers (f32: ~60 -> ~120 at 4 freqs/thread).
+template <typename T, int kVariant>
+struct PeriodogramPolicy;
+template <>
+struct PeriodogramPolicy<float, 0> {
+  static constexpr int kThreads = 256;
+  static constexpr int kMinBlocksPerSm = 2;  // ~90 registers, no spills
+  static constexpr int kFreqsPerThread = 8;  // 2 sincos + 7 rotations per 8 pairs
+  static constexpr int kInnerUnroll = 1;
+  static constexpr int kTile = 256;  // samples staged per shared-memory tile
+};
+template <>
+struct PeriodogramPolicy<float, 1> {
+  static constexpr int kThreads = 256;
+  static constexpr int kMinBlocksPerSm = 4;
+  static constexpr int kFreqsPerThread = 4;
+  static constexpr int kInnerUnroll = 1;
+  static constexpr int kTile = 256;
+};
+template <>
+struct PeriodogramPolicy<double, 0> {
+  static constexpr int kThreads = 256;
+  static constexpr int kMinBlocksPerSm = 2;  // <= 128 registers
+  static constexpr int kFreqsPerThread = 4;
+  static constexpr int kInnerUnroll = 1;
+  static constexpr int kTile = 256;
+};
+// Bench run 3 (H200, 2^10 x 2^20): 2.02 ms against variant 0's 2.41 ms, but no GPU
+// test has run it yet: make it the float64 default in LaunchLombScargle after one.
+template <>
+struct PeriodogramPolicy<double, 1> {
+  static constexpr int kThreads = 128;
+  static constexpr int kMinBlocksPerSm = 2;
+  static constexpr int kFreqsPerThread = 8;
+  static constexpr int kInnerUnroll = 1;
+  static constexpr int kTile = 128;
+};
+
+struct BatchStats {
+  double y_sum;   // Y  = sum w' y   (w' = w / sum w)
+  double yy_sum;  // YY = sum w' y^2
+};
+
+// ---- prep ----------------------------------------------------------------------------
+template <typename T>
+struct PrepAgent {
+  using BlockReduce = cub::BlockReduce<double, PrepPolicy::kThreads>;
+  const T* y;
+  const T* w;  // null: all ones
+  bool w_batched;
+  int64_t batch, n;
+  bool precenter;
+  T* wn;   // (B, N) w / sum w
+  T* wy;   // (B, N) (w / sum w) * (y - mean)
+  BatchStats* stats;
+  LombScargleResult* result;
+
+  __device__ void Run() {
+    __shared__ typename BlockReduce::TempStorage tmp;
+    __shared__ double s_wsum, s_ymean;
+    __shared__ int s_neg;
+    for (int64_t b = blockIdx.x; b < batch; b += gridDim.x) {
+      const T* yb = y + b * n;
+      const T* wb = w == nullptr ? nullptr : w + (w_batched ? b * n : 0);
+      double ws = 0, ys = 0;
+      int neg = 0;
+      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const double wi = wb == nullptr ? 1.0 : static_cast<double>(wb[i]);
+        neg |= !(wi >= 0.0);  // negative or NaN
+        ws += wi;
+        ys += static_cast<double>(yb[i]);
+      }
+      if (threadIdx.x == 0) s_neg = 0;
+      __syncthreads();
+      if (neg) atomicOr(&s_neg, 1);
+      const double ws_total = BlockReduce(tmp).Sum(ws);
+      __syncthreads();
+      const double ys_total = BlockReduce(tmp).Sum(ys);
+      if (threadIdx.x == 0) {
+        s_wsum = ws_total;
+        s_ymean = precenter ? ys_total / static_cast<double>(n) : 0.0;
+      }
+      __syncthreads();
+      const double wsum = s_wsum;
+      const double ymean = s_ymean;
+      const bool bad = s_neg != 0 || !(wsum > 0.0) || !isfinite(wsum);
+      if (bad) {
+        if (threadIdx.x == 0) atomicMin(&result->bad_batch, static_cast<unsigned long long>(b));
+        __syncthreads();
+        continue;
+      }
+      double y1 = 0, y2 = 0;
+      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const double wi = (wb == nullptr ? 1.0 : static_cast<double>(wb[i])) / wsum;
+        const double yc = static_cast<double>(yb[i]) - ymean;
+        wn[b * n + i] = static_cast<T>(wi);
+        wy[b * n + i] = static_cast<T>(wi * yc);
+        y1 += wi * yc;
+        y2 += wi * yc * yc;
+      }
+      const double y1_total = BlockReduce(tmp).Sum(y1);
+      __syncthreads();
+      const double y2_total = BlockReduce(tmp).Sum(y2);
+      if (threadIdx.x == 0) stats[b] = BatchStats{y1_total, y2_total};
+      __syncthreads();
+    }
+  }
+};
+
+template <typename T>
+__global__ void __launch_bounds__(PrepPolicy::kThreads)
+    PrepKernel(const T* y, const T* w, bool w_batched, int64_t batch, int64_t n, bool precenter,
+               T* wn, T* wy, BatchStats* stats, LombScargleResult* result) {
+  PrepAgent<T>{y, w, w_batched, batch, n, precenter, wn, wy, stats, result}.Run();
+}
+
+// ---- phase -------------------------------------------------------------------------------
+// A frequency as an unevaluated sum hi + lo. Frequencies from an array are exact in
+// T (lo = 0); grid frequencies are computed in float64 and, for float32, split into
+// two floats, so a float32 periodogram on a grid sees the float64 grid.
+template <typename T>
+struct Freq {
+  T hi, lo;
+};
+
+// sin and cos of (f.hi + f.lo) x, accurate to ~3e-7 rad for any |f x| < 2^22.
+template <bool kHasLo>
+__device__ __forceinline__ void SinCosPhase(const Freq<float>& f, float x, float* s, float* c) {
+  constexpr float kInv2Pi = 0.15915494309189535f;
+  constexpr float k2PiHi = 6.28318548202514648f;     // float(2 pi)
+  constexpr float k2PiLo = -1.7484555314695172e-7f;  // 2 pi - k2PiHi
+  constexpr float kRound = 12582912.0f;              // 1.5 * 2^23: round to nearest integer
+  const float p = f.hi * x;
+  float e = fmaf(f.hi, x, -p);         // exact: f.hi x = p + e
+  if constexpr (kHasLo) e = fmaf(f.lo, x, e);
+  const float k = fmaf(p, kInv2Pi, kRound) - kRound;
+  float r = fmaf(-k, k2PiHi, p);       // exact for |p| >= 4
+  r = fmaf(-k, k2PiLo, r);
+  r += e;
+  __sincosf(r, s, c);
+}
+
+template <bool kHasLo>
+__device__ __forceinline__ void SinCosPhase(const Freq<double>& f, double x, double* s, double* c) {
+  sincos(f.hi * x, s, c);
+}
+
+__device__ __forceinline__ double GridAt(double start, double stop, int64_t count, int64_t i) {
+  if (count == 1) return start;
+  if (i == count - 1) return stop;
+  return start + static_cast<double>(i) * ((stop - start) / static_cast<double>(count - 1));
+}
+
+template <typename T>
+struct PeriodogramParams {
+  const T* x;
+  int64_t x_batch_stride;  // 0 when x is shared by the batch
+  const T* wn;
+  const T* wy;
+  const BatchStats* stats;
+  const T* freqs;
+  double grid_start, grid_stop;
+  int64_t batch, n, m;
+  bool normalize;
+  T* out;
+};
+
+// ---- the fused periodogram -------------------------------------------------------------
+template <typename T, typename Policy, bool kFloatingMean, bool kGrid>
+struct PeriodogramAgent {
+  static constexpr int F = Policy::kFreqsPerThread;
+  static constexpr int kTile = Policy::kTile;
+  struct alignas(4 * sizeof(T)) Sample {  // one 16-byte (f32) or two (f64) broadcast loads
+    T x, w, wy, pad;
+  };
+  using TempStorage = Sample[kTile];
+
+  const PeriodogramParams<T>& p;
+  TempStorage& tile;
+
+  __device__ void Run() {
+    const int64_t per_block = static_cast<int64_t>(Policy::kThreads) * F;
+    for (int64_t b = blockIdx.y; b < p.batch; b += gridDim.y) {
+      const T* xb = p.x + b * p.x_batch_stride;
+      const T* wb = p.wn + b * p.n;
+      const T* wyb = p.wy + b * p.n;
+      const BatchStats st = p.stats[b];
+      for (int64_t base = blockIdx.x * per_block; base < p.m; base += gridDim.x * per_block) {
+        // Frequencies of this thread: k_j = base + j * kThreads + tid (coalesced stores).
+        // On a grid they are evenly spaced by delta = kThreads * step, so only f_0 and
+        // delta need sin/cos per sample; f_1.. follow by rotation (4 FMAs each).
+        Freq<T> f[F];
+        Freq<T> delta{T(0), T(0)};
+#pragma unroll
+        for (int j = 0; j < F; ++j) {
+          const int64_t k = base + j * Policy::kThreads + threadIdx.x;
+          if constexpr (kGrid) {
+            const double fd = k < p.m ? GridAt(p.grid_start, p.grid_stop, p.m, k) : 0.0;
+            f[j].hi = static_cast<T>(fd);
+            f[j].lo = static_cast<T>(fd - static_cast<double>(f[j].hi));
+          } else {
+            f[j].hi = k < p.m ? p.freqs[k] : T(0);
+            f[j].lo = T(0);
+          }
+        }
+        if constexpr (kGrid && F > 1) {
+          const double step = p.m > 1 ? (p.grid_stop - p.grid_start) / static_cast<double>(p.m - 1) : 0.0;
+          const double dd = step * Policy::kThreads;
+          delta.hi = static_cast<T>(dd);
+          delta.lo = static_cast<T>(dd - static_cast<double>(delta.hi));
+          // f_0 of the rotation: the grid point itself (exact), or 0 past the end.
+          const int64_t k0 = base + threadIdx.x;
+          const double f0 = k0 < p.m ? p.grid_start + static_cast<double>(k0) * step : 0.0;
+          f[0].hi = static_cast<T>(f0);
+          f[0].lo = static_cast<T>(f0 - static_cast<double>(f[0].hi));
+        }
+        T c_s[F] = {}, s_s[F] = {}, cc[F] = {}, cs[F] = {}, yc[F] = {}, ys[F] = {};
+        for (int64_t t0 = 0; t0 < p.n; t0 += kTile) {
+          const int nt = p.n - t0 < kTile ? static_cast<int>(p.n - t0) : kTile;
+          __syncthreads();  // the previous tile is consumed
+          for (int i = threadIdx.x; i < nt; i += Policy::kThreads) {
+            tile[i] = Sample{xb[t0 + i], wb[t0 + i], wyb[t0 + i], T(0)};
+          }
+          __syncthreads();
+#pragma unroll(Policy::kInnerUnroll)
+          for (int i = 0; i < nt; ++i) {
+            const Sample smp = tile[i];  // broadcast read
+            T sn[F], cn[F];
+            if constexpr (kGrid && F > 1) {
+              SinCosPhase<true>(f[0], smp.x, &sn[0], &cn[0]);
+              T sd, cd;
+              SinCosPhase<true>(delta, smp.x, &sd, &cd);
+#pragma unroll
+              for (int j = 1; j < F; ++j) {
+                cn[j] = fma(cn[j - 1], cd, -(sn[j - 1] * sd));
+                sn[j] = fma(sn[j - 1], cd, cn[j - 1] * sd);
+              }
+            } else {
+#pragma unroll
+              for (int j = 0; j < F; ++j) SinCosPhase<kGrid>(f[j], smp.x, &sn[j], &cn[j]);
+            }
+#pragma unroll
+            for (int j = 0; j < F; ++j) {
+              const T c = cn[j], s = sn[j];
+              const T wc = smp.w * c;
+              if constexpr (kFloatingMean) {
+                c_s[j] += wc;
+                s_s[j] = fma(smp.w, s, s_s[j]);
+              }
+              cc[j] = fma(wc, c, cc[j]);
+              cs[j] = fma(wc, s, cs[j]);
+              yc[j] = fma(smp.wy, c, yc[j]);
+              ys[j] = fma(smp.wy, s, ys[j]);
+            }
+          }
+        }
+        const T y_sum = static_cast<T>(st.y_sum);
+        const T yy_sum = static_cast<T>(st.yy_sum);
+#pragma unroll
+        for (int j = 0; j < F; ++j) {
+          const int64_t k = base + j * Policy::kThreads + threadIdx.x;
+          if (k >= p.m) continue;
+          T CC = cc[j], SS = T(1) - cc[j], CS = cs[j], YC = yc[j], YS = ys[j];
+          if constexpr (kFloatingMean) {
+            YC -= y_sum * c_s[j];
+            YS -= y_sum * s_s[j];
+            CC -= c_s[j] * c_s[j];
+            SS -= s_s[j] * s_s[j];
+            CS -= c_s[j] * s_s[j];
+          }
+          const T D = CC * SS - CS * CS;
+          const T a = (YC * SS - YS * CS) / D;
+          const T bb = (YS * CC - YC * CS) / D;
+          T pg = T(2) * (a * YC + bb * YS);
+          if (p.normalize) {
+            pg /= kFloatingMean ? T(2) * (yy_sum - y_sum * y_sum) : T(2) * yy_sum;
+          } else {
+            pg *= static_cast<T>(p.n) / T(4);
+          }
+          p.out[b * p.m + k] = pg;
+        }
+      }
+    }
+  }
+};
+
+template <typename T, int kVariant, bool kFloatingMean, bool kGrid>
+__global__ void __launch_bounds__(PeriodogramPolicy<T, kVariant>::kThreads,
+                                  PeriodogramPolicy<T, kVariant>::kMinBlocksPerSm)
+    PeriodogramKernel(const __grid_constant__ PeriodogramParams<T> p) {
+  using Agent = PeriodogramAgent<T, PeriodogramPolicy<T, kVariant>, kFloatingMean, kGrid>;
+  __shared__ typename Agent::TempStorage tile;
+  Agent{p, tile}.Run();
+}
+
+// ---- host --------------------------------------------------------------------------------
+template <typename T, int kVariant>
+cudaError_t LaunchT(const LombScargleArgs& a, LombScargleResult* result, const LaunchEnv& env) {
+  using Policy = PeriodogramPolicy<T, kVariant>;
+  const int64_t bn = a.batch * a.samples;
+  Scratch scratch;
+  GC_TRY(scratch.Allocate(static_cast<size_t>(2 * bn) * sizeof(T) +
+                              static_cast<size_t>(a.batch) * sizeof(BatchStats) + 16,
+                          env));
+  auto* stats = scratch.as<BatchStats>();
+  T* wn = reinterpret_cast<T*>(stats + a.batch);
+  T* wy = wn + bn;
+  {
+    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(a.batch, 65535));
+    PrepKernel<T><<<grid, PrepPolicy::kThreads, 0, env.stream>>>(
+        static_cast<const T*>(a.y), static_cast<const T*>(a.weights), a.weights_batched, a.batch,
+        a.samples, a.precenter, wn, wy, stats, result);
+    GC_CHECK_LAUNCH();
+  }
+  PeriodogramParams<T> p{};
+  p.x = static_cast<const T*>(a.x);
+  p.x_batch_stride = a.x_batched ? a.samples : 0;
+  p.wn = wn;
+  p.wy = wy;
+  p.stats = stats;
+  p.freqs = static_cast<const T*>(a.freqs);
+  p.grid_start = a.grid_start;
+  p.grid_stop = a.grid_stop;
+  p.batch = a.batch;
+  p.n = a.samples;
+  p.m = a.frequencies;
+  p.normalize = a.normalize;
+  p.out = static_cast<T*>(a.out);
+  const int64_t per_block = static_cast<int64_t>(Policy::kThreads) * Policy::kFreqsPerThread;
+  const int64_t gx = std::min<int64_t>(CeilDiv(a.frequencies, per_block),
+                                       static_cast<int64_t>(env.sm_count) * Policy::kMinBlocksPerSm);
+  const int64_t gy = std::min<int64_t>(a.batch, 65535);
+  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
+  const bool use_grid = a.freqs == nullptr;
+#define GC_LS(FM, G) PeriodogramKernel<T, kVariant, FM, G><<<grid, Policy::kThreads, 0, env.stream>>>(p)
+  if (a.floating_mean) {
+    if (use_grid) GC_LS(true, true); else GC_LS(true, false);
+  } else {
+    if (use_grid) GC_LS(false, true); else GC_LS(false, false);
+  }
+#undef GC_LS
+  GC_CHECK_LAUNCH();
+  return cudaSuccess;
+}
+
+template <typename T, int V>
+void ListVariant(std::vector<KernelEntry>& out, const std::string& t) {
+  const std::string v = V == 0 ? "" : ",v" + std::to_string(V);
+  out.push_back({"lombscargle.periodogram<" + t + ",floating_mean,grid" + v + ">", (const void*)&PeriodogramKernel<T, V, true, true>});
+  out.push_back({"lombscargle.periodogram<" + t + ",floating_mean" + v + ">", (const void*)&PeriodogramKernel<T, V, true, false>});
+  out.push_back({"lombscargle.periodogram<" + t + ",grid" + v + ">", (const void*)&PeriodogramKernel<T, V, false, true>});
+  out.push_back({"lombscargle.periodogram<" + t + v + ">", (const void*)&PeriodogramKernel<T, V, false, false>});
+}
+
+template <typename T>
+void ListT(std::vector<KernelEntry>& out, const std::string& t) {
+  out.push_back({"lombscargle.prep<" + t + ">", (const void*)&PrepKernel<T>});
+  ListVariant<T, 0>(out, t);
+  if constexpr (std::is_same_v<T, float>) ListVariant<T, 1>(out, t);  // small-M float32
+}
+
+}  // namespace
+
+cudaError_t LaunchLombScargle(DType dtype, const LombScargleArgs& a, LombScargleResult* result,
+                              const LaunchEnv& env, int variant) {
+  GC_REQUIRE(result != nullptr);
+  GC_REQUIRE(a.batch >= 1 && a.samples >= 1 && a.frequencies >= 1);
+  GC_REQUIRE(a.x != nullptr && a.y != nullptr && a.out != nullptr);
+  GC_REQUIRE(variant >= -1 && variant <= 1);
+  if (variant < 0) {
+    // float32: 8 frequencies per thread where that still gives every SM two blocks,
+    // else 4 (twice the blocks). float64: 4.
+    using P0 = PeriodogramPolicy<float, 0>;
+    const int64_t blocks = CeilDiv(a.frequencies, int64_t{P0::kThreads} * P0::kFreqsPerThread) * a.batch;
+    variant = dtype == DType::kFloat64 || blocks >= 2 * int64_t{env.sm_count} ? 0 : 1;
+  }
+  GC_TRY(cudaMemsetAsync(result, 0xff, sizeof(LombScargleResult), env.stream));
+  if (dtype == DType::kFloat32) {
+    return variant == 0 ? LaunchT<float, 0>(a, result, env) : LaunchT<float, 1>(a, result, env);
+  }
+  return variant == 0 ? LaunchT<double, 0>(a, result, env) : LaunchT<double, 1>(a, result, env);
+}
+
+void ListLombScargleKernels(std::vector<KernelEntry>& out) {
+  ListT<float>(out, "f32");
+  ListT<double>(out, "f64");
+}
+
+cudaError_t WarmupLombScargle(const LaunchEnv& env) {
+  // 3 samples, 5 frequencies, every kernel of both dtypes.
+  Scratch s;
+  const size_t bytes = 64 * sizeof(double) + sizeof(LombScargleResult) + 16;
+  GC_TRY(s.Allocate(bytes, env));
+  GC_TRY(cudaMemsetAsync(s.as<void>(), 0x3f, bytes, env.stream));
+  auto* res = reinterpret_cast<LombScargleResult*>(s.as<double>() + 64);
+  for (DType t : {DType::kFloat32, DType::kFloat64}) {
+    const size_t es = ElementSize(t);
+    char* base = s.as<char>();
+    LombScargleArgs a;
+    a.samples = 3;
+    a.frequencies = 5;
+    a.x = base;
+    a.y = base + 4 * es;
+    a.weights = base + 8 * es;
+    a.out = base + 16 * es;
+    for (int variant = 0; variant < (t == DType::kFloat32 ? 2 : 1); ++variant) {
+      for (int fm = 0; fm < 2; ++fm) {
+        a.floating_mean = fm == 1;
+        a.freqs = base + 24 * es;
+        GC_TRY(LaunchLombScargle(t, a, res, env, variant));
+        a.freqs = nullptr;
+        a.grid_start = 0.1;
+        a.grid_stop = 1.0;
+        GC_TRY(LaunchLombScargle(t, a, res, env, variant));
+      }
+    }
+  }
+  return cudaSuccess;
+}
+
+}  // namespace gpucompute::cuda

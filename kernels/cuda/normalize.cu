@@ -1,0 +1,490 @@
+// Row normalization: out[r, :] = in[r, :] / norm(in[r, :]) for SUM, L1, L2 and
+// MAX_ABS norms, accumulated in float64 for both dtypes. All rows of a request are
+// handled by one or two launches, never one launch per row:
+//   short rows (cols <= RowGroupPolicy::kMaxCols): RowGroupKernel, a group of lanes per
+//     row reduces it with shuffles and scales it; rows up to 8 elements per lane stay
+//     in registers (one read), longer ones are read twice (the second from L1/L2);
+//   long rows: ChunkReduceKernel splits every row into chunks (one block each, block
+//     reduction via cub::BlockReduce, 16-byte loads); the last block to finish a row
+//     (threadfence + ticket) sums that row's partials in a fixed order, so the norm is
+//     deterministic; then ChunkScaleKernel divides with 16-byte loads/stores, walking
+//     the chunks in reverse so its first reads find the reducer's last lines in L2.
+// Scaling is x * (1 / norm) with the reciprocal rounded to T (float32: within 1 ulp
+// of the CPU backend, which multiplies in float64).
+// A zero or non-finite norm is never divided by: the row is skipped and its index
+// goes to result->bad_row with atomicMin (the lowest such row wins).
+#include <cuda_runtime.h>
+
+#include <cub/block/block_reduce.cuh>
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/launchers.h"
+
+namespace gpucompute::cuda {
+
+namespace {
+
+struct RowGroupPolicy {
+  static constexpr int kThreads = 256;
+  static constexpr int kMinBlocksPerSm = 4;
+  static constexpr int64_t kMaxCols = 4096;
+  static constexpr int64_t kSmallCols = 32;  // rows this short get 4 lanes, not 32
+  static constexpr int kPerLane = 8;         // rows <= group * 8 are held in registers
+};
+struct ChunkPolicy {
+  static constexpr int kThreads = 256;
+  static constexpr int kMinBlocksPerSm = 4;
+  static constexpr int64_t kChunk = 16384;  // elements per block work item
+  static constexpr int kUnroll = 4;
+};
+struct BadRowPolicy {
+  static constexpr int kThreads = 256;
+};
+
+// ---- the norm as a float64 reduction -----------------------------------------------
+template <NormCode kNorm>
+struct NormOp {
+  __device__ static double Identity() { return 0.0; }
+  template <typename T>
+  __device__ static double Transform(T x) {
+    const double v = static_cast<double>(x);
+    if constexpr (kNorm == NormCode::kSum) return v;
+    else if constexpr (kNorm == NormCode::kL2) return v * v;
+    else return fabs(v);
+  }
+  __device__ static double Combine(double a, double b) {
+    if constexpr (kNorm == NormCode::kMaxAbs) return (a > b || a != a) ? a : b;  // NaN sticks
+    else return a + b;
+  }
+  __device__ static double Finalize(double a) {
+    if constexpr (kNorm == NormCode::kL2) return sqrt(a);
+    else return a;
+  }
+  struct Functor {
+    __device__ double operator()(double a, double b) const { return Combine(a, b); }
+  };
+};
+
+__device__ __forceinline__ bool GoodNorm(double n) { return isfinite(n) && n != 0.0; }
+
+// x / norm as x * (1 / norm), the reciprocal rounded to T once per row. float64: the
+// CPU backend's arithmetic exactly; float32: within 1 ulp of it (the CPU multiplies in
+// float64), without two float<->double conversions per element (16/clk/SM on Hopper,
+// which limited short rows).
+template <typename T>
+__device__ __forceinline__ T ScaleBy(T x, T inv) {
+  return x * inv;
+}
+
+template <typename T, typename Op>
+__device__ __forceinline__ double AccumulateVec(double acc, const typename Vec16<T>::type& v) {
+  if constexpr (Vec16<T>::kCount == 4) {
+    acc = Op::Combine(acc, Op::Transform(v.x));
+    acc = Op::Combine(acc, Op::Transform(v.y));
+    acc = Op::Combine(acc, Op::Transform(v.z));
+    return Op::Combine(acc, Op::Transform(v.w));
+  } else {
+    acc = Op::Combine(acc, Op::Transform(v.x));
+    return Op::Combine(acc, Op::Transform(v.y));
+  }
+}
+
+// Splits [s, e) into a scalar head, a 16-byte aligned body and a scalar tail.
+template <typename T>
+struct AlignedRange {
+  int64_t head_end, body_end;
+  __device__ AlignedRange(int64_t s, int64_t e) {
+    constexpr int64_t V = Vec16<T>::kCount;
+    const int64_t a0 = (s + V - 1) / V * V;
+    head_end = a0 < e ? a0 : e;
+    body_end = head_end + (e - head_end) / V * V;
+  }
+};
+
+// Block-wide sum/max of in[s, e) (all threads receive nothing useful; thread 0 the total).
+template <typename T, NormCode kNorm, bool kVec>
+__device__ double BlockRangeReduce(const T* in, int64_t s, int64_t e,
+                                   typename cub::BlockReduce<double, ChunkPolicy::kThreads>::TempStorage& tmp) {
+  using Op = NormOp<kNorm>;
+  using VT = typename Vec16<T>::type;
+  constexpr int V = Vec16<T>::kCount;
+  double acc = Op::Identity();
+  if constexpr (kVec) {
+    const AlignedRange<T> r(s, e);
+    for (int64_t i = s + threadIdx.x; i < r.head_end; i += blockDim.x) acc = Op::Combine(acc, Op::Transform(in[i]));
+    const VT* body = reinterpret_cast<const VT*>(in + r.head_end);
+    const int64_t nv = (r.body_end - r.head_end) / V;
+    constexpr int U = ChunkPolicy::kUnroll;
+    int64_t k = threadIdx.x;
+    for (; k + (U - 1) * static_cast<int64_t>(blockDim.x) < nv; k += U * blockDim.x) {
+      VT v[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) v[u] = body[k + u * blockDim.x];
+#pragma unroll
+      for (int u = 0; u < U; ++u) acc = AccumulateVec<T, Op>(acc, v[u]);
+    }
+    for (; k < nv; k += blockDim.x) acc = AccumulateVec<T, Op>(acc, body[k]);
+    for (int64_t i = r.body_end + threadIdx.x; i < e; i += blockDim.x) acc = Op::Combine(acc, Op::Transform(in[i]));
+  } else {
+    for (int64_t i = s + threadIdx.x; i < e; i += blockDim.x) acc = Op::Combine(acc, Op::Transform(in[i]));
+  }
+  return cub::BlockReduce<double, ChunkPolicy::kThreads>(tmp).Reduce(acc, typename Op::Functor{});
+}
+
+// ---- short rows: a group of lanes per row, reduce and scale in one pass ------------------
+template <typename T, NormCode kNorm, int kGroup>
+struct RowGroupAgent {
+  using Op = NormOp<kNorm>;
+  const T* in;
+  T* out;
+  int64_t rows, cols;
+  NormalizeResult* result;
+
+  __device__ void Run() {
+    const int lane = threadIdx.x % kGroup;
+    const unsigned mask = kGroup == 32 ? 0xffffffffu
+                                       : (((1u << kGroup) - 1u) << (threadIdx.x % 32 / kGroup * kGroup));
+    const int64_t groups = static_cast<int64_t>(gridDim.x) * (blockDim.x / kGroup);
+    for (int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kGroup) + threadIdx.x / kGroup;
+         row < rows; row += groups) {
+      const T* src = in + row * cols;
+      T* dst = out + row * cols;
+      if (cols <= kGroup * RowGroupPolicy::kPerLane) {
+        // The whole row in registers: every load issued up front, one read of memory.
+        // Padding is 0, which changes no norm (sum, |x|, x^2 and max|x| all ignore it).
+        T v[RowGroupPolicy::kPerLane];
+#pragma unroll
+        for (int k = 0; k < RowGroupPolicy::kPerLane; ++k) {
+          const int64_t c = lane + k * kGroup;
+          v[k] = c < cols ? src[c] : T(0);
+        }
+        double acc = Op::Identity();
+#pragma unroll
+        for (int k = 0; k < RowGroupPolicy::kPerLane; ++k) acc = Op::Combine(acc, Op::Transform(v[k]));
+        const double norm = GroupReduce(acc, mask);
+        if (!GoodNorm(norm)) {
+          if (lane == 0) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
+          continue;
+        }
+        const T inv = static_cast<T>(1.0 / norm);
+#pragma unroll
+        for (int k = 0; k < RowGroupPolicy::kPerLane; ++k) {
+          const int64_t c = lane + k * kGroup;
+          if (c < cols) dst[c] = ScaleBy(v[k], inv);
+        }
+        continue;
+      }
+      // Longer rows: two passes, the second from L1/L2; four loads in flight per lane.
+      double acc0 = Op::Identity(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+      int64_t c = lane;
+      for (; c + 3 * kGroup < cols; c += 4 * kGroup) {
+        const T a = src[c], b = src[c + kGroup], d = src[c + 2 * kGroup], e = src[c + 3 * kGroup];
+        acc0 = Op::Combine(acc0, Op::Transform(a));
+        acc1 = Op::Combine(acc1, Op::Transform(b));
+        acc2 = Op::Combine(acc2, Op::Transform(d));
+        acc3 = Op::Combine(acc3, Op::Transform(e));
+      }
+      for (; c < cols; c += kGroup) acc0 = Op::Combine(acc0, Op::Transform(src[c]));
+      const double norm = GroupReduce(Op::Combine(Op::Combine(acc0, acc1), Op::Combine(acc2, acc3)), mask);
+      if (!GoodNorm(norm)) {
+        if (lane == 0) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
+        continue;
+      }
+      const T inv = static_cast<T>(1.0 / norm);
+      for (int64_t c2 = lane; c2 < cols; c2 += kGroup) dst[c2] = ScaleBy(src[c2], inv);
+    }
+  }
+
+  // Butterfly over the group: every lane gets the same norm.
+  __device__ static double GroupReduce(double acc, unsigned mask) {
+#pragma unroll
+    for (int off = kGroup / 2; off > 0; off /= 2) {
+      acc = Op::Combine(acc, __shfl_xor_sync(mask, acc, off, kGroup));
+    }
+    return Op::Finalize(acc);
+  }
+};
+
+template <typename T, NormCode kNorm, int kGroup>
+__global__ void __launch_bounds__(RowGroupPolicy::kThreads, RowGroupPolicy::kMinBlocksPerSm)
+    RowGroupKernel(const T* in, T* out, int64_t rows, int64_t cols, NormalizeResult* result) {
+  RowGroupAgent<T, kNorm, kGroup>{in, out, rows, cols, result}.Run();
+}
+
+// ---- long rows: chunked reduce with last-block finalize, then scale --------------------
+template <typename T, NormCode kNorm, bool kVec>
+struct ChunkReduceAgent {
+  using Op = NormOp<kNorm>;
+  using BlockReduce = cub::BlockReduce<double, ChunkPolicy::kThreads>;
+  const T* in;
+  int64_t rows, cols, chunks;  // chunks per row
+  double* partials;            // rows * chunks
+  unsigned* tickets;           // rows, zeroed by the launcher
+  double* norms;               // rows
+  NormalizeResult* result;
+
+  __device__ void Run() {
+    __shared__ typename BlockReduce::TempStorage tmp;
+    __shared__ bool last;
+    const int64_t total = rows * chunks;
+    for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {
+      const int64_t row = w / chunks;
+      const int64_t c = w - row * chunks;
+      const int64_t s = row * cols + c * ChunkPolicy::kChunk;
+      const int64_t e = row * cols + min(cols, (c + 1) * ChunkPolicy::kChunk);
+      const double part = BlockRangeReduce<T, kNorm, kVec>(in, s, e, tmp);
+      if (threadIdx.x == 0) {
+        partials[w] = part;
+        __threadfence();
+        last = atomicAdd(&tickets[row], 1u) == static_cast<unsigned>(chunks - 1);
+      }
+      __syncthreads();
+      if (last) {  // every partial of this row is written: sum them in a fixed order
+        double acc = Op::Identity();
+        for (int64_t k = threadIdx.x; k < chunks; k += blockDim.x) {
+          acc = Op::Combine(acc, __ldcg(partials + row * chunks + k));
+        }
+        __syncthreads();  // tmp is reused
+        acc = BlockReduce(tmp).Reduce(acc, typename Op::Functor{});
+        if (threadIdx.x == 0) {
+          const double norm = Op::Finalize(acc);
+          norms[row] = norm;
+          if (!GoodNorm(norm)) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
+        }
+      }
+      __syncthreads();  // tmp and `last` are reused by the next work item
+    }
+  }
+};
+
+template <typename T, NormCode kNorm, bool kVec>
+__global__ void __launch_bounds__(ChunkPolicy::kThreads, ChunkPolicy::kMinBlocksPerSm)
+    ChunkReduceKernel(const T* in, int64_t rows, int64_t cols, int64_t chunks, double* partials,
+                      unsigned* tickets, double* norms, NormalizeResult* result) {
+  ChunkReduceAgent<T, kNorm, kVec>{in, rows, cols, chunks, partials, tickets, norms, result}.Run();
+}
+
+template <typename T, bool kVec>
+struct ChunkScaleAgent {
+  using VT = typename Vec16<T>::type;
+  const T* in;
+  T* out;
+  int64_t rows, cols, chunks;
+  const double* norms;
+
+  __device__ static VT ScaleVec(const VT& x, T inv) {
+    if constexpr (Vec16<T>::kCount == 4) {
+      return make_float4(ScaleBy(x.x, inv), ScaleBy(x.y, inv), ScaleBy(x.z, inv), ScaleBy(x.w, inv));
+    } else {
+      return make_double2(ScaleBy(x.x, inv), ScaleBy(x.y, inv));
+    }
+  }
+
+  __device__ void Run() {
+    const int64_t total = rows * chunks;
+    for (int64_t k = blockIdx.x; k < total; k += gridDim.x) {
+      const int64_t w = total - 1 - k;  // reverse of the reducer's order
+      const int64_t row = w / chunks;
+      const double norm = norms[row];
+      if (!GoodNorm(norm)) continue;  // never divide by a bad norm
+      const T inv = static_cast<T>(1.0 / norm);
+      const int64_t c = w - row * chunks;
+      const int64_t s = row * cols + c * ChunkPolicy::kChunk;
+      const int64_t e = row * cols + min(cols, (c + 1) * ChunkPolicy::kChunk);
+      if constexpr (kVec) {
+        const AlignedRange<T> r(s, e);
+        for (int64_t i = s + threadIdx.x; i < r.head_end; i += blockDim.x) out[i] = ScaleBy(in[i], inv);
+        const VT* src = reinterpret_cast<const VT*>(in + r.head_end);
+        VT* dst = reinterpret_cast<VT*>(out + r.head_end);
+        const int64_t nv = (r.body_end - r.head_end) / Vec16<T>::kCount;
+        constexpr int U = ChunkPolicy::kUnroll;
+        int64_t j = threadIdx.x;
+        for (; j + (U - 1) * static_cast<int64_t>(blockDim.x) < nv; j += U * blockDim.x) {
+          VT v[U];
+#pragma unroll
+          for (int u = 0; u < U; ++u) v[u] = src[j + u * blockDim.x];
+#pragma unroll
+          for (int u = 0; u < U; ++u) dst[j + u * blockDim.x] = ScaleVec(v[u], inv);
+        }
+        for (; j < nv; j += blockDim.x) dst[j] = ScaleVec(src[j], inv);
+        for (int64_t i = r.body_end + threadIdx.x; i < e; i += blockDim.x) out[i] = ScaleBy(in[i], inv);
+      } else {
+        for (int64_t i = s + threadIdx.x; i < e; i += blockDim.x) out[i] = ScaleBy(in[i], inv);
+      }
+    }
+  }
+};
+
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(ChunkPolicy::kThreads, ChunkPolicy::kMinBlocksPerSm)
+    ChunkScaleKernel(const T* in, T* out, int64_t rows, int64_t cols, int64_t chunks,
+                     const double* norms) {
+  ChunkScaleAgent<T, kVec>{in, out, rows, cols, chunks, norms}.Run();
+}
+
+// ---- error path: the norm of result->bad_row, for the message ---------------------------
+template <typename T, NormCode kNorm>
+__global__ void __launch_bounds__(BadRowPolicy::kThreads)
+    BadRowNormKernel(const T* in, int64_t rows, int64_t cols, NormalizeResult* result) {
+  __shared__ typename cub::BlockReduce<double, ChunkPolicy::kThreads>::TempStorage tmp;
+  const unsigned long long row = result->bad_row;
+  if (row >= static_cast<unsigned long long>(rows)) return;
+  const int64_t s = static_cast<int64_t>(row) * cols;
+  const double acc = BlockRangeReduce<T, kNorm, false>(in, s, s + cols, tmp);
+  if (threadIdx.x == 0) result->bad_norm = NormOp<kNorm>::Finalize(acc);
+}
+
+// ---- host ----------------------------------------------------------------------------
+template <typename T, NormCode kNorm>
+cudaError_t LaunchT(const T* in, T* out, int64_t rows, int64_t cols, NormalizeResult* result,
+                    const LaunchEnv& env) {
+  if (cols <= RowGroupPolicy::kMaxCols) {
+    const int group = cols <= RowGroupPolicy::kSmallCols ? 4 : 32;
+    const int64_t rows_per_block = RowGroupPolicy::kThreads / group;
+    const unsigned grid = GridFor(CeilDiv(rows, rows_per_block), env.sm_count,
+                                  RowGroupPolicy::kMinBlocksPerSm * 2);
+    if (group == 4) {
+      RowGroupKernel<T, kNorm, 4><<<grid, RowGroupPolicy::kThreads, 0, env.stream>>>(in, out, rows, cols, result);
+    } else {
+      RowGroupKernel<T, kNorm, 32><<<grid, RowGroupPolicy::kThreads, 0, env.stream>>>(in, out, rows, cols, result);
+    }
+    GC_CHECK_LAUNCH();
+    return cudaSuccess;
+  }
+  const int64_t chunks = CeilDiv(cols, ChunkPolicy::kChunk);
+  const int64_t total = rows * chunks;
+  Scratch scratch;
+  const size_t bytes = static_cast<size_t>(total) * sizeof(double) +
+                       static_cast<size_t>(rows) * (sizeof(double) + sizeof(unsigned)) + 16;
+  GC_TRY(scratch.Allocate(bytes, env));
+  double* partials = scratch.as<double>();
+  double* norms = partials + total;
+  unsigned* tickets = reinterpret_cast<unsigned*>(norms + rows);
+  GC_TRY(cudaMemsetAsync(tickets, 0, static_cast<size_t>(rows) * sizeof(unsigned), env.stream));
+  const bool vec = Aligned16(in) && Aligned16(out);
+  const unsigned grid = GridFor(total, env.sm_count, ChunkPolicy::kMinBlocksPerSm * 2);
+  if (vec) {
+    ChunkReduceKernel<T, kNorm, true><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(
+        in, rows, cols, chunks, partials, tickets, norms, result);
+  } else {
+    ChunkReduceKernel<T, kNorm, false><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(
+        in, rows, cols, chunks, partials, tickets, norms, result);
+  }
+  GC_CHECK_LAUNCH();
+  if (vec) {
+    ChunkScaleKernel<T, true><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(in, out, rows, cols, chunks, norms);
+  } else {
+    ChunkScaleKernel<T, false><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(in, out, rows, cols, chunks, norms);
+  }
+  GC_CHECK_LAUNCH();
+  return cudaSuccess;
+}
+
+template <typename T>
+cudaError_t DispatchNorm(const T* in, T* out, int64_t rows, int64_t cols, NormCode norm,
+                         NormalizeResult* result, const LaunchEnv& env) {
+  switch (norm) {
+    case NormCode::kSum: return LaunchT<T, NormCode::kSum>(in, out, rows, cols, result, env);
+    case NormCode::kL1: return LaunchT<T, NormCode::kL1>(in, out, rows, cols, result, env);
+    case NormCode::kL2: return LaunchT<T, NormCode::kL2>(in, out, rows, cols, result, env);
+    case NormCode::kMaxAbs: return LaunchT<T, NormCode::kMaxAbs>(in, out, rows, cols, result, env);
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <typename T>
+cudaError_t BadRowT(const T* in, int64_t rows, int64_t cols, NormCode norm, NormalizeResult* result,
+                    const LaunchEnv& env) {
+  const dim3 g(1), b(BadRowPolicy::kThreads);
+  switch (norm) {
+    case NormCode::kSum: BadRowNormKernel<T, NormCode::kSum><<<g, b, 0, env.stream>>>(in, rows, cols, result); break;
+    case NormCode::kL1: BadRowNormKernel<T, NormCode::kL1><<<g, b, 0, env.stream>>>(in, rows, cols, result); break;
+    case NormCode::kL2: BadRowNormKernel<T, NormCode::kL2><<<g, b, 0, env.stream>>>(in, rows, cols, result); break;
+    case NormCode::kMaxAbs: BadRowNormKernel<T, NormCode::kMaxAbs><<<g, b, 0, env.stream>>>(in, rows, cols, result); break;
+  }
+  GC_CHECK_LAUNCH();
+  return cudaSuccess;
+}
+
+template <typename T, NormCode kNorm>
+void ListNormT(std::vector<KernelEntry>& out, const std::string& name) {
+  out.push_back({"normalize.row_group4<" + name + ">", (const void*)&RowGroupKernel<T, kNorm, 4>});
+  out.push_back({"normalize.row_group32<" + name + ">", (const void*)&RowGroupKernel<T, kNorm, 32>});
+  out.push_back({"normalize.chunk_reduce<" + name + ",vec>", (const void*)&ChunkReduceKernel<T, kNorm, true>});
+  out.push_back({"normalize.chunk_reduce<" + name + ">", (const void*)&ChunkReduceKernel<T, kNorm, false>});
+  out.push_back({"normalize.bad_row_norm<" + name + ">", (const void*)&BadRowNormKernel<T, kNorm>});
+}
+
+template <typename T>
+void ListT(std::vector<KernelEntry>& out, const std::string& t) {
+  ListNormT<T, NormCode::kSum>(out, t + ",sum");
+  ListNormT<T, NormCode::kL1>(out, t + ",l1");
+  ListNormT<T, NormCode::kL2>(out, t + ",l2");
+  ListNormT<T, NormCode::kMaxAbs>(out, t + ",max_abs");
+  out.push_back({"normalize.chunk_scale<" + t + ",vec>", (const void*)&ChunkScaleKernel<T, true>});
+  out.push_back({"normalize.chunk_scale<" + t + ">", (const void*)&ChunkScaleKernel<T, false>});
+}
+
+}  // namespace
+
+cudaError_t LaunchNormalize(DType dtype, const void* in, void* out, int64_t rows, int64_t cols,
+                            NormCode norm, NormalizeResult* result, const LaunchEnv& env) {
+  GC_REQUIRE(rows >= 0 && cols >= 1 && result != nullptr);
+  GC_REQUIRE(static_cast<int>(norm) >= 0 && static_cast<int>(norm) <= 3);
+  const NormalizeResult init{kNoIndex, 0.0};
+  static_assert(sizeof(NormalizeResult) == 16);
+  // 0xff.. bytes: bad_row = UINT64_MAX; bad_norm is NaN until the error path fills it.
+  GC_TRY(cudaMemsetAsync(result, 0xff, sizeof(init), env.stream));
+  if (rows == 0) return cudaSuccess;
+  GC_REQUIRE(in != nullptr && out != nullptr);
+  if (dtype == DType::kFloat32) {
+    return DispatchNorm<float>(static_cast<const float*>(in), static_cast<float*>(out), rows, cols,
+                               norm, result, env);
+  }
+  return DispatchNorm<double>(static_cast<const double*>(in), static_cast<double*>(out), rows, cols,
+                              norm, result, env);
+}
+
+cudaError_t LaunchNormalizeBadRowNorm(DType dtype, const void* in, int64_t rows, int64_t cols,
+                                      NormCode norm, NormalizeResult* result, const LaunchEnv& env) {
+  GC_REQUIRE(in != nullptr && result != nullptr && rows >= 1 && cols >= 1);
+  if (dtype == DType::kFloat32) return BadRowT<float>(static_cast<const float*>(in), rows, cols, norm, result, env);
+  return BadRowT<double>(static_cast<const double*>(in), rows, cols, norm, result, env);
+}
+
+void ListNormalizeKernels(std::vector<KernelEntry>& out) {
+  ListT<float>(out, "f32");
+  ListT<double>(out, "f64");
+}
+
+cudaError_t WarmupNormalize(const LaunchEnv& env) {
+  // Rows of 8 (4-lane groups), 40 (warps) and 4097 columns (chunk path, vector and
+  // scalar), one row each, values 1.0; plus the error-path kernel.
+  constexpr int64_t kLong = RowGroupPolicy::kMaxCols + 1;
+  constexpr int64_t kOut = 4112;  // 16-byte aligned for both element sizes; kOut + 1 is not
+  constexpr size_t elems = kOut + 1 + kLong + 7;
+  Scratch s;
+  GC_TRY(s.Allocate(elems * sizeof(double) + sizeof(NormalizeResult), env));
+  auto* res = reinterpret_cast<NormalizeResult*>(s.as<double>() + elems);
+  for (DType t : {DType::kFloat32, DType::kFloat64}) {
+    const size_t es = ElementSize(t);
+    char* base = s.as<char>();
+    // Fill with a finite non-zero pattern (0x3f bytes: ~0.75 in float32, ~4.8e-4 in float64).
+    GC_TRY(cudaMemsetAsync(base, 0x3f, elems * es, env.stream));
+    void* in = base;
+    void* out = base + kOut * es;
+    void* out_unaligned = base + (kOut + 1) * es;
+    for (int k = 0; k < 4; ++k) {
+      const auto norm = static_cast<NormCode>(k);
+      GC_TRY(LaunchNormalize(t, in, out, 1, 8, norm, res, env));
+      GC_TRY(LaunchNormalize(t, in, out, 1, 40, norm, res, env));
+      GC_TRY(LaunchNormalize(t, in, out, 1, kLong, norm, res, env));
+      GC_TRY(LaunchNormalize(t, in, out_unaligned, 1, kLong, norm, res, env));
+      GC_TRY(LaunchNormalizeBadRowNorm(t, in, 1, 8, norm, res, env));
+    }
+  }
+  return cudaSuccess;
+}
+
+}  // namespace gpucompute::cuda

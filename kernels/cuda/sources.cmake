@@ -1,0 +1,16 @@
+# The CUDA backend, added to gpucompute_kernels when nvcc is found (included from
+# kernels/CMakeLists.txt). Architectures come from CMAKE_CUDA_ARCHITECTURES at the
+# top level: machine code for sm_80/86/89/90 plus PTX for 90, so nothing is JIT
+# compiled at run time.
+target_sources(gpucompute_kernels PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_backend.cc
+  ${CMAKE_CURRENT_LIST_DIR}/discount_product.cu
+  ${CMAKE_CURRENT_LIST_DIR}/haversine.cu
+  ${CMAKE_CURRENT_LIST_DIR}/normalize.cu
+  ${CMAKE_CURRENT_LIST_DIR}/lombscargle.cu
+  ${CMAKE_CURRENT_LIST_DIR}/support.cu)
+target_compile_definitions(gpucompute_kernels PUBLIC GPUCOMPUTE_HAVE_CUDA)
+target_link_libraries(gpucompute_kernels PUBLIC CUDA::cudart_static)
+# -lineinfo: source lines for compute-sanitizer and ncu, no effect on the code.
+target_compile_options(gpucompute_kernels PRIVATE
+  $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo --expt-relaxed-constexpr -Xptxas=-warn-spills>)
