@@ -105,6 +105,21 @@ class ServerTest : public ::testing::Test {
 
   static double Tolerance(v1::DType dtype) { return dtype == v1::FLOAT32 ? 2e-6 : 1e-12; }
 
+  // ||out - ref|| / ||ref||: for results that are ill-conditioned at some points
+  // (a float32 periodogram near D = CC*SS - CS^2 = 0), where elementwise bounds
+  // would measure the conditioning rather than the implementation.
+  static void ExpectRelativeL2(const std::vector<double>& out, const std::vector<double>& ref,
+                               double tolerance) {
+    ASSERT_EQ(out.size(), ref.size());
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      ASSERT_FALSE(std::isnan(out[i])) << "element " << i;
+      err += (out[i] - ref[i]) * (out[i] - ref[i]);
+      norm += ref[i] * ref[i];
+    }
+    EXPECT_LE(std::sqrt(err), tolerance * std::sqrt(norm));
+  }
+
   std::mt19937_64 rng_{std::random_device{}()};
   std::unique_ptr<GpuComputeServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -311,8 +326,12 @@ TEST_P(ServerDTypeTest, LombScargleMatchesClassicReference) {
         auto result = client_->LombScargle(request);
         ASSERT_TRUE(result.ok()) << result.status().message();
         SCOPED_TRACE(absl::StrCat("n=", n, " m=", m, " precenter=", precenter, " normalize=", normalize));
-        ExpectClose(Decode(*result), ClassicLombScargle(x, y, freqs, precenter, normalize),
-                    dtype == v1::FLOAT32 ? 1e-4 : 1e-8);
+        const std::vector<double> ref = ClassicLombScargle(x, y, freqs, precenter, normalize);
+        if (dtype == v1::FLOAT32) {
+          ExpectRelativeL2(Decode(*result), ref, 1e-3);  // GPUs accumulate float32 in float32
+        } else {
+          ExpectClose(Decode(*result), ref, 1e-8);
+        }
       }
     }
   }
