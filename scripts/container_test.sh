@@ -154,12 +154,34 @@ if [[ "$WITH_CUDA" == 1 ]]; then
   if [[ "${CUDA_FULL:-0}" != 1 ]]; then
     for pat in 'libcublas*' 'libcudnn*' 'libcufft*' 'libcurand*' 'libcusolver*' 'libcusparse*' \
                'libnccl*' 'libnvblas*' 'libcupti*' 'libnvperf*' 'libpcsampling*' 'libcheckpoint*' \
-               'libnvrtc*' 'libnvJitLink*' 'libnvtx3interop*' 'libnvvm.so*'; do
+               'libnvrtc*' 'libnvJitLink*' 'libnvtx3interop*'; do
       excludes+=("--exclude=./lib/$pat")
     done
   fi
   copy_tree "$ctr" "$cuda_real" "/usr/local/$cuda_ver" "${excludes[@]}"
   log "  toolkit copied: $(du -sh "$("${BUILDAH[@]}" mount "$ctr")/usr/local/$cuda_ver" | cut -f1)"
+  "${BUILDAH[@]}" umount "$ctr" >/dev/null
+fi
+if [[ "$WITH_CUDA" == 1 ]]; then
+  # Debian 12's CMake 3.25.1 FindCUDAToolkit fails with CUDA 13, which has no
+  # libnvToolsExt ("set_property could not find TARGET CUDA::nvToolsExt"); the
+  # nvidia/cuda Ubuntu 24.04 images get CMake 3.28, which is fixed. So the build
+  # stand-in comes with the Dockerfile's build packages installed and the
+  # module's one-line fix (as on this project's build machines); the
+  # Dockerfile's own apt-get install then finds them present.
+  log "  installing the build packages into the build stand-in"
+  "${BUILDAH[@]}" run --isolation chroot "$ctr" -- sh -c 'apt-get update -q > /dev/null &&
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+      ca-certificates cmake make g++ pkg-config libgrpc++-dev protobuf-compiler-grpc \
+      libprotobuf-dev protobuf-compiler libabsl-dev prometheus-cpp-dev > /dev/null &&
+    rm -rf /var/lib/apt/lists/*' || die "apt-get install in the build stand-in failed"
+  mnt=$("${BUILDAH[@]}" mount "$ctr")
+  for f in "$mnt"/usr/share/cmake-*/Modules/FindCUDAToolkit.cmake; do
+    if grep -q '^ *if(CMAKE_MINIMUM_REQUIRED_VERSION VERSION_GREATER_EQUAL 3.25)$' "$f"; then
+      sed -i 's/^\( *\)if(CMAKE_MINIMUM_REQUIRED_VERSION VERSION_GREATER_EQUAL 3.25)$/\1if(TARGET CUDA::nvToolsExt AND CMAKE_MINIMUM_REQUIRED_VERSION VERSION_GREATER_EQUAL 3.25)/' "$f"
+      log "  patched ${f#"$mnt"} (nvToolsExt guard)"
+    fi
+  done
   "${BUILDAH[@]}" umount "$ctr" >/dev/null
 fi
 "${BUILDAH[@]}" config --env CUDA_HOME=/usr/local/cuda "$ctr"
@@ -256,13 +278,20 @@ t = urllib.request.urlopen('http://127.0.0.1:$MPORT/metrics', timeout=5).read().
 print(next((l for l in t.splitlines() if l.startswith('gpucompute_build_info')), 'gpucompute_build_info missing'))
 sys.exit('gpucompute_build_info{' not in t)"
 
-log "stopping the server (SIGTERM)"
-kill -TERM "$server_pid" 2>/dev/null || true
+# SIGTERM to the server process itself (buildah run would SIGKILL its child):
+# with chroot isolation it is a plain process of this host.
+spid=""
+for p in $(pgrep -f -- "--metrics_address=127.0.0.1:$MPORT" || true); do
+  [[ "$(readlink "/proc/$p/exe" 2>/dev/null)" == */gpucompute-server ]] && spid=$p
+done
+log "stopping the server (SIGTERM to pid ${spid:-?})"
+kill -TERM "${spid:-$server_pid}" 2>/dev/null || true
 stopped=0
 for _ in $(seq 1 50); do kill -0 "$server_pid" 2>/dev/null || { stopped=1; break; }; sleep 0.2; done
-check "server exits within 10 s of SIGTERM" test "$stopped" = 1
+check "server exits within 10 s of SIGTERM (--grace_period=2s)" test "$stopped" = 1
 wait "$server_pid" 2>/dev/null || true
 server_pid=""
+check "server logged its drain" grep -q "draining" "$WORK/server.log"
 tail -n 5 "$WORK/server.log"
 
 if ((failures)); then die "$failures check(s) failed"; fi
