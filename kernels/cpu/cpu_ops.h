@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "kernels/array.h"
 #include "kernels/backend.h"
+#include "kernels/preconditions.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/dtype.h"
 
@@ -39,22 +40,6 @@ absl::Status LombScargle(ThreadPool& pool, const Array& x, const Array& y, const
 // to balance two threads and to notice cancellation within a millisecond or so.
 inline int64_t GrainFor(int64_t work_per_item, int64_t target = int64_t{1} << 16) {
   return std::max<int64_t>(1, target / std::max<int64_t>(work_per_item, 1));
-}
-
-inline absl::Status CheckDType(const Array& array, absl::string_view name, DType expected) {
-  if (array.dtype() != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " has dtype ", DTypeName(array.dtype()),
-                                                   "; expected ", DTypeName(expected)));
-  }
-  return absl::OkStatus();
-}
-
-inline absl::Status CheckShape(const Array& array, absl::string_view name, const Shape& expected) {
-  if (array.shape() != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ".shape ", ShapeToString(array.shape()),
-                                                   " must be ", ShapeToString(expected)));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace gpucompute::cpu

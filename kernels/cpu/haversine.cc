@@ -26,14 +26,6 @@ double Distance(double h, double two_radius) {
   return two_radius * std::asin(std::sqrt(std::clamp(h, 0.0, 1.0)));
 }
 
-absl::Status CheckRadius(double radius) {
-  if (!(radius > 0) || !std::isfinite(radius)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("radius is ", radius, "; it must be finite and > 0"));
-  }
-  return absl::OkStatus();
-}
-
 // Row terms (one per reference and latitude) and column terms (one per
 // reference and longitude) of the separable mesh formula.
 struct MeshTerms {

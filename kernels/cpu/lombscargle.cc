@@ -299,28 +299,12 @@ absl::Status Run(ThreadPool& pool, const LombScargleShape& shape, const Array& x
 absl::Status LombScargle(ThreadPool& pool, const Array& x, const Array& y, const Array* weights,
                          const Array* freqs, const Linspace& grid,
                          const LombScargleOptions& options, Array& out, const OpContext& ctx) {
-  const DType dtype = y.dtype();
-  if (absl::Status s = CheckDType(x, "x", dtype); !s.ok()) return s;
-  if (absl::Status s = CheckDType(out, "out", dtype); !s.ok()) return s;
-  if (weights != nullptr) {
-    if (absl::Status s = CheckDType(*weights, "weights", dtype); !s.ok()) return s;
-  }
-  int64_t frequencies = grid.count;
-  if (freqs != nullptr) {
-    if (absl::Status s = CheckDType(*freqs, "freqs", dtype); !s.ok()) return s;
-    if (freqs->shape().size() != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("freqs.shape ", ShapeToString(freqs->shape()), " must be (M,)"));
-    }
-    frequencies = freqs->size();
-  }
-  absl::StatusOr<LombScargleShape> shape = LombScargleShapes(
-      x.shape(), y.shape(), weights != nullptr ? &weights->shape() : nullptr, frequencies);
+  absl::StatusOr<LombScargleShape> shape =
+      CheckLombScargleArrays(x, y, weights, freqs, grid, out);
   if (!shape.ok()) return shape.status();
-  if (absl::Status s = CheckShape(out, "out", shape->out); !s.ok()) return s;
 
   const Frequencies frequency_source{freqs, grid};
-  if (dtype == DType::kFloat32) {
+  if (y.dtype() == DType::kFloat32) {
     return Run<float>(pool, *shape, x, y, weights, frequency_source, options, out, ctx);
   }
   return Run<double>(pool, *shape, x, y, weights, frequency_source, options, out, ctx);

@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "kernels/cuda/cuda_resources.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/preconditions.h"
 #include "kernels/cuda/launchers.h"
 #include "kernels/shape_rules.h"
 
@@ -182,30 +183,6 @@ bool IsPinnedHost(const void* p) {
     return false;
   }
   return attr.type == cudaMemoryTypeHost;
-}
-
-absl::Status CheckDType(const Array& array, absl::string_view name, DType expected) {
-  if (array.dtype() != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " has dtype ", DTypeName(array.dtype()),
-                                                   "; expected ", DTypeName(expected)));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckShape(const Array& array, absl::string_view name, const Shape& expected) {
-  if (array.shape() != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ".shape ", ShapeToString(array.shape()),
-                                                   " must be ", ShapeToString(expected)));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckRadius(double radius) {
-  if (!(radius > 0) || !std::isfinite(radius)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("radius is ", radius, "; it must be finite and > 0"));
-  }
-  return absl::OkStatus();
 }
 
 absl::string_view NormName(NormKind norm) {
@@ -499,23 +476,10 @@ class CudaBackend final : public Backend {
     operands.push_back({&out, "out"});
     absl::StatusOr<DeviceState*> dev = OperandDevice(operands);
     if (!dev.ok()) return dev.status();
-    const DType dtype = y.dtype();
-    GC_RETURN_IF_ERROR(CheckDType(x, "x", dtype));
-    GC_RETURN_IF_ERROR(CheckDType(out, "out", dtype));
-    if (weights != nullptr) GC_RETURN_IF_ERROR(CheckDType(*weights, "weights", dtype));
-    int64_t frequencies = grid.count;
-    if (freqs != nullptr) {
-      GC_RETURN_IF_ERROR(CheckDType(*freqs, "freqs", dtype));
-      if (freqs->shape().size() != 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("freqs.shape ", ShapeToString(freqs->shape()), " must be (M,)"));
-      }
-      frequencies = freqs->size();
-    }
-    absl::StatusOr<LombScargleShape> shape = LombScargleShapes(
-        x.shape(), y.shape(), weights != nullptr ? &weights->shape() : nullptr, frequencies);
+    absl::StatusOr<LombScargleShape> shape =
+        CheckLombScargleArrays(x, y, weights, freqs, grid, out);
     if (!shape.ok()) return shape.status();
-    GC_RETURN_IF_ERROR(CheckShape(out, "out", shape->out));
+    const DType dtype = y.dtype();
     DeviceState& d = **dev;
     cuda::LombScargleArgs args;
     args.batch = shape->batch;

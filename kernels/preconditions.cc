@@ -1,0 +1,58 @@
+#include "kernels/preconditions.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace gpucompute {
+
+absl::Status CheckDType(const Array& array, absl::string_view name, DType expected) {
+  if (array.dtype() != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " has dtype ", DTypeName(array.dtype()),
+                                                   "; expected ", DTypeName(expected)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckShape(const Array& array, absl::string_view name, const Shape& expected) {
+  if (array.shape() != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ".shape ", ShapeToString(array.shape()),
+                                                   " must be ", ShapeToString(expected)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRadius(double radius) {
+  if (!(radius > 0) || !std::isfinite(radius)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("radius is ", radius, "; it must be finite and > 0"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LombScargleShape> CheckLombScargleArrays(const Array& x, const Array& y,
+                                                        const Array* weights, const Array* freqs,
+                                                        const Linspace& grid, const Array& out) {
+  const DType dtype = y.dtype();
+  if (absl::Status s = CheckDType(x, "x", dtype); !s.ok()) return s;
+  if (absl::Status s = CheckDType(out, "out", dtype); !s.ok()) return s;
+  if (weights != nullptr) {
+    if (absl::Status s = CheckDType(*weights, "weights", dtype); !s.ok()) return s;
+  }
+  int64_t frequencies = grid.count;
+  if (freqs != nullptr) {
+    if (absl::Status s = CheckDType(*freqs, "freqs", dtype); !s.ok()) return s;
+    if (freqs->shape().size() != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("freqs.shape ", ShapeToString(freqs->shape()), " must be (M,)"));
+    }
+    frequencies = freqs->size();
+  }
+  absl::StatusOr<LombScargleShape> shape = LombScargleShapes(
+      x.shape(), y.shape(), weights != nullptr ? &weights->shape() : nullptr, frequencies);
+  if (!shape.ok()) return shape.status();
+  if (absl::Status s = CheckShape(out, "out", shape->out); !s.ok()) return s;
+  return shape;
+}
+
+}  // namespace gpucompute

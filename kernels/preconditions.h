@@ -1,0 +1,26 @@
+// Checks every backend runs on its arrays before launching work. The server has
+// validated the request already; these keep a backend safe on its own (tests,
+// benchmarks, future callers) and give both backends the same messages.
+#pragma once
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kernels/array.h"
+#include "kernels/backend.h"
+#include "kernels/shape_rules.h"
+
+namespace gpucompute {
+
+absl::Status CheckDType(const Array& array, absl::string_view name, DType expected);
+absl::Status CheckShape(const Array& array, absl::string_view name, const Shape& expected);
+// Finite and > 0.
+absl::Status CheckRadius(double radius);
+
+// dtypes (all of y's), shapes (LombScargleShapes) and out's shape for a
+// periodogram over `freqs` (M,) or, when freqs is null, the `grid`.
+absl::StatusOr<LombScargleShape> CheckLombScargleArrays(const Array& x, const Array& y,
+                                                        const Array* weights, const Array* freqs,
+                                                        const Linspace& grid, const Array& out);
+
+}  // namespace gpucompute
