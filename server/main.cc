@@ -177,9 +177,20 @@ int main(int argc, char** argv) {
                                                       "/metrics (port ",
                                                       (*server)->metrics_port(), ")")));
 
-  int signal_number = 0;
-  sigwait(&stop_signals, &signal_number);
-  gpucompute::LogLine(absl::StrCat("received ", signal_number == SIGTERM ? "SIGTERM" : "SIGINT"));
+  // Serve until a stop signal, or until no healthy device is left (then drain
+  // and exit non-zero so that a supervisor restarts the process).
+  const timespec poll = {0, absl::ToInt64Nanoseconds(gpucompute::GpuComputeServer::kHealthPollInterval)};
+  while (true) {
+    const int signal_number = sigtimedwait(&stop_signals, nullptr, &poll);
+    if (signal_number > 0) {
+      gpucompute::LogLine(absl::StrCat("received ", signal_number == SIGTERM ? "SIGTERM" : "SIGINT"));
+      break;
+    }
+    if (!(*server)->BackendHealthy()) {
+      gpucompute::LogLine("no healthy device left: draining, then exiting with status 3");
+      break;
+    }
+  }
   (*server)->Drain(config->grace_period);
   const bool healthy = (*server)->BackendHealthy();
   server->reset();

@@ -40,13 +40,17 @@ int Millis(absl::Duration d) {
 
 absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
     const ServerConfig& config) {
-  std::unique_ptr<GpuComputeServer> server(new GpuComputeServer());
-  server->config_ = config;
-
   absl::StatusOr<BackendSelection> selection = CreateBackend(config.backend);
   if (!selection.ok()) return selection.status();
-  server->backend_ = std::move(selection->backend);
-  server->backend_note_ = std::move(selection->note);
+  return Start(config, *std::move(selection));
+}
+
+absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
+    const ServerConfig& config, BackendSelection selection) {
+  std::unique_ptr<GpuComputeServer> server(new GpuComputeServer());
+  server->config_ = config;
+  server->backend_ = std::move(selection.backend);
+  server->backend_note_ = std::move(selection.note);
 
   server->metrics_ = std::make_unique<Metrics>(BuildInfo{kVersion, GPUCOMPUTE_GIT_COMMIT,
                                                          GPUCOMPUTE_CUDA_VERSION,
@@ -115,10 +119,27 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
         absl::StrCat("cannot listen on address ", config.address, " (in use or invalid)"));
   }
   server->server_->GetHealthCheckService()->SetServingStatus(true);
+  server->health_watcher_ = std::thread([self] { self->WatchBackendHealth(); });
   return server;
 }
 
+void GpuComputeServer::WatchBackendHealth() {
+  while (!stop_watching_.WaitForNotificationWithTimeout(kHealthPollInterval)) {
+    if (!backend_->Healthy()) {
+      server_->GetHealthCheckService()->SetServingStatus(false);
+      LogLine("no healthy device left: health NOT_SERVING");
+      return;
+    }
+  }
+}
+
+void GpuComputeServer::StopHealthWatcher() {
+  if (!stop_watching_.HasBeenNotified()) stop_watching_.Notify();
+  if (health_watcher_.joinable()) health_watcher_.join();
+}
+
 GpuComputeServer::~GpuComputeServer() {
+  StopHealthWatcher();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now());
     server_->Wait();
@@ -134,6 +155,7 @@ bool GpuComputeServer::BackendHealthy() const { return backend_->Healthy(); }
 BackendStats GpuComputeServer::backend_stats() const { return backend_->Stats(); }
 
 void GpuComputeServer::Drain(absl::Duration grace) {
+  StopHealthWatcher();
   server_->GetHealthCheckService()->SetServingStatus(false);
   draining_.store(true);
   LogLine(absl::StrCat("draining: health NOT_SERVING, new requests UNAVAILABLE, grace ",

@@ -5,8 +5,10 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/backend.h"
@@ -27,6 +29,9 @@ class GpuComputeServer {
  public:
   // Creates the backend, binds both ports and reports SERVING.
   static absl::StatusOr<std::unique_ptr<GpuComputeServer>> Start(const ServerConfig& config);
+  // The same with a backend made by the caller (tests inject faults through it).
+  static absl::StatusOr<std::unique_ptr<GpuComputeServer>> Start(const ServerConfig& config,
+                                                                  BackendSelection backend);
   ~GpuComputeServer();
 
   int port() const { return port_; }
@@ -37,12 +42,17 @@ class GpuComputeServer {
   // Health NOT_SERVING, new requests UNAVAILABLE, in-flight RPCs get up to
   // `grace` to finish before they are cancelled. Returns when all are done.
   void Drain(absl::Duration grace);
-  // False once the backend has no healthy device left.
+  // False once the backend has no healthy device left; health turns NOT_SERVING
+  // within kHealthPollInterval of that.
   bool BackendHealthy() const;
+  static constexpr absl::Duration kHealthPollInterval = absl::Milliseconds(100);
   BackendStats backend_stats() const;
 
  private:
   GpuComputeServer() = default;
+  // Reports NOT_SERVING once the backend turns unhealthy (a sticky device error).
+  void WatchBackendHealth();
+  void StopHealthWatcher();
 
   ServerConfig config_;
   std::string backend_note_;
@@ -60,6 +70,8 @@ class GpuComputeServer {
   std::unique_ptr<InfoService> info_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  absl::Notification stop_watching_;
+  std::thread health_watcher_;
 };
 
 }  // namespace gpucompute
