@@ -1,0 +1,392 @@
+// A table of malformed requests, field by field through every message, sent
+// with the raw stubs (no client-side checks): each must get its status code and
+// a message naming the field, and the server must keep serving throughout.
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "gmock/gmock.h"
+#include "gpucompute/v1/gpucompute.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "server/server.h"
+
+namespace gpucompute {
+namespace {
+
+namespace v1 = ::gpucompute::v1;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+v1::Tensor F64(std::vector<double> values, std::vector<int64_t> shape) {
+  v1::Tensor t;
+  t.set_dtype(v1::FLOAT64);
+  for (int64_t e : shape) t.add_shape(e);
+  t.set_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * 8));
+  return t;
+}
+
+v1::Tensor F32(std::vector<float> values, std::vector<int64_t> shape) {
+  v1::Tensor t;
+  t.set_dtype(v1::FLOAT32);
+  for (int64_t e : shape) t.add_shape(e);
+  t.set_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4));
+  return t;
+}
+
+v1::Operand Op(v1::Tensor t) {
+  v1::Operand o;
+  *o.mutable_tensor() = std::move(t);
+  return o;
+}
+
+struct Case {
+  std::string name;
+  grpc::StatusCode code;
+  std::string message;
+  std::function<grpc::Status()> call;
+};
+
+class MalformedRequestsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerConfig config;
+    config.address = "127.0.0.1:0";
+    config.metrics_address = "";
+    config.backend.kind = BackendKind::kCpu;
+    config.buffer_quota_bytes = 1 << 20;
+    config.max_elements = 1 << 24;
+    auto server = GpuComputeServer::Start(config);
+    ASSERT_TRUE(server.ok()) << server.status().message();
+    server_ = *std::move(server);
+    channel_ = client::MakeChannel(absl::StrCat("127.0.0.1:", server_->port()));
+    compute_ = v1::Compute::NewStub(channel_);
+    buffers_ = v1::Buffers::NewStub(channel_);
+  }
+
+  template <typename Request, typename Method>
+  grpc::Status Stream(Method method, const Request& request) {
+    grpc::ClientContext context;
+    auto reader = (compute_.get()->*method)(&context, request);
+    v1::ResultChunk chunk;
+    while (reader->Read(&chunk)) {
+    }
+    return reader->Finish();
+  }
+  grpc::Status Discount(const v1::DiscountProductRequest& r) {
+    return Stream(&v1::Compute::Stub::DiscountProduct, r);
+  }
+  grpc::Status Haversine(const v1::HaversineGridRequest& r) {
+    return Stream(&v1::Compute::Stub::HaversineGrid, r);
+  }
+  grpc::Status Normalize(const v1::NormalizeRequest& r) {
+    return Stream(&v1::Compute::Stub::Normalize, r);
+  }
+  grpc::Status Lomb(const v1::LombScargleRequest& r) {
+    return Stream(&v1::Compute::Stub::LombScargle, r);
+  }
+  grpc::Status Upload(const std::vector<v1::UploadRequest>& messages) {
+    grpc::ClientContext context;
+    v1::BufferInfo info;
+    auto writer = buffers_->Upload(&context, &info);
+    for (const auto& m : messages) {
+      if (!writer->Write(m)) break;
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  }
+  grpc::Status Download(const v1::DownloadRequest& r) {
+    grpc::ClientContext context;
+    auto reader = buffers_->Download(&context, r);
+    v1::ResultChunk chunk;
+    while (reader->Read(&chunk)) {
+    }
+    return reader->Finish();
+  }
+
+  // Valid requests that each case breaks in one place.
+  static v1::DiscountProductRequest GoodDiscount() {
+    v1::DiscountProductRequest r;
+    *r.mutable_factors() = Op(F64({1, 2}, {2}));
+    *r.mutable_values() = Op(F64({1, 2, 3, 4}, {2, 2}));
+    return r;
+  }
+  static v1::HaversineGridRequest GoodMesh() {
+    v1::HaversineGridRequest r;
+    v1::LatLonMesh* m = r.mutable_mesh();
+    m->set_lat_start(29);
+    m->set_lat_stop(31);
+    m->set_n_lat(3);
+    m->set_lon_start(99);
+    m->set_lon_stop(101);
+    m->set_n_lon(3);
+    v1::GeoPoint* p = r.add_references();
+    p->set_lat(30);
+    p->set_lon(101);
+    return r;
+  }
+  static v1::HaversineGridRequest GoodPoints() {
+    v1::HaversineGridRequest r = GoodMesh();
+    *r.mutable_points()->mutable_lat() = Op(F64({1, 2}, {2}));
+    *r.mutable_points()->mutable_lon() = Op(F64({3, 4}, {2}));
+    return r;
+  }
+  static v1::NormalizeRequest GoodNormalize() {
+    v1::NormalizeRequest r;
+    *r.mutable_input() = Op(F64({1, 2, 3, 4}, {2, 2}));
+    return r;
+  }
+  static v1::LombScargleRequest GoodLomb() {
+    v1::LombScargleRequest r;
+    *r.mutable_x() = Op(F64({0.1, 0.7, 1.3, 2.9}, {4}));
+    *r.mutable_y() = Op(F64({1, -1, 0.5, 0.25}, {4}));
+    *r.mutable_freqs() = Op(F64({0.5, 1.0}, {2}));
+    return r;
+  }
+  static v1::UploadRequest Header(v1::DType dtype, std::vector<int64_t> shape,
+                                  std::string name = "x") {
+    v1::UploadRequest m;
+    m.mutable_header()->set_dtype(dtype);
+    for (int64_t e : shape) m.mutable_header()->add_shape(e);
+    m.mutable_header()->set_name(std::move(name));
+    return m;
+  }
+  static v1::UploadRequest Data(size_t bytes) {
+    v1::UploadRequest m;
+    m.set_data(std::string(bytes, '\x01'));
+    return m;
+  }
+
+  template <typename Request, typename Mutate>
+  static Request With(Request request, Mutate mutate) {
+    mutate(request);
+    return request;
+  }
+
+  std::unique_ptr<GpuComputeServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Compute::Stub> compute_;
+  std::unique_ptr<v1::Buffers::Stub> buffers_;
+};
+
+TEST_F(MalformedRequestsTest, EveryCaseGetsItsCodeAndMessageAndTheServerKeepsServing) {
+  using R = grpc::StatusCode;
+  const auto INVALID = R::INVALID_ARGUMENT;
+  std::vector<Case> cases = {
+      // Tensor, through DiscountProduct.factors
+      {"tensor dtype unspecified", INVALID, "factors.dtype is DTYPE_UNSPECIFIED",
+       [&] { return Discount(With(GoodDiscount(), [](auto& r) { r.mutable_factors()->mutable_tensor()->set_dtype(v1::DTYPE_UNSPECIFIED); })); }},
+      {"tensor dtype unknown enum", INVALID, "factors.dtype has unknown value 99",
+       [&] { return Discount(With(GoodDiscount(), [](auto& r) { r.mutable_factors()->mutable_tensor()->set_dtype(static_cast<v1::DType>(99)); })); }},
+      {"tensor negative extent", INVALID, "factors.shape[0] is -2",
+       [&] { return Discount(With(GoodDiscount(), [](auto& r) { r.mutable_factors()->mutable_tensor()->set_shape(0, -2); })); }},
+      {"tensor overflowing shape", INVALID, "max_elements",
+       [&] { return Discount(With(GoodDiscount(), [](auto& r) {
+          auto* t = r.mutable_factors()->mutable_tensor();
+          t->set_shape(0, int64_t{1} << 62);
+          t->add_shape(int64_t{1} << 62); })); }},
+      {"tensor rank 9", INVALID, "factors.shape has rank 9",
+       [&] { return Discount(With(GoodDiscount(), [](auto& r) {
+          auto* t = r.mutable_factors()->mutable_tensor();
+          for (int i = 0; i < 8; ++i) t->add_shape(1); })); }},
+      {"tensor data short", INVALID, "factors.data has 15 bytes",
+       [&] { return Discount(With(GoodDiscount(), [](auto& r) { r.mutable_factors()->mutable_tensor()->mutable_data()->resize(15); })); }},
+      {"tensor data long", INVALID, "factors.data has 17 bytes",
+       [&] { return Discount(With(GoodDiscount(), [](auto& r) { r.mutable_factors()->mutable_tensor()->mutable_data()->resize(17); })); }},
+      // Operand
+      {"operand oneof empty", INVALID, "values is not set",
+       [&] { return Discount(With(GoodDiscount(), [](auto& r) { r.clear_values(); })); }},
+      {"operand unknown buffer", R::NOT_FOUND, "values.buffer_id 'feedface' is not a stored buffer",
+       [&] { return Discount(With(GoodDiscount(), [](auto& r) { r.mutable_values()->set_buffer_id("feedface"); })); }},
+      {"operand empty buffer id", R::NOT_FOUND, "values.buffer_id '' is not a stored buffer",
+       [&] { return Discount(With(GoodDiscount(), [](auto& r) { r.mutable_values()->set_buffer_id(""); })); }},
+      // OutputOptions
+      {"chunk_bytes below the minimum", INVALID, "output.chunk_bytes is 100; it must lie in",
+       [&] { return Discount(With(GoodDiscount(), [](auto& r) { r.mutable_output()->set_chunk_bytes(100); })); }},
+      {"chunk_bytes above the maximum", INVALID, "output.chunk_bytes is 4294967295",
+       [&] { return Discount(With(GoodDiscount(), [](auto& r) { r.mutable_output()->set_chunk_bytes(0xffffffffu); })); }},
+      {"buffer_name too long", INVALID, "output.buffer_name has 300 bytes; the limit is 256",
+       [&] { return Discount(With(GoodDiscount(), [](auto& r) { r.mutable_output()->set_buffer_name(std::string(300, 'n')); })); }},
+      {"kept result over quota", R::RESOURCE_EXHAUSTED, "buffer quota (buffer_quota_bytes 1048576)",
+       [&] { return Haversine(With(GoodMesh(), [](auto& r) {
+          r.mutable_mesh()->set_n_lat(1000);
+          r.mutable_mesh()->set_n_lon(1000);
+          r.mutable_output()->set_keep_on_device(true); })); }},
+      // DiscountProduct
+      {"discount factors missing", INVALID, "factors is not set",
+       [&] { return Discount(With(GoodDiscount(), [](auto& r) { r.clear_factors(); })); }},
+      {"discount not broadcastable", INVALID, "do not broadcast",
+       [&] { return Discount(With(GoodDiscount(), [](auto& r) { *r.mutable_factors() = Op(F64({1, 2, 3}, {3})); })); }},
+      {"discount dtype mismatch", INVALID, "factors is float32 but values is float64",
+       [&] { return Discount(With(GoodDiscount(), [](auto& r) { *r.mutable_factors() = Op(F32({1, 2}, {2})); })); }},
+      {"discount empty operand", INVALID, "values.shape (0, 2) is empty",
+       [&] { return Discount(With(GoodDiscount(), [](auto& r) { *r.mutable_values() = Op(F64({}, {0, 2})); })); }},
+      // HaversineGrid
+      {"haversine grid not set", INVALID, "grid is not set",
+       [&] { return Haversine(With(GoodMesh(), [](auto& r) { r.clear_mesh(); })); }},
+      {"haversine no references", INVALID, "references is empty",
+       [&] { return Haversine(With(GoodMesh(), [](auto& r) { r.clear_references(); })); }},
+      {"haversine reference latitude 91", INVALID, "references[0].lat is 91",
+       [&] { return Haversine(With(GoodMesh(), [](auto& r) { r.mutable_references(0)->set_lat(91); })); }},
+      {"haversine reference latitude NaN", INVALID, "references[0].lat is nan",
+       [&] { return Haversine(With(GoodMesh(), [](auto& r) { r.mutable_references(0)->set_lat(kNaN); })); }},
+      {"haversine reference longitude inf", INVALID, "references[0].lon is inf",
+       [&] { return Haversine(With(GoodMesh(), [](auto& r) { r.mutable_references(0)->set_lon(kInf); })); }},
+      {"haversine negative radius", INVALID, "radius is -1",
+       [&] { return Haversine(With(GoodMesh(), [](auto& r) { r.set_radius(-1); })); }},
+      {"haversine NaN radius", INVALID, "radius is nan",
+       [&] { return Haversine(With(GoodMesh(), [](auto& r) { r.set_radius(kNaN); })); }},
+      {"mesh lat_start -91", INVALID, "mesh.lat_start is -91",
+       [&] { return Haversine(With(GoodMesh(), [](auto& r) { r.mutable_mesh()->set_lat_start(-91); })); }},
+      {"mesh lat_stop NaN", INVALID, "mesh.lat_stop is nan",
+       [&] { return Haversine(With(GoodMesh(), [](auto& r) { r.mutable_mesh()->set_lat_stop(kNaN); })); }},
+      {"mesh lon_start -inf", INVALID, "mesh.lon_start is -inf",
+       [&] { return Haversine(With(GoodMesh(), [](auto& r) { r.mutable_mesh()->set_lon_start(-kInf); })); }},
+      {"mesh n_lat 0", INVALID, "mesh.n_lat is 0",
+       [&] { return Haversine(With(GoodMesh(), [](auto& r) { r.mutable_mesh()->set_n_lat(0); })); }},
+      {"mesh n_lon 0", INVALID, "mesh.n_lon is 0",
+       [&] { return Haversine(With(GoodMesh(), [](auto& r) { r.mutable_mesh()->set_n_lon(0); })); }},
+      {"mesh n_lon huge", INVALID, "mesh.n_lon is 1099511627776; the limit is 16777216",
+       [&] { return Haversine(With(GoodMesh(), [](auto& r) { r.mutable_mesh()->set_n_lon(uint64_t{1} << 40); })); }},
+      {"mesh output over max_elements", INVALID, "result.shape (1, 10000, 10000) has more than",
+       [&] { return Haversine(With(GoodMesh(), [](auto& r) {
+          r.mutable_mesh()->set_n_lat(10000);
+          r.mutable_mesh()->set_n_lon(10000); })); }},
+      {"mesh dtype unknown", INVALID, "mesh.dtype has unknown value 7",
+       [&] { return Haversine(With(GoodMesh(), [](auto& r) { r.mutable_mesh()->set_dtype(static_cast<v1::DType>(7)); })); }},
+      {"points lat missing", INVALID, "points.lat is not set",
+       [&] { return Haversine(With(GoodPoints(), [](auto& r) { r.mutable_points()->clear_lat(); })); }},
+      {"points shapes differ", INVALID, "points.lat.shape (2,) and points.lon.shape (1, 2) differ",
+       [&] { return Haversine(With(GoodPoints(), [](auto& r) { *r.mutable_points()->mutable_lon() = Op(F64({3, 4}, {1, 2})); })); }},
+      {"points dtypes differ", INVALID, "points.lat is float64 but points.lon is float32",
+       [&] { return Haversine(With(GoodPoints(), [](auto& r) { *r.mutable_points()->mutable_lon() = Op(F32({3, 4}, {2})); })); }},
+      {"points empty", INVALID, "points.lat.shape (0,) is empty",
+       [&] { return Haversine(With(GoodPoints(), [](auto& r) { *r.mutable_points()->mutable_lat() = Op(F64({}, {0})); })); }},
+      {"points rank 8 (result would be 9)", INVALID, "points.lat has rank 8",
+       [&] { return Haversine(With(GoodPoints(), [](auto& r) {
+          *r.mutable_points()->mutable_lat() = Op(F64({1}, {1, 1, 1, 1, 1, 1, 1, 1}));
+          *r.mutable_points()->mutable_lon() = Op(F64({1}, {1, 1, 1, 1, 1, 1, 1, 1})); })); }},
+      // Normalize
+      {"normalize input missing", INVALID, "input is not set",
+       [&] { return Normalize(With(GoodNormalize(), [](auto& r) { r.clear_input(); })); }},
+      {"normalize scalar", INVALID, "input is a scalar",
+       [&] { return Normalize(With(GoodNormalize(), [](auto& r) { *r.mutable_input() = Op(F64({1}, {})); })); }},
+      {"normalize empty rows", INVALID, "input.shape (2, 0) has empty rows",
+       [&] { return Normalize(With(GoodNormalize(), [](auto& r) { *r.mutable_input() = Op(F64({}, {2, 0})); })); }},
+      {"normalize norm unknown", INVALID, "norm has unknown value 9",
+       [&] { return Normalize(With(GoodNormalize(), [](auto& r) { r.set_norm(static_cast<v1::Norm>(9)); })); }},
+      {"normalize zero row", INVALID, "input row 1 has",
+       [&] { return Normalize(With(GoodNormalize(), [](auto& r) { *r.mutable_input() = Op(F64({1, 2, 1, -1}, {2, 2})); })); }},
+      {"normalize NaN row", INVALID, "input row 0 has",
+       [&] { return Normalize(With(GoodNormalize(), [](auto& r) { *r.mutable_input() = Op(F64({kNaN, 2, 1, 1}, {2, 2})); })); }},
+      {"normalize inf row", INVALID, "input row 1 has",
+       [&] { return Normalize(With(GoodNormalize(), [](auto& r) {
+          r.set_norm(v1::NORM_MAX_ABS);
+          *r.mutable_input() = Op(F64({1, 2, kInf, 1}, {2, 2})); })); }},
+      // LombScargle
+      {"lombscargle x missing", INVALID, "x is not set",
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) { r.clear_x(); })); }},
+      {"lombscargle y missing", INVALID, "y is not set",
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) { r.clear_y(); })); }},
+      {"lombscargle frequencies not set", INVALID, "frequencies are not set",
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) { r.clear_freqs(); })); }},
+      {"lombscargle length mismatch", INVALID, "x.shape (4,) and y.shape (3,) differ in length",
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_y() = Op(F64({1, 2, 3}, {3})); })); }},
+      {"lombscargle dtype mismatch", INVALID, "y is float32 but x is float64",
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_y() = Op(F32({1, 2, 3, 4}, {4})); })); }},
+      {"lombscargle y rank 3", INVALID, "y.shape (1, 1, 4) must be (N) or (B, N)",
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_y() = Op(F64({1, 2, 3, 4}, {1, 1, 4})); })); }},
+      {"lombscargle x batched, y not", INVALID, "is batched but y.shape (4,)",
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_x() = Op(F64({1, 2, 3, 4}, {1, 4})); })); }},
+      {"lombscargle weights shape", INVALID, "weights.shape (3,) must equal y.shape (4,)",
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_weights() = Op(F64({1, 1, 1}, {3})); })); }},
+      {"lombscargle weights dtype", INVALID, "y is float64 but weights is float32",
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_weights() = Op(F32({1, 1, 1, 1}, {4})); })); }},
+      {"lombscargle negative weight", INVALID, "weights row 0 has weight -1",
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_weights() = Op(F64({1, -1, 1, 1}, {4})); })); }},
+      {"lombscargle zero weights", INVALID, "weights row 0 sums to 0",
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_weights() = Op(F64({0, 0, 0, 0}, {4})); })); }},
+      {"lombscargle freq_grid count 0", INVALID, "freq_grid.count is 0",
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) { r.mutable_freq_grid()->set_stop(1); })); }},
+      {"lombscargle freq_grid start NaN", INVALID, "freq_grid.start is nan",
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) {
+          r.mutable_freq_grid()->set_start(kNaN);
+          r.mutable_freq_grid()->set_count(4); })); }},
+      {"lombscargle freqs rank 2", INVALID, "freqs.shape (1, 2) must be (M,)",
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_freqs() = Op(F64({1, 2}, {1, 2})); })); }},
+      {"lombscargle freqs dtype", INVALID, "y is float64 but freqs is float32",
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_freqs() = Op(F32({1, 2}, {2})); })); }},
+      {"lombscargle empty", INVALID, "y.shape (0,) is empty",
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) {
+          *r.mutable_x() = Op(F64({}, {0}));
+          *r.mutable_y() = Op(F64({}, {0})); })); }},
+      // Upload framing and header
+      {"upload data before header", INVALID, "data before the header",
+       [&] { return Upload({Data(8)}); }},
+      {"upload duplicate header", INVALID, "second header",
+       [&] { return Upload({Header(v1::FLOAT64, {1}), Header(v1::FLOAT64, {1})}); }},
+      {"upload header then header after data", INVALID, "second header",
+       [&] { return Upload({Header(v1::FLOAT64, {2}), Data(8), Header(v1::FLOAT64, {1})}); }},
+      {"upload too much data", INVALID, "exceeds the declared size",
+       [&] { return Upload({Header(v1::FLOAT64, {1}), Data(16)}); }},
+      {"upload too little data", INVALID, "ended after 8 of 16 declared bytes",
+       [&] { return Upload({Header(v1::FLOAT64, {2}), Data(8)}); }},
+      {"upload empty message", INVALID, "has neither header nor data",
+       [&] { return Upload({v1::UploadRequest()}); }},
+      {"upload no messages", INVALID, "ended before a header",
+       [&] { return Upload({}); }},
+      {"upload header dtype unknown", INVALID, "header.dtype has unknown value 5",
+       [&] { return Upload({Header(static_cast<v1::DType>(5), {1})}); }},
+      {"upload header negative extent", INVALID, "header.shape[0] is -1",
+       [&] { return Upload({Header(v1::FLOAT64, {-1})}); }},
+      {"upload header empty shape", INVALID, "header.shape (0,) is empty",
+       [&] { return Upload({Header(v1::FLOAT64, {0})}); }},
+      {"upload header name too long", INVALID, "header.name has 1000 bytes",
+       [&] { return Upload({Header(v1::FLOAT64, {1}, std::string(1000, 'n'))}); }},
+      {"upload over quota", R::RESOURCE_EXHAUSTED, "buffer quota (buffer_quota_bytes 1048576)",
+       [&] { return Upload({Header(v1::FLOAT64, {1 << 20})}); }},
+      // Download and Delete
+      {"download unknown id", R::NOT_FOUND, "buffer_id 'nope' is not a stored buffer",
+       [&] {
+         v1::DownloadRequest r;
+         r.set_buffer_id("nope");
+         return Download(r);
+       }},
+      {"download chunk_bytes out of range", INVALID, "chunk_bytes is 1",
+       [&] {
+         v1::DownloadRequest r;
+         r.set_buffer_id("nope");
+         r.set_chunk_bytes(1);
+         return Download(r);
+       }},
+      {"delete unknown id", R::NOT_FOUND, "buffer_id 'nope' is not a stored buffer",
+       [&] {
+         grpc::ClientContext context;
+         v1::DeleteRequest r;
+         r.set_buffer_id("nope");
+         v1::DeleteResponse response;
+         return buffers_->Delete(&context, r, &response);
+       }},
+  };
+
+  client::Client healthy(channel_);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const grpc::Status status = c.call();
+    EXPECT_EQ(status.error_code(), c.code) << status.error_message();
+    EXPECT_THAT(status.error_message(), ::testing::HasSubstr(c.message));
+    ASSERT_EQ(*healthy.Health(), grpc::health::v1::HealthCheckResponse::SERVING);
+  }
+  // Still serving, correctly, with nothing stored or leaked.
+  EXPECT_TRUE(Discount(GoodDiscount()).ok());
+  EXPECT_TRUE(Lomb(GoodLomb()).ok());
+  EXPECT_EQ(healthy.List()->used_bytes(), 0u);
+  EXPECT_EQ(server_->backend_stats().devices.at(0).pool_used_bytes, 0u);
+  std::printf("malformed request cases tried: %zu\n", cases.size());
+}
+
+}  // namespace
+}  // namespace gpucompute
