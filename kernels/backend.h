@@ -111,6 +111,9 @@ class Backend {
                                    Array& dst) = 0;
   virtual absl::Status CopyFromArray(const Array& src, size_t offset, size_t bytes,
                                      void* host_dst) = 0;
+  // Whole-array copy between two arrays of equal byte size, possibly on two
+  // devices (peer to peer where the GPUs allow it).
+  virtual absl::Status CopyArray(const Array& src, Array& dst) = 0;
 
   // out = factors * values, NumPy broadcasting; out has the broadcast shape.
   virtual absl::Status DiscountProduct(const Array& factors, const Array& values, Array& out,

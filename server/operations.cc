@@ -381,8 +381,19 @@ absl::StatusOr<std::shared_ptr<Array>> Execute(PreparedOperation& prepared, Back
   std::vector<std::shared_ptr<Array>> arrays;
   arrays.reserve(prepared.operands.size());
   for (const OperandSpec& operand : prepared.operands) {
-    if (operand.stored != nullptr) {
+    if (operand.stored != nullptr && operand.stored->device() == device) {
       arrays.push_back(operand.stored);
+      continue;
+    }
+    if (operand.stored != nullptr) {
+      // Stored on another GPU: bring a copy to the device the operation runs on.
+      absl::StatusOr<std::shared_ptr<Array>> copy =
+          backend.Allocate(operand.dtype, operand.shape, device);
+      if (!copy.ok()) return copy.status();
+      const absl::Time start = absl::Now();
+      if (absl::Status s = backend.CopyArray(*operand.stored, **copy); !s.ok()) return s;
+      times.transfer_in += absl::Now() - start;
+      arrays.push_back(*std::move(copy));
       continue;
     }
     absl::StatusOr<std::shared_ptr<Array>> array =

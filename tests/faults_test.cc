@@ -80,6 +80,10 @@ class FaultInjectingBackend final : public Backend {
     if (absl::Status s = Sticky(); !s.ok()) return s;
     return inner_->CopyFromArray(src, offset, bytes, dst);
   }
+  absl::Status CopyArray(const Array& src, Array& dst) override {
+    if (absl::Status s = Sticky(); !s.ok()) return s;
+    return inner_->CopyArray(src, dst);
+  }
   absl::Status DiscountProduct(const Array& f, const Array& v, Array& out, OpContext& ctx) override {
     if (absl::Status s = Sticky(); !s.ok()) return s;
     return inner_->DiscountProduct(f, v, out, ctx);

@@ -118,8 +118,15 @@ int64_t Count(const Shape& s) {
 }
 
 // ---- arrays -----------------------------------------------------------------------------------
+// The device every array of one test lives on, as the server places all operands
+// of an operation on one device: the first listed ("cpu" or "cuda:N").
+int HomeDevice(const Backend& b) {
+  const std::string name = b.Devices().front().name;
+  return name.rfind("cuda:", 0) == 0 ? std::stoi(name.substr(5)) : kHostDevice;
+}
+
 std::shared_ptr<Array> Make(Backend& b, DType dtype, const Shape& shape, const void* host) {
-  int device = b.PickDevice();
+  const int device = HomeDevice(b);
   absl::StatusOr<std::shared_ptr<Array>> a = b.Allocate(dtype, shape, device);
   EXPECT_TRUE(a.ok()) << a.status();
   if (!a.ok()) return nullptr;

@@ -180,6 +180,15 @@ class CpuBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  absl::Status CopyArray(const Array& src, Array& dst) override {
+    if (src.bytes() != dst.bytes()) {
+      return absl::InvalidArgumentError(absl::StrCat("copy of a ", src.bytes(), "-byte array into a ",
+                                                     dst.bytes(), "-byte array"));
+    }
+    if (src.bytes() > 0) std::memcpy(dst.data(), src.data(), src.bytes());
+    return absl::OkStatus();
+  }
+
   absl::Status DiscountProduct(const Array& factors, const Array& values, Array& out,
                                OpContext& ctx) override {
     return Timed(ctx, {&factors, &values, &out},

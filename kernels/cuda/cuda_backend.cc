@@ -334,6 +334,26 @@ class CudaBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  absl::Status CopyArray(const Array& src, Array& dst) override {
+    if (src.bytes() != dst.bytes()) {
+      return absl::InvalidArgumentError(absl::StrCat("copy of a ", src.bytes(), "-byte array into a ",
+                                                     dst.bytes(), "-byte array"));
+    }
+    absl::StatusOr<DeviceState*> from = OperandDevice({{&src, "source"}});
+    if (!from.ok()) return from.status();
+    absl::StatusOr<DeviceState*> to = OperandDevice({{&dst, "destination"}});
+    if (!to.ok()) return to.status();
+    if (src.bytes() == 0) return absl::OkStatus();
+    DeviceState& d = **to;
+    InFlight in_flight(d);
+    GC_DEV_TRY(d, cudaSetDevice(d.ordinal), "cudaSetDevice");
+    // Synchronous; goes peer to peer where the GPUs allow it, else through the host.
+    const cudaError_t e = cudaMemcpyPeer(dst.data(), (*to)->ordinal, src.data(), (*from)->ordinal,
+                                         src.bytes());
+    if (e != cudaSuccess) return d.Fail(e, "copy between devices");
+    return absl::OkStatus();
+  }
+
   absl::Status CopyFromArray(const Array& src, size_t offset, size_t bytes, void* host_dst) override {
     absl::StatusOr<DeviceState*> dev = CopyDevice(src, offset, bytes, host_dst);
     if (!dev.ok()) return dev.status();
