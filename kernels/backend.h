@@ -146,6 +146,9 @@ struct BackendOptions {
   std::vector<int> cuda_devices;  // empty: all visible
   uint64_t pinned_staging_bytes = 64ull << 20;
   uint64_t pool_release_threshold_bytes = 0;  // 0: keep all freed memory cached
+  // Device memory each pool reserves (allocates and frees) at start-up, so that the
+  // first requests allocate from warm memory rather than from the driver.
+  uint64_t pool_prewarm_bytes = 1ull << 30;
 };
 
 struct BackendSelection {

@@ -66,6 +66,9 @@ ABSL_FLAG(std::string, auth_tokens_file, "",
 ABSL_FLAG(std::string, metrics_basic_auth_file, "",
           "'USER sha256:HEX' lines (hash of the password): /metrics needs HTTP basic auth");
 ABSL_FLAG(bool, reflection, true, "serve gRPC server reflection (grpcurl, grpcui)");
+ABSL_FLAG(uint64_t, pool_prewarm_bytes, 1ull << 30,
+          "CUDA: device memory each pool reserves at start-up so first requests allocate warm "
+          "memory (capped at a quarter of the GPU)");
 ABSL_FLAG(absl::Duration, grace_period, absl::Seconds(30),
           "on SIGTERM/SIGINT, how long in-flight requests may run before they are cancelled");
 
@@ -98,6 +101,7 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
   config.backend.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   config.backend.pinned_staging_bytes = absl::GetFlag(FLAGS_pinned_staging_bytes);
   config.backend.pool_release_threshold_bytes = absl::GetFlag(FLAGS_pool_release_threshold_bytes);
+  config.backend.pool_prewarm_bytes = absl::GetFlag(FLAGS_pool_prewarm_bytes);
   config.executor_threads = absl::GetFlag(FLAGS_threads);
   config.max_queue_depth = absl::GetFlag(FLAGS_max_queue_depth);
   config.max_receive_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);

@@ -743,6 +743,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<StagingPool> staging_;
   int kernels_loaded_ = 0;
   absl::Duration warmup_time_;
+  uint64_t prewarm_bytes_ = 0;
   std::atomic<uint64_t> round_robin_{0};
 };
 
@@ -798,9 +799,14 @@ absl::Status CudaBackend::Warm(DeviceState& d, const std::vector<cuda::KernelEnt
     GC_DEV_TRY(d, cuda::WarmupKernels(cuda::LaunchEnv{lease->stream(), d.pool, d.sm_count}), "warm-up");
     GC_DEV_TRY(d, cudaStreamSynchronize(lease->stream()), "warm-up");
   }
-  absl::StatusOr<std::shared_ptr<Array>> a = Allocate(DType::kFloat64, {1024}, d.ordinal);
+  // A staging-chunk-sized round trip warms every copy path; the pre-warm array
+  // leaves its memory cached in the pool when it is dropped.
+  const int64_t prewarm_bytes = static_cast<int64_t>(
+      std::min<uint64_t>(prewarm_bytes_, d.memory_bytes / 4));
+  const int64_t elements = std::max<int64_t>(prewarm_bytes / 8, 1 << 20);
+  absl::StatusOr<std::shared_ptr<Array>> a = Allocate(DType::kFloat64, {elements}, d.ordinal);
   if (!a.ok()) return a.status();
-  std::vector<double> host(1024, 1.5);
+  std::vector<double> host(1 << 20, 1.5);
   GC_RETURN_IF_ERROR(CopyToArray(host.data(), 0, host.size() * sizeof(double), **a));
   GC_RETURN_IF_ERROR(CopyFromArray(**a, 0, host.size() * sizeof(double), host.data()));
   return absl::OkStatus();
@@ -832,6 +838,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const BackendOption
     }
   }
   auto backend = std::unique_ptr<CudaBackend>(new CudaBackend);
+  backend->prewarm_bytes_ = options.pool_prewarm_bytes;
   if (cudaError_t e = cudaSetDevice(wanted.front()); e != cudaSuccess) {
     return absl::UnavailableError(absl::StrCat("no usable CUDA device: ",
                                                CudaStatus(e, "cudaSetDevice").message()));
