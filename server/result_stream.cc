@@ -83,7 +83,9 @@ void ResultStreamReactor::RunProduce(ProduceFn produce) {
     source = produce(ctx);
   }
   {
-    absl::MutexLock lock(&mu_);
+    // State change and the next decision in one critical section: once
+    // producing_ is false another thread may finish the call and delete this.
+    absl::ReleasableMutexLock lock(&mu_);
     producing_ = false;
     queue_time_ = started - accepted_;
     if (!source.ok()) {
@@ -110,8 +112,8 @@ void ResultStreamReactor::RunProduce(ProduceFn produce) {
         QueueTrailer(nullptr);
       }
     }
+    PumpLocked(lock);
   }
-  Pump();
 }
 
 void ResultStreamReactor::ProduceChunk() {
@@ -137,7 +139,7 @@ void ResultStreamReactor::ProduceChunk() {
   const absl::Duration elapsed = absl::Now() - start;
   if (copied.ok()) service_.metrics.Transferred(Direction::kDeviceToHost, n, elapsed);
   {
-    absl::MutexLock lock(&mu_);
+    absl::ReleasableMutexLock lock(&mu_);
     producing_ = false;
     if (!copied.ok()) {
       Fail(copied);
@@ -150,8 +152,8 @@ void ResultStreamReactor::ProduceChunk() {
         QueueTrailer(nullptr);
       }
     }
+    PumpLocked(lock);
   }
-  Pump();
 }
 
 void ResultStreamReactor::Fail(const absl::Status& status) {
@@ -177,13 +179,20 @@ void ResultStreamReactor::QueueTrailer(const v1::BufferInfo* stored) {
 }
 
 void ResultStreamReactor::Pump() {
+  absl::ReleasableMutexLock lock(&mu_);
+  PumpLocked(lock);
+}
+
+void ResultStreamReactor::PumpLocked(absl::ReleasableMutexLock& lock) {
   bool write = false;
   bool finish = false;
   bool produce = false;
   grpc::Status status;
   {
-    absl::MutexLock lock(&mu_);
-    if (finish_sent_) return;
+    if (finish_sent_) {
+      lock.Release();
+      return;
+    }
     const bool cancelled = cancelled_.load();
     if (!writing_ && !cancelled && !ready_.empty()) {
       in_flight_ = std::move(ready_.front());
@@ -209,6 +218,7 @@ void ResultStreamReactor::Pump() {
       produce = true;
     }
   }
+  lock.Release();
   if (write) StartWrite(&in_flight_);
   if (produce) service_.executor.SubmitContinuation([this] { ProduceChunk(); });
   if (finish) {

@@ -63,6 +63,10 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
   void QueueTrailer(const v1::BufferInfo* stored) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Decides the next write / finish / chunk copy; never blocks.
   void Pump();
+  // The same under `lock`, which it releases before acting. Executor threads use
+  // this so that their last state change and the decision are one critical
+  // section: after it, another thread may finish the call and delete this.
+  void PumpLocked(absl::ReleasableMutexLock& lock);
   void RecordFinish(const grpc::Status& status);
 
   ServiceContext& service_;
