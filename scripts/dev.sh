@@ -15,7 +15,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-protobuf python3-numpy python3-scipy python3-pytest
-  python3-yaml yamllint prometheus curl
+  python3-yaml yamllint prometheus curl libssl-dev openssl
 )
 
 as_root() {
@@ -61,6 +61,8 @@ case "${1:-}" in
       echo "== $t"
       "$t" "$build" || status=1
     done
+    # Request validation and CPU execution under libFuzzer + ASan + UBSan.
+    "$repo/scripts/fuzz.sh" "${GPUCOMPUTE_FUZZ_SECONDS:-60}" || status=1
     exit $status
     ;;
   *)

@@ -134,6 +134,11 @@ bool Usable(double norm) { return norm != 0 && std::isfinite(norm); }
 template <typename T>
 void Scale(const T* x, int64_t n, double norm, T* out) {
   const double inverse = 1.0 / norm;
+  if (!std::isfinite(inverse)) {
+    // A subnormal norm: its reciprocal overflows, so divide (found by the fuzzer).
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(static_cast<double>(x[i]) / norm);
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(static_cast<double>(x[i]) * inverse);
 }
 
