@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <map>
 #include <sstream>
 #include <string>
@@ -21,8 +22,9 @@ namespace {
 
 namespace v1 = ::gpucompute::v1;
 
-// GET http://127.0.0.1:port/metrics, body only.
-std::string Scrape(int port) {
+// GET http://127.0.0.1:port/metrics with optional extra header lines; the whole
+// response (status line, headers, body).
+std::string Get(int port, const std::string& extra_headers = "") {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -32,14 +34,20 @@ std::string Scrape(int port) {
     close(fd);
     return "";
   }
-  const std::string request =
-      "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  const std::string request = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" +
+                              extra_headers + "\r\n";
   send(fd, request.data(), request.size(), 0);
   std::string response;
   char buffer[65536];
   ssize_t n;
   while ((n = recv(fd, buffer, sizeof(buffer), 0)) > 0) response.append(buffer, n);
   close(fd);
+  return response;
+}
+
+// The body of GET /metrics.
+std::string Scrape(int port) {
+  const std::string response = Get(port);
   const size_t body = response.find("\r\n\r\n");
   return body == std::string::npos ? "" : response.substr(body + 4);
 }
@@ -138,6 +146,29 @@ TEST_F(MetricsTest, CountsMatchAKnownSequenceOfRequests) {
   EXPECT_EQ(Sample(samples, R"(gpucompute_rejections_total{reason="queue_full"})"), 0);
   EXPECT_THAT(text, ::testing::HasSubstr("gpucompute_build_info{backend=\"cpu\""));
   EXPECT_EQ(Sample(samples, R"(gpucompute_device_healthy{device="cpu"})"), 1);
+}
+
+TEST(MetricsAuthTest, BasicAuthGuardsTheEndpoint) {
+  const std::string path = ::testing::TempDir() + "/metrics-users.txt";
+  // "prom" with password "secret", stored as its SHA-256.
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  std::fputs("prom sha256:2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b\n", f);
+  std::fclose(f);
+  ServerConfig config;
+  config.address = "127.0.0.1:0";
+  config.metrics_address = "127.0.0.1:0";
+  config.metrics_basic_auth_file = path;
+  config.backend.kind = BackendKind::kCpu;
+  auto server = GpuComputeServer::Start(config);
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  const int port = (*server)->metrics_port();
+  EXPECT_THAT(Get(port), ::testing::StartsWith("HTTP/1.1 401"));
+  // base64("prom:wrong") and base64("prom:secret")
+  EXPECT_THAT(Get(port, "Authorization: Basic cHJvbTp3cm9uZw==\r\n"),
+              ::testing::StartsWith("HTTP/1.1 401"));
+  const std::string ok = Get(port, "Authorization: Basic cHJvbTpzZWNyZXQ=\r\n");
+  EXPECT_THAT(ok, ::testing::StartsWith("HTTP/1.1 200"));
+  EXPECT_THAT(ok, ::testing::HasSubstr("gpucompute_build_info"));
 }
 
 }  // namespace
