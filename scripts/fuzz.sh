@@ -6,7 +6,7 @@
 # The corpus grows in build-fuzz/fuzz-corpus across runs; crashes are written to
 # build-fuzz/fuzz-artifacts/. Ends with "N passed, M failed" (regressions + the run).
 # Environment: GPUCOMPUTE_FUZZ_BUILD_DIR, GPUCOMPUTE_JOBS, GPUCOMPUTE_FUZZ_ARGS
-# (extra libFuzzer flags), GPUCOMPUTE_FUZZ_KNOWN (see tests/fuzz/README.md).
+# (extra libFuzzer flags, e.g. "-jobs=2 -workers=2").
 set -euo pipefail
 
 seconds=${1:-60}

@@ -76,16 +76,6 @@ constexpr int64_t kMaxSamples = 4096;
 
 std::string StatusText(const absl::Status& s) { return s.ToString(); }
 
-// GPUCOMPUTE_FUZZ_KNOWN=name[,name]: relax the checks of known, reported bugs so a
-// long run can look past them (scripts/fuzz.sh never sets it; see README.md).
-bool Known(absl::string_view name) {
-  static const std::string* known = [] {
-    const char* env = std::getenv("GPUCOMPUTE_FUZZ_KNOWN");
-    return new std::string(absl::StrCat(",", env == nullptr ? "" : env, ","));
-  }();
-  return absl::StrContains(*known, absl::StrCat(",", name, ","));
-}
-
 // ---------------------------------------------------------------------------
 // The process-wide environment: store with the "$k" buffers, metrics, backend.
 
@@ -416,8 +406,6 @@ void CheckNormalize(const v1::NormalizeRequest& request, const PreparedOperation
       if (f32) want = static_cast<float>(want);
       // Relative, plus one float32 denormal step (float64 denormals are below 1e-300).
       const double tolerance = std::fabs(want) * (f32 ? 1e-6 : 1e-9) + (f32 ? 1e-44 : 1e-300);
-      // normalize.cc scales by 1.0 / norm, which overflows for |norm| < 1 / DBL_MAX.
-      if (Known("normalize-tiny-norm") && std::isinf(1.0 / norm)) continue;
       FUZZ_CHECK(Close(vo[row * length + i], want, tolerance),
                  absl::StrCat("Normalize out[", row, ", ", i, "] = ", vo[row * length + i],
                               ", want ", want, " (x ", x, ", norm ", norm, ", kind ",

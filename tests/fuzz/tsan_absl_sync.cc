@@ -13,6 +13,9 @@
 // accesses, as with Abseil's own annotations (conditions evaluated by the thread
 // that unlocks, the deadlock detector's graph).
 //
+// The *WithTimeout variants are not wrapped: they tail-call their *WithDeadline
+// twin through the PLT, which is.
+//
 // The names are Abseil 20220623 as Debian 12 builds it (inline namespace
 // debian3). A process that does not use Abseil never calls these; one without
 // the TSan runtime gets no annotations (the __tsan_* symbols are weak).
@@ -42,14 +45,11 @@ constexpr unsigned kNotStatic = 1u << 8;
 
 // absl::Mutex is one std::atomic<intptr_t> (mu_); kMuWriter marks a writer holding it.
 constexpr intptr_t kMuWriter = 0x0008;
-// absl::Duration and absl::Time: {int64_t, uint32_t}, trivially copyable (passed in
+// absl::Time: an absl::Duration {int64_t, uint32_t}, trivially copyable (passed in
 // two registers); Condition is passed by reference.
-struct Duration {
+struct Time {
   int64_t hi;
   uint32_t lo;
-};
-struct Time {
-  Duration rep;
 };
 struct Condition;
 struct Mutex {
@@ -172,15 +172,9 @@ void ShimReaderUnlock(Mutex* m) {
 LOCK_WHEN(ShimLockWhen, "_ZN4absl7debian35Mutex8LockWhenERKNS0_9ConditionE", 0)
 LOCK_WHEN(ShimReaderLockWhen, "_ZN4absl7debian35Mutex14ReaderLockWhenERKNS0_9ConditionE",
           kReadLock)
-LOCK_WHEN_UNTIL(ShimLockWhenWithTimeout,
-                "_ZN4absl7debian35Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE",
-                Duration, 0)
 LOCK_WHEN_UNTIL(ShimLockWhenWithDeadline,
                 "_ZN4absl7debian35Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE", Time,
                 0)
-LOCK_WHEN_UNTIL(ShimReaderLockWhenWithTimeout,
-                "_ZN4absl7debian35Mutex25ReaderLockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE",
-                Duration, kReadLock)
 LOCK_WHEN_UNTIL(ShimReaderLockWhenWithDeadline,
                 "_ZN4absl7debian35Mutex26ReaderLockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE",
                 Time, kReadLock)
@@ -209,8 +203,6 @@ void ShimAwait(Mutex* m, const Condition& c) {
     PostLock(m, flags);                                                    \
     return r;                                                              \
   }
-AWAIT_UNTIL(ShimAwaitWithTimeout,
-            "_ZN4absl7debian35Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE", Duration)
 AWAIT_UNTIL(ShimAwaitWithDeadline,
             "_ZN4absl7debian35Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE", Time)
 
@@ -237,9 +229,6 @@ void ShimCondVarWait(CondVar* cv, Mutex* m) {
     PostLock(m, flags);                                                    \
     return r;                                                              \
   }
-CONDVAR_WAIT_UNTIL(ShimCondVarWaitWithTimeout,
-                   "_ZN4absl7debian37CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE",
-                   Duration)
 CONDVAR_WAIT_UNTIL(ShimCondVarWaitWithDeadline,
                    "_ZN4absl7debian37CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE", Time)
 
