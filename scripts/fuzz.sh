@@ -36,6 +36,13 @@ if [ ${#missing[@]} -gt 0 ]; then
     "${missing[@]}"
 fi
 
+# One run at a time per build directory: runs share the build, corpus and log.
+mkdir -p "$build"
+if command -v flock >/dev/null; then
+  exec 9>"$build/.fuzz.lock"
+  flock 9
+fi
+
 if [ ! -f "$build/CMakeCache.txt" ]; then
   # -O1 -g without NDEBUG: fast enough to fuzz, readable stacks.
   cmake -S "$repo" -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \

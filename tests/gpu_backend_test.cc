@@ -539,6 +539,45 @@ TEST(GpuBackendSmall, NormalizeNamesTheFirstBadRow) {
   }
 }
 
+// Rows whose norm has no finite reciprocal in the dtype (subnormal in float64, below
+// ~2.9e-39 in float32) are divided, not multiplied by inf: the fuzzer's CPU find
+// (tests/fuzz/regressions/normalize_tiny_norm_inf) on every GPU path.
+template <typename T>
+void CheckTinyNorms(int64_t cols) {
+  SCOPED_TRACE(absl::StrCat("cols ", cols, std::is_same_v<T, double> ? " f64" : " f32"));
+  // Small multiples of the smallest subnormal of T, every odd element 0: even a
+  // 20001-column row's norm stays below 1 / max(T).
+  const double unit = std::is_same_v<T, double> ? 4.9406564584124654e-324 : 1.4012984643e-45;
+  const Shape shape = {3, cols};
+  std::vector<T> x(static_cast<size_t>(3 * cols));
+  for (int64_t i = 0; i < 3 * cols; ++i) {
+    x[i] = static_cast<T>(i % 2 == 1 ? 0.0 : unit * static_cast<double>(1 + (i / 2) % 7));
+  }
+  for (NormKind k : {NormKind::kSum, NormKind::kL1, NormKind::kL2, NormKind::kMaxAbs}) {
+    SCOPED_TRACE(absl::StrCat("norm ", static_cast<int>(k)));
+    OpContext gctx, cctx;
+    auto go = Poisoned(*Gpu(), DTypeOf(std::is_same_v<T, double>), shape);
+    auto co = Poisoned(*Cpu(), DTypeOf(std::is_same_v<T, double>), shape);
+    const absl::Status gs = Gpu()->Normalize(*Put(*Gpu(), shape, x), k, *go, gctx);
+    const absl::Status cs = Cpu()->Normalize(*Put(*Cpu(), shape, x), k, *co, cctx);
+    // float64 L2: the squares underflow to 0, a zero norm for both backends.
+    ASSERT_EQ(gs.code(), cs.code()) << gs << " vs " << cs;
+    if (!cs.ok()) continue;
+    const std::vector<T> got = Read<T>(*Gpu(), *go);
+    for (T v : got) ASSERT_TRUE(std::isfinite(v)) << "normalized a tiny-norm row to " << v;
+    const double tolerance = std::is_same_v<T, double> ? 1e-14 : 1e-6;
+    EXPECT_CLOSE(got, Read<T>(*Cpu(), *co), tolerance);
+  }
+}
+
+TEST(GpuBackendSmall, NormalizeDividesWhenTheReciprocalOverflows) {
+  REQUIRE_GPU();
+  for (int64_t cols : {2, 9, 100, 1000, 20001}) {  // lane groups, warps (1 and 2 reads), chunks
+    CheckTinyNorms<float>(cols);
+    CheckTinyNorms<double>(cols);
+  }
+}
+
 // ---- Lomb-Scargle --------------------------------------------------------------------------------------------
 struct LsCase {
   int64_t batch, n, m;

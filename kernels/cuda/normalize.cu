@@ -10,7 +10,8 @@
 //     deterministic; then ChunkScaleKernel divides with 16-byte loads/stores, walking
 //     the chunks in reverse so its first reads find the reducer's last lines in L2.
 // Scaling is x * (1 / norm) with the reciprocal rounded to T (float32: within 1 ulp
-// of the CPU backend, which multiplies in float64).
+// of the CPU backend, which multiplies in float64); rows whose reciprocal overflows T
+// are divided instead (RowScale).
 // A zero or non-finite norm is never divided by: the row is skipped and its index
 // goes to result->bad_row with atomicMin (the lowest such row wins).
 #include <cuda_runtime.h>
@@ -71,10 +72,30 @@ __device__ __forceinline__ bool GoodNorm(double n) { return isfinite(n) && n != 
 // x / norm as x * (1 / norm), the reciprocal rounded to T once per row. float64: the
 // CPU backend's arithmetic exactly; float32: within 1 ulp of it (the CPU multiplies in
 // float64), without two float<->double conversions per element (16/clk/SM on Hopper,
-// which limited short rows).
+// which limited short rows). A norm below 1 / max(T) (subnormal in float64, under
+// ~2.9e-39 in float32) has no finite reciprocal in T: such a row is divided in float64,
+// as the CPU backend does. WithRowScale picks one of the two per row, so the element
+// loops carry no branch.
 template <typename T>
-__device__ __forceinline__ T ScaleBy(T x, T inv) {
-  return x * inv;
+struct MultiplyBy {
+  T inv;
+  __device__ __forceinline__ T operator()(T x) const { return x * inv; }
+};
+template <typename T>
+struct DivideBy {
+  double norm;
+  __device__ __forceinline__ T operator()(T x) const {
+    return static_cast<T>(static_cast<double>(x) / norm);
+  }
+};
+template <typename T, typename Body>
+__device__ __forceinline__ void WithRowScale(double norm, Body&& body) {
+  const T inv = static_cast<T>(1.0 / norm);
+  if (isinf(inv)) {
+    body(DivideBy<T>{norm});
+  } else {
+    body(MultiplyBy<T>{inv});
+  }
 }
 
 template <typename T, typename Op>
@@ -167,12 +188,13 @@ struct RowGroupAgent {
           if (lane == 0) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
           continue;
         }
-        const T inv = static_cast<T>(1.0 / norm);
+        WithRowScale<T>(norm, [&](auto scale) {
 #pragma unroll
-        for (int k = 0; k < RowGroupPolicy::kPerLane; ++k) {
-          const int64_t c = lane + k * kGroup;
-          if (c < cols) dst[c] = ScaleBy(v[k], inv);
-        }
+          for (int k = 0; k < RowGroupPolicy::kPerLane; ++k) {
+            const int64_t c = lane + k * kGroup;
+            if (c < cols) dst[c] = scale(v[k]);
+          }
+        });
         continue;
       }
       // Longer rows: two passes, the second from L1/L2; four loads in flight per lane.
@@ -191,8 +213,9 @@ struct RowGroupAgent {
         if (lane == 0) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
         continue;
       }
-      const T inv = static_cast<T>(1.0 / norm);
-      for (int64_t c2 = lane; c2 < cols; c2 += kGroup) dst[c2] = ScaleBy(src[c2], inv);
+      WithRowScale<T>(norm, [&](auto scale) {
+        for (int64_t c2 = lane; c2 < cols; c2 += kGroup) dst[c2] = scale(src[c2]);
+      });
     }
   }
 
@@ -273,11 +296,12 @@ struct ChunkScaleAgent {
   int64_t rows, cols, chunks;
   const double* norms;
 
-  __device__ static VT ScaleVec(const VT& x, T inv) {
+  template <typename Scale>
+  __device__ static VT ScaleVec(const VT& x, Scale scale) {
     if constexpr (Vec16<T>::kCount == 4) {
-      return make_float4(ScaleBy(x.x, inv), ScaleBy(x.y, inv), ScaleBy(x.z, inv), ScaleBy(x.w, inv));
+      return make_float4(scale(x.x), scale(x.y), scale(x.z), scale(x.w));
     } else {
-      return make_double2(ScaleBy(x.x, inv), ScaleBy(x.y, inv));
+      return make_double2(scale(x.x), scale(x.y));
     }
   }
 
@@ -288,30 +312,34 @@ struct ChunkScaleAgent {
       const int64_t row = w / chunks;
       const double norm = norms[row];
       if (!GoodNorm(norm)) continue;  // never divide by a bad norm
-      const T inv = static_cast<T>(1.0 / norm);
       const int64_t c = w - row * chunks;
       const int64_t s = row * cols + c * ChunkPolicy::kChunk;
       const int64_t e = row * cols + min(cols, (c + 1) * ChunkPolicy::kChunk);
-      if constexpr (kVec) {
-        const AlignedRange<T> r(s, e);
-        for (int64_t i = s + threadIdx.x; i < r.head_end; i += blockDim.x) out[i] = ScaleBy(in[i], inv);
-        const VT* src = reinterpret_cast<const VT*>(in + r.head_end);
-        VT* dst = reinterpret_cast<VT*>(out + r.head_end);
-        const int64_t nv = (r.body_end - r.head_end) / Vec16<T>::kCount;
-        constexpr int U = ChunkPolicy::kUnroll;
-        int64_t j = threadIdx.x;
-        for (; j + (U - 1) * static_cast<int64_t>(blockDim.x) < nv; j += U * blockDim.x) {
-          VT v[U];
+      WithRowScale<T>(norm, [&](auto scale) { ScaleRange(s, e, scale); });
+    }
+  }
+
+  template <typename Scale>
+  __device__ void ScaleRange(int64_t s, int64_t e, Scale scale) const {
+    if constexpr (kVec) {
+      const AlignedRange<T> r(s, e);
+      for (int64_t i = s + threadIdx.x; i < r.head_end; i += blockDim.x) out[i] = scale(in[i]);
+      const VT* src = reinterpret_cast<const VT*>(in + r.head_end);
+      VT* dst = reinterpret_cast<VT*>(out + r.head_end);
+      const int64_t nv = (r.body_end - r.head_end) / Vec16<T>::kCount;
+      constexpr int U = ChunkPolicy::kUnroll;
+      int64_t j = threadIdx.x;
+      for (; j + (U - 1) * static_cast<int64_t>(blockDim.x) < nv; j += U * blockDim.x) {
+        VT v[U];
 #pragma unroll
-          for (int u = 0; u < U; ++u) v[u] = src[j + u * blockDim.x];
+        for (int u = 0; u < U; ++u) v[u] = src[j + u * blockDim.x];
 #pragma unroll
-          for (int u = 0; u < U; ++u) dst[j + u * blockDim.x] = ScaleVec(v[u], inv);
-        }
-        for (; j < nv; j += blockDim.x) dst[j] = ScaleVec(src[j], inv);
-        for (int64_t i = r.body_end + threadIdx.x; i < e; i += blockDim.x) out[i] = ScaleBy(in[i], inv);
-      } else {
-        for (int64_t i = s + threadIdx.x; i < e; i += blockDim.x) out[i] = ScaleBy(in[i], inv);
+        for (int u = 0; u < U; ++u) dst[j + u * blockDim.x] = ScaleVec(v[u], scale);
       }
+      for (; j < nv; j += blockDim.x) dst[j] = ScaleVec(src[j], scale);
+      for (int64_t i = r.body_end + threadIdx.x; i < e; i += blockDim.x) out[i] = scale(in[i]);
+    } else {
+      for (int64_t i = s + threadIdx.x; i < e; i += blockDim.x) out[i] = scale(in[i]);
     }
   }
 };
