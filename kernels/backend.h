@@ -149,6 +149,9 @@ struct BackendOptions {
   // Device memory each pool reserves (allocates and frees) at start-up, so that the
   // first requests allocate from warm memory rather than from the driver.
   uint64_t pool_prewarm_bytes = 1ull << 30;
+  // Testing only (restart drills): >= 0 makes the backend fail as after a sticky
+  // device error once this many operations have run (see fault_injection.h).
+  int64_t inject_sticky_error_after_operations = -1;
 };
 
 struct BackendSelection {

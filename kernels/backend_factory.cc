@@ -2,6 +2,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/fault_injection.h"
 #ifdef GPUCOMPUTE_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #endif
@@ -16,7 +17,9 @@ bool CudaCompiledIn() {
 #endif
 }
 
-absl::StatusOr<BackendSelection> CreateBackend(const BackendOptions& options) {
+namespace {
+
+absl::StatusOr<BackendSelection> CreateRealBackend(const BackendOptions& options) {
   if (options.kind == BackendKind::kCpu) {
     return BackendSelection{CreateCpuBackend(options.cpu_threads), "cpu: requested by --backend"};
   }
@@ -37,6 +40,19 @@ absl::StatusOr<BackendSelection> CreateBackend(const BackendOptions& options) {
   return BackendSelection{CreateCpuBackend(options.cpu_threads),
                           "cpu: auto, this build has no CUDA backend"};
 #endif
+}
+
+}  // namespace
+
+absl::StatusOr<BackendSelection> CreateBackend(const BackendOptions& options) {
+  absl::StatusOr<BackendSelection> selection = CreateRealBackend(options);
+  if (!selection.ok() || options.inject_sticky_error_after_operations < 0) return selection;
+  auto faults = std::make_shared<InjectedFaults>();
+  faults->sticky_error_after_operations = options.inject_sticky_error_after_operations;
+  selection->backend = WithInjectedFaults(std::move(selection->backend), std::move(faults));
+  selection->note = absl::StrCat(selection->note, "; FAULT INJECTION: sticky device error after ",
+                                 options.inject_sticky_error_after_operations, " operations");
+  return selection;
 }
 
 }  // namespace gpucompute

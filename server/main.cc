@@ -69,6 +69,9 @@ ABSL_FLAG(bool, reflection, true, "serve gRPC server reflection (grpcurl, grpcui
 ABSL_FLAG(uint64_t, pool_prewarm_bytes, 1ull << 30,
           "CUDA: device memory each pool reserves at start-up so first requests allocate warm "
           "memory (capped at a quarter of the GPU)");
+ABSL_FLAG(int64_t, inject_sticky_error_after, -1,
+          "TESTING ONLY, for restart drills: after this many operations the backend fails as "
+          "after a sticky device error (health NOT_SERVING, drain, exit status 3); -1 = off");
 ABSL_FLAG(absl::Duration, grace_period, absl::Seconds(30),
           "on SIGTERM/SIGINT, how long in-flight requests may run before they are cancelled");
 
@@ -102,6 +105,8 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
   config.backend.pinned_staging_bytes = absl::GetFlag(FLAGS_pinned_staging_bytes);
   config.backend.pool_release_threshold_bytes = absl::GetFlag(FLAGS_pool_release_threshold_bytes);
   config.backend.pool_prewarm_bytes = absl::GetFlag(FLAGS_pool_prewarm_bytes);
+  config.backend.inject_sticky_error_after_operations =
+      absl::GetFlag(FLAGS_inject_sticky_error_after);
   config.executor_threads = absl::GetFlag(FLAGS_threads);
   config.max_queue_depth = absl::GetFlag(FLAGS_max_queue_depth);
   config.max_receive_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);

@@ -1,6 +1,7 @@
 // Faults: device memory exhaustion and a sticky device error injected through
 // the backend seam, clients vanishing mid-upload and mid-download, expired
-// deadlines, draining under load, and SIGTERM to the real server process.
+// deadlines, draining under load; the real server process exiting 0 on SIGTERM and
+// 3 when its last device fails.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <future>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -18,6 +20,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/fault_injection.h"
 #include "server/server.h"
 
 namespace gpucompute {
@@ -45,83 +48,25 @@ v1::LombScargleRequest SlowRequest() {
   return request;
 }
 
-// A real CPU backend with switches for the faults a GPU can have.
-class FaultInjectingBackend final : public Backend {
- public:
-  explicit FaultInjectingBackend(std::atomic<int>* failing_allocations,
-                                 std::atomic<bool>* sticky_error)
-      : inner_(CreateCpuBackend(2)),
-        failing_allocations_(failing_allocations),
-        sticky_error_(sticky_error) {}
+v1::NormalizeRequest NormalizeOf(int64_t n) {
+  std::vector<double> values(n, 2.0);
+  const std::vector<int64_t> shape = {n};
+  v1::NormalizeRequest request;
+  *request.mutable_input()->mutable_tensor() =
+      *client::MakeTensor(std::span<const double>(values), shape);
+  return request;
+}
 
-  absl::string_view name() const override { return inner_->name(); }
-  std::vector<DeviceDescription> Devices() const override {
-    std::vector<DeviceDescription> devices = inner_->Devices();
-    for (DeviceDescription& d : devices) d.healthy = Healthy();
-    return devices;
+// Polls until `condition` holds or 10 s pass.
+template <typename Condition>
+bool Eventually(Condition condition) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  bool Healthy() const override { return !sticky_error_->load(); }
-  int PickDevice() override { return inner_->PickDevice(); }
-  BackendStats Stats() const override { return inner_->Stats(); }
-
-  absl::StatusOr<std::shared_ptr<Array>> Allocate(DType dtype, Shape shape, int device) override {
-    if (absl::Status s = Sticky(); !s.ok()) return s;
-    if (failing_allocations_->fetch_sub(1) > 0) {
-      return absl::ResourceExhaustedError("injected: device cpu has no room for the array");
-    }
-    failing_allocations_->store(0);
-    return inner_->Allocate(dtype, std::move(shape), device);
-  }
-  absl::Status CopyToArray(const void* src, size_t offset, size_t bytes, Array& dst) override {
-    if (absl::Status s = Sticky(); !s.ok()) return s;
-    return inner_->CopyToArray(src, offset, bytes, dst);
-  }
-  absl::Status CopyFromArray(const Array& src, size_t offset, size_t bytes, void* dst) override {
-    if (absl::Status s = Sticky(); !s.ok()) return s;
-    return inner_->CopyFromArray(src, offset, bytes, dst);
-  }
-  absl::Status CopyArray(const Array& src, Array& dst) override {
-    if (absl::Status s = Sticky(); !s.ok()) return s;
-    return inner_->CopyArray(src, dst);
-  }
-  absl::Status DiscountProduct(const Array& f, const Array& v, Array& out, OpContext& ctx) override {
-    if (absl::Status s = Sticky(); !s.ok()) return s;
-    return inner_->DiscountProduct(f, v, out, ctx);
-  }
-  absl::Status HaversineMesh(const LatLonMesh& mesh, std::span<const GeoPoint> refs, double radius,
-                             Array& out, OpContext& ctx) override {
-    if (absl::Status s = Sticky(); !s.ok()) return s;
-    return inner_->HaversineMesh(mesh, refs, radius, out, ctx);
-  }
-  absl::Status HaversinePoints(const Array& lat, const Array& lon, std::span<const GeoPoint> refs,
-                               double radius, Array& out, OpContext& ctx) override {
-    if (absl::Status s = Sticky(); !s.ok()) return s;
-    return inner_->HaversinePoints(lat, lon, refs, radius, out, ctx);
-  }
-  absl::Status Normalize(const Array& in, NormKind norm, Array& out, OpContext& ctx) override {
-    if (absl::Status s = Sticky(); !s.ok()) return s;
-    return inner_->Normalize(in, norm, out, ctx);
-  }
-  absl::Status LombScargle(const Array& x, const Array& y, const Array* weights,
-                           const Array* freqs, const Linspace& grid,
-                           const LombScargleOptions& options, Array& out,
-                           OpContext& ctx) override {
-    if (absl::Status s = Sticky(); !s.ok()) return s;
-    return inner_->LombScargle(x, y, weights, freqs, grid, options, out, ctx);
-  }
-
- private:
-  absl::Status Sticky() const {
-    if (sticky_error_->load()) {
-      return absl::InternalError("injected: an illegal memory access was encountered (sticky)");
-    }
-    return absl::OkStatus();
-  }
-
-  std::unique_ptr<Backend> inner_;
-  std::atomic<int>* failing_allocations_;
-  std::atomic<bool>* sticky_error_;
-};
+  return true;
+}
 
 class FaultsTest : public ::testing::Test {
  protected:
@@ -133,8 +78,7 @@ class FaultsTest : public ::testing::Test {
     config.grace_period = absl::Seconds(5);
     server_.reset();
     auto server = GpuComputeServer::Start(
-        config, BackendSelection{std::make_unique<FaultInjectingBackend>(&failing_allocations_,
-                                                                         &sticky_error_),
+        config, BackendSelection{WithInjectedFaults(CreateCpuBackend(2), faults_),
                                  "cpu: fault injection"});
     ASSERT_TRUE(server.ok()) << server.status().message();
     server_ = *std::move(server);
@@ -142,37 +86,17 @@ class FaultsTest : public ::testing::Test {
     client_ = std::make_unique<client::Client>(channel_);
   }
 
-  static v1::NormalizeRequest NormalizeOf(int64_t n) {
-    std::vector<double> values(n, 2.0);
-    const std::vector<int64_t> shape = {n};
-    v1::NormalizeRequest request;
-    *request.mutable_input()->mutable_tensor() =
-        *client::MakeTensor(std::span<const double>(values), shape);
-    return request;
-  }
-
   uint64_t PoolUsed() const { return server_->backend_stats().devices.at(0).pool_used_bytes; }
 
-  // Polls until `condition` holds or 10 s pass.
-  template <typename Condition>
-  static bool Eventually(Condition condition) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!condition()) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return true;
-  }
-
-  std::atomic<int> failing_allocations_{0};
-  std::atomic<bool> sticky_error_{false};
+  // A real CPU backend with the faults a GPU can have, switched on by the tests.
+  std::shared_ptr<InjectedFaults> faults_ = std::make_shared<InjectedFaults>();
   std::unique_ptr<GpuComputeServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<client::Client> client_;
 };
 
 TEST_F(FaultsTest, DeviceMemoryExhaustionIsResourceExhaustedThenRecovers) {
-  failing_allocations_ = 1;
+  faults_->failing_allocations = 1;
   const absl::Status full = client_->Normalize(NormalizeOf(16)).status();
   EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(full.message()), HasSubstr("no room"));
@@ -184,7 +108,7 @@ TEST_F(FaultsTest, DeviceMemoryExhaustionIsResourceExhaustedThenRecovers) {
 
 TEST_F(FaultsTest, StickyErrorTurnsHealthNotServing) {
   ASSERT_TRUE(client_->Normalize(NormalizeOf(16)).ok());
-  sticky_error_ = true;
+  faults_->sticky_error = true;
   const absl::Status failed = client_->Normalize(NormalizeOf(16)).status();
   EXPECT_EQ(failed.code(), absl::StatusCode::kInternal);
   EXPECT_THAT(std::string(failed.message()), HasSubstr("sticky"));
@@ -281,36 +205,99 @@ TEST_F(FaultsTest, DrainFinishesInFlightWorkAndRefusesNewWork) {
   drained.get();
 }
 
-// The real binary: SIGTERM under load finishes the in-flight request and exits 0.
+// The real server binary (CPU backend) on a loopback port, killed if a test leaves it.
+class ServerProcess {
+ public:
+  // `port_offset` keeps the tests of this file off each other's ports.
+  ServerProcess(int port_offset, std::vector<std::string> flags)
+      : port_(20000 + (getpid() * 2 + port_offset) % 20000) {
+    flags.insert(flags.begin(), {GPUCOMPUTE_SERVER_PATH, absl::StrCat("--address=127.0.0.1:", port_),
+                                 "--metrics_address=", "--backend=cpu"});
+    pid_ = fork();
+    if (pid_ == 0) {
+      std::vector<char*> argv;
+      for (std::string& f : flags) argv.push_back(f.data());
+      argv.push_back(nullptr);
+      execv(GPUCOMPUTE_SERVER_PATH, argv.data());
+      _exit(127);
+    }
+  }
+  ~ServerProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+
+  // True once health answers, within 20 s.
+  bool WaitUntilServing() const {
+    if (pid_ < 0) return false;
+    client::ClientOptions options;
+    options.timeout = absl::Seconds(1);
+    const auto start = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
+      // A fresh channel each time: a refused connection would put one into backoff.
+      if (client::Client(client::MakeChannel(address()), options).Health().ok()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+
+  void Signal(int signal_number) const { kill(pid_, signal_number); }
+
+  // The exit status; -1 if the process was killed by a signal or still runs after `timeout`.
+  int WaitForExit(std::chrono::seconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    int status = 0;
+    while (waitpid(pid_, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) return -1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+ private:
+  int port_;
+  pid_t pid_ = -1;
+};
+
+// SIGTERM under load finishes the in-flight request and exits 0.
 TEST(ServerProcessTest, SigtermDrainsAndExitsZero) {
-  const int port = 20000 + getpid() % 20000;
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    const std::string address = absl::StrCat("--address=127.0.0.1:", port);
-    execl(GPUCOMPUTE_SERVER_PATH, GPUCOMPUTE_SERVER_PATH, address.c_str(), "--metrics_address=",
-          "--backend=cpu", "--grace_period=20s", static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  client::ClientOptions options;
-  options.timeout = absl::Seconds(1);
-  client::Client c(client::MakeChannel(absl::StrCat("127.0.0.1:", port)), options);
-  const auto start = std::chrono::steady_clock::now();
-  while (!c.Health().ok() && std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_TRUE(c.Health().ok()) << "server did not start";
-  client::Client patient(client::MakeChannel(absl::StrCat("127.0.0.1:", port)));
+  ServerProcess server(0, {"--grace_period=20s"});
+  ASSERT_TRUE(server.WaitUntilServing()) << "server did not start";
+  client::Client patient(client::MakeChannel(server.address()));
   auto running = std::async(std::launch::async,
                             [&] { return patient.LombScargle(SlowRequest()); });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  kill(pid, SIGTERM);
+  server.Signal(SIGTERM);
   auto result = running.get();
   EXPECT_TRUE(result.ok()) << result.status().message();
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(server.WaitForExit(std::chrono::seconds(30)), 0);
+}
+
+// The last device failing for good (an injected sticky error after one operation):
+// the request that hit it fails, health stops reporting SERVING, and the process
+// drains and exits with status 3 on its own so that a supervisor restarts it.
+TEST(ServerProcessTest, StickyErrorDrainsAndExitsThree) {
+  ServerProcess server(1, {"--inject_sticky_error_after=1", "--grace_period=5s"});
+  ASSERT_TRUE(server.WaitUntilServing()) << "server did not start";
+  client::ClientOptions options;
+  options.timeout = absl::Seconds(2);
+  client::Client c(client::MakeChannel(server.address()), options);
+  auto first = c.Normalize(NormalizeOf(16));
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  const absl::Status failed = c.Normalize(NormalizeOf(16)).status();
+  EXPECT_EQ(failed.code(), absl::StatusCode::kInternal) << failed.message();
+  EXPECT_THAT(std::string(failed.message()), HasSubstr("sticky"));
+  // NOT_SERVING while it drains, or no answer once it is gone: never SERVING again.
+  EXPECT_TRUE(Eventually([&] {
+    absl::StatusOr<HealthStatus::ServingStatus> health = c.Health();
+    return !health.ok() || *health != HealthStatus::SERVING;
+  }));
+  EXPECT_EQ(server.WaitForExit(std::chrono::seconds(30)), 3);
 }
 
 }  // namespace

@@ -1,0 +1,98 @@
+#include "kernels/fault_injection.h"
+
+#include <utility>
+
+namespace gpucompute {
+namespace {
+
+class FaultInjectingBackend final : public Backend {
+ public:
+  FaultInjectingBackend(std::unique_ptr<Backend> inner, std::shared_ptr<InjectedFaults> faults)
+      : inner_(std::move(inner)), faults_(std::move(faults)) {}
+
+  absl::string_view name() const override { return inner_->name(); }
+  std::vector<DeviceDescription> Devices() const override {
+    std::vector<DeviceDescription> devices = inner_->Devices();
+    if (!Healthy()) {
+      for (DeviceDescription& d : devices) d.healthy = false;
+    }
+    return devices;
+  }
+  bool Healthy() const override { return !faults_->sticky_error.load() && inner_->Healthy(); }
+  int PickDevice() override { return inner_->PickDevice(); }
+  BackendStats Stats() const override { return inner_->Stats(); }
+
+  absl::StatusOr<std::shared_ptr<Array>> Allocate(DType dtype, Shape shape, int device) override {
+    if (absl::Status s = Sticky(); !s.ok()) return s;
+    if (faults_->failing_allocations.fetch_sub(1) > 0) {
+      return absl::ResourceExhaustedError("injected: the device has no room for the array");
+    }
+    faults_->failing_allocations.store(0);
+    return inner_->Allocate(dtype, std::move(shape), device);
+  }
+  absl::Status CopyToArray(const void* src, size_t offset, size_t bytes, Array& dst) override {
+    if (absl::Status s = Sticky(); !s.ok()) return s;
+    return inner_->CopyToArray(src, offset, bytes, dst);
+  }
+  absl::Status CopyFromArray(const Array& src, size_t offset, size_t bytes, void* dst) override {
+    if (absl::Status s = Sticky(); !s.ok()) return s;
+    return inner_->CopyFromArray(src, offset, bytes, dst);
+  }
+  absl::Status CopyArray(const Array& src, Array& dst) override {
+    if (absl::Status s = Sticky(); !s.ok()) return s;
+    return inner_->CopyArray(src, dst);
+  }
+  absl::Status DiscountProduct(const Array& f, const Array& v, Array& out, OpContext& ctx) override {
+    if (absl::Status s = Operation(); !s.ok()) return s;
+    return inner_->DiscountProduct(f, v, out, ctx);
+  }
+  absl::Status HaversineMesh(const LatLonMesh& mesh, std::span<const GeoPoint> refs, double radius,
+                             Array& out, OpContext& ctx) override {
+    if (absl::Status s = Operation(); !s.ok()) return s;
+    return inner_->HaversineMesh(mesh, refs, radius, out, ctx);
+  }
+  absl::Status HaversinePoints(const Array& lat, const Array& lon, std::span<const GeoPoint> refs,
+                               double radius, Array& out, OpContext& ctx) override {
+    if (absl::Status s = Operation(); !s.ok()) return s;
+    return inner_->HaversinePoints(lat, lon, refs, radius, out, ctx);
+  }
+  absl::Status Normalize(const Array& in, NormKind norm, Array& out, OpContext& ctx) override {
+    if (absl::Status s = Operation(); !s.ok()) return s;
+    return inner_->Normalize(in, norm, out, ctx);
+  }
+  absl::Status LombScargle(const Array& x, const Array& y, const Array* weights,
+                           const Array* freqs, const Linspace& grid,
+                           const LombScargleOptions& options, Array& out,
+                           OpContext& ctx) override {
+    if (absl::Status s = Operation(); !s.ok()) return s;
+    return inner_->LombScargle(x, y, weights, freqs, grid, options, out, ctx);
+  }
+
+ private:
+  absl::Status Sticky() const {
+    if (faults_->sticky_error.load()) {
+      return absl::InternalError("injected: an illegal memory access was encountered (sticky)");
+    }
+    return absl::OkStatus();
+  }
+
+  // Counts the operation and turns the error on once the planned count has run.
+  absl::Status Operation() {
+    const int64_t after = faults_->sticky_error_after_operations;
+    if (after >= 0 && operations_.fetch_add(1) >= after) faults_->sticky_error.store(true);
+    return Sticky();
+  }
+
+  std::unique_ptr<Backend> inner_;
+  std::shared_ptr<InjectedFaults> faults_;
+  std::atomic<int64_t> operations_{0};
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> WithInjectedFaults(std::unique_ptr<Backend> inner,
+                                            std::shared_ptr<InjectedFaults> faults) {
+  return std::make_unique<FaultInjectingBackend>(std::move(inner), std::move(faults));
+}
+
+}  // namespace gpucompute
