@@ -66,6 +66,8 @@ std::string FormatServerInfo(const v1::ServerInfo& info) {
   absl::StrAppendFormat(&out, "  %-26s %d\n", "max elements", limits.max_elements());
   absl::StrAppendFormat(&out, "  %-26s %d\n", "executor threads", limits.executor_threads());
   absl::StrAppendFormat(&out, "  %-26s %d\n", "max queue depth", limits.max_queue_depth());
+  absl::StrAppendFormat(&out, "  %-26s %d\n", "max device queue depth",
+                        limits.max_device_queue_depth());
   return out;
 }
 

@@ -34,4 +34,27 @@ int64_t Admission::in_flight() const {
   return in_flight_;
 }
 
+absl::StatusOr<DeviceQueues::Slot> DeviceQueues::Enter(int device, absl::string_view label) {
+  absl::MutexLock lock(&mu_);
+  int64_t& depth = depth_[device];
+  if (depth >= max_depth_) {
+    return absl::ResourceExhaustedError(absl::StrCat("device ", label, " has ", depth,
+                                                     " operations queued or running (max_device_queue_depth ",
+                                                     max_depth_, ")"));
+  }
+  ++depth;
+  return Slot(this, device);
+}
+
+void DeviceQueues::Leave(int device) {
+  absl::MutexLock lock(&mu_);
+  --depth_[device];
+}
+
+int64_t DeviceQueues::depth(int device) const {
+  absl::MutexLock lock(&mu_);
+  auto it = depth_.find(device);
+  return it == depth_.end() ? 0 : it->second;
+}
+
 }  // namespace gpucompute

@@ -1,5 +1,7 @@
 // In-flight limits, global and per connection: a request holds a Ticket from
-// admission until its reactor is done. Over a limit: RESOURCE_EXHAUSTED naming it.
+// admission until its reactor is done. Per device: an operation holds a
+// DeviceQueues::Slot while it is placed on a device. Over a limit:
+// RESOURCE_EXHAUSTED naming it.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 
 namespace gpucompute {
@@ -56,6 +59,50 @@ class Admission {
   mutable absl::Mutex mu_;
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<std::string, int64_t> by_peer_ ABSL_GUARDED_BY(mu_);
+};
+
+// Operations placed on each device at once: copying operands in, waiting for the
+// device or running on it. Bounds how many executor threads one slow or backed-up
+// device can hold while requests for the others wait.
+class DeviceQueues {
+ public:
+  class Slot {
+   public:
+    Slot() = default;
+    Slot(Slot&& other) noexcept { *this = std::move(other); }
+    Slot& operator=(Slot&& other) noexcept {
+      if (this != &other) {
+        Release();
+        queues_ = std::exchange(other.queues_, nullptr);
+        device_ = other.device_;
+      }
+      return *this;
+    }
+    ~Slot() { Release(); }
+
+   private:
+    friend class DeviceQueues;
+    Slot(DeviceQueues* queues, int device) : queues_(queues), device_(device) {}
+    void Release() {
+      if (queues_ != nullptr) queues_->Leave(device_);
+      queues_ = nullptr;
+    }
+    DeviceQueues* queues_ = nullptr;
+    int device_ = 0;
+  };
+
+  explicit DeviceQueues(int64_t max_depth) : max_depth_(max_depth) {}
+
+  // `label` names the device in the message ("cuda:0").
+  absl::StatusOr<Slot> Enter(int device, absl::string_view label);
+  int64_t depth(int device) const;
+
+ private:
+  void Leave(int device);
+
+  const int64_t max_depth_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<int, int64_t> depth_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gpucompute

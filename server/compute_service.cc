@@ -67,7 +67,8 @@ grpc::ServerWriteReactor<v1::ResultChunk>* ComputeService::Run(
                      OpContext& ctx) -> absl::StatusOr<StreamSource> {
                    StreamSource source;
                    absl::StatusOr<std::shared_ptr<Array>> out =
-                       Execute(*prepared, service_.backend, service_.metrics, ctx, source.times);
+                       Execute(*prepared, service_.backend, service_.device_queues, service_.metrics, ctx,
+                               source.times);
                    if (!out.ok()) return out.status();
                    source.array = *std::move(out);
                    return source;

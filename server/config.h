@@ -18,6 +18,7 @@ struct ServerConfig {
   BackendOptions backend;
   int executor_threads = 0;  // 0: hardware concurrency, at least 2
   int max_queue_depth = 256;  // admitted requests waiting for an executor thread
+  int max_device_queue_depth = 64;  // operations placed on one device at once
   uint64_t max_receive_message_bytes = 64ull << 20;
   uint32_t min_chunk_bytes = 4096;
   uint32_t max_chunk_bytes = 4u << 20;

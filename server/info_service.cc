@@ -33,6 +33,7 @@ grpc::ServerUnaryReactor* InfoService::GetInfo(grpc::CallbackServerContext* cont
   limits->set_max_elements(config.max_elements);
   limits->set_executor_threads(service_.executor.threads());
   limits->set_max_queue_depth(config.max_queue_depth);
+  limits->set_max_device_queue_depth(config.max_device_queue_depth);
   limits->set_principal_quota_bytes(config.principal_quota_bytes);
   limits->set_max_in_flight(config.max_in_flight);
   limits->set_max_in_flight_per_connection(config.max_in_flight_per_connection);

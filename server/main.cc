@@ -25,6 +25,9 @@ ABSL_FLAG(int32_t, threads, 0, "executor threads running requests; 0 = hardware 
 ABSL_FLAG(int32_t, cpu_threads, 0, "CPU backend worker threads; 0 = hardware concurrency");
 ABSL_FLAG(int32_t, max_queue_depth, 256,
           "admitted requests that may wait for an executor thread; more get RESOURCE_EXHAUSTED");
+ABSL_FLAG(int32_t, max_device_queue_depth, 64,
+          "operations placed on one device at once (copying in, waiting for it or running); "
+          "more get RESOURCE_EXHAUSTED");
 ABSL_FLAG(uint64_t, max_message_bytes, 64ull << 20,
           "largest request message accepted, bytes (bigger inputs go through Buffers.Upload)");
 ABSL_FLAG(uint32_t, min_chunk_bytes, 4096, "smallest chunk_bytes a request may ask for");
@@ -109,6 +112,7 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
       absl::GetFlag(FLAGS_inject_sticky_error_after);
   config.executor_threads = absl::GetFlag(FLAGS_threads);
   config.max_queue_depth = absl::GetFlag(FLAGS_max_queue_depth);
+  config.max_device_queue_depth = absl::GetFlag(FLAGS_max_device_queue_depth);
   config.max_receive_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   config.min_chunk_bytes = absl::GetFlag(FLAGS_min_chunk_bytes);
   config.max_chunk_bytes = absl::GetFlag(FLAGS_max_chunk_bytes);
@@ -139,11 +143,12 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
         "chunk bounds must satisfy 0 < --min_chunk_bytes <= --default_chunk_bytes <= "
         "--max_chunk_bytes");
   }
-  if (config.max_queue_depth < 1 || config.max_elements < 1 || config.max_in_flight < 1 ||
+  if (config.max_queue_depth < 1 || config.max_device_queue_depth < 1 ||
+      config.max_elements < 1 || config.max_in_flight < 1 ||
       config.max_in_flight_per_connection < 1 || config.max_concurrent_streams < 1) {
     return absl::InvalidArgumentError(
-        "--max_queue_depth, --max_elements, --max_in_flight, --max_in_flight_per_connection and "
-        "--max_concurrent_streams must be >= 1");
+        "--max_queue_depth, --max_device_queue_depth, --max_elements, --max_in_flight, "
+        "--max_in_flight_per_connection and --max_concurrent_streams must be >= 1");
   }
   return config;
 }

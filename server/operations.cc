@@ -364,8 +364,8 @@ absl::StatusOr<PreparedOperation> PrepareLombScargle(const v1::LombScargleReques
 }
 
 absl::StatusOr<std::shared_ptr<Array>> Execute(PreparedOperation& prepared, Backend& backend,
-                                               Metrics& metrics, OpContext& ctx,
-                                               ExecutionTimes& times) {
+                                               DeviceQueues& queues, Metrics& metrics,
+                                               OpContext& ctx, ExecutionTimes& times) {
   int device = kHostDevice;
   bool placed = false;
   for (const OperandSpec& operand : prepared.operands) {
@@ -377,6 +377,8 @@ absl::StatusOr<std::shared_ptr<Array>> Execute(PreparedOperation& prepared, Back
   }
   if (!placed) device = backend.PickDevice();
   times.device = DeviceLabel(device);
+  absl::StatusOr<DeviceQueues::Slot> slot = queues.Enter(device, times.device);
+  if (!slot.ok()) return slot.status();
 
   std::vector<std::shared_ptr<Array>> arrays;
   arrays.reserve(prepared.operands.size());

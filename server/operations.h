@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "gpucompute/v1/gpucompute.pb.h"
 #include "kernels/backend.h"
+#include "server/admission.h"
 #include "server/buffer_store.h"
 #include "server/metrics.h"
 
@@ -74,9 +75,10 @@ struct ExecutionTimes {
 
 // Materializes the operands on one device (that of the first stored operand, else
 // the backend's pick), allocates the output there and runs the operation.
+// The operation holds a slot of that device's queue while it runs.
 absl::StatusOr<std::shared_ptr<Array>> Execute(PreparedOperation& prepared, Backend& backend,
-                                               Metrics& metrics, OpContext& ctx,
-                                               ExecutionTimes& times);
+                                               DeviceQueues& queues, Metrics& metrics,
+                                               OpContext& ctx, ExecutionTimes& times);
 
 // Fills the API's BufferInfo from a stored buffer.
 void ToBufferInfo(const StoredBuffer& buffer, v1::BufferInfo* info);

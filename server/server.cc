@@ -62,10 +62,11 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
   const int threads = config.executor_threads > 0
                           ? config.executor_threads
                           : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+  server->device_queues_ = std::make_unique<DeviceQueues>(config.max_device_queue_depth);
   server->executor_ = std::make_unique<Executor>(threads, config.max_queue_depth);
-  server->context_ = std::unique_ptr<ServiceContext>(
-      new ServiceContext{server->config_, *server->backend_, *server->store_, *server->executor_,
-                         *server->metrics_, *server->admission_, server->draining_});
+  server->context_ = std::unique_ptr<ServiceContext>(new ServiceContext{
+      server->config_, *server->backend_, *server->store_, *server->executor_, *server->metrics_,
+      *server->admission_, *server->device_queues_, server->draining_});
   server->compute_service_ = std::make_unique<ComputeService>(*server->context_);
   server->buffers_service_ = std::make_unique<BuffersService>(*server->context_);
   server->info_service_ = std::make_unique<InfoService>(*server->context_, server->backend_note_);

@@ -17,6 +17,7 @@
 namespace gpucompute {
 
 class Admission;
+class DeviceQueues;
 class BufferStore;
 class Executor;
 class Metrics;
@@ -63,6 +64,7 @@ class GpuComputeServer {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<BufferStore> store_;
   std::unique_ptr<Admission> admission_;
+  std::unique_ptr<DeviceQueues> device_queues_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<ServiceContext> context_;
   std::unique_ptr<ComputeService> compute_service_;

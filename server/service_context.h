@@ -23,6 +23,7 @@ struct ServiceContext {
   Executor& executor;
   Metrics& metrics;
   Admission& admission;
+  DeviceQueues& device_queues;
   // Set when the server starts draining: new work gets UNAVAILABLE.
   const std::atomic<bool>& draining;
 

@@ -48,5 +48,34 @@ TEST(AdmissionTest, MovedTicketReleasesOnce) {
   EXPECT_EQ(admission.in_flight(), 0);
 }
 
+TEST(DeviceQueuesTest, EachDeviceHasItsOwnBoundNamedInTheMessage) {
+  DeviceQueues queues(2);
+  auto a = queues.Enter(0, "cuda:0");
+  auto b = queues.Enter(0, "cuda:0");
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto c = queues.Enter(0, "cuda:0");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(c.status().message(),
+            "device cuda:0 has 2 operations queued or running (max_device_queue_depth 2)");
+  EXPECT_TRUE(queues.Enter(1, "cuda:1").ok());  // the other device still takes work
+  EXPECT_EQ(queues.depth(0), 2);
+}
+
+TEST(DeviceQueuesTest, SlotsReturnOnceEvenWhenMoved) {
+  DeviceQueues queues(1);
+  {
+    DeviceQueues::Slot outer;
+    {
+      auto slot = queues.Enter(-1, "cpu");
+      ASSERT_TRUE(slot.ok()) << slot.status().message();
+      outer = *std::move(slot);
+    }
+    EXPECT_EQ(queues.depth(-1), 1);
+    EXPECT_FALSE(queues.Enter(-1, "cpu").ok());
+  }
+  EXPECT_EQ(queues.depth(-1), 0);
+  EXPECT_TRUE(queues.Enter(-1, "cpu").ok());
+}
+
 }  // namespace
 }  // namespace gpucompute

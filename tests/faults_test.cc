@@ -205,6 +205,52 @@ TEST_F(FaultsTest, DrainFinishesInFlightWorkAndRefusesNewWork) {
   drained.get();
 }
 
+// Each admission limit, hit over the wire while a slow request holds the slot:
+// RESOURCE_EXHAUSTED naming the flag, then the server serves again.
+TEST_F(FaultsTest, OverloadIsResourceExhaustedNamingTheLimit) {
+  struct Case {
+    const char* limit;
+    void (*configure)(ServerConfig&);
+    int slow_requests;
+  };
+  const Case cases[] = {
+      {"max_in_flight 1", [](ServerConfig& c) { c.max_in_flight = 1; }, 1},
+      {"max_in_flight_per_connection 1", [](ServerConfig& c) { c.max_in_flight_per_connection = 1; }, 1},
+      {"max_device_queue_depth 1",
+       [](ServerConfig& c) {
+         c.executor_threads = 4;
+         c.max_device_queue_depth = 1;
+       },
+       1},
+      {"max_queue_depth 1",
+       [](ServerConfig& c) {
+         c.executor_threads = 1;
+         c.max_queue_depth = 1;
+       },
+       2},  // one running, one waiting
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.limit);
+    ServerConfig config;
+    c.configure(config);
+    Start(config);
+    std::vector<std::future<absl::StatusOr<client::Result>>> slow;
+    for (int i = 0; i < c.slow_requests; ++i) {
+      slow.push_back(std::async(std::launch::async, [&] { return client_->LombScargle(SlowRequest()); }));
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+    const absl::Status refused = client_->Normalize(NormalizeOf(8)).status();
+    EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused.message();
+    EXPECT_THAT(std::string(refused.message()), HasSubstr(c.limit));
+    for (auto& request : slow) {
+      auto result = request.get();
+      EXPECT_TRUE(result.ok()) << result.status().message();
+    }
+    auto served = client_->Normalize(NormalizeOf(8));
+    EXPECT_TRUE(served.ok()) << served.status().message();
+  }
+}
+
 // The real server binary (CPU backend) on a loopback port, killed if a test leaves it.
 class ServerProcess {
  public:

@@ -495,6 +495,17 @@ TEST_F(ServerTest, InfoReportsBackendOperationsAndLimits) {
   EXPECT_EQ(info->limits().buffer_quota_bytes(), 64ull << 20);
   EXPECT_EQ(info->limits().default_chunk_bytes(), 1u << 20);
   EXPECT_EQ(info->limits().max_rank(), 8u);
+  // Every admission limit is reported, with ServerConfig's defaults.
+  const ServerConfig defaults;
+  EXPECT_EQ(info->limits().max_queue_depth(), static_cast<uint32_t>(defaults.max_queue_depth));
+  EXPECT_EQ(info->limits().max_device_queue_depth(),
+            static_cast<uint32_t>(defaults.max_device_queue_depth));
+  EXPECT_EQ(info->limits().max_in_flight(), static_cast<uint32_t>(defaults.max_in_flight));
+  EXPECT_EQ(info->limits().max_in_flight_per_connection(),
+            static_cast<uint32_t>(defaults.max_in_flight_per_connection));
+  EXPECT_EQ(info->limits().max_concurrent_streams(),
+            static_cast<uint32_t>(defaults.max_concurrent_streams));
+  EXPECT_EQ(info->limits().resource_quota_bytes(), defaults.resource_quota_bytes);
   auto health = client_->Health();
   ASSERT_TRUE(health.ok()) << health.status().message();
   EXPECT_EQ(*health, grpc::health::v1::HealthCheckResponse::SERVING);

@@ -82,6 +82,7 @@ std::string StatusText(const absl::Status& s) { return s.ToString(); }
 struct Env {
   Env()
       : store(kQuotaBytes),
+        device_queues(1),  // one operation at a time: each must release its slot
         metrics(BuildInfo{"fuzz", "fuzz", "none", "cpu"}),
         backend(CreateCpuBackend(1)) {
     const std::vector<StoredBufferSpec>& specs = StoredBuffers();
@@ -110,6 +111,7 @@ struct Env {
   }
 
   BufferStore store;
+  DeviceQueues device_queues;
   Metrics metrics;
   std::unique_ptr<Backend> backend;
   std::vector<std::string> ids;
@@ -454,7 +456,8 @@ void FuzzCompute(const uint8_t* data, size_t size, PrepareFn prepare, CheckFn ch
   OpContext ctx;
   ExecutionTimes times;
   absl::StatusOr<std::shared_ptr<Array>> out =
-      Execute(*prepared, *env.backend, env.metrics, ctx, times);
+      Execute(*prepared, *env.backend, env.device_queues, env.metrics, ctx, times);
+  FUZZ_CHECK(env.device_queues.depth(kHostDevice) == 0, "Execute kept its device queue slot");
   if (!out.ok()) {
     FUZZ_CHECK(ExpectedExecuteError(out.status(), prepared->op), StatusText(out.status()));
   } else {

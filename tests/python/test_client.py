@@ -33,6 +33,7 @@ def test_health_and_info(client):
     assert info.operations["LombScargle"] == (np.dtype(np.float32), np.dtype(np.float64))
     assert info.limits.buffer_quota_bytes == 1 << 30
     assert info.limits.max_chunk_bytes >= info.limits.default_chunk_bytes
+    assert info.limits.max_device_queue_depth == 64  # the server's default
     assert info.raw.version == info.version
 
 

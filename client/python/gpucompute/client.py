@@ -125,6 +125,7 @@ class Limits:
     max_elements: int
     executor_threads: int
     max_queue_depth: int
+    max_device_queue_depth: int
 
 
 @dataclass(frozen=True)
@@ -467,7 +468,8 @@ class Client:
             buffer_quota_bytes=lim.buffer_quota_bytes, min_chunk_bytes=lim.min_chunk_bytes,
             max_chunk_bytes=lim.max_chunk_bytes, default_chunk_bytes=lim.default_chunk_bytes,
             max_rank=lim.max_rank, max_elements=lim.max_elements,
-            executor_threads=lim.executor_threads, max_queue_depth=lim.max_queue_depth)
+            executor_threads=lim.executor_threads, max_queue_depth=lim.max_queue_depth,
+            max_device_queue_depth=lim.max_device_queue_depth)
         with self._lock:
             if lim.max_receive_message_bytes:
                 self._max_message = int(lim.max_receive_message_bytes)
