@@ -423,6 +423,53 @@ TEST_F(ServerTest, ChainsHaversineNormalizeDownloadThroughStoredBuffers) {
   EXPECT_EQ(client_->List()->buffers_size(), 2);
 }
 
+// On a GPU, through the API: results kept on the device fill its memory until an
+// allocation fails with RESOURCE_EXHAUSTED; deleting them frees it and requests
+// run again. (The CPU backend would fill host memory instead: skipped there.)
+TEST_F(ServerTest, FillingTheDeviceIsResourceExhaustedThenTheServerRecovers) {
+  if (!OnCuda()) GTEST_SKIP() << "fills real device memory: CUDA backend only";
+  ServerConfig config = TestConfig();
+  config.buffer_quota_bytes = uint64_t{1} << 40;
+  StartServer(config);
+  // 2^15 x 2^15 float32 distances to 4 references: 16 GiB per result, no input.
+  v1::HaversineGridRequest fill;
+  v1::LatLonMesh* mesh = fill.mutable_mesh();
+  mesh->set_lat_start(-60);
+  mesh->set_lat_stop(60);
+  mesh->set_n_lat(1 << 15);
+  mesh->set_lon_start(-180);
+  mesh->set_lon_stop(180);
+  mesh->set_n_lon(1 << 15);
+  mesh->set_dtype(v1::FLOAT32);
+  for (int k = 0; k < 4; ++k) {
+    v1::GeoPoint* p = fill.add_references();
+    p->set_lat(10.0 * k);
+    p->set_lon(20.0 * k);
+  }
+  fill.mutable_output()->set_keep_on_device(true);
+  std::vector<std::string> kept;
+  absl::Status full;
+  for (int i = 0; i < 64 && full.ok(); ++i) {  // 1 TiB: more than any GPU holds
+    auto result = client_->HaversineGrid(fill);
+    if (result.ok()) {
+      kept.push_back(result->trailer.stored_buffer().id());
+    } else {
+      full = result.status();
+    }
+  }
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full.message();
+  EXPECT_GE(kept.size(), 1u);
+  for (const std::string& id : kept) {
+    auto freed = client_->Delete(id);
+    EXPECT_TRUE(freed.ok()) << freed.status().message();
+  }
+  EXPECT_EQ(client_->List()->used_bytes(), 0u);
+  EXPECT_EQ(*client_->Health(), grpc::health::v1::HealthCheckResponse::SERVING);
+  auto again = client_->HaversineGrid(fill);
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_TRUE(client_->Delete(again->trailer.stored_buffer().id()).ok());
+}
+
 TEST_F(ServerTest, StoredOperandsOnDifferentDevicesAreBroughtTogether) {
   // Uploads spread over the least-loaded devices; with several GPUs the two
   // operands usually land apart, and the operation still runs (on one device).
