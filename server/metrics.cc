@@ -21,7 +21,8 @@ constexpr std::array<absl::string_view, kStageCount> kStageLabels = {
 constexpr std::array<absl::string_view, 2> kDirectionLabels = {"host_to_device",
                                                               "device_to_host"};
 constexpr std::array<absl::string_view, kRejectionCount> kRejectionLabels = {
-    "queue_full", "deadline_exceeded", "quota", "unavailable", "in_flight_limit"};
+    "queue_full", "deadline_exceeded", "quota", "unavailable", "in_flight_limit",
+    "device_queue_full"};
 
 struct RpcName {
   absl::string_view service;

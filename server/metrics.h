@@ -32,8 +32,10 @@ inline constexpr int kStageCount = 6;
 
 enum class Direction { kHostToDevice, kDeviceToHost };
 
-enum class Rejection { kQueueFull, kDeadlineExceeded, kQuota, kUnavailable, kInFlightLimit };
-inline constexpr int kRejectionCount = 5;
+enum class Rejection {
+  kQueueFull, kDeadlineExceeded, kQuota, kUnavailable, kInFlightLimit, kDeviceQueueFull,
+};
+inline constexpr int kRejectionCount = 6;
 
 // Every RPC the server implements, for the grpc_server_* families.
 enum class RpcMethod {

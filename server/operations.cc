@@ -378,7 +378,10 @@ absl::StatusOr<std::shared_ptr<Array>> Execute(PreparedOperation& prepared, Back
   if (!placed) device = backend.PickDevice();
   times.device = DeviceLabel(device);
   absl::StatusOr<DeviceQueues::Slot> slot = queues.Enter(device, times.device);
-  if (!slot.ok()) return slot.status();
+  if (!slot.ok()) {
+    metrics.Rejected(Rejection::kDeviceQueueFull);
+    return slot.status();
+  }
 
   std::vector<std::shared_ptr<Array>> arrays;
   arrays.reserve(prepared.operands.size());

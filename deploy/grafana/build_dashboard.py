@@ -234,7 +234,7 @@ def build():
     b.panel("Rejections by reason",
             [(rate("gpucompute_rejections_total", S, "reason"), "{{reason}}")],
             unit="reqps", description="Requests refused before running: queue_full, "
-            "deadline_exceeded, quota, too_large, unavailable.")
+            "device_queue_full, in_flight_limit, deadline_exceeded, quota, unavailable.")
     b.panel("Device pool memory",
             [(f"sum by (instance, device) (gpucompute_device_pool_reserved_bytes{{{S}}})",
               "reserved {{instance}} {{device}}"),
