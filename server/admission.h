@@ -16,33 +16,37 @@
 
 namespace gpucompute {
 
+// One counted place in a limiter (Admission or DeviceQueues), given back exactly
+// once: when destroyed, or when another is moved onto it.
+template <typename Limiter, typename Key>
+class HeldPlace {
+ public:
+  HeldPlace() = default;
+  HeldPlace(HeldPlace&& other) noexcept { *this = std::move(other); }
+  HeldPlace& operator=(HeldPlace&& other) noexcept {
+    if (this != &other) {
+      Release();
+      limiter_ = std::exchange(other.limiter_, nullptr);
+      key_ = std::move(other.key_);
+    }
+    return *this;
+  }
+  ~HeldPlace() { Release(); }
+
+ private:
+  friend Limiter;
+  HeldPlace(Limiter* limiter, Key key) : limiter_(limiter), key_(std::move(key)) {}
+  void Release() {
+    if (limiter_ != nullptr) limiter_->Leave(key_);
+    limiter_ = nullptr;
+  }
+  Limiter* limiter_ = nullptr;
+  Key key_{};
+};
+
 class Admission {
  public:
-  class Ticket {
-   public:
-    Ticket() = default;
-    Ticket(Ticket&& other) noexcept { *this = std::move(other); }
-    Ticket& operator=(Ticket&& other) noexcept {
-      if (this != &other) {
-        Release();
-        admission_ = std::exchange(other.admission_, nullptr);
-        peer_ = std::move(other.peer_);
-      }
-      return *this;
-    }
-    ~Ticket() { Release(); }
-
-   private:
-    friend class Admission;
-    Ticket(Admission* admission, std::string peer)
-        : admission_(admission), peer_(std::move(peer)) {}
-    void Release() {
-      if (admission_ != nullptr) admission_->Leave(peer_);
-      admission_ = nullptr;
-    }
-    Admission* admission_ = nullptr;
-    std::string peer_;
-  };
+  using Ticket = HeldPlace<Admission, std::string>;
 
   Admission(int64_t max_in_flight, int64_t max_in_flight_per_connection)
       : max_in_flight_(max_in_flight), max_per_connection_(max_in_flight_per_connection) {}
@@ -52,6 +56,7 @@ class Admission {
   int64_t in_flight() const;
 
  private:
+  friend Ticket;
   void Leave(const std::string& peer);
 
   const int64_t max_in_flight_;
@@ -66,30 +71,7 @@ class Admission {
 // device can hold while requests for the others wait.
 class DeviceQueues {
  public:
-  class Slot {
-   public:
-    Slot() = default;
-    Slot(Slot&& other) noexcept { *this = std::move(other); }
-    Slot& operator=(Slot&& other) noexcept {
-      if (this != &other) {
-        Release();
-        queues_ = std::exchange(other.queues_, nullptr);
-        device_ = other.device_;
-      }
-      return *this;
-    }
-    ~Slot() { Release(); }
-
-   private:
-    friend class DeviceQueues;
-    Slot(DeviceQueues* queues, int device) : queues_(queues), device_(device) {}
-    void Release() {
-      if (queues_ != nullptr) queues_->Leave(device_);
-      queues_ = nullptr;
-    }
-    DeviceQueues* queues_ = nullptr;
-    int device_ = 0;
-  };
+  using Slot = HeldPlace<DeviceQueues, int>;
 
   explicit DeviceQueues(int64_t max_depth) : max_depth_(max_depth) {}
 
@@ -98,6 +80,7 @@ class DeviceQueues {
   int64_t depth(int device) const;
 
  private:
+  friend Slot;
   void Leave(int device);
 
   const int64_t max_depth_;
