@@ -9,6 +9,7 @@
 # to build-*/sanitizer-logs/; any report there fails the run, even when the test
 # that started the process passed. Ends with "N passed, M failed" (one per mode).
 # Environment: CXX (default g++), GPUCOMPUTE_JOBS, GPUCOMPUTE_SAN_BUILD_ROOT,
+# GPUCOMPUTE_CTEST_JOBS (parallel tests; default GPUCOMPUTE_JOBS, halved for tsan),
 # CTEST_ARGS (extra ctest arguments, e.g. "-R server_test").
 set -euo pipefail
 
@@ -82,10 +83,20 @@ for m in "${modes[@]}"; do
     "$cxx" -std=c++20 -shared -fPIC -O1 -g "$repo/tests/fuzz/tsan_absl_sync.cc" -o "$preload" -ldl \
       || ok=0
     absl_sync=$(ldconfig -p | sed -n 's/.*libabsl_synchronization.so.* => //p' | head -1)
-    if [ -n "$absl_sync" ] && ! nm -D "$absl_sync" | grep -q ' _ZN4absl7debian35Mutex4LockEv$'; then
+    # grep without -q reads all of nm's output: with pipefail, an early exit of
+    # grep -q can fail nm with SIGPIPE and print this warning for the right library.
+    if [ -n "$absl_sync" ] && ! nm -D "$absl_sync" | grep ' _ZN4absl7debian35Mutex4LockEv$' >/dev/null; then
       echo "sanitizers.sh: warning: $absl_sync is not Debian 12's Abseil 20220623;" \
         "tsan_absl_sync.cc does not match it and absl::Mutex stays invisible to TSan"
     fi
+  fi
+  # Under TSan every test process runs many threads (CPU kernel pool, executor, gRPC
+  # pollers), each several times slower. Two such tests per core oversubscribe a small
+  # machine: on 2 cores, faults_test's slow LombScargle requests (3-10 s alone) then
+  # outlast the 20-30 s drain grace periods of the drain tests. Half the jobs for tsan.
+  ctest_jobs=${GPUCOMPUTE_CTEST_JOBS:-$jobs}
+  if [ "$m" = tsan ] && [ -z "${GPUCOMPUTE_CTEST_JOBS:-}" ]; then
+    ctest_jobs=$(( jobs > 1 ? jobs / 2 : 1 ))
   fi
   status=0
   if [ "$ok" -eq 1 ]; then
@@ -94,7 +105,7 @@ for m in "${modes[@]}"; do
     export ASAN_OPTIONS="detect_leaks=1:detect_stack_use_after_return=1:log_path=$logs/asan"
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:history_size=4:log_path=$logs/tsan:suppressions=$repo/tests/fuzz/tsan.supp"
     # shellcheck disable=SC2086  # CTEST_ARGS is a list
-    (cd "$build" && LD_PRELOAD=$preload ctest --output-on-failure -j "$jobs" --timeout 900 \
+    (cd "$build" && LD_PRELOAD=$preload ctest --output-on-failure -j "$ctest_jobs" --timeout 900 \
       ${CTEST_ARGS:-}) >"$build/ctest.log" 2>&1 || status=$?
     unset UBSAN_OPTIONS ASAN_OPTIONS TSAN_OPTIONS
     grep -E "tests passed|Total Test time" "$build/ctest.log" || true

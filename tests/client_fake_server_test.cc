@@ -27,18 +27,29 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
+// Check runs on a gRPC server thread; the test thread changes `status` and
+// `delay` between calls, so they are guarded (the happens-before through gRPC's
+// call is not something a test should rely on, and TSan cannot see it).
 class FakeHealth final : public grpc::health::v1::Health::Service {
  public:
   grpc::Status Check(grpc::ServerContext*, const grpc::health::v1::HealthCheckRequest*,
                      grpc::health::v1::HealthCheckResponse* response) override {
-    absl::SleepFor(delay);
-    response->set_status(status);
+    grpc::health::v1::HealthCheckResponse::ServingStatus serving_status;
+    absl::Duration wait;
+    {
+      absl::MutexLock lock(&mutex);
+      serving_status = status;
+      wait = delay;
+    }
+    absl::SleepFor(wait);
+    response->set_status(serving_status);
     return grpc::Status::OK;
   }
 
-  grpc::health::v1::HealthCheckResponse::ServingStatus status =
+  absl::Mutex mutex;
+  grpc::health::v1::HealthCheckResponse::ServingStatus status ABSL_GUARDED_BY(mutex) =
       grpc::health::v1::HealthCheckResponse::SERVING;
-  absl::Duration delay = absl::ZeroDuration();
+  absl::Duration delay ABSL_GUARDED_BY(mutex) = absl::ZeroDuration();
 };
 
 class FakeServer final : public v1::Server::Service {
@@ -219,7 +230,10 @@ TEST_F(ClientFakeServerTest, HealthInfoListDelete) {
   absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> health = client_->Health();
   ASSERT_TRUE(health.ok()) << health.status().message();
   EXPECT_EQ(*health, grpc::health::v1::HealthCheckResponse::SERVING);
-  health_.status = grpc::health::v1::HealthCheckResponse::NOT_SERVING;
+  {
+    absl::MutexLock lock(&health_.mutex);
+    health_.status = grpc::health::v1::HealthCheckResponse::NOT_SERVING;
+  }
   EXPECT_EQ(*client_->Health(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
 
   absl::StatusOr<v1::ServerInfo> info = client_->GetInfo();
@@ -382,7 +396,10 @@ TEST_F(ClientFakeServerTest, KeepOnDeviceExpectsNoData) {
 }
 
 TEST_F(ClientFakeServerTest, TimeoutBecomesDeadlineExceeded) {
-  health_.delay = absl::Milliseconds(500);
+  {
+    absl::MutexLock lock(&health_.mutex);
+    health_.delay = absl::Milliseconds(500);
+  }
   Client impatient(MakeChannel(target_), ClientOptions{.timeout = absl::Milliseconds(50)});
   absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> health = impatient.Health();
   ASSERT_FALSE(health.ok());

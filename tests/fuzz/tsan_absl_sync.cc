@@ -19,12 +19,22 @@
 // The names are Abseil 20220623 as Debian 12 builds it (inline namespace
 // debian3). A process that does not use Abseil never calls these; one without
 // the TSan runtime gets no annotations (the __tsan_* symbols are weak).
+//
+// The same way, the end of this file wraps gRPC's completion-queue entry points
+// (grpc_call_start_batch, grpc_server_request_*call, grpc_completion_queue_next
+// and _pluck) to tell TSan about the happens-before edge gRPC guarantees between
+// starting an operation with a tag and receiving that tag's completion, and
+// ServerCallbackCall::CallOnCancel / ScheduleOnDone to restore the acq_rel
+// decrement of a callback call's reaction counter that libgrpc++ does out of
+// TSan's sight (see the sections below).
 #include <dlfcn.h>
 
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+
+#include <grpc/grpc.h>  // declarations only: nothing is linked from gRPC
 
 extern "C" {
 void __tsan_mutex_destroy(void* addr, unsigned flags) __attribute__((weak));
@@ -33,6 +43,7 @@ void __tsan_mutex_post_lock(void* addr, unsigned flags, int recursion) __attribu
 int __tsan_mutex_pre_unlock(void* addr, unsigned flags) __attribute__((weak));
 void __tsan_mutex_post_unlock(void* addr, unsigned flags) __attribute__((weak));
 void __tsan_release(void* addr) __attribute__((weak));
+void __tsan_acquire(void* addr) __attribute__((weak));
 }
 
 namespace {
@@ -253,4 +264,159 @@ void ShimNotify(Notification* n) {
   REAL(void (*)(Notification*), "_ZN4absl7debian312Notification6NotifyEv");
   if (__tsan_release != nullptr) __tsan_release(&n->notified_yet);
   real(n);
+}
+
+// --- gRPC completion queues: the happens-before edge of a tag.
+//
+// gRPC's contract: everything a thread did before handing a tag to
+// grpc_call_start_batch (or to a server's request_call) happens before the thread
+// that receives that tag's completion from grpc_completion_queue_next/pluck. gRPC
+// keeps it with locks and atomics inside libgrpc, which TSan does not see, so the
+// state our reactors hand over through StartRead/StartWrite/Finish (written on an
+// executor thread, read again in OnReadDone/OnWriteDone on a gRPC thread) and the
+// CallOpSet / CallbackWithSuccessTag state of gRPC's own header code (compiled into
+// our binaries) looked unsynchronized. Release on the tag before the real call and
+// acquire on it when its completion comes back. Only that edge is added: an access
+// made after StartRead/StartWrite, or on a thread that did not receive the tag, is
+// still reported.
+//
+// Debian's gRPC 1.51 runs callback-API completions (servers' reactors, the callback
+// client) through libgrpc++'s "callback alternative" queue: threads that call
+// grpc_completion_queue_next and then run the tag's functor, so next covers them.
+// The sync APIs use next (servers) and pluck (clients). A gRPC whose iomgr runs
+// callback queues natively would call the functors from inside libgrpc instead;
+// those completions would not be annotated here.
+namespace {
+void ReleaseTag(void* tag) {
+  if (__tsan_release != nullptr && tag != nullptr) __tsan_release(tag);
+}
+grpc_event AcquireTag(grpc_event event) {
+  if (__tsan_acquire != nullptr && event.type == GRPC_OP_COMPLETE && event.tag != nullptr) {
+    __tsan_acquire(event.tag);
+  }
+  return event;
+}
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) grpc_call_error grpc_call_start_batch(
+    grpc_call* call, const grpc_op* ops, size_t nops, void* tag, void* reserved) {
+  REAL(grpc_call_error (*)(grpc_call*, const grpc_op*, size_t, void*, void*),
+       "grpc_call_start_batch");
+  ReleaseTag(tag);
+  return real(call, ops, nops, tag, reserved);
+}
+
+extern "C" __attribute__((visibility("default"))) grpc_call_error grpc_server_request_call(
+    grpc_server* server, grpc_call** call, grpc_call_details* details,
+    grpc_metadata_array* request_metadata, grpc_completion_queue* cq_bound_to_call,
+    grpc_completion_queue* cq_for_notification, void* tag_new) {
+  REAL(grpc_call_error (*)(grpc_server*, grpc_call**, grpc_call_details*, grpc_metadata_array*,
+                           grpc_completion_queue*, grpc_completion_queue*, void*),
+       "grpc_server_request_call");
+  ReleaseTag(tag_new);
+  return real(server, call, details, request_metadata, cq_bound_to_call, cq_for_notification,
+              tag_new);
+}
+
+extern "C" __attribute__((visibility("default"))) grpc_call_error
+grpc_server_request_registered_call(grpc_server* server, void* registered_method,
+                                    grpc_call** call, gpr_timespec* deadline,
+                                    grpc_metadata_array* request_metadata,
+                                    grpc_byte_buffer** optional_payload,
+                                    grpc_completion_queue* cq_bound_to_call,
+                                    grpc_completion_queue* cq_for_notification, void* tag_new) {
+  REAL(grpc_call_error (*)(grpc_server*, void*, grpc_call**, gpr_timespec*, grpc_metadata_array*,
+                           grpc_byte_buffer**, grpc_completion_queue*, grpc_completion_queue*,
+                           void*),
+       "grpc_server_request_registered_call");
+  ReleaseTag(tag_new);
+  return real(server, registered_method, call, deadline, request_metadata, optional_payload,
+              cq_bound_to_call, cq_for_notification, tag_new);
+}
+
+extern "C" __attribute__((visibility("default"))) grpc_event grpc_completion_queue_next(
+    grpc_completion_queue* cq, gpr_timespec deadline, void* reserved) {
+  REAL(grpc_event (*)(grpc_completion_queue*, gpr_timespec, void*),
+       "grpc_completion_queue_next");
+  return AcquireTag(real(cq, deadline, reserved));
+}
+
+extern "C" __attribute__((visibility("default"))) grpc_event grpc_completion_queue_pluck(
+    grpc_completion_queue* cq, void* tag, gpr_timespec deadline, void* reserved) {
+  REAL(grpc_event (*)(grpc_completion_queue*, void*, gpr_timespec, void*),
+       "grpc_completion_queue_pluck");
+  return AcquireTag(real(cq, tag, deadline, reserved));
+}
+
+// --- gRPC callback servers: OnDone after the last reaction.
+//
+// A callback call counts its outstanding reactions in
+// ServerCallbackCall::callbacks_outstanding_ (an acq_rel fetch_sub after each
+// reaction); whoever brings it to zero calls ScheduleOnDone, which runs OnDone (our
+// reactors delete themselves there) inline or on gRPC's executor. Most decrements
+// are gRPC header code compiled into our binaries, which TSan sees. One is not:
+// ServerCallbackCall::CallOnCancel (libgrpc++) runs the reactor's OnCancel in an
+// executor closure that then decrements the counter inside libgrpc++,
+// uninstrumented. Both halves of that fetch_sub were lost, and OnDone's
+// `delete this` (and the destruction of the reactor's absl::Mutex) was reported
+// against the reactor's own accesses in OnCancel, or in an OnWriteDone whose
+// release the OnCancel thread's decrement should have passed on (faults_test,
+// a client disconnecting mid-download). Restored here:
+// - acquire: ScheduleOnDone is only called by the thread whose decrement reached
+//   zero, so it acquires on the counter first;
+// - release: CallOnCancel gets a stand-in reactor whose OnCancel runs the real one
+//   and then releases on the counter; the closure decrements right after it returns.
+// The ServerCallbackCall layout (vtable pointer, then std::atomic_int
+// on_cancel_conditions_remaining_ and callbacks_outstanding_) is gRPC 1.51's
+// grpcpp/support/server_callback.h; libgrpc++'s closure does `lock subl $1, 0xc(%reg)`.
+#include <grpcpp/support/server_callback.h>
+
+static_assert(sizeof(grpc::internal::ServerCallbackCall) == 16,
+              "ServerCallbackCall layout changed: update kCallbacksOutstandingOffset");
+
+namespace {
+constexpr size_t kCallbacksOutstandingOffset = 12;
+
+void* CallbacksOutstanding(void* call) {
+  return static_cast<char*>(call) + kCallbacksOutstandingOffset;
+}
+
+// Stands in for the reactor in CallOnCancel, which only asks it InternalInlineable()
+// and calls OnCancel() once (inline or from the closure); OnDone goes to the call's
+// own reactor, never here.
+class CancelReaction final : public grpc::internal::ServerReactor {
+ public:
+  CancelReaction(grpc::internal::ServerReactor* reactor, void* call)
+      : reactor_(reactor), call_(call) {}
+  void OnDone() override {}
+  void OnCancel() override {
+    grpc::internal::ServerReactor* reactor = reactor_;
+    void* call = call_;
+    delete this;
+    reactor->OnCancel();
+    if (__tsan_release != nullptr) __tsan_release(CallbacksOutstanding(call));
+  }
+  bool InternalInlineable() override { return reactor_->InternalInlineable(); }
+
+ private:
+  grpc::internal::ServerReactor* const reactor_;
+  void* const call_;
+};
+}  // namespace
+
+SHIM(void, ShimScheduleOnDone, "_ZN4grpc8internal18ServerCallbackCall14ScheduleOnDoneEb",
+     void* call, bool inline_ondone);
+void ShimScheduleOnDone(void* call, bool inline_ondone) {
+  REAL(void (*)(void*, bool), "_ZN4grpc8internal18ServerCallbackCall14ScheduleOnDoneEb");
+  if (__tsan_acquire != nullptr) __tsan_acquire(CallbacksOutstanding(call));
+  real(call, inline_ondone);
+}
+
+SHIM(void, ShimCallOnCancel,
+     "_ZN4grpc8internal18ServerCallbackCall12CallOnCancelEPNS0_13ServerReactorE", void* call,
+     grpc::internal::ServerReactor* reactor);
+void ShimCallOnCancel(void* call, grpc::internal::ServerReactor* reactor) {
+  REAL(void (*)(void*, grpc::internal::ServerReactor*),
+       "_ZN4grpc8internal18ServerCallbackCall12CallOnCancelEPNS0_13ServerReactorE");
+  real(call, __tsan_release != nullptr ? new CancelReaction(reactor, call) : reactor);
 }
