@@ -22,6 +22,28 @@ absl::Status CheckShape(const Array& array, absl::string_view name, const Shape&
   return absl::OkStatus();
 }
 
+template <typename T>
+absl::StatusOr<double> CheckWeightsRow(const T* weights, int64_t row, int64_t samples) {
+  double sum = 0;
+  for (int64_t n = 0; n < samples; ++n) {
+    if (weights[n] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("weights row ", row, " has weight ",
+                                                     weights[n], " at index ", n,
+                                                     "; weights must be >= 0"));
+    }
+    sum += weights[n];
+  }
+  if (!(sum > 0) || !std::isfinite(sum)) return WeightsSumError(row, sum);
+  return sum;
+}
+template absl::StatusOr<double> CheckWeightsRow(const float*, int64_t, int64_t);
+template absl::StatusOr<double> CheckWeightsRow(const double*, int64_t, int64_t);
+
+absl::Status WeightsSumError(int64_t row, double sum) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("weights row ", row, " sums to ", sum, "; weights must have a finite sum > 0"));
+}
+
 absl::Status CheckRadius(double radius) {
   if (!(radius > 0) || !std::isfinite(radius)) {
     return absl::InvalidArgumentError(

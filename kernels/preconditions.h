@@ -3,6 +3,8 @@
 // benchmarks, future callers) and give both backends the same messages.
 #pragma once
 
+#include <cstdint>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -16,6 +18,13 @@ absl::Status CheckDType(const Array& array, absl::string_view name, DType expect
 absl::Status CheckShape(const Array& array, absl::string_view name, const Shape& expected);
 // Finite and > 0.
 absl::Status CheckRadius(double radius);
+
+// One row of Lomb-Scargle weights: every weight >= 0 and a finite sum > 0. Returns
+// the sum, or INVALID_ARGUMENT naming the row and the first negative weight or the sum
+// (WeightsSumError).
+template <typename T>
+absl::StatusOr<double> CheckWeightsRow(const T* weights, int64_t row, int64_t samples);
+absl::Status WeightsSumError(int64_t row, double sum);
 
 // dtypes (all of y's), shapes (LombScargleShapes) and out's shape for a
 // periodogram over `freqs` (M,) or, when freqs is null, the `grid`.

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/preconditions.h"
 #include "kernels/shape_rules.h"
 
 namespace gpucompute::cpu {
@@ -130,20 +131,9 @@ template <typename T>
 absl::StatusOr<std::vector<double>> WeightSums(const T* weights, int64_t rows, int64_t samples) {
   std::vector<double> sums(rows);
   for (int64_t row = 0; row < rows; ++row) {
-    const T* w = weights + row * samples;
-    double sum = 0;
-    for (int64_t n = 0; n < samples; ++n) {
-      if (w[n] < 0) {
-        return absl::InvalidArgumentError(absl::StrCat("weights row ", row, " has weight ", w[n],
-                                                       " at index ", n, "; weights must be >= 0"));
-      }
-      sum += w[n];
-    }
-    if (!(sum > 0) || !std::isfinite(sum)) {
-      return absl::InvalidArgumentError(absl::StrCat("weights row ", row, " sums to ", sum,
-                                                     "; weights must have a finite sum > 0"));
-    }
-    sums[row] = sum;
+    absl::StatusOr<double> sum = CheckWeightsRow(weights + row * samples, row, samples);
+    if (!sum.ok()) return sum.status();
+    sums[row] = *sum;
   }
   return sums;
 }
