@@ -195,19 +195,12 @@ absl::string_view NormName(NormKind norm) {
   return "unknown";
 }
 
-// The CPU backend's weights message for one row (the error path re-reads the row).
+// The CPU backend's weights message for a row the device found bad (re-read to the
+// host): the first negative weight, else the sum.
 template <typename T>
 absl::Status WeightsRowError(const T* w, int64_t row, int64_t samples) {
-  double sum = 0;
-  for (int64_t n = 0; n < samples; ++n) {
-    if (w[n] < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("weights row ", row, " has weight ", w[n],
-                                                     " at index ", n, "; weights must be >= 0"));
-    }
-    sum += w[n];
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("weights row ", row, " sums to ", sum, "; weights must have a finite sum > 0"));
+  absl::StatusOr<double> sum = CheckWeightsRow(w, row, samples);
+  return sum.ok() ? WeightsSumError(row, *sum) : sum.status();
 }
 
 std::vector<cuda::RefPoint> MakeRefs(std::span<const GeoPoint> refs) {
@@ -320,18 +313,9 @@ class CudaBackend final : public Backend {
   }
 
   absl::Status CopyToArray(const void* host_src, size_t offset, size_t bytes, Array& dst) override {
-    absl::StatusOr<DeviceState*> dev = CopyDevice(dst, offset, bytes, host_src);
-    if (!dev.ok()) return dev.status();
-    if (bytes == 0) return absl::OkStatus();
-    DeviceState& d = **dev;
-    InFlight in_flight(d);
-    GC_DEV_TRY(d, cudaSetDevice(d.ordinal), "cudaSetDevice");
-    absl::StatusOr<StreamPool::Lease> lease = d.copy->Acquire();
-    if (!lease.ok()) return lease.status();
-    const cudaError_t e =
-        HostToDevice(static_cast<char*>(dst.data()) + offset, host_src, bytes, lease->stream());
-    if (e != cudaSuccess) return d.Fail(e, "copy to device");
-    return absl::OkStatus();
+    return HostCopy(dst, offset, bytes, host_src, "copy to device", [&](cudaStream_t stream) {
+      return HostToDevice(static_cast<char*>(dst.data()) + offset, host_src, bytes, stream);
+    });
   }
 
   absl::Status CopyArray(const Array& src, Array& dst) override {
@@ -355,18 +339,9 @@ class CudaBackend final : public Backend {
   }
 
   absl::Status CopyFromArray(const Array& src, size_t offset, size_t bytes, void* host_dst) override {
-    absl::StatusOr<DeviceState*> dev = CopyDevice(src, offset, bytes, host_dst);
-    if (!dev.ok()) return dev.status();
-    if (bytes == 0) return absl::OkStatus();
-    DeviceState& d = **dev;
-    InFlight in_flight(d);
-    GC_DEV_TRY(d, cudaSetDevice(d.ordinal), "cudaSetDevice");
-    absl::StatusOr<StreamPool::Lease> lease = d.copy->Acquire();
-    if (!lease.ok()) return lease.status();
-    const cudaError_t e = DeviceToHost(host_dst, static_cast<const char*>(src.data()) + offset,
-                                       bytes, lease->stream());
-    if (e != cudaSuccess) return d.Fail(e, "copy from device");
-    return absl::OkStatus();
+    return HostCopy(src, offset, bytes, host_dst, "copy from device", [&](cudaStream_t stream) {
+      return DeviceToHost(host_dst, static_cast<const char*>(src.data()) + offset, bytes, stream);
+    });
   }
 
   absl::Status DiscountProduct(const Array& factors, const Array& values, Array& out,
@@ -594,8 +569,11 @@ class CudaBackend final : public Backend {
     return d;
   }
 
-  absl::StatusOr<DeviceState*> CopyDevice(const Array& array, size_t offset, size_t bytes,
-                                          const void* host) const {
+  // A host <-> array copy of `bytes` at byte `offset`: checked, then `copy(stream)` on
+  // one of the array's device copy streams.
+  template <typename Copy>
+  absl::Status HostCopy(const Array& array, size_t offset, size_t bytes, const void* host,
+                        absl::string_view what, Copy copy) {
     if (offset > array.bytes() || bytes > array.bytes() - offset) {
       return absl::OutOfRangeError(absl::StrCat("copy of ", bytes, " bytes at offset ", offset,
                                                 " runs past the array's ", array.bytes(), " bytes"));
@@ -603,7 +581,17 @@ class CudaBackend final : public Backend {
     if (host == nullptr && bytes > 0) {
       return absl::InvalidArgumentError(absl::StrCat("copy of ", bytes, " bytes has a null host pointer"));
     }
-    return OperandDevice({{&array, "array"}});
+    absl::StatusOr<DeviceState*> dev = OperandDevice({{&array, "array"}});
+    if (!dev.ok()) return dev.status();
+    if (bytes == 0) return absl::OkStatus();
+    DeviceState& d = **dev;
+    InFlight in_flight(d);
+    GC_DEV_TRY(d, cudaSetDevice(d.ordinal), "cudaSetDevice");
+    absl::StatusOr<StreamPool::Lease> lease = d.copy->Acquire();
+    if (!lease.ok()) return lease.status();
+    const cudaError_t e = copy(lease->stream());
+    if (e != cudaSuccess) return d.Fail(e, what);
+    return absl::OkStatus();
   }
 
   static absl::Status NoWork(OpContext& ctx) {
