@@ -111,31 +111,22 @@ __device__ __forceinline__ double AccumulateVec(double acc, const typename Vec16
   }
 }
 
-// Splits [s, e) into a scalar head, a 16-byte aligned body and a scalar tail.
-template <typename T>
-struct AlignedRange {
-  int64_t head_end, body_end;
-  __device__ AlignedRange(int64_t s, int64_t e) {
-    constexpr int64_t V = Vec16<T>::kCount;
-    const int64_t a0 = (s + V - 1) / V * V;
-    head_end = a0 < e ? a0 : e;
-    body_end = head_end + (e - head_end) / V * V;
-  }
-};
-
-// Block-wide sum/max of in[s, e) (all threads receive nothing useful; thread 0 the total).
-template <typename T, NormCode kNorm, bool kVec>
-__device__ double BlockRangeReduce(const T* in, int64_t s, int64_t e,
-                                   typename cub::BlockReduce<double, ChunkPolicy::kThreads>::TempStorage& tmp) {
-  using Op = NormOp<kNorm>;
-  using VT = typename Vec16<T>::type;
-  constexpr int V = Vec16<T>::kCount;
-  double acc = Op::Identity();
+// One block walks in[s, e): a scalar head up to 16-byte alignment, the aligned body as
+// 16-byte vectors (kUnroll loads in flight per thread before any is used), a scalar
+// tail; without kVec, every element as a scalar. element(i, x) gets each scalar
+// in[i]; vector(first, v) each vector, whose first element is in[first].
+template <typename T, bool kVec, typename Element, typename Vector>
+__device__ __forceinline__ void BlockWalk(const T* in, int64_t s, int64_t e, Element&& element,
+                                          Vector&& vector) {
   if constexpr (kVec) {
-    const AlignedRange<T> r(s, e);
-    for (int64_t i = s + threadIdx.x; i < r.head_end; i += blockDim.x) acc = Op::Combine(acc, Op::Transform(in[i]));
-    const VT* body = reinterpret_cast<const VT*>(in + r.head_end);
-    const int64_t nv = (r.body_end - r.head_end) / V;
+    using VT = typename Vec16<T>::type;
+    constexpr int64_t V = Vec16<T>::kCount;
+    const int64_t aligned = (s + V - 1) / V * V;
+    const int64_t head_end = aligned < e ? aligned : e;
+    const int64_t body_end = head_end + (e - head_end) / V * V;
+    for (int64_t i = s + threadIdx.x; i < head_end; i += blockDim.x) element(i, in[i]);
+    const VT* body = reinterpret_cast<const VT*>(in + head_end);
+    const int64_t nv = (body_end - head_end) / V;
     constexpr int U = ChunkPolicy::kUnroll;
     int64_t k = threadIdx.x;
     for (; k + (U - 1) * static_cast<int64_t>(blockDim.x) < nv; k += U * blockDim.x) {
@@ -143,13 +134,24 @@ __device__ double BlockRangeReduce(const T* in, int64_t s, int64_t e,
 #pragma unroll
       for (int u = 0; u < U; ++u) v[u] = body[k + u * blockDim.x];
 #pragma unroll
-      for (int u = 0; u < U; ++u) acc = AccumulateVec<T, Op>(acc, v[u]);
+      for (int u = 0; u < U; ++u) vector(head_end + (k + u * blockDim.x) * V, v[u]);
     }
-    for (; k < nv; k += blockDim.x) acc = AccumulateVec<T, Op>(acc, body[k]);
-    for (int64_t i = r.body_end + threadIdx.x; i < e; i += blockDim.x) acc = Op::Combine(acc, Op::Transform(in[i]));
+    for (; k < nv; k += blockDim.x) vector(head_end + k * V, body[k]);
+    for (int64_t i = body_end + threadIdx.x; i < e; i += blockDim.x) element(i, in[i]);
   } else {
-    for (int64_t i = s + threadIdx.x; i < e; i += blockDim.x) acc = Op::Combine(acc, Op::Transform(in[i]));
+    for (int64_t i = s + threadIdx.x; i < e; i += blockDim.x) element(i, in[i]);
   }
+}
+
+// Block-wide sum/max of in[s, e) (all threads receive nothing useful; thread 0 the total).
+template <typename T, NormCode kNorm, bool kVec>
+__device__ double BlockRangeReduce(const T* in, int64_t s, int64_t e,
+                                   typename cub::BlockReduce<double, ChunkPolicy::kThreads>::TempStorage& tmp) {
+  using Op = NormOp<kNorm>;
+  double acc = Op::Identity();
+  BlockWalk<T, kVec>(
+      in, s, e, [&](int64_t, T x) { acc = Op::Combine(acc, Op::Transform(x)); },
+      [&](int64_t, const typename Vec16<T>::type& v) { acc = AccumulateVec<T, Op>(acc, v); });
   return cub::BlockReduce<double, ChunkPolicy::kThreads>(tmp).Reduce(acc, typename Op::Functor{});
 }
 
@@ -321,26 +323,9 @@ struct ChunkScaleAgent {
 
   template <typename Scale>
   __device__ void ScaleRange(int64_t s, int64_t e, Scale scale) const {
-    if constexpr (kVec) {
-      const AlignedRange<T> r(s, e);
-      for (int64_t i = s + threadIdx.x; i < r.head_end; i += blockDim.x) out[i] = scale(in[i]);
-      const VT* src = reinterpret_cast<const VT*>(in + r.head_end);
-      VT* dst = reinterpret_cast<VT*>(out + r.head_end);
-      const int64_t nv = (r.body_end - r.head_end) / Vec16<T>::kCount;
-      constexpr int U = ChunkPolicy::kUnroll;
-      int64_t j = threadIdx.x;
-      for (; j + (U - 1) * static_cast<int64_t>(blockDim.x) < nv; j += U * blockDim.x) {
-        VT v[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) v[u] = src[j + u * blockDim.x];
-#pragma unroll
-        for (int u = 0; u < U; ++u) dst[j + u * blockDim.x] = ScaleVec(v[u], scale);
-      }
-      for (; j < nv; j += blockDim.x) dst[j] = ScaleVec(src[j], scale);
-      for (int64_t i = r.body_end + threadIdx.x; i < e; i += blockDim.x) out[i] = scale(in[i]);
-    } else {
-      for (int64_t i = s + threadIdx.x; i < e; i += blockDim.x) out[i] = scale(in[i]);
-    }
+    BlockWalk<T, kVec>(
+        in, s, e, [&](int64_t i, T x) { out[i] = scale(x); },
+        [&](int64_t first, const VT& v) { *reinterpret_cast<VT*>(out + first) = ScaleVec(v, scale); });
   }
 };
 
