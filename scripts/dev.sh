@@ -18,22 +18,9 @@ packages=(
   python3-yaml yamllint prometheus curl libssl-dev openssl
 )
 
-as_root() {
-  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
-}
-
-install_packages() {
-  local missing=()
-  for p in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  if [ ${#missing[@]} -gt 0 ]; then
-    echo "dev.sh: installing ${missing[*]}"
-    as_root apt-get update -q
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-      "${missing[@]}"
-  fi
-}
+# shellcheck source=scripts/packages.sh
+source "$repo/scripts/packages.sh"
+install_packages() { install_missing_packages dev.sh "${packages[@]}"; }
 
 build_all() {
   if [ ! -f "$build/CMakeCache.txt" ]; then

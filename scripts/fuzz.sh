@@ -18,23 +18,13 @@ build=${GPUCOMPUTE_FUZZ_BUILD_DIR:-$repo/build-fuzz}
 jobs=${GPUCOMPUTE_JOBS:-$(nproc)}
 start=$(date +%s)
 
-as_root() {
-  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
-}
+# shellcheck source=scripts/packages.sh
+source "$repo/scripts/packages.sh"
 
 # clang with the libFuzzer/sanitizer runtimes, plus the project's build dependencies.
 packages=(clang llvm libclang-rt-dev cmake pkg-config libgrpc++-dev protobuf-compiler-grpc
           libprotobuf-dev protobuf-compiler libabsl-dev prometheus-cpp-dev libssl-dev)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "fuzz.sh: installing ${missing[*]}"
-  as_root apt-get update -q
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-    "${missing[@]}"
-fi
+install_missing_packages fuzz.sh "${packages[@]}"
 
 # One run at a time per build directory: runs share the build, corpus and log.
 mkdir -p "$build"

@@ -24,9 +24,8 @@ root=${GPUCOMPUTE_SAN_BUILD_ROOT:-$repo}
 jobs=${GPUCOMPUTE_JOBS:-$(nproc)}
 cxx=${CXX:-g++}
 
-as_root() {
-  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
-}
+# shellcheck source=scripts/packages.sh
+source "$repo/scripts/packages.sh"
 
 packages=(build-essential cmake pkg-config libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
           protobuf-compiler libabsl-dev prometheus-cpp-dev libssl-dev libgtest-dev libgmock-dev
@@ -35,16 +34,7 @@ case "$cxx" in
   *clang*) packages+=(clang libclang-rt-dev) ;;
   *) packages+=(libasan8 libubsan1 libtsan2) ;;
 esac
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "sanitizers.sh: installing ${missing[*]}"
-  as_root apt-get update -q
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-    "${missing[@]}"
-fi
+install_missing_packages sanitizers.sh "${packages[@]}"
 
 passed=0
 failed=0
