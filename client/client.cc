@@ -140,36 +140,35 @@ absl::StatusOr<v1::ListResponse> Client::List() {
   return response;
 }
 
-absl::StatusOr<Result> Client::DiscountProduct(const v1::DiscountProductRequest& request,
-                                               const ProgressCallback& progress) {
+template <typename Request>
+absl::StatusOr<Result> Client::Compute(
+    std::unique_ptr<grpc::ClientReader<v1::ResultChunk>> (v1::Compute::Stub::*rpc)(
+        grpc::ClientContext*, const Request&),
+    const Request& request, const ProgressCallback& progress) {
   grpc::ClientContext context;
   SetDeadline(context);
-  auto reader = compute_->DiscountProduct(&context, request);
+  auto reader = (compute_.get()->*rpc)(&context, request);
   return ReadResultStream(context, *reader, !request.output().keep_on_device(), progress);
+}
+
+absl::StatusOr<Result> Client::DiscountProduct(const v1::DiscountProductRequest& request,
+                                               const ProgressCallback& progress) {
+  return Compute(&v1::Compute::Stub::DiscountProduct, request, progress);
 }
 
 absl::StatusOr<Result> Client::HaversineGrid(const v1::HaversineGridRequest& request,
                                              const ProgressCallback& progress) {
-  grpc::ClientContext context;
-  SetDeadline(context);
-  auto reader = compute_->HaversineGrid(&context, request);
-  return ReadResultStream(context, *reader, !request.output().keep_on_device(), progress);
+  return Compute(&v1::Compute::Stub::HaversineGrid, request, progress);
 }
 
 absl::StatusOr<Result> Client::Normalize(const v1::NormalizeRequest& request,
                                          const ProgressCallback& progress) {
-  grpc::ClientContext context;
-  SetDeadline(context);
-  auto reader = compute_->Normalize(&context, request);
-  return ReadResultStream(context, *reader, !request.output().keep_on_device(), progress);
+  return Compute(&v1::Compute::Stub::Normalize, request, progress);
 }
 
 absl::StatusOr<Result> Client::LombScargle(const v1::LombScargleRequest& request,
                                            const ProgressCallback& progress) {
-  grpc::ClientContext context;
-  SetDeadline(context);
-  auto reader = compute_->LombScargle(&context, request);
-  return ReadResultStream(context, *reader, !request.output().keep_on_device(), progress);
+  return Compute(&v1::Compute::Stub::LombScargle, request, progress);
 }
 
 absl::StatusOr<Result> Client::ReadResultStream(

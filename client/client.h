@@ -95,6 +95,12 @@ class Client {
   absl::StatusOr<Result> ReadResultStream(grpc::ClientContext& context,
                                           grpc::ClientReaderInterface<v1::ResultChunk>& reader,
                                           bool expect_data, const ProgressCallback& progress) const;
+  // One Compute RPC: data is expected unless the request keeps its result on the device.
+  template <typename Request>
+  absl::StatusOr<Result> Compute(
+      std::unique_ptr<grpc::ClientReader<v1::ResultChunk>> (v1::Compute::Stub::*rpc)(
+          grpc::ClientContext*, const Request&),
+      const Request& request, const ProgressCallback& progress);
 
   ClientOptions options_;
   std::unique_ptr<v1::Compute::Stub> compute_;
