@@ -3,6 +3,30 @@
 #include <utility>
 
 namespace gpucompute {
+
+void InjectedFaults::PauseOperations() {
+  absl::MutexLock lock(&mu_);
+  paused_ = true;
+}
+
+void InjectedFaults::ResumeOperations() {
+  absl::MutexLock lock(&mu_);
+  paused_ = false;
+}
+
+int InjectedFaults::PausedOperations() const {
+  absl::MutexLock lock(&mu_);
+  return waiting_;
+}
+
+void InjectedFaults::WaitWhilePaused() {
+  absl::MutexLock lock(&mu_);
+  ++waiting_;
+  mu_.Await(absl::Condition(
+      +[](bool* paused) { return !*paused; }, &paused_));
+  --waiting_;
+}
+
 namespace {
 
 class FaultInjectingBackend final : public Backend {
@@ -76,8 +100,10 @@ class FaultInjectingBackend final : public Backend {
     return absl::OkStatus();
   }
 
-  // Counts the operation and turns the error on once the planned count has run.
+  // Waits out a pause, counts the operation and turns the error on once the planned
+  // count has run.
   absl::Status Operation() {
+    faults_->WaitWhilePaused();
     const int64_t after = faults_->sticky_error_after_operations;
     if (after >= 0 && operations_.fetch_add(1) >= after) faults_->sticky_error.store(true);
     return Sticky();

@@ -1,5 +1,5 @@
-// Faults a GPU can have, injected into any backend: device memory exhaustion and a
-// sticky device error. Used by the fault tests, and by the server's
+// Faults a GPU can have, injected into any backend: device memory exhaustion, a
+// sticky device error and a device that stops making progress (paused operations). Used by the fault tests, and by the server's
 // --inject_sticky_error_after flag for drills of the restart path (health turns
 // NOT_SERVING, the process drains and exits with status 3).
 #pragma once
@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "kernels/backend.h"
 
 namespace gpucompute {
@@ -21,6 +23,20 @@ struct InjectedFaults {
   // The sticky error starts once this many operations (compute calls) have run;
   // negative: never.
   int64_t sticky_error_after_operations = -1;
+
+  // While paused, operations wait before they start, as on a hung device: tests hold
+  // admission, device-queue and executor slots with it.
+  void PauseOperations();
+  void ResumeOperations();
+  // Operations waiting on the pause now.
+  int PausedOperations() const;
+  // Blocks while paused; called by every operation.
+  void WaitWhilePaused();
+
+ private:
+  mutable absl::Mutex mu_;
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;
+  int waiting_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // `inner` with `faults` applied; `faults` may be changed while it runs.

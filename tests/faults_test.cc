@@ -205,13 +205,14 @@ TEST_F(FaultsTest, DrainFinishesInFlightWorkAndRefusesNewWork) {
   drained.get();
 }
 
-// Each admission limit, hit over the wire while a slow request holds the slot:
-// RESOURCE_EXHAUSTED naming the flag, then the server serves again.
+// Each admission limit, hit over the wire while requests stuck on a paused (hung)
+// device hold the slots: RESOURCE_EXHAUSTED naming the flag, then the server serves
+// again once the device resumes.
 TEST_F(FaultsTest, OverloadIsResourceExhaustedNamingTheLimit) {
   struct Case {
     const char* limit;
     void (*configure)(ServerConfig&);
-    int slow_requests;
+    int held_requests;
   };
   const Case cases[] = {
       {"max_in_flight 1", [](ServerConfig& c) { c.max_in_flight = 1; }, 1},
@@ -227,22 +228,26 @@ TEST_F(FaultsTest, OverloadIsResourceExhaustedNamingTheLimit) {
          c.executor_threads = 1;
          c.max_queue_depth = 1;
        },
-       2},  // one running, one waiting
+       2},  // one on the device, one waiting for the executor thread
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.limit);
     ServerConfig config;
     c.configure(config);
     Start(config);
-    std::vector<std::future<absl::StatusOr<client::Result>>> slow;
-    for (int i = 0; i < c.slow_requests; ++i) {
-      slow.push_back(std::async(std::launch::async, [&] { return client_->LombScargle(SlowRequest()); }));
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    faults_->PauseOperations();
+    std::vector<std::future<absl::StatusOr<client::Result>>> held;
+    held.push_back(std::async(std::launch::async, [&] { return client_->Normalize(NormalizeOf(8)); }));
+    ASSERT_TRUE(Eventually([&] { return faults_->PausedOperations() == 1; }));
+    for (int i = 1; i < c.held_requests; ++i) {
+      held.push_back(std::async(std::launch::async, [&] { return client_->Normalize(NormalizeOf(8)); }));
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // it reaches the queue
     }
     const absl::Status refused = client_->Normalize(NormalizeOf(8)).status();
     EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused.message();
     EXPECT_THAT(std::string(refused.message()), HasSubstr(c.limit));
-    for (auto& request : slow) {
+    faults_->ResumeOperations();
+    for (auto& request : held) {
       auto result = request.get();
       EXPECT_TRUE(result.ok()) << result.status().message();
     }
