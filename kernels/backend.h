@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "kernels/array.h"
 #include "kernels/dtype.h"
+#include "kernels/norm.h"
 
 namespace gpucompute {
 
@@ -55,8 +56,6 @@ struct OpContext {
     return cancelled != nullptr && cancelled->load(std::memory_order_relaxed);
   }
 };
-
-enum class NormKind { kSum, kL1, kL2, kMaxAbs };
 
 struct GeoPoint {
   double lat = 0;  // degrees

@@ -149,20 +149,6 @@ double RowNorm(const T* row, int64_t length) {
   return Finish<kNorm>(norm);
 }
 
-absl::string_view NormName(NormKind norm) {
-  switch (norm) {
-    case NormKind::kSum:
-      return "sum";
-    case NormKind::kL1:
-      return "L1";
-    case NormKind::kL2:
-      return "L2";
-    case NormKind::kMaxAbs:
-      return "max-abs";
-  }
-  return "unknown";
-}
-
 absl::Status BadRowError(int64_t row, NormKind kind, double norm) {
   return absl::InvalidArgumentError(absl::StrCat("input row ", row, " has ", NormName(kind),
                                                  " norm ", norm,
