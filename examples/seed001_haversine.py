@@ -38,6 +38,7 @@ def main():
     args = p.parse_args()
     n = args.n
     client, _ = connect(args)
+    import gpucompute as gc
     checks = Checks()
     ref = (30.0, 101.0)
 
@@ -53,7 +54,7 @@ def main():
         name = np.dtype(dtype).name
         best = None
         for _ in range(max(1, args.repeats)):
-            d, t = client.haversine_grid(29, 31, n, 99, 101, n, ref, dtype=dtype,
+            d, t = client.haversine_grid(gc.LatLonMesh(29, 31, n, 99, 101, n), ref, dtype=dtype,
                                          return_timing=True)
             if best is None or t.wall < best.wall:
                 best = t

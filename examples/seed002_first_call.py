@@ -41,7 +41,8 @@ def operations(gc, scale):
         ("DiscountProduct", lambda c, dt: c.discount_product(
             data[dt]["factors"], data[dt]["values"], return_timing=True)),
         ("HaversineGrid", lambda c, dt: c.haversine_grid(
-            29, 31, n_mesh, 99, 101, n_mesh, (30, 101), dtype=dt, return_timing=True)),
+            gc.LatLonMesh(29, 31, n_mesh, 99, 101, n_mesh), (30, 101), dtype=dt,
+            return_timing=True)),
         ("Normalize", lambda c, dt: c.normalize(data[dt]["rows"], return_timing=True)),
         ("LombScargle", lambda c, dt: c.lombscargle(
             data[dt]["x"], data[dt]["y"], gc.FrequencyGrid(0.01, 10, n_freq),

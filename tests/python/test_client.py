@@ -76,7 +76,7 @@ def test_non_contiguous_and_big_endian_inputs(client, rng):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_haversine_grid(client, rng, dtype):
     refs = [(30.0, 101.0), (float(rng.uniform(-80, 80)), float(rng.uniform(-180, 180)))]
-    out = client.haversine_grid(29, 31, 37, 99, 101, 23, refs, dtype=dtype)
+    out = client.haversine_grid(gc.LatLonMesh(29, 31, 37, 99, 101, 23), refs, dtype=dtype)
     assert out.dtype == dtype and out.shape == (2, 37, 23)
     lat = np.linspace(29, 31, 37)[:, None]
     lon = np.linspace(99, 101, 23)[None, :]
@@ -84,7 +84,7 @@ def test_haversine_grid(client, rng, dtype):
 
 
 def test_haversine_grid_radius_and_single_ref(client):
-    out = client.haversine_grid(-10, 10, 5, 0, 40, 9, (0.0, 0.0), radius=1.0)
+    out = client.haversine_grid(gc.LatLonMesh(-10, 10, 5, 0, 40, 9), (0.0, 0.0), radius=1.0)
     assert out.shape == (1, 5, 9)
     lat = np.linspace(-10, 10, 5)[:, None]
     lon = np.linspace(0, 40, 9)[None, :]
@@ -375,13 +375,13 @@ def test_client_side_value_errors(client):
     with pytest.raises(ValueError, match="norm"):
         client.normalize(np.ones(3), norm="l3")
     with pytest.raises(ValueError, match="refs"):
-        client.haversine_grid(0, 1, 2, 0, 1, 2, refs=[1.0, 2.0, 3.0])
+        client.haversine_grid(gc.LatLonMesh(0, 1, 2, 0, 1, 2), refs=[1.0, 2.0, 3.0])
     with pytest.raises(ValueError, match="radius"):
-        client.haversine_grid(0, 1, 2, 0, 1, 2, refs=(0, 0), radius=0)
+        client.haversine_grid(gc.LatLonMesh(0, 1, 2, 0, 1, 2), refs=(0, 0), radius=0)
     with pytest.raises(ValueError, match="amplitude"):
         client.lombscargle(np.ones(5), np.ones(5), np.ones(3), normalize="amplitude")
     with pytest.raises(TypeError):
-        client.haversine_grid(0, 1, 2, 0, 1, 2, refs=(0, 0), dtype=np.int32)
+        client.haversine_grid(gc.LatLonMesh(0, 1, 2, 0, 1, 2), refs=(0, 0), dtype=np.int32)
 
 
 def test_invalid_argument_from_server(client):
@@ -396,7 +396,7 @@ def test_invalid_argument_from_server(client):
     with pytest.raises(gc.InvalidArgument, match="factors"):
         client.discount_product(np.ones((3, 4)), np.ones(5))
     with pytest.raises(gc.InvalidArgument, match="latitude"):
-        client.haversine_grid(0, 95, 3, 0, 1, 3, refs=(0, 0))
+        client.haversine_grid(gc.LatLonMesh(0, 95, 3, 0, 1, 3), refs=(0, 0))
     with pytest.raises(gc.InvalidArgument, match="chunk_bytes"):
         client.normalize(np.ones(3), chunk_bytes=1)
     with pytest.raises(gc.InvalidArgument, match="weights"):

@@ -5,36 +5,43 @@
         out = gc.normalize(np.random.rand(10, 1000).astype(np.float32))
         p = gc.lombscargle(x, y, gpucompute.FrequencyGrid(0.01, 10, 2**20))
 
+Modules: _types (value types), _device_array (DeviceArray), _operands (operand checks),
+_stream (result options and stream assembly), client (Client), errors.
 Everything is imported lazily, so ``python -m gpucompute._build_proto`` runs before the
 generated protobuf module (or grpc/numpy) exists.
 """
+import importlib
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-_CLIENT_NAMES = ("Client", "DeviceArray", "FrequencyGrid", "Timing", "ServerInfo",
-                 "DeviceInfo", "Limits", "BufferList", "DEFAULT_RADIUS_KM",
-                 "DEFAULT_UPLOAD_THRESHOLD")
 _ERROR_NAMES = ("GpuComputeError", "Cancelled", "Unknown", "InvalidArgument",
                 "DeadlineExceeded", "NotFound", "AlreadyExists", "PermissionDenied",
                 "ResourceExhausted", "FailedPrecondition", "Aborted", "OutOfRange",
                 "Unimplemented", "Internal", "Unavailable", "DataLoss", "Unauthenticated",
                 "ProtocolError")
+# public name -> the module that defines it
+_HOMES = {
+    "Client": "client", "DEFAULT_UPLOAD_THRESHOLD": "client",
+    "DeviceArray": "_device_array",
+    **{name: "_types" for name in ("FrequencyGrid", "LatLonMesh", "Timing", "ServerInfo",
+                                   "DeviceInfo", "Limits", "BufferList", "DEFAULT_RADIUS_KM")},
+    **{name: "errors" for name in _ERROR_NAMES},
+}
 
-__all__ = list(_CLIENT_NAMES + _ERROR_NAMES)
+__all__ = list(_HOMES)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .client import *  # noqa: F401,F403
+    from ._device_array import DeviceArray  # noqa: F401
+    from ._types import (DEFAULT_RADIUS_KM, BufferList, DeviceInfo, FrequencyGrid,  # noqa: F401
+                         LatLonMesh, Limits, ServerInfo, Timing)
+    from .client import DEFAULT_UPLOAD_THRESHOLD, Client  # noqa: F401
     from .errors import *  # noqa: F401,F403
 
 
 def __getattr__(name):
-    if name in _CLIENT_NAMES:
-        from . import client
-        return getattr(client, name)
-    if name in _ERROR_NAMES:
-        from . import errors
-        return getattr(errors, name)
+    if name in _HOMES:
+        return getattr(importlib.import_module("." + _HOMES[name], __name__), name)
     raise AttributeError(f"module 'gpucompute' has no attribute {name!r}")
 
 

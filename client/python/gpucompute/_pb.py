@@ -1,8 +1,10 @@
-"""The generated message module, generated on first import when it is missing or stale
-(a source checkout); an installed package carries it from its build."""
+"""The generated message module. An installed package carries it from its build
+(setup.py); a source checkout used without installing generates it here, on first
+import and again whenever proto/ changes."""
 from . import _build_proto
 
-_build_proto.ensure_generated()
+if _build_proto.in_source_checkout():
+    _build_proto.ensure_generated()
 
 from ._proto import gpucompute_pb2 as pb  # noqa: E402
 

@@ -1,0 +1,87 @@
+"""Operand helpers: NumPy inputs checked, cast and written into request messages."""
+from __future__ import annotations
+
+from typing import Any, Sequence, Tuple, Union
+
+import numpy as np
+
+from ._device_array import DeviceArray
+from ._pb import pb
+from ._types import NP_TO_PB
+
+ArrayLike = Any
+Operand = Union[np.ndarray, DeviceArray]
+
+NORMS = {
+    "sum": pb.NORM_SUM,
+    "l1": pb.NORM_L1,
+    "l2": pb.NORM_L2,
+    "max_abs": pb.NORM_MAX_ABS,
+    "max": pb.NORM_MAX_ABS,
+    "inf": pb.NORM_MAX_ABS,
+}
+
+
+def as_array(value: ArrayLike, field_name: str) -> Operand:
+    """A C-contiguous little-endian float32/float64 array (or the DeviceArray itself)."""
+    if isinstance(value, DeviceArray):
+        if value.deleted:
+            raise ValueError(f"{field_name}: {value!r} was deleted")
+        return value
+    arr = np.asarray(value)
+    if arr.dtype.kind != "f" or arr.dtype.itemsize not in (4, 8):
+        raise TypeError(f"{field_name}: dtype {arr.dtype} is not supported; "
+                        "gpucompute computes in float32 or float64 (cast with .astype)")
+    want = np.dtype("<f4") if arr.dtype.itemsize == 4 else np.dtype("<f8")
+    if arr.dtype != want:
+        arr = arr.astype(want)
+    if not arr.flags.c_contiguous:
+        arr = arr.copy(order="C")
+    return arr
+
+
+def same_dtype(named: Sequence[Tuple[str, Operand]]) -> np.dtype:
+    first_name, first = named[0]
+    for name, value in named[1:]:
+        if value.dtype != first.dtype:
+            raise TypeError(f"{first_name} is {first.dtype.name} but {name} is "
+                            f"{value.dtype.name}; operands must share one dtype "
+                            "(no implicit casts: cast with .astype)")
+    return first.dtype
+
+
+def byte_view(arr: np.ndarray) -> memoryview:
+    return memoryview(arr.reshape(-1)).cast("B")
+
+
+def set_operand(operand, value: Operand) -> None:
+    if isinstance(value, DeviceArray):
+        operand.buffer_id = value.id
+        return
+    tensor = operand.tensor
+    tensor.dtype = NP_TO_PB[value.dtype]
+    tensor.shape.extend(int(s) for s in value.shape)
+    tensor.data = value.tobytes()
+
+
+def result_dtype(dtype) -> int:
+    dt = np.dtype(dtype)
+    if dt.kind != "f" or dt.itemsize not in (4, 8):
+        raise TypeError(f"dtype {dt} is not supported; use float32 or float64")
+    return pb.FLOAT32 if dt.itemsize == 4 else pb.FLOAT64
+
+
+def haversine_request(refs, radius: float):
+    """A HaversineGridRequest with its checked references and radius set."""
+    r = np.asarray(refs, dtype=np.float64)
+    if r.shape == (2,):
+        r = r[None, :]
+    if r.ndim != 2 or r.shape[1] != 2 or r.shape[0] == 0:
+        raise ValueError(f"refs has shape {np.shape(refs)}; give a (lat, lon) pair or a "
+                         "sequence of (lat, lon) pairs, in degrees")
+    if not (np.isfinite(radius) and radius > 0):
+        raise ValueError(f"radius is {radius}; it must be positive and finite")
+    request = pb.HaversineGridRequest(radius=float(radius))
+    for lat, lon in r:
+        request.references.add(lat=float(lat), lon=float(lon))
+    return request

@@ -1,0 +1,134 @@
+"""What a caller asks of a result (ResultOptions) and the assembly of its stream."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import grpc
+import numpy as np
+
+from . import _wire
+from ._operands import byte_view
+from ._types import PB_TO_NP, Timing
+from .errors import ProtocolError
+
+
+@dataclass(frozen=True)
+class ResultOptions:
+    """The keywords every compute method takes, in one place.
+
+    keep_on_device: store the result on the server and return its DeviceArray;
+    chunk_bytes: size of the result stream's data chunks (None: the server's default);
+    return_timing: return (result, Timing); buffer_name: the stored result's name
+    (keep_on_device only); timeout: this call's deadline in seconds (None: the client's).
+    """
+
+    keep_on_device: bool = False
+    chunk_bytes: Optional[int] = None
+    return_timing: bool = False
+    buffer_name: Optional[str] = None
+    timeout: Optional[float] = None
+
+    def __post_init__(self):
+        if self.buffer_name and not self.keep_on_device:
+            raise ValueError("buffer_name is only meaningful with keep_on_device=True")
+
+    def fill(self, output) -> None:
+        """Sets a request's pb.OutputOptions."""
+        if self.chunk_bytes:
+            output.chunk_bytes = int(self.chunk_bytes)
+        if self.keep_on_device:
+            output.keep_on_device = True
+            if self.buffer_name:
+                output.buffer_name = self.buffer_name
+
+    def deliver(self, value, trailer, start: float, upload: float = 0.0):
+        """value, or (value, Timing) when return_timing; start: the call's perf_counter."""
+        if not self.return_timing:
+            return value
+        return value, Timing._from_trailer(trailer, upload=upload,
+                                           wall=time.perf_counter() - start)
+
+
+class ResultStream:
+    """Assembles one header/data/trailer result stream."""
+
+    def __init__(self, keep_on_device: bool):
+        self.keep = keep_on_device
+        self.array: Optional[np.ndarray] = None
+        self.view: Optional[memoryview] = None
+        self.total = 0
+        self.received = 0
+        self.header = None
+        self.trailer = None
+
+    def _fail(self, message: str) -> ProtocolError:
+        return ProtocolError(grpc.StatusCode.DATA_LOSS, "result stream: " + message)
+
+    def on_header(self, header) -> None:
+        if self.header is not None:
+            raise self._fail("a second header")
+        self.header = header
+        if header.dtype not in PB_TO_NP:
+            raise self._fail(f"header has unknown dtype {header.dtype}")
+        dtype = PB_TO_NP[header.dtype]
+        shape = tuple(int(s) for s in header.shape)
+        if any(s < 0 for s in shape):
+            raise self._fail(f"header has negative extent in shape {shape}")
+        expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if header.total_bytes != expected:
+            raise self._fail(f"header says {header.total_bytes} bytes but shape {shape} of "
+                             f"{dtype.name} is {expected}")
+        self.total = expected
+        if not self.keep:
+            self.array = np.empty(shape, dtype)
+            self.view = byte_view(self.array)
+
+    def on_data(self, offset: int, data) -> None:
+        if self.header is None:
+            raise self._fail("data before the header")
+        if self.trailer is not None:
+            raise self._fail("data after the trailer")
+        if self.keep:
+            raise self._fail("data chunk for a keep_on_device result")
+        n = len(data) if isinstance(data, (bytes, bytearray)) else data.nbytes
+        if offset != self.received:
+            raise self._fail(f"chunk at offset {offset}, expected {self.received}")
+        if offset + n > self.total:
+            raise self._fail(f"chunk [{offset}, {offset + n}) runs past the result's "
+                             f"{self.total} bytes")
+        self.view[offset:offset + n] = data
+        self.received += n
+
+    def on_trailer(self, trailer) -> None:
+        if self.trailer is not None:
+            raise self._fail("a second trailer")
+        self.trailer = trailer
+
+    def feed(self, message) -> None:
+        if isinstance(message, _wire.DataChunk):
+            self.on_data(message.offset, message.data)
+            return
+        kind = message.WhichOneof("kind")
+        if kind == "header":
+            self.on_header(message.header)
+        elif kind == "data":
+            self.on_data(message.data.offset, message.data.data)
+        elif kind == "trailer":
+            self.on_trailer(message.trailer)
+        else:
+            raise self._fail("a ResultChunk with no kind set")
+
+    def finish(self):
+        if self.trailer is None:
+            raise self._fail("ended without a trailer")
+        if self.keep:
+            if not self.trailer.HasField("stored_buffer"):
+                raise self._fail("keep_on_device result without stored_buffer")
+            return None
+        if self.header is None:
+            raise self._fail("ended without a header")
+        if self.received != self.total:
+            raise self._fail(f"received {self.received} of {self.total} bytes")
+        return self.array

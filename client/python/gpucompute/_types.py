@@ -1,0 +1,163 @@
+"""The client's value types: dtypes, server-generated grids, timings, server info."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Tuple
+
+import numpy as np
+
+from ._pb import pb
+
+DEFAULT_RADIUS_KM = 6371.0088
+
+NP_TO_PB = {np.dtype("<f4"): pb.FLOAT32, np.dtype("<f8"): pb.FLOAT64}
+PB_TO_NP = {pb.FLOAT32: np.dtype("<f4"), pb.FLOAT64: np.dtype("<f8")}
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Server-side timing of one request, in seconds, plus where it ran.
+
+    queue: accepted -> started; transfer_in: inline operands copied to the device;
+    compute: the operation (device time on a GPU); transfer_out: the result copied back,
+    all chunks; total: accepted -> trailer sent. Client-side: upload is the time spent
+    uploading large operands before the call (0 when none), wall the whole call as the
+    client saw it (upload, request, stream, assembly).
+    """
+
+    queue: float
+    transfer_in: float
+    compute: float
+    transfer_out: float
+    total: float
+    backend: str
+    device: str
+    upload: float = 0.0
+    wall: float = 0.0
+
+    @classmethod
+    def _from_trailer(cls, trailer, *, upload: float = 0.0, wall: float = 0.0) -> "Timing":
+        t = trailer.timing
+        return cls(queue=t.queue_us / 1e6, transfer_in=t.transfer_in_us / 1e6,
+                   compute=t.compute_us / 1e6, transfer_out=t.transfer_out_us / 1e6,
+                   total=t.total_us / 1e6, backend=trailer.backend, device=trailer.device,
+                   upload=upload, wall=wall)
+
+    def __str__(self) -> str:
+        ms = lambda s: f"{s * 1e3:.3f} ms"  # noqa: E731
+        parts = [f"queue {ms(self.queue)}", f"in {ms(self.transfer_in)}",
+                 f"compute {ms(self.compute)}", f"out {ms(self.transfer_out)}",
+                 f"total {ms(self.total)}"]
+        if self.upload:
+            parts.append(f"upload {ms(self.upload)}")
+        if self.wall:
+            parts.append(f"wall {ms(self.wall)}")
+        return f"[{self.backend} {self.device}] " + ", ".join(parts)
+
+
+def _check_count(name: str, value, message: str) -> None:
+    if int(value) != value or value < 1:
+        raise ValueError(f"{name} is {value}; it must be {message}")
+
+
+@dataclass(frozen=True)
+class FrequencyGrid:
+    """np.linspace(start, stop, count) angular frequencies, generated on the server."""
+
+    start: float
+    stop: float
+    count: int
+
+    def __post_init__(self):
+        _check_count("FrequencyGrid count", self.count, ">= 1")
+
+    def numpy(self, dtype=np.float64) -> np.ndarray:
+        """The same frequencies on the client (e.g. for a SciPy reference)."""
+        return np.linspace(self.start, self.stop, int(self.count), dtype=np.float64).astype(dtype)
+
+    def _fill(self, message) -> None:
+        """Sets a pb.FrequencyGrid."""
+        message.start, message.stop, message.count = (float(self.start), float(self.stop),
+                                                      int(self.count))
+
+
+@dataclass(frozen=True)
+class LatLonMesh:
+    """linspace(lat_start, lat_stop, n_lat) x linspace(lon_start, lon_stop, n_lon), in
+    degrees, generated on the server."""
+
+    lat_start: float
+    lat_stop: float
+    n_lat: int
+    lon_start: float
+    lon_stop: float
+    n_lon: int
+
+    def __post_init__(self):
+        _check_count("n_lat", self.n_lat, "a positive integer")
+        _check_count("n_lon", self.n_lon, "a positive integer")
+
+    def _fill(self, message) -> None:
+        """Sets a pb.LatLonMesh's coordinates (its dtype is the caller's)."""
+        message.lat_start, message.lat_stop = float(self.lat_start), float(self.lat_stop)
+        message.lon_start, message.lon_stop = float(self.lon_start), float(self.lon_stop)
+        message.n_lat, message.n_lon = int(self.n_lat), int(self.n_lon)
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    name: str
+    description: str
+    memory_bytes: int
+    healthy: bool
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_receive_message_bytes: int
+    buffer_quota_bytes: int
+    min_chunk_bytes: int
+    max_chunk_bytes: int
+    default_chunk_bytes: int
+    max_rank: int
+    max_elements: int
+    executor_threads: int
+    max_queue_depth: int
+    max_device_queue_depth: int
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    version: str
+    backend: str
+    backend_note: str
+    devices: Tuple[DeviceInfo, ...]
+    operations: Dict[str, Tuple[np.dtype, ...]]
+    limits: Limits
+    raw: Any = field(repr=False, compare=False, default=None)
+
+    @classmethod
+    def _from_proto(cls, raw) -> "ServerInfo":
+        lim = raw.limits
+        limits = Limits(
+            max_receive_message_bytes=lim.max_receive_message_bytes,
+            buffer_quota_bytes=lim.buffer_quota_bytes, min_chunk_bytes=lim.min_chunk_bytes,
+            max_chunk_bytes=lim.max_chunk_bytes, default_chunk_bytes=lim.default_chunk_bytes,
+            max_rank=lim.max_rank, max_elements=lim.max_elements,
+            executor_threads=lim.executor_threads, max_queue_depth=lim.max_queue_depth,
+            max_device_queue_depth=lim.max_device_queue_depth)
+        return cls(
+            version=raw.version, backend=raw.backend, backend_note=raw.backend_note,
+            devices=tuple(DeviceInfo(d.name, d.description, d.memory_bytes, d.healthy)
+                          for d in raw.devices),
+            operations={op.name: tuple(PB_TO_NP[d] for d in op.dtypes if d in PB_TO_NP)
+                        for op in raw.operations},
+            limits=limits, raw=raw)
+
+
+class BufferList(list):
+    """list of DeviceArray: the caller's buffers (those stored under its credentials),
+    with their used_bytes and the server's whole quota_bytes."""
+
+    used_bytes: int = 0
+    quota_bytes: int = 0
