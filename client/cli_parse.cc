@@ -1,13 +1,20 @@
 #include "client/cli_parse.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <optional>
 
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/reflection.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/status_macros.h"
 
 namespace gpucompute::client {
 namespace {
@@ -22,6 +29,81 @@ absl::StatusOr<double> ParseFiniteDouble(absl::string_view text, absl::string_vi
 
 }  // namespace
 
+absl::Status UsageError(absl::string_view message) {
+  absl::Status status = absl::InvalidArgumentError(message);
+  status.SetPayload(kUsageErrorPayload, absl::Cord());
+  return status;
+}
+
+bool IsUsageError(const absl::Status& status) {
+  return status.GetPayload(kUsageErrorPayload).has_value();
+}
+
+absl::StatusOr<CommandLine> ParseCommandLine(
+    int argc, char** argv, const std::function<bool(absl::string_view)>& is_known_flag,
+    std::span<const absl::string_view> repeatable_flags) {
+  const auto find_flag = [&is_known_flag](const std::string& name) {
+    return is_known_flag(name) ? absl::FindCommandLineFlag(name) : nullptr;
+  };
+  CommandLine line;
+  // Values so far of repeatable flags.
+  std::map<std::string, std::string> accumulated;
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") {
+      line.positional.insert(line.positional.end(), argv + i + 1, argv + argc);
+      break;
+    }
+    if (arg.size() < 2 || arg[0] != '-') {
+      line.positional.emplace_back(arg);
+      continue;
+    }
+    absl::ConsumePrefix(&arg, "-");
+    absl::ConsumePrefix(&arg, "-");
+    const size_t equals = arg.find('=');
+    std::string name(arg.substr(0, equals));
+    std::optional<std::string> value;
+    if (equals != absl::string_view::npos) value = std::string(arg.substr(equals + 1));
+    if (name == "help" || name == "h") {
+      line.help = true;
+      continue;
+    }
+    absl::CommandLineFlag* flag = find_flag(name);
+    if (flag == nullptr && absl::StartsWith(name, "no") && !value.has_value()) {
+      const std::string positive = name.substr(2);
+      absl::CommandLineFlag* negated = find_flag(positive);
+      if (negated != nullptr && negated->IsOfType<bool>()) {
+        flag = negated;
+        name = positive;
+        value = "false";
+      }
+    }
+    if (flag == nullptr) return UsageError(absl::StrCat("unknown flag --", name));
+    if (!value.has_value()) {
+      if (flag->IsOfType<bool>()) {
+        value = "true";
+      } else if (i + 1 < argc) {
+        value = argv[++i];
+      } else {
+        return UsageError(absl::StrCat("--", name, " needs a value"));
+      }
+    }
+    const bool repeatable =
+        std::find(repeatable_flags.begin(), repeatable_flags.end(), name) != repeatable_flags.end();
+    if (line.given.contains(name)) {
+      if (!repeatable) return UsageError(absl::StrCat("--", name, " is given twice"));
+      value = absl::StrCat(accumulated[name], ";", *value);
+    }
+    if (repeatable) accumulated[name] = *value;
+    std::string error;
+    if (!flag->ParseFrom(*value, &error)) {
+      return UsageError(absl::StrCat("invalid value for --", name, ": ", error));
+    }
+    line.given.insert(name);
+  }
+  return line;
+}
+
 absl::StatusOr<Linspace> ParseLinspace(absl::string_view text, absl::string_view flag) {
   const std::vector<absl::string_view> parts = absl::StrSplit(text, ':');
   if (parts.size() != 3) {
@@ -29,12 +111,10 @@ absl::StatusOr<Linspace> ParseLinspace(absl::string_view text, absl::string_view
         absl::StrCat("--", flag, "='", text, "': expected START:STOP:COUNT"));
   }
   Linspace linspace;
-  absl::StatusOr<double> start = ParseFiniteDouble(parts[0], absl::StrCat("--", flag, " START"));
-  if (!start.ok()) return start.status();
-  absl::StatusOr<double> stop = ParseFiniteDouble(parts[1], absl::StrCat("--", flag, " STOP"));
-  if (!stop.ok()) return stop.status();
-  linspace.start = *start;
-  linspace.stop = *stop;
+  GC_ASSIGN_OR_RETURN(linspace.start,
+                      ParseFiniteDouble(parts[0], absl::StrCat("--", flag, " START")));
+  GC_ASSIGN_OR_RETURN(linspace.stop,
+                      ParseFiniteDouble(parts[1], absl::StrCat("--", flag, " STOP")));
   if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(parts[2]), &linspace.count) ||
       linspace.count == 0) {
     return absl::InvalidArgumentError(
@@ -51,17 +131,17 @@ absl::StatusOr<std::vector<v1::GeoPoint>> ParseGeoPoints(absl::string_view text,
     if (parts.size() != 2) {
       return absl::InvalidArgumentError(absl::StrCat("--", flag, ": '", item, "' is not LAT,LON"));
     }
-    absl::StatusOr<double> lat = ParseFiniteDouble(parts[0], absl::StrCat("--", flag, " LAT"));
-    if (!lat.ok()) return lat.status();
-    absl::StatusOr<double> lon = ParseFiniteDouble(parts[1], absl::StrCat("--", flag, " LON"));
-    if (!lon.ok()) return lon.status();
-    if (*lat < -90 || *lat > 90) {
+    GC_ASSIGN_OR_RETURN(const double lat,
+                        ParseFiniteDouble(parts[0], absl::StrCat("--", flag, " LAT")));
+    GC_ASSIGN_OR_RETURN(const double lon,
+                        ParseFiniteDouble(parts[1], absl::StrCat("--", flag, " LON")));
+    if (lat < -90 || lat > 90) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--", flag, ": latitude ", *lat, " is outside [-90, 90]"));
+          absl::StrCat("--", flag, ": latitude ", lat, " is outside [-90, 90]"));
     }
     v1::GeoPoint& point = points.emplace_back();
-    point.set_lat(*lat);
-    point.set_lon(*lon);
+    point.set_lat(lat);
+    point.set_lon(lon);
   }
   if (points.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("--", flag, ": no LAT,LON points given"));

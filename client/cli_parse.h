@@ -1,16 +1,54 @@
-// Parsers for the compact argument forms of gpucompute-cli, kept out of the
-// binary so they can be tested.
+// Parsers for the command line of gpucompute-cli and its compact argument
+// forms, kept out of the binary so they can be tested.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <set>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/string_view.h"
 #include "gpucompute/v1/gpucompute.pb.h"
 
 namespace gpucompute::client {
+
+// Usage errors make the CLI exit 2 with its usage text; they are
+// INVALID_ARGUMENT carrying this payload.
+inline constexpr absl::string_view kUsageErrorPayload = "type.gpucompute/cli.UsageError";
+
+absl::Status UsageError(absl::string_view message);
+bool IsUsageError(const absl::Status& status);
+
+// Marks a failed parse of a command-line argument as a usage error.
+template <typename T>
+absl::StatusOr<T> AsUsageError(absl::StatusOr<T> parsed) {
+  if (parsed.ok()) return parsed;
+  absl::Status status = std::move(parsed).status();
+  status.SetPayload(kUsageErrorPayload, absl::Cord());
+  return status;
+}
+
+struct CommandLine {
+  std::vector<std::string> positional;
+  // Names of the flags present.
+  std::set<std::string> given;
+  bool help = false;
+};
+
+// Sets the absl flags named on the command line and collects the other
+// arguments. Accepts --flag=value, --flag value, --bool_flag, --nobool_flag and
+// "--" ending the flags; a single leading dash works too. Only flags for which
+// `is_known_flag` holds may be set; those in `repeatable_flags` may be given
+// more than once, their values joined with ';'. Every error is a usage error.
+absl::StatusOr<CommandLine> ParseCommandLine(
+    int argc, char** argv, const std::function<bool(absl::string_view)>& is_known_flag,
+    std::span<const absl::string_view> repeatable_flags);
 
 // "START:STOP:COUNT", an inclusive linspace as in LatLonMesh and FrequencyGrid.
 struct Linspace {

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -38,38 +39,50 @@ void Client::SetDeadline(grpc::ClientContext& context) const {
                        absl::ToChronoNanoseconds(options_.timeout));
 }
 
-absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Client::Health(
-    const std::string& service) {
+template <typename Stub, typename Request, typename Response>
+absl::StatusOr<Response> Client::Unary(
+    Stub& stub, grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&, Response*),
+    const Request& request) const {
   grpc::ClientContext context;
   SetDeadline(context);
+  Response response;
+  GC_RETURN_IF_ERROR(ToAbslStatus((stub.*rpc)(&context, request, &response)));
+  return response;
+}
+
+template <typename Stub, typename Request>
+absl::StatusOr<Result> Client::ResultStream(
+    Stub& stub,
+    std::unique_ptr<grpc::ClientReader<v1::ResultChunk>> (Stub::*rpc)(grpc::ClientContext*,
+                                                                        const Request&),
+    const Request& request, bool expect_data, const ProgressCallback& progress) const {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  std::unique_ptr<grpc::ClientReader<v1::ResultChunk>> reader = (stub.*rpc)(&context, request);
+  return ReadResultStream(context, *reader, expect_data, progress);
+}
+
+absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Client::Health(
+    const std::string& service) {
   grpc::health::v1::HealthCheckRequest request;
   request.set_service(service);
-  grpc::health::v1::HealthCheckResponse response;
-  if (grpc::Status status = health_->Check(&context, request, &response); !status.ok()) {
-    return ToAbslStatus(status);
-  }
+  GC_ASSIGN_OR_RETURN(const grpc::health::v1::HealthCheckResponse response,
+                      Unary(*health_, &grpc::health::v1::Health::Stub::Check, request));
   return response.status();
 }
 
 absl::StatusOr<v1::ServerInfo> Client::GetInfo() {
-  grpc::ClientContext context;
-  SetDeadline(context);
-  v1::ServerInfo info;
-  if (grpc::Status status = server_->GetInfo(&context, v1::GetInfoRequest(), &info); !status.ok()) {
-    return ToAbslStatus(status);
-  }
-  return info;
+  return Unary(*server_, &v1::Server::Stub::GetInfo, v1::GetInfoRequest());
 }
 
 absl::StatusOr<v1::BufferInfo> Client::Upload(const std::string& name, v1::DType dtype,
                                               std::span<const int64_t> shape,
                                               absl::string_view data,
                                               const ProgressCallback& progress) {
-  absl::StatusOr<uint64_t> expected = ByteCount(dtype, shape);
-  if (!expected.ok()) return expected.status();
-  if (*expected != data.size()) {
+  GC_ASSIGN_OR_RETURN(const uint64_t expected, ByteCount(dtype, shape));
+  if (expected != data.size()) {
     return absl::InvalidArgumentError(absl::StrCat(DTypeName(dtype), " ", ShapeToString(shape),
-                                                   " needs ", *expected, " bytes, got ",
+                                                   " needs ", expected, " bytes, got ",
                                                    data.size()));
   }
   const size_t chunk_bytes = std::max<uint32_t>(options_.upload_chunk_bytes, 1);
@@ -94,7 +107,7 @@ absl::StatusOr<v1::BufferInfo> Client::Upload(const std::string& name, v1::DType
     if (open && progress) progress(offset + length, data.size());
   }
   if (open) writer->WritesDone();
-  if (grpc::Status status = writer->Finish(); !status.ok()) return ToAbslStatus(status);
+  GC_RETURN_IF_ERROR(ToAbslStatus(writer->Finish()));
   if (!open) {
     return absl::InternalError("upload stream closed early although the server reported success");
   }
@@ -109,35 +122,23 @@ absl::StatusOr<v1::BufferInfo> Client::Upload(const std::string& name, const v1:
 
 absl::StatusOr<Result> Client::Download(const std::string& buffer_id, uint32_t chunk_bytes,
                                         const ProgressCallback& progress) {
-  grpc::ClientContext context;
-  SetDeadline(context);
   v1::DownloadRequest request;
   request.set_buffer_id(buffer_id);
   request.set_chunk_bytes(chunk_bytes);
-  auto reader = buffers_->Download(&context, request);
-  return ReadResultStream(context, *reader, /*expect_data=*/true, progress);
+  return ResultStream(*buffers_, &v1::Buffers::Stub::Download, request, /*expect_data=*/true,
+                      progress);
 }
 
 absl::StatusOr<uint64_t> Client::Delete(const std::string& buffer_id) {
-  grpc::ClientContext context;
-  SetDeadline(context);
   v1::DeleteRequest request;
   request.set_buffer_id(buffer_id);
-  v1::DeleteResponse response;
-  if (grpc::Status status = buffers_->Delete(&context, request, &response); !status.ok()) {
-    return ToAbslStatus(status);
-  }
+  GC_ASSIGN_OR_RETURN(const v1::DeleteResponse response,
+                      Unary(*buffers_, &v1::Buffers::Stub::Delete, request));
   return response.freed_bytes();
 }
 
 absl::StatusOr<v1::ListResponse> Client::List() {
-  grpc::ClientContext context;
-  SetDeadline(context);
-  v1::ListResponse response;
-  if (grpc::Status status = buffers_->List(&context, v1::ListRequest(), &response); !status.ok()) {
-    return ToAbslStatus(status);
-  }
-  return response;
+  return Unary(*buffers_, &v1::Buffers::Stub::List, v1::ListRequest());
 }
 
 template <typename Request>
@@ -145,10 +146,7 @@ absl::StatusOr<Result> Client::Compute(
     std::unique_ptr<grpc::ClientReader<v1::ResultChunk>> (v1::Compute::Stub::*rpc)(
         grpc::ClientContext*, const Request&),
     const Request& request, const ProgressCallback& progress) {
-  grpc::ClientContext context;
-  SetDeadline(context);
-  auto reader = (compute_.get()->*rpc)(&context, request);
-  return ReadResultStream(context, *reader, !request.output().keep_on_device(), progress);
+  return ResultStream(*compute_, rpc, request, !request.output().keep_on_device(), progress);
 }
 
 absl::StatusOr<Result> Client::DiscountProduct(const v1::DiscountProductRequest& request,
@@ -190,8 +188,8 @@ absl::StatusOr<Result> Client::ReadResultStream(
     }
   }
   const grpc::Status status = reader.Finish();
-  if (!framing.ok()) return framing;
-  if (!status.ok()) return ToAbslStatus(status);
+  GC_RETURN_IF_ERROR(framing);
+  GC_RETURN_IF_ERROR(ToAbslStatus(status));
   return std::move(assembler).Finish();
 }
 

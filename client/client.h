@@ -92,6 +92,19 @@ class Client {
 
  private:
   void SetDeadline(grpc::ClientContext& context) const;
+  // One unary RPC of `stub` under the call deadline.
+  template <typename Stub, typename Request, typename Response>
+  absl::StatusOr<Response> Unary(
+      Stub& stub,
+      grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&, Response*),
+      const Request& request) const;
+  // One RPC of `stub` that streams a result back, reassembled.
+  template <typename Stub, typename Request>
+  absl::StatusOr<Result> ResultStream(
+      Stub& stub,
+      std::unique_ptr<grpc::ClientReader<v1::ResultChunk>> (Stub::*rpc)(grpc::ClientContext*,
+                                                                          const Request&),
+      const Request& request, bool expect_data, const ProgressCallback& progress) const;
   absl::StatusOr<Result> ReadResultStream(grpc::ClientContext& context,
                                           grpc::ClientReaderInterface<v1::ResultChunk>& reader,
                                           bool expect_data, const ProgressCallback& progress) const;

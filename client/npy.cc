@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace gpucompute::client {
 namespace {
@@ -75,35 +76,28 @@ class HeaderParser {
     while (true) {
       SkipSpace();
       if (Consume('}')) break;
-      absl::StatusOr<std::string> key = ParseString();
-      if (!key.ok()) return key.status();
+      GC_ASSIGN_OR_RETURN(const std::string key, ParseString());
       SkipSpace();
-      if (!Consume(':')) return Error(absl::StrCat("expected ':' after '", *key, "'"));
+      if (!Consume(':')) return Error(absl::StrCat("expected ':' after '", key, "'"));
       SkipSpace();
-      if (*key == "descr") {
+      if (key == "descr") {
         if (have_descr) return Error("duplicate key 'descr'");
         if (Peek() == '[') {
           return absl::InvalidArgumentError(
               "unsupported dtype: structured arrays are not supported (supported: '<f4', '<f8')");
         }
-        absl::StatusOr<std::string> descr = ParseString();
-        if (!descr.ok()) return descr.status();
-        fields.descr = *std::move(descr);
+        GC_ASSIGN_OR_RETURN(fields.descr, ParseString());
         have_descr = true;
-      } else if (*key == "fortran_order") {
+      } else if (key == "fortran_order") {
         if (have_fortran_order) return Error("duplicate key 'fortran_order'");
-        absl::StatusOr<bool> value = ParseBool();
-        if (!value.ok()) return value.status();
-        fields.fortran_order = *value;
+        GC_ASSIGN_OR_RETURN(fields.fortran_order, ParseBool());
         have_fortran_order = true;
-      } else if (*key == "shape") {
+      } else if (key == "shape") {
         if (have_shape) return Error("duplicate key 'shape'");
-        absl::StatusOr<Shape> shape = ParseShape();
-        if (!shape.ok()) return shape.status();
-        fields.shape = *std::move(shape);
+        GC_ASSIGN_OR_RETURN(fields.shape, ParseShape());
         have_shape = true;
       } else {
-        return Error(absl::StrCat("unexpected key '", *key, "'"));
+        return Error(absl::StrCat("unexpected key '", key, "'"));
       }
       SkipSpace();
       if (Consume(',')) continue;
@@ -170,9 +164,8 @@ class HeaderParser {
     while (true) {
       SkipSpace();
       if (Consume(')')) break;
-      absl::StatusOr<int64_t> extent = ParseExtent();
-      if (!extent.ok()) return extent.status();
-      shape.push_back(*extent);
+      GC_ASSIGN_OR_RETURN(const int64_t extent, ParseExtent());
+      shape.push_back(extent);
       SkipSpace();
       if (Consume(',')) continue;
       // "(3)" is an integer in Python, not a tuple.
@@ -233,26 +226,17 @@ struct Header {
   uint64_t data_bytes = 0;
 };
 
-// `header_text` is the header after the prelude, exactly prelude.header_bytes long.
-absl::StatusOr<Header> ParseHeader(const Prelude& prelude, absl::string_view header_text) {
-  absl::StatusOr<HeaderParser::Fields> fields = HeaderParser(header_text).Parse();
-  if (!fields.ok()) return fields.status();
-  if (fields->fortran_order) {
-    return absl::InvalidArgumentError(
-        "fortran_order True is not supported: save a C-ordered array "
-        "(np.save(path, np.ascontiguousarray(arr)))");
+// DATA_LOSS when a file of `file_bytes` ends inside the header.
+absl::Status CheckHeaderSize(const Prelude& prelude, uint64_t file_bytes) {
+  if (file_bytes < prelude.DataOffset()) {
+    return absl::DataLossError(absl::StrCat("truncated .npy header: needs ", prelude.DataOffset(),
+                                            " bytes, found ", file_bytes));
   }
-  absl::StatusOr<v1::DType> dtype = DTypeFromDescr(fields->descr);
-  if (!dtype.ok()) return dtype.status();
-  if (fields->shape.size() > kNpyMaxRank) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", fields->shape.size(), " exceeds the limit of ", kNpyMaxRank));
-  }
-  absl::StatusOr<uint64_t> data_bytes = ByteCount(*dtype, fields->shape);
-  if (!data_bytes.ok()) return data_bytes.status();
-  return Header{*dtype, std::move(fields->shape), prelude.DataOffset(), *data_bytes};
+  return absl::OkStatus();
 }
 
+// DATA_LOSS or INVALID_ARGUMENT when `available` bytes of data are not what the
+// header declares.
 absl::Status CheckDataSize(const Header& header, uint64_t available) {
   if (available < header.data_bytes) {
     return absl::DataLossError(absl::StrCat("truncated .npy data: ", DTypeName(header.dtype), " ",
@@ -268,13 +252,33 @@ absl::Status CheckDataSize(const Header& header, uint64_t available) {
   return absl::OkStatus();
 }
 
+// `header_text` is the header after the prelude, exactly prelude.header_bytes
+// long, of a file of `file_bytes` (at least prelude.DataOffset()).
+absl::StatusOr<Header> ParseHeader(const Prelude& prelude, absl::string_view header_text,
+                                   uint64_t file_bytes) {
+  GC_ASSIGN_OR_RETURN(HeaderParser::Fields fields, HeaderParser(header_text).Parse());
+  if (fields.fortran_order) {
+    return absl::InvalidArgumentError(
+        "fortran_order True is not supported: save a C-ordered array "
+        "(np.save(path, np.ascontiguousarray(arr)))");
+  }
+  GC_ASSIGN_OR_RETURN(const v1::DType dtype, DTypeFromDescr(fields.descr));
+  if (fields.shape.size() > kNpyMaxRank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", fields.shape.size(), " exceeds the limit of ", kNpyMaxRank));
+  }
+  GC_ASSIGN_OR_RETURN(const uint64_t data_bytes, ByteCount(dtype, fields.shape));
+  Header header{dtype, std::move(fields.shape), prelude.DataOffset(), data_bytes};
+  GC_RETURN_IF_ERROR(CheckDataSize(header, file_bytes - header.data_offset));
+  return header;
+}
+
 absl::StatusOr<std::string> SerializeHeader(v1::DType dtype, std::span<const int64_t> shape,
                                             uint64_t data_bytes) {
-  absl::StatusOr<uint64_t> expected = ByteCount(dtype, shape);
-  if (!expected.ok()) return expected.status();
-  if (*expected != data_bytes) {
+  GC_ASSIGN_OR_RETURN(const uint64_t expected, ByteCount(dtype, shape));
+  if (expected != data_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(DTypeName(dtype), " ", ShapeToString(shape),
-                                                   " needs ", *expected, " bytes, got ",
+                                                   " needs ", expected, " bytes, got ",
                                                    data_bytes));
   }
   if (shape.size() > kNpyMaxRank) {
@@ -318,32 +322,35 @@ absl::Status FileError(const std::string& path, absl::string_view action) {
   return absl::UnavailableError(message);
 }
 
+// The same failure, its message prefixed with the path.
 absl::Status WithPath(const absl::Status& status, const std::string& path) {
+  if (status.ok()) return status;
   return absl::Status(status.code(), absl::StrCat(path, ": ", status.message()));
+}
+
+template <typename T>
+absl::StatusOr<T> WithPath(absl::StatusOr<T> value, const std::string& path) {
+  if (value.ok()) return value;
+  return WithPath(value.status(), path);
 }
 
 }  // namespace
 
 absl::StatusOr<NpyArray> ParseNpy(absl::string_view file_bytes) {
-  absl::StatusOr<Prelude> prelude = ParsePrelude(file_bytes);
-  if (!prelude.ok()) return prelude.status();
-  if (file_bytes.size() < prelude->DataOffset()) {
-    return absl::DataLossError(absl::StrCat("truncated .npy header: needs ", prelude->DataOffset(),
-                                            " bytes, found ", file_bytes.size()));
-  }
-  absl::StatusOr<Header> header =
-      ParseHeader(*prelude, file_bytes.substr(prelude->prelude_bytes, prelude->header_bytes));
-  if (!header.ok()) return header.status();
-  const absl::string_view data = file_bytes.substr(header->data_offset);
-  if (absl::Status status = CheckDataSize(*header, data.size()); !status.ok()) return status;
-  return NpyArray{header->dtype, std::move(header->shape), std::string(data)};
+  GC_ASSIGN_OR_RETURN(const Prelude prelude, ParsePrelude(file_bytes));
+  GC_RETURN_IF_ERROR(CheckHeaderSize(prelude, file_bytes.size()));
+  GC_ASSIGN_OR_RETURN(
+      Header header,
+      ParseHeader(prelude, file_bytes.substr(prelude.prelude_bytes, prelude.header_bytes),
+                  file_bytes.size()));
+  return NpyArray{header.dtype, std::move(header.shape),
+                  std::string(file_bytes.substr(header.data_offset))};
 }
 
 absl::StatusOr<std::string> SerializeNpy(v1::DType dtype, std::span<const int64_t> shape,
                                          absl::string_view data) {
-  absl::StatusOr<std::string> out = SerializeHeader(dtype, shape, data.size());
-  if (!out.ok()) return out.status();
-  out->append(data.data(), data.size());
+  GC_ASSIGN_OR_RETURN(std::string out, SerializeHeader(dtype, shape, data.size()));
+  out.append(data.data(), data.size());
   return out;
 }
 
@@ -363,23 +370,16 @@ absl::StatusOr<NpyArray> ReadNpyFile(const std::string& path) {
   if (!file.read(head.data(), static_cast<std::streamsize>(head.size()))) {
     return FileError(path, "read");
   }
-  absl::StatusOr<Prelude> prelude = ParsePrelude(head);
-  if (!prelude.ok()) return WithPath(prelude.status(), path);
-  if (file_size < prelude->DataOffset()) {
-    return absl::DataLossError(absl::StrCat(path, ": truncated .npy header: needs ",
-                                            prelude->DataOffset(), " bytes, found ", file_size));
-  }
-  std::string header_text(prelude->header_bytes, '\0');
-  file.seekg(static_cast<std::streamoff>(prelude->prelude_bytes));
+  GC_ASSIGN_OR_RETURN(const Prelude prelude, WithPath(ParsePrelude(head), path));
+  GC_RETURN_IF_ERROR(WithPath(CheckHeaderSize(prelude, file_size), path));
+  std::string header_text(prelude.header_bytes, '\0');
+  file.seekg(static_cast<std::streamoff>(prelude.prelude_bytes));
   if (!file.read(header_text.data(), static_cast<std::streamsize>(header_text.size()))) {
     return FileError(path, "read");
   }
-  absl::StatusOr<Header> header = ParseHeader(*prelude, header_text);
-  if (!header.ok()) return WithPath(header.status(), path);
-  if (absl::Status status = CheckDataSize(*header, file_size - header->data_offset); !status.ok()) {
-    return WithPath(status, path);
-  }
-  NpyArray array{header->dtype, std::move(header->shape), std::string(header->data_bytes, '\0')};
+  GC_ASSIGN_OR_RETURN(Header header,
+                      WithPath(ParseHeader(prelude, header_text, file_size), path));
+  NpyArray array{header.dtype, std::move(header.shape), std::string(header.data_bytes, '\0')};
   if (!file.read(array.data.data(), static_cast<std::streamsize>(array.data.size()))) {
     return FileError(path, "read");
   }
@@ -388,12 +388,12 @@ absl::StatusOr<NpyArray> ReadNpyFile(const std::string& path) {
 
 absl::Status WriteNpyFile(const std::string& path, v1::DType dtype, std::span<const int64_t> shape,
                           absl::string_view data) {
-  absl::StatusOr<std::string> header = SerializeHeader(dtype, shape, data.size());
-  if (!header.ok()) return WithPath(header.status(), path);
+  GC_ASSIGN_OR_RETURN(const std::string header,
+                      WithPath(SerializeHeader(dtype, shape, data.size()), path));
   errno = 0;
   std::ofstream file(path, std::ios::binary | std::ios::trunc);
   if (!file) return FileError(path, "create");
-  file.write(header->data(), static_cast<std::streamsize>(header->size()));
+  file.write(header.data(), static_cast<std::streamsize>(header.size()));
   file.write(data.data(), static_cast<std::streamsize>(data.size()));
   file.close();
   if (!file) return FileError(path, "write");

@@ -7,6 +7,7 @@
 #include "client/cli_parse.h"
 #include "client/npy.h"
 #include "client/progress_bar.h"
+#include "common/status_macros.h"
 
 namespace gpucompute::client {
 
@@ -17,27 +18,24 @@ OperandResolver::~OperandResolver() { Release().IgnoreError(); }
 
 absl::StatusOr<v1::Operand> OperandResolver::Resolve(absl::string_view spec,
                                                      absl::string_view flag) {
-  absl::StatusOr<OperandSpec> parsed = ParseOperandSpec(spec, flag);
-  if (!parsed.ok()) return parsed.status();
-  if (parsed->kind == OperandSpec::Kind::kBuffer) return BufferOperand(parsed->value);
+  GC_ASSIGN_OR_RETURN(OperandSpec parsed, ParseOperandSpec(spec, flag));
+  if (parsed.kind == OperandSpec::Kind::kBuffer) return BufferOperand(std::move(parsed.value));
 
-  absl::StatusOr<NpyArray> array = ReadNpyFile(parsed->value);
-  if (!array.ok()) return array.status();
-  if (array->data.size() <= inline_limit_bytes_) {
-    absl::StatusOr<v1::Tensor> tensor =
-        MakeTensor(array->dtype, array->shape, std::move(array->data));
-    if (!tensor.ok()) return tensor.status();
-    return TensorOperand(*std::move(tensor));
+  GC_ASSIGN_OR_RETURN(NpyArray array, ReadNpyFile(parsed.value));
+  if (array.data.size() <= inline_limit_bytes_) {
+    GC_ASSIGN_OR_RETURN(v1::Tensor tensor,
+                        MakeTensor(array.dtype, array.shape, std::move(array.data)));
+    return TensorOperand(std::move(tensor));
   }
-  const std::string name = std::filesystem::path(parsed->value).filename().string();
-  absl::StatusOr<v1::BufferInfo> buffer = [&] {
-    ProgressBar bar(absl::StrCat("upload ", name), show_progress_);
-    return client_.Upload(name, array->dtype, array->shape, array->data, bar.Callback());
-  }();
+  const std::string name = std::filesystem::path(parsed.value).filename().string();
+  absl::StatusOr<v1::BufferInfo> buffer = WithProgressBar(
+      absl::StrCat("upload ", name), show_progress_, [&](const ProgressCallback& progress) {
+        return client_.Upload(name, array.dtype, array.shape, array.data, progress);
+      });
   if (!buffer.ok()) {
     return absl::Status(
         buffer.status().code(),
-        absl::StrCat("uploading --", flag, "=", parsed->value, ": ", buffer.status().message()));
+        absl::StrCat("uploading --", flag, "=", parsed.value, ": ", buffer.status().message()));
   }
   uploaded_ids_.push_back(buffer->id());
   return BufferOperand(buffer->id());

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -35,5 +36,12 @@ class ProgressBar {
   absl::Time last_draw_ = absl::InfinitePast();
   bool drawn_ = false;
 };
+
+// Runs `call` with the callback of a bar that lives as long as the call.
+template <typename Call>
+auto WithProgressBar(std::string label, bool enabled, Call&& call) {
+  ProgressBar bar(std::move(label), enabled);
+  return std::forward<Call>(call)(bar.Callback());
+}
 
 }  // namespace gpucompute::client

@@ -9,7 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "client/npy.h"
+#include "common/status_macros.h"
 
 namespace gpucompute::client {
 
@@ -86,11 +86,10 @@ absl::StatusOr<uint64_t> ByteCount(v1::DType dtype, std::span<const int64_t> sha
 
 absl::StatusOr<v1::Tensor> MakeTensor(v1::DType dtype, std::span<const int64_t> shape,
                                       std::string data) {
-  absl::StatusOr<uint64_t> bytes = ByteCount(dtype, shape);
-  if (!bytes.ok()) return bytes.status();
-  if (*bytes != data.size()) {
+  GC_ASSIGN_OR_RETURN(const uint64_t bytes, ByteCount(dtype, shape));
+  if (bytes != data.size()) {
     return absl::InvalidArgumentError(absl::StrCat(DTypeName(dtype), " ", ShapeToString(shape),
-                                                   " needs ", *bytes, " bytes, got ", data.size()));
+                                                   " needs ", bytes, " bytes, got ", data.size()));
   }
   v1::Tensor tensor;
   tensor.set_dtype(dtype);
@@ -119,12 +118,6 @@ absl::StatusOr<v1::Tensor> MakeTensor(std::span<const float> values,
 absl::StatusOr<v1::Tensor> MakeTensor(std::span<const double> values,
                                       std::span<const int64_t> shape) {
   return MakeTypedTensor(v1::FLOAT64, values, shape);
-}
-
-absl::StatusOr<v1::Tensor> ReadTensorFromNpy(const std::string& path) {
-  absl::StatusOr<NpyArray> array = ReadNpyFile(path);
-  if (!array.ok()) return array.status();
-  return MakeTensor(array->dtype, array->shape, std::move(array->data));
 }
 
 v1::Operand TensorOperand(v1::Tensor tensor) {

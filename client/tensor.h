@@ -1,5 +1,5 @@
 // Element types, shapes and the Tensor/Operand messages of API v1, built from
-// plain values or .npy files.
+// plain values.
 #pragma once
 
 #include <cstddef>
@@ -41,9 +41,6 @@ absl::StatusOr<v1::Tensor> MakeTensor(std::span<const float> values,
                                       std::span<const int64_t> shape);
 absl::StatusOr<v1::Tensor> MakeTensor(std::span<const double> values,
                                       std::span<const int64_t> shape);
-
-// The array stored in a .npy file as a Tensor.
-absl::StatusOr<v1::Tensor> ReadTensorFromNpy(const std::string& path);
 
 v1::Operand TensorOperand(v1::Tensor tensor);
 v1::Operand BufferOperand(std::string buffer_id);

@@ -1,0 +1,320 @@
+#include "client/cli_commands.h"
+
+#include <filesystem>
+#include <iostream>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/bench.h"
+#include "client/cli_parse.h"
+#include "client/format.h"
+#include "client/npy.h"
+#include "client/operand_resolver.h"
+#include "client/progress_bar.h"
+#include "client/tensor.h"
+#include "common/status_macros.h"
+
+namespace gpucompute::client {
+namespace {
+
+absl::Status RequireFlags(const CliConfig& config, std::initializer_list<absl::string_view> flags,
+                          absl::string_view command) {
+  for (absl::string_view flag : flags) {
+    if (!config.Given(flag)) {
+      return UsageError(absl::StrCat(command, " needs --", flag));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunHealth(const CliConfig&, Client& client, const Args&) {
+  GC_ASSIGN_OR_RETURN(const grpc::health::v1::HealthCheckResponse::ServingStatus status,
+                      client.Health());
+  const std::string name = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(status);
+  std::cout << name << "\n";
+  if (status != grpc::health::v1::HealthCheckResponse::SERVING) {
+    return absl::UnavailableError(absl::StrCat("server reports ", name));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunInfo(const CliConfig&, Client& client, const Args&) {
+  GC_ASSIGN_OR_RETURN(const v1::ServerInfo info, client.GetInfo());
+  std::cout << FormatServerInfo(info);
+  return absl::OkStatus();
+}
+
+absl::Status RunUpload(const CliConfig& config, Client& client, const Args& args) {
+  const std::string& path = args[0];
+  GC_ASSIGN_OR_RETURN(const NpyArray array, ReadNpyFile(path));
+  const std::string name =
+      config.Given("name") ? config.name : std::filesystem::path(path).filename().string();
+  GC_ASSIGN_OR_RETURN(
+      const v1::BufferInfo buffer,
+      WithProgressBar(absl::StrCat("upload ", name), config.show_progress,
+                      [&](const ProgressCallback& progress) {
+                        return client.Upload(name, array.dtype, array.shape, array.data, progress);
+                      }));
+  std::cout << FormatBufferInfo(buffer);
+  return absl::OkStatus();
+}
+
+absl::Status RunDownload(const CliConfig& config, Client& client, const Args& args) {
+  const std::string& id = args[0];
+  const std::string& path = args[1];
+  GC_ASSIGN_OR_RETURN(const Result result,
+                      WithProgressBar(absl::StrCat("download ", id), config.show_progress,
+                                      [&](const ProgressCallback& progress) {
+                                        return client.Download(id, config.chunk_bytes, progress);
+                                      }));
+  const Shape shape = ShapeOf(result.header.shape());
+  GC_RETURN_IF_ERROR(WriteNpyFile(path, result.header.dtype(), shape, result.data));
+  absl::PrintF("wrote %s: %s %s, %s\n", path, DTypeName(result.header.dtype()),
+               ShapeToString(shape), FormatBytes(result.data.size()));
+  return absl::OkStatus();
+}
+
+absl::Status RunDelete(const CliConfig&, Client& client, const Args& args) {
+  GC_ASSIGN_OR_RETURN(const uint64_t freed, client.Delete(args[0]));
+  absl::PrintF("deleted %s, freed %s\n", args[0], FormatBytes(freed));
+  return absl::OkStatus();
+}
+
+absl::Status RunList(const CliConfig&, Client& client, const Args&) {
+  GC_ASSIGN_OR_RETURN(const v1::ListResponse list, client.List());
+  std::cout << FormatBufferList(list);
+  return absl::OkStatus();
+}
+
+// Output options shared by the compute subcommands.
+absl::StatusOr<v1::OutputOptions> OutputOptionsOf(const CliConfig& config) {
+  if (config.keep_on_device && config.Given("out")) {
+    return UsageError("--out and --keep_on_device exclude each other");
+  }
+  if (config.Given("name") && !config.keep_on_device) {
+    return UsageError("--name names a kept result; add --keep_on_device");
+  }
+  // Fail before the computation rather than after it.
+  if (config.Given("out")) {
+    const std::filesystem::path directory = std::filesystem::path(config.out).parent_path();
+    std::error_code error;
+    if (!directory.empty() && !std::filesystem::is_directory(directory, error)) {
+      return absl::NotFoundError(
+          absl::StrCat("--out: directory ", directory.string(), " does not exist"));
+    }
+  }
+  v1::OutputOptions output;
+  output.set_chunk_bytes(config.chunk_bytes);
+  output.set_keep_on_device(config.keep_on_device);
+  output.set_buffer_name(config.name);
+  return output;
+}
+
+// Runs `call` with the operands resolved, then prints or writes its result.
+template <typename Call>
+absl::Status RunCompute(const CliConfig& config, OperandResolver& operands, Call call) {
+  absl::StatusOr<Result> computed = WithProgressBar("result", config.show_progress, call);
+  if (absl::Status released = operands.Release(); !released.ok()) {
+    std::cerr << "gpucompute-cli: warning: " << released.message() << "\n";
+  }
+  GC_ASSIGN_OR_RETURN(const Result result, std::move(computed));
+
+  const Shape shape = ShapeOf(result.header.shape());
+  absl::PrintF("result      %s %s, %s\n", DTypeName(result.header.dtype()), ShapeToString(shape),
+               FormatBytes(result.header.total_bytes()));
+  if (config.keep_on_device) {
+    std::cout << "stored buffer\n" << FormatBufferInfo(result.trailer.stored_buffer());
+  } else if (config.Given("out")) {
+    GC_RETURN_IF_ERROR(WriteNpyFile(config.out, result.header.dtype(), shape, result.data));
+    absl::PrintF("written     %s\n", config.out);
+  } else {
+    absl::PrintF("values      %s\n", FormatPreview(result, 8));
+  }
+  std::cout << FormatTrailer(result.trailer);
+  return absl::OkStatus();
+}
+
+absl::Status RunDiscountProduct(const CliConfig& config, Client& client, const Args&) {
+  GC_RETURN_IF_ERROR(RequireFlags(config, {"factors", "values"}, "discount-product"));
+  v1::DiscountProductRequest request;
+  GC_ASSIGN_OR_RETURN(*request.mutable_output(), OutputOptionsOf(config));
+  OperandResolver operands(client, config.inline_limit_bytes, config.show_progress);
+  GC_ASSIGN_OR_RETURN(*request.mutable_factors(), operands.Resolve(config.factors, "factors"));
+  GC_ASSIGN_OR_RETURN(*request.mutable_values(), operands.Resolve(config.values, "values"));
+  return RunCompute(config, operands, [&](const ProgressCallback& progress) {
+    return client.DiscountProduct(request, progress);
+  });
+}
+
+absl::Status RunHaversine(const CliConfig& config, Client& client, const Args&) {
+  const bool mesh = config.Given("lat") || config.Given("lon");
+  const bool points = config.Given("lat_points") || config.Given("lon_points");
+  if (mesh == points) {
+    return UsageError(
+        "haversine needs either a mesh (--lat and --lon) or points (--lat_points and "
+        "--lon_points)");
+  }
+  GC_RETURN_IF_ERROR(RequireFlags(config, {"ref"}, "haversine"));
+  v1::HaversineGridRequest request;
+  GC_ASSIGN_OR_RETURN(*request.mutable_output(), OutputOptionsOf(config));
+  GC_ASSIGN_OR_RETURN(const std::vector<v1::GeoPoint> references,
+                      AsUsageError(ParseGeoPoints(config.ref, "ref")));
+  request.mutable_references()->Add(references.begin(), references.end());
+  request.set_radius(config.radius);
+
+  OperandResolver operands(client, config.inline_limit_bytes, config.show_progress);
+  if (mesh) {
+    GC_RETURN_IF_ERROR(RequireFlags(config, {"lat", "lon"}, "a haversine mesh"));
+    GC_ASSIGN_OR_RETURN(const Linspace lat, AsUsageError(ParseLinspace(config.lat, "lat")));
+    GC_ASSIGN_OR_RETURN(const Linspace lon, AsUsageError(ParseLinspace(config.lon, "lon")));
+    v1::LatLonMesh& grid = *request.mutable_mesh();
+    grid.set_lat_start(lat.start);
+    grid.set_lat_stop(lat.stop);
+    grid.set_n_lat(lat.count);
+    grid.set_lon_start(lon.start);
+    grid.set_lon_stop(lon.stop);
+    grid.set_n_lon(lon.count);
+    if (config.Given("dtype")) {
+      GC_ASSIGN_OR_RETURN(const v1::DType dtype, AsUsageError(ParseDTypeName(config.dtype)));
+      grid.set_dtype(dtype);
+    }
+  } else {
+    GC_RETURN_IF_ERROR(RequireFlags(config, {"lat_points", "lon_points"}, "haversine points"));
+    if (config.Given("dtype")) {
+      return UsageError("--dtype applies to a mesh; points keep the dtype of their files");
+    }
+    GC_ASSIGN_OR_RETURN(*request.mutable_points()->mutable_lat(),
+                        operands.Resolve(config.lat_points, "lat_points"));
+    GC_ASSIGN_OR_RETURN(*request.mutable_points()->mutable_lon(),
+                        operands.Resolve(config.lon_points, "lon_points"));
+  }
+  return RunCompute(config, operands, [&](const ProgressCallback& progress) {
+    return client.HaversineGrid(request, progress);
+  });
+}
+
+absl::Status RunNormalize(const CliConfig& config, Client& client, const Args&) {
+  GC_RETURN_IF_ERROR(RequireFlags(config, {"input"}, "normalize"));
+  v1::NormalizeRequest request;
+  GC_ASSIGN_OR_RETURN(*request.mutable_output(), OutputOptionsOf(config));
+  GC_ASSIGN_OR_RETURN(const v1::Norm norm, AsUsageError(ParseNorm(config.norm)));
+  request.set_norm(norm);
+  OperandResolver operands(client, config.inline_limit_bytes, config.show_progress);
+  GC_ASSIGN_OR_RETURN(*request.mutable_input(), operands.Resolve(config.input, "input"));
+  return RunCompute(config, operands, [&](const ProgressCallback& progress) {
+    return client.Normalize(request, progress);
+  });
+}
+
+absl::Status RunLombScargle(const CliConfig& config, Client& client, const Args&) {
+  GC_RETURN_IF_ERROR(RequireFlags(config, {"x", "y"}, "lombscargle"));
+  if (config.Given("freqs") == config.Given("freq_grid")) {
+    return UsageError("lombscargle needs exactly one of --freqs and --freq_grid");
+  }
+  v1::LombScargleRequest request;
+  GC_ASSIGN_OR_RETURN(*request.mutable_output(), OutputOptionsOf(config));
+  request.set_precenter(config.precenter);
+  request.set_normalize(config.normalize);
+  request.set_floating_mean(config.floating_mean);
+  if (config.Given("freq_grid")) {
+    GC_ASSIGN_OR_RETURN(const Linspace grid,
+                        AsUsageError(ParseLinspace(config.freq_grid, "freq_grid")));
+    request.mutable_freq_grid()->set_start(grid.start);
+    request.mutable_freq_grid()->set_stop(grid.stop);
+    request.mutable_freq_grid()->set_count(grid.count);
+  }
+  OperandResolver operands(client, config.inline_limit_bytes, config.show_progress);
+  GC_ASSIGN_OR_RETURN(*request.mutable_x(), operands.Resolve(config.x, "x"));
+  GC_ASSIGN_OR_RETURN(*request.mutable_y(), operands.Resolve(config.y, "y"));
+  if (config.Given("freqs")) {
+    GC_ASSIGN_OR_RETURN(*request.mutable_freqs(), operands.Resolve(config.freqs, "freqs"));
+  }
+  if (config.Given("weights")) {
+    GC_ASSIGN_OR_RETURN(*request.mutable_weights(), operands.Resolve(config.weights, "weights"));
+  }
+  return RunCompute(config, operands, [&](const ProgressCallback& progress) {
+    return client.LombScargle(request, progress);
+  });
+}
+
+absl::Status RunBenchCommand(const CliConfig& config, Client& client, const Args&) {
+  BenchConfig bench;
+  bench.concurrency = config.concurrency;
+  bench.duration = config.Given("count") && !config.Given("duration") ? absl::InfiniteDuration()
+                                                                      : config.duration;
+  bench.count = config.count;
+  bench.size = config.size;
+  bench.chunk_bytes = config.chunk_bytes;
+  GC_ASSIGN_OR_RETURN(bench.mix, AsUsageError(ParseMix(config.mix)));
+  if (config.Given("dtype")) {
+    GC_ASSIGN_OR_RETURN(bench.dtype, AsUsageError(ParseDTypeName(config.dtype)));
+  }
+  if (bench.concurrency < 1) return UsageError("--concurrency must be at least 1");
+
+  std::vector<std::string> mix_text;
+  for (const MixEntry& entry : bench.mix) {
+    mix_text.push_back(absl::StrCat(BenchOpName(entry.op), ":", entry.weight));
+  }
+  absl::PrintF("bench       %s, %d in flight, %s, %d-element %s results, mix %s\n", config.target,
+               bench.concurrency,
+               bench.count != 0 ? absl::StrCat(bench.count, " requests")
+                                : absl::FormatDuration(bench.duration),
+               bench.size, DTypeName(bench.dtype), absl::StrJoin(mix_text, ","));
+  std::cout.flush();
+  GC_ASSIGN_OR_RETURN(const BenchReport report, AsUsageError(RunBench(client, bench)));
+  std::cout << FormatBenchReport(report);
+  if (report.requests > 0 && report.succeeded == 0) {
+    return absl::UnavailableError("every request failed");
+  }
+  return absl::OkStatus();
+}
+
+const std::vector<absl::string_view> kComputeFlags = {"out", "keep_on_device", "name",
+                                                      "chunk_bytes", "inline_limit_bytes"};
+
+std::vector<absl::string_view> ComputeFlagsAnd(std::vector<absl::string_view> flags) {
+  flags.insert(flags.end(), kComputeFlags.begin(), kComputeFlags.end());
+  return flags;
+}
+
+}  // namespace
+
+const std::vector<Command>& Commands() {
+  static const std::vector<Command> commands = {
+      {"health", "health", {}, 0, RunHealth},
+      {"info", "info", {}, 0, RunInfo},
+      {"upload", "upload FILE.npy [--name=NAME]", {"name"}, 1, RunUpload},
+      {"download", "download ID OUT.npy [--chunk_bytes=N]", {"chunk_bytes"}, 2, RunDownload},
+      {"delete", "delete ID", {}, 1, RunDelete},
+      {"list", "list", {}, 0, RunList},
+      {"discount-product", "discount-product --factors=SRC --values=SRC",
+       ComputeFlagsAnd({"factors", "values"}), 0, RunDiscountProduct},
+      {"haversine",
+       "haversine (--lat=START:STOP:N --lon=START:STOP:N [--dtype=float32|float64] |\n"
+       "                     --lat_points=SRC --lon_points=SRC) --ref=LAT,LON[;LAT,LON...]\n"
+       "                     [--radius=R]",
+       ComputeFlagsAnd({"lat", "lon", "lat_points", "lon_points", "ref", "radius", "dtype"}), 0,
+       RunHaversine},
+      {"normalize", "normalize --input=SRC [--norm=sum|l1|l2|max_abs]",
+       ComputeFlagsAnd({"input", "norm"}), 0, RunNormalize},
+      {"lombscargle",
+       "lombscargle --x=SRC --y=SRC (--freqs=SRC | --freq_grid=START:STOP:COUNT)\n"
+       "                     [--weights=SRC] [--precenter] [--normalize] [--floating_mean]",
+       ComputeFlagsAnd(
+           {"x", "y", "freqs", "freq_grid", "weights", "precenter", "normalize", "floating_mean"}),
+       0, RunLombScargle},
+      {"bench",
+       "bench [--concurrency=8] [--duration=10s | --count=N] [--size=65536]\n"
+       "                     [--mix=normalize:1,haversine:1,discount:1,lombscargle:1]\n"
+       "                     [--dtype=float32|float64] [--chunk_bytes=N]",
+       {"concurrency", "duration", "count", "mix", "size", "dtype", "chunk_bytes"},
+       0,
+       RunBenchCommand},
+  };
+  return commands;
+}
+
+}  // namespace gpucompute::client
