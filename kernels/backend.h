@@ -1,5 +1,5 @@
 // The backend seam: everything the server asks of a compute backend. The server
-// validates requests (see ops.h for the shape rules) and then calls these with
+// validates requests (shape rules in kernels/shape_rules.h) and then calls these with
 // well-formed arrays; backends still check their preconditions and return a
 // Status, never abort. No gRPC in here.
 #pragma once
@@ -160,8 +160,5 @@ struct BackendSelection {
 
 // kAuto: CUDA when compiled in and a usable device exists, else CPU.
 absl::StatusOr<BackendSelection> CreateBackend(const BackendOptions& options);
-
-// True when this build has the CUDA backend compiled in.
-bool CudaCompiledIn();
 
 }  // namespace gpucompute

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "common/status_macros.h"
+
 namespace gpucompute {
 
 void InjectedFaults::PauseOperations() {
@@ -47,7 +49,7 @@ class FaultInjectingBackend final : public Backend {
   BackendStats Stats() const override { return inner_->Stats(); }
 
   absl::StatusOr<std::shared_ptr<Array>> Allocate(DType dtype, Shape shape, int device) override {
-    if (absl::Status s = Sticky(); !s.ok()) return s;
+    GC_RETURN_IF_ERROR(Sticky());
     if (faults_->failing_allocations.fetch_sub(1) > 0) {
       return absl::ResourceExhaustedError("injected: the device has no room for the array");
     }
@@ -55,40 +57,40 @@ class FaultInjectingBackend final : public Backend {
     return inner_->Allocate(dtype, std::move(shape), device);
   }
   absl::Status CopyToArray(const void* src, size_t offset, size_t bytes, Array& dst) override {
-    if (absl::Status s = Sticky(); !s.ok()) return s;
+    GC_RETURN_IF_ERROR(Sticky());
     return inner_->CopyToArray(src, offset, bytes, dst);
   }
   absl::Status CopyFromArray(const Array& src, size_t offset, size_t bytes, void* dst) override {
-    if (absl::Status s = Sticky(); !s.ok()) return s;
+    GC_RETURN_IF_ERROR(Sticky());
     return inner_->CopyFromArray(src, offset, bytes, dst);
   }
   absl::Status CopyArray(const Array& src, Array& dst) override {
-    if (absl::Status s = Sticky(); !s.ok()) return s;
+    GC_RETURN_IF_ERROR(Sticky());
     return inner_->CopyArray(src, dst);
   }
   absl::Status DiscountProduct(const Array& f, const Array& v, Array& out, OpContext& ctx) override {
-    if (absl::Status s = Operation(); !s.ok()) return s;
+    GC_RETURN_IF_ERROR(Operation());
     return inner_->DiscountProduct(f, v, out, ctx);
   }
   absl::Status HaversineMesh(const LatLonMesh& mesh, std::span<const GeoPoint> refs, double radius,
                              Array& out, OpContext& ctx) override {
-    if (absl::Status s = Operation(); !s.ok()) return s;
+    GC_RETURN_IF_ERROR(Operation());
     return inner_->HaversineMesh(mesh, refs, radius, out, ctx);
   }
   absl::Status HaversinePoints(const Array& lat, const Array& lon, std::span<const GeoPoint> refs,
                                double radius, Array& out, OpContext& ctx) override {
-    if (absl::Status s = Operation(); !s.ok()) return s;
+    GC_RETURN_IF_ERROR(Operation());
     return inner_->HaversinePoints(lat, lon, refs, radius, out, ctx);
   }
   absl::Status Normalize(const Array& in, NormKind norm, Array& out, OpContext& ctx) override {
-    if (absl::Status s = Operation(); !s.ok()) return s;
+    GC_RETURN_IF_ERROR(Operation());
     return inner_->Normalize(in, norm, out, ctx);
   }
   absl::Status LombScargle(const Array& x, const Array& y, const Array* weights,
                            const Array* freqs, const Linspace& grid,
                            const LombScargleOptions& options, Array& out,
                            OpContext& ctx) override {
-    if (absl::Status s = Operation(); !s.ok()) return s;
+    GC_RETURN_IF_ERROR(Operation());
     return inner_->LombScargle(x, y, weights, freqs, grid, options, out, ctx);
   }
 

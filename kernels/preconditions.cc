@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace gpucompute {
 
@@ -52,28 +53,41 @@ absl::Status CheckRadius(double radius) {
   return absl::OkStatus();
 }
 
+absl::Status CheckCopyBounds(const Array& array, size_t offset, size_t bytes, const void* host) {
+  if (offset > array.bytes() || bytes > array.bytes() - offset) {
+    return absl::OutOfRangeError(absl::StrCat("copy of ", bytes, " bytes at offset ", offset,
+                                              " runs past the array's ", array.bytes(), " bytes"));
+  }
+  if (host == nullptr && bytes > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("copy of ", bytes, " bytes has a null host pointer"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<LombScargleShape> CheckLombScargleArrays(const Array& x, const Array& y,
                                                         const Array* weights, const Array* freqs,
                                                         const Linspace& grid, const Array& out) {
   const DType dtype = y.dtype();
-  if (absl::Status s = CheckDType(x, "x", dtype); !s.ok()) return s;
-  if (absl::Status s = CheckDType(out, "out", dtype); !s.ok()) return s;
+  GC_RETURN_IF_ERROR(CheckDType(x, "x", dtype));
+  GC_RETURN_IF_ERROR(CheckDType(out, "out", dtype));
   if (weights != nullptr) {
-    if (absl::Status s = CheckDType(*weights, "weights", dtype); !s.ok()) return s;
+    GC_RETURN_IF_ERROR(CheckDType(*weights, "weights", dtype));
   }
   int64_t frequencies = grid.count;
   if (freqs != nullptr) {
-    if (absl::Status s = CheckDType(*freqs, "freqs", dtype); !s.ok()) return s;
+    GC_RETURN_IF_ERROR(CheckDType(*freqs, "freqs", dtype));
     if (freqs->shape().size() != 1) {
       return absl::InvalidArgumentError(
           absl::StrCat("freqs.shape ", ShapeToString(freqs->shape()), " must be (M,)"));
     }
     frequencies = freqs->size();
   }
-  absl::StatusOr<LombScargleShape> shape = LombScargleShapes(
-      x.shape(), y.shape(), weights != nullptr ? &weights->shape() : nullptr, frequencies);
-  if (!shape.ok()) return shape.status();
-  if (absl::Status s = CheckShape(out, "out", shape->out); !s.ok()) return s;
+  GC_ASSIGN_OR_RETURN(
+      LombScargleShape shape,
+      LombScargleShapes(x.shape(), y.shape(), weights != nullptr ? &weights->shape() : nullptr,
+                        frequencies));
+  GC_RETURN_IF_ERROR(CheckShape(out, "out", shape.out));
   return shape;
 }
 

@@ -3,6 +3,7 @@
 // benchmarks, future callers) and give both backends the same messages.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -18,6 +19,9 @@ absl::Status CheckDType(const Array& array, absl::string_view name, DType expect
 absl::Status CheckShape(const Array& array, absl::string_view name, const Shape& expected);
 // Finite and > 0.
 absl::Status CheckRadius(double radius);
+// A host copy of `bytes` at `offset` stays inside `array` and has a host pointer
+// (null only for an empty copy).
+absl::Status CheckCopyBounds(const Array& array, size_t offset, size_t bytes, const void* host);
 
 // One row of Lomb-Scargle weights: every weight >= 0 and a finite sum > 0. Returns
 // the sum, or INVALID_ARGUMENT naming the row and the first negative weight or the sum

@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace gpucompute {
 
@@ -67,8 +68,8 @@ absl::Status CheckRank12(const Shape& shape, absl::string_view name) {
 
 absl::StatusOr<LombScargleShape> LombScargleShapes(const Shape& x, const Shape& y,
                                                    const Shape* weights, int64_t frequencies) {
-  if (absl::Status s = CheckRank12(x, "x"); !s.ok()) return s;
-  if (absl::Status s = CheckRank12(y, "y"); !s.ok()) return s;
+  GC_RETURN_IF_ERROR(CheckRank12(x, "x"));
+  GC_RETURN_IF_ERROR(CheckRank12(y, "y"));
   LombScargleShape result;
   result.samples = y.back();
   result.batch = y.size() == 2 ? y[0] : 1;

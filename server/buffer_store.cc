@@ -10,6 +10,14 @@
 
 namespace gpucompute {
 
+absl::Status CheckBufferName(absl::string_view name, absl::string_view field) {
+  if (name.size() > kMaxBufferNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " has ", name.size(),
+                                                   " bytes; the limit is ", kMaxBufferNameBytes));
+  }
+  return absl::OkStatus();
+}
+
 BufferStore::Reservation& BufferStore::Reservation::operator=(Reservation&& other) noexcept {
   if (this != &other) {
     Release();

@@ -7,17 +7,24 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "kernels/array.h"
 
 namespace gpucompute {
+
+// The longest name a stored buffer may have (upload header.name, output.buffer_name).
+inline constexpr size_t kMaxBufferNameBytes = 256;
+
+// INVALID_ARGUMENT naming `field` when `name` is longer than kMaxBufferNameBytes.
+absl::Status CheckBufferName(absl::string_view name, absl::string_view field);
 
 struct StoredBuffer {
   std::string id;

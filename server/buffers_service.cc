@@ -5,15 +5,14 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/operations.h"
+#include "common/status_macros.h"
+#include "server/proto_convert.h"
 #include "server/result_stream.h"
 #include "server/security.h"
 #include "server/status_convert.h"
 
 namespace gpucompute {
 namespace {
-
-constexpr size_t kMaxNameBytes = 256;
 
 // Receives header then data chunks; allocation and copies run on the executor,
 // and the next read starts only after the previous chunk is copied. The buffer
@@ -58,47 +57,39 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
  private:
   void OnHeader() {
     ++messages_;
+    // Once the allocation is submitted, the executor may finish the call: only
+    // the returned status is looked at afterwards.
+    if (absl::Status accepted = AcceptHeader(); !accepted.ok()) Complete(accepted);
+  }
+
+  // Checks the header, reserves its bytes and allocates the buffer on the
+  // executor, which then reads the first data message.
+  absl::Status AcceptHeader() {
     if (array_ != nullptr || reservation_.has_value()) {
-      Complete(absl::InvalidArgumentError("upload sent a second header; send exactly one, first"));
-      return;
+      return absl::InvalidArgumentError("upload sent a second header; send exactly one, first");
     }
     const v1::UploadHeader& header = request_.header();
-    absl::StatusOr<DType> dtype = DTypeFromProto(header.dtype(), "header.dtype");
-    if (!dtype.ok()) return Complete(dtype.status());
+    GC_ASSIGN_OR_RETURN(const DType dtype, DTypeFromProto(header.dtype(), "header.dtype"));
     Shape shape(header.shape().begin(), header.shape().end());
-    absl::StatusOr<int64_t> count =
-        CheckedElementCount(shape, service_.config.max_elements, "header");
-    if (!count.ok()) return Complete(count.status());
-    if (*count == 0) {
-      return Complete(absl::InvalidArgumentError(absl::StrCat(
-          "header.shape ", ShapeToString(shape), " is empty; buffers need >= 1 element")));
+    GC_ASSIGN_OR_RETURN(const int64_t count,
+                        CheckedElementCount(shape, service_.config.max_elements, "header"));
+    if (count == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "header.shape ", ShapeToString(shape), " is empty; buffers need >= 1 element"));
     }
-    if (header.name().size() > kMaxNameBytes) {
-      return Complete(absl::InvalidArgumentError(absl::StrCat(
-          "header.name has ", header.name().size(), " bytes; the limit is ", kMaxNameBytes)));
-    }
-    expected_bytes_ = static_cast<uint64_t>(*count) * ElementSize(*dtype);
-    absl::StatusOr<BufferStore::Reservation> reservation =
-        service_.store.Reserve(expected_bytes_, absl::StrCat("upload '", header.name(), "'"),
-                               PrincipalOf(*context_));
-    if (!reservation.ok()) {
-      service_.metrics.Rejected(Rejection::kQuota);
-      return Complete(reservation.status());
-    }
-    reservation_ = *std::move(reservation);
+    GC_RETURN_IF_ERROR(CheckBufferName(header.name(), "header.name"));
+    expected_bytes_ = static_cast<uint64_t>(count) * ElementSize(dtype);
+    GC_ASSIGN_OR_RETURN(reservation_, service_.Reserve(expected_bytes_,
+                                                       absl::StrCat("upload '", header.name(), "'"),
+                                                       PrincipalOf(*context_)));
     name_ = header.name();
-    absl::Status admitted = service_.executor.SubmitRequest(
-        [this, dtype = *dtype, shape = std::move(shape)]() mutable {
-          absl::StatusOr<std::shared_ptr<Array>> array = service_.backend.Allocate(
-              dtype, std::move(shape), service_.backend.PickDevice());
-          if (!array.ok()) return Complete(array.status());
-          array_ = *std::move(array);
-          StartRead(&request_);
-        });
-    if (!admitted.ok()) {
-      service_.metrics.Rejected(Rejection::kQueueFull);
-      Complete(admitted);
-    }
+    return service_.SubmitRequest([this, dtype, shape = std::move(shape)]() mutable {
+      absl::StatusOr<std::shared_ptr<Array>> array =
+          service_.backend.Allocate(dtype, std::move(shape), service_.backend.PickDevice());
+      if (!array.ok()) return Complete(array.status());
+      array_ = *std::move(array);
+      StartRead(&request_);
+    });
   }
 
   void OnData() {
@@ -127,23 +118,26 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
     });
   }
 
-  void EndOfStream() {
+  void EndOfStream() { Complete(Store()); }
+
+  // Makes the complete buffer visible and describes it in the response.
+  absl::Status Store() {
     if (context_->IsCancelled()) {
-      return Complete(absl::CancelledError("upload cancelled by the client"));
+      return absl::CancelledError("upload cancelled by the client");
     }
     if (array_ == nullptr) {
-      return Complete(absl::InvalidArgumentError("upload ended before a header was sent"));
+      return absl::InvalidArgumentError("upload ended before a header was sent");
     }
     if (received_bytes_ != expected_bytes_) {
-      return Complete(absl::InvalidArgumentError(absl::StrCat(
-          "upload ended after ", received_bytes_, " of ", expected_bytes_, " declared bytes")));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "upload ended after ", received_bytes_, " of ", expected_bytes_, " declared bytes"));
     }
-    absl::StatusOr<StoredBuffer> stored =
-        service_.store.Commit(*std::exchange(reservation_, std::nullopt), name_, array_);
-    if (!stored.ok()) return Complete(stored.status());
-    ToBufferInfo(*stored, response_);
+    GC_ASSIGN_OR_RETURN(
+        const StoredBuffer stored,
+        service_.store.Commit(*std::exchange(reservation_, std::nullopt), name_, array_));
+    ToBufferInfo(stored, response_);
     service_.metrics.ObserveStage(Operation::kUpload, Stage::kTransferIn, transfer_in_);
-    Complete(absl::OkStatus());
+    return absl::OkStatus();
   }
 
   void Complete(const absl::Status& status) {
@@ -175,6 +169,24 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
   absl::Duration transfer_in_ = absl::ZeroDuration();
 };
 
+// A Download that passed admission: the stored array it streams.
+struct AcceptedDownload {
+  ResultStreamReactor::Output output;
+  std::shared_ptr<Array> array;
+};
+
+absl::StatusOr<AcceptedDownload> AcceptDownload(ServiceContext& service,
+                                                const grpc::CallbackServerContext& context,
+                                                const v1::DownloadRequest& request) {
+  AcceptedDownload accepted;
+  GC_ASSIGN_OR_RETURN(accepted.output,
+                      AdmitStream(service, context, request.chunk_bytes(), "chunk_bytes"));
+  GC_ASSIGN_OR_RETURN(StoredBuffer buffer,
+                      service.store.Get(request.buffer_id(), "buffer_id", PrincipalOf(context)));
+  accepted.array = std::move(buffer.array);
+  return accepted;
+}
+
 }  // namespace
 
 grpc::ServerReadReactor<v1::UploadRequest>* BuffersService::Upload(
@@ -184,31 +196,16 @@ grpc::ServerReadReactor<v1::UploadRequest>* BuffersService::Upload(
 
 grpc::ServerWriteReactor<v1::ResultChunk>* BuffersService::Download(
     grpc::CallbackServerContext* context, const v1::DownloadRequest* request) {
-  auto* reactor =
-      new ResultStreamReactor(service_, context, Operation::kDownload, RpcMethod::kDownload);
+  auto* reactor = new ResultStreamReactor(service_, context, Operation::kDownload);
   const absl::Time start = absl::Now();
-  absl::StatusOr<Admission::Ticket> ticket = service_.Admit(*context);
-  if (!ticket.ok()) {
-    reactor->Reject(ticket.status());
+  absl::StatusOr<AcceptedDownload> accepted = AcceptDownload(service_, *context, *request);
+  if (!accepted.ok()) {
+    reactor->Reject(accepted.status());
     return reactor;
   }
-  absl::StatusOr<uint32_t> chunk_bytes =
-      service_.ResolveChunkBytes(request->chunk_bytes(), "chunk_bytes");
-  if (!chunk_bytes.ok()) {
-    reactor->Reject(chunk_bytes.status());
-    return reactor;
-  }
-  absl::StatusOr<StoredBuffer> buffer =
-      service_.store.Get(request->buffer_id(), "buffer_id", PrincipalOf(*context));
-  if (!buffer.ok()) {
-    reactor->Reject(buffer.status());
-    return reactor;
-  }
-  ResultStreamReactor::Output output;
-  output.ticket = *std::move(ticket);
-  output.chunk_bytes = *chunk_bytes;
-  reactor->Start(std::move(output), absl::Now() - start,
-                 [array = buffer->array](OpContext&) -> absl::StatusOr<StreamSource> {
+  reactor->Start(std::move(accepted->output), absl::Now() - start,
+                 [array = std::move(accepted->array)](
+                     OpContext&) -> absl::StatusOr<StreamSource> {
                    StreamSource source;
                    source.times.device = DeviceLabel(array->device());
                    source.array = array;

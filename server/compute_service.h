@@ -24,7 +24,7 @@ class ComputeService final : public v1::Compute::CallbackService {
   template <typename Request, typename PrepareFn>
   grpc::ServerWriteReactor<v1::ResultChunk>* Run(grpc::CallbackServerContext* context,
                                                  const Request& request, Operation op,
-                                                 RpcMethod method, PrepareFn prepare);
+                                                 PrepareFn prepare);
 
   ServiceContext& service_;
 };

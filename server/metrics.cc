@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/status_macros.h"
 #include "prometheus/collectable.h"
 #include "server/security.h"
 #include "server/status_convert.h"
@@ -14,10 +15,8 @@
 namespace gpucompute {
 namespace {
 
-constexpr std::array<absl::string_view, kOperationCount> kOperationLabels = {
-    "discount_product", "haversine_grid", "normalize", "lombscargle", "upload", "download"};
 constexpr std::array<absl::string_view, kStageCount> kStageLabels = {
-    "queue", "transfer_in", "compute", "transfer_out", "stream_write", "serialization"};
+    "queue", "transfer_in", "compute", "transfer_out", "stream_write", "prepare"};
 constexpr std::array<absl::string_view, 2> kDirectionLabels = {"host_to_device",
                                                               "device_to_host"};
 constexpr std::array<absl::string_view, kRejectionCount> kRejectionLabels = {
@@ -68,8 +67,6 @@ void AddGauge(prometheus::MetricFamily& family, double value,
 }
 
 }  // namespace
-
-absl::string_view OperationLabel(Operation op) { return kOperationLabels[static_cast<int>(op)]; }
 
 // Gauges of live state, computed at each scrape from a snapshot callback.
 class Metrics::LiveStateCollector final : public prometheus::Collectable {
@@ -167,7 +164,7 @@ Metrics::Metrics(const BuildInfo& build) : registry_(std::make_shared<prometheus
                             .Help("Latency of the first successful request of each operation.")
                             .Register(*registry_);
   for (int op = 0; op < kOperationCount; ++op) {
-    const std::string label = S(kOperationLabels[op]);
+    const std::string label = S(OperationLabel(static_cast<Operation>(op)));
     for (int code = 0; code < 17; ++code) {
       requests_[op][code] = &requests.Add(
           {{"operation", label},
@@ -239,10 +236,7 @@ absl::Status Metrics::StartExposer(const std::string& address,
   if (address.empty()) return absl::OkStatus();
   absl::flat_hash_map<std::string, std::string> users;
   if (!basic_auth_file.empty()) {
-    absl::StatusOr<absl::flat_hash_map<std::string, std::string>> read =
-        ReadHashFile(basic_auth_file, "--metrics_basic_auth_file");
-    if (!read.ok()) return read.status();
-    users = *std::move(read);
+    GC_ASSIGN_OR_RETURN(users, ReadHashFile(basic_auth_file, "--metrics_basic_auth_file"));
   }
   // CivetWeb binds numeric addresses only.
   std::string bind = absl::StrReplaceAll(address, {{"localhost:", "127.0.0.1:"}});

@@ -20,14 +20,12 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "server/operation.h"
 
 namespace gpucompute {
 
-enum class Operation { kDiscountProduct, kHaversineGrid, kNormalize, kLombScargle, kUpload, kDownload };
-inline constexpr int kOperationCount = 6;
-absl::string_view OperationLabel(Operation op);
-
-enum class Stage { kQueue, kTransferIn, kCompute, kTransferOut, kStreamWrite, kSerialization };
+// kPrepare: checking the request and reserving for it, on the gRPC thread.
+enum class Stage { kQueue, kTransferIn, kCompute, kTransferOut, kStreamWrite, kPrepare };
 inline constexpr int kStageCount = 6;
 
 enum class Direction { kHostToDevice, kDeviceToHost };
@@ -36,13 +34,6 @@ enum class Rejection {
   kQueueFull, kDeadlineExceeded, kQuota, kUnavailable, kInFlightLimit, kDeviceQueueFull,
 };
 inline constexpr int kRejectionCount = 6;
-
-// Every RPC the server implements, for the grpc_server_* families.
-enum class RpcMethod {
-  kDiscountProduct, kHaversineGrid, kNormalize, kLombScargle,
-  kUpload, kDownload, kDelete, kList, kGetInfo,
-};
-inline constexpr int kRpcMethodCount = 9;
 
 struct BuildInfo {
   std::string version;

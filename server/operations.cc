@@ -5,7 +5,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/shape_rules.h"
+#include "server/proto_convert.h"
 
 namespace gpucompute {
 namespace {
@@ -32,9 +34,8 @@ absl::Status SameDType(const OperandSpec& a, const OperandSpec& b) {
 
 absl::StatusOr<OperandSpec> ResolveNonEmpty(const v1::Operand& operand, absl::string_view field,
                                             const RequestScope& scope) {
-  absl::StatusOr<OperandSpec> spec = ResolveOperand(operand, field, scope);
-  if (!spec.ok()) return spec.status();
-  if (absl::Status s = NotEmpty(*spec); !s.ok()) return s;
+  GC_ASSIGN_OR_RETURN(OperandSpec spec, ResolveOperand(operand, field, scope));
+  GC_RETURN_IF_ERROR(NotEmpty(spec));
   return spec;
 }
 
@@ -70,39 +71,6 @@ absl::StatusOr<int64_t> CheckCount(uint64_t count, absl::string_view field, int6
 
 }  // namespace
 
-absl::StatusOr<DType> DTypeFromProto(v1::DType dtype, absl::string_view field) {
-  switch (dtype) {
-    case v1::FLOAT32: return DType::kFloat32;
-    case v1::FLOAT64: return DType::kFloat64;
-    case v1::DTYPE_UNSPECIFIED:
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, " is DTYPE_UNSPECIFIED; use FLOAT32 or FLOAT64"));
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(field, " has unknown value ",
-                                                     static_cast<int>(dtype),
-                                                     "; use FLOAT32 (1) or FLOAT64 (2)"));
-  }
-}
-
-v1::DType DTypeToProto(DType dtype) {
-  return dtype == DType::kFloat32 ? v1::FLOAT32 : v1::FLOAT64;
-}
-
-std::string DeviceLabel(int device) {
-  return device == kHostDevice ? "cpu" : absl::StrCat("cuda:", device);
-}
-
-void ToBufferInfo(const StoredBuffer& buffer, v1::BufferInfo* info) {
-  info->set_id(buffer.id);
-  info->set_name(buffer.name);
-  info->set_dtype(DTypeToProto(buffer.array->dtype()));
-  info->clear_shape();
-  for (int64_t extent : buffer.array->shape()) info->add_shape(extent);
-  info->set_bytes(buffer.array->bytes());
-  info->set_location(DeviceLabel(buffer.array->device()));
-  info->set_created_unix_ms(absl::ToUnixMillis(buffer.created));
-}
-
 absl::StatusOr<OperandSpec> ResolveOperand(const v1::Operand& operand, absl::string_view field,
                                            const RequestScope& scope) {
   OperandSpec spec;
@@ -110,13 +78,12 @@ absl::StatusOr<OperandSpec> ResolveOperand(const v1::Operand& operand, absl::str
   switch (operand.source_case()) {
     case v1::Operand::kTensor: {
       const v1::Tensor& tensor = operand.tensor();
-      absl::StatusOr<DType> dtype = DTypeFromProto(tensor.dtype(), absl::StrCat(field, ".dtype"));
-      if (!dtype.ok()) return dtype.status();
-      spec.dtype = *dtype;
+      GC_ASSIGN_OR_RETURN(spec.dtype,
+                          DTypeFromProto(tensor.dtype(), absl::StrCat(field, ".dtype")));
       spec.shape.assign(tensor.shape().begin(), tensor.shape().end());
-      absl::StatusOr<int64_t> count = CheckedElementCount(spec.shape, scope.max_elements, field);
-      if (!count.ok()) return count.status();
-      const uint64_t expected = static_cast<uint64_t>(*count) * ElementSize(spec.dtype);
+      GC_ASSIGN_OR_RETURN(const int64_t count,
+                          CheckedElementCount(spec.shape, scope.max_elements, field));
+      const uint64_t expected = static_cast<uint64_t>(count) * ElementSize(spec.dtype);
       if (tensor.data().size() != expected) {
         return absl::InvalidArgumentError(absl::StrCat(
             field, ".data has ", tensor.data().size(), " bytes but shape ",
@@ -126,12 +93,12 @@ absl::StatusOr<OperandSpec> ResolveOperand(const v1::Operand& operand, absl::str
       return spec;
     }
     case v1::Operand::kBufferId: {
-      absl::StatusOr<StoredBuffer> buffer =
-          scope.store.Get(operand.buffer_id(), absl::StrCat(field, ".buffer_id"), scope.principal);
-      if (!buffer.ok()) return buffer.status();
-      spec.dtype = buffer->array->dtype();
-      spec.shape = buffer->array->shape();
-      spec.stored = std::move(buffer->array);
+      GC_ASSIGN_OR_RETURN(
+          StoredBuffer buffer,
+          scope.store.Get(operand.buffer_id(), absl::StrCat(field, ".buffer_id"), scope.principal));
+      spec.dtype = buffer.array->dtype();
+      spec.shape = buffer.array->shape();
+      spec.stored = std::move(buffer.array);
       return spec;
     }
     case v1::Operand::SOURCE_NOT_SET:
@@ -143,23 +110,17 @@ absl::StatusOr<OperandSpec> ResolveOperand(const v1::Operand& operand, absl::str
 
 absl::StatusOr<PreparedOperation> PrepareDiscountProduct(const v1::DiscountProductRequest& request,
                                                          const RequestScope& scope) {
-  const int64_t max_elements = scope.max_elements;
-  absl::StatusOr<OperandSpec> factors =
-      ResolveNonEmpty(request.factors(), "factors", scope);
-  if (!factors.ok()) return factors.status();
-  absl::StatusOr<OperandSpec> values =
-      ResolveNonEmpty(request.values(), "values", scope);
-  if (!values.ok()) return values.status();
-  if (absl::Status s = SameDType(*factors, *values); !s.ok()) return s;
-  absl::StatusOr<Shape> out = BroadcastShapes(factors->shape, values->shape, "factors", "values");
-  if (!out.ok()) return out.status();
-  if (absl::Status s = CheckOutputSize(*out, max_elements); !s.ok()) return s;
+  GC_ASSIGN_OR_RETURN(OperandSpec factors, ResolveNonEmpty(request.factors(), "factors", scope));
+  GC_ASSIGN_OR_RETURN(OperandSpec values, ResolveNonEmpty(request.values(), "values", scope));
+  GC_RETURN_IF_ERROR(SameDType(factors, values));
+  GC_ASSIGN_OR_RETURN(Shape out,
+                      BroadcastShapes(factors.shape, values.shape, "factors", "values"));
+  GC_RETURN_IF_ERROR(CheckOutputSize(out, scope.max_elements));
 
   PreparedOperation prepared;
-  prepared.op = Operation::kDiscountProduct;
-  prepared.out_dtype = factors->dtype;
-  prepared.out_shape = *std::move(out);
-  prepared.operands = {*std::move(factors), *std::move(values)};
+  prepared.out_dtype = factors.dtype;
+  prepared.out_shape = std::move(out);
+  prepared.operands = {std::move(factors), std::move(values)};
   prepared.run = [](Backend& backend, std::span<const std::shared_ptr<Array>> in, Array& out,
                     OpContext& ctx) { return backend.DiscountProduct(*in[0], *in[1], out, ctx); };
   return prepared;
@@ -175,14 +136,8 @@ absl::StatusOr<PreparedOperation> PrepareHaversineGrid(const v1::HaversineGridRe
   refs.reserve(request.references_size());
   for (int i = 0; i < request.references_size(); ++i) {
     const v1::GeoPoint& ref = request.references(i);
-    if (absl::Status s = CheckLatitude(ref.lat(), absl::StrCat("references[", i, "].lat"));
-        !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = CheckFinite(ref.lon(), absl::StrCat("references[", i, "].lon"));
-        !s.ok()) {
-      return s;
-    }
+    GC_RETURN_IF_ERROR(CheckLatitude(ref.lat(), absl::StrCat("references[", i, "].lat")));
+    GC_RETURN_IF_ERROR(CheckFinite(ref.lon(), absl::StrCat("references[", i, "].lon")));
     refs.push_back({ref.lat(), ref.lon()});
   }
   double radius = request.radius() == 0 ? kDefaultEarthRadiusKm : request.radius();
@@ -193,33 +148,28 @@ absl::StatusOr<PreparedOperation> PrepareHaversineGrid(const v1::HaversineGridRe
   const int64_t n_ref = static_cast<int64_t>(refs.size());
 
   PreparedOperation prepared;
-  prepared.op = Operation::kHaversineGrid;
   switch (request.grid_case()) {
     case v1::HaversineGridRequest::kMesh: {
       const v1::LatLonMesh& m = request.mesh();
       for (auto [value, field] : {std::pair{m.lat_start(), "mesh.lat_start"},
                                   std::pair{m.lat_stop(), "mesh.lat_stop"}}) {
-        if (absl::Status s = CheckLatitude(value, field); !s.ok()) return s;
+        GC_RETURN_IF_ERROR(CheckLatitude(value, field));
       }
       for (auto [value, field] : {std::pair{m.lon_start(), "mesh.lon_start"},
                                   std::pair{m.lon_stop(), "mesh.lon_stop"}}) {
-        if (absl::Status s = CheckFinite(value, field); !s.ok()) return s;
+        GC_RETURN_IF_ERROR(CheckFinite(value, field));
       }
-      absl::StatusOr<int64_t> n_lat = CheckCount(m.n_lat(), "mesh.n_lat", max_elements);
-      if (!n_lat.ok()) return n_lat.status();
-      absl::StatusOr<int64_t> n_lon = CheckCount(m.n_lon(), "mesh.n_lon", max_elements);
-      if (!n_lon.ok()) return n_lon.status();
+      GC_ASSIGN_OR_RETURN(const int64_t n_lat, CheckCount(m.n_lat(), "mesh.n_lat", max_elements));
+      GC_ASSIGN_OR_RETURN(const int64_t n_lon, CheckCount(m.n_lon(), "mesh.n_lon", max_elements));
       if (m.dtype() == v1::DTYPE_UNSPECIFIED) {
         prepared.out_dtype = DType::kFloat64;
       } else {
-        absl::StatusOr<DType> dtype = DTypeFromProto(m.dtype(), "mesh.dtype");
-        if (!dtype.ok()) return dtype.status();
-        prepared.out_dtype = *dtype;
+        GC_ASSIGN_OR_RETURN(prepared.out_dtype, DTypeFromProto(m.dtype(), "mesh.dtype"));
       }
-      prepared.out_shape = {n_ref, *n_lat, *n_lon};
-      if (absl::Status s = CheckOutputSize(prepared.out_shape, max_elements); !s.ok()) return s;
-      const LatLonMesh mesh{{m.lat_start(), m.lat_stop(), *n_lat},
-                            {m.lon_start(), m.lon_stop(), *n_lon}};
+      prepared.out_shape = {n_ref, n_lat, n_lon};
+      GC_RETURN_IF_ERROR(CheckOutputSize(prepared.out_shape, max_elements));
+      const LatLonMesh mesh{{m.lat_start(), m.lat_stop(), n_lat},
+                            {m.lon_start(), m.lon_stop(), n_lon}};
       prepared.run = [mesh, refs = std::move(refs), radius](
                          Backend& backend, std::span<const std::shared_ptr<Array>>, Array& out,
                          OpContext& ctx) {
@@ -228,28 +178,26 @@ absl::StatusOr<PreparedOperation> PrepareHaversineGrid(const v1::HaversineGridRe
       return prepared;
     }
     case v1::HaversineGridRequest::kPoints: {
-      absl::StatusOr<OperandSpec> lat =
-          ResolveNonEmpty(request.points().lat(), "points.lat", scope);
-      if (!lat.ok()) return lat.status();
-      absl::StatusOr<OperandSpec> lon =
-          ResolveNonEmpty(request.points().lon(), "points.lon", scope);
-      if (!lon.ok()) return lon.status();
-      if (absl::Status s = SameDType(*lat, *lon); !s.ok()) return s;
-      if (lat->shape != lon->shape) {
+      GC_ASSIGN_OR_RETURN(OperandSpec lat,
+                          ResolveNonEmpty(request.points().lat(), "points.lat", scope));
+      GC_ASSIGN_OR_RETURN(OperandSpec lon,
+                          ResolveNonEmpty(request.points().lon(), "points.lon", scope));
+      GC_RETURN_IF_ERROR(SameDType(lat, lon));
+      if (lat.shape != lon.shape) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "points.lat.shape ", ShapeToString(lat->shape), " and points.lon.shape ",
-            ShapeToString(lon->shape), " differ; they must be equal"));
+            "points.lat.shape ", ShapeToString(lat.shape), " and points.lon.shape ",
+            ShapeToString(lon.shape), " differ; they must be equal"));
       }
-      if (lat->shape.size() >= static_cast<size_t>(kMaxRank)) {
+      if (lat.shape.size() >= static_cast<size_t>(kMaxRank)) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "points.lat has rank ", lat->shape.size(), "; the result adds an axis and the limit is ",
+            "points.lat has rank ", lat.shape.size(), "; the result adds an axis and the limit is ",
             kMaxRank));
       }
-      prepared.out_dtype = lat->dtype;
+      prepared.out_dtype = lat.dtype;
       prepared.out_shape = {n_ref};
-      prepared.out_shape.insert(prepared.out_shape.end(), lat->shape.begin(), lat->shape.end());
-      if (absl::Status s = CheckOutputSize(prepared.out_shape, max_elements); !s.ok()) return s;
-      prepared.operands = {*std::move(lat), *std::move(lon)};
+      prepared.out_shape.insert(prepared.out_shape.end(), lat.shape.begin(), lat.shape.end());
+      GC_RETURN_IF_ERROR(CheckOutputSize(prepared.out_shape, max_elements));
+      prepared.operands = {std::move(lat), std::move(lon)};
       prepared.run = [refs = std::move(refs), radius](
                          Backend& backend, std::span<const std::shared_ptr<Array>> in, Array& out,
                          OpContext& ctx) {
@@ -265,26 +213,14 @@ absl::StatusOr<PreparedOperation> PrepareHaversineGrid(const v1::HaversineGridRe
 
 absl::StatusOr<PreparedOperation> PrepareNormalize(const v1::NormalizeRequest& request,
                                                    const RequestScope& scope) {
-  absl::StatusOr<OperandSpec> input = ResolveOperand(request.input(), "input", scope);
-  if (!input.ok()) return input.status();
-  if (absl::Status s = CheckNormalizeShape(input->shape, "input"); !s.ok()) return s;
-  if (absl::Status s = NotEmpty(*input); !s.ok()) return s;
-  NormKind norm;
-  switch (request.norm()) {
-    case v1::NORM_SUM: norm = NormKind::kSum; break;
-    case v1::NORM_L1: norm = NormKind::kL1; break;
-    case v1::NORM_L2: norm = NormKind::kL2; break;
-    case v1::NORM_MAX_ABS: norm = NormKind::kMaxAbs; break;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "norm has unknown value ", static_cast<int>(request.norm()),
-          "; use NORM_SUM, NORM_L1, NORM_L2 or NORM_MAX_ABS"));
-  }
+  GC_ASSIGN_OR_RETURN(OperandSpec input, ResolveOperand(request.input(), "input", scope));
+  GC_RETURN_IF_ERROR(CheckNormalizeShape(input.shape, "input"));
+  GC_RETURN_IF_ERROR(NotEmpty(input));
+  GC_ASSIGN_OR_RETURN(const NormKind norm, NormFromProto(request.norm(), "norm"));
   PreparedOperation prepared;
-  prepared.op = Operation::kNormalize;
-  prepared.out_dtype = input->dtype;
-  prepared.out_shape = input->shape;
-  prepared.operands = {*std::move(input)};
+  prepared.out_dtype = input.dtype;
+  prepared.out_shape = input.shape;
+  prepared.operands = {std::move(input)};
   prepared.run = [norm](Backend& backend, std::span<const std::shared_ptr<Array>> in, Array& out,
                         OpContext& ctx) { return backend.Normalize(*in[0], norm, out, ctx); };
   return prepared;
@@ -293,22 +229,17 @@ absl::StatusOr<PreparedOperation> PrepareNormalize(const v1::NormalizeRequest& r
 absl::StatusOr<PreparedOperation> PrepareLombScargle(const v1::LombScargleRequest& request,
                                                      const RequestScope& scope) {
   const int64_t max_elements = scope.max_elements;
-  absl::StatusOr<OperandSpec> x = ResolveOperand(request.x(), "x", scope);
-  if (!x.ok()) return x.status();
-  absl::StatusOr<OperandSpec> y = ResolveOperand(request.y(), "y", scope);
-  if (!y.ok()) return y.status();
-  if (absl::Status s = SameDType(*y, *x); !s.ok()) return s;
+  GC_ASSIGN_OR_RETURN(const OperandSpec x, ResolveOperand(request.x(), "x", scope));
+  GC_ASSIGN_OR_RETURN(const OperandSpec y, ResolveOperand(request.y(), "y", scope));
+  GC_RETURN_IF_ERROR(SameDType(y, x));
 
   PreparedOperation prepared;
-  prepared.op = Operation::kLombScargle;
-  prepared.operands = {*x, *y};
+  prepared.operands = {x, y};
   const bool has_weights = request.has_weights();
   if (has_weights) {
-    absl::StatusOr<OperandSpec> weights =
-        ResolveOperand(request.weights(), "weights", scope);
-    if (!weights.ok()) return weights.status();
-    if (absl::Status s = SameDType(*y, *weights); !s.ok()) return s;
-    prepared.operands.push_back(*std::move(weights));
+    GC_ASSIGN_OR_RETURN(OperandSpec weights, ResolveOperand(request.weights(), "weights", scope));
+    GC_RETURN_IF_ERROR(SameDType(y, weights));
+    prepared.operands.push_back(std::move(weights));
   }
 
   Linspace grid;
@@ -316,27 +247,23 @@ absl::StatusOr<PreparedOperation> PrepareLombScargle(const v1::LombScargleReques
   int64_t frequencies = 0;
   switch (request.frequencies_case()) {
     case v1::LombScargleRequest::kFreqs: {
-      absl::StatusOr<OperandSpec> freqs =
-          ResolveOperand(request.freqs(), "freqs", scope);
-      if (!freqs.ok()) return freqs.status();
-      if (absl::Status s = SameDType(*y, *freqs); !s.ok()) return s;
-      if (freqs->shape.size() != 1) {
+      GC_ASSIGN_OR_RETURN(OperandSpec freqs, ResolveOperand(request.freqs(), "freqs", scope));
+      GC_RETURN_IF_ERROR(SameDType(y, freqs));
+      if (freqs.shape.size() != 1) {
         return absl::InvalidArgumentError(
-            absl::StrCat("freqs.shape ", ShapeToString(freqs->shape), " must be (M,)"));
+            absl::StrCat("freqs.shape ", ShapeToString(freqs.shape), " must be (M,)"));
       }
-      frequencies = freqs->shape[0];
-      prepared.operands.push_back(*std::move(freqs));
+      frequencies = freqs.shape[0];
+      prepared.operands.push_back(std::move(freqs));
       has_freqs = true;
       break;
     }
     case v1::LombScargleRequest::kFreqGrid: {
       const v1::FrequencyGrid& g = request.freq_grid();
-      if (absl::Status s = CheckFinite(g.start(), "freq_grid.start"); !s.ok()) return s;
-      if (absl::Status s = CheckFinite(g.stop(), "freq_grid.stop"); !s.ok()) return s;
-      absl::StatusOr<int64_t> count = CheckCount(g.count(), "freq_grid.count", max_elements);
-      if (!count.ok()) return count.status();
-      grid = {g.start(), g.stop(), *count};
-      frequencies = *count;
+      GC_RETURN_IF_ERROR(CheckFinite(g.start(), "freq_grid.start"));
+      GC_RETURN_IF_ERROR(CheckFinite(g.stop(), "freq_grid.stop"));
+      GC_ASSIGN_OR_RETURN(frequencies, CheckCount(g.count(), "freq_grid.count", max_elements));
+      grid = {g.start(), g.stop(), frequencies};
       break;
     }
     case v1::LombScargleRequest::FREQUENCIES_NOT_SET:
@@ -344,12 +271,11 @@ absl::StatusOr<PreparedOperation> PrepareLombScargle(const v1::LombScargleReques
   }
 
   const Shape* weights_shape = has_weights ? &prepared.operands[2].shape : nullptr;
-  absl::StatusOr<LombScargleShape> shapes =
-      LombScargleShapes(x->shape, y->shape, weights_shape, frequencies);
-  if (!shapes.ok()) return shapes.status();
-  prepared.out_dtype = y->dtype;
-  prepared.out_shape = shapes->out;
-  if (absl::Status s = CheckOutputSize(prepared.out_shape, max_elements); !s.ok()) return s;
+  GC_ASSIGN_OR_RETURN(const LombScargleShape shapes,
+                      LombScargleShapes(x.shape, y.shape, weights_shape, frequencies));
+  prepared.out_dtype = y.dtype;
+  prepared.out_shape = shapes.out;
+  GC_RETURN_IF_ERROR(CheckOutputSize(prepared.out_shape, max_elements));
 
   const LombScargleOptions options{request.precenter(), request.normalize(),
                                    request.floating_mean()};
@@ -392,35 +318,30 @@ absl::StatusOr<std::shared_ptr<Array>> Execute(PreparedOperation& prepared, Back
     }
     if (operand.stored != nullptr) {
       // Stored on another GPU: bring a copy to the device the operation runs on.
-      absl::StatusOr<std::shared_ptr<Array>> copy =
-          backend.Allocate(operand.dtype, operand.shape, device);
-      if (!copy.ok()) return copy.status();
+      GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> copy,
+                          backend.Allocate(operand.dtype, operand.shape, device));
       const absl::Time start = absl::Now();
-      if (absl::Status s = backend.CopyArray(*operand.stored, **copy); !s.ok()) return s;
+      GC_RETURN_IF_ERROR(backend.CopyArray(*operand.stored, *copy));
       times.transfer_in += absl::Now() - start;
-      arrays.push_back(*std::move(copy));
+      arrays.push_back(std::move(copy));
       continue;
     }
-    absl::StatusOr<std::shared_ptr<Array>> array =
-        backend.Allocate(operand.dtype, operand.shape, device);
-    if (!array.ok()) return array.status();
+    GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> array,
+                        backend.Allocate(operand.dtype, operand.shape, device));
     const absl::Time start = absl::Now();
     const std::string& data = operand.tensor->data();
-    if (absl::Status s = backend.CopyToArray(data.data(), 0, data.size(), **array); !s.ok()) {
-      return s;
-    }
+    GC_RETURN_IF_ERROR(backend.CopyToArray(data.data(), 0, data.size(), *array));
     const absl::Duration elapsed = absl::Now() - start;
     times.transfer_in += elapsed;
     times.bytes_in += data.size();
     metrics.Transferred(Direction::kHostToDevice, data.size(), elapsed);
-    arrays.push_back(*std::move(array));
+    arrays.push_back(std::move(array));
   }
   if (ctx.IsCancelled()) return absl::CancelledError("request cancelled before it ran");
 
-  absl::StatusOr<std::shared_ptr<Array>> out =
-      backend.Allocate(prepared.out_dtype, prepared.out_shape, device);
-  if (!out.ok()) return out.status();
-  if (absl::Status s = prepared.run(backend, arrays, **out, ctx); !s.ok()) return s;
+  GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> out,
+                      backend.Allocate(prepared.out_dtype, prepared.out_shape, device));
+  GC_RETURN_IF_ERROR(prepared.run(backend, arrays, *out, ctx));
   times.compute = ctx.compute_time;
   return out;
 }

@@ -21,9 +21,6 @@
 
 namespace gpucompute {
 
-absl::StatusOr<DType> DTypeFromProto(v1::DType dtype, absl::string_view field);
-v1::DType DTypeToProto(DType dtype);
-
 // One input of an operation, checked but not yet on the backend.
 struct OperandSpec {
   std::string field;  // request field, for messages ("values", "points.lat")
@@ -50,7 +47,6 @@ using RunFn = absl::AnyInvocable<absl::Status(Backend& backend,
                                               Array& out, OpContext& ctx)>;
 
 struct PreparedOperation {
-  Operation op = Operation::kDiscountProduct;
   std::vector<OperandSpec> operands;
   DType out_dtype = DType::kFloat64;
   Shape out_shape;
@@ -79,11 +75,5 @@ struct ExecutionTimes {
 absl::StatusOr<std::shared_ptr<Array>> Execute(PreparedOperation& prepared, Backend& backend,
                                                DeviceQueues& queues, Metrics& metrics,
                                                OpContext& ctx, ExecutionTimes& times);
-
-// Fills the API's BufferInfo from a stored buffer.
-void ToBufferInfo(const StoredBuffer& buffer, v1::BufferInfo* info);
-
-// "cpu" for host arrays, "cuda:N" otherwise.
-std::string DeviceLabel(int device);
 
 }  // namespace gpucompute

@@ -1,9 +1,11 @@
 #include "server/result_stream.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "server/proto_convert.h"
 #include "server/status_convert.h"
 
 namespace gpucompute {
@@ -13,32 +15,19 @@ uint64_t Micros(absl::Duration d) { return static_cast<uint64_t>(absl::ToInt64Mi
 
 }  // namespace
 
-absl::StatusOr<uint32_t> ServiceContext::ResolveChunkBytes(uint32_t requested,
-                                                           absl::string_view field) const {
-  if (requested == 0) return config.default_chunk_bytes;
-  if (requested < config.min_chunk_bytes || requested > config.max_chunk_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(field, " is ", requested,
-                                                   "; it must lie in [", config.min_chunk_bytes,
-                                                   ", ", config.max_chunk_bytes, "] (or 0)"));
-  }
-  return requested;
-}
-
-absl::StatusOr<Admission::Ticket> ServiceContext::Admit(
-    const grpc::CallbackServerContext& context) const {
-  if (draining.load()) {
-    metrics.Rejected(Rejection::kUnavailable);
-    return absl::UnavailableError("server is draining; retry on another replica");
-  }
-  absl::StatusOr<Admission::Ticket> ticket = admission.Enter(context.peer());
-  if (!ticket.ok()) metrics.Rejected(Rejection::kInFlightLimit);
-  return ticket;
+absl::StatusOr<ResultStreamReactor::Output> AdmitStream(const ServiceContext& service,
+                                                        const grpc::CallbackServerContext& context,
+                                                        uint32_t chunk_bytes,
+                                                        absl::string_view chunk_field) {
+  ResultStreamReactor::Output output;
+  GC_ASSIGN_OR_RETURN(output.ticket, service.Admit(context));
+  GC_ASSIGN_OR_RETURN(output.chunk_bytes, service.ResolveChunkBytes(chunk_bytes, chunk_field));
+  return output;
 }
 
 ResultStreamReactor::ResultStreamReactor(ServiceContext& service,
-                                         grpc::CallbackServerContext* context, Operation op,
-                                         RpcMethod method)
-    : service_(service), context_(context), op_(op), rpc_(service.metrics, method),
+                                         grpc::CallbackServerContext* context, Operation op)
+    : service_(service), context_(context), op_(op), rpc_(service.metrics, RpcMethodOf(op)),
       accepted_(rpc_.start()) {
   service_.metrics.AddInFlight(op_, 1);
 }
@@ -56,14 +45,12 @@ void ResultStreamReactor::Start(Output output, absl::Duration prepare_time, Prod
     absl::MutexLock lock(&mu_);
     output_ = std::move(output);
     prepare_time_ = prepare_time;
-    producing_ = true;
+    state_ = State::kOnExecutor;
   }
-  absl::Status admitted = service_.executor.SubmitRequest(
+  absl::Status admitted = service_.SubmitRequest(
       [this, produce = std::move(produce)]() mutable { RunProduce(std::move(produce)); });
   if (!admitted.ok()) {
-    service_.metrics.Rejected(Rejection::kQueueFull);
     absl::MutexLock lock(&mu_);
-    producing_ = false;
     Fail(admitted);
   }
   Pump();
@@ -83,10 +70,10 @@ void ResultStreamReactor::RunProduce(ProduceFn produce) {
     source = produce(ctx);
   }
   {
-    // State change and the next decision in one critical section: once
-    // producing_ is false another thread may finish the call and delete this.
+    // State change and the next decision in one critical section: once the
+    // state leaves kOnExecutor another thread may finish the call and delete this.
     absl::ReleasableMutexLock lock(&mu_);
-    producing_ = false;
+    state_ = State::kChunksLeft;  // unless Fail or QueueTrailer below
     queue_time_ = started - accepted_;
     if (!source.ok()) {
       Fail(source.status());
@@ -140,7 +127,7 @@ void ResultStreamReactor::ProduceChunk() {
   if (copied.ok()) service_.metrics.Transferred(Direction::kDeviceToHost, n, elapsed);
   {
     absl::ReleasableMutexLock lock(&mu_);
-    producing_ = false;
+    state_ = State::kChunksLeft;  // unless Fail or QueueTrailer below
     if (!copied.ok()) {
       Fail(copied);
     } else {
@@ -161,7 +148,7 @@ void ResultStreamReactor::Fail(const absl::Status& status) {
   ready_.clear();
   result_.reset();
   output_.keep.reset();
-  done_ = true;
+  state_ = State::kAllQueued;
 }
 
 void ResultStreamReactor::QueueTrailer(const v1::BufferInfo* stored) {
@@ -175,7 +162,7 @@ void ResultStreamReactor::QueueTrailer(const v1::BufferInfo* stored) {
   trailer->set_backend(std::string(service_.backend.name()));
   trailer->set_device(times_.device);
   if (stored != nullptr) *trailer->mutable_stored_buffer() = *stored;
-  done_ = true;
+  state_ = State::kAllQueued;
 }
 
 void ResultStreamReactor::Pump() {
@@ -184,46 +171,39 @@ void ResultStreamReactor::Pump() {
 }
 
 void ResultStreamReactor::PumpLocked(absl::ReleasableMutexLock& lock) {
-  bool write = false;
-  bool finish = false;
-  bool produce = false;
-  grpc::Status status;
-  {
-    if (finish_sent_) {
-      lock.Release();
-      return;
-    }
-    const bool cancelled = cancelled_.load();
-    if (!writing_ && !cancelled && !ready_.empty()) {
-      in_flight_ = std::move(ready_.front());
-      ready_.pop_front();
-      writing_ = true;
-      write_started_ = absl::Now();
-      write = true;
-    }
-    if (!writing_ && !producing_ && (cancelled || (done_ && ready_.empty()))) {
-      finish_sent_ = true;
-      finish = true;
-      // Memory, quota and the admission ticket are released before the client
-      // hears the status.
-      result_.reset();
-      output_ = Output{};
-      status = cancelled && final_status_.ok()
-                   ? grpc::Status(grpc::CANCELLED, "cancelled by the client")
-                   : final_status_;
-    }
-    if (!done_ && !cancelled && !producing_ && result_ != nullptr &&
-        ready_.size() < kReadAhead) {
-      producing_ = true;
-      produce = true;
-    }
+  if (state_ == State::kFinished) {
+    lock.Release();
+    return;
   }
+  const bool cancelled = cancelled_.load();
+  const bool write = !writing_ && !cancelled && !ready_.empty();
+  if (write) {
+    in_flight_ = std::move(ready_.front());
+    ready_.pop_front();
+    writing_ = true;
+    write_started_ = absl::Now();
+  }
+  std::optional<grpc::Status> finish;
+  if (!writing_ && state_ != State::kOnExecutor &&
+      (cancelled || (state_ == State::kAllQueued && ready_.empty()))) {
+    state_ = State::kFinished;
+    // Memory, quota and the admission ticket are released before the client
+    // hears the status.
+    result_.reset();
+    output_ = Output{};
+    finish = cancelled && final_status_.ok()
+                 ? grpc::Status(grpc::CANCELLED, "cancelled by the client")
+                 : final_status_;
+  }
+  const bool copy_chunk =
+      state_ == State::kChunksLeft && !cancelled && ready_.size() < kReadAhead;
+  if (copy_chunk) state_ = State::kOnExecutor;
   lock.Release();
   if (write) StartWrite(&in_flight_);
-  if (produce) service_.executor.SubmitContinuation([this] { ProduceChunk(); });
-  if (finish) {
-    RecordFinish(status);
-    Finish(status);
+  if (copy_chunk) service_.executor.SubmitContinuation([this] { ProduceChunk(); });
+  if (finish.has_value()) {
+    RecordFinish(*finish);
+    Finish(*finish);
   }
 }
 
@@ -250,7 +230,7 @@ void ResultStreamReactor::RecordFinish(const grpc::Status& status) {
   metrics.RequestDone(op_, status.error_code(), total);
   metrics.AddInFlight(op_, -1);
   absl::MutexLock lock(&mu_);
-  metrics.ObserveStage(op_, Stage::kSerialization, prepare_time_);
+  metrics.ObserveStage(op_, Stage::kPrepare, prepare_time_);
   if (status.ok()) {
     metrics.ObserveStage(op_, Stage::kQueue, queue_time_);
     metrics.ObserveStage(op_, Stage::kTransferIn, times_.transfer_in);

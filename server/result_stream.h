@@ -4,7 +4,8 @@
 // (read ahead by kReadAhead chunks) while earlier chunks are on the wire, so
 // device-to-host copies overlap gRPC writes. Finish is called exactly once, and
 // only when no executor task for this call is pending, so the request message
-// and this object outlive every task that uses them.
+// and this object outlive every task that uses them. As in gRPC's callback
+// examples, one write at most is in flight and no reaction ever blocks.
 #pragma once
 
 #include <atomic>
@@ -21,6 +22,7 @@
 #include "absl/time/time.h"
 #include "gpucompute/v1/gpucompute.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "server/operation.h"
 #include "server/operations.h"
 #include "server/service_context.h"
 
@@ -44,7 +46,7 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
   };
 
   ResultStreamReactor(ServiceContext& service, grpc::CallbackServerContext* context,
-                      Operation op, RpcMethod method);
+                      Operation op);
 
   // Exactly one of these, once, right after construction.
   void Start(Output output, absl::Duration prepare_time, ProduceFn produce);
@@ -57,11 +59,23 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
  private:
   static constexpr size_t kReadAhead = 2;
 
+  // Where the call is; it only moves down this list (kOnExecutor and kChunksLeft
+  // alternate while the result is copied out). Writes run beside it, one at a
+  // time (writing_).
+  enum class State {
+    kNotStarted,  // until Start or Reject
+    kOnExecutor,  // the operation or a chunk copy is pending on the executor
+    kChunksLeft,  // result bytes remain to be copied; no copy is pending
+    kAllQueued,   // the trailer or the error is queued: only writes remain
+    kFinished,    // Finish was called: OnDone may delete this at any moment
+  };
+
   void RunProduce(ProduceFn produce);
   void ProduceChunk();
   void Fail(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void QueueTrailer(const v1::BufferInfo* stored) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Decides the next write / finish / chunk copy; never blocks.
+  // Decides the next write / chunk copy / Finish; never blocks. Finish only
+  // outside kOnExecutor, so that no executor task can outlive this.
   void Pump();
   // The same under `lock`, which it releases before acting. Executor threads use
   // this so that their last state change and the decision are one critical
@@ -82,10 +96,8 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
   uint64_t next_offset_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<v1::ResultChunk> ready_ ABSL_GUARDED_BY(mu_);
   v1::ResultChunk in_flight_;  // owned by the write in flight
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool producing_ ABSL_GUARDED_BY(mu_) = false;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;  // trailer queued or failed
-  bool finish_sent_ ABSL_GUARDED_BY(mu_) = false;
+  State state_ ABSL_GUARDED_BY(mu_) = State::kNotStarted;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;  // in_flight_ is being written
   grpc::Status final_status_ ABSL_GUARDED_BY(mu_);
   absl::Time write_started_ ABSL_GUARDED_BY(mu_);
   absl::Duration stream_write_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
@@ -94,5 +106,12 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
   absl::Duration queue_time_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   ExecutionTimes times_ ABSL_GUARDED_BY(mu_);
 };
+
+// Admits a new streaming request and resolves its chunk size (`chunk_field`
+// names the request field): the Output the stream starts with.
+absl::StatusOr<ResultStreamReactor::Output> AdmitStream(const ServiceContext& service,
+                                                        const grpc::CallbackServerContext& context,
+                                                        uint32_t chunk_bytes,
+                                                        absl::string_view chunk_field);
 
 }  // namespace gpucompute

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/status_macros.h"
 
 namespace gpucompute {
 namespace {
@@ -49,11 +50,10 @@ std::string Sha256Hex(absl::string_view token) {
 
 absl::StatusOr<absl::flat_hash_map<std::string, std::string>> ReadHashFile(
     const std::string& path, absl::string_view flag) {
-  absl::StatusOr<std::string> contents = ReadFile(path, flag);
-  if (!contents.ok()) return contents.status();
+  GC_ASSIGN_OR_RETURN(const std::string contents, ReadFile(path, flag));
   absl::flat_hash_map<std::string, std::string> hashes;
   int line_number = 0;
-  for (absl::string_view line : absl::StrSplit(*contents, '\n')) {
+  for (absl::string_view line : absl::StrSplit(contents, '\n')) {
     ++line_number;
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || line[0] == '#') continue;
@@ -115,25 +115,19 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     }
     return grpc::InsecureServerCredentials();
   }
-  absl::StatusOr<std::string> cert = ReadFile(config.tls_cert_file, "--tls_cert");
-  if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key = ReadFile(config.tls_key_file, "--tls_key");
-  if (!key.ok()) return key.status();
+  GC_ASSIGN_OR_RETURN(std::string cert, ReadFile(config.tls_cert_file, "--tls_cert"));
+  GC_ASSIGN_OR_RETURN(std::string key, ReadFile(config.tls_key_file, "--tls_key"));
   grpc::SslServerCredentialsOptions options(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
-  options.pem_key_cert_pairs.push_back({*key, *cert});
+  options.pem_key_cert_pairs.push_back({std::move(key), std::move(cert)});
   if (!config.tls_client_ca_file.empty()) {
-    absl::StatusOr<std::string> ca = ReadFile(config.tls_client_ca_file, "--tls_client_ca");
-    if (!ca.ok()) return ca.status();
-    options.pem_root_certs = *ca;
+    GC_ASSIGN_OR_RETURN(options.pem_root_certs,
+                        ReadFile(config.tls_client_ca_file, "--tls_client_ca"));
     options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::SslServerCredentials(options);
   if (!config.auth_tokens_file.empty()) {
-    absl::StatusOr<absl::flat_hash_map<std::string, std::string>> hashes =
-        ReadHashFile(config.auth_tokens_file, "--auth_tokens_file");
-    if (!hashes.ok()) return hashes.status();
-    credentials->SetAuthMetadataProcessor(
-        std::make_shared<TokenAuthProcessor>(*std::move(hashes)));
+    GC_ASSIGN_OR_RETURN(auto hashes, ReadHashFile(config.auth_tokens_file, "--auth_tokens_file"));
+    credentials->SetAuthMetadataProcessor(std::make_shared<TokenAuthProcessor>(std::move(hashes)));
   }
   return credentials;
 }

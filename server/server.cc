@@ -4,8 +4,8 @@
 #include <thread>
 #include <utility>
 
-#include "server/log.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
@@ -16,6 +16,7 @@
 #include "server/compute_service.h"
 #include "server/executor.h"
 #include "server/info_service.h"
+#include "server/log.h"
 #include "server/metrics.h"
 #include "server/security.h"
 #include "server/service_context.h"
@@ -40,9 +41,8 @@ int Millis(absl::Duration d) {
 
 absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
     const ServerConfig& config) {
-  absl::StatusOr<BackendSelection> selection = CreateBackend(config.backend);
-  if (!selection.ok()) return selection.status();
-  return Start(config, *std::move(selection));
+  GC_ASSIGN_OR_RETURN(BackendSelection selection, CreateBackend(config.backend));
+  return Start(config, std::move(selection));
 }
 
 absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
@@ -72,30 +72,25 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
   server->info_service_ = std::make_unique<InfoService>(*server->context_, server->backend_note_);
 
   GpuComputeServer* self = server.get();
-  if (absl::Status s = server->metrics_->StartExposer(config.metrics_address, config.metrics_basic_auth_file,
-                                                     [self] {
-                                                       LiveState state;
-                                                       state.backend = self->backend_->Stats();
-                                                       state.devices = self->backend_->Devices();
-                                                       state.stored_buffers = self->store_->count();
-                                                       state.stored_buffer_bytes =
-                                                           self->store_->used_bytes();
-                                                       state.queued_requests =
-                                                           self->executor_->queued_requests();
-                                                       return state;
-                                                     });
-      !s.ok()) {
-    return s;
-  }
+  auto live_state = [self] {
+    LiveState state;
+    state.backend = self->backend_->Stats();
+    state.devices = self->backend_->Devices();
+    state.stored_buffers = self->store_->count();
+    state.stored_buffer_bytes = self->store_->used_bytes();
+    state.queued_requests = self->executor_->queued_requests();
+    return state;
+  };
+  GC_RETURN_IF_ERROR(server->metrics_->StartExposer(
+      config.metrics_address, config.metrics_basic_auth_file, std::move(live_state)));
 
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      MakeServerCredentials(config.security);
-  if (!credentials.ok()) return credentials.status();
+  GC_ASSIGN_OR_RETURN(const std::shared_ptr<grpc::ServerCredentials> credentials,
+                      MakeServerCredentials(config.security));
 
   grpc::EnableDefaultHealthCheckService(true);
   if (config.enable_reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.address, *credentials, &server->port_);
+  builder.AddListeningPort(config.address, credentials, &server->port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(
       std::min<uint64_t>(config.max_receive_message_bytes, INT32_MAX)));
   grpc::ResourceQuota quota("gpucompute");

@@ -32,6 +32,11 @@ struct ServiceContext {
   // A new request: UNAVAILABLE while draining, RESOURCE_EXHAUSTED over an
   // in-flight limit. The ticket is held until the request is finished.
   absl::StatusOr<Admission::Ticket> Admit(const grpc::CallbackServerContext& context) const;
+  // The store's Reserve and the executor's SubmitRequest, each counting its
+  // refusals (quota, queue_full) in the rejection metrics.
+  absl::StatusOr<BufferStore::Reservation> Reserve(uint64_t bytes, absl::string_view what,
+                                                   absl::string_view principal) const;
+  absl::Status SubmitRequest(Executor::Task task) const;
 };
 
 }  // namespace gpucompute

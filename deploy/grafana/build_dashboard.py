@@ -184,7 +184,7 @@ def build():
     b.panel("Stage duration p95",
             [(quantile(0.95, "gpucompute_stage_duration_seconds", SO, "stage"), "{{stage}}")],
             unit="s", description="p95 of each stage (queue, transfer_in, compute, "
-            "transfer_out, stream_write, serialization) over the selected operations.")
+            "transfer_out, stream_write, prepare) over the selected operations.")
     b.panel("Stage duration mean",
             [(mean("gpucompute_stage_duration_seconds", SO, "stage"), "{{stage}}")],
             unit="s", description="Mean time per request spent in each stage.")

@@ -11,8 +11,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/status_macros.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/preconditions.h"
 
 namespace gpucompute {
 namespace {
@@ -90,14 +92,7 @@ absl::Status CheckHost(const Array& array, absl::string_view name) {
 }
 
 absl::Status CheckCopyRange(const Array& array, size_t offset, size_t bytes, const void* host) {
-  if (offset > array.bytes() || bytes > array.bytes() - offset) {
-    return absl::OutOfRangeError(absl::StrCat("copy of ", bytes, " bytes at offset ", offset,
-                                              " runs past the array's ", array.bytes(), " bytes"));
-  }
-  if (host == nullptr && bytes > 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("copy of ", bytes, " bytes has a null host pointer"));
-  }
+  GC_RETURN_IF_ERROR(CheckCopyBounds(array, offset, bytes, host));
   return CheckHost(array, "array");
 }
 
@@ -152,30 +147,30 @@ class CpuBackend final : public Backend {
           absl::StrCat("device ", device, " does not exist; the CPU backend has one device (",
                        kHostDevice, " or 0)"));
     }
-    absl::StatusOr<uint64_t> bytes = AllocationBytes(dtype, shape, physical_memory_bytes_);
-    if (!bytes.ok()) return bytes.status();
+    GC_ASSIGN_OR_RETURN(const uint64_t bytes,
+                        AllocationBytes(dtype, shape, physical_memory_bytes_));
     // Never a null pointer, even for an empty array.
-    const size_t request = std::max<size_t>(*bytes, static_cast<size_t>(kAlignment));
+    const size_t request = std::max<size_t>(bytes, static_cast<size_t>(kAlignment));
     std::unique_ptr<std::byte[], AlignedDelete> data(
         static_cast<std::byte*>(::operator new[](request, kAlignment, std::nothrow)));
     if (data == nullptr) {
       return absl::ResourceExhaustedError(
-          absl::StrCat("could not allocate ", *bytes, " bytes of host memory"));
+          absl::StrCat("could not allocate ", bytes, " bytes of host memory"));
     }
-    const int64_t count = static_cast<int64_t>(*bytes / ElementSize(dtype));
+    const int64_t count = static_cast<int64_t>(bytes / ElementSize(dtype));
     return std::make_shared<HostArray>(dtype, std::move(shape), count, std::move(data),
                                        live_bytes_);
   }
 
   absl::Status CopyToArray(const void* host_src, size_t offset, size_t bytes, Array& dst) override {
-    if (absl::Status s = CheckCopyRange(dst, offset, bytes, host_src); !s.ok()) return s;
+    GC_RETURN_IF_ERROR(CheckCopyRange(dst, offset, bytes, host_src));
     if (bytes > 0) std::memcpy(static_cast<std::byte*>(dst.data()) + offset, host_src, bytes);
     return absl::OkStatus();
   }
 
   absl::Status CopyFromArray(const Array& src, size_t offset, size_t bytes,
                              void* host_dst) override {
-    if (absl::Status s = CheckCopyRange(src, offset, bytes, host_dst); !s.ok()) return s;
+    GC_RETURN_IF_ERROR(CheckCopyRange(src, offset, bytes, host_dst));
     if (bytes > 0) std::memcpy(host_dst, static_cast<const std::byte*>(src.data()) + offset, bytes);
     return absl::OkStatus();
   }
@@ -226,7 +221,7 @@ class CpuBackend final : public Backend {
   absl::Status Timed(OpContext& ctx, std::initializer_list<const Array*> operands, Op op) {
     for (const Array* operand : operands) {
       if (operand == nullptr) continue;
-      if (absl::Status s = CheckHost(*operand, "operand"); !s.ok()) return s;
+      GC_RETURN_IF_ERROR(CheckHost(*operand, "operand"));
     }
     RunningOp running(running_ops_);
     const auto start = std::chrono::steady_clock::now();

@@ -7,6 +7,7 @@
 // inner axis is shared by all threads as well as many short ones.
 #include <array>
 
+#include "common/status_macros.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/shape_rules.h"
 
@@ -128,16 +129,15 @@ absl::Status Run(ThreadPool& pool, const Walk& walk, const Array& factors, const
 
 absl::Status DiscountProduct(ThreadPool& pool, const Array& factors, const Array& values,
                              Array& out, const OpContext& ctx) {
-  if (absl::Status s = CheckDType(values, "values", factors.dtype()); !s.ok()) return s;
-  if (absl::Status s = CheckDType(out, "out", factors.dtype()); !s.ok()) return s;
-  absl::StatusOr<Shape> shape =
-      BroadcastShapes(factors.shape(), values.shape(), "factors", "values");
-  if (!shape.ok()) return shape.status();
-  if (absl::Status s = CheckShape(out, "out", *shape); !s.ok()) return s;
+  GC_RETURN_IF_ERROR(CheckDType(values, "values", factors.dtype()));
+  GC_RETURN_IF_ERROR(CheckDType(out, "out", factors.dtype()));
+  GC_ASSIGN_OR_RETURN(const Shape shape,
+                      BroadcastShapes(factors.shape(), values.shape(), "factors", "values"));
+  GC_RETURN_IF_ERROR(CheckShape(out, "out", shape));
   if (out.size() == 0) return absl::OkStatus();
 
-  const Walk walk = MergeAxes(*shape, BroadcastStrides(factors.shape(), *shape),
-                              BroadcastStrides(values.shape(), *shape));
+  const Walk walk = MergeAxes(shape, BroadcastStrides(factors.shape(), shape),
+                              BroadcastStrides(values.shape(), shape));
   if (factors.dtype() == DType::kFloat32) {
     return Run<float>(pool, walk, factors, values, out, ctx);
   }

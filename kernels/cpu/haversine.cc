@@ -10,6 +10,7 @@
 #include <numbers>
 #include <vector>
 
+#include "common/status_macros.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace gpucompute::cpu {
@@ -43,7 +44,7 @@ absl::StatusOr<MeshTerms> ComputeMeshTerms(ThreadPool& pool, const LatLonMesh& m
   terms.lat_term.resize(n_ref * n_lat);
   terms.cos_term.resize(n_ref * n_lat);
   terms.lon_term.resize(n_ref * n_lon);
-  absl::Status status =
+  GC_RETURN_IF_ERROR(
       pool.ParallelFor(n_ref * n_lat, GrainFor(64), ctx, [&](int64_t begin, int64_t end) {
         for (int64_t k = begin; k < end; ++k) {
           const GeoPoint& ref = refs[k / n_lat];
@@ -52,22 +53,20 @@ absl::StatusOr<MeshTerms> ComputeMeshTerms(ThreadPool& pool, const LatLonMesh& m
           terms.cos_term[k] =
               std::cos(ref.lat * kRadiansPerDegree) * std::cos(lat * kRadiansPerDegree);
         }
-      });
-  if (!status.ok()) return status;
-  status = pool.ParallelFor(n_ref * n_lon, GrainFor(64), ctx, [&](int64_t begin, int64_t end) {
-    for (int64_t k = begin; k < end; ++k) {
-      terms.lon_term[k] = HalfAngleSinSquared(mesh.lon.At(k % n_lon) - refs[k / n_lon].lon);
-    }
-  });
-  if (!status.ok()) return status;
+      }));
+  GC_RETURN_IF_ERROR(
+      pool.ParallelFor(n_ref * n_lon, GrainFor(64), ctx, [&](int64_t begin, int64_t end) {
+        for (int64_t k = begin; k < end; ++k) {
+          terms.lon_term[k] = HalfAngleSinSquared(mesh.lon.At(k % n_lon) - refs[k / n_lon].lon);
+        }
+      }));
   return terms;
 }
 
 template <typename T>
 absl::Status RunMesh(ThreadPool& pool, const LatLonMesh& mesh, std::span<const GeoPoint> refs,
                      double radius, Array& out, const OpContext& ctx) {
-  absl::StatusOr<MeshTerms> terms = ComputeMeshTerms(pool, mesh, refs, ctx);
-  if (!terms.ok()) return terms.status();
+  GC_ASSIGN_OR_RETURN(const MeshTerms terms, ComputeMeshTerms(pool, mesh, refs, ctx));
   const int64_t n_lat = mesh.lat.count;
   const int64_t n_lon = mesh.lon.count;
   const int64_t rows = static_cast<int64_t>(refs.size()) * n_lat;
@@ -76,9 +75,9 @@ absl::Status RunMesh(ThreadPool& pool, const LatLonMesh& mesh, std::span<const G
   // One output row: a fixed (reference, latitude) over all longitudes.
   return pool.ParallelFor(rows, GrainFor(n_lon, 1 << 15), ctx, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
-      const double lat_term = terms->lat_term[row];
-      const double cos_term = terms->cos_term[row];
-      const double* lon_term = terms->lon_term.data() + (row / n_lat) * n_lon;
+      const double lat_term = terms.lat_term[row];
+      const double cos_term = terms.cos_term[row];
+      const double* lon_term = terms.lon_term.data() + (row / n_lat) * n_lon;
       T* out_row = result + row * n_lon;
       for (int64_t j = 0; j < n_lon; ++j) {
         out_row[j] = static_cast<T>(Distance(lat_term + cos_term * lon_term[j], two_radius));
@@ -121,14 +120,14 @@ absl::Status RunPoints(ThreadPool& pool, const Array& lat_array, const Array& lo
 
 absl::Status HaversineMesh(ThreadPool& pool, const LatLonMesh& mesh, std::span<const GeoPoint> refs,
                            double radius, Array& out, const OpContext& ctx) {
-  if (absl::Status s = CheckRadius(radius); !s.ok()) return s;
+  GC_RETURN_IF_ERROR(CheckRadius(radius));
   if (mesh.lat.count < 0 || mesh.lon.count < 0) {
     return absl::InvalidArgumentError(absl::StrCat("mesh has ", mesh.lat.count, " latitudes and ",
                                                    mesh.lon.count,
                                                    " longitudes; counts must be >= 0"));
   }
   const Shape expected = {static_cast<int64_t>(refs.size()), mesh.lat.count, mesh.lon.count};
-  if (absl::Status s = CheckShape(out, "out", expected); !s.ok()) return s;
+  GC_RETURN_IF_ERROR(CheckShape(out, "out", expected));
   if (out.size() == 0) return absl::OkStatus();
   if (out.dtype() == DType::kFloat32) return RunMesh<float>(pool, mesh, refs, radius, out, ctx);
   return RunMesh<double>(pool, mesh, refs, radius, out, ctx);
@@ -137,13 +136,13 @@ absl::Status HaversineMesh(ThreadPool& pool, const LatLonMesh& mesh, std::span<c
 absl::Status HaversinePoints(ThreadPool& pool, const Array& lat, const Array& lon,
                              std::span<const GeoPoint> refs, double radius, Array& out,
                              const OpContext& ctx) {
-  if (absl::Status s = CheckRadius(radius); !s.ok()) return s;
-  if (absl::Status s = CheckDType(lat, "lat", out.dtype()); !s.ok()) return s;
-  if (absl::Status s = CheckDType(lon, "lon", out.dtype()); !s.ok()) return s;
-  if (absl::Status s = CheckShape(lon, "lon", lat.shape()); !s.ok()) return s;
+  GC_RETURN_IF_ERROR(CheckRadius(radius));
+  GC_RETURN_IF_ERROR(CheckDType(lat, "lat", out.dtype()));
+  GC_RETURN_IF_ERROR(CheckDType(lon, "lon", out.dtype()));
+  GC_RETURN_IF_ERROR(CheckShape(lon, "lon", lat.shape()));
   Shape expected = {static_cast<int64_t>(refs.size())};
   expected.insert(expected.end(), lat.shape().begin(), lat.shape().end());
-  if (absl::Status s = CheckShape(out, "out", expected); !s.ok()) return s;
+  GC_RETURN_IF_ERROR(CheckShape(out, "out", expected));
   if (out.size() == 0) return absl::OkStatus();
   if (out.dtype() == DType::kFloat32) {
     return RunPoints<float>(pool, lat, lon, refs, radius, out, ctx);

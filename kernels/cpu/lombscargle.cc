@@ -19,6 +19,7 @@
 #include <optional>
 #include <vector>
 
+#include "common/status_macros.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/preconditions.h"
 #include "kernels/shape_rules.h"
@@ -131,9 +132,7 @@ template <typename T>
 absl::StatusOr<std::vector<double>> WeightSums(const T* weights, int64_t rows, int64_t samples) {
   std::vector<double> sums(rows);
   for (int64_t row = 0; row < rows; ++row) {
-    absl::StatusOr<double> sum = CheckWeightsRow(weights + row * samples, row, samples);
-    if (!sum.ok()) return sum.status();
-    sums[row] = *sum;
+    GC_ASSIGN_OR_RETURN(sums[row], CheckWeightsRow(weights + row * samples, row, samples));
   }
   return sums;
 }
@@ -178,10 +177,8 @@ absl::StatusOr<PreparedRows> Prepare(ThreadPool& pool, const LombScargleShape& s
   const T* weights = weights_array != nullptr ? weights_array->data_as<T>() : nullptr;
   std::vector<double> weight_sums;
   if (weights != nullptr) {
-    absl::StatusOr<std::vector<double>> sums =
-        WeightSums(weights, shape.weights_batched ? batch : 1, samples);
-    if (!sums.ok()) return sums.status();
-    weight_sums = *std::move(sums);
+    GC_ASSIGN_OR_RETURN(weight_sums,
+                        WeightSums(weights, shape.weights_batched ? batch : 1, samples));
   }
 
   PreparedRows rows;
@@ -193,7 +190,7 @@ absl::StatusOr<PreparedRows> Prepare(ThreadPool& pool, const LombScargleShape& s
   rows.yy_sum.resize(batch);
   const T* x = x_array.data_as<T>();
   const T* y = y_array.data_as<T>();
-  absl::Status status =
+  GC_RETURN_IF_ERROR(
       pool.ParallelFor(batch, GrainFor(samples), ctx, [&](int64_t begin, int64_t end) {
         for (int64_t b = begin; b < end; ++b) {
           const bool own_x = shape.x_batched || b == 0;
@@ -202,8 +199,7 @@ absl::StatusOr<PreparedRows> Prepare(ThreadPool& pool, const LombScargleShape& s
                      weights != nullptr ? weights + w_row * samples : nullptr,
                      weights != nullptr ? weight_sums[w_row] : 0, samples, options.precenter, rows);
         }
-      });
-  if (!status.ok()) return status;
+      }));
   return rows;
 }
 
@@ -239,9 +235,9 @@ template <typename T>
 absl::Status Run(ThreadPool& pool, const LombScargleShape& shape, const Array& x, const Array& y,
                  const Array* weights, const Frequencies& freqs, const LombScargleOptions& options,
                  Array& out, const OpContext& ctx) {
-  absl::StatusOr<PreparedRows> rows = Prepare<T>(pool, shape, x, y, weights, options, ctx);
-  if (!rows.ok()) return rows.status();
-  const int64_t vectors = rows->vectors;
+  GC_ASSIGN_OR_RETURN(const PreparedRows rows,
+                      Prepare<T>(pool, shape, x, y, weights, options, ctx));
+  const int64_t vectors = rows.vectors;
   const int64_t m = shape.frequencies;
   // Enough blocks for every thread, each long enough to amortize its start.
   const int64_t block_size =
@@ -253,9 +249,9 @@ absl::Status Run(ThreadPool& pool, const LombScargleShape& shape, const Array& x
     const int64_t b = task / blocks;
     const int64_t first = (task % blocks) * block_size;
     const int64_t count = std::min(m, first + block_size) - first;
-    const Lanes* x_row = rows->x.data() + (shape.x_batched ? b * vectors : 0);
-    const Lanes* w = rows->w.data() + b * vectors;
-    const Lanes* wy = rows->wy.data() + b * vectors;
+    const Lanes* x_row = rows.x.data() + (shape.x_batched ? b * vectors : 0);
+    const Lanes* w = rows.w.data() + b * vectors;
+    const Lanes* wy = rows.wy.data() + b * vectors;
     std::array<double, kMaxFrequencyBlock> f{};
     for (int64_t k = 0; k < count; ++k) f[k] = freqs.At<T>(first + k);
     const std::optional<double> step = EvenStep(f.data(), count);
@@ -275,7 +271,7 @@ absl::Status Run(ThreadPool& pool, const LombScargleShape& shape, const Array& x
         sums = Accumulate<false>(w, wy, c.data(), s.data(), nullptr, nullptr, vectors);
       }
       result[b * m + first + k] =
-          static_cast<T>(Power(sums, rows->y_sum[b], rows->yy_sum[b], shape.samples, options));
+          static_cast<T>(Power(sums, rows.y_sum[b], rows.yy_sum[b], shape.samples, options));
     }
   };
   return pool.ParallelFor(shape.batch * blocks, GrainFor(block_size * shape.samples, 1 << 18), ctx,
@@ -289,15 +285,14 @@ absl::Status Run(ThreadPool& pool, const LombScargleShape& shape, const Array& x
 absl::Status LombScargle(ThreadPool& pool, const Array& x, const Array& y, const Array* weights,
                          const Array* freqs, const Linspace& grid,
                          const LombScargleOptions& options, Array& out, const OpContext& ctx) {
-  absl::StatusOr<LombScargleShape> shape =
-      CheckLombScargleArrays(x, y, weights, freqs, grid, out);
-  if (!shape.ok()) return shape.status();
+  GC_ASSIGN_OR_RETURN(const LombScargleShape shape,
+                      CheckLombScargleArrays(x, y, weights, freqs, grid, out));
 
   const Frequencies frequency_source{freqs, grid};
   if (y.dtype() == DType::kFloat32) {
-    return Run<float>(pool, *shape, x, y, weights, frequency_source, options, out, ctx);
+    return Run<float>(pool, shape, x, y, weights, frequency_source, options, out, ctx);
   }
-  return Run<double>(pool, *shape, x, y, weights, frequency_source, options, out, ctx);
+  return Run<double>(pool, shape, x, y, weights, frequency_source, options, out, ctx);
 }
 
 }  // namespace gpucompute::cpu

@@ -11,6 +11,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/status_macros.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/shape_rules.h"
 
@@ -161,7 +162,7 @@ template <typename T, NormKind kNorm>
 absl::Status NormalizeShortRows(ThreadPool& pool, const T* in, int64_t rows, int64_t length, T* out,
                                 const OpContext& ctx) {
   std::atomic<int64_t> first_bad{rows};
-  absl::Status status =
+  GC_RETURN_IF_ERROR(
       pool.ParallelFor(rows, GrainFor(length), ctx, [&](int64_t begin, int64_t end) {
         for (int64_t row = begin; row < end; ++row) {
           if (row > first_bad.load(std::memory_order_relaxed)) return;
@@ -175,8 +176,7 @@ absl::Status NormalizeShortRows(ThreadPool& pool, const T* in, int64_t rows, int
           }
           Scale(x, length, norm, out + row * length);
         }
-      });
-  if (!status.ok()) return status;
+      }));
   const int64_t bad = first_bad.load();
   if (bad < rows) return BadRowError(bad, kNorm, RowNorm<T, kNorm>(in + bad * length, length));
   return absl::OkStatus();
@@ -191,20 +191,18 @@ absl::Status NormalizeLongRows(ThreadPool& pool, const T* in, int64_t rows, int6
   for (int64_t row = 0; row < rows; ++row) {
     const T* x = in + row * length;
     T* y = out + row * length;
-    absl::Status status = pool.ParallelFor(length, kSegment, ctx, [&](int64_t begin, int64_t end) {
+    GC_RETURN_IF_ERROR(pool.ParallelFor(length, kSegment, ctx, [&](int64_t begin, int64_t end) {
       PartialNorm& partial = partials[begin / kSegment];
       partial = PartialNorm();
       Accumulate<T, kNorm>(x + begin, end - begin, partial);
-    });
-    if (!status.ok()) return status;
+    }));
     PartialNorm total;
     for (const PartialNorm& partial : partials) total.Merge(partial);
     const double norm = Finish<kNorm>(total);
     if (!Usable(norm)) return BadRowError(row, kNorm, norm);
-    status = pool.ParallelFor(length, kSegment, ctx, [&](int64_t begin, int64_t end) {
+    GC_RETURN_IF_ERROR(pool.ParallelFor(length, kSegment, ctx, [&](int64_t begin, int64_t end) {
       Scale(x + begin, end - begin, norm, y + begin);
-    });
-    if (!status.ok()) return status;
+    }));
   }
   return absl::OkStatus();
 }
@@ -240,9 +238,9 @@ absl::Status RunNorm(ThreadPool& pool, const Array& in, NormKind norm, Array& ou
 
 absl::Status Normalize(ThreadPool& pool, const Array& in, NormKind norm, Array& out,
                        const OpContext& ctx) {
-  if (absl::Status s = CheckNormalizeShape(in.shape(), "input"); !s.ok()) return s;
-  if (absl::Status s = CheckDType(out, "out", in.dtype()); !s.ok()) return s;
-  if (absl::Status s = CheckShape(out, "out", in.shape()); !s.ok()) return s;
+  GC_RETURN_IF_ERROR(CheckNormalizeShape(in.shape(), "input"));
+  GC_RETURN_IF_ERROR(CheckDType(out, "out", in.dtype()));
+  GC_RETURN_IF_ERROR(CheckShape(out, "out", in.shape()));
   if (in.size() == 0) return absl::OkStatus();
   if (in.dtype() == DType::kFloat32) return RunNorm<float>(pool, in, norm, out, ctx);
   return RunNorm<double>(pool, in, norm, out, ctx);

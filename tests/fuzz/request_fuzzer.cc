@@ -45,6 +45,7 @@
 #include "server/buffer_store.h"
 #include "server/metrics.h"
 #include "server/operations.h"
+#include "server/proto_convert.h"
 #include "tests/fuzz/fuzz_common.h"
 
 namespace gpucompute::fuzz {
@@ -55,7 +56,6 @@ constexpr uint64_t kQuotaBytes = uint64_t{64} << 20;
 // Upload streams run in a fresh, small store so quotas are reachable.
 constexpr uint64_t kUploadQuotaBytes = uint64_t{1} << 20;
 constexpr uint64_t kUploadPrincipalQuotaBytes = uint64_t{512} << 10;
-constexpr size_t kMaxNameBytes = 256;  // buffers_service.cc
 // Lomb-Scargle costs B * N * M; past this the harness validates but does not run it.
 constexpr int64_t kMaxLombScargleWork = int64_t{1} << 22;
 // Values compared per result (evenly spaced, always including the last).
@@ -439,7 +439,7 @@ void Rewrite(v1::LombScargleRequest& r, const Env& env) {
 }
 
 template <typename Request, typename PrepareFn, typename CheckFn>
-void FuzzCompute(const uint8_t* data, size_t size, PrepareFn prepare, CheckFn check,
+void FuzzCompute(const uint8_t* data, size_t size, Operation op, PrepareFn prepare, CheckFn check,
                  bool (*worth_running)(const Request&, const PreparedOperation&)) {
   Env& env = GetEnv();
   Request request;
@@ -459,7 +459,7 @@ void FuzzCompute(const uint8_t* data, size_t size, PrepareFn prepare, CheckFn ch
       Execute(*prepared, *env.backend, env.device_queues, env.metrics, ctx, times);
   FUZZ_CHECK(env.device_queues.depth(kHostDevice) == 0, "Execute kept its device queue slot");
   if (!out.ok()) {
-    FUZZ_CHECK(ExpectedExecuteError(out.status(), prepared->op), StatusText(out.status()));
+    FUZZ_CHECK(ExpectedExecuteError(out.status(), op), StatusText(out.status()));
   } else {
     const Array& array = **out;
     FUZZ_CHECK(array.dtype() == prepared->out_dtype,
@@ -566,7 +566,7 @@ void UploadMessage(UploadStream& s, const v1::UploadRequest& request, Env& env,
       absl::StatusOr<int64_t> count = CheckedElementCount(shape, kMaxElements, "header");
       if (!count.ok()) return UploadFail(s, count.status());
       if (*count == 0) return UploadFail(s, absl::InvalidArgumentError("empty"));
-      if (header.name().size() > kMaxNameBytes) {
+      if (header.name().size() > kMaxBufferNameBytes) {
         return UploadFail(s, absl::InvalidArgumentError("name too long"));
       }
       s.expected = static_cast<uint64_t>(*count) * ElementSize(*dtype);
@@ -717,7 +717,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   switch (data[0] % kTargetCount) {
     case kDiscountProduct:
       FuzzCompute<v1::DiscountProductRequest>(
-          payload, payload_size, PrepareDiscountProduct,
+          payload, payload_size, Operation::kDiscountProduct, PrepareDiscountProduct,
           [](const v1::DiscountProductRequest&, const PreparedOperation& prepared,
              const absl::StatusOr<std::shared_ptr<Array>>& out) {
             if (out.ok()) CheckDiscountProduct(prepared, **out);
@@ -726,7 +726,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case kHaversineGrid:
       FuzzCompute<v1::HaversineGridRequest>(
-          payload, payload_size, PrepareHaversineGrid,
+          payload, payload_size, Operation::kHaversineGrid, PrepareHaversineGrid,
           [](const v1::HaversineGridRequest& request, const PreparedOperation& prepared,
              const absl::StatusOr<std::shared_ptr<Array>>& out) {
             if (out.ok()) CheckHaversine(request, prepared, **out);
@@ -735,7 +735,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case kNormalize:
       FuzzCompute<v1::NormalizeRequest>(
-          payload, payload_size, PrepareNormalize,
+          payload, payload_size, Operation::kNormalize, PrepareNormalize,
           [](const v1::NormalizeRequest& request, const PreparedOperation& prepared,
              const absl::StatusOr<std::shared_ptr<Array>>& out) {
             if (out.ok() || absl::IsInvalidArgument(out.status())) {
@@ -745,8 +745,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           nullptr);
       break;
     case kLombScargle:
-      FuzzCompute<v1::LombScargleRequest>(payload, payload_size, PrepareLombScargle,
-                                          CheckLombScargle, LombScargleWorthRunning);
+      FuzzCompute<v1::LombScargleRequest>(payload, payload_size, Operation::kLombScargle,
+                                          PrepareLombScargle, CheckLombScargle,
+                                          LombScargleWorthRunning);
       break;
     case kUpload:
       FuzzUpload(payload, payload_size);

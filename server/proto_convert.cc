@@ -1,0 +1,56 @@
+#include "server/proto_convert.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "kernels/array.h"
+
+namespace gpucompute {
+
+absl::StatusOr<DType> DTypeFromProto(v1::DType dtype, absl::string_view field) {
+  switch (dtype) {
+    case v1::FLOAT32: return DType::kFloat32;
+    case v1::FLOAT64: return DType::kFloat64;
+    case v1::DTYPE_UNSPECIFIED:
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " is DTYPE_UNSPECIFIED; use FLOAT32 or FLOAT64"));
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(field, " has unknown value ",
+                                                     static_cast<int>(dtype),
+                                                     "; use FLOAT32 (1) or FLOAT64 (2)"));
+  }
+}
+
+v1::DType DTypeToProto(DType dtype) {
+  return dtype == DType::kFloat32 ? v1::FLOAT32 : v1::FLOAT64;
+}
+
+absl::StatusOr<NormKind> NormFromProto(v1::Norm norm, absl::string_view field) {
+  switch (norm) {
+    case v1::NORM_SUM: return NormKind::kSum;
+    case v1::NORM_L1: return NormKind::kL1;
+    case v1::NORM_L2: return NormKind::kL2;
+    case v1::NORM_MAX_ABS: return NormKind::kMaxAbs;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " has unknown value ", static_cast<int>(norm),
+                       "; use NORM_SUM, NORM_L1, NORM_L2 or NORM_MAX_ABS"));
+  }
+}
+
+std::string DeviceLabel(int device) {
+  return device == kHostDevice ? "cpu" : absl::StrCat("cuda:", device);
+}
+
+void ToBufferInfo(const StoredBuffer& buffer, v1::BufferInfo* info) {
+  info->set_id(buffer.id);
+  info->set_name(buffer.name);
+  info->set_dtype(DTypeToProto(buffer.array->dtype()));
+  info->clear_shape();
+  for (int64_t extent : buffer.array->shape()) info->add_shape(extent);
+  info->set_bytes(buffer.array->bytes());
+  info->set_location(DeviceLabel(buffer.array->device()));
+  info->set_created_unix_ms(absl::ToUnixMillis(buffer.created));
+}
+
+}  // namespace gpucompute
