@@ -141,7 +141,7 @@ def _signal(rng, dtype, n=120, batch=None):
 def test_lombscargle_vs_scipy(client, rng, dtype, precenter, normalize):
     x, y = _signal(rng, dtype)
     freqs = np.linspace(0.05, 6.0, 257).astype(dtype)
-    out = client.lombscargle(x, y, freqs, precenter, normalize)
+    out = client.lombscargle(x, y, freqs, precenter=precenter, normalize=normalize)
     assert out.dtype == dtype and out.shape == (257,)
     want = ref.scipy_classic(x, y, freqs.astype(np.float64), precenter, normalize)
     assert_close(out, want, dtype, rtol=1e-9 if dtype == np.float64 else 2e-5)
@@ -440,4 +440,89 @@ def test_client_default_timeout(server):
     x = np.linspace(0, 10, 4096)
     with pytest.raises(gc.DeadlineExceeded):
         c.lombscargle(x, np.cos(x), gc.FrequencyGrid(0.1, 10, 1 << 20))
+    c.close()
+
+
+# -- a newcomer's first hour (issue 20) ---------------------------------------------------
+
+
+def test_options_are_keyword_only(client):
+    """Operands positional as in SciPy, everything after them keyword-only."""
+    x = np.linspace(0, 10, 50)
+    with pytest.raises(TypeError):
+        client.normalize(np.ones(3), "l2")
+    with pytest.raises(TypeError):
+        client.lombscargle(x, np.cos(x), np.ones(3), True)
+    with pytest.raises(TypeError):
+        client.haversine_grid(gc.LatLonMesh(0, 1, 2, 0, 1, 2), (0, 0), 1.0)
+    with pytest.raises(TypeError):
+        client.haversine_points(np.zeros(2), np.zeros(2), (0, 0), 1.0)
+    with pytest.raises(TypeError):
+        client.discount_product(np.ones(3), np.ones(3), True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_out_receives_every_result(client, rng, dtype):
+    a = rng.uniform(1, 2, (3, 40)).astype(dtype)
+    out = np.empty_like(a)
+    assert client.normalize(a, out=out) is out
+    assert_close(out, ref.normalize(a), dtype)
+    f, v = a[0], a
+    prod = np.empty((3, 40), dtype)
+    got, timing = client.discount_product(f, v, out=prod, return_timing=True)
+    assert got is prod and isinstance(timing, gc.Timing)
+    np.testing.assert_array_equal(prod, f * v)
+    grid = np.empty((1, 4, 5), dtype)
+    client.haversine_grid(gc.LatLonMesh(0, 1, 4, 0, 1, 5), (0, 0), dtype=dtype, out=grid)
+    points = np.empty((1, 40), dtype)
+    client.haversine_points(a[0], a[1], (0, 0), out=points)
+    x = np.sort(rng.uniform(0, 10, 40)).astype(dtype)
+    power = np.empty((3, 7), dtype)
+    client.lombscargle(x, a, np.linspace(0.1, 2, 7).astype(dtype), out=power)
+    assert_close(power, np.stack([ref.scipy_classic(x, row, np.linspace(0.1, 2, 7), False,
+                                                    False) for row in a]), dtype,
+                 rtol=1e-9 if dtype == np.float64 else 2e-5)
+    with client.upload(a) as dev:
+        back = np.empty_like(a)
+        assert dev.download(out=back) is back
+        np.testing.assert_array_equal(back, a)
+
+
+def test_out_mismatch_names_both_shapes_and_dtypes(client):
+    a = np.ones((2, 3))
+    with pytest.raises(ValueError, match=r"out has shape \(3, 2\) and dtype float64; the "
+                                         r"result has shape \(2, 3\) and dtype float64"):
+        client.normalize(a, out=np.empty((3, 2)))
+    with pytest.raises(ValueError, match=r"dtype float32; .* dtype float64"):
+        client.normalize(a, out=np.empty((2, 3), np.float32))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        client.normalize(a, out=np.empty((3, 2)).T)
+    with pytest.raises(ValueError, match="keep_on_device"):
+        client.normalize(a, out=np.empty((2, 3)), keep_on_device=True)
+    assert client.normalize(a).shape == (2, 3)  # the client is still fine
+
+
+def test_np_asarray_downloads_a_device_array(client, rng):
+    a = rng.standard_normal((4, 5))
+    with client.upload(a) as dev:
+        back = np.asarray(dev)
+        assert back.dtype == np.float64 and back.shape == (4, 5)  # not an object array
+        np.testing.assert_array_equal(back, a)
+        np.testing.assert_array_equal(np.asarray(dev, dtype=np.float32), a.astype(np.float32))
+        np.testing.assert_array_equal(np.array(dev) * 2, a * 2)
+
+
+def test_errors_name_the_call_made(client, tight_server):
+    with pytest.raises(gc.InvalidArgument) as e:
+        client.normalize(np.array([[1.0, 2.0], [0.0, 0.0]]))
+    assert e.value.call == "normalize" and e.value.method == "Compute.Normalize"
+    assert str(e.value).startswith("normalize: INVALID_ARGUMENT: ") and "row 1" in str(e.value)
+    c = tight_server.client()
+    with pytest.raises(gc.ResourceExhausted) as e:  # the automatic upload overflows the quota
+        c.normalize(np.ones((2, 1 << 19)))
+    assert e.value.call == "normalize" and e.value.method == "Buffers.Upload"
+    assert str(e.value).startswith("normalize: RESOURCE_EXHAUSTED: ")
+    with pytest.raises(gc.NotFound) as e:
+        c.download("0" * 32)
+    assert str(e.value).startswith("download: NOT_FOUND: ")
     c.close()

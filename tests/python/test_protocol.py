@@ -1,4 +1,6 @@
-"""Result-stream assembly and call metadata, against a scripted in-process gRPC server."""
+"""Result-stream assembly, call metadata and deadlines, against a scripted in-process gRPC
+server."""
+import time
 from concurrent import futures
 
 import grpc
@@ -11,18 +13,28 @@ from gpucompute._pb import pb
 
 
 class FakeServer:
-    """Answers Compute.Normalize with a scripted list of ResultChunk messages and
-    grpc.health.v1.Health/Check with SERVING, recording each call's metadata."""
+    """Answers Compute.Normalize with a scripted list of ResultChunk messages (a float:
+    a pause of that many seconds),
+    Buffers.Upload (after ``upload_delay`` seconds) and Buffers.Delete, and
+    grpc.health.v1.Health/Check with SERVING, recording each call's metadata and the
+    deadline left to each RPC (``time_left``: [(rpc, seconds or None)])."""
 
     def __init__(self):
         self.script = []
         self.metadata = []
+        self.time_left = []
+        self.upload_delay = 0.0
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         handlers = {
             "Normalize": grpc.unary_stream_rpc_method_handler(self._normalize),
         }
+        buffers = {
+            "Upload": grpc.stream_unary_rpc_method_handler(self._upload),
+            "Delete": grpc.unary_unary_rpc_method_handler(self._delete),
+        }
         self.server.add_generic_rpc_handlers((
             grpc.method_handlers_generic_handler("gpucompute.v1.Compute", handlers),
+            grpc.method_handlers_generic_handler("gpucompute.v1.Buffers", buffers),
             grpc.method_handlers_generic_handler("grpc.health.v1.Health", {
                 "Check": grpc.unary_unary_rpc_method_handler(self._check)}),
         ))
@@ -30,16 +42,32 @@ class FakeServer:
         self.server.start()
         self.target = f"127.0.0.1:{self.port}"
 
-    def _record(self, context):
+    def _record(self, context, rpc=""):
         self.metadata.append(dict(context.invocation_metadata()))
+        self.time_left.append((rpc, context.time_remaining()))
+
+    def _upload(self, requests, context):
+        self._record(context, "Upload")
+        header = pb.UploadRequest.FromString(next(requests)).header
+        size = sum(len(pb.UploadRequest.FromString(r).data) for r in requests)
+        time.sleep(self.upload_delay)
+        return pb.BufferInfo(id="b" * 32, dtype=header.dtype, shape=header.shape,
+                             bytes=size, location="fake:0").SerializeToString()
+
+    def _delete(self, request, context):
+        self._record(context, "Delete")
+        return pb.DeleteResponse(freed_bytes=1).SerializeToString()
 
     def _check(self, request, context):
         self._record(context)
         return b"\x08\x01"  # status: SERVING
 
     def _normalize(self, request, context):
-        self._record(context)
+        self._record(context, "Normalize")
         for item in self.script:
+            if isinstance(item, float):  # a pause, in seconds
+                time.sleep(item)
+                continue
             yield item if isinstance(item, bytes) else item.SerializeToString()
 
     def stop(self):
@@ -178,3 +206,26 @@ def test_wire_helpers_roundtrip():
     assert _wire.encode_health_request("") == b""
     assert _wire.decode_health_response(b"") == "UNKNOWN"
     assert _wire.decode_health_response(b"\x08\x02") == "NOT_SERVING"
+
+
+def test_timeout_is_the_whole_calls_deadline(fake):
+    """The upload made first and the compute share the call's one deadline: the compute
+    gets what the upload left, and an expired deadline names the call, not Buffers.Upload."""
+    fake.upload_delay = 0.3
+    fake.script = [header([1]), data(0, np.ones(1).tobytes()), trailer()]
+    c = gc.Client(fake.target, upload_threshold=8)
+    c.normalize(np.ones(3), timeout=5)
+    left = dict((rpc, t) for rpc, t in fake.time_left if rpc in ("Upload", "Normalize"))
+    assert left["Upload"] > 4.5 and left["Normalize"] < 4.8  # 0.3 s went to the upload
+
+    fake.upload_delay = 0.6
+    with pytest.raises(gc.DeadlineExceeded) as e:
+        c.normalize(np.ones(3), timeout=0.5)
+    assert e.value.call == "normalize"
+    assert str(e.value).startswith("normalize: DEADLINE_EXCEEDED")
+    fake.upload_delay = 0.3
+    fake.script = [0.3] + fake.script
+    with pytest.raises(gc.DeadlineExceeded) as e:  # each RPC alone fits, the two do not
+        c.normalize(np.ones(3), timeout=0.45)
+    assert e.value.call == "normalize"
+    assert fake.time_left[-1][0] == "Delete"  # the temporary still went, past the deadline

@@ -5,13 +5,17 @@
         out = gc.normalize(np.random.rand(10, 1000).astype(np.float32))
         p = gc.lombscargle(x, y, gpucompute.FrequencyGrid(0.01, 10, 2**20))
 
+    async with gpucompute.aio.Client("localhost:50051") as gc:   # asyncio, same methods
+        out = await gc.normalize(x)
+
 Modules: _types (value types), _device_array (DeviceArray), _operands (operand checks),
-_stream (result options and stream assembly), client (Client), errors.
+_stream (result options and stream assembly), _steps (a call as RPC steps), _api (every
+public method, written once), client (Client, blocking), aio (Client, asyncio), errors.
 Everything is imported lazily, so ``python -m gpucompute._build_proto`` runs before the
 generated protobuf module (or grpc/numpy) exists.
 """
 import importlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, List
 
 __version__ = "0.1.0"
 
@@ -22,7 +26,7 @@ _ERROR_NAMES = ("GpuComputeError", "Cancelled", "Unknown", "InvalidArgument",
                 "ProtocolError")
 # public name -> the module that defines it
 _HOMES = {
-    "Client": "client", "DEFAULT_UPLOAD_THRESHOLD": "client",
+    "Client": "client", "DEFAULT_UPLOAD_THRESHOLD": "_api",
     "DeviceArray": "_device_array",
     **{name: "_types" for name in ("FrequencyGrid", "LatLonMesh", "Timing", "ServerInfo",
                                    "DeviceInfo", "Limits", "BufferList", "DEFAULT_RADIUS_KM")},
@@ -35,15 +39,19 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._device_array import DeviceArray  # noqa: F401
     from ._types import (DEFAULT_RADIUS_KM, BufferList, DeviceInfo, FrequencyGrid,  # noqa: F401
                          LatLonMesh, Limits, ServerInfo, Timing)
-    from .client import DEFAULT_UPLOAD_THRESHOLD, Client  # noqa: F401
+    from . import aio  # noqa: F401
+    from ._api import DEFAULT_UPLOAD_THRESHOLD  # noqa: F401
+    from .client import Client  # noqa: F401
     from .errors import *  # noqa: F401,F403
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
+    if name == "aio":
+        return importlib.import_module(".aio", __name__)
     if name in _HOMES:
         return getattr(importlib.import_module("." + _HOMES[name], __name__), name)
     raise AttributeError(f"module 'gpucompute' has no attribute {name!r}")
 
 
-def __dir__():
-    return sorted(list(globals()) + __all__)
+def __dir__() -> List[str]:
+    return sorted(list(globals()) + __all__ + ["aio"])

@@ -152,7 +152,7 @@ def choose_generator() -> Tuple[str, List[str]]:
     if len(gens) == 1:
         return gens[0][0], gens[0][1]
     runtime = _runtime_release()
-    known = [g for g in gens if g[2] is not None]
+    known = [(label, cmd, release) for label, cmd, release in gens if release is not None]
     if runtime is not None:
         fitting = [g for g in known if g[2] <= runtime]
         if fitting:
@@ -168,6 +168,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix="." + path.name + ".")
     try:
+        os.fchmod(fd, 0o644)  # mkstemp's 0600 would travel into wheels and installs
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)

@@ -1,30 +1,33 @@
 """DeviceArray: the handle of a buffer stored on the server."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 import grpc
 import numpy as np
 
-from ._types import PB_TO_NP
+from ._types import Array, PB_TO_NP
 from .errors import NotFound, ProtocolError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .client import Client
+    from ._api import ClientApi
 
 
 class DeviceArray:
     """A buffer stored on the server (on the device that computes with it).
 
-    Pass it to any Client method as an operand; ``download()`` fetches it, ``delete()``
-    frees it; as a context manager it is deleted on exit.
+    Pass it to any Client method as an operand; ``download()`` fetches it (so does
+    ``np.asarray(device_array)``, from a blocking Client), ``delete()`` frees it; as a
+    context manager (``async with`` from gpucompute.aio) it is deleted on exit. From an
+    aio.Client, ``download()`` and ``delete()`` return awaitables.
     """
 
     __slots__ = ("_client", "id", "name", "shape", "dtype", "nbytes", "location",
                  "created_unix_ms", "_deleted")
 
-    def __init__(self, client: "Client", id: str, shape: Tuple[int, ...], dtype: np.dtype,
-                 nbytes: int, location: str, name: str = "", created_unix_ms: int = 0):
+    def __init__(self, client: "ClientApi[Any, Any, Any, Any, Any, Any]", id: str,
+                 shape: Tuple[int, ...], dtype: Any, nbytes: int, location: str,
+                 name: str = "", created_unix_ms: int = 0):
         self._client = client
         self.id = id
         self.name = name
@@ -36,7 +39,8 @@ class DeviceArray:
         self._deleted = False
 
     @classmethod
-    def _from_info(cls, client: "Client", info) -> "DeviceArray":
+    def _from_info(cls, client: "ClientApi[Any, Any, Any, Any, Any, Any]",
+                   info: Any) -> "DeviceArray":
         if info.dtype not in PB_TO_NP:
             raise ProtocolError(grpc.StatusCode.DATA_LOSS,
                                 f"buffer {info.id} has unknown dtype {info.dtype}")
@@ -55,29 +59,47 @@ class DeviceArray:
     def deleted(self) -> bool:
         return self._deleted
 
-    def download(self, *, chunk_bytes: Optional[int] = None, return_timing: bool = False,
-                 timeout: Optional[float] = None):
-        """The buffer's contents as a new NumPy array."""
-        return self._client.download(self, chunk_bytes=chunk_bytes, return_timing=return_timing,
-                                     timeout=timeout)
+    def download(self, *, out: Optional[Array] = None, chunk_bytes: Optional[int] = None,
+                 return_timing: bool = False, timeout: Optional[float] = None) -> Any:
+        """The buffer's contents as a new NumPy array (or written into ``out``)."""
+        return self._client.download(self, out=out, chunk_bytes=chunk_bytes,
+                                     return_timing=return_timing, timeout=timeout)
 
-    def numpy(self) -> np.ndarray:
+    def numpy(self) -> Any:
         return self.download()
 
-    def delete(self, *, timeout: Optional[float] = None) -> int:
+    def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> Array:
+        """np.asarray(device_array): downloads (always a copy of the server's data)."""
+        if not self._client.blocking:
+            raise TypeError("this DeviceArray belongs to a gpucompute.aio.Client: use "
+                            "`await device_array.download()`")
+        if copy is False:
+            raise ValueError("a DeviceArray lives on the server: converting it always "
+                             "copies (download)")
+        array: Array = self.download()
+        return array if dtype is None else array.astype(dtype, copy=False)
+
+    def delete(self, *, timeout: Optional[float] = None) -> Any:
         """Free the buffer; returns the bytes freed (0 if this handle deleted it before)."""
-        if self._deleted:
-            return 0
-        freed = self._client.delete(self.id, timeout=timeout)
-        self._deleted = True
-        return freed
+        return self._client.delete(self, timeout=timeout)
 
     def __enter__(self) -> "DeviceArray":
+        if not self._client.blocking:
+            raise TypeError("use `async with` on a DeviceArray of a gpucompute.aio.Client")
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         try:
             self.delete()
+        except NotFound:
+            self._deleted = True
+
+    async def __aenter__(self) -> "DeviceArray":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            await self.delete()
         except NotFound:
             self._deleted = True
 

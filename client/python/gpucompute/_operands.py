@@ -4,13 +4,14 @@ from __future__ import annotations
 from typing import Any, Sequence, Tuple, Union
 
 import numpy as np
+import numpy.typing as npt
 
 from ._device_array import DeviceArray
 from ._pb import pb
-from ._types import NP_TO_PB
+from ._types import Array, NP_TO_PB
 
 ArrayLike = Any
-Operand = Union[np.ndarray, DeviceArray]
+Operand = Union[Array, DeviceArray]
 
 NORMS = {
     "sum": pb.NORM_SUM,
@@ -28,11 +29,11 @@ def as_array(value: ArrayLike, field_name: str) -> Operand:
         if value.deleted:
             raise ValueError(f"{field_name}: {value!r} was deleted")
         return value
-    arr = np.asarray(value)
+    arr: Array = np.asarray(value)
     if arr.dtype.kind != "f" or arr.dtype.itemsize not in (4, 8):
         raise TypeError(f"{field_name}: dtype {arr.dtype} is not supported; "
                         "gpucompute computes in float32 or float64 (cast with .astype)")
-    want = np.dtype("<f4") if arr.dtype.itemsize == 4 else np.dtype("<f8")
+    want = np.dtype(np.float32 if arr.dtype.itemsize == 4 else np.float64).newbyteorder("<")
     if arr.dtype != want:
         arr = arr.astype(want)
     if not arr.flags.c_contiguous:
@@ -40,7 +41,7 @@ def as_array(value: ArrayLike, field_name: str) -> Operand:
     return arr
 
 
-def same_dtype(named: Sequence[Tuple[str, Operand]]) -> np.dtype:
+def same_dtype(named: Sequence[Tuple[str, Operand]]) -> np.dtype[Any]:
     first_name, first = named[0]
     for name, value in named[1:]:
         if value.dtype != first.dtype:
@@ -50,11 +51,12 @@ def same_dtype(named: Sequence[Tuple[str, Operand]]) -> np.dtype:
     return first.dtype
 
 
-def byte_view(arr: np.ndarray) -> memoryview:
-    return memoryview(arr.reshape(-1)).cast("B")
+def byte_view(arr: Array) -> memoryview:
+    flat: Any = arr.reshape(-1)  # numpy 1.24 does not type the buffer protocol
+    return memoryview(flat).cast("B")
 
 
-def set_operand(operand, value: Operand) -> None:
+def set_operand(operand: Any, value: Operand) -> None:
     if isinstance(value, DeviceArray):
         operand.buffer_id = value.id
         return
@@ -64,14 +66,14 @@ def set_operand(operand, value: Operand) -> None:
     tensor.data = value.tobytes()
 
 
-def result_dtype(dtype) -> int:
+def result_dtype(dtype: npt.DTypeLike) -> int:
     dt = np.dtype(dtype)
     if dt.kind != "f" or dt.itemsize not in (4, 8):
         raise TypeError(f"dtype {dt} is not supported; use float32 or float64")
-    return pb.FLOAT32 if dt.itemsize == 4 else pb.FLOAT64
+    return int(pb.FLOAT32 if dt.itemsize == 4 else pb.FLOAT64)
 
 
-def haversine_request(refs, radius: float):
+def haversine_request(refs: ArrayLike, radius: float) -> Any:
     """A HaversineGridRequest with its checked references and radius set."""
     r = np.asarray(refs, dtype=np.float64)
     if r.shape == (2,):

@@ -3,15 +3,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional, Tuple, Union
 
 import grpc
 import numpy as np
 
 from . import _wire
+from ._device_array import DeviceArray
 from ._operands import byte_view
-from ._types import PB_TO_NP, Timing
+from ._types import Array, PB_TO_NP, Timing
 from .errors import ProtocolError
+
+#: what a compute method (or download) returns: the array (``out`` itself when given),
+#: the DeviceArray of a keep_on_device result, or either with its Timing
+Result = Union[Array, DeviceArray, Tuple[Union[Array, DeviceArray], Timing]]
 
 
 @dataclass(frozen=True)
@@ -19,6 +24,8 @@ class ResultOptions:
     """The keywords every compute method takes, in one place.
 
     keep_on_device: store the result on the server and return its DeviceArray;
+    out: a C-contiguous, writeable NumPy array of the result's shape and dtype to write the
+    result into (and return);
     chunk_bytes: size of the result stream's data chunks (None: the server's default);
     return_timing: return (result, Timing); buffer_name: the stored result's name
     (keep_on_device only); timeout: this call's deadline in seconds (None: the client's).
@@ -29,12 +36,21 @@ class ResultOptions:
     return_timing: bool = False
     buffer_name: Optional[str] = None
     timeout: Optional[float] = None
+    out: Optional[Array] = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.buffer_name and not self.keep_on_device:
             raise ValueError("buffer_name is only meaningful with keep_on_device=True")
+        if self.out is None:
+            return
+        if self.keep_on_device:
+            raise ValueError("out and keep_on_device=True exclude each other")
+        if not isinstance(self.out, np.ndarray):
+            raise TypeError(f"out is a {type(self.out).__name__}; give a NumPy array")
+        if not (self.out.flags.c_contiguous and self.out.flags.writeable):
+            raise ValueError("out must be a C-contiguous, writeable NumPy array")
 
-    def fill(self, output) -> None:
+    def fill(self, output: Any) -> None:
         """Sets a request's pb.OutputOptions."""
         if self.chunk_bytes:
             output.chunk_bytes = int(self.chunk_bytes)
@@ -43,7 +59,8 @@ class ResultOptions:
             if self.buffer_name:
                 output.buffer_name = self.buffer_name
 
-    def deliver(self, value, trailer, start: float, upload: float = 0.0):
+    def deliver(self, value: Union[Array, DeviceArray], trailer: Any, start: float,
+                upload: float = 0.0) -> Result:
         """value, or (value, Timing) when return_timing; start: the call's perf_counter."""
         if not self.return_timing:
             return value
@@ -54,25 +71,26 @@ class ResultOptions:
 class ResultStream:
     """Assembles one header/data/trailer result stream."""
 
-    def __init__(self, keep_on_device: bool):
-        self.keep = keep_on_device
-        self.array: Optional[np.ndarray] = None
+    def __init__(self, options: ResultOptions):
+        self.keep = options.keep_on_device
+        self.out = options.out
+        self.array: Optional[Array] = None
         self.view: Optional[memoryview] = None
         self.total = 0
         self.received = 0
-        self.header = None
-        self.trailer = None
+        self.header: Any = None
+        self.trailer: Any = None
 
     def _fail(self, message: str) -> ProtocolError:
         return ProtocolError(grpc.StatusCode.DATA_LOSS, "result stream: " + message)
 
-    def on_header(self, header) -> None:
+    def on_header(self, header: Any) -> None:
         if self.header is not None:
             raise self._fail("a second header")
         self.header = header
         if header.dtype not in PB_TO_NP:
             raise self._fail(f"header has unknown dtype {header.dtype}")
-        dtype = PB_TO_NP[header.dtype]
+        dtype: np.dtype[Any] = PB_TO_NP[header.dtype]
         shape = tuple(int(s) for s in header.shape)
         if any(s < 0 for s in shape):
             raise self._fail(f"header has negative extent in shape {shape}")
@@ -81,32 +99,37 @@ class ResultStream:
             raise self._fail(f"header says {header.total_bytes} bytes but shape {shape} of "
                              f"{dtype.name} is {expected}")
         self.total = expected
-        if not self.keep:
-            self.array = np.empty(shape, dtype)
-            self.view = byte_view(self.array)
+        if self.keep:
+            return
+        if self.out is not None and (self.out.shape != shape or self.out.dtype != dtype):
+            raise ValueError(f"out has shape {self.out.shape} and dtype {self.out.dtype}; "
+                             f"the result has shape {shape} and dtype {dtype}")
+        self.array = np.empty(shape, dtype) if self.out is None else self.out
+        self.view = byte_view(self.array)
 
-    def on_data(self, offset: int, data) -> None:
+    def on_data(self, offset: int, data: Union[bytes, memoryview]) -> None:
         if self.header is None:
             raise self._fail("data before the header")
         if self.trailer is not None:
             raise self._fail("data after the trailer")
         if self.keep:
             raise self._fail("data chunk for a keep_on_device result")
-        n = len(data) if isinstance(data, (bytes, bytearray)) else data.nbytes
+        n = len(data) if isinstance(data, bytes) else data.nbytes
         if offset != self.received:
             raise self._fail(f"chunk at offset {offset}, expected {self.received}")
         if offset + n > self.total:
             raise self._fail(f"chunk [{offset}, {offset + n}) runs past the result's "
                              f"{self.total} bytes")
+        assert self.view is not None  # set by the header
         self.view[offset:offset + n] = data
         self.received += n
 
-    def on_trailer(self, trailer) -> None:
+    def on_trailer(self, trailer: Any) -> None:
         if self.trailer is not None:
             raise self._fail("a second trailer")
         self.trailer = trailer
 
-    def feed(self, message) -> None:
+    def feed(self, message: Any) -> None:
         if isinstance(message, _wire.DataChunk):
             self.on_data(message.offset, message.data)
             return
@@ -120,7 +143,7 @@ class ResultStream:
         else:
             raise self._fail("a ResultChunk with no kind set")
 
-    def finish(self):
+    def finish(self) -> Optional[Array]:
         if self.trailer is None:
             raise self._fail("ended without a trailer")
         if self.keep:

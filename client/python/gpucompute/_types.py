@@ -2,16 +2,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
 import numpy as np
+import numpy.typing as npt
 
 from ._pb import pb
 
+if TYPE_CHECKING:  # pragma: no cover
+    from ._device_array import DeviceArray
+
 DEFAULT_RADIUS_KM = 6371.0088
 
-NP_TO_PB = {np.dtype("<f4"): pb.FLOAT32, np.dtype("<f8"): pb.FLOAT64}
-PB_TO_NP = {pb.FLOAT32: np.dtype("<f4"), pb.FLOAT64: np.dtype("<f8")}
+#: a NumPy array of any dtype (the client's results are float32 or float64)
+Array = npt.NDArray[Any]
+
+NP_TO_PB: Dict[np.dtype[Any], int] = {np.dtype("<f4"): pb.FLOAT32, np.dtype("<f8"): pb.FLOAT64}
+PB_TO_NP: Dict[int, np.dtype[Any]] = {pb.FLOAT32: np.dtype("<f4"), pb.FLOAT64: np.dtype("<f8")}
 
 
 @dataclass(frozen=True)
@@ -36,7 +43,7 @@ class Timing:
     wall: float = 0.0
 
     @classmethod
-    def _from_trailer(cls, trailer, *, upload: float = 0.0, wall: float = 0.0) -> "Timing":
+    def _from_trailer(cls, trailer: Any, *, upload: float = 0.0, wall: float = 0.0) -> "Timing":
         t = trailer.timing
         return cls(queue=t.queue_us / 1e6, transfer_in=t.transfer_in_us / 1e6,
                    compute=t.compute_us / 1e6, transfer_out=t.transfer_out_us / 1e6,
@@ -44,7 +51,9 @@ class Timing:
                    upload=upload, wall=wall)
 
     def __str__(self) -> str:
-        ms = lambda s: f"{s * 1e3:.3f} ms"  # noqa: E731
+        def ms(seconds: float) -> str:
+            return f"{seconds * 1e3:.3f} ms"
+
         parts = [f"queue {ms(self.queue)}", f"in {ms(self.transfer_in)}",
                  f"compute {ms(self.compute)}", f"out {ms(self.transfer_out)}",
                  f"total {ms(self.total)}"]
@@ -55,7 +64,7 @@ class Timing:
         return f"[{self.backend} {self.device}] " + ", ".join(parts)
 
 
-def _check_count(name: str, value, message: str) -> None:
+def _check_count(name: str, value: float, message: str) -> None:
     if int(value) != value or value < 1:
         raise ValueError(f"{name} is {value}; it must be {message}")
 
@@ -68,14 +77,14 @@ class FrequencyGrid:
     stop: float
     count: int
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _check_count("FrequencyGrid count", self.count, ">= 1")
 
-    def numpy(self, dtype=np.float64) -> np.ndarray:
+    def numpy(self, dtype: npt.DTypeLike = np.float64) -> Array:
         """The same frequencies on the client (e.g. for a SciPy reference)."""
         return np.linspace(self.start, self.stop, int(self.count), dtype=np.float64).astype(dtype)
 
-    def _fill(self, message) -> None:
+    def _fill(self, message: Any) -> None:
         """Sets a pb.FrequencyGrid."""
         message.start, message.stop, message.count = (float(self.start), float(self.stop),
                                                       int(self.count))
@@ -93,11 +102,11 @@ class LatLonMesh:
     lon_stop: float
     n_lon: int
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _check_count("n_lat", self.n_lat, "a positive integer")
         _check_count("n_lon", self.n_lon, "a positive integer")
 
-    def _fill(self, message) -> None:
+    def _fill(self, message: Any) -> None:
         """Sets a pb.LatLonMesh's coordinates (its dtype is the caller's)."""
         message.lat_start, message.lat_stop = float(self.lat_start), float(self.lat_stop)
         message.lon_start, message.lon_stop = float(self.lon_start), float(self.lon_stop)
@@ -132,12 +141,12 @@ class ServerInfo:
     backend: str
     backend_note: str
     devices: Tuple[DeviceInfo, ...]
-    operations: Dict[str, Tuple[np.dtype, ...]]
+    operations: Dict[str, Tuple[np.dtype[Any], ...]]
     limits: Limits
     raw: Any = field(repr=False, compare=False, default=None)
 
     @classmethod
-    def _from_proto(cls, raw) -> "ServerInfo":
+    def _from_proto(cls, raw: Any) -> "ServerInfo":
         lim = raw.limits
         limits = Limits(
             max_receive_message_bytes=lim.max_receive_message_bytes,
@@ -155,7 +164,7 @@ class ServerInfo:
             limits=limits, raw=raw)
 
 
-class BufferList(list):
+class BufferList(List["DeviceArray"]):
     """list of DeviceArray: the caller's buffers (those stored under its credentials),
     with their used_bytes and the server's whole quota_bytes."""
 

@@ -9,11 +9,14 @@
 """
 from __future__ import annotations
 
-from typing import Tuple, Union
+from typing import Any, Tuple, Union
 
 from ._pb import pb
 
 _WT_VARINT, _WT_I64, _WT_LEN, _WT_I32 = 0, 1, 2, 5
+
+#: what the varint readers index: received bytes or a view of them
+Buffer = Union[bytes, memoryview]
 
 
 def encode_varint(value: int) -> bytes:
@@ -28,7 +31,7 @@ def encode_varint(value: int) -> bytes:
             return bytes(out)
 
 
-def _read_varint(buf, pos: int) -> Tuple[int, int]:
+def _read_varint(buf: Buffer, pos: int) -> Tuple[int, int]:
     result = 0
     shift = 0
     while True:
@@ -44,7 +47,7 @@ def _read_varint(buf, pos: int) -> Tuple[int, int]:
             raise ValueError("varint too long")
 
 
-def _skip(buf, pos: int, wire_type: int) -> int:
+def _skip(buf: Buffer, pos: int, wire_type: int) -> int:
     if wire_type == _WT_VARINT:
         return _read_varint(buf, pos)[1]
     if wire_type == _WT_I64:
@@ -107,11 +110,11 @@ class UploadData:
         self.view = view
 
 
-def encode_upload_request(item) -> bytes:
+def encode_upload_request(item: Any) -> bytes:
     """request_serializer for Upload: UploadData framed by hand, messages as usual."""
     if isinstance(item, UploadData):
         return b"".join((b"\x12", encode_varint(item.view.nbytes), item.view))
-    return item.SerializeToString()
+    return bytes(item.SerializeToString())
 
 
 # grpc.health.v1 ------------------------------------------------------------------

@@ -7,19 +7,26 @@ import grpc
 
 
 class GpuComputeError(Exception):
-    """A failed call: ``code`` (grpc.StatusCode) and the server's ``message``."""
+    """A failed call: ``code`` (grpc.StatusCode), the server's ``message`` (it names the
+    field at fault), ``call`` (the client method the caller made, e.g. "normalize") and
+    ``method`` (the RPC that failed inside it, e.g. "Buffers.Upload")."""
 
     #: the status code this class stands for (None on the base class)
     default_code: Optional[grpc.StatusCode] = None
 
-    def __init__(self, code: grpc.StatusCode, message: str, *, method: str = ""):
+    def __init__(self, code: grpc.StatusCode, message: str, *, method: str = "",
+                 call: str = ""):
         self.code = code
         self.message = message
         self.method = method
+        self.call = call
         super().__init__(code, message)
 
     def __str__(self) -> str:
         name = self.code.name if isinstance(self.code, grpc.StatusCode) else str(self.code)
+        if self.call:  # "normalize: INVALID_ARGUMENT: input: ... (Compute.Normalize)"
+            rpc = f" ({self.method})" if self.method else ""
+            return f"{self.call}: {name}: {self.message}{rpc}"
         where = f" ({self.method})" if self.method else ""
         return f"{name}{where}: {self.message}"
 
@@ -105,13 +112,16 @@ _BY_CODE: Dict[grpc.StatusCode, Type[GpuComputeError]] = {
 }
 
 
-def error_for(code: grpc.StatusCode, message: str, method: str = "") -> GpuComputeError:
-    return _BY_CODE.get(code, GpuComputeError)(code, message, method=method)
+def error_for(code: grpc.StatusCode, message: str, method: str = "",
+              call: str = "") -> GpuComputeError:
+    return _BY_CODE.get(code, GpuComputeError)(code, message, method=method, call=call)
 
 
-def from_rpc_error(err: grpc.RpcError, method: str = "") -> GpuComputeError:
+def from_rpc_error(err: grpc.RpcError, method: str = "", call: str = "") -> GpuComputeError:
     code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
     details = err.details() if hasattr(err, "details") else str(err)
     if code is None:
         code = grpc.StatusCode.UNKNOWN
-    return error_for(code, details or "", method)
+    error = error_for(code, details or "", method, call)
+    error.__suppress_context__ = True  # the grpc exception adds nothing to code + message
+    return error

@@ -1,0 +1,397 @@
+"""The public methods of both clients, written once as generators of RPC steps.
+
+``ClientApi`` is generic in what its methods return: ``client.Client`` binds the results
+themselves (it blocks), ``aio.Client`` binds awaitables of them.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import (Any, Callable, Dict, Generic, Iterator, List, Optional, Sequence, Tuple,
+                    TypeVar, Union, cast)
+
+import numpy as np
+
+from . import _wire
+from ._device_array import DeviceArray
+from ._operands import (NORMS, ArrayLike, Operand, as_array, byte_view, haversine_request,
+                        result_dtype, same_dtype, set_operand)
+from ._pb import pb
+from ._steps import Run, Steps, Stream, Unary, make_stubs
+from ._stream import ResultOptions, ResultStream
+from ._types import (DEFAULT_RADIUS_KM, NP_TO_PB, Array, BufferList, FrequencyGrid, LatLonMesh,
+                     ServerInfo)
+from .errors import GpuComputeError
+
+#: inline operands larger than this go through Buffers.Upload automatically
+DEFAULT_UPLOAD_THRESHOLD = 8 << 20
+#: a message size every gRPC server accepts (its default limit), assumed when the
+#: server's own limit cannot be read
+_SAFE_MESSAGE_BYTES = 4 << 20
+#: inline requests up to this size go out without asking the server for its limit
+_UNASKED_INLINE_BYTES = 256 << 10
+#: room for the request's other fields and framing
+_MESSAGE_MARGIN = 64 << 10
+#: default size of Upload data chunks (below any server's message limit)
+DEFAULT_UPLOAD_CHUNK = 2 << 20
+
+# What each kind of method returns (the value, or an awaitable of it).
+ResultT = TypeVar("ResultT")        # compute methods and download: _stream.Result
+DeviceArrayT = TypeVar("DeviceArrayT")
+StrT = TypeVar("StrT")
+ServerInfoT = TypeVar("ServerInfoT")
+IntT = TypeVar("IntT")
+BufferListT = TypeVar("BufferListT")
+
+Named = List[Tuple[str, Operand]]
+Placed = Dict[str, Operand]
+
+
+def _upload_messages(header: Any, view: memoryview, step: int) -> Iterator[Any]:
+    yield header
+    for off in range(0, view.nbytes, step):
+        yield _wire.UploadData(view[off:off + step])
+
+
+class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferListT]):
+    """Connection settings and every public method; a subclass runs the steps (``_perform``).
+
+    Parameters (of both clients)
+    ----------
+    target: "host:port".
+    credentials: grpc.ChannelCredentials for TLS (e.g. grpc.ssl_channel_credentials());
+        None for a plaintext channel.
+    token: sent with every call as "authorization: Bearer <token>" metadata.
+    timeout: default deadline of every call, in seconds (None: none). A call's timeout
+        covers the whole call: the uploads it makes first and its result stream.
+    upload_threshold: inline operands larger than this many bytes are uploaded as
+        temporary buffers first (and deleted after the call); also whenever the inline
+        operands together would pass the server's message limit.
+    options: extra grpc channel options.
+    """
+
+    #: False where calls return awaitables (DeviceArray.__array__ cannot download then)
+    blocking = True
+
+    def __init__(self, target: str, *, credentials: Optional[Any] = None,
+                 token: Optional[str] = None, timeout: Optional[float] = None,
+                 upload_threshold: int = DEFAULT_UPLOAD_THRESHOLD,
+                 options: Sequence[Tuple[str, Any]] = ()):
+        self.target = target
+        self.timeout = timeout
+        self.upload_threshold = int(upload_threshold)
+        self._channel_options = [("grpc.max_receive_message_length", -1),
+                                 ("grpc.max_send_message_length", -1)] + list(options)
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else None
+        self._max_message: Optional[int] = None
+        self._lock = threading.Lock()
+        self._channel = self._connect(credentials)
+        self._stubs = make_stubs(self._channel)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__module__}.{type(self).__name__}({self.target!r})"
+
+    def _connect(self, credentials: Optional[Any]) -> Any:
+        """A grpc.Channel or a grpc.aio.Channel to self.target."""
+        raise NotImplementedError
+
+    def _perform(self, run: Run[Any]) -> Any:
+        """Runs every step of ``run``; returns its result (or an awaitable of it)."""
+        raise NotImplementedError
+
+    def _call(self, name: str, timeout: Optional[float], steps: Steps[Any]) -> Any:
+        return self._perform(Run(name, timeout, self.timeout, steps))
+
+    # -- server --------------------------------------------------------------------
+
+    def health(self, service: str = "", *, timeout: Optional[float] = None) -> StrT:
+        """grpc.health.v1 status: "SERVING", "NOT_SERVING", ... ("" = the whole server)."""
+        return cast(StrT, self._call("health", timeout, self._unary("Health.Check", service)))
+
+    def info(self, *, timeout: Optional[float] = None) -> ServerInfoT:
+        return cast(ServerInfoT, self._call("info", timeout, self._info()))
+
+    def _unary(self, rpc: str, request: Any) -> Steps[Any]:
+        return (yield Unary(rpc, request))
+
+    def _info(self) -> Steps[ServerInfo]:
+        raw = yield Unary("Server.GetInfo", pb.GetInfoRequest())
+        with self._lock:
+            if raw.limits.max_receive_message_bytes:
+                self._max_message = int(raw.limits.max_receive_message_bytes)
+        return ServerInfo._from_proto(raw)
+
+    def _known_max_message(self) -> Optional[int]:
+        with self._lock:
+            return self._max_message
+
+    def _max_message_bytes(self) -> Steps[int]:
+        known = self._known_max_message()
+        if known is not None:
+            return known
+        try:
+            yield from self._info()
+        except GpuComputeError:
+            return _SAFE_MESSAGE_BYTES  # not cached: the next call asks again
+        return self._known_max_message() or _SAFE_MESSAGE_BYTES
+
+    # -- buffers -------------------------------------------------------------------
+
+    def upload(self, array: ArrayLike, name: str = "", *, chunk_bytes: Optional[int] = None,
+               timeout: Optional[float] = None) -> DeviceArrayT:
+        """Store `array` on the server; returns its DeviceArray handle."""
+        if isinstance(array, DeviceArray):
+            raise TypeError("array is already a DeviceArray")
+        arr = as_array(array, "array")
+        assert isinstance(arr, np.ndarray)
+        if chunk_bytes is not None and int(chunk_bytes) <= 0:
+            raise ValueError(f"chunk_bytes is {chunk_bytes}; it must be > 0")
+        return cast(DeviceArrayT, self._call("upload", timeout,
+                                             self._upload(arr, name, chunk_bytes)))
+
+    def _upload(self, arr: Array, name: str, chunk_bytes: Optional[int]) -> Steps[DeviceArray]:
+        if chunk_bytes is None:
+            step = DEFAULT_UPLOAD_CHUNK
+            if arr.nbytes > _UNASKED_INLINE_BYTES:  # stay below the server's message limit
+                limit = yield from self._max_message_bytes()
+                step = max(4096, min(step, limit - _MESSAGE_MARGIN))
+        else:
+            step = int(chunk_bytes)
+        header = pb.UploadRequest(header=pb.UploadHeader(
+            name=name, dtype=NP_TO_PB[arr.dtype], shape=[int(s) for s in arr.shape]))
+        info = yield Unary("Buffers.Upload", _upload_messages(header, byte_view(arr), step))
+        return DeviceArray._from_info(self, info)
+
+    def download(self, buffer: Union[DeviceArray, str], *, out: Optional[Array] = None,
+                 chunk_bytes: Optional[int] = None, return_timing: bool = False,
+                 timeout: Optional[float] = None) -> ResultT:
+        """A stored buffer's contents as a NumPy array (written into ``out`` when given)."""
+        options = ResultOptions(chunk_bytes=chunk_bytes, return_timing=return_timing,
+                                timeout=timeout, out=out)
+        buffer_id = buffer.id if isinstance(buffer, DeviceArray) else str(buffer)
+        request = pb.DownloadRequest(buffer_id=buffer_id,
+                                     chunk_bytes=int(options.chunk_bytes or 0))
+        return cast(ResultT, self._call("download", timeout, self._download(request, options)))
+
+    def _download(self, request: Any, options: ResultOptions) -> Steps[Any]:
+        start = time.perf_counter()
+        sink = ResultStream(options)
+        array = yield Stream("Buffers.Download", request, sink)
+        return options.deliver(array, sink.trailer, start)
+
+    def delete(self, buffer: Union[DeviceArray, str], *,
+               timeout: Optional[float] = None) -> IntT:
+        """Free a stored buffer; returns the bytes freed (a DeviceArray's handle: 0 when
+        it deleted the buffer before)."""
+        return cast(IntT, self._call("delete", timeout, self._delete(buffer)))
+
+    def _delete(self, buffer: Union[DeviceArray, str], cleanup: bool = False) -> Steps[int]:
+        if isinstance(buffer, DeviceArray) and buffer.deleted:
+            return 0
+        buffer_id = buffer.id if isinstance(buffer, DeviceArray) else str(buffer)
+        reply = yield Unary("Buffers.Delete", pb.DeleteRequest(buffer_id=buffer_id), cleanup)
+        if isinstance(buffer, DeviceArray):
+            buffer._deleted = True
+        return int(reply.freed_bytes)
+
+    def list_buffers(self, *, timeout: Optional[float] = None) -> BufferListT:
+        """The buffers stored by this client's principal (its token or TLS client
+        certificate; every unauthenticated client shares one): the server lists the
+        caller's own only."""
+        return cast(BufferListT, self._call("list_buffers", timeout, self._list_buffers()))
+
+    def _list_buffers(self) -> Steps[BufferList]:
+        reply = yield Unary("Buffers.List", pb.ListRequest())
+        out = BufferList(DeviceArray._from_info(self, b) for b in reply.buffers)
+        out.used_bytes = int(reply.used_bytes)
+        out.quota_bytes = int(reply.quota_bytes)
+        return out
+
+    # -- compute plumbing ------------------------------------------------------------
+
+    def _place(self, named: Named) -> Steps[Tuple[Placed, List[DeviceArray], float]]:
+        """Uploads the inline operands that are too large to send inline.
+
+        Returns ({field: ndarray or DeviceArray}, [temporary DeviceArrays], seconds).
+        """
+        placed: Placed = dict(named)
+        inline = [(n, v) for n, v in named if isinstance(v, np.ndarray)]
+        total = sum(v.nbytes for _, v in inline)
+        big = [n for n, v in inline if v.nbytes > self.upload_threshold]
+        known = self._known_max_message()
+        if not big and total <= (_UNASKED_INLINE_BYTES if known is None
+                                 else known - _MESSAGE_MARGIN):
+            return placed, [], 0.0
+        limit = max((yield from self._max_message_bytes()) - _MESSAGE_MARGIN, 0)
+        chosen = set(big)
+        remaining = sorted(((v.nbytes, n) for n, v in inline if n not in chosen), reverse=True)
+        total -= sum(placed[n].nbytes for n in chosen)
+        for nbytes, n in remaining:
+            if total <= limit:
+                break
+            chosen.add(n)
+            total -= nbytes
+        temps: List[DeviceArray] = []
+        start = time.perf_counter()
+        try:
+            for n, v in inline:
+                if n in chosen:
+                    assert isinstance(v, np.ndarray)
+                    handle = yield from self._upload(v, f"gpucompute-py tmp {n}", None)
+                    temps.append(handle)
+                    placed[n] = handle
+        except BaseException:
+            yield from self._drop(temps)
+            raise
+        return placed, temps, time.perf_counter() - start
+
+    def _drop(self, temps: List[DeviceArray]) -> Steps[None]:
+        for handle in temps:
+            try:
+                yield from self._delete(handle, cleanup=True)
+            except GpuComputeError:
+                pass
+
+    def _compute(self, method: str, make_request: Callable[[Placed], Any], named: Named,
+                 options: ResultOptions) -> Steps[Any]:
+        start = time.perf_counter()
+        placed, temps, upload_s = yield from self._place(named)
+        sink = ResultStream(options)
+        try:
+            request = make_request(placed)
+            options.fill(request.output)
+            array = yield Stream("Compute." + method, request, sink)
+        finally:
+            yield from self._drop(temps)
+        value = (DeviceArray._from_info(self, sink.trailer.stored_buffer)
+                 if options.keep_on_device else array)
+        return options.deliver(value, sink.trailer, start, upload=upload_s)
+
+    def _run(self, name: str, method: str, make_request: Callable[[Placed], Any],
+             named: Named, options: ResultOptions) -> ResultT:
+        return cast(ResultT, self._call(name, options.timeout,
+                                        self._compute(method, make_request, named, options)))
+
+    # -- compute ---------------------------------------------------------------------
+    # Every compute method also takes, keyword-only: out= (write the result into this
+    # C-contiguous NumPy array of its shape and dtype), keep_on_device=, chunk_bytes=,
+    # return_timing=, buffer_name= and timeout= (see ResultOptions).
+
+    def discount_product(self, factors: ArrayLike, values: ArrayLike, *,
+                         out: Optional[Array] = None, keep_on_device: bool = False,
+                         chunk_bytes: Optional[int] = None, return_timing: bool = False,
+                         buffer_name: Optional[str] = None,
+                         timeout: Optional[float] = None) -> ResultT:
+        """factors * values with NumPy broadcasting (the seed: (M, O) * (D, M, O))."""
+        named: Named = [("factors", as_array(factors, "factors")),
+                        ("values", as_array(values, "values"))]
+        same_dtype(named)
+
+        def make(p: Placed) -> Any:
+            req = pb.DiscountProductRequest()
+            set_operand(req.factors, p["factors"])
+            set_operand(req.values, p["values"])
+            return req
+
+        return self._run("discount_product", "DiscountProduct", make, named, ResultOptions(
+            keep_on_device, chunk_bytes, return_timing, buffer_name, timeout, out))
+
+    def haversine_grid(self, mesh: LatLonMesh, refs: ArrayLike, *,
+                       radius: float = DEFAULT_RADIUS_KM, dtype: Any = np.float64,
+                       out: Optional[Array] = None, keep_on_device: bool = False,
+                       chunk_bytes: Optional[int] = None, return_timing: bool = False,
+                       buffer_name: Optional[str] = None,
+                       timeout: Optional[float] = None) -> ResultT:
+        """Great-circle distances from each reference (lat, lon) to every point of `mesh`,
+        generated on the server; degrees in, `radius` units out; shape
+        (n_ref, mesh.n_lat, mesh.n_lon).
+        """
+        if not isinstance(mesh, LatLonMesh):
+            raise TypeError(f"mesh is {mesh!r}; give a gpucompute.LatLonMesh")
+        request = haversine_request(refs, radius)
+        request.mesh.dtype = result_dtype(dtype)
+        mesh._fill(request.mesh)
+        return self._run("haversine_grid", "HaversineGrid", lambda _: request, [],
+                         ResultOptions(keep_on_device, chunk_bytes, return_timing,
+                                       buffer_name, timeout, out))
+
+    def haversine_points(self, lat: ArrayLike, lon: ArrayLike, refs: ArrayLike, *,
+                         radius: float = DEFAULT_RADIUS_KM, out: Optional[Array] = None,
+                         keep_on_device: bool = False, chunk_bytes: Optional[int] = None,
+                         return_timing: bool = False, buffer_name: Optional[str] = None,
+                         timeout: Optional[float] = None) -> ResultT:
+        """Great-circle distances from each reference to each point (lat[i], lon[i]) of
+        two equal-shape arrays S in degrees; shape (n_ref, *S), dtype of lat/lon."""
+        request = haversine_request(refs, radius)
+        named: Named = [("lat", as_array(lat, "lat")), ("lon", as_array(lon, "lon"))]
+        same_dtype(named)
+
+        def make(p: Placed) -> Any:
+            set_operand(request.points.lat, p["lat"])
+            set_operand(request.points.lon, p["lon"])
+            return request
+
+        return self._run("haversine_points", "HaversineGrid", make, named, ResultOptions(
+            keep_on_device, chunk_bytes, return_timing, buffer_name, timeout, out))
+
+    def normalize(self, a: ArrayLike, *, norm: str = "sum", out: Optional[Array] = None,
+                  keep_on_device: bool = False, chunk_bytes: Optional[int] = None,
+                  return_timing: bool = False, buffer_name: Optional[str] = None,
+                  timeout: Optional[float] = None) -> ResultT:
+        """Each row along the last axis divided by its norm: "sum" (x / sum x, the
+        default), "l1", "l2" or "max_abs"; accumulated in float64 on the server."""
+        key = str(norm).lower()
+        if key not in NORMS:
+            raise ValueError(f"norm is {norm!r}; use 'sum', 'l1', 'l2' or 'max_abs'")
+        named: Named = [("input", as_array(a, "a"))]
+
+        def make(p: Placed) -> Any:
+            req = pb.NormalizeRequest(norm=NORMS[key])
+            set_operand(req.input, p["input"])
+            return req
+
+        return self._run("normalize", "Normalize", make, named, ResultOptions(
+            keep_on_device, chunk_bytes, return_timing, buffer_name, timeout, out))
+
+    def lombscargle(self, x: ArrayLike, y: ArrayLike, freqs: Union[ArrayLike, FrequencyGrid],
+                    *, precenter: bool = False, normalize: Union[bool, str] = False,
+                    weights: Optional[ArrayLike] = None, floating_mean: bool = False,
+                    out: Optional[Array] = None, keep_on_device: bool = False,
+                    chunk_bytes: Optional[int] = None, return_timing: bool = False,
+                    buffer_name: Optional[str] = None,
+                    timeout: Optional[float] = None) -> ResultT:
+        """scipy.signal.lombscargle(x, y, freqs, *, precenter, normalize, weights,
+        floating_mean) (SciPy 1.15 semantics), computed on the server.
+
+        x, y (and weights): (N,) or a batch (B, N) (x may stay (N,)); freqs: angular
+        frequencies (M,) as an array or DeviceArray of y's dtype, or a FrequencyGrid
+        generated on the server. normalize: False/"power" or True/"normalize" ("amplitude"
+        is not offered). Result (M,) or (B, M), dtype of y.
+        """
+        if isinstance(normalize, str):
+            if normalize not in ("power", "normalize"):
+                raise ValueError(f"normalize is {normalize!r}; gpucompute offers False/'power' "
+                                 "and True/'normalize'")
+            normalize = normalize == "normalize"
+        named: Named = [("y", as_array(y, "y")), ("x", as_array(x, "x"))]
+        if weights is not None:
+            named.append(("weights", as_array(weights, "weights")))
+        if not isinstance(freqs, FrequencyGrid):
+            named.append(("freqs", as_array(freqs, "freqs")))
+        same_dtype(named)
+
+        def make(p: Placed) -> Any:
+            req = pb.LombScargleRequest(precenter=bool(precenter), normalize=bool(normalize),
+                                        floating_mean=bool(floating_mean))
+            set_operand(req.x, p["x"])
+            set_operand(req.y, p["y"])
+            if "weights" in p:
+                set_operand(req.weights, p["weights"])
+            if isinstance(freqs, FrequencyGrid):
+                freqs._fill(req.freq_grid)
+            else:
+                set_operand(req.freqs, p["freqs"])
+            return req
+
+        return self._run("lombscargle", "LombScargle", make, named, ResultOptions(
+            keep_on_device, chunk_bytes, return_timing, buffer_name, timeout, out))
