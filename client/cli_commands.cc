@@ -58,7 +58,9 @@ absl::Status RunUpload(const CliConfig& config, Client& client, const Args& args
                       [&](const ProgressCallback& progress) {
                         return client.Upload(name, array.dtype, array.shape, array.data, progress);
                       }));
-  std::cout << FormatBufferInfo(buffer);
+  // The id alone on stdout, so that ID=$(gpucompute-cli upload data.npy) works.
+  std::cerr << FormatBufferInfo(buffer);
+  std::cout << buffer.id() << "\n";
   return absl::OkStatus();
 }
 
@@ -123,17 +125,20 @@ absl::Status RunCompute(const CliConfig& config, OperandResolver& operands, Call
   GC_ASSIGN_OR_RETURN(const Result result, std::move(computed));
 
   const Shape shape = ShapeOf(result.header.shape());
-  absl::PrintF("result      %s %s, %s\n", DTypeName(result.header.dtype()), ShapeToString(shape),
-               FormatBytes(result.header.total_bytes()));
+  // A kept result's id alone goes to stdout, as upload's does; the report to stderr.
+  std::ostream& report = config.keep_on_device ? std::cerr : std::cout;
+  report << absl::StrFormat("result      %s %s, %s\n", DTypeName(result.header.dtype()),
+                            ShapeToString(shape), FormatBytes(result.header.total_bytes()));
   if (config.keep_on_device) {
-    std::cout << "stored buffer\n" << FormatBufferInfo(result.trailer.stored_buffer());
+    report << "stored buffer\n" << FormatBufferInfo(result.trailer.stored_buffer());
   } else if (config.Given("out")) {
     GC_RETURN_IF_ERROR(WriteNpyFile(config.out, result.header.dtype(), shape, result.data));
-    absl::PrintF("written     %s\n", config.out);
+    report << absl::StrFormat("written     %s\n", config.out);
   } else {
-    absl::PrintF("values      %s\n", FormatPreview(result, 8));
+    report << absl::StrFormat("values      %s\n", FormatPreview(result, 8));
   }
-  std::cout << FormatTrailer(result.trailer);
+  report << FormatTrailer(result.trailer);
+  if (config.keep_on_device) std::cout << result.trailer.stored_buffer().id() << "\n";
   return absl::OkStatus();
 }
 

@@ -2,7 +2,10 @@
 //
 //   gpucompute-cli [--target=HOST:PORT] [--timeout=DURATION] SUBCOMMAND [ARGS] [--flags]
 //
-// Flags may come before or after the subcommand. Exit status: 0 on success, 1
+// Flags may come before or after the subcommand. Commands that store a buffer
+// (upload, compute with --keep_on_device) print its id alone on stdout and their
+// report on stderr, so that ID=$(gpucompute-cli upload data.npy) works; the
+// others print their report on stdout. Exit status: 0 on success, 1
 // when a call fails (the gRPC code name and message go to stderr), 2 for usage
 // errors (with the usage text). The command line is parsed by ParseCommandLine
 // (client/cli_parse.h) rather than absl::ParseCommandLine so that usage errors
@@ -139,6 +142,8 @@ std::string UsageText() {
       "\ncompute subcommands also take --out=OUT.npy or --keep_on_device [--name=NAME],\n"
       "--chunk_bytes=N and --inline_limit_bytes=N (default 8 MiB: larger input files are\n"
       "uploaded first and deleted afterwards). SRC is a .npy file or buffer:ID.\n"
+      "upload and --keep_on_device print the stored buffer's id alone on stdout\n"
+      "(ID=$(gpucompute-cli upload data.npy)) and the details on stderr.\n"
       "Run with --help for every flag.\n");
   return out;
 }

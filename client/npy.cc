@@ -1,11 +1,13 @@
 #include "client/npy.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -21,6 +23,8 @@ namespace {
 constexpr absl::string_view kMagic = "\x93NUMPY";
 constexpr size_t kHeaderAlignment = 64;
 constexpr size_t kMaxPreludeBytes = 12;  // magic + version + 4-byte length
+constexpr absl::string_view kSupportedDescrs =
+    "supported: float32 and float64 in either byte order, '<f4', '<f8', '>f4', '>f8'";
 
 // The fixed-size prelude before the header text, and the header's length.
 struct Prelude {
@@ -83,8 +87,8 @@ class HeaderParser {
       if (key == "descr") {
         if (have_descr) return Error("duplicate key 'descr'");
         if (Peek() == '[') {
-          return absl::InvalidArgumentError(
-              "unsupported dtype: structured arrays are not supported (supported: '<f4', '<f8')");
+          return absl::InvalidArgumentError(absl::StrCat(
+              "unsupported dtype: structured arrays are not supported (", kSupportedDescrs, ")"));
         }
         GC_ASSIGN_OR_RETURN(fields.descr, ParseString());
         have_descr = true;
@@ -198,22 +202,23 @@ class HeaderParser {
   size_t pos_ = 0;
 };
 
-absl::StatusOr<v1::DType> DTypeFromDescr(absl::string_view descr) {
+// What a 'descr' says: the dtype and the byte order of its elements.
+struct Descr {
+  v1::DType dtype = v1::DTYPE_UNSPECIFIED;
+  bool big_endian = false;
+};
+
+absl::StatusOr<Descr> ParseDescr(absl::string_view descr) {
   // '|' (not applicable) and '=' (native) both mean little-endian on this host.
-  if (descr.size() == 3 && (descr[0] == '<' || descr[0] == '|' || descr[0] == '=')) {
-    if (descr.substr(1) == "f4") return v1::FLOAT32;
-    if (descr.substr(1) == "f8") return v1::FLOAT64;
-  }
-  if (descr.size() == 3 && descr[0] == '>' &&
-      (descr.substr(1) == "f4" || descr.substr(1) == "f8")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unsupported dtype '", descr,
-                     "': big-endian data is not supported; convert with "
-                     "arr.astype('<",
-                     descr.substr(1), "')"));
+  if (descr.size() == 3 && absl::string_view("<|=>").find(descr[0]) != absl::string_view::npos) {
+    const bool big_endian = descr[0] == '>';
+    if (descr.substr(1) == "f4") return Descr{v1::FLOAT32, big_endian};
+    if (descr.substr(1) == "f8") return Descr{v1::FLOAT64, big_endian};
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unsupported dtype '", descr, "' (supported: '<f4', '<f8')"));
+      absl::StrCat("unsupported dtype '", descr, "' (", kSupportedDescrs,
+                   "): gpucompute computes in float32 or float64; convert with "
+                   "arr.astype(np.float32) or arr.astype(np.float64)"));
 }
 
 absl::string_view DescrOf(v1::DType dtype) { return dtype == v1::FLOAT32 ? "<f4" : "<f8"; }
@@ -224,6 +229,8 @@ struct Header {
   Shape shape;
   size_t data_offset = 0;
   uint64_t data_bytes = 0;
+  bool big_endian = false;
+  bool fortran_order = false;
 };
 
 // DATA_LOSS when a file of `file_bytes` ends inside the header.
@@ -257,20 +264,85 @@ absl::Status CheckDataSize(const Header& header, uint64_t available) {
 absl::StatusOr<Header> ParseHeader(const Prelude& prelude, absl::string_view header_text,
                                    uint64_t file_bytes) {
   GC_ASSIGN_OR_RETURN(HeaderParser::Fields fields, HeaderParser(header_text).Parse());
-  if (fields.fortran_order) {
-    return absl::InvalidArgumentError(
-        "fortran_order True is not supported: save a C-ordered array "
-        "(np.save(path, np.ascontiguousarray(arr)))");
-  }
-  GC_ASSIGN_OR_RETURN(const v1::DType dtype, DTypeFromDescr(fields.descr));
+  GC_ASSIGN_OR_RETURN(const Descr descr, ParseDescr(fields.descr));
   if (fields.shape.size() > kNpyMaxRank) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", fields.shape.size(), " exceeds the limit of ", kNpyMaxRank));
   }
-  GC_ASSIGN_OR_RETURN(const uint64_t data_bytes, ByteCount(dtype, fields.shape));
-  Header header{dtype, std::move(fields.shape), prelude.DataOffset(), data_bytes};
+  GC_ASSIGN_OR_RETURN(const uint64_t data_bytes, ByteCount(descr.dtype, fields.shape));
+  Header header{.dtype = descr.dtype,
+                .shape = std::move(fields.shape),
+                .data_offset = prelude.DataOffset(),
+                .data_bytes = data_bytes,
+                .big_endian = descr.big_endian,
+                .fortran_order = fields.fortran_order};
   GC_RETURN_IF_ERROR(CheckDataSize(header, file_bytes - header.data_offset));
   return header;
+}
+
+uint32_t ByteSwapped(uint32_t value) { return __builtin_bswap32(value); }
+uint64_t ByteSwapped(uint64_t value) { return __builtin_bswap64(value); }
+
+// Reverses the bytes of every element in place: one pass, no second buffer.
+template <typename Element>
+void SwapBytes(std::string& data) {
+  for (size_t offset = 0; offset < data.size(); offset += sizeof(Element)) {
+    Element value;
+    std::memcpy(&value, data.data() + offset, sizeof(Element));
+    value = ByteSwapped(value);
+    std::memcpy(data.data() + offset, &value, sizeof(Element));
+  }
+}
+
+// Fortran order (first axis fastest) and C order (last axis fastest) are the
+// same bytes when at most one axis has more than one element.
+bool LayoutsCoincide(std::span<const int64_t> shape) {
+  return std::count_if(shape.begin(), shape.end(), [](int64_t extent) { return extent > 1; }) <= 1;
+}
+
+// Gathers Fortran-ordered data into C order: a strided pass into a second
+// buffer as large as the data, so reading takes twice the array's memory.
+template <typename Element>
+std::string FortranToC(absl::string_view data, std::span<const int64_t> shape) {
+  const size_t rank = shape.size();
+  // How far one step along each axis moves in the Fortran-ordered input, in elements.
+  std::vector<uint64_t> input_stride(rank);
+  uint64_t stride = 1;
+  for (size_t axis = 0; axis < rank; ++axis) {
+    input_stride[axis] = stride;
+    stride *= static_cast<uint64_t>(shape[axis]);
+  }
+  std::string out(data.size(), '\0');
+  std::vector<int64_t> index(rank, 0);  // of the output element, in C order
+  uint64_t from = 0;
+  for (size_t to = 0; to < out.size(); to += sizeof(Element)) {
+    std::memcpy(out.data() + to, data.data() + from * sizeof(Element), sizeof(Element));
+    for (size_t axis = rank; axis-- > 0;) {
+      from += input_stride[axis];
+      if (++index[axis] < shape[axis]) break;
+      from -= input_stride[axis] * static_cast<uint64_t>(shape[axis]);
+      index[axis] = 0;
+    }
+  }
+  return out;
+}
+
+template <typename Element>
+void ToLittleEndianCOrder(const Header& header, std::string& data) {
+  if (header.big_endian) SwapBytes<Element>(data);
+  if (header.fortran_order && !LayoutsCoincide(header.shape)) {
+    data = FortranToC<Element>(data, header.shape);
+  }
+}
+
+// Brings `data`, laid out as `header` says, to the little-endian C order that
+// NpyArray holds.
+void ToLittleEndianCOrder(const Header& header, std::string& data) {
+  if (header.dtype == v1::FLOAT32) {
+    ToLittleEndianCOrder<uint32_t>(header, data);
+  } else {
+    ToLittleEndianCOrder<uint64_t>(header, data);
+  }
 }
 
 absl::StatusOr<std::string> SerializeHeader(v1::DType dtype, std::span<const int64_t> shape,
@@ -343,8 +415,9 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view file_bytes) {
       Header header,
       ParseHeader(prelude, file_bytes.substr(prelude.prelude_bytes, prelude.header_bytes),
                   file_bytes.size()));
-  return NpyArray{header.dtype, std::move(header.shape),
-                  std::string(file_bytes.substr(header.data_offset))};
+  std::string data(file_bytes.substr(header.data_offset));
+  ToLittleEndianCOrder(header, data);
+  return NpyArray{header.dtype, std::move(header.shape), std::move(data)};
 }
 
 absl::StatusOr<std::string> SerializeNpy(v1::DType dtype, std::span<const int64_t> shape,
@@ -379,11 +452,12 @@ absl::StatusOr<NpyArray> ReadNpyFile(const std::string& path) {
   }
   GC_ASSIGN_OR_RETURN(Header header,
                       WithPath(ParseHeader(prelude, header_text, file_size), path));
-  NpyArray array{header.dtype, std::move(header.shape), std::string(header.data_bytes, '\0')};
-  if (!file.read(array.data.data(), static_cast<std::streamsize>(array.data.size()))) {
+  std::string data(header.data_bytes, '\0');
+  if (!file.read(data.data(), static_cast<std::streamsize>(data.size()))) {
     return FileError(path, "read");
   }
-  return array;
+  ToLittleEndianCOrder(header, data);
+  return NpyArray{header.dtype, std::move(header.shape), std::move(data)};
 }
 
 absl::Status WriteNpyFile(const std::string& path, v1::DType dtype, std::span<const int64_t> shape,

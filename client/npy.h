@@ -1,9 +1,13 @@
 // NumPy .npy files (format versions 1.0, 2.0 and 3.0) holding float32 or float64
-// arrays in C order, rank <= 8.
+// arrays, rank <= 8.
 //
 // Hand-written: Debian 12 packages no C++ .npy library (no cnpy, no libnpy).
 // Reading accepts the dtypes '<f4' and '<f8', also spelled with '|' or '=' (both
-// little-endian here); big-endian data, other dtypes and fortran_order True are
+// little-endian here), and big-endian '>f4' and '>f8', in C or Fortran order,
+// and always returns little-endian C order, as the Python client converts
+// before sending. The cost: big-endian data takes one more pass to swap bytes in
+// place; Fortran order with more than one axis longer than 1 takes a strided
+// copy, so reading holds twice the array's bytes for a moment. Other dtypes are
 // rejected with INVALID_ARGUMENT naming what was found. A file shorter than its
 // header declares fails with DATA_LOSS naming the expected and actual byte counts.
 // Writing produces version 1.0 (2.0 when the header needs more than 65535 bytes)
