@@ -2,14 +2,15 @@
 # Every GPU check and timing of the CUDA backend in one device call.
 #
 # Here (no GPU needed):
-#   cmake -S . -B build-cuda && cmake --build build-cuda -j2 --target gpu_backend_test gpu_kernels_bench
-#   /work/shared/tools/device-bundle .device/gpu build-cuda/tests/gpu_backend_test build-cuda/bench/gpu_kernels_bench
+#   cmake -S . -B build-cuda && cmake --build build-cuda -j2 --target gpu_backend_test backend_conformance_test gpu_kernels_bench
+#   /work/shared/tools/device-bundle .device/gpu build-cuda/tests/gpu_backend_test build-cuda/tests/backend_conformance_test build-cuda/bench/gpu_kernels_bench
 # On the GPU machine (device tool: carry [".device"]):
 #   bash bench/run_gpu.sh            # writes logs under $OUT (or ./gpu-out)
 #
 # Steps, each with its own time limit so one hang cannot eat the rest:
 #   1. gpu_backend_test, all tests (GPU vs CPU backend, 1 .. 1e8 elements, poisoned
-#      outputs, cancellation, two threads, pool baseline, OOM, sticky error);
+#      outputs, two threads, pool baseline, OOM, sticky error), then the cuda_*
+#      instances of backend_conformance_test (every op vs float64 references, cancellation);
 #   2. gpu_kernels_bench: D2D and pinned PCIe ceilings, every op at seed sizes;
 #   3. compute-sanitizer memcheck and racecheck on the small tests;
 #   4. the same ops through CuPy, where python3 has it;
@@ -20,6 +21,7 @@ OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 TEST="$BUNDLE/gpu_backend_test"
+CONFORMANCE="$BUNDLE/backend_conformance_test"
 BENCH="$BUNDLE/gpu_kernels_bench"
 T_TEST=${T_TEST:-180}
 T_BENCH=${T_BENCH:-130}
@@ -27,7 +29,9 @@ T_MEMCHECK=${T_MEMCHECK:-100}
 T_RACECHECK=${T_RACECHECK:-60}
 T_CUPY=${T_CUPY:-80}
 SMALL='GpuBackendSmall.*'
-RACY='GpuBackendSmall.WarmAtConstruction:GpuBackendSmall.NormalizeMatchesCpu:GpuBackendSmall.LombScargleMatchesCpu:GpuBackendSmall.NormalizeNamesTheFirstBadRow'
+RACY='GpuBackendSmall.WarmAtConstruction'
+CUDA_CONFORMANCE='*cuda*'
+RACY_CONFORMANCE='BackendConformance/cuda_*.NormalizeMatchesReference:LombScargleConformance/cuda_*.SinusoidsOverALongBaseline:BackendConformance/cuda_*.NormalizeNamesFirstBadRow'
 
 step() { echo; echo "=== $* ($(date +%T))"; }
 
@@ -37,6 +41,8 @@ uname -r
 
 step "1. gpu_backend_test (limit ${T_TEST}s)"
 timeout "$T_TEST" "$TEST" --gtest_color=no > "$OUT/test.log" 2>&1
+echo "rc=$?" >> "$OUT/test.log"
+timeout "$T_TEST" "$CONFORMANCE" --gtest_color=no --gtest_filter="$CUDA_CONFORMANCE" >> "$OUT/test.log" 2>&1
 echo "rc=$?" >> "$OUT/test.log"
 grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[       OK \]|^\[  FAILED  \]|^rc=|kernels loaded|^device ' "$OUT/test.log" | tail -45
 grep -B3 -A12 'Failure' "$OUT/test.log" | head -80
@@ -52,9 +58,15 @@ if [ -n "${SAN:-}" ]; then
   GPUCOMPUTE_SANITIZER=1 timeout "$T_MEMCHECK" "$SAN" --tool memcheck --leak-check full --error-exitcode 17 \
     "$TEST" --gtest_color=no --gtest_filter="$SMALL" > "$OUT/memcheck.log" 2>&1
   echo "rc=$?" >> "$OUT/memcheck.log"
+  GPUCOMPUTE_SANITIZER=1 timeout "$T_MEMCHECK" "$SAN" --tool memcheck --leak-check full --error-exitcode 17 \
+    "$CONFORMANCE" --gtest_color=no --gtest_filter="$CUDA_CONFORMANCE" >> "$OUT/memcheck.log" 2>&1
+  echo "rc=$?" >> "$OUT/memcheck.log"
   echo "-- memcheck:"; grep -E 'ERROR SUMMARY|LEAK SUMMARY|^\[  (PASSED|FAILED) |^rc=|Invalid|========= Program hit' "$OUT/memcheck.log" | head -20
   GPUCOMPUTE_SANITIZER=1 timeout "$T_RACECHECK" "$SAN" --tool racecheck --racecheck-report hazard --error-exitcode 17 \
     "$TEST" --gtest_color=no --gtest_filter="$RACY" > "$OUT/racecheck.log" 2>&1
+  echo "rc=$?" >> "$OUT/racecheck.log"
+  GPUCOMPUTE_SANITIZER=1 timeout "$T_RACECHECK" "$SAN" --tool racecheck --racecheck-report hazard --error-exitcode 17 \
+    "$CONFORMANCE" --gtest_color=no --gtest_filter="$RACY_CONFORMANCE" >> "$OUT/racecheck.log" 2>&1
   echo "rc=$?" >> "$OUT/racecheck.log"
   echo "-- racecheck:"; grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|hazard|^\[  (PASSED|FAILED) |^rc=' "$OUT/racecheck.log" | head -20
 fi
@@ -133,7 +145,7 @@ CUOBJ=$(command -v cuobjdump || ls /usr/local/cuda*/bin/cuobjdump 2>/dev/null | 
 if [ -n "${CUOBJ:-}" ]; then
   "$CUOBJ" -sass -arch sm_90 "$BENCH" 2>/dev/null | awk '
     /Function :/ { keep = ($0 ~ /PeriodogramKernelI[fd]Li0ELb1ELb1/ || $0 ~ /RowBroadcastKernelIdLb1/ ||
-                           $0 ~ /ChunkReduceKernelIfLNS0_8NormCodeE0ELb1/ || $0 ~ /ChunkScaleKernelIfLb1/ ||
+                           $0 ~ /ChunkReduceKernelIfLNS_8NormKindE0ELb1/ || $0 ~ /ChunkScaleKernelIfLb1/ ||
                            $0 ~ /MeshKernelIfLb1/ || $0 ~ /MeshKernelIdLb1/) }
     keep { print }' > "$OUT/sass_hot.txt"
   wc -l "$OUT/sass_hot.txt"

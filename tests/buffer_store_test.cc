@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "tests/testing/arrays.h"
 
 namespace gpucompute {
 namespace {
@@ -15,9 +16,7 @@ using ::testing::HasSubstr;
 class BufferStoreTest : public ::testing::Test {
  protected:
   std::shared_ptr<Array> Make(int64_t elements) {
-    auto array = backend_->Allocate(DType::kFloat32, {elements}, kHostDevice);
-    EXPECT_TRUE(array.ok()) << array.status().message();
-    return *array;
+    return test::Make(*backend_, DType::kFloat32, {elements}, nullptr);
   }
 
   std::unique_ptr<Backend> backend_ = CreateCpuBackend(1);

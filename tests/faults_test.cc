@@ -16,12 +16,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
-#include "client/tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/fault_injection.h"
 #include "server/server.h"
+#include "tests/testing/server_fixture.h"
+#include "tests/testing/tensors.h"
 
 namespace gpucompute {
 namespace {
@@ -36,24 +37,18 @@ v1::LombScargleRequest SlowRequest() {
     x[i] = 0.37 * i;
     y[i] = std::sin(x[i]);
   }
-  const std::vector<int64_t> shape = {4096};
-  v1::LombScargleRequest request;
-  *request.mutable_x()->mutable_tensor() = *client::MakeTensor(std::span<const double>(x), shape);
-  *request.mutable_y()->mutable_tensor() = *client::MakeTensor(std::span<const double>(y), shape);
   std::vector<double> freqs(20000);
   for (size_t i = 0; i < freqs.size(); ++i) freqs[i] = 0.01 + 1e-3 * i * i / 7.0;  // uneven
-  const std::vector<int64_t> fshape = {static_cast<int64_t>(freqs.size())};
-  *request.mutable_freqs()->mutable_tensor() =
-      *client::MakeTensor(std::span<const double>(freqs), fshape);
+  v1::LombScargleRequest request;
+  *request.mutable_x() = test::Operand(test::F64(x, {4096}));
+  *request.mutable_y() = test::Operand(test::F64(y, {4096}));
+  *request.mutable_freqs() = test::Operand(test::F64(freqs, {static_cast<int64_t>(freqs.size())}));
   return request;
 }
 
 v1::NormalizeRequest NormalizeOf(int64_t n) {
-  std::vector<double> values(n, 2.0);
-  const std::vector<int64_t> shape = {n};
   v1::NormalizeRequest request;
-  *request.mutable_input()->mutable_tensor() =
-      *client::MakeTensor(std::span<const double>(values), shape);
+  *request.mutable_input() = test::Operand(test::F64(std::vector<double>(n, 2.0), {n}));
   return request;
 }
 
@@ -70,29 +65,25 @@ bool Eventually(Condition condition) {
 
 class FaultsTest : public ::testing::Test {
  protected:
-  void SetUp() override { Start(ServerConfig{}); }
+  void SetUp() override { Start(test::LoopbackConfig()); }
 
   void Start(ServerConfig config) {
-    config.address = "127.0.0.1:0";
-    config.metrics_address = "";
     config.grace_period = absl::Seconds(5);
     server_.reset();
-    auto server = GpuComputeServer::Start(
+    auto server = test::TestServer::Start(
         config, BackendSelection{WithInjectedFaults(CreateCpuBackend(2), faults_),
                                  "cpu: fault injection"});
     ASSERT_TRUE(server.ok()) << server.status().message();
     server_ = *std::move(server);
-    channel_ = client::MakeChannel(absl::StrCat("127.0.0.1:", server_->port()));
-    client_ = std::make_unique<client::Client>(channel_);
+    client_ = &server_->client();
   }
 
-  uint64_t PoolUsed() const { return server_->backend_stats().devices.at(0).pool_used_bytes; }
+  uint64_t PoolUsed() const { return server_->PoolUsedBytes(); }
 
   // A real CPU backend with the faults a GPU can have, switched on by the tests.
   std::shared_ptr<InjectedFaults> faults_ = std::make_shared<InjectedFaults>();
-  std::unique_ptr<GpuComputeServer> server_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<client::Client> client_;
+  std::unique_ptr<test::TestServer> server_;
+  client::Client* client_ = nullptr;
 };
 
 TEST_F(FaultsTest, DeviceMemoryExhaustionIsResourceExhaustedThenRecovers) {
@@ -113,14 +104,13 @@ TEST_F(FaultsTest, StickyErrorTurnsHealthNotServing) {
   EXPECT_EQ(failed.code(), absl::StatusCode::kInternal);
   EXPECT_THAT(std::string(failed.message()), HasSubstr("sticky"));
   EXPECT_TRUE(Eventually([&] { return *client_->Health() == HealthStatus::NOT_SERVING; }));
-  EXPECT_FALSE(server_->BackendHealthy());
+  EXPECT_FALSE(server_->server().BackendHealthy());
 }
 
 TEST_F(FaultsTest, DisconnectMidUploadStoresNothingAndFreesMemory) {
-  auto stub = v1::Buffers::NewStub(channel_);
   grpc::ClientContext context;
   v1::BufferInfo info;
-  auto writer = stub->Upload(&context, &info);
+  auto writer = server_->buffers().Upload(&context, &info);
   v1::UploadRequest header;
   header.mutable_header()->set_name("half");
   header.mutable_header()->set_dtype(v1::FLOAT64);
@@ -149,12 +139,11 @@ TEST_F(FaultsTest, DisconnectMidDownloadKeepsTheBufferIntact) {
   auto stored = client_->Upload("keep", v1::FLOAT64, shape, payload);
   ASSERT_TRUE(stored.ok()) << stored.status().message();
   {
-    auto stub = v1::Buffers::NewStub(channel_);
     grpc::ClientContext context;
     v1::DownloadRequest request;
     request.set_buffer_id(stored->id());
     request.set_chunk_bytes(4096);
-    auto reader = stub->Download(&context, request);
+    auto reader = server_->buffers().Download(&context, request);
     v1::ResultChunk chunk;
     ASSERT_TRUE(reader->Read(&chunk));
     ASSERT_TRUE(reader->Read(&chunk));
@@ -169,14 +158,14 @@ TEST_F(FaultsTest, DisconnectMidDownloadKeepsTheBufferIntact) {
 }
 
 TEST_F(FaultsTest, ExpiredDeadlinesAreDroppedAndTheServerKeepsServing) {
-  ServerConfig config;
+  ServerConfig config = test::LoopbackConfig();
   config.executor_threads = 1;
   Start(config);
   auto slow = std::async(std::launch::async, [&] { return client_->LombScargle(SlowRequest()); });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the one thread is now busy
   client::ClientOptions options;
   options.timeout = absl::Milliseconds(20);
-  client::Client hurried(channel_, options);
+  client::Client hurried(server_->channel(), options);
   EXPECT_EQ(hurried.Normalize(NormalizeOf(8)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
   ASSERT_TRUE(slow.get().ok());
@@ -190,12 +179,12 @@ TEST_F(FaultsTest, DrainFinishesInFlightWorkAndRefusesNewWork) {
         std::async(std::launch::async, [&] { return client_->LombScargle(SlowRequest()); }));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  auto drained = std::async(std::launch::async, [&] { server_->Drain(absl::Seconds(120)); });
+  auto drained = std::async(std::launch::async, [&] { server_->server().Drain(absl::Seconds(120)); });
   // A fresh channel: the draining server accepts no new connections or calls.
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   client::ClientOptions options;
   options.timeout = absl::Seconds(2);
-  client::Client late(client::MakeChannel(absl::StrCat("127.0.0.1:", server_->port())), options);
+  client::Client late(client::MakeChannel(server_->target()), options);
   const absl::Status refused = late.Normalize(NormalizeOf(8)).status();
   EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused.message();
   for (auto& request : in_flight) {
@@ -232,7 +221,7 @@ TEST_F(FaultsTest, OverloadIsResourceExhaustedNamingTheLimit) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.limit);
-    ServerConfig config;
+    ServerConfig config = test::LoopbackConfig();
     c.configure(config);
     Start(config);
     faults_->PauseOperations();

@@ -7,12 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gpucompute/v1/gpucompute.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "server/server.h"
+#include "tests/testing/server_fixture.h"
+#include "tests/testing/tensors.h"
 
 namespace gpucompute {
 namespace {
@@ -21,27 +22,9 @@ namespace v1 = ::gpucompute::v1;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-v1::Tensor F64(std::vector<double> values, std::vector<int64_t> shape) {
-  v1::Tensor t;
-  t.set_dtype(v1::FLOAT64);
-  for (int64_t e : shape) t.add_shape(e);
-  t.set_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * 8));
-  return t;
-}
-
-v1::Tensor F32(std::vector<float> values, std::vector<int64_t> shape) {
-  v1::Tensor t;
-  t.set_dtype(v1::FLOAT32);
-  for (int64_t e : shape) t.add_shape(e);
-  t.set_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4));
-  return t;
-}
-
-v1::Operand Op(v1::Tensor t) {
-  v1::Operand o;
-  *o.mutable_tensor() = std::move(t);
-  return o;
-}
+using test::F32;
+using test::F64;
+using test::Operand;
 
 struct Case {
   std::string name;
@@ -52,25 +35,20 @@ struct Case {
 
 class MalformedRequestsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    ServerConfig config;
-    config.address = "127.0.0.1:0";
-    config.metrics_address = "";
-    config.backend.kind = BackendKind::kCpu;
+  void SetUp() override { Start(test::LoopbackConfig()); }
+
+  void Start(ServerConfig config) {
     config.buffer_quota_bytes = 1 << 20;
     config.max_elements = 1 << 24;
-    auto server = GpuComputeServer::Start(config);
+    auto server = test::TestServer::Start(config);
     ASSERT_TRUE(server.ok()) << server.status().message();
     server_ = *std::move(server);
-    channel_ = client::MakeChannel(absl::StrCat("127.0.0.1:", server_->port()));
-    compute_ = v1::Compute::NewStub(channel_);
-    buffers_ = v1::Buffers::NewStub(channel_);
   }
 
   template <typename Request, typename Method>
   grpc::Status Stream(Method method, const Request& request) {
     grpc::ClientContext context;
-    auto reader = (compute_.get()->*method)(&context, request);
+    auto reader = (server_->compute().*method)(&context, request);
     v1::ResultChunk chunk;
     while (reader->Read(&chunk)) {
     }
@@ -91,7 +69,7 @@ class MalformedRequestsTest : public ::testing::Test {
   grpc::Status Upload(const std::vector<v1::UploadRequest>& messages) {
     grpc::ClientContext context;
     v1::BufferInfo info;
-    auto writer = buffers_->Upload(&context, &info);
+    auto writer = server_->buffers().Upload(&context, &info);
     for (const auto& m : messages) {
       if (!writer->Write(m)) break;
     }
@@ -100,7 +78,7 @@ class MalformedRequestsTest : public ::testing::Test {
   }
   grpc::Status Download(const v1::DownloadRequest& r) {
     grpc::ClientContext context;
-    auto reader = buffers_->Download(&context, r);
+    auto reader = server_->buffers().Download(&context, r);
     v1::ResultChunk chunk;
     while (reader->Read(&chunk)) {
     }
@@ -110,8 +88,8 @@ class MalformedRequestsTest : public ::testing::Test {
   // Valid requests that each case breaks in one place.
   static v1::DiscountProductRequest GoodDiscount() {
     v1::DiscountProductRequest r;
-    *r.mutable_factors() = Op(F64({1, 2}, {2}));
-    *r.mutable_values() = Op(F64({1, 2, 3, 4}, {2, 2}));
+    *r.mutable_factors() = Operand(F64({1, 2}, {2}));
+    *r.mutable_values() = Operand(F64({1, 2, 3, 4}, {2, 2}));
     return r;
   }
   static v1::HaversineGridRequest GoodMesh() {
@@ -130,20 +108,20 @@ class MalformedRequestsTest : public ::testing::Test {
   }
   static v1::HaversineGridRequest GoodPoints() {
     v1::HaversineGridRequest r = GoodMesh();
-    *r.mutable_points()->mutable_lat() = Op(F64({1, 2}, {2}));
-    *r.mutable_points()->mutable_lon() = Op(F64({3, 4}, {2}));
+    *r.mutable_points()->mutable_lat() = Operand(F64({1, 2}, {2}));
+    *r.mutable_points()->mutable_lon() = Operand(F64({3, 4}, {2}));
     return r;
   }
   static v1::NormalizeRequest GoodNormalize() {
     v1::NormalizeRequest r;
-    *r.mutable_input() = Op(F64({1, 2, 3, 4}, {2, 2}));
+    *r.mutable_input() = Operand(F64({1, 2, 3, 4}, {2, 2}));
     return r;
   }
   static v1::LombScargleRequest GoodLomb() {
     v1::LombScargleRequest r;
-    *r.mutable_x() = Op(F64({0.1, 0.7, 1.3, 2.9}, {4}));
-    *r.mutable_y() = Op(F64({1, -1, 0.5, 0.25}, {4}));
-    *r.mutable_freqs() = Op(F64({0.5, 1.0}, {2}));
+    *r.mutable_x() = Operand(F64({0.1, 0.7, 1.3, 2.9}, {4}));
+    *r.mutable_y() = Operand(F64({1, -1, 0.5, 0.25}, {4}));
+    *r.mutable_freqs() = Operand(F64({0.5, 1.0}, {2}));
     return r;
   }
   static v1::UploadRequest Header(v1::DType dtype, std::vector<int64_t> shape,
@@ -166,10 +144,7 @@ class MalformedRequestsTest : public ::testing::Test {
     return request;
   }
 
-  std::unique_ptr<GpuComputeServer> server_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::Compute::Stub> compute_;
-  std::unique_ptr<v1::Buffers::Stub> buffers_;
+  std::unique_ptr<test::TestServer> server_;
 };
 
 TEST_F(MalformedRequestsTest, EveryCaseGetsItsCodeAndMessageAndTheServerKeepsServing) {
@@ -194,6 +169,24 @@ TEST_F(MalformedRequestsTest, EveryCaseGetsItsCodeAndMessageAndTheServerKeepsSer
           for (int i = 0; i < 8; ++i) t->add_shape(1); })); }},
       {"tensor data short", INVALID, "factors.data has 15 bytes",
        [&] { return Discount(With(GoodDiscount(), [](auto& r) { r.mutable_factors()->mutable_tensor()->mutable_data()->resize(15); })); }},
+      {"tensor data short names the size needed", INVALID, "input.data has 31 bytes but shape (4,) of float64 needs 32",
+       [&] { return Normalize(With(GoodNormalize(), [](auto& r) {
+          *r.mutable_input() = Operand(F64({1, 2, 3, 4}, {4}));
+          r.mutable_input()->mutable_tensor()->mutable_data()->resize(31); })); }},
+      {"tensor dtype unknown, through Normalize", INVALID, "input.dtype has unknown value 7",
+       [&] { return Normalize(With(GoodNormalize(), [](auto& r) { r.mutable_input()->mutable_tensor()->set_dtype(static_cast<v1::DType>(7)); })); }},
+      {"tensor dtype unspecified, through Normalize", INVALID, "input.dtype is DTYPE_UNSPECIFIED",
+       [&] { return Normalize(With(GoodNormalize(), [](auto& r) { r.mutable_input()->mutable_tensor()->set_dtype(v1::DTYPE_UNSPECIFIED); })); }},
+      {"tensor 2^80 elements", INVALID, "elements (the server's max_elements)",
+       [&] { return Normalize(With(GoodNormalize(), [](auto& r) {
+          auto* t = r.mutable_input()->mutable_tensor();
+          t->clear_shape();
+          t->add_shape(int64_t{1} << 40);
+          t->add_shape(int64_t{1} << 40); })); }},
+      {"tensor rank 9 names the limit", INVALID, "input.shape has rank 9; the limit is 8",
+       [&] { return Normalize(With(GoodNormalize(), [](auto& r) { *r.mutable_input() = Operand(F64({1}, {1, 1, 1, 1, 1, 1, 1, 1, 1})); })); }},
+      {"tensor negative extent, through Normalize", INVALID, "input.shape[0] is -3",
+       [&] { return Normalize(With(GoodNormalize(), [](auto& r) { r.mutable_input()->mutable_tensor()->set_shape(0, -3); })); }},
       {"tensor data long", INVALID, "factors.data has 17 bytes",
        [&] { return Discount(With(GoodDiscount(), [](auto& r) { r.mutable_factors()->mutable_tensor()->mutable_data()->resize(17); })); }},
       // Operand
@@ -201,11 +194,18 @@ TEST_F(MalformedRequestsTest, EveryCaseGetsItsCodeAndMessageAndTheServerKeepsSer
        [&] { return Discount(With(GoodDiscount(), [](auto& r) { r.clear_values(); })); }},
       {"operand unknown buffer", R::NOT_FOUND, "values.buffer_id 'feedface' is not a stored buffer",
        [&] { return Discount(With(GoodDiscount(), [](auto& r) { r.mutable_values()->set_buffer_id("feedface"); })); }},
+      {"operand unknown buffer, through Normalize", R::NOT_FOUND,
+       "input.buffer_id '00000000000000000000000000000000' is not a stored buffer",
+       [&] { return Normalize(With(GoodNormalize(), [](auto& r) { r.mutable_input()->set_buffer_id(std::string(32, '0')); })); }},
       {"operand empty buffer id", R::NOT_FOUND, "values.buffer_id '' is not a stored buffer",
        [&] { return Discount(With(GoodDiscount(), [](auto& r) { r.mutable_values()->set_buffer_id(""); })); }},
       // OutputOptions
       {"chunk_bytes below the minimum", INVALID, "output.chunk_bytes is 100; it must lie in",
        [&] { return Discount(With(GoodDiscount(), [](auto& r) { r.mutable_output()->set_chunk_bytes(100); })); }},
+      {"chunk_bytes 1 names the range", INVALID, "output.chunk_bytes is 1; it must lie in [4096, 4194304]",
+       [&] { return Discount(With(GoodDiscount(), [](auto& r) { r.mutable_output()->set_chunk_bytes(1); })); }},
+      {"chunk_bytes 8 MiB", INVALID, "output.chunk_bytes is 8388608",
+       [&] { return Normalize(With(GoodNormalize(), [](auto& r) { r.mutable_output()->set_chunk_bytes(8u << 20); })); }},
       {"chunk_bytes above the maximum", INVALID, "output.chunk_bytes is 4294967295",
        [&] { return Discount(With(GoodDiscount(), [](auto& r) { r.mutable_output()->set_chunk_bytes(0xffffffffu); })); }},
       {"buffer_name too long", INVALID, "output.buffer_name has 300 bytes; the limit is 256",
@@ -219,11 +219,18 @@ TEST_F(MalformedRequestsTest, EveryCaseGetsItsCodeAndMessageAndTheServerKeepsSer
       {"discount factors missing", INVALID, "factors is not set",
        [&] { return Discount(With(GoodDiscount(), [](auto& r) { r.clear_factors(); })); }},
       {"discount not broadcastable", INVALID, "do not broadcast",
-       [&] { return Discount(With(GoodDiscount(), [](auto& r) { *r.mutable_factors() = Op(F64({1, 2, 3}, {3})); })); }},
+       [&] { return Discount(With(GoodDiscount(), [](auto& r) { *r.mutable_factors() = Operand(F64({1, 2, 3}, {3})); })); }},
+      {"discount not broadcastable names both shapes", INVALID,
+       "factors.shape (3, 5) and values.shape (2, 4, 5) do not broadcast",
+       [&] { return Discount(With(GoodDiscount(), [](auto& r) {
+          *r.mutable_factors() = Operand(F64(std::vector<double>(15, 1), {3, 5}));
+          *r.mutable_values() = Operand(F64(std::vector<double>(40, 1), {2, 4, 5})); })); }},
+      {"discount empty factors", INVALID, "factors.shape (0, 5) is empty",
+       [&] { return Discount(With(GoodDiscount(), [](auto& r) { *r.mutable_factors() = Operand(F64({}, {0, 5})); })); }},
       {"discount dtype mismatch", INVALID, "factors is float32 but values is float64",
-       [&] { return Discount(With(GoodDiscount(), [](auto& r) { *r.mutable_factors() = Op(F32({1, 2}, {2})); })); }},
+       [&] { return Discount(With(GoodDiscount(), [](auto& r) { *r.mutable_factors() = Operand(F32({1, 2}, {2})); })); }},
       {"discount empty operand", INVALID, "values.shape (0, 2) is empty",
-       [&] { return Discount(With(GoodDiscount(), [](auto& r) { *r.mutable_values() = Op(F64({}, {0, 2})); })); }},
+       [&] { return Discount(With(GoodDiscount(), [](auto& r) { *r.mutable_values() = Operand(F64({}, {0, 2})); })); }},
       // HaversineGrid
       {"haversine grid not set", INVALID, "grid is not set",
        [&] { return Haversine(With(GoodMesh(), [](auto& r) { r.clear_mesh(); })); }},
@@ -231,6 +238,9 @@ TEST_F(MalformedRequestsTest, EveryCaseGetsItsCodeAndMessageAndTheServerKeepsSer
        [&] { return Haversine(With(GoodMesh(), [](auto& r) { r.clear_references(); })); }},
       {"haversine reference latitude 91", INVALID, "references[0].lat is 91",
        [&] { return Haversine(With(GoodMesh(), [](auto& r) { r.mutable_references(0)->set_lat(91); })); }},
+      {"haversine reference latitude 95 names the range", INVALID,
+       "references[0].lat is 95; latitude must lie in [-90, 90]",
+       [&] { return Haversine(With(GoodMesh(), [](auto& r) { r.mutable_references(0)->set_lat(95); })); }},
       {"haversine reference latitude NaN", INVALID, "references[0].lat is nan",
        [&] { return Haversine(With(GoodMesh(), [](auto& r) { r.mutable_references(0)->set_lat(kNaN); })); }},
       {"haversine reference longitude inf", INVALID, "references[0].lon is inf",
@@ -260,32 +270,34 @@ TEST_F(MalformedRequestsTest, EveryCaseGetsItsCodeAndMessageAndTheServerKeepsSer
       {"points lat missing", INVALID, "points.lat is not set",
        [&] { return Haversine(With(GoodPoints(), [](auto& r) { r.mutable_points()->clear_lat(); })); }},
       {"points shapes differ", INVALID, "points.lat.shape (2,) and points.lon.shape (1, 2) differ",
-       [&] { return Haversine(With(GoodPoints(), [](auto& r) { *r.mutable_points()->mutable_lon() = Op(F64({3, 4}, {1, 2})); })); }},
+       [&] { return Haversine(With(GoodPoints(), [](auto& r) { *r.mutable_points()->mutable_lon() = Operand(F64({3, 4}, {1, 2})); })); }},
       {"points dtypes differ", INVALID, "points.lat is float64 but points.lon is float32",
-       [&] { return Haversine(With(GoodPoints(), [](auto& r) { *r.mutable_points()->mutable_lon() = Op(F32({3, 4}, {2})); })); }},
+       [&] { return Haversine(With(GoodPoints(), [](auto& r) { *r.mutable_points()->mutable_lon() = Operand(F32({3, 4}, {2})); })); }},
       {"points empty", INVALID, "points.lat.shape (0,) is empty",
-       [&] { return Haversine(With(GoodPoints(), [](auto& r) { *r.mutable_points()->mutable_lat() = Op(F64({}, {0})); })); }},
+       [&] { return Haversine(With(GoodPoints(), [](auto& r) { *r.mutable_points()->mutable_lat() = Operand(F64({}, {0})); })); }},
       {"points rank 8 (result would be 9)", INVALID, "points.lat has rank 8",
        [&] { return Haversine(With(GoodPoints(), [](auto& r) {
-          *r.mutable_points()->mutable_lat() = Op(F64({1}, {1, 1, 1, 1, 1, 1, 1, 1}));
-          *r.mutable_points()->mutable_lon() = Op(F64({1}, {1, 1, 1, 1, 1, 1, 1, 1})); })); }},
+          *r.mutable_points()->mutable_lat() = Operand(F64({1}, {1, 1, 1, 1, 1, 1, 1, 1}));
+          *r.mutable_points()->mutable_lon() = Operand(F64({1}, {1, 1, 1, 1, 1, 1, 1, 1})); })); }},
       // Normalize
       {"normalize input missing", INVALID, "input is not set",
        [&] { return Normalize(With(GoodNormalize(), [](auto& r) { r.clear_input(); })); }},
       {"normalize scalar", INVALID, "input is a scalar",
-       [&] { return Normalize(With(GoodNormalize(), [](auto& r) { *r.mutable_input() = Op(F64({1}, {})); })); }},
+       [&] { return Normalize(With(GoodNormalize(), [](auto& r) { *r.mutable_input() = Operand(F64({1}, {})); })); }},
       {"normalize empty rows", INVALID, "input.shape (2, 0) has empty rows",
-       [&] { return Normalize(With(GoodNormalize(), [](auto& r) { *r.mutable_input() = Op(F64({}, {2, 0})); })); }},
+       [&] { return Normalize(With(GoodNormalize(), [](auto& r) { *r.mutable_input() = Operand(F64({}, {2, 0})); })); }},
       {"normalize norm unknown", INVALID, "norm has unknown value 9",
        [&] { return Normalize(With(GoodNormalize(), [](auto& r) { r.set_norm(static_cast<v1::Norm>(9)); })); }},
       {"normalize zero row", INVALID, "input row 1 has",
-       [&] { return Normalize(With(GoodNormalize(), [](auto& r) { *r.mutable_input() = Op(F64({1, 2, 1, -1}, {2, 2})); })); }},
+       [&] { return Normalize(With(GoodNormalize(), [](auto& r) { *r.mutable_input() = Operand(F64({1, 2, 1, -1}, {2, 2})); })); }},
       {"normalize NaN row", INVALID, "input row 0 has",
-       [&] { return Normalize(With(GoodNormalize(), [](auto& r) { *r.mutable_input() = Op(F64({kNaN, 2, 1, 1}, {2, 2})); })); }},
+       [&] { return Normalize(With(GoodNormalize(), [](auto& r) { *r.mutable_input() = Operand(F64({kNaN, 2, 1, 1}, {2, 2})); })); }},
+      {"normalize NaN in a later row", INVALID, "input row 1 has",
+       [&] { return Normalize(With(GoodNormalize(), [](auto& r) { *r.mutable_input() = Operand(F64({1, 2, 3, 4, 5, kNaN}, {2, 3})); })); }},
       {"normalize inf row", INVALID, "input row 1 has",
        [&] { return Normalize(With(GoodNormalize(), [](auto& r) {
           r.set_norm(v1::NORM_MAX_ABS);
-          *r.mutable_input() = Op(F64({1, 2, kInf, 1}, {2, 2})); })); }},
+          *r.mutable_input() = Operand(F64({1, 2, kInf, 1}, {2, 2})); })); }},
       // LombScargle
       {"lombscargle x missing", INVALID, "x is not set",
        [&] { return Lomb(With(GoodLomb(), [](auto& r) { r.clear_x(); })); }},
@@ -294,21 +306,25 @@ TEST_F(MalformedRequestsTest, EveryCaseGetsItsCodeAndMessageAndTheServerKeepsSer
       {"lombscargle frequencies not set", INVALID, "frequencies are not set",
        [&] { return Lomb(With(GoodLomb(), [](auto& r) { r.clear_freqs(); })); }},
       {"lombscargle length mismatch", INVALID, "x.shape (4,) and y.shape (3,) differ in length",
-       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_y() = Op(F64({1, 2, 3}, {3})); })); }},
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_y() = Operand(F64({1, 2, 3}, {3})); })); }},
+      {"lombscargle length mismatch, longer y", INVALID, "x.shape (10,) and y.shape (11,) differ in length",
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) {
+          *r.mutable_x() = Operand(F64(std::vector<double>(10, 1), {10}));
+          *r.mutable_y() = Operand(F64(std::vector<double>(11, 1), {11})); })); }},
       {"lombscargle dtype mismatch", INVALID, "y is float32 but x is float64",
-       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_y() = Op(F32({1, 2, 3, 4}, {4})); })); }},
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_y() = Operand(F32({1, 2, 3, 4}, {4})); })); }},
       {"lombscargle y rank 3", INVALID, "y.shape (1, 1, 4) must be (N) or (B, N)",
-       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_y() = Op(F64({1, 2, 3, 4}, {1, 1, 4})); })); }},
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_y() = Operand(F64({1, 2, 3, 4}, {1, 1, 4})); })); }},
       {"lombscargle x batched, y not", INVALID, "is batched but y.shape (4,)",
-       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_x() = Op(F64({1, 2, 3, 4}, {1, 4})); })); }},
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_x() = Operand(F64({1, 2, 3, 4}, {1, 4})); })); }},
       {"lombscargle weights shape", INVALID, "weights.shape (3,) must equal y.shape (4,)",
-       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_weights() = Op(F64({1, 1, 1}, {3})); })); }},
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_weights() = Operand(F64({1, 1, 1}, {3})); })); }},
       {"lombscargle weights dtype", INVALID, "y is float64 but weights is float32",
-       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_weights() = Op(F32({1, 1, 1, 1}, {4})); })); }},
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_weights() = Operand(F32({1, 1, 1, 1}, {4})); })); }},
       {"lombscargle negative weight", INVALID, "weights row 0 has weight -1",
-       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_weights() = Op(F64({1, -1, 1, 1}, {4})); })); }},
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_weights() = Operand(F64({1, -1, 1, 1}, {4})); })); }},
       {"lombscargle zero weights", INVALID, "weights row 0 sums to 0",
-       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_weights() = Op(F64({0, 0, 0, 0}, {4})); })); }},
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_weights() = Operand(F64({0, 0, 0, 0}, {4})); })); }},
       {"lombscargle freq_grid count 0", INVALID, "freq_grid.count is 0",
        [&] { return Lomb(With(GoodLomb(), [](auto& r) { r.mutable_freq_grid()->set_stop(1); })); }},
       {"lombscargle freq_grid start NaN", INVALID, "freq_grid.start is nan",
@@ -316,13 +332,13 @@ TEST_F(MalformedRequestsTest, EveryCaseGetsItsCodeAndMessageAndTheServerKeepsSer
           r.mutable_freq_grid()->set_start(kNaN);
           r.mutable_freq_grid()->set_count(4); })); }},
       {"lombscargle freqs rank 2", INVALID, "freqs.shape (1, 2) must be (M,)",
-       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_freqs() = Op(F64({1, 2}, {1, 2})); })); }},
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_freqs() = Operand(F64({1, 2}, {1, 2})); })); }},
       {"lombscargle freqs dtype", INVALID, "y is float64 but freqs is float32",
-       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_freqs() = Op(F32({1, 2}, {2})); })); }},
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_freqs() = Operand(F32({1, 2}, {2})); })); }},
       {"lombscargle empty", INVALID, "y.shape (0,) is empty",
        [&] { return Lomb(With(GoodLomb(), [](auto& r) {
-          *r.mutable_x() = Op(F64({}, {0}));
-          *r.mutable_y() = Op(F64({}, {0})); })); }},
+          *r.mutable_x() = Operand(F64({}, {0}));
+          *r.mutable_y() = Operand(F64({}, {0})); })); }},
       // Upload framing and header
       {"upload data before header", INVALID, "data before the header",
        [&] { return Upload({Data(8)}); }},
@@ -348,6 +364,9 @@ TEST_F(MalformedRequestsTest, EveryCaseGetsItsCodeAndMessageAndTheServerKeepsSer
        [&] { return Upload({Header(v1::FLOAT64, {1}, std::string(1000, 'n'))}); }},
       {"upload over quota", R::RESOURCE_EXHAUSTED, "buffer quota (buffer_quota_bytes 1048576)",
        [&] { return Upload({Header(v1::FLOAT64, {1 << 20})}); }},
+      {"upload over quota names the upload and its size", R::RESOURCE_EXHAUSTED,
+       "upload 'big' needs 8388608 bytes but the buffer quota (buffer_quota_bytes 1048576)",
+       [&] { return Upload({Header(v1::FLOAT64, {1 << 20}, "big")}); }},
       // Download and Delete
       {"download unknown id", R::NOT_FOUND, "buffer_id 'nope' is not a stored buffer",
        [&] {
@@ -368,11 +387,11 @@ TEST_F(MalformedRequestsTest, EveryCaseGetsItsCodeAndMessageAndTheServerKeepsSer
          v1::DeleteRequest r;
          r.set_buffer_id("nope");
          v1::DeleteResponse response;
-         return buffers_->Delete(&context, r, &response);
+         return server_->buffers().Delete(&context, r, &response);
        }},
   };
 
-  client::Client healthy(channel_);
+  client::Client& healthy = server_->client();
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     const grpc::Status status = c.call();
@@ -383,9 +402,27 @@ TEST_F(MalformedRequestsTest, EveryCaseGetsItsCodeAndMessageAndTheServerKeepsSer
   // Still serving, correctly, with nothing stored or leaked.
   EXPECT_TRUE(Discount(GoodDiscount()).ok());
   EXPECT_TRUE(Lomb(GoodLomb()).ok());
+  v1::NormalizeRequest normalize;
+  *normalize.mutable_input() = Operand(F64({1, 3}, {2}));
+  auto normalized = healthy.Normalize(normalize);
+  ASSERT_TRUE(normalized.ok()) << normalized.status().message();
+  EXPECT_THAT(test::Values(*normalized), ::testing::ElementsAre(0.25, 0.75));
+  EXPECT_EQ(healthy.List()->buffers_size(), 0);
   EXPECT_EQ(healthy.List()->used_bytes(), 0u);
-  EXPECT_EQ(server_->backend_stats().devices.at(0).pool_used_bytes, 0u);
+  EXPECT_EQ(server_->PoolUsedBytes(), 0u);
   std::printf("malformed request cases tried: %zu\n", cases.size());
+}
+
+// A message over max_receive_message_bytes is refused by gRPC before the service sees it.
+TEST_F(MalformedRequestsTest, MessageOverTheLimitIsResourceExhausted) {
+  ServerConfig config = test::LoopbackConfig();
+  config.max_receive_message_bytes = 1 << 20;
+  Start(config);
+  v1::NormalizeRequest request;
+  *request.mutable_input() = Operand(F64(std::vector<double>(200000, 1.5), {200000}));  // 1.6 MB
+  const grpc::Status status = Normalize(request);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  EXPECT_THAT(status.error_message(), ::testing::HasSubstr("larger than max"));
 }
 
 }  // namespace

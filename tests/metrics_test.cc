@@ -12,10 +12,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
-#include "client/tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/server.h"
+#include "tests/testing/server_fixture.h"
+#include "tests/testing/tensors.h"
 
 namespace gpucompute {
 namespace {
@@ -68,16 +69,13 @@ std::map<std::string, double> ParseSamples(const std::string& text) {
 class MetricsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ServerConfig config;
-    config.address = "127.0.0.1:0";
+    ServerConfig config = test::LoopbackConfig();
     config.metrics_address = "127.0.0.1:0";
-    config.backend.kind = BackendKind::kCpu;
-    auto server = GpuComputeServer::Start(config);
+    auto server = test::TestServer::Start(config);
     ASSERT_TRUE(server.ok()) << server.status().message();
     server_ = *std::move(server);
-    ASSERT_GT(server_->metrics_port(), 0);
-    client_ = std::make_unique<client::Client>(
-        client::MakeChannel(absl::StrCat("127.0.0.1:", server_->port())));
+    ASSERT_GT(server_->server().metrics_port(), 0);
+    client_ = &server_->client();
   }
 
   double Sample(const std::map<std::string, double>& samples, const std::string& key) {
@@ -86,26 +84,24 @@ class MetricsTest : public ::testing::Test {
     return it == samples.end() ? -1 : it->second;
   }
 
-  std::unique_ptr<GpuComputeServer> server_;
-  std::unique_ptr<client::Client> client_;
+  std::unique_ptr<test::TestServer> server_;
+  client::Client* client_ = nullptr;
 };
 
 TEST_F(MetricsTest, CountsMatchAKnownSequenceOfRequests) {
-  const std::vector<double> row = {1, 2, 3, 4};  // 32 bytes of float64
-  const std::vector<int64_t> row_shape = {4}, zeros_shape = {2};
+  const v1::Tensor row = test::F64({1, 2, 3, 4}, {4});  // 32 bytes of float64
   v1::NormalizeRequest good;
-  *good.mutable_input()->mutable_tensor() = *client::MakeTensor(std::span<const double>(row), row_shape);
+  *good.mutable_input()->mutable_tensor() = row;
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(client_->Normalize(good).ok());
-  const std::vector<double> zeros = {0, 0};
   v1::NormalizeRequest bad;
-  *bad.mutable_input()->mutable_tensor() = *client::MakeTensor(std::span<const double>(zeros), zeros_shape);
+  *bad.mutable_input()->mutable_tensor() = test::F64({0, 0}, {2});
   ASSERT_EQ(client_->Normalize(bad).status().code(), absl::StatusCode::kInvalidArgument);
-  auto uploaded = client_->Upload("u", *client::MakeTensor(std::span<const double>(row), row_shape));
+  auto uploaded = client_->Upload("u", row);
   ASSERT_TRUE(uploaded.ok()) << uploaded.status().message();
   ASSERT_TRUE(client_->Download(uploaded->id()).ok());
   ASSERT_TRUE(client_->GetInfo().ok());
 
-  const std::string text = Scrape(server_->metrics_port());
+  const std::string text = Scrape(server_->server().metrics_port());
   ASSERT_FALSE(text.empty());
   const auto samples = ParseSamples(text);
 
@@ -154,14 +150,12 @@ TEST(MetricsAuthTest, BasicAuthGuardsTheEndpoint) {
   std::FILE* f = std::fopen(path.c_str(), "w");
   std::fputs("prom sha256:2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b\n", f);
   std::fclose(f);
-  ServerConfig config;
-  config.address = "127.0.0.1:0";
+  ServerConfig config = test::LoopbackConfig();
   config.metrics_address = "127.0.0.1:0";
   config.metrics_basic_auth_file = path;
-  config.backend.kind = BackendKind::kCpu;
-  auto server = GpuComputeServer::Start(config);
+  auto server = test::TestServer::Start(config);
   ASSERT_TRUE(server.ok()) << server.status().message();
-  const int port = (*server)->metrics_port();
+  const int port = (*server)->server().metrics_port();
   EXPECT_THAT(Get(port), ::testing::StartsWith("HTTP/1.1 401"));
   // base64("prom:wrong") and base64("prom:secret")
   EXPECT_THAT(Get(port, "Authorization: Basic cHJvbTp3cm9uZw==\r\n"),

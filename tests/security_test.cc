@@ -10,11 +10,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
-#include "client/tensor.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "server/server.h"
+#include "tests/testing/server_fixture.h"
+#include "tests/testing/tensors.h"
 
 namespace gpucompute {
 namespace {
@@ -73,21 +74,18 @@ class SecurityTest : public ::testing::Test {
   void SetUp() override { ASSERT_TRUE(certs_->ok()) << "openssl could not make certificates"; }
 
   void Start(bool mutual, bool tokens) {
-    ServerConfig config;
-    config.address = "127.0.0.1:0";
-    config.metrics_address = "";
-    config.backend.kind = BackendKind::kCpu;
+    ServerConfig config = test::LoopbackConfig();
     config.principal_quota_bytes = 1000;
     config.security.tls_cert_file = certs_->path("server.pem");
     config.security.tls_key_file = certs_->path("server.key");
     if (mutual) config.security.tls_client_ca_file = certs_->path("ca.pem");
     if (tokens) config.security.auth_tokens_file = certs_->path("tokens.txt");
-    auto server = GpuComputeServer::Start(config);
+    auto server = test::TestServer::Start(config);
     ASSERT_TRUE(server.ok()) << server.status().message();
     server_ = *std::move(server);
   }
 
-  std::string Target() const { return absl::StrCat("127.0.0.1:", server_->port()); }
+  std::string Target() const { return server_->target(); }
 
   // A TLS client trusting the test CA, optionally with a client certificate and token.
   std::unique_ptr<client::Client> TlsClient(const std::string& cert = "",
@@ -111,14 +109,10 @@ class SecurityTest : public ::testing::Test {
         grpc::CreateCustomChannel(Target(), credentials, args), client_options);
   }
 
-  static v1::Tensor Row() {
-    const std::vector<double> row = {1, 3};
-    const std::vector<int64_t> shape = {2};
-    return *client::MakeTensor(std::span<const double>(row), shape);
-  }
+  static v1::Tensor Row() { return test::F64({1, 3}, {2}); }
 
   static Certificates* certs_;
-  std::unique_ptr<GpuComputeServer> server_;
+  std::unique_ptr<test::TestServer> server_;
 };
 
 Certificates* SecurityTest::certs_ = nullptr;

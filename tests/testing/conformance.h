@@ -1,0 +1,246 @@
+// The backends the conformance suite runs on, the tolerance each owes the float64
+// references, and the fixture: one typed test instance per (backend, dtype).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "tests/testing/arrays.h"
+#include "tests/testing/tensors.h"
+
+namespace gpucompute::test {
+
+enum class Check { kHaversineMesh, kHaversinePoints, kNormalize, kLombScargle };
+
+// How close a result must come to its float64 reference: elementwise within
+// atol + rtol * |ref|, or (rel_l2 >= 0) as ||got - ref|| <= rel_l2 * ||ref||.
+// Discount products are exact on every backend.
+struct Tolerance {
+  double rtol = 0;
+  double atol = 0;
+  double rel_l2 = -1;
+};
+
+inline void ExpectWithin(const std::vector<double>& got, const std::vector<double>& ref, Tolerance t) {
+  if (t.rel_l2 >= 0) {
+    ExpectRelativeL2(got, ref, t.rel_l2);
+  } else {
+    ExpectNear(got, ref, t.rtol, t.atol);
+  }
+}
+
+// The CPU computes in float64 and rounds once to T: float32 within its rounding
+// (6e-8) with margin; float64 keeps a few roundings of slack for libm and sum order.
+struct CpuSubject {
+  static constexpr const char* kName = "cpu";
+  static absl::StatusOr<std::unique_ptr<Backend>> Create() { return CreateCpuBackend(2); }
+  template <typename T>
+  static Tolerance For(Check check) {
+    const bool f32 = sizeof(T) == 4;
+    const double rtol = f32 ? 1e-6 : 1e-12;
+    switch (check) {
+      case Check::kHaversineMesh: return {rtol, 1e-6};  // near the antipode h is ill-conditioned
+      case Check::kHaversinePoints: return {rtol, 1e-9};
+      case Check::kNormalize: return {rtol, 0};
+      case Check::kLombScargle: return {0, f32 ? 1e-6 : 1e-10};  // on the row's largest power
+    }
+    return {};
+  }
+};
+
+// The GPU computes float32 in float32 (Lomb-Scargle accumulates in it too):
+// norm-relative bounds.
+struct CudaSubject {
+  static constexpr const char* kName = "cuda";
+  static absl::StatusOr<std::unique_ptr<Backend>> Create() {
+    BackendOptions options;
+    options.kind = BackendKind::kCuda;
+    GC_ASSIGN_OR_RETURN(BackendSelection selection, CreateBackend(options));
+    return std::move(selection.backend);
+  }
+  template <typename T>
+  static Tolerance For(Check check) {
+    const bool f32 = sizeof(T) == 4;
+    switch (check) {
+      case Check::kHaversineMesh: return {.rel_l2 = f32 ? 2e-6 : 1e-12};
+      case Check::kHaversinePoints: return {.rel_l2 = f32 ? 1e-5 : 1e-12};
+      case Check::kNormalize: return {.rel_l2 = f32 ? 1e-6 : 1e-14};
+      case Check::kLombScargle: return {.rel_l2 = f32 ? 1e-4 : 1e-9};
+    }
+    return {};
+  }
+};
+
+// One backend per process and kind: the CUDA one loads its kernels once.
+template <typename Subject>
+absl::StatusOr<Backend*> Shared() {
+  static const absl::StatusOr<std::unique_ptr<Backend>> made = Subject::Create();
+  if (!made.ok()) return made.status();
+  return made->get();
+}
+
+// Set by bench/run_gpu.sh under compute-sanitizer: trims the largest cases.
+inline bool Sanitized() { return std::getenv("GPUCOMPUTE_SANITIZER") != nullptr; }
+
+template <typename S, typename T>
+struct On {
+  using Subject = S;
+  using Element = T;
+};
+using Subjects = ::testing::Types<On<CpuSubject, float>, On<CpuSubject, double>,
+                                  On<CudaSubject, float>, On<CudaSubject, double>>;
+struct SubjectNames {
+  template <typename P>
+  static std::string GetName(int) {
+    return absl::StrCat(P::Subject::kName, sizeof(typename P::Element) == 4 ? "_f32" : "_f64");
+  }
+};
+
+template <typename P>
+class BackendConformance : public ::testing::Test {
+ protected:
+  using T = typename P::Element;
+  static constexpr DType kDType = test::DTypeOf<T>();
+  static constexpr DType kOtherDType = test::DTypeOf<std::conditional_t<sizeof(T) == 4, double, float>>();
+
+  void SetUp() override {
+    absl::StatusOr<Backend*> backend = Shared<typename P::Subject>();
+    if (!backend.ok()) GTEST_SKIP() << P::Subject::kName << " backend: " << backend.status();
+    backend_ = *backend;
+  }
+
+  static Tolerance ToleranceFor(Check check) { return P::Subject::template For<T>(check); }
+  // The CPU backend, whose error messages every backend repeats word for word.
+  static Backend& Cpu() { return **Shared<CpuSubject>(); }
+
+  // An array holding `values` rounded to T; `values` is rounded in place too,
+  // so references see exactly what the backend sees.
+  std::shared_ptr<Array> Upload(const Shape& shape, std::vector<double>& values) {
+    const std::vector<T> rounded(values.begin(), values.end());
+    values.assign(rounded.begin(), rounded.end());
+    return test::Put(*backend_, shape, rounded);
+  }
+  std::shared_ptr<Array> UploadOther(const Shape& shape, const std::vector<double>& values) {
+    return test::Make(*backend_, kOtherDType, shape,
+                      sizeof(T) == 4 ? static_cast<const void*>(values.data())
+                                     : std::vector<float>(values.begin(), values.end()).data());
+  }
+  std::shared_ptr<Array> Poisoned(const Shape& shape) {
+    return test::Poisoned(*backend_, kDType, shape);
+  }
+  std::vector<double> Download(const Array& array) {
+    return test::ToDoubles(test::Read<T>(*backend_, array));
+  }
+  std::vector<double> Uniform(int64_t n, double lo, double hi) { return random_.Uniform(n, lo, hi); }
+  std::vector<GeoPoint> RandomRefs(int count) {
+    const std::vector<double> lat = Uniform(count, -90, 90), lon = Uniform(count, -180, 180);
+    std::vector<GeoPoint> refs(count);
+    for (int i = 0; i < count; ++i) refs[i] = {lat[i], lon[i]};
+    return refs;
+  }
+
+  test::RandomInputs random_;
+  Backend* backend_ = nullptr;
+  OpContext ctx_;
+};
+
+#define TRACE_SEED() SCOPED_TRACE(absl::StrCat("random seed ", this->random_.seed()))
+
+// Lomb-Scargle: one case of the periodogram against the float64 reference.
+enum class Weights { kNone, kShared, kPerRow };
+enum class Batching { kNone, kSharedX, kBatchedX };
+// Grid generated by the backend; random array; array of the grid's values
+// (evenly spaced like numpy.linspace output).
+enum class Freqs { kGrid, kRandomArray, kLinspaceArray };
+constexpr Freqs kAllFreqs[] = {Freqs::kGrid, Freqs::kRandomArray, Freqs::kLinspaceArray};
+
+struct LombScargleCase {
+  int64_t samples;
+  int64_t frequencies;
+  Batching batching;
+  Weights weights;
+  Freqs freqs;
+  LombScargleOptions options;
+  int64_t batch = 3;       // rows when batched
+  bool sinusoid = false;   // x over [0, 1000), y a noisy sine per row; else uniform noise
+};
+
+template <typename P>
+class LombScargleConformance : public BackendConformance<P> {
+ protected:
+  void Check(const LombScargleCase& c) {
+    SCOPED_TRACE(absl::StrCat(
+        "N=", c.samples, " M=", c.frequencies, " batching=", static_cast<int>(c.batching),
+        " weights=", static_cast<int>(c.weights), " freqs=", static_cast<int>(c.freqs),
+        " precenter=", c.options.precenter, " normalize=", c.options.normalize,
+        " floating_mean=", c.options.floating_mean, " sinusoid=", c.sinusoid));
+    const int64_t batch = c.batching == Batching::kNone ? 1 : c.batch;
+    const int64_t n = c.samples, m = c.frequencies;
+    if (Sanitized() && batch * n * m > 5000000) return;
+    const bool x_batched = c.batching == Batching::kBatchedX;
+    const Shape x_shape = x_batched ? Shape{batch, n} : Shape{n};
+    const Shape y_shape = c.batching == Batching::kNone ? Shape{n} : Shape{batch, n};
+    std::vector<double> x = this->Uniform(ElementCount(x_shape), 0, c.sinusoid ? 1000 : 100);
+    std::vector<double> y = this->Uniform(ElementCount(y_shape), c.sinusoid ? -0.5 : -1, c.sinusoid ? 0.5 : 3);
+    if (c.sinusoid) {
+      for (int64_t b = 0; b < batch; ++b) {
+        for (int64_t i = 0; i < n; ++i) {
+          y[b * n + i] += 2.0 * std::sin((1.0 + 0.5 * b) * x[(x_batched ? b * n : 0) + i]) + 0.7;
+        }
+      }
+    }
+    auto x_array = this->Upload(x_shape, x);
+    auto y_array = this->Upload(y_shape, y);
+    std::vector<double> w;
+    std::shared_ptr<Array> w_array;
+    if (c.weights != Weights::kNone) {
+      const Shape w_shape = c.weights == Weights::kPerRow ? y_shape : Shape{n};
+      w = this->Uniform(ElementCount(w_shape), 0.1, 2);
+      w_array = this->Upload(w_shape, w);
+    }
+    const Linspace grid = {0.01, 10, m};
+    std::vector<double> freqs(m);
+    for (int64_t k = 0; k < m; ++k) freqs[k] = grid.At(k);
+    if (c.freqs == Freqs::kRandomArray) freqs = this->Uniform(m, 0.01, 10);
+    std::shared_ptr<Array> freq_array;
+    if (c.freqs != Freqs::kGrid) freq_array = this->Upload({m}, freqs);
+    auto out = this->Poisoned(c.batching == Batching::kNone ? Shape{m} : Shape{batch, m});
+    absl::Status status = this->backend_->LombScargle(*x_array, *y_array, w_array.get(),
+                                                      freq_array.get(), grid, c.options, *out, this->ctx_);
+    ASSERT_TRUE(status.ok()) << status.message();
+    const std::vector<double> expected = LombScarglePowers(
+        x, x_batched, y, w_array ? &w : nullptr, c.weights == Weights::kPerRow, freqs, batch, n, c.options);
+    const std::vector<double> actual = this->Download(*out);
+    const Tolerance tolerance = this->ToleranceFor(Check::kLombScargle);
+    if (tolerance.rel_l2 >= 0) {
+      ExpectRelativeL2(actual, expected, tolerance.rel_l2);
+      return;
+    }
+    // Powers are compared on the scale of the row's largest power, since a
+    // frequency where D is tiny amplifies rounding in both. float32: the output
+    // rounding (6e-8) with margin; float64: ~1e-14 phase differences (the
+    // recurrence, libm) amplified by D.
+    std::vector<double> scaled_actual(actual.size()), scaled_expected(expected.size());
+    for (int64_t b = 0; b < batch; ++b) {
+      double scale = 0;
+      for (int64_t k = 0; k < m; ++k) scale = std::max(scale, std::abs(expected[b * m + k]));
+      for (int64_t k = 0; k < m; ++k) {
+        scaled_actual[b * m + k] = actual[b * m + k] / scale;
+        scaled_expected[b * m + k] = expected[b * m + k] / scale;
+      }
+    }
+    ExpectWithin(scaled_actual, scaled_expected, tolerance);
+  }
+};
+
+}  // namespace gpucompute::test

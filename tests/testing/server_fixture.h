@@ -1,0 +1,45 @@
+// A real server in this process on a loopback port chosen by the kernel (port 0),
+// with a channel, the client and the raw stubs; shut down when it goes away.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "client/client.h"
+#include "gpucompute/v1/gpucompute.grpc.pb.h"
+#include "server/server.h"
+
+namespace gpucompute::test {
+
+// Serves on 127.0.0.1:0 without a metrics endpoint, on the CPU backend; tests
+// change what they exercise.
+ServerConfig LoopbackConfig();
+
+class TestServer {
+ public:
+  // `backend` replaces the one `config.backend` would create (e.g. a fault-injecting one).
+  static absl::StatusOr<std::unique_ptr<TestServer>> Start(
+      const ServerConfig& config, std::optional<BackendSelection> backend = std::nullopt);
+
+  GpuComputeServer& server() { return *server_; }
+  int port() const { return server_->port(); }
+  std::string target() const;  // "127.0.0.1:<port>"
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
+  client::Client& client() { return *client_; }
+  v1::Compute::Stub& compute() { return *compute_; }
+  v1::Buffers::Stub& buffers() { return *buffers_; }
+  uint64_t PoolUsedBytes() const { return server_->backend_stats().devices.at(0).pool_used_bytes; }
+
+ private:
+  explicit TestServer(std::unique_ptr<GpuComputeServer> server);
+
+  std::unique_ptr<GpuComputeServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<client::Client> client_;
+  std::unique_ptr<v1::Compute::Stub> compute_;
+  std::unique_ptr<v1::Buffers::Stub> buffers_;
+};
+
+}  // namespace gpucompute::test
