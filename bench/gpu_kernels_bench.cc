@@ -27,7 +27,9 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_resources.h"
 #include "kernels/cuda/launchers.h"
+#include "kernels/cuda/lombscargle_variants.h"
 
 namespace gpucompute {
 namespace {
@@ -293,7 +295,7 @@ void LombScargle(Bench& b, bool quick) {
       CHECK_CUDA(cudaEventCreate(&e1));
       Time(absl::StrCat("  launcher v", variant), t, size, 0, static_cast<double>(n) * m, [&] {
         CHECK_CUDA(cudaEventRecord(e0, b.stream));
-        CHECK_CUDA(cuda::LaunchLombScargle(dt, a, res, cuda::LaunchEnv{b.stream, nullptr, b.sm_count}, variant));
+        CHECK_CUDA(cuda::LaunchLombScargleVariant(dt, a, res, cuda::LaunchEnv{b.stream, nullptr, b.sm_count}, variant));
         CHECK_CUDA(cudaEventRecord(e1, b.stream));
         CHECK_CUDA(cudaEventSynchronize(e1));
         float ms = 0;
@@ -346,7 +348,8 @@ int Main(int argc, char** argv) {
   CHECK_OK(be.status());
   b.backend = *std::move(be);
   b.device = b.backend->PickDevice();
-  CHECK_CUDA(cudaSetDevice(b.device));
+  const cuda::ScopedDevice on_device(b.device);  // for the benchmark's own streams and copies
+  CHECK_CUDA(on_device.error());
   CHECK_CUDA(cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking));
   cudaDeviceProp prop{};
   CHECK_CUDA(cudaGetDeviceProperties(&prop, b.device));

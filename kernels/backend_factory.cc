@@ -9,14 +9,6 @@
 
 namespace gpucompute {
 
-bool CudaCompiledIn() {
-#ifdef GPUCOMPUTE_HAVE_CUDA
-  return true;
-#else
-  return false;
-#endif
-}
-
 namespace {
 
 absl::StatusOr<BackendSelection> CreateRealBackend(const BackendOptions& options) {
@@ -30,7 +22,7 @@ absl::StatusOr<BackendSelection> CreateRealBackend(const BackendOptions& options
   }
   if (options.kind == BackendKind::kCuda) return cuda.status();
   return BackendSelection{CreateCpuBackend(options.cpu_threads),
-                          absl::StrCat("cpu: auto fell back, no usable GPU (",
+                          absl::StrCat("cpu: no GPU found, the CPU backend serves (CUDA: ",
                                        cuda.status().message(), ")")};
 #else
   if (options.kind == BackendKind::kCuda) {

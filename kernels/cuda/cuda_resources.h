@@ -16,20 +16,48 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
 
 namespace gpucompute::cuda {
 
-// Makes `device` current for this thread (cudaSetDevice is per thread and cheap).
-inline absl::Status SetDevice(int device) {
-  GC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device), absl::StrCat("cudaSetDevice(", device, ")"));
-  return absl::OkStatus();
-}
+// Makes `device` current for this thread while in scope (cub::SwitchDevice's shape);
+// cudaSetDevice is per thread and cheap, and nothing is switched when `device` is
+// current already. On destruction it restores the device of the enclosing guard on this
+// thread, if any. Outside every guard the thread keeps `device`: a thread's default
+// device 0 has no context until it is used, and restoring it would create one on a GPU
+// that --devices leaves out. Check error() before using the device.
+class ScopedDevice {
+ public:
+  explicit ScopedDevice(int device) : device_(device), enclosing_(GuardedDevice()) {
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess || current != device) error_ = cudaSetDevice(device);
+    if (error_ == cudaSuccess) GuardedDevice() = device;
+  }
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+  ~ScopedDevice() {
+    if (error_ != cudaSuccess) return;
+    GuardedDevice() = enclosing_;
+    if (enclosing_ >= 0 && enclosing_ != device_) (void)cudaSetDevice(enclosing_);
+  }
+  cudaError_t error() const { return error_; }
+
+ private:
+  // The device of the innermost live guard on this thread; -1 outside every guard.
+  static int& GuardedDevice() {
+    static thread_local int device = -1;
+    return device;
+  }
+
+  const int device_;
+  const int enclosing_;
+  cudaError_t error_ = cudaSuccess;
+};
 
 class Event {
  public:
   Event() = default;
-  explicit Event(cudaEvent_t e) : e_(e) {}
   Event(Event&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
   Event& operator=(Event&& o) noexcept {
     if (this != &o) {
@@ -40,9 +68,18 @@ class Event {
   }
   ~Event() { Reset(); }
   static absl::StatusOr<Event> Create(unsigned flags) {
+    Event e;
+    GC_CUDA_RETURN_IF_ERROR(e.Init(flags), "cudaEventCreate");
+    return e;
+  }
+  // Replaces the event with a new one (empty when that fails); the form for the copy
+  // paths, which report a cudaError_t.
+  cudaError_t Init(unsigned flags) {
+    Reset();
     cudaEvent_t e = nullptr;
-    GC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, flags), "cudaEventCreate");
-    return Event(e);
+    const cudaError_t err = cudaEventCreateWithFlags(&e, flags);
+    if (err == cudaSuccess) e_ = e;
+    return err;
   }
   cudaEvent_t get() const { return e_; }
 
@@ -105,8 +142,8 @@ class StreamPool {
   StreamPool(const StreamPool&) = delete;
   StreamPool& operator=(const StreamPool&) = delete;
   ~StreamPool() {
+    ScopedDevice on_device(device_);
     for (PooledStream* s : all_) {
-      (void)cudaSetDevice(device_);
       (void)cudaStreamDestroy(s->stream);
       delete s;
     }
@@ -116,9 +153,8 @@ class StreamPool {
   absl::Status Reserve(int n) {
     std::vector<PooledStream*> made;
     for (int i = 0; i < n; ++i) {
-      absl::StatusOr<PooledStream*> s = Make();
-      if (!s.ok()) return s.status();
-      made.push_back(*s);
+      GC_ASSIGN_OR_RETURN(PooledStream* const s, Make());
+      made.push_back(s);
     }
     std::lock_guard<std::mutex> lock(mu_);
     for (PooledStream* s : made) free_.push_back(s);
@@ -153,9 +189,8 @@ class StreamPool {
         return Lease(this, s);
       }
     }
-    absl::StatusOr<PooledStream*> s = Make();
-    if (!s.ok()) return s.status();
-    return Lease(this, *s);
+    GC_ASSIGN_OR_RETURN(PooledStream* const s, Make());
+    return Lease(this, s);
   }
 
   size_t size() const {
@@ -204,11 +239,10 @@ class StagingPool {
     uint64_t slot = std::min<uint64_t>(kMaxSlot, std::max<uint64_t>(kMinSlot, total_bytes / 2));
     slot = (slot + 4095) / 4096 * 4096;
     const uint64_t count = std::max<uint64_t>(2, total_bytes / slot);
-    absl::StatusOr<PinnedBuffer> buf = PinnedBuffer::Create(slot * count);
-    if (!buf.ok()) return buf.status();
+    GC_ASSIGN_OR_RETURN(PinnedBuffer buffer, PinnedBuffer::Create(slot * count));
     auto pool = std::unique_ptr<StagingPool>(new StagingPool);
     pool->slot_bytes_ = slot;
-    pool->buffer_ = *std::move(buf);
+    pool->buffer_ = std::move(buffer);
     for (uint64_t i = 0; i < count; ++i) {
       pool->free_.push_back(static_cast<char*>(pool->buffer_.data()) + i * slot);
     }

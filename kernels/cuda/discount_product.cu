@@ -219,6 +219,9 @@ Coalesced Coalesce(const BroadcastArgs& args) {
 template <typename T>
 constexpr int VecCount() { return Vec16<T>::kCount; }
 
+// Which kernel a coalesced broadcast runs on.
+enum class DiscountPath { kEmpty, kFlat, kRowBroadcast, kGeneral };
+
 DiscountPath Plan(const Coalesced& c, int vec, const void* a, const void* b, void* out,
                   bool* swap, bool* use_vec) {
   *swap = false;
@@ -344,12 +347,6 @@ bool ValidArgs(const BroadcastArgs& args) {
 }
 
 }  // namespace
-
-DiscountPath PlanDiscountProduct(const BroadcastArgs& args, DType dtype, const void* a,
-                                 const void* b, void* out) {
-  bool swap = false, vec = false;
-  return Plan(Coalesce(args), dtype == DType::kFloat32 ? 4 : 2, a, b, out, &swap, &vec);
-}
 
 cudaError_t LaunchDiscountProduct(DType dtype, const void* a, const void* b, void* out,
                                   const BroadcastArgs& args, const LaunchEnv& env) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/dtype.h"
+#include "kernels/norm.h"
 
 namespace gpucompute::cuda {
 
@@ -41,11 +42,6 @@ struct BroadcastArgs {
   int64_t stride_b[kMaxRank] = {};
 };
 
-// Which kernel a broadcast plan uses (exposed for tests and the benchmark).
-enum class DiscountPath { kEmpty, kFlat, kRowBroadcast, kGeneral };
-DiscountPath PlanDiscountProduct(const BroadcastArgs& args, DType dtype, const void* a,
-                                 const void* b, void* out);
-
 cudaError_t LaunchDiscountProduct(DType dtype, const void* a, const void* b, void* out,
                                   const BroadcastArgs& args, const LaunchEnv& env);
 
@@ -74,8 +70,6 @@ cudaError_t LaunchHaversinePoints(DType dtype, const void* lat, const void* lon,
                                   const LaunchEnv& env);
 
 // ---- normalize ----------------------------------------------------------------
-enum class NormCode : int { kSum = 0, kL1 = 1, kL2 = 2, kMaxAbs = 3 };
-
 // Device results of a normalize launch, read back by the caller after the stream
 // completes: the lowest row index whose norm is zero or non-finite (UINT64_MAX when
 // none) and that row's norm.
@@ -87,11 +81,11 @@ struct NormalizeResult {
 // in, out: rows x cols (dense). `result` is device memory the launcher initializes.
 // Rows with a bad norm are never divided by (their output is left unwritten).
 cudaError_t LaunchNormalize(DType dtype, const void* in, void* out, int64_t rows, int64_t cols,
-                            NormCode norm, NormalizeResult* result, const LaunchEnv& env);
+                            NormKind norm, NormalizeResult* result, const LaunchEnv& env);
 // Error path, after LaunchNormalize completed with result->bad_row set: fills
 // result->bad_norm with that row's norm (for the message).
 cudaError_t LaunchNormalizeBadRowNorm(DType dtype, const void* in, int64_t rows, int64_t cols,
-                                      NormCode norm, NormalizeResult* result, const LaunchEnv& env);
+                                      NormKind norm, NormalizeResult* result, const LaunchEnv& env);
 
 // ---- Lomb-Scargle -------------------------------------------------------------
 struct LombScargleArgs {
@@ -117,11 +111,10 @@ struct LombScargleResult {
   unsigned long long bad_batch;
 };
 
-// `variant` selects a launch policy: -1 picks by size (what the backend uses);
-// 0 and 1 force one (the benchmark compares them). float32: 0 = 8 frequencies per
-// thread, 1 = 4; float64: 0 = 4 per thread, 1 = 8 on 128-thread blocks.
+// The launch policy (frequencies per thread) is picked by size; the benchmark's
+// forced choices are in lombscargle_variants.h.
 cudaError_t LaunchLombScargle(DType dtype, const LombScargleArgs& args, LombScargleResult* result,
-                              const LaunchEnv& env, int variant = -1);
+                              const LaunchEnv& env);
 
 // ---- start-up -----------------------------------------------------------------
 // Every kernel of every operation, for cudaFuncGetAttributes.
@@ -140,7 +133,7 @@ cudaError_t WarmupHaversine(const LaunchEnv& env);
 cudaError_t WarmupNormalize(const LaunchEnv& env);
 cudaError_t WarmupLombScargle(const LaunchEnv& env);
 
-// ---- test and benchmark support ---------------------------------------------
+// ---- benchmark support --------------------------------------------------------
 // Fills n elements with uniform values in [lo, hi) from a counter-based hash of
 // (seed, index): the same on every device and run.
 cudaError_t LaunchFillUniform(DType dtype, void* data, int64_t n, double lo, double hi,

@@ -28,6 +28,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launchers.h"
+#include "kernels/cuda/lombscargle_variants.h"
 
 namespace gpucompute::cuda {
 namespace {
@@ -36,8 +37,8 @@ struct PrepPolicy {
   static constexpr int kThreads = 256;
 };
 
-// The backend picks variant 0 or 1 by size (LaunchLombScargle, variant -1); the
-// benchmark times each.
+// LaunchLombScargle picks variant 0 or 1 by size; the benchmark times each
+// (lombscargle_variants.h).
 // kInnerUnroll > 1 interleaves samples on top of the kFreqsPerThread independent
 // chains; it costs registers (f32: ~60 -> ~120 at 4 freqs/thread).
 template <typename T, int kVariant>
@@ -400,26 +401,34 @@ void ListT(std::vector<KernelEntry>& out, const std::string& t) {
   if constexpr (std::is_same_v<T, float>) ListVariant<T, 1>(out, t);  // small-M float32
 }
 
-}  // namespace
-
-cudaError_t LaunchLombScargle(DType dtype, const LombScargleArgs& a, LombScargleResult* result,
-                              const LaunchEnv& env, int variant) {
+cudaError_t LaunchVariant(DType dtype, const LombScargleArgs& a, LombScargleResult* result,
+                          const LaunchEnv& env, int variant) {
   GC_REQUIRE(result != nullptr);
   GC_REQUIRE(a.batch >= 1 && a.samples >= 1 && a.frequencies >= 1);
   GC_REQUIRE(a.x != nullptr && a.y != nullptr && a.out != nullptr);
-  GC_REQUIRE(variant >= -1 && variant <= 1);
-  if (variant < 0) {
-    // float32: 8 frequencies per thread where that still gives every SM two blocks,
-    // else 4 (twice the blocks). float64: 4.
-    using P0 = PeriodogramPolicy<float, 0>;
-    const int64_t blocks = CeilDiv(a.frequencies, int64_t{P0::kThreads} * P0::kFreqsPerThread) * a.batch;
-    variant = dtype == DType::kFloat64 || blocks >= 2 * int64_t{env.sm_count} ? 0 : 1;
-  }
+  GC_REQUIRE(variant == 0 || variant == 1);
   GC_TRY(cudaMemsetAsync(result, 0xff, sizeof(LombScargleResult), env.stream));
   if (dtype == DType::kFloat32) {
     return variant == 0 ? LaunchT<float, 0>(a, result, env) : LaunchT<float, 1>(a, result, env);
   }
   return variant == 0 ? LaunchT<double, 0>(a, result, env) : LaunchT<double, 1>(a, result, env);
+}
+
+}  // namespace
+
+cudaError_t LaunchLombScargle(DType dtype, const LombScargleArgs& a, LombScargleResult* result,
+                              const LaunchEnv& env) {
+  // float32: 8 frequencies per thread where that still gives every SM two blocks,
+  // else 4 (twice the blocks). float64: 4.
+  using P0 = PeriodogramPolicy<float, 0>;
+  const int64_t blocks = CeilDiv(a.frequencies, int64_t{P0::kThreads} * P0::kFreqsPerThread) * a.batch;
+  const int variant = dtype == DType::kFloat64 || blocks >= 2 * int64_t{env.sm_count} ? 0 : 1;
+  return LaunchVariant(dtype, a, result, env, variant);
+}
+
+cudaError_t LaunchLombScargleVariant(DType dtype, const LombScargleArgs& a,
+                                     LombScargleResult* result, const LaunchEnv& env, int variant) {
+  return LaunchVariant(dtype, a, result, env, variant);
 }
 
 void ListLombScargleKernels(std::vector<KernelEntry>& out) {
@@ -448,11 +457,11 @@ cudaError_t WarmupLombScargle(const LaunchEnv& env) {
       for (int fm = 0; fm < 2; ++fm) {
         a.floating_mean = fm == 1;
         a.freqs = base + 24 * es;
-        GC_TRY(LaunchLombScargle(t, a, res, env, variant));
+        GC_TRY(LaunchVariant(t, a, res, env, variant));
         a.freqs = nullptr;
         a.grid_start = 0.1;
         a.grid_stop = 1.0;
-        GC_TRY(LaunchLombScargle(t, a, res, env, variant));
+        GC_TRY(LaunchVariant(t, a, res, env, variant));
       }
     }
   }

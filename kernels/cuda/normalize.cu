@@ -44,22 +44,22 @@ struct BadRowPolicy {
 };
 
 // ---- the norm as a float64 reduction -----------------------------------------------
-template <NormCode kNorm>
+template <NormKind kNorm>
 struct NormOp {
   __device__ static double Identity() { return 0.0; }
   template <typename T>
   __device__ static double Transform(T x) {
     const double v = static_cast<double>(x);
-    if constexpr (kNorm == NormCode::kSum) return v;
-    else if constexpr (kNorm == NormCode::kL2) return v * v;
+    if constexpr (kNorm == NormKind::kSum) return v;
+    else if constexpr (kNorm == NormKind::kL2) return v * v;
     else return fabs(v);
   }
   __device__ static double Combine(double a, double b) {
-    if constexpr (kNorm == NormCode::kMaxAbs) return (a > b || a != a) ? a : b;  // NaN sticks
+    if constexpr (kNorm == NormKind::kMaxAbs) return (a > b || a != a) ? a : b;  // NaN sticks
     else return a + b;
   }
   __device__ static double Finalize(double a) {
-    if constexpr (kNorm == NormCode::kL2) return sqrt(a);
+    if constexpr (kNorm == NormKind::kL2) return sqrt(a);
     else return a;
   }
   struct Functor {
@@ -144,7 +144,7 @@ __device__ __forceinline__ void BlockWalk(const T* in, int64_t s, int64_t e, Ele
 }
 
 // Block-wide sum/max of in[s, e) (all threads receive nothing useful; thread 0 the total).
-template <typename T, NormCode kNorm, bool kVec>
+template <typename T, NormKind kNorm, bool kVec>
 __device__ double BlockRangeReduce(const T* in, int64_t s, int64_t e,
                                    typename cub::BlockReduce<double, ChunkPolicy::kThreads>::TempStorage& tmp) {
   using Op = NormOp<kNorm>;
@@ -156,7 +156,7 @@ __device__ double BlockRangeReduce(const T* in, int64_t s, int64_t e,
 }
 
 // ---- short rows: a group of lanes per row, reduce and scale in one pass ------------------
-template <typename T, NormCode kNorm, int kGroup>
+template <typename T, NormKind kNorm, int kGroup>
 struct RowGroupAgent {
   using Op = NormOp<kNorm>;
   const T* in;
@@ -231,14 +231,14 @@ struct RowGroupAgent {
   }
 };
 
-template <typename T, NormCode kNorm, int kGroup>
+template <typename T, NormKind kNorm, int kGroup>
 __global__ void __launch_bounds__(RowGroupPolicy::kThreads, RowGroupPolicy::kMinBlocksPerSm)
     RowGroupKernel(const T* in, T* out, int64_t rows, int64_t cols, NormalizeResult* result) {
   RowGroupAgent<T, kNorm, kGroup>{in, out, rows, cols, result}.Run();
 }
 
 // ---- long rows: chunked reduce with last-block finalize, then scale --------------------
-template <typename T, NormCode kNorm, bool kVec>
+template <typename T, NormKind kNorm, bool kVec>
 struct ChunkReduceAgent {
   using Op = NormOp<kNorm>;
   using BlockReduce = cub::BlockReduce<double, ChunkPolicy::kThreads>;
@@ -283,7 +283,7 @@ struct ChunkReduceAgent {
   }
 };
 
-template <typename T, NormCode kNorm, bool kVec>
+template <typename T, NormKind kNorm, bool kVec>
 __global__ void __launch_bounds__(ChunkPolicy::kThreads, ChunkPolicy::kMinBlocksPerSm)
     ChunkReduceKernel(const T* in, int64_t rows, int64_t cols, int64_t chunks, double* partials,
                       unsigned* tickets, double* norms, NormalizeResult* result) {
@@ -337,7 +337,7 @@ __global__ void __launch_bounds__(ChunkPolicy::kThreads, ChunkPolicy::kMinBlocks
 }
 
 // ---- error path: the norm of result->bad_row, for the message ---------------------------
-template <typename T, NormCode kNorm>
+template <typename T, NormKind kNorm>
 __global__ void __launch_bounds__(BadRowPolicy::kThreads)
     BadRowNormKernel(const T* in, int64_t rows, int64_t cols, NormalizeResult* result) {
   __shared__ typename cub::BlockReduce<double, ChunkPolicy::kThreads>::TempStorage tmp;
@@ -349,7 +349,7 @@ __global__ void __launch_bounds__(BadRowPolicy::kThreads)
 }
 
 // ---- host ----------------------------------------------------------------------------
-template <typename T, NormCode kNorm>
+template <typename T, NormKind kNorm>
 cudaError_t LaunchT(const T* in, T* out, int64_t rows, int64_t cols, NormalizeResult* result,
                     const LaunchEnv& env) {
   if (cols <= RowGroupPolicy::kMaxCols) {
@@ -395,32 +395,32 @@ cudaError_t LaunchT(const T* in, T* out, int64_t rows, int64_t cols, NormalizeRe
 }
 
 template <typename T>
-cudaError_t DispatchNorm(const T* in, T* out, int64_t rows, int64_t cols, NormCode norm,
+cudaError_t DispatchNorm(const T* in, T* out, int64_t rows, int64_t cols, NormKind norm,
                          NormalizeResult* result, const LaunchEnv& env) {
   switch (norm) {
-    case NormCode::kSum: return LaunchT<T, NormCode::kSum>(in, out, rows, cols, result, env);
-    case NormCode::kL1: return LaunchT<T, NormCode::kL1>(in, out, rows, cols, result, env);
-    case NormCode::kL2: return LaunchT<T, NormCode::kL2>(in, out, rows, cols, result, env);
-    case NormCode::kMaxAbs: return LaunchT<T, NormCode::kMaxAbs>(in, out, rows, cols, result, env);
+    case NormKind::kSum: return LaunchT<T, NormKind::kSum>(in, out, rows, cols, result, env);
+    case NormKind::kL1: return LaunchT<T, NormKind::kL1>(in, out, rows, cols, result, env);
+    case NormKind::kL2: return LaunchT<T, NormKind::kL2>(in, out, rows, cols, result, env);
+    case NormKind::kMaxAbs: return LaunchT<T, NormKind::kMaxAbs>(in, out, rows, cols, result, env);
   }
   return cudaErrorInvalidValue;
 }
 
 template <typename T>
-cudaError_t BadRowT(const T* in, int64_t rows, int64_t cols, NormCode norm, NormalizeResult* result,
+cudaError_t BadRowT(const T* in, int64_t rows, int64_t cols, NormKind norm, NormalizeResult* result,
                     const LaunchEnv& env) {
   const dim3 g(1), b(BadRowPolicy::kThreads);
   switch (norm) {
-    case NormCode::kSum: BadRowNormKernel<T, NormCode::kSum><<<g, b, 0, env.stream>>>(in, rows, cols, result); break;
-    case NormCode::kL1: BadRowNormKernel<T, NormCode::kL1><<<g, b, 0, env.stream>>>(in, rows, cols, result); break;
-    case NormCode::kL2: BadRowNormKernel<T, NormCode::kL2><<<g, b, 0, env.stream>>>(in, rows, cols, result); break;
-    case NormCode::kMaxAbs: BadRowNormKernel<T, NormCode::kMaxAbs><<<g, b, 0, env.stream>>>(in, rows, cols, result); break;
+    case NormKind::kSum: BadRowNormKernel<T, NormKind::kSum><<<g, b, 0, env.stream>>>(in, rows, cols, result); break;
+    case NormKind::kL1: BadRowNormKernel<T, NormKind::kL1><<<g, b, 0, env.stream>>>(in, rows, cols, result); break;
+    case NormKind::kL2: BadRowNormKernel<T, NormKind::kL2><<<g, b, 0, env.stream>>>(in, rows, cols, result); break;
+    case NormKind::kMaxAbs: BadRowNormKernel<T, NormKind::kMaxAbs><<<g, b, 0, env.stream>>>(in, rows, cols, result); break;
   }
   GC_CHECK_LAUNCH();
   return cudaSuccess;
 }
 
-template <typename T, NormCode kNorm>
+template <typename T, NormKind kNorm>
 void ListNormT(std::vector<KernelEntry>& out, const std::string& name) {
   out.push_back({"normalize.row_group4<" + name + ">", (const void*)&RowGroupKernel<T, kNorm, 4>});
   out.push_back({"normalize.row_group32<" + name + ">", (const void*)&RowGroupKernel<T, kNorm, 32>});
@@ -431,10 +431,10 @@ void ListNormT(std::vector<KernelEntry>& out, const std::string& name) {
 
 template <typename T>
 void ListT(std::vector<KernelEntry>& out, const std::string& t) {
-  ListNormT<T, NormCode::kSum>(out, t + ",sum");
-  ListNormT<T, NormCode::kL1>(out, t + ",l1");
-  ListNormT<T, NormCode::kL2>(out, t + ",l2");
-  ListNormT<T, NormCode::kMaxAbs>(out, t + ",max_abs");
+  ListNormT<T, NormKind::kSum>(out, t + ",sum");
+  ListNormT<T, NormKind::kL1>(out, t + ",l1");
+  ListNormT<T, NormKind::kL2>(out, t + ",l2");
+  ListNormT<T, NormKind::kMaxAbs>(out, t + ",max_abs");
   out.push_back({"normalize.chunk_scale<" + t + ",vec>", (const void*)&ChunkScaleKernel<T, true>});
   out.push_back({"normalize.chunk_scale<" + t + ">", (const void*)&ChunkScaleKernel<T, false>});
 }
@@ -442,7 +442,7 @@ void ListT(std::vector<KernelEntry>& out, const std::string& t) {
 }  // namespace
 
 cudaError_t LaunchNormalize(DType dtype, const void* in, void* out, int64_t rows, int64_t cols,
-                            NormCode norm, NormalizeResult* result, const LaunchEnv& env) {
+                            NormKind norm, NormalizeResult* result, const LaunchEnv& env) {
   GC_REQUIRE(rows >= 0 && cols >= 1 && result != nullptr);
   GC_REQUIRE(static_cast<int>(norm) >= 0 && static_cast<int>(norm) <= 3);
   const NormalizeResult init{kNoIndex, 0.0};
@@ -460,7 +460,7 @@ cudaError_t LaunchNormalize(DType dtype, const void* in, void* out, int64_t rows
 }
 
 cudaError_t LaunchNormalizeBadRowNorm(DType dtype, const void* in, int64_t rows, int64_t cols,
-                                      NormCode norm, NormalizeResult* result, const LaunchEnv& env) {
+                                      NormKind norm, NormalizeResult* result, const LaunchEnv& env) {
   GC_REQUIRE(in != nullptr && result != nullptr && rows >= 1 && cols >= 1);
   if (dtype == DType::kFloat32) return BadRowT<float>(static_cast<const float*>(in), rows, cols, norm, result, env);
   return BadRowT<double>(static_cast<const double*>(in), rows, cols, norm, result, env);
@@ -489,7 +489,7 @@ cudaError_t WarmupNormalize(const LaunchEnv& env) {
     void* out = base + kOut * es;
     void* out_unaligned = base + (kOut + 1) * es;
     for (int k = 0; k < 4; ++k) {
-      const auto norm = static_cast<NormCode>(k);
+      const auto norm = static_cast<NormKind>(k);
       GC_TRY(LaunchNormalize(t, in, out, 1, 8, norm, res, env));
       GC_TRY(LaunchNormalize(t, in, out, 1, 40, norm, res, env));
       GC_TRY(LaunchNormalize(t, in, out, 1, kLong, norm, res, env));

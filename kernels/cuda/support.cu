@@ -1,5 +1,5 @@
 // The kernel registry and warm-up of all operations, and a deterministic random
-// fill used by the GPU tests and the benchmark.
+// fill used by the benchmark.
 #include <cuda_runtime.h>
 
 #include <cstdint>

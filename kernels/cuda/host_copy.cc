@@ -1,0 +1,135 @@
+#include "kernels/cuda/host_copy.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace gpucompute::cuda {
+namespace {
+
+bool IsPinnedHost(const void* p) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return attr.type == cudaMemoryTypeHost;
+}
+
+// Pinned host memory on either side: one copy, no staging.
+cudaError_t DirectCopy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                       cudaStream_t s) {
+  const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, s);
+  const cudaError_t w = cudaStreamSynchronize(s);
+  return e != cudaSuccess ? e : w;
+}
+
+// The events that tell when each of the two staging slots was drained (or filled) by
+// the DMA engine.
+cudaError_t InitSlotEvents(Event (&slot_done)[2]) {
+  cudaError_t e = slot_done[0].Init(cudaEventDisableTiming);
+  if (e == cudaSuccess) e = slot_done[1].Init(cudaEventDisableTiming);
+  return e;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HostCopies>> HostCopies::Create(uint64_t staging_bytes) {
+  GC_ASSIGN_OR_RETURN(std::unique_ptr<StagingPool> staging,
+                      StagingPool::Create(std::max<uint64_t>(staging_bytes, 128 << 10)));
+  return std::unique_ptr<HostCopies>(new HostCopies(std::move(staging)));
+}
+
+template <typename Copy>
+absl::Status HostCopies::OnCopyStream(DeviceState& d, size_t bytes, absl::string_view what,
+                                      Copy copy) {
+  if (bytes == 0) return absl::OkStatus();
+  InFlight in_flight(d);
+  ScopedDevice on_device(d.ordinal);
+  GC_DEV_TRY(d, on_device.error(), "cudaSetDevice");
+  GC_ASSIGN_OR_RETURN(const StreamPool::Lease lease, d.copy->Acquire());
+  GC_DEV_TRY(d, copy(lease.stream()), what);
+  return absl::OkStatus();
+}
+
+absl::Status HostCopies::ToArray(DeviceState& d, const void* src, size_t offset, size_t bytes,
+                                 Array& dst) {
+  return OnCopyStream(d, bytes, "copy to device", [&](cudaStream_t stream) {
+    return HostToDevice(static_cast<char*>(dst.data()) + offset, src, bytes, stream);
+  });
+}
+
+absl::Status HostCopies::FromArray(DeviceState& d, const Array& src, size_t offset, size_t bytes,
+                                   void* dst) {
+  return OnCopyStream(d, bytes, "copy from device", [&](cudaStream_t stream) {
+    return DeviceToHost(dst, static_cast<const char*>(src.data()) + offset, bytes, stream);
+  });
+}
+
+// Chunks alternate between the two pinned slots; the CPU fills one while the DMA
+// engine drains the other.
+cudaError_t HostCopies::HostToDevice(void* dst, const void* src, size_t bytes, cudaStream_t s) {
+  if (IsPinnedHost(src)) return DirectCopy(dst, src, bytes, cudaMemcpyHostToDevice, s);
+  std::unique_ptr<StagingPool::Pair> pair = staging_->AcquirePair();
+  const size_t chunk = staging_->slot_bytes();
+  Event drained[2];
+  cudaError_t e = InitSlotEvents(drained);
+  for (size_t off = 0, c = 0; e == cudaSuccess && off < bytes; off += chunk, ++c) {
+    const size_t n = std::min(chunk, bytes - off);
+    if (c >= 2) e = cudaEventSynchronize(drained[c & 1].get());
+    if (e != cudaSuccess) break;
+    std::memcpy(pair->slot(static_cast<int>(c)), static_cast<const char*>(src) + off, n);
+    e = cudaMemcpyAsync(static_cast<char*>(dst) + off, pair->slot(static_cast<int>(c)), n,
+                        cudaMemcpyHostToDevice, s);
+    if (e == cudaSuccess) e = cudaEventRecord(drained[c & 1].get(), s);
+  }
+  const cudaError_t w = cudaStreamSynchronize(s);  // before the slots go back to the pool
+  return e != cudaSuccess ? e : w;
+}
+
+// The mirror image: chunk c+1 is in flight while chunk c is copied out.
+cudaError_t HostCopies::DeviceToHost(void* dst, const void* src, size_t bytes, cudaStream_t s) {
+  if (IsPinnedHost(dst)) return DirectCopy(dst, src, bytes, cudaMemcpyDeviceToHost, s);
+  std::unique_ptr<StagingPool::Pair> pair = staging_->AcquirePair();
+  const size_t chunk = staging_->slot_bytes();
+  const size_t chunks = (bytes + chunk - 1) / chunk;
+  Event filled[2];
+  cudaError_t e = InitSlotEvents(filled);
+  const auto issue = [&](size_t c) {
+    const size_t off = c * chunk;
+    const size_t n = std::min(chunk, bytes - off);
+    cudaError_t r = cudaMemcpyAsync(pair->slot(static_cast<int>(c)),
+                                    static_cast<const char*>(src) + off, n,
+                                    cudaMemcpyDeviceToHost, s);
+    if (r == cudaSuccess) r = cudaEventRecord(filled[c & 1].get(), s);
+    return r;
+  };
+  if (e == cudaSuccess) e = issue(0);
+  for (size_t c = 0; e == cudaSuccess && c < chunks; ++c) {
+    if (c + 1 < chunks) e = issue(c + 1);  // its slot was emptied in iteration c - 1
+    if (e == cudaSuccess) e = cudaEventSynchronize(filled[c & 1].get());
+    if (e != cudaSuccess) break;
+    const size_t off = c * chunk;
+    std::memcpy(static_cast<char*>(dst) + off, pair->slot(static_cast<int>(c)),
+                std::min(chunk, bytes - off));
+  }
+  const cudaError_t w = cudaStreamSynchronize(s);
+  return e != cudaSuccess ? e : w;
+}
+
+absl::Status HostCopies::WarmUp(const std::shared_ptr<DeviceState>& d, uint64_t pool_prewarm_bytes) {
+  const int64_t prewarm_bytes =
+      static_cast<int64_t>(std::min<uint64_t>(pool_prewarm_bytes, d->memory_bytes / 4));
+  const int64_t elements = std::max<int64_t>(prewarm_bytes / 8, 1 << 20);
+  GC_ASSIGN_OR_RETURN(const std::shared_ptr<Array> array,
+                      AllocateArray(d, DType::kFloat64, {elements}));
+  std::vector<double> host(1 << 20, 1.5);
+  const size_t bytes = host.size() * sizeof(double);
+  GC_RETURN_IF_ERROR(ToArray(*d, host.data(), 0, bytes, *array));
+  return FromArray(*d, *array, 0, bytes, host.data());
+}
+
+}  // namespace gpucompute::cuda

@@ -1,0 +1,17 @@
+// Benchmark only (bench/gpu_kernels_bench.cc): the Lomb-Scargle launch with a forced
+// launch policy, to compare the one LaunchLombScargle picks by size with the other.
+// The backend never calls this.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/launchers.h"
+
+namespace gpucompute::cuda {
+
+// `variant` 0 or 1. float32: 0 = 8 frequencies per thread, 1 = 4; float64: 0 = 4 per
+// thread, 1 = 8 on 128-thread blocks.
+cudaError_t LaunchLombScargleVariant(DType dtype, const LombScargleArgs& args,
+                                     LombScargleResult* result, const LaunchEnv& env, int variant);
+
+}  // namespace gpucompute::cuda
