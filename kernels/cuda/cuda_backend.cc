@@ -46,22 +46,26 @@ absl::Status WeightsRowError(const T* w, int64_t row, int64_t samples) {
   return WeightsSumError(row, sum);
 }
 
-std::vector<cuda::RefPoint> MakeRefs(std::span<const GeoPoint> refs) {
-  std::vector<cuda::RefPoint> out(refs.size());
+// Runs a haversine kernel after staging the reference points (with cos(lat)) into the
+// operation's scratch memory; `launch(d_refs, env)` starts the kernel.
+template <typename Launch>
+absl::Status RunWithRefs(DeviceState& d, cuda::HostCopies& copies, const char* name,
+                         std::span<const GeoPoint> refs, OpContext& ctx, Launch launch) {
   constexpr double kDegToRad = 0.017453292519943295769236907684886;
+  std::vector<cuda::RefPoint> host_refs(refs.size());
   for (size_t i = 0; i < refs.size(); ++i) {
-    out[i].lat_deg = refs[i].lat;
-    out[i].lon_deg = refs[i].lon;
-    out[i].cos_lat = std::cos(refs[i].lat * kDegToRad);
+    host_refs[i].lat_deg = refs[i].lat;
+    host_refs[i].lon_deg = refs[i].lon;
+    host_refs[i].cos_lat = std::cos(refs[i].lat * kDegToRad);
   }
-  return out;
-}
-
-// The steps that stage `host_refs` into scratch (*d_refs) before the launch.
-cudaError_t StageRefs(const std::vector<cuda::RefPoint>& host_refs, cuda::RefPoint** d_refs,
-                      const OpEnv& env) {
-  return cuda::StageToScratch(host_refs.data(), host_refs.size() * sizeof(cuda::RefPoint),
-                              reinterpret_cast<void**>(d_refs), env);
+  cuda::RefPoint* d_refs = nullptr;
+  OpSteps steps;
+  steps.prepare = [&](const OpEnv& env) {
+    return cuda::StageToScratch(host_refs.data(), host_refs.size() * sizeof(cuda::RefPoint),
+                                reinterpret_cast<void**>(&d_refs), env);
+  };
+  steps.launch = [&](const OpEnv& env) { return launch(d_refs, env); };
+  return cuda::RunOp(d, copies, name, ctx, steps);
 }
 
 // The host copies, their pinned staging pool made with the first device current.
@@ -169,17 +173,13 @@ class CudaBackend final : public Backend {
     const Shape expected = {static_cast<int64_t>(refs.size()), mesh.lat.count, mesh.lon.count};
     GC_RETURN_IF_ERROR(CheckShape(out, "out", expected));
     if (out.size() == 0) return NoWork(ctx);
-    const std::vector<cuda::RefPoint> host_refs = MakeRefs(refs);
-    cuda::RefPoint* d_refs = nullptr;
-    OpSteps steps;
-    steps.prepare = [&](const OpEnv& env) { return StageRefs(host_refs, &d_refs, env); };
-    steps.launch = [&](const OpEnv& env) {
-      return cuda::LaunchHaversineMesh(
-          out.dtype(), cuda::MeshAxis{mesh.lat.start, mesh.lat.stop, mesh.lat.count},
-          cuda::MeshAxis{mesh.lon.start, mesh.lon.stop, mesh.lon.count}, d_refs,
-          static_cast<int64_t>(refs.size()), radius, out.data(), env.launch);
-    };
-    return cuda::RunOp(*d, *copies_, "HaversineMesh", ctx, steps);
+    return RunWithRefs(*d, *copies_, "HaversineMesh", refs, ctx,
+                       [&](const cuda::RefPoint* d_refs, const OpEnv& env) {
+                         return cuda::LaunchHaversineMesh(
+                             out.dtype(), cuda::MeshAxis{mesh.lat.start, mesh.lat.stop, mesh.lat.count},
+                             cuda::MeshAxis{mesh.lon.start, mesh.lon.stop, mesh.lon.count}, d_refs,
+                             static_cast<int64_t>(refs.size()), radius, out.data(), env.launch);
+                       });
   }
 
   absl::Status HaversinePoints(const Array& lat, const Array& lon, std::span<const GeoPoint> refs,
@@ -194,16 +194,13 @@ class CudaBackend final : public Backend {
     expected.insert(expected.end(), lat.shape().begin(), lat.shape().end());
     GC_RETURN_IF_ERROR(CheckShape(out, "out", expected));
     if (out.size() == 0) return NoWork(ctx);
-    const std::vector<cuda::RefPoint> host_refs = MakeRefs(refs);
-    cuda::RefPoint* d_refs = nullptr;
-    OpSteps steps;
-    steps.prepare = [&](const OpEnv& env) { return StageRefs(host_refs, &d_refs, env); };
-    steps.launch = [&](const OpEnv& env) {
-      return cuda::LaunchHaversinePoints(out.dtype(), lat.data(), lon.data(), lat.size(), d_refs,
-                                         static_cast<int64_t>(refs.size()), radius, out.data(),
-                                         env.launch);
-    };
-    return cuda::RunOp(*d, *copies_, "HaversinePoints", ctx, steps);
+    return RunWithRefs(*d, *copies_, "HaversinePoints", refs, ctx,
+                       [&](const cuda::RefPoint* d_refs, const OpEnv& env) {
+                         return cuda::LaunchHaversinePoints(out.dtype(), lat.data(), lon.data(),
+                                                            lat.size(), d_refs,
+                                                            static_cast<int64_t>(refs.size()),
+                                                            radius, out.data(), env.launch);
+                       });
   }
 
   absl::Status Normalize(const Array& in, NormKind norm, Array& out, OpContext& ctx) override {
