@@ -162,31 +162,43 @@ BENCHMARK(BM_Normalize<float>)
     ->Args({1'000'000, 10})
     ->Apply(Configure);
 
-// Arg 2: 1 = frequency grid generated here, 0 = frequency array.
+// How the frequencies reach the kernel (Arg 2).
+enum FrequencySource : int64_t {
+  kRandomArray = 0,    // an array in random order: sin and cos per pair
+  kGrid = 1,           // the grid generated here
+  kLinspaceArray = 2,  // numpy.linspace's values rounded to T, as a client sends them
+};
+
 template <typename T>
 void BM_LombScargle(benchmark::State& state) {
   const int64_t n = state.range(0), m = state.range(1);
-  const bool grid = state.range(2) != 0;
+  const auto source = static_cast<FrequencySource>(state.range(2));
+  const Linspace frequency_grid = {0.01, 10, m};
   std::shared_ptr<Array> x = RandomArray<T>({n}, 0, 100, state);
   std::shared_ptr<Array> y = RandomArray<T>({n}, -1, 3, state);
   std::shared_ptr<Array> freqs = RandomArray<T>({m}, 0.01, 10, state);
   std::shared_ptr<Array> out = OutputArray<T>({m}, state);
   if (!out) return;
-  const Linspace frequency_grid = {0.01, 10, m};
+  if (source == kLinspaceArray) {
+    std::vector<T> values(m);
+    for (int64_t k = 0; k < m; ++k) values[k] = static_cast<T>(frequency_grid.At(k));
+    Report(state, SharedBackend().CopyToArray(values.data(), 0, freqs->bytes(), *freqs));
+  }
   OpContext ctx;
   for (auto _ : state) {
-    Report(state, SharedBackend().LombScargle(*x, *y, nullptr, grid ? nullptr : freqs.get(),
+    Report(state, SharedBackend().LombScargle(*x, *y, nullptr,
+                                              source == kGrid ? nullptr : freqs.get(),
                                               frequency_grid, {}, *out, ctx));
   }
   state.SetItemsProcessed(state.iterations() * n * m);
 }
 BENCHMARK(BM_LombScargle<float>)
-    ->ArgNames({"N", "M", "grid"})
-    ->ArgsProduct({{1024}, {65536}, {1, 0}})
+    ->ArgNames({"N", "M", "freqs"})
+    ->ArgsProduct({{1024}, {65536}, {kGrid, kLinspaceArray, kRandomArray}})
     ->Apply(Configure);
 BENCHMARK(BM_LombScargle<double>)
-    ->ArgNames({"N", "M", "grid"})
-    ->ArgsProduct({{1024}, {65536}, {1, 0}})
+    ->ArgNames({"N", "M", "freqs"})
+    ->ArgsProduct({{1024}, {65536}, {kGrid, kLinspaceArray, kRandomArray}})
     ->Apply(Configure);
 
 }  // namespace

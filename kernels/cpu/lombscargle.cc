@@ -7,15 +7,17 @@
 //   D = CC SS - CS^2, a = (YC SS - YS CS) / D, b = (YS CC - YC CS) / D
 //   p = 2 (a YC + b YS), then scaled by N/4, or by 1 / (2 weighted variance).
 //
-// The work is split over (batch row, block of up to 128 frequencies). When a
-// block's frequencies are evenly spaced (always on a grid; numpy.linspace
-// arrays too), cos and sin of f x are advanced from one frequency to the next
-// by a rotation through step * x, recomputed exactly at each block start: a
-// few multiply-adds per (frequency, sample) instead of a sin and a cos. Other
-// frequencies call sin and cos for every (frequency, sample).
+// The work is split over (batch row, block of up to 128 frequencies). When the
+// gaps between a block's consecutive frequencies take a few distinct values (a
+// grid, numpy.linspace or arange output of either dtype), cos and sin of f x
+// are advanced from one frequency to the next by a rotation through gap * x,
+// recomputed exactly at each block start: a few multiply-adds per (frequency,
+// sample) instead of a sin and a cos. Other frequencies call sin and cos for
+// every (frequency, sample).
+#include <algorithm>
 #include <array>
 #include <cmath>
-#include <limits>
+#include <cstdint>
 #include <optional>
 #include <vector>
 
@@ -42,6 +44,16 @@ using Lanes = double __attribute__((vector_size(kLanes * sizeof(double))));
 // itself when |f x| ~ 100.
 constexpr int64_t kMinFrequencyBlock = 32;
 constexpr int64_t kMaxFrequencyBlock = 128;
+
+// Distinct gaps between consecutive frequencies that one block follows by
+// rotation. numpy.linspace rounds its points to the dtype, so the gaps of one
+// take up to four values in a block; only a block spanning binades near zero
+// takes more, and calls sin and cos.
+constexpr int kMaxGaps = 4;
+
+// Largest |angle| whose cos and sin are taken from their Taylor series to the
+// fifth power: the first term left out is below 1e-17.
+constexpr double kSmallAngle = 1.0 / 256;
 
 // Weighted sums over one row at one frequency.
 struct Sums {
@@ -71,7 +83,7 @@ double HorizontalSum(const Lanes& v) {
 
 // Weighted sums at one frequency from c = cos(f x), s = sin(f x). With
 // kAdvance, then turns (c, s) on to the next frequency: a rotation by the angle
-// step * x, whose cosine and sine are (dc, ds).
+// gap * x, whose cosine and sine are (dc, ds).
 template <bool kAdvance>
 Sums Accumulate(const Lanes* w, const Lanes* wy, Lanes* c, Lanes* s, const Lanes* dc,
                 const Lanes* ds, int64_t vectors) {
@@ -105,6 +117,19 @@ void SinCos(double f, const Lanes* x, Lanes* c, Lanes* s, int64_t vectors) {
       c[i][lane] = std::cos(phase);
       s[i][lane] = std::sin(phase);
     }
+  }
+}
+
+// (c, s) = (c0, s0) turned by the angle delta * x, small enough for Taylor.
+void RotateBySmallAngle(double delta, const Lanes* x, const Lanes* c0, const Lanes* s0, Lanes* c,
+                        Lanes* s, int64_t vectors) {
+  for (int64_t i = 0; i < vectors; ++i) {
+    const Lanes t = delta * x[i];
+    const Lanes t2 = t * t;
+    const Lanes cos_t = 1.0 - t2 * (1.0 / 2 - t2 * (1.0 / 24));
+    const Lanes sin_t = t * (1.0 - t2 * (1.0 / 6 - t2 * (1.0 / 120)));
+    c[i] = c0[i] * cos_t - s0[i] * sin_t;
+    s[i] = s0[i] * cos_t + c0[i] * sin_t;
   }
 }
 
@@ -214,21 +239,61 @@ struct Frequencies {
   }
 };
 
-// The step of f[0, count) when it is evenly spaced to within a few roundings,
-// as a grid and numpy.linspace or arange output are: then the phases f x can be
-// advanced by rotation with an error no larger than the rounding of f itself.
-std::optional<double> EvenStep(const double* f, int64_t count) {
-  if (count == 1) return 0.0;
-  const double step = (f[count - 1] - f[0]) / static_cast<double>(count - 1);
-  const double tolerance =
-      4 * std::numeric_limits<double>::epsilon() * std::max(std::abs(f[0]), std::abs(f[count - 1]));
-  for (int64_t k = 1; k < count - 1; ++k) {
-    // Written so that NaN fails too.
-    if (!(std::abs(f[k] - (f[0] + static_cast<double>(k) * step)) <= tolerance)) {
-      return std::nullopt;
+// The rotations that carry (cos, sin) of f x from each frequency of a block to
+// the next: a table of (cos, sin)(gap x) per distinct gap f[k + 1] - f[k].
+// Those differences are exact for float32 frequencies and for float64 ones
+// within a factor 2 of each other, so the phases follow the frequencies as
+// given, not an ideal even spacing that a float32 array misses by its rounding.
+struct Rotations {
+  int64_t vectors = 0;
+  std::vector<Lanes> cos, sin;                      // table j at j * vectors
+  std::array<uint8_t, kMaxFrequencyBlock> gap_of{};  // table from f[k] to f[k + 1]
+
+  const Lanes* CosTo(int64_t k) const { return cos.data() + gap_of[k] * vectors; }
+  const Lanes* SinTo(int64_t k) const { return sin.data() + gap_of[k] * vectors; }
+};
+
+// Rotations for f[0, count), or none when the gaps take more than kMaxGaps
+// values or one is not finite. Tables after the first are the first turned by
+// the small difference of the gaps where Taylor is exact, saving a sin and cos.
+std::optional<Rotations> RotationsFor(const double* f, int64_t count, const Lanes* x,
+                                      int64_t vectors) {
+  Rotations rotations;
+  rotations.vectors = vectors;
+  std::array<double, kMaxGaps> gaps{};
+  int distinct = 0;
+  for (int64_t k = 0; k + 1 < count; ++k) {
+    const double gap = f[k + 1] - f[k];
+    if (!std::isfinite(gap)) return std::nullopt;
+    const int j = static_cast<int>(std::find(gaps.begin(), gaps.begin() + distinct, gap) -
+                                   gaps.begin());
+    if (j == distinct) {
+      if (distinct == kMaxGaps) return std::nullopt;
+      gaps[distinct++] = gap;
+    }
+    rotations.gap_of[k] = static_cast<uint8_t>(j);
+  }
+  if (distinct == 0) return rotations;
+  rotations.cos.resize(distinct * vectors);
+  rotations.sin.resize(distinct * vectors);
+  Lanes* cos0 = rotations.cos.data();
+  Lanes* sin0 = rotations.sin.data();
+  SinCos(gaps[0], x, cos0, sin0, vectors);
+  double x_max = 0;
+  for (int64_t i = 0; i < vectors; ++i) {
+    for (int64_t lane = 0; lane < kLanes; ++lane) x_max = std::max(x_max, std::abs(x[i][lane]));
+  }
+  for (int j = 1; j < distinct; ++j) {
+    const double delta = gaps[j] - gaps[0];
+    Lanes* cos_j = cos0 + j * vectors;
+    Lanes* sin_j = sin0 + j * vectors;
+    if (std::abs(delta) * x_max <= kSmallAngle) {
+      RotateBySmallAngle(delta, x, cos0, sin0, cos_j, sin_j, vectors);
+    } else {
+      SinCos(gaps[j], x, cos_j, sin_j, vectors);
     }
   }
-  return step;
+  return rotations;
 }
 
 template <typename T>
@@ -254,20 +319,18 @@ absl::Status Run(ThreadPool& pool, const LombScargleShape& shape, const Array& x
     const Lanes* wy = rows.wy.data() + b * vectors;
     std::array<double, kMaxFrequencyBlock> f{};
     for (int64_t k = 0; k < count; ++k) f[k] = freqs.At<T>(first + k);
-    const std::optional<double> step = EvenStep(f.data(), count);
-    std::vector<Lanes> c(vectors), s(vectors), dc, ds;
-    if (step.has_value()) {
-      dc.resize(vectors);
-      ds.resize(vectors);
-      SinCos(*step, x_row, dc.data(), ds.data(), vectors);
-      SinCos(f[0], x_row, c.data(), s.data(), vectors);
-    }
+    const std::optional<Rotations> rotations = RotationsFor(f.data(), count, x_row, vectors);
+    std::vector<Lanes> c(vectors), s(vectors);
+    if (rotations.has_value()) SinCos(f[0], x_row, c.data(), s.data(), vectors);
     for (int64_t k = 0; k < count; ++k) {
       Sums sums;
-      if (step.has_value()) {
-        sums = Accumulate<true>(w, wy, c.data(), s.data(), dc.data(), ds.data(), vectors);
-      } else {
+      if (!rotations.has_value()) {
         SinCos(f[k], x_row, c.data(), s.data(), vectors);
+        sums = Accumulate<false>(w, wy, c.data(), s.data(), nullptr, nullptr, vectors);
+      } else if (k + 1 < count) {
+        sums = Accumulate<true>(w, wy, c.data(), s.data(), rotations->CosTo(k),
+                                rotations->SinTo(k), vectors);
+      } else {
         sums = Accumulate<false>(w, wy, c.data(), s.data(), nullptr, nullptr, vectors);
       }
       result[b * m + first + k] =
