@@ -7,7 +7,8 @@
 //        writes w_i / sum(w) and w_i y_i (as T) and Y = sum w y, YY = sum w y^2
 //        (float64) per batch; flags negative weights or a non-positive sum.
 //     -> PeriodogramKernel<T, kVariant, kFloatingMean, kGrid>: the fused kernel, one per dtype
-//        (float32 and float64 are separate instantiations with no mixed arithmetic).
+//        (float32 computes phases and sums in float32; the O(1) combination of the sums
+//        per frequency is float64 in both).
 //        Each block owns kThreads * kFreqsPerThread frequencies (grid-stride), stages
 //        (x, w, w y) through shared memory in tiles of kTile samples, and accumulates
 //        C, S, CC, CS, YC, YS per frequency in registers. The frequency grid is
@@ -296,30 +297,31 @@ struct PeriodogramAgent {
             }
           }
         }
-        const T y_sum = static_cast<T>(st.y_sum);
-        const T yy_sum = static_cast<T>(st.yy_sum);
+        // The O(1) combination per frequency runs in float64 for both dtypes: in
+        // float32 its own roundings (centring, D, the products of r and G) are
+        // amplified by 1 / D, up to ~100x the error the float32 sums carry.
+        const double y_sum = st.y_sum;
+        // 1 / (2 weighted variance) or N / 4.
+        const double scale =
+            p.normalize ? 0.5 / (kFloatingMean ? st.yy_sum - y_sum * y_sum : st.yy_sum)
+                        : static_cast<double>(p.n) / 4.0;
 #pragma unroll
         for (int j = 0; j < F; ++j) {
           const int64_t k = base + j * Policy::kThreads + threadIdx.x;
           if (k >= p.m) continue;
-          T CC = cc[j], SS = T(1) - cc[j], CS = cs[j], YC = yc[j], YS = ys[j];
+          double CC = cc[j], SS = 1.0 - CC, CS = cs[j], YC = yc[j], YS = ys[j];
           if constexpr (kFloatingMean) {
-            YC -= y_sum * c_s[j];
-            YS -= y_sum * s_s[j];
-            CC -= c_s[j] * c_s[j];
-            SS -= s_s[j] * s_s[j];
-            CS -= c_s[j] * s_s[j];
+            const double C = c_s[j], S = s_s[j];
+            YC -= y_sum * C;
+            YS -= y_sum * S;
+            CC -= C * C;
+            SS -= S * S;
+            CS -= C * S;
           }
-          const T D = CC * SS - CS * CS;
-          const T a = (YC * SS - YS * CS) / D;
-          const T bb = (YS * CC - YC * CS) / D;
-          T pg = T(2) * (a * YC + bb * YS);
-          if (p.normalize) {
-            pg /= kFloatingMean ? T(2) * (yy_sum - y_sum * y_sum) : T(2) * yy_sum;
-          } else {
-            pg *= static_cast<T>(p.n) / T(4);
-          }
-          p.out[b * p.m + k] = pg;
+          // p = 2 r' G^-1 r with G = [[CC, CS], [CS, SS]], r = (YC, YS): one division.
+          const double D = CC * SS - CS * CS;
+          const double fit = YC * YC * SS - 2.0 * YC * YS * CS + YS * YS * CC;
+          p.out[b * p.m + k] = static_cast<T>(2.0 * scale * fit / D);
         }
       }
     }

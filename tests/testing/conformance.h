@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -23,13 +26,20 @@ namespace gpucompute::test {
 enum class Check { kHaversineMesh, kHaversinePoints, kNormalize, kLombScargle };
 
 // How close a result must come to its float64 reference: elementwise within
-// atol + rtol * |ref|, or (rel_l2 >= 0) as ||got - ref|| <= rel_l2 * ||ref||.
-// Discount products are exact on every backend.
+// atol + rtol * |ref|, or (rel_l2 >= 0) as ||got - ref|| <= rel_l2 * ||ref||, or
+// (conditioned = K >= 0) elementwise within K u c / (1 - K u / lambda_min),
+// u = 2^-24, with the reference's own conditioning c and lambda_min
+// (Lomb-Scargle: LombScarglePowers); unbounded where K u >= lambda_min, where
+// G is singular at float32's resolution. Discount products are exact on every
+// backend.
 struct Tolerance {
   double rtol = 0;
   double atol = 0;
   double rel_l2 = -1;
+  double conditioned = -1;
 };
+
+constexpr double kFloat32Roundoff = 0x1.0p-24;
 
 inline void ExpectWithin(const std::vector<double>& got, const std::vector<double>& ref, Tolerance t) {
   if (t.rel_l2 >= 0) {
@@ -58,8 +68,12 @@ struct CpuSubject {
   }
 };
 
-// The GPU computes float32 in float32 (Lomb-Scargle accumulates in it too):
-// norm-relative bounds.
+// The GPU computes float32 in float32: norm-relative bounds. Lomb-Scargle
+// accumulates its sums in float32 too, so a power errs by a few float32
+// roundings of those sums times its conditioning, which few samples or a
+// floating mean make arbitrarily large (issue 19: a fixed 1e-4 failed on 1 seed
+// in 10 at N = 3). K = 64: over 3000 seeds of a numpy emulation of the kernel
+// (N = 3 and 5, __sincosf's worst error on every call) the worst reached 30.
 struct CudaSubject {
   static constexpr const char* kName = "cuda";
   static absl::StatusOr<std::unique_ptr<Backend>> Create() {
@@ -75,7 +89,7 @@ struct CudaSubject {
       case Check::kHaversineMesh: return {.rel_l2 = f32 ? 2e-6 : 1e-12};
       case Check::kHaversinePoints: return {.rel_l2 = f32 ? 1e-5 : 1e-12};
       case Check::kNormalize: return {.rel_l2 = f32 ? 1e-6 : 1e-14};
-      case Check::kLombScargle: return {.rel_l2 = f32 ? 1e-4 : 1e-9};
+      case Check::kLombScargle: return f32 ? Tolerance{.conditioned = 64} : Tolerance{.rel_l2 = 1e-9};
     }
     return {};
   }
@@ -91,6 +105,15 @@ absl::StatusOr<Backend*> Shared() {
 
 // Set by bench/run_gpu.sh under compute-sanitizer: trims the largest cases.
 inline bool Sanitized() { return std::getenv("GPUCOMPUTE_SANITIZER") != nullptr; }
+
+// GPUCOMPUTE_SEED_SWEEP=N: the tests that run under ForEachSeed repeat on N
+// fresh seeds, keeping only their cases of at most kSweepMaxWork elements of
+// work, and print the case that came nearest its tolerance. 0 or unset: one seed.
+inline int SeedSweep() {
+  const char* seeds = std::getenv("GPUCOMPUTE_SEED_SWEEP");
+  return seeds == nullptr ? 0 : std::max(0, std::atoi(seeds));
+}
+constexpr int64_t kSweepMaxWork = 10000;
 
 template <typename S, typename T>
 struct On {
@@ -120,6 +143,29 @@ class BackendConformance : public ::testing::Test {
   }
 
   static Tolerance ToleranceFor(Check check) { return P::Subject::template For<T>(check); }
+
+  // Runs `body` on this test's seed, or under GPUCOMPUTE_SEED_SWEEP on that many
+  // fresh ones, stopping at the first that fails; then reports the worst case.
+  template <typename Body>
+  void ForEachSeed(Body body) {
+    const int seeds = std::max(1, SeedSweep());
+    int done = 0;
+    for (; done < seeds && !this->HasFailure(); ++done) {
+      if (done > 0) random_ = test::RandomInputs();
+      SCOPED_TRACE(absl::StrCat("random seed ", random_.seed()));
+      body();
+    }
+    if (SeedSweep() == 0) return;
+    std::printf("[ SWEEP    ] %d seeds; nearest its bound: seed %llu, %s: error %.3g, bound %.3g (%.3g of it)\n",
+                done, static_cast<unsigned long long>(worst_.seed), worst_.what.c_str(),
+                worst_.error, worst_.bound, worst_.error / worst_.bound);
+  }
+  // Notes how near one case came to its bound, for the sweep's report.
+  void Record(double error, double bound, const std::string& what) {
+    if (!(error / bound <= worst_.error / worst_.bound)) {
+      worst_ = {error, bound, random_.seed(), what};
+    }
+  }
   // The CPU backend, whose error messages every backend repeats word for word.
   static Backend& Cpu() { return **Shared<CpuSubject>(); }
 
@@ -152,6 +198,14 @@ class BackendConformance : public ::testing::Test {
   test::RandomInputs random_;
   Backend* backend_ = nullptr;
   OpContext ctx_;
+
+ private:
+  struct Worst {
+    double error = 0, bound = 1;
+    uint64_t seed = 0;
+    std::string what = "none";
+  };
+  Worst worst_;
 };
 
 #define TRACE_SEED() SCOPED_TRACE(absl::StrCat("random seed ", this->random_.seed()))
@@ -179,14 +233,16 @@ template <typename P>
 class LombScargleConformance : public BackendConformance<P> {
  protected:
   void Check(const LombScargleCase& c) {
-    SCOPED_TRACE(absl::StrCat(
+    const std::string what = absl::StrCat(
         "N=", c.samples, " M=", c.frequencies, " batching=", static_cast<int>(c.batching),
         " weights=", static_cast<int>(c.weights), " freqs=", static_cast<int>(c.freqs),
         " precenter=", c.options.precenter, " normalize=", c.options.normalize,
-        " floating_mean=", c.options.floating_mean, " sinusoid=", c.sinusoid));
+        " floating_mean=", c.options.floating_mean, " sinusoid=", c.sinusoid);
+    SCOPED_TRACE(what);
     const int64_t batch = c.batching == Batching::kNone ? 1 : c.batch;
     const int64_t n = c.samples, m = c.frequencies;
     if (Sanitized() && batch * n * m > 5000000) return;
+    if (SeedSweep() > 0 && batch * n * m > kSweepMaxWork) return;
     const bool x_batched = c.batching == Batching::kBatchedX;
     const Shape x_shape = x_batched ? Shape{batch, n} : Shape{n};
     const Shape y_shape = c.batching == Batching::kNone ? Shape{n} : Shape{batch, n};
@@ -218,11 +274,26 @@ class LombScargleConformance : public BackendConformance<P> {
     absl::Status status = this->backend_->LombScargle(*x_array, *y_array, w_array.get(),
                                                       freq_array.get(), grid, c.options, *out, this->ctx_);
     ASSERT_TRUE(status.ok()) << status.message();
-    const std::vector<double> expected = LombScarglePowers(
-        x, x_batched, y, w_array ? &w : nullptr, c.weights == Weights::kPerRow, freqs, batch, n, c.options);
+    std::vector<LombScargleConditioning> conditioning;
+    const std::vector<double> expected =
+        LombScarglePowers(x, x_batched, y, w_array ? &w : nullptr, c.weights == Weights::kPerRow,
+                          freqs, batch, n, c.options, &conditioning);
     const std::vector<double> actual = this->Download(*out);
     const Tolerance tolerance = this->ToleranceFor(Check::kLombScargle);
+    if (tolerance.conditioned >= 0) {
+      std::vector<double> bounds(conditioning.size());
+      for (size_t k = 0; k < bounds.size(); ++k) {
+        const double k_u = tolerance.conditioned * kFloat32Roundoff;
+        const double lambda_min = conditioning[k].lambda_min;
+        bounds[k] = lambda_min > k_u ? k_u * conditioning[k].first_order / (1 - k_u / lambda_min)
+                                     : std::numeric_limits<double>::infinity();
+        this->Record(std::abs(actual[k] - expected[k]), bounds[k], what);
+      }
+      ExpectWithinBounds(actual, expected, bounds);
+      return;
+    }
     if (tolerance.rel_l2 >= 0) {
+      this->Record(Compare(actual, expected).rel, tolerance.rel_l2, what);
       ExpectRelativeL2(actual, expected, tolerance.rel_l2);
       return;
     }
@@ -237,6 +308,8 @@ class LombScargleConformance : public BackendConformance<P> {
       for (int64_t k = 0; k < m; ++k) {
         scaled_actual[b * m + k] = actual[b * m + k] / scale;
         scaled_expected[b * m + k] = expected[b * m + k] / scale;
+        this->Record(std::abs(scaled_actual[b * m + k] - scaled_expected[b * m + k]),
+                     tolerance.atol + tolerance.rtol * std::abs(scaled_expected[b * m + k]), what);
       }
     }
     ExpectWithin(scaled_actual, scaled_expected, tolerance);

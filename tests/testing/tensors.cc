@@ -160,9 +160,11 @@ std::vector<double> LombScarglePowers(const std::vector<double>& x, bool x_batch
                                       const std::vector<double>& y,
                                       const std::vector<double>* weights, bool weights_batched,
                                       const std::vector<double>& freqs, int64_t batch, int64_t n,
-                                      const LombScargleOptions& options) {
+                                      const LombScargleOptions& options,
+                                      std::vector<LombScargleConditioning>* conditioning) {
   const int64_t m = static_cast<int64_t>(freqs.size());
   std::vector<double> p(batch * m);
+  if (conditioning != nullptr) conditioning->assign(batch * m, {});
   for (int64_t b = 0; b < batch; ++b) {
     const double* xb = x.data() + (x_batched ? b * n : 0);
     std::vector<double> w(n, 1.0);
@@ -179,10 +181,11 @@ std::vector<double> LombScarglePowers(const std::vector<double>& x, bool x_batch
       mean /= n;
       for (double& v : yb) v -= mean;
     }
-    double Y = 0, YY = 0;
+    double Y = 0, YY = 0, y_abs = 0;
     for (int64_t i = 0; i < n; ++i) {
       Y += w[i] * yb[i];
       YY += w[i] * yb[i] * yb[i];
+      y_abs += w[i] * std::abs(yb[i]);
     }
     ParallelFor(m, [&](int64_t begin, int64_t end) {
       for (int64_t k = begin; k < end; ++k) {
@@ -208,13 +211,17 @@ std::vector<double> LombScarglePowers(const std::vector<double>& x, bool x_batch
         const double D = CC * SS - CS * CS;
         const double a = (YC * SS - YS * CS) / D;
         const double bb = (YS * CC - YC * CS) / D;
-        double power = 2 * (a * YC + bb * YS);
-        if (options.normalize) {
-          power /= 2 * (options.floating_mean ? YY - Y * Y : YY);
-        } else {
-          power *= n / 4.0;
+        const double power = 2 * (a * YC + bb * YS);
+        const double scale =
+            options.normalize ? 1 / (2 * (options.floating_mean ? YY - Y * Y : YY)) : n / 4.0;
+        p[b * m + k] = power * scale;
+        if (conditioning != nullptr) {
+          const double ab = std::abs(a) + std::abs(bb);
+          const double trace = CC + SS;
+          (*conditioning)[b * m + k] = {
+              .first_order = (4 * ab * y_abs + 2 * ab * ab + std::abs(power)) * scale,
+              .lambda_min = 2 * D / (trace + std::sqrt(std::max(0.0, trace * trace - 4 * D)))};
         }
-        p[b * m + k] = power;
       }
     });
   }
@@ -284,6 +291,21 @@ void ExpectNear(const std::vector<double>& actual, const std::vector<double>& ex
     const bool ok = std::abs(actual[i] - expected[i]) <= atol + rtol * std::abs(expected[i]);
     if (!ok && ++mismatches <= 5) {
       ADD_FAILURE() << "element " << i << ": got " << actual[i] << ", expected " << expected[i];
+    }
+  }
+  EXPECT_EQ(mismatches, 0) << "of " << actual.size() << " elements";
+}
+
+void ExpectWithinBounds(const std::vector<double>& actual, const std::vector<double>& expected,
+                        const std::vector<double>& bounds) {
+  ASSERT_EQ(actual.size(), expected.size());
+  ASSERT_EQ(bounds.size(), expected.size());
+  int64_t mismatches = 0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    const bool ok = std::abs(actual[i] - expected[i]) <= bounds[i];
+    if (!ok && ++mismatches <= 5) {
+      ADD_FAILURE() << "element " << i << ": got " << actual[i] << ", expected " << expected[i]
+                    << " within " << bounds[i];
     }
   }
   EXPECT_EQ(mismatches, 0) << "of " << actual.size() << " elements";

@@ -64,11 +64,26 @@ std::vector<double> NormalizeRows(const std::vector<double>& in, int64_t length,
 
 // The generalized Lomb-Scargle periodogram the backends implement, row by row,
 // with sin and cos evaluated at every (frequency, sample).
+//
+// With `conditioning`, also each power's first-order sensitivity to relative
+// errors of one unit in the weighted sums (CC, CS, YC, ...), the phases and the
+// power itself: a kernel that forms those in a precision of unit roundoff u errs
+// by a small multiple of u times it. p = 2 r' G^-1 r with G the (centred) 2x2
+// matrix of cos/sin moments and r = (YC, YS); with (a, b) = G^-1 r,
+// dp = 4 (a, b).dr - 2 (a, b)' dG (a, b), and |dG| <= u (the raw moments are
+// at most 1), |dr| <= u sum w |y|. |a| + |b| grows as 1 / D where few samples
+// leave cos and sin nearly dependent, or a floating mean cancels them. That
+// holds while u stays well below G's smaller eigenvalue, lambda_min.
+struct LombScargleConditioning {
+  double first_order = 0;
+  double lambda_min = 0;
+};
 std::vector<double> LombScarglePowers(const std::vector<double>& x, bool x_batched,
                                       const std::vector<double>& y,
                                       const std::vector<double>* weights, bool weights_batched,
                                       const std::vector<double>& freqs, int64_t batch, int64_t n,
-                                      const LombScargleOptions& options);
+                                      const LombScargleOptions& options,
+                                      std::vector<LombScargleConditioning>* conditioning = nullptr);
 
 // SciPy 1.10's classic formula (tau form): independent of the generalized form,
 // and equal to it without weights and floating mean.
@@ -123,6 +138,10 @@ Diff Compare(const std::vector<double>& got, const std::vector<double>& ref);
 // elementwise bounds would measure the conditioning rather than the implementation.
 void ExpectRelativeL2(const std::vector<double>& got, const std::vector<double>& ref,
                       double rel_l2);
+
+// Every |actual[i] - expected[i]| <= bounds[i] (an unwritten NaN fails).
+void ExpectWithinBounds(const std::vector<double>& actual, const std::vector<double>& expected,
+                        const std::vector<double>& bounds);
 
 template <typename T>
 std::vector<double> ToDoubles(const std::vector<T>& v) {
