@@ -138,7 +138,19 @@ absl::StatusOr<uint64_t> Client::Delete(const std::string& buffer_id) {
 }
 
 absl::StatusOr<v1::ListResponse> Client::List() {
-  return Unary(*buffers_, &v1::Buffers::Stub::List, v1::ListRequest());
+  // Every page, in one reply with the totals of the last.
+  v1::ListRequest request;
+  v1::ListResponse all;
+  do {
+    GC_ASSIGN_OR_RETURN(v1::ListResponse page,
+                        Unary(*buffers_, &v1::Buffers::Stub::List, request));
+    for (v1::BufferInfo& buffer : *page.mutable_buffers()) *all.add_buffers() = std::move(buffer);
+    all.set_used_bytes(page.used_bytes());
+    all.set_metadata_bytes(page.metadata_bytes());
+    all.set_quota_bytes(page.quota_bytes());
+    request.set_page_token(page.next_page_token());
+  } while (!request.page_token().empty());
+  return all;
 }
 
 template <typename Request>

@@ -77,6 +77,7 @@ class Client {
                                   const ProgressCallback& progress = {});
   // Returns the bytes freed.
   absl::StatusOr<uint64_t> Delete(const std::string& buffer_id);
+  // Every buffer of the caller, following List's pages.
   absl::StatusOr<v1::ListResponse> List();
 
   // The compute operations. With request.output().keep_on_device() the Result

@@ -1,11 +1,35 @@
 #include "kernels/preconditions.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
 namespace gpucompute {
+
+namespace {
+
+bool IsLatitude(double v) { return v >= -90.0 && v <= 90.0; }
+bool IsLongitude(double v) { return std::abs(v) <= kMaxAbsLongitude; }
+bool IsRadius(double v) { return v > 0 && v <= kMaxRadius; }
+bool IsSampleTime(double v) { return std::abs(v) <= kMaxAbsPhaseFactor; }
+bool IsFrequency(double v) { return v != 0 && std::abs(v) <= kMaxAbsPhaseFactor; }
+
+}  // namespace
+
+// The comparisons are false for NaN, so every rule rejects it; the bounds reject infinities.
+const ValueRule kLatitudeRule = {IsLatitude, "latitude must lie in [-90, 90] degrees"};
+const ValueRule kLongitudeRule = {
+    IsLongitude, "longitude must be finite with |lon| <= 1e6 degrees (kMaxAbsLongitude)"};
+const ValueRule kRadiusRule = {
+    IsRadius, "it must be finite, > 0 and <= 1e30 (kMaxRadius: pi * radius fits float32)"};
+const ValueRule kSampleTimeRule = {
+    IsSampleTime, "sample times must be finite with |x| <= 1e150 (kMaxAbsPhaseFactor)"};
+const ValueRule kFrequencyRule = {
+    IsFrequency,
+    "frequencies must be non-zero (SciPy raises ZeroDivisionError) and finite with "
+    "|f| <= 1e150 (kMaxAbsPhaseFactor)"};
 
 absl::Status CheckDType(const Array& array, absl::string_view name, DType expected) {
   if (array.dtype() != expected) {
@@ -45,10 +69,68 @@ absl::Status WeightsSumError(int64_t row, double sum) {
       absl::StrCat("weights row ", row, " sums to ", sum, "; weights must have a finite sum > 0"));
 }
 
-absl::Status CheckRadius(double radius) {
-  if (!(radius > 0) || !std::isfinite(radius)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("radius is ", radius, "; it must be finite and > 0"));
+absl::Status CheckValue(double value, absl::string_view field, const ValueRule& rule) {
+  if (rule.holds(value)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(field, " is ", value, "; ", rule.statement));
+}
+
+absl::Status CheckRadius(double radius) { return CheckValue(radius, "radius", kRadiusRule); }
+
+absl::Status CheckReferences(std::span<const GeoPoint> refs) {
+  for (size_t i = 0; i < refs.size(); ++i) {
+    if (!kLatitudeRule.holds(refs[i].lat)) {
+      return CheckValue(refs[i].lat, absl::StrCat("references[", i, "].lat"), kLatitudeRule);
+    }
+    if (!kLongitudeRule.holds(refs[i].lon)) {
+      return CheckValue(refs[i].lon, absl::StrCat("references[", i, "].lon"), kLongitudeRule);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckMeshBounds(const LatLonMesh& mesh) {
+  GC_RETURN_IF_ERROR(CheckValue(mesh.lat.start, "mesh.lat_start", kLatitudeRule));
+  GC_RETURN_IF_ERROR(CheckValue(mesh.lat.stop, "mesh.lat_stop", kLatitudeRule));
+  GC_RETURN_IF_ERROR(CheckValue(mesh.lon.start, "mesh.lon_start", kLongitudeRule));
+  return CheckValue(mesh.lon.stop, "mesh.lon_stop", kLongitudeRule);
+}
+
+absl::Status CheckHaversineMesh(const LatLonMesh& mesh, std::span<const GeoPoint> refs,
+                                double radius, const Array& out) {
+  GC_RETURN_IF_ERROR(CheckRadius(radius));
+  GC_RETURN_IF_ERROR(CheckReferences(refs));
+  GC_RETURN_IF_ERROR(CheckMeshBounds(mesh));
+  if (mesh.lat.count < 0 || mesh.lon.count < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("mesh has ", mesh.lat.count, " latitudes and ",
+                                                   mesh.lon.count,
+                                                   " longitudes; counts must be >= 0"));
+  }
+  return CheckShape(out, "out", {static_cast<int64_t>(refs.size()), mesh.lat.count, mesh.lon.count});
+}
+
+absl::Status CheckHaversinePoints(const Array& lat, const Array& lon,
+                                  std::span<const GeoPoint> refs, double radius, const Array& out) {
+  GC_RETURN_IF_ERROR(CheckRadius(radius));
+  GC_RETURN_IF_ERROR(CheckReferences(refs));
+  GC_RETURN_IF_ERROR(CheckDType(lat, "lat", out.dtype()));
+  GC_RETURN_IF_ERROR(CheckDType(lon, "lon", out.dtype()));
+  GC_RETURN_IF_ERROR(CheckShape(lon, "lon", lat.shape()));
+  Shape expected = {static_cast<int64_t>(refs.size())};
+  expected.insert(expected.end(), lat.shape().begin(), lat.shape().end());
+  return CheckShape(out, "out", expected);
+}
+
+absl::Status CheckFrequencyGrid(const Linspace& grid, absl::string_view name) {
+  GC_RETURN_IF_ERROR(CheckValue(grid.start, absl::StrCat(name, ".start"), kFrequencyRule));
+  GC_RETURN_IF_ERROR(CheckValue(grid.stop, absl::StrCat(name, ".stop"), kFrequencyRule));
+  if ((grid.start < 0) == (grid.stop < 0) || grid.count < 3) return absl::OkStatus();
+  // The grid crosses zero: only the points next to the crossing can round to it.
+  const double step = (grid.stop - grid.start) / static_cast<double>(grid.count - 1);
+  const int64_t crossing = static_cast<int64_t>(-grid.start / step);
+  for (int64_t i = std::max<int64_t>(crossing - 1, 0);
+       i <= std::min(crossing + 1, grid.count - 1); ++i) {
+    GC_RETURN_IF_ERROR(
+        CheckValue(grid.At(i), absl::StrCat(name, " point ", i), kFrequencyRule));
   }
   return absl::OkStatus();
 }
@@ -82,6 +164,8 @@ absl::StatusOr<LombScargleShape> CheckLombScargleArrays(const Array& x, const Ar
           absl::StrCat("freqs.shape ", ShapeToString(freqs->shape()), " must be (M,)"));
     }
     frequencies = freqs->size();
+  } else {
+    GC_RETURN_IF_ERROR(CheckFrequencyGrid(grid, "grid"));
   }
   GC_ASSIGN_OR_RETURN(
       LombScargleShape shape,

@@ -16,12 +16,23 @@ packages=(
   prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-protobuf python3-numpy python3-scipy python3-pytest
   python3-venv python3-pip python3-setuptools python3-wheel mypy
-  python3-yaml yamllint prometheus curl libssl-dev openssl
+  python3-yaml yamllint prometheus curl libssl-dev openssl nodejs
 )
 
 # shellcheck source=scripts/packages.sh
 source "$repo/scripts/packages.sh"
 install_packages() { install_missing_packages dev.sh "${packages[@]}"; }
+
+# The reflection test's client (tests/reflection) from the npm registry; skipped
+# while the installed tree matches the lock file, so a rerun needs no network.
+install_node_packages() {
+  command -v npm >/dev/null || install_missing_packages dev.sh npm
+  local dir=$repo/tests/reflection
+  if ! cmp -s "$dir/package-lock.json" "$dir/node_modules/.installed-package-lock.json"; then
+    (cd "$dir" && npm ci --prefer-offline --no-audit --no-fund)
+    cp "$dir/package-lock.json" "$dir/node_modules/.installed-package-lock.json"
+  fi
+}
 
 build_all() {
   if [ ! -f "$build/CMakeCache.txt" ]; then
@@ -39,6 +50,7 @@ case "${1:-}" in
     ;;
   test)
     install_packages
+    install_node_packages
     build_all
     status=0
     (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 900) || status=1

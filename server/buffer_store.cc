@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <random>
+#include <tuple>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "server/echo.h"
 
 namespace gpucompute {
 
@@ -18,111 +22,177 @@ absl::Status CheckBufferName(absl::string_view name, absl::string_view field) {
   return absl::OkStatus();
 }
 
+absl::Status CheckBufferId(absl::string_view id, absl::string_view field) {
+  if (id.size() > kBufferIdLength) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " has ", id.size(),
+                                                   " bytes; buffer ids have ", kBufferIdLength));
+  }
+  return absl::OkStatus();
+}
+
 BufferStore::Reservation& BufferStore::Reservation::operator=(Reservation&& other) noexcept {
   if (this != &other) {
     Release();
     store_ = std::exchange(other.store_, nullptr);
-    bytes_ = std::exchange(other.bytes_, 0);
+    charge_ = std::exchange(other.charge_, Charge());
     principal_ = std::move(other.principal_);
   }
   return *this;
 }
 
 void BufferStore::Reservation::Release() {
-  if (store_ != nullptr) store_->Unreserve(bytes_, principal_);
+  if (store_ != nullptr) store_->Uncharge(charge_, principal_);
   store_ = nullptr;
-  bytes_ = 0;
+  charge_ = Charge();
+}
+
+std::string BufferStore::MetadataNote() const {
+  if (overhead_bytes_ == 0) return "";
+  return absl::StrCat(" (each buffer also counts ", overhead_bytes_,
+                      " bytes of metadata plus its name)");
 }
 
 absl::StatusOr<BufferStore::Reservation> BufferStore::Reserve(uint64_t bytes,
                                                               absl::string_view what,
                                                               absl::string_view principal) {
+  // The name's bytes are charged at Commit: at most kMaxBufferNameBytes over the quota.
+  const Charge charge{bytes, overhead_bytes_, 1};
+  const uint64_t needed = charge.data + charge.metadata;
   absl::MutexLock lock(&mu_);
-  if (bytes > quota_bytes_ - used_bytes_) {
+  if (needed > Left(quota_bytes_, used_)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         what, " needs ", bytes, " bytes but the buffer quota (buffer_quota_bytes ", quota_bytes_,
-        ") has ", quota_bytes_ - used_bytes_, " bytes left; delete buffers to make room"));
+        ") has ", Left(quota_bytes_, used_), " bytes left", MetadataNote(),
+        "; delete buffers to make room"));
   }
-  uint64_t& mine = used_by_principal_[principal];
-  if (principal_quota_bytes_ > 0 && bytes > principal_quota_bytes_ - mine) {
+  const Charge& mine = used_by_principal_[principal];
+  if (principal_quota_bytes_ > 0 && needed > Left(principal_quota_bytes_, mine)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         what, " needs ", bytes, " bytes but the caller's quota (principal_quota_bytes ",
-        principal_quota_bytes_, ") has ", principal_quota_bytes_ - mine,
-        " bytes left; delete buffers to make room"));
+        principal_quota_bytes_, ") has ", Left(principal_quota_bytes_, mine), " bytes left",
+        MetadataNote(), "; delete buffers to make room"));
   }
-  used_bytes_ += bytes;
-  mine += bytes;
-  return Reservation(this, bytes, std::string(principal));
+  if (max_buffers_per_owner_ > 0 && mine.buffers >= max_buffers_per_owner_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        what, " needs a new buffer but the caller holds ", mine.buffers,
+        " (max_buffers_per_owner ", max_buffers_per_owner_, "); delete buffers to make room"));
+  }
+  ChargeLocked(charge, std::string(principal));
+  return Reservation(this, charge, std::string(principal));
 }
 
-void BufferStore::Unreserve(uint64_t bytes, const std::string& principal) {
+void BufferStore::Uncharge(const Charge& charge, const std::string& principal) {
   absl::MutexLock lock(&mu_);
-  used_bytes_ -= bytes;
-  used_by_principal_[principal] -= bytes;
+  UnchargeLocked(charge, principal);
+}
+
+void BufferStore::ChargeLocked(const Charge& charge, const std::string& principal) {
+  for (Charge* used : {&used_, &used_by_principal_[principal]}) {
+    used->data += charge.data;
+    used->metadata += charge.metadata;
+    used->buffers += charge.buffers;
+  }
+}
+
+void BufferStore::UnchargeLocked(const Charge& charge, const std::string& principal) {
+  for (Charge* used : {&used_, &used_by_principal_[principal]}) {
+    used->data -= charge.data;
+    used->metadata -= charge.metadata;
+    used->buffers -= charge.buffers;
+  }
+}
+
+std::shared_ptr<Array> BufferStore::HoldingCharge(std::shared_ptr<Array> array, Charge charge,
+                                                  std::string principal) {
+  Array* raw = array.get();
+  return std::shared_ptr<Array>(
+      raw, [this, array = std::move(array), charge, principal = std::move(principal)](
+               Array*) mutable {
+        array.reset();  // the memory first, then the quota that counted it
+        Uncharge(charge, principal);
+      });
 }
 
 absl::StatusOr<StoredBuffer> BufferStore::Commit(Reservation reservation, std::string name,
                                                  std::shared_ptr<Array> array) {
-  if (reservation.store_ != this || reservation.bytes_ < array->bytes()) {
+  const Charge kept{array->bytes(), overhead_bytes_ == 0 ? 0 : overhead_bytes_ + name.size(), 1};
+  const Charge reserved = reservation.charge_;
+  if (reservation.store_ != this || reserved.data < kept.data) {
     return absl::InternalError("buffer committed without a matching quota reservation");
   }
-  StoredBuffer buffer{NewBufferId(), std::move(name), reservation.principal_, std::move(array),
+  StoredBuffer buffer{NewBufferId(), std::move(name), reservation.principal_, array,
                       absl::Now()};
+  // The stored entry and the copies Get hands out hold the charge; the caller's
+  // copy does not, so the charge ends with the id and its readers.
+  StoredBuffer stored = buffer;
+  stored.array = HoldingCharge(std::move(array), kept, buffer.owner);
   absl::MutexLock lock(&mu_);
-  // The reservation's bytes now belong to the stored buffer.
-  const uint64_t unused = reservation.bytes_ - buffer.array->bytes();
-  used_bytes_ -= unused;
-  used_by_principal_[buffer.owner] -= unused;
+  // The stored buffer's charge replaces the reservation's.
+  UnchargeLocked(reserved, buffer.owner);
+  ChargeLocked(kept, buffer.owner);
   reservation.store_ = nullptr;
-  buffers_.emplace(buffer.id, buffer);
+  buffers_.emplace(buffer.id, std::move(stored));
   return buffer;
 }
 
 absl::StatusOr<StoredBuffer> BufferStore::Get(absl::string_view id, absl::string_view field,
                                               absl::string_view principal) const {
+  GC_RETURN_IF_ERROR(CheckBufferId(id, field));
   absl::MutexLock lock(&mu_);
   auto it = buffers_.find(id);
   if (it == buffers_.end() || it->second.owner != principal) {
-    return absl::NotFoundError(absl::StrCat(field, " '", id, "' is not a stored buffer"));
+    return absl::NotFoundError(
+        absl::StrCat(field, " ", QuoteClientString(id), " is not a stored buffer"));
   }
   return it->second;
 }
 
 absl::StatusOr<uint64_t> BufferStore::Delete(absl::string_view id, absl::string_view principal) {
-  std::shared_ptr<Array> released;  // freed after the lock is dropped
+  // Dropped after the lock: the last holder of the array gives its charge back.
+  std::shared_ptr<Array> released;
+  GC_RETURN_IF_ERROR(CheckBufferId(id, "buffer_id"));
   absl::MutexLock lock(&mu_);
   auto it = buffers_.find(id);
   if (it == buffers_.end() || it->second.owner != principal) {
-    return absl::NotFoundError(absl::StrCat("buffer_id '", id, "' is not a stored buffer"));
+    return absl::NotFoundError(
+        absl::StrCat("buffer_id ", QuoteClientString(id), " is not a stored buffer"));
   }
-  const uint64_t bytes = it->second.array->bytes();
   released = std::move(it->second.array);
-  used_by_principal_[it->second.owner] -= bytes;
   buffers_.erase(it);
-  used_bytes_ -= bytes;
-  return bytes;
+  return released->bytes();
 }
 
-std::vector<StoredBuffer> BufferStore::List(absl::string_view principal) const {
-  absl::MutexLock lock(&mu_);
+std::vector<StoredBuffer> BufferStore::List(absl::string_view principal, const ListCursor* after,
+                                            size_t limit) const {
+  auto key = [](const StoredBuffer& b) { return std::tie(b.created, b.id); };
   std::vector<StoredBuffer> result;
+  absl::MutexLock lock(&mu_);
   for (const auto& [id, buffer] : buffers_) {
-    if (buffer.owner == principal) result.push_back(buffer);
+    if (buffer.owner != principal) continue;
+    if (after != nullptr && key(buffer) <= std::tie(after->created, after->id)) continue;
+    result.push_back(buffer);
   }
   std::sort(result.begin(), result.end(),
-            [](const StoredBuffer& a, const StoredBuffer& b) { return a.created < b.created; });
+            [&](const StoredBuffer& a, const StoredBuffer& b) { return key(a) < key(b); });
+  if (result.size() > limit) result.resize(limit);
   return result;
 }
 
 uint64_t BufferStore::used_bytes() const {
   absl::MutexLock lock(&mu_);
-  return used_bytes_;
+  return used_.data;
 }
 
 uint64_t BufferStore::used_bytes(absl::string_view principal) const {
   absl::MutexLock lock(&mu_);
   auto it = used_by_principal_.find(principal);
-  return it == used_by_principal_.end() ? 0 : it->second;
+  return it == used_by_principal_.end() ? 0 : it->second.data;
+}
+
+uint64_t BufferStore::metadata_bytes(absl::string_view principal) const {
+  absl::MutexLock lock(&mu_);
+  auto it = used_by_principal_.find(principal);
+  return it == used_by_principal_.end() ? 0 : it->second.metadata;
 }
 
 size_t BufferStore::count() const {
@@ -130,9 +200,14 @@ size_t BufferStore::count() const {
   return buffers_.size();
 }
 
+bool IsBufferCountRefusal(const absl::Status& status) {
+  return absl::IsResourceExhausted(status) &&
+         absl::StrContains(status.message(), "(max_buffers_per_owner ");
+}
+
 std::string NewBufferId() {
   std::random_device entropy;
-  std::string raw(16, '\0');
+  std::string raw(kBufferIdLength / 2, '\0');
   for (size_t i = 0; i < raw.size(); i += 4) {
     const uint32_t word = entropy();
     for (size_t b = 0; b < 4; ++b) raw[i + b] = static_cast<char>((word >> (8 * b)) & 0xff);

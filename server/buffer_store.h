@@ -1,12 +1,15 @@
 // Stored buffers: arrays that outlive a request (uploads and keep_on_device
 // results). Bytes are reserved against the quota before any memory is allocated,
 // so an over-quota request fails early, and nothing is ever evicted: a buffer
-// disappears only through Delete.
+// disappears only through Delete. Its charge (data, metadata, one buffer of its
+// owner's count) is given back only when the last reader (a Download, a compute
+// request) lets go of its memory, so Delete cannot bypass the quota.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -23,8 +26,18 @@ namespace gpucompute {
 // The longest name a stored buffer may have (upload header.name, output.buffer_name).
 inline constexpr size_t kMaxBufferNameBytes = 256;
 
+// Quota charged for one stored buffer's metadata (id, shape, map entry) on top of
+// its data and its name bytes: without it, many tiny buffers fit any quota.
+inline constexpr uint64_t kBufferOverheadBytes = 128;
+
 // INVALID_ARGUMENT naming `field` when `name` is longer than kMaxBufferNameBytes.
 absl::Status CheckBufferName(absl::string_view name, absl::string_view field);
+
+// Every buffer id has this many characters (NewBufferId: 16 random bytes in hex).
+inline constexpr size_t kBufferIdLength = 32;
+
+// INVALID_ARGUMENT naming `field` when `id` is longer than any buffer id.
+absl::Status CheckBufferId(absl::string_view id, absl::string_view field);
 
 struct StoredBuffer {
   std::string id;
@@ -35,6 +48,13 @@ struct StoredBuffer {
 };
 
 class BufferStore {
+  // What one buffer counts against its owner's and the global limits.
+  struct Charge {
+    uint64_t data = 0;
+    uint64_t metadata = 0;
+    int64_t buffers = 0;
+  };
+
  public:
   // Quota bytes held for a buffer that is not stored yet; returned on destruction
   // unless handed to Commit.
@@ -44,24 +64,31 @@ class BufferStore {
     Reservation(Reservation&& other) noexcept { *this = std::move(other); }
     Reservation& operator=(Reservation&& other) noexcept;
     ~Reservation() { Release(); }
-    uint64_t bytes() const { return bytes_; }
+    uint64_t bytes() const { return charge_.data; }
 
    private:
     friend class BufferStore;
-    Reservation(BufferStore* store, uint64_t bytes, std::string principal)
-        : store_(store), bytes_(bytes), principal_(std::move(principal)) {}
+    Reservation(BufferStore* store, Charge charge, std::string principal)
+        : store_(store), charge_(charge), principal_(std::move(principal)) {}
     void Release();
     BufferStore* store_ = nullptr;
-    uint64_t bytes_ = 0;
+    Charge charge_;
     std::string principal_;
   };
 
-  // principal_quota_bytes 0: no per-principal limit.
-  explicit BufferStore(uint64_t quota_bytes, uint64_t principal_quota_bytes = 0)
-      : quota_bytes_(quota_bytes), principal_quota_bytes_(principal_quota_bytes) {}
+  // principal_quota_bytes 0: no per-principal limit; max_buffers_per_owner 0: no
+  // count limit; overhead_bytes: metadata charged per buffer on top of its name bytes.
+  explicit BufferStore(uint64_t quota_bytes, uint64_t principal_quota_bytes = 0,
+                       int64_t max_buffers_per_owner = 0, uint64_t overhead_bytes = 0)
+      : quota_bytes_(quota_bytes),
+        principal_quota_bytes_(principal_quota_bytes),
+        max_buffers_per_owner_(max_buffers_per_owner),
+        overhead_bytes_(overhead_bytes) {}
 
-  // RESOURCE_EXHAUSTED naming the quota when `bytes` do not fit in the global or
-  // the principal's quota; `what` names the request (e.g. "upload 'weights'").
+  // RESOURCE_EXHAUSTED naming the quota when `bytes` and the metadata of a buffer
+  // do not fit in the global or the principal's quota, or when the principal
+  // already holds max_buffers_per_owner buffers; `what` names the request (e.g.
+  // "upload 'weights'").
   absl::StatusOr<Reservation> Reserve(uint64_t bytes, absl::string_view what,
                                       absl::string_view principal = "");
   // Stores `array` under a new unguessable id, owned by the reservation's
@@ -72,28 +99,59 @@ class BufferStore {
   // belongs to another principal: ids must not be probeable.
   absl::StatusOr<StoredBuffer> Get(absl::string_view id, absl::string_view field,
                                    absl::string_view principal = "") const;
-  // Returns the bytes freed.
+  // Removes the id at once; returns the data bytes that are freed once the last
+  // reader lets go.
   absl::StatusOr<uint64_t> Delete(absl::string_view id, absl::string_view principal = "");
-  // The principal's buffers, oldest first.
-  std::vector<StoredBuffer> List(absl::string_view principal = "") const;
 
-  // All principals together.
+  // Where a page of List starts: after the buffer created at `created` with `id`.
+  struct ListCursor {
+    absl::Time created;
+    std::string id;
+  };
+  // The principal's buffers, oldest first (ties by id), after `after` when given,
+  // at most `limit` of them.
+  std::vector<StoredBuffer> List(absl::string_view principal = "",
+                                 const ListCursor* after = nullptr,
+                                 size_t limit = SIZE_MAX) const;
+
+  // Data bytes of stored buffers, of reservations and of deleted buffers still
+  // being read; all principals together, or one.
   uint64_t used_bytes() const;
   uint64_t used_bytes(absl::string_view principal) const;
+  // The quota bytes a principal's buffers count for their metadata, on top of used_bytes.
+  uint64_t metadata_bytes(absl::string_view principal) const;
   uint64_t quota_bytes() const { return quota_bytes_; }
   size_t count() const;
 
  private:
-  void Unreserve(uint64_t bytes, const std::string& principal);
+  // The quota bytes left under `limit` with `used` charged.
+  static uint64_t Left(uint64_t limit, const Charge& used) {
+    return limit - used.data - used.metadata;
+  }
+  std::string MetadataNote() const;
+  void Uncharge(const Charge& charge, const std::string& principal) ABSL_LOCKS_EXCLUDED(mu_);
+  void ChargeLocked(const Charge& charge, const std::string& principal)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnchargeLocked(const Charge& charge, const std::string& principal)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `array` whose last holder gives `charge` back, after freeing the memory.
+  std::shared_ptr<Array> HoldingCharge(std::shared_ptr<Array> array, Charge charge,
+                                       std::string principal);
 
   const uint64_t quota_bytes_;
   const uint64_t principal_quota_bytes_;
+  const int64_t max_buffers_per_owner_;
+  const uint64_t overhead_bytes_;
   mutable absl::Mutex mu_;
-  // Bytes of stored buffers plus outstanding reservations.
-  uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::flat_hash_map<std::string, uint64_t> used_by_principal_ ABSL_GUARDED_BY(mu_);
+  // Stored buffers (also deleted ones still read) plus outstanding reservations.
+  Charge used_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Charge> used_by_principal_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, StoredBuffer> buffers_ ABSL_GUARDED_BY(mu_);
 };
+
+// Whether `status` is Reserve's refusal over max_buffers_per_owner (counted apart
+// from the byte quotas in the rejection metrics).
+bool IsBufferCountRefusal(const absl::Status& status);
 
 // 128 random bits as 32 lowercase hex digits, from the OS entropy source.
 std::string NewBufferId();

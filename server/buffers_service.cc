@@ -1,10 +1,15 @@
 #include "server/buffers_service.h"
 
+#include <algorithm>
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "server/proto_convert.h"
 #include "server/result_stream.h"
@@ -16,24 +21,21 @@ namespace {
 
 // Receives header then data chunks; allocation and copies run on the executor,
 // and the next read starts only after the previous chunk is copied. The buffer
-// becomes visible (Commit) only once every declared byte has arrived.
+// becomes visible (Commit) only once every declared byte has arrived. The call is
+// admitted (counted in flight) only once its header arrives, and each read waits
+// at most stream_idle_timeout: a silent client holds no place and no quota.
 class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
  public:
-  UploadReactor(ServiceContext& service, grpc::CallbackServerContext* context,
+  UploadReactor(ServiceContext& service, Timer& idle_timer, grpc::CallbackServerContext* context,
                 v1::BufferInfo* response)
-      : service_(service), context_(context), response_(response),
-        rpc_(service.metrics, RpcMethod::kUpload) {
+      : service_(service), idle_timer_(idle_timer), context_(context), response_(response),
+        rpc_(service.metrics, RpcMethod::kUpload, *context) {
     service_.metrics.AddInFlight(Operation::kUpload, 1);
-    absl::StatusOr<Admission::Ticket> ticket = service_.Admit(*context);
-    if (!ticket.ok()) {
-      Complete(ticket.status());
-      return;
-    }
-    ticket_ = *std::move(ticket);
-    StartRead(&request_);
+    Read();
   }
 
   void OnReadDone(bool ok) override {
+    if (!Disarm()) return;  // the idle timeout finished the call
     if (!ok) {
       EndOfStream();
       return;
@@ -55,6 +57,35 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
   void OnDone() override { delete this; }
 
  private:
+  // Starts the next read and the idle timeout that races it. The timeout may
+  // fire after this reactor is gone: it holds the pending-read marker, not the
+  // reactor, and touches the reactor only when it takes the marker, which can
+  // happen only while the read is pending, hence before Finish.
+  void Read() {
+    uint64_t generation = ++reads_;
+    pending_read_->store(generation);
+    idle_alarm_ = idle_timer_.Schedule(
+        absl::Now() + service_.config.stream_idle_timeout,
+        [this, pending = pending_read_, generation]() mutable {
+          if (pending->compare_exchange_strong(generation, 0)) OnIdle();
+        });
+    StartRead(&request_);
+  }
+
+  // False when the idle timeout took the pending read (and finishes the call).
+  bool Disarm() {
+    if (pending_read_->exchange(0) == 0) return false;
+    idle_timer_.Cancel(idle_alarm_);
+    return true;
+  }
+
+  void OnIdle() {
+    service_.metrics.Rejected(Rejection::kStreamIdle);
+    Complete(absl::DeadlineExceededError(absl::StrCat(
+        "upload received no message for ", absl::FormatDuration(service_.config.stream_idle_timeout),
+        " (stream_idle_timeout); the stream is closed and its reservation freed")));
+  }
+
   void OnHeader() {
     ++messages_;
     // Once the allocation is submitted, the executor may finish the call: only
@@ -68,6 +99,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
     if (array_ != nullptr || reservation_.has_value()) {
       return absl::InvalidArgumentError("upload sent a second header; send exactly one, first");
     }
+    GC_ASSIGN_OR_RETURN(ticket_, service_.Admit(*context_));
     const v1::UploadHeader& header = request_.header();
     GC_ASSIGN_OR_RETURN(const DType dtype, DTypeFromProto(header.dtype(), "header.dtype"));
     Shape shape(header.shape().begin(), header.shape().end());
@@ -88,7 +120,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
           service_.backend.Allocate(dtype, std::move(shape), service_.backend.PickDevice());
       if (!array.ok()) return Complete(array.status());
       array_ = *std::move(array);
-      StartRead(&request_);
+      Read();
     });
   }
 
@@ -114,7 +146,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
       service_.metrics.Transferred(Direction::kHostToDevice, n, elapsed);
       service_.metrics.NetworkReceived(n);
       received_bytes_ += n;
-      StartRead(&request_);
+      Read();
     });
   }
 
@@ -147,14 +179,14 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
     array_.reset();
     ticket_ = Admission::Ticket();
     const grpc::Status grpc_status = ToGrpcStatus(status);
-    rpc_.Done(grpc_status.error_code());
-    service_.metrics.RequestDone(Operation::kUpload, grpc_status.error_code(),
+    service_.metrics.RequestDone(Operation::kUpload, rpc_.Done(grpc_status.error_code()),
                                  absl::Now() - rpc_.start());
     service_.metrics.AddInFlight(Operation::kUpload, -1);
     Finish(grpc_status);
   }
 
   ServiceContext& service_;
+  Timer& idle_timer_;
   grpc::CallbackServerContext* const context_;
   v1::BufferInfo* const response_;
   RpcRecorder rpc_;
@@ -167,7 +199,28 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
   uint64_t received_bytes_ = 0;
   uint64_t messages_ = 0;
   absl::Duration transfer_in_ = absl::ZeroDuration();
+  // The number of the read in flight, 0 while none is: whoever swaps it to 0,
+  // the read's completion or its idle timeout, carries the call on.
+  std::shared_ptr<std::atomic<uint64_t>> pending_read_ =
+      std::make_shared<std::atomic<uint64_t>>(0);
+  uint64_t reads_ = 0;
+  Timer::Id idle_alarm_ = 0;
 };
+
+// A page token names the last buffer of its page by its List order key.
+std::string PageToken(const StoredBuffer& last) {
+  return absl::StrCat(absl::ToUnixNanos(last.created), "-", last.id);
+}
+
+absl::StatusOr<BufferStore::ListCursor> ParsePageToken(absl::string_view token) {
+  const std::pair<absl::string_view, absl::string_view> parts = absl::StrSplit(token, '-');
+  int64_t created_nanos = 0;
+  if (!absl::SimpleAtoi(parts.first, &created_nanos) || parts.second.size() != 32) {
+    return absl::InvalidArgumentError(
+        "page_token is not one this server issued; pass a previous reply's next_page_token");
+  }
+  return BufferStore::ListCursor{absl::FromUnixNanos(created_nanos), std::string(parts.second)};
+}
 
 // A Download that passed admission: the stored array it streams.
 struct AcceptedDownload {
@@ -191,7 +244,7 @@ absl::StatusOr<AcceptedDownload> AcceptDownload(ServiceContext& service,
 
 grpc::ServerReadReactor<v1::UploadRequest>* BuffersService::Upload(
     grpc::CallbackServerContext* context, v1::BufferInfo* response) {
-  return new UploadReactor(service_, context, response);
+  return new UploadReactor(service_, idle_timer_, context, response);
 }
 
 grpc::ServerWriteReactor<v1::ResultChunk>* BuffersService::Download(
@@ -205,10 +258,12 @@ grpc::ServerWriteReactor<v1::ResultChunk>* BuffersService::Download(
   }
   reactor->Start(std::move(accepted->output), absl::Now() - start,
                  [array = std::move(accepted->array)](
-                     OpContext&) -> absl::StatusOr<StreamSource> {
+                     OpContext&) mutable -> absl::StatusOr<StreamSource> {
                    StreamSource source;
                    source.times.device = DeviceLabel(array->device());
-                   source.array = array;
+                   // Moved, not copied: the stream alone holds the data and
+                   // the quota it counts for.
+                   source.array = std::move(array);
                    return source;
                  });
   return reactor;
@@ -217,7 +272,7 @@ grpc::ServerWriteReactor<v1::ResultChunk>* BuffersService::Download(
 grpc::ServerUnaryReactor* BuffersService::Delete(grpc::CallbackServerContext* context,
                                                  const v1::DeleteRequest* request,
                                                  v1::DeleteResponse* response) {
-  RpcRecorder rpc(service_.metrics, RpcMethod::kDelete);
+  RpcRecorder rpc(service_.metrics, RpcMethod::kDelete, *context);
   absl::StatusOr<uint64_t> freed = service_.store.Delete(request->buffer_id(), PrincipalOf(*context));
   if (freed.ok()) response->set_freed_bytes(*freed);
   const grpc::Status status = ToGrpcStatus(freed.status());
@@ -228,19 +283,36 @@ grpc::ServerUnaryReactor* BuffersService::Delete(grpc::CallbackServerContext* co
 }
 
 grpc::ServerUnaryReactor* BuffersService::List(grpc::CallbackServerContext* context,
-                                               const v1::ListRequest*,
+                                               const v1::ListRequest* request,
                                                v1::ListResponse* response) {
-  RpcRecorder rpc(service_.metrics, RpcMethod::kList);
-  const std::string principal = PrincipalOf(*context);
-  for (const StoredBuffer& buffer : service_.store.List(principal)) {
-    ToBufferInfo(buffer, response->add_buffers());
-  }
-  response->set_used_bytes(service_.store.used_bytes(principal));
-  response->set_quota_bytes(service_.store.quota_bytes());
-  rpc.Done(grpc::OK);
+  RpcRecorder rpc(service_.metrics, RpcMethod::kList, *context);
+  const grpc::Status status = ToGrpcStatus(ListPage(*request, PrincipalOf(*context), response));
+  rpc.Done(status.error_code());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
+  reactor->Finish(status);
   return reactor;
+}
+
+absl::Status BuffersService::ListPage(const v1::ListRequest& request, const std::string& principal,
+                                      v1::ListResponse* response) const {
+  std::optional<BufferStore::ListCursor> after;
+  if (!request.page_token().empty()) {
+    GC_ASSIGN_OR_RETURN(after, ParsePageToken(request.page_token()));
+  }
+  const size_t page_size =
+      request.page_size() == 0 ? kMaxListPageSize : std::min(request.page_size(), kMaxListPageSize);
+  // One more than the page: whether another page follows.
+  std::vector<StoredBuffer> buffers =
+      service_.store.List(principal, after.has_value() ? &*after : nullptr, page_size + 1);
+  if (buffers.size() > page_size) {
+    buffers.resize(page_size);
+    response->set_next_page_token(PageToken(buffers.back()));
+  }
+  for (const StoredBuffer& buffer : buffers) ToBufferInfo(buffer, response->add_buffers());
+  response->set_used_bytes(service_.store.used_bytes(principal));
+  response->set_metadata_bytes(service_.store.metadata_bytes(principal));
+  response->set_quota_bytes(service_.store.quota_bytes());
+  return absl::OkStatus();
 }
 
 }  // namespace gpucompute

@@ -25,6 +25,7 @@ struct ServerConfig {
   uint32_t default_chunk_bytes = 1u << 20;
   uint64_t buffer_quota_bytes = 8ull << 30;
   uint64_t principal_quota_bytes = 0;  // per caller; 0: only the global quota
+  int64_t max_buffers_per_owner = 10000;  // stored buffers per caller; 0: no limit
   int64_t max_elements = int64_t{1} << 34;  // per tensor
   absl::Duration grace_period = absl::Seconds(30);
 
@@ -32,6 +33,8 @@ struct ServerConfig {
   int max_in_flight = 1024;                 // requests admitted at once, all callers
   int max_in_flight_per_connection = 128;   // per client connection
   int max_concurrent_streams = 256;         // HTTP/2 streams per connection
+  // An Upload silent this long is closed; a result stream unread this long is cancelled.
+  absl::Duration stream_idle_timeout = absl::Seconds(30);
   uint64_t resource_quota_bytes = 2ull << 30;  // gRPC's memory for connections and calls
   absl::Duration keepalive_time = absl::Hours(2);
   absl::Duration keepalive_timeout = absl::Seconds(20);

@@ -65,4 +65,55 @@ void Executor::WorkerLoop() {
   }
 }
 
+Timer::Timer() : thread_([this] { Loop(); }) {}
+
+Timer::~Timer() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    woken_ = true;
+  }
+  thread_.join();
+}
+
+Timer::Id Timer::Schedule(absl::Time deadline, Callback callback) {
+  absl::MutexLock lock(&mu_);
+  const Id id = next_id_++;
+  auto [it, inserted] = order_.emplace(deadline, id);
+  if (it == order_.begin()) woken_ = true;
+  pending_.emplace(id, std::make_pair(deadline, std::move(callback)));
+  return id;
+}
+
+void Timer::Cancel(Id id) {
+  Callback dropped;  // destroyed after the lock
+  absl::MutexLock lock(&mu_);
+  auto it = pending_.find(id);
+  if (it == pending_.end()) return;
+  order_.erase({it->second.first, id});
+  dropped = std::move(it->second.second);
+  pending_.erase(it);
+}
+
+void Timer::Loop() {
+  mu_.Lock();
+  while (!stopping_) {
+    const absl::Time next = order_.empty() ? absl::InfiniteFuture() : order_.begin()->first;
+    if (absl::Now() < next) {
+      woken_ = false;
+      mu_.AwaitWithDeadline(absl::Condition(&woken_), next);
+      continue;
+    }
+    const Id id = order_.begin()->second;
+    order_.erase(order_.begin());
+    {
+      auto node = pending_.extract(id);
+      mu_.Unlock();
+      std::move(node.mapped().second)();
+    }
+    mu_.Lock();
+  }
+  mu_.Unlock();
+}
+
 }  // namespace gpucompute

@@ -4,14 +4,19 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <deque>
+#include <set>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace gpucompute {
 
@@ -46,6 +51,36 @@ class Executor {
   size_t queued_requests_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;
+};
+
+// Runs callbacks at their deadlines on a thread of its own, so that a reaction
+// can arm a timeout without blocking. Callbacks must be short and must not block.
+class Timer {
+ public:
+  using Id = uint64_t;
+  using Callback = absl::AnyInvocable<void() &&>;
+
+  Timer();
+  // Drops the callbacks not run yet, then joins.
+  ~Timer();
+  Timer(const Timer&) = delete;
+  Timer& operator=(const Timer&) = delete;
+
+  Id Schedule(absl::Time deadline, Callback callback);
+  // Drops the callback unless it already ran or is running.
+  void Cancel(Id id);
+
+ private:
+  void Loop();
+
+  absl::Mutex mu_;
+  std::set<std::pair<absl::Time, Id>> order_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Id, std::pair<absl::Time, Callback>> pending_ ABSL_GUARDED_BY(mu_);
+  Id next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Set when the earliest deadline changes or on stop: the loop waits again.
+  bool woken_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
 };
 
 }  // namespace gpucompute

@@ -5,7 +5,7 @@ namespace gpucompute {
 grpc::ServerUnaryReactor* InfoService::GetInfo(grpc::CallbackServerContext* context,
                                                const v1::GetInfoRequest*,
                                                v1::ServerInfo* response) {
-  RpcRecorder rpc(service_.metrics, RpcMethod::kGetInfo);
+  RpcRecorder rpc(service_.metrics, RpcMethod::kGetInfo, *context);
   response->set_version(kVersion);
   response->set_backend(std::string(service_.backend.name()));
   response->set_backend_note(backend_note_);
@@ -34,6 +34,8 @@ grpc::ServerUnaryReactor* InfoService::GetInfo(grpc::CallbackServerContext* cont
   limits->set_executor_threads(service_.executor.threads());
   limits->set_max_queue_depth(config.max_queue_depth);
   limits->set_max_device_queue_depth(config.max_device_queue_depth);
+  limits->set_stream_idle_timeout_ms(absl::ToInt64Milliseconds(config.stream_idle_timeout));
+  limits->set_max_buffers_per_owner(static_cast<uint32_t>(config.max_buffers_per_owner));
   limits->set_principal_quota_bytes(config.principal_quota_bytes);
   limits->set_max_in_flight(config.max_in_flight);
   limits->set_max_in_flight_per_connection(config.max_in_flight_per_connection);
@@ -42,6 +44,15 @@ grpc::ServerUnaryReactor* InfoService::GetInfo(grpc::CallbackServerContext* cont
   limits->set_tls(!config.security.tls_cert_file.empty());
   limits->set_mutual_tls(!config.security.tls_client_ca_file.empty());
   limits->set_token_auth(!config.security.auth_tokens_file.empty());
+  for (const MemoryBudgetStats& budget : service_.backend.Stats().memory_budgets) {
+    if (budget.memory == "host") limits->set_host_memory_budget_bytes(budget.capacity_bytes);
+    for (v1::DeviceInfo& device : *response->mutable_devices()) {
+      if (device.name() == budget.memory || (device.name() == "cpu" && budget.memory == "host")) {
+        device.set_memory_budget_bytes(budget.capacity_bytes);
+      }
+    }
+  }
+  limits->set_memory_budget_wait_ms(absl::ToInt64Milliseconds(config.backend.memory_budget_wait));
   rpc.Done(grpc::OK);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);

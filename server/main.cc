@@ -1,4 +1,5 @@
 // gpucompute-server: flags are read here, once, into a ServerConfig.
+#include <algorithm>
 #include <csignal>
 #include <cstdint>
 #include <iostream>
@@ -7,7 +8,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -25,6 +29,12 @@ ABSL_FLAG(int32_t, threads, 0, "executor threads running requests; 0 = hardware 
 ABSL_FLAG(int32_t, cpu_threads, 0, "CPU backend worker threads; 0 = hardware concurrency");
 ABSL_FLAG(int32_t, max_queue_depth, 256,
           "admitted requests that may wait for an executor thread; more get RESOURCE_EXHAUSTED");
+ABSL_FLAG(absl::Duration, stream_idle_timeout, absl::Seconds(30),
+          "an Upload that receives no message for this long is closed (DEADLINE_EXCEEDED) and "
+          "its quota reservation freed; a result stream whose client takes no message for "
+          "this long is cancelled and its result freed");
+ABSL_FLAG(int64_t, max_buffers_per_owner, 10000,
+          "stored buffers one caller may hold; more get RESOURCE_EXHAUSTED; 0 = no limit");
 ABSL_FLAG(int32_t, max_device_queue_depth, 64,
           "operations placed on one device at once (copying in, waiting for it or running); "
           "more get RESOURCE_EXHAUSTED");
@@ -68,10 +78,18 @@ ABSL_FLAG(std::string, auth_tokens_file, "",
           "health checks stay open");
 ABSL_FLAG(std::string, metrics_basic_auth_file, "",
           "'USER sha256:HEX' lines (hash of the password): /metrics needs HTTP basic auth");
-ABSL_FLAG(bool, reflection, true, "serve gRPC server reflection (grpcurl, grpcui)");
+ABSL_FLAG(bool, reflection, true, "serve gRPC server reflection, v1 and v1alpha");
 ABSL_FLAG(uint64_t, pool_prewarm_bytes, 1ull << 30,
           "CUDA: device memory each pool reserves at start-up so first requests allocate warm "
           "memory (capped at a quarter of the GPU)");
+ABSL_FLAG(uint64_t, host_memory_budget_bytes, 0,
+          "host memory all arrays (results, staging, stored buffers) may take; 0 = half of "
+          "physical RAM");
+ABSL_FLAG(uint64_t, device_memory_budget_bytes, 0,
+          "device memory all arrays may take on each GPU; 0 = 7/8 of the GPU's memory");
+ABSL_FLAG(absl::Duration, memory_budget_wait, absl::Seconds(1),
+          "how long an allocation over a memory budget waits for memory before "
+          "RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, inject_sticky_error_after, -1,
           "TESTING ONLY, for restart drills: after this many operations the backend fails as "
           "after a sticky device error (health NOT_SERVING, drain, exit status 3); -1 = off");
@@ -79,6 +97,35 @@ ABSL_FLAG(absl::Duration, grace_period, absl::Seconds(30),
           "on SIGTERM/SIGINT, how long in-flight requests may run before they are cancelled");
 
 namespace {
+
+// This file's flags, not those of the libraries linked in. (Abseil's default
+// looks for files named like the program, so plain --help found none.)
+bool IsServerFlagFile(absl::string_view file) { return absl::EndsWith(file, "server/main.cc"); }
+
+// Whether the command line asks for plain --help, which this Abseil answers
+// with exit status 1; we answer it ourselves with 0.
+bool AsksForHelp(int argc, char** argv) {
+  return std::any_of(argv + 1, argv + argc, [](absl::string_view arg) {
+    return arg == "--help" || arg == "-help";
+  });
+}
+
+void PrintHelp() {
+  std::vector<absl::CommandLineFlag*> flags;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (IsServerFlagFile(flag->Filename())) flags.push_back(flag);
+  }
+  std::sort(flags.begin(), flags.end(),
+            [](const auto* a, const auto* b) { return a->Name() < b->Name(); });
+  std::cout << "gpucompute-server: " << absl::ProgramUsageMessage() << "\n\nFlags:\n";
+  for (const absl::CommandLineFlag* flag : flags) {
+    const std::string value = flag->DefaultValue();
+    std::cout << "  --" << flag->Name() << " (" << flag->Help() << ");\n      default: "
+              << (flag->IsOfType<std::string>() ? absl::StrCat("\"", value, "\"") : value)
+              << ";\n";
+  }
+  std::cout << "\nTry --helpfull for the flags of the libraries too.\n";
+}
 
 absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
   gpucompute::ServerConfig config;
@@ -108,11 +155,16 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
   config.backend.pinned_staging_bytes = absl::GetFlag(FLAGS_pinned_staging_bytes);
   config.backend.pool_release_threshold_bytes = absl::GetFlag(FLAGS_pool_release_threshold_bytes);
   config.backend.pool_prewarm_bytes = absl::GetFlag(FLAGS_pool_prewarm_bytes);
+  config.backend.host_memory_budget_bytes = absl::GetFlag(FLAGS_host_memory_budget_bytes);
+  config.backend.device_memory_budget_bytes = absl::GetFlag(FLAGS_device_memory_budget_bytes);
+  config.backend.memory_budget_wait = absl::GetFlag(FLAGS_memory_budget_wait);
   config.backend.inject_sticky_error_after_operations =
       absl::GetFlag(FLAGS_inject_sticky_error_after);
   config.executor_threads = absl::GetFlag(FLAGS_threads);
   config.max_queue_depth = absl::GetFlag(FLAGS_max_queue_depth);
   config.max_device_queue_depth = absl::GetFlag(FLAGS_max_device_queue_depth);
+  config.stream_idle_timeout = absl::GetFlag(FLAGS_stream_idle_timeout);
+  config.max_buffers_per_owner = absl::GetFlag(FLAGS_max_buffers_per_owner);
   config.max_receive_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   config.min_chunk_bytes = absl::GetFlag(FLAGS_min_chunk_bytes);
   config.max_chunk_bytes = absl::GetFlag(FLAGS_max_chunk_bytes);
@@ -150,6 +202,10 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
         "--max_queue_depth, --max_device_queue_depth, --max_elements, --max_in_flight, "
         "--max_in_flight_per_connection and --max_concurrent_streams must be >= 1");
   }
+  if (config.stream_idle_timeout < absl::Milliseconds(1) || config.max_buffers_per_owner < 0) {
+    return absl::InvalidArgumentError(
+        "--stream_idle_timeout must be >= 1ms and --max_buffers_per_owner >= 0");
+  }
   return config;
 }
 
@@ -157,8 +213,16 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "gpucompute-server: GPU (or CPU) numeric operations over gRPC.\n"
+      "GPU (or CPU) numeric operations over gRPC.\n"
       "  gpucompute-server --address=localhost:50051 --metrics_address=localhost:9464");
+  absl::FlagsUsageConfig usage_config;
+  usage_config.contains_help_flags = IsServerFlagFile;
+  usage_config.contains_helpshort_flags = IsServerFlagFile;
+  absl::SetFlagsUsageConfig(usage_config);
+  if (AsksForHelp(argc, argv)) {
+    PrintHelp();
+    return 0;
+  }
   absl::ParseCommandLine(argc, argv);
   absl::StatusOr<gpucompute::ServerConfig> config = ConfigFromFlags();
   if (!config.ok()) {

@@ -21,7 +21,7 @@ constexpr std::array<absl::string_view, 2> kDirectionLabels = {"host_to_device",
                                                               "device_to_host"};
 constexpr std::array<absl::string_view, kRejectionCount> kRejectionLabels = {
     "queue_full", "deadline_exceeded", "quota", "unavailable", "in_flight_limit",
-    "device_queue_full"};
+    "device_queue_full", "stream_idle", "buffer_count", "memory_budget"};
 
 struct RpcName {
   absl::string_view service;
@@ -38,7 +38,33 @@ constexpr std::array<RpcName, kRpcMethodCount> kRpcNames = {{
     {"gpucompute.v1.Buffers", "Delete", "unary"},
     {"gpucompute.v1.Buffers", "List", "unary"},
     {"gpucompute.v1.Server", "GetInfo", "unary"},
+    {"grpc.health.v1.Health", "Check", "unary"},
+    {"grpc.health.v1.Health", "Watch", "server_stream"},
 }};
+
+// One health call: recorded when its status is sent, or as cancelled when it
+// ends without one (a Watch the client walked away from).
+class HealthRpcInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  HealthRpcInterceptor(Metrics& metrics, RpcMethod method, const grpc::ServerContextBase& context)
+      : rpc_(metrics, method, context) {}
+  ~HealthRpcInterceptor() override {
+    if (!done_) rpc_.Done(grpc::CANCELLED);
+  }
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (!done_ && methods->QueryInterceptionHookPoint(
+                      grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      rpc_.Done(methods->GetSendStatus().error_code());
+      done_ = true;
+    }
+    methods->Proceed();
+  }
+
+ private:
+  RpcRecorder rpc_;
+  bool done_ = false;
+};
 
 // 10 us to 60 s, roughly x2.5 per bucket.
 const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
@@ -108,9 +134,18 @@ class Metrics::LiveStateCollector final : public prometheus::Collectable {
     auto warmup = GaugeFamily("gpucompute_warmup_duration_seconds",
                               "Time spent warming the backend at start-up.");
     AddGauge(warmup, absl::ToDoubleSeconds(state.backend.warmup_time));
+    auto budget_used = GaugeFamily("gpucompute_memory_budget_used_bytes",
+                                   "Bytes charged to the memory budget, per memory.");
+    auto budget_capacity = GaugeFamily("gpucompute_memory_budget_capacity_bytes",
+                                       "Capacity of the memory budget, per memory.");
+    for (const MemoryBudgetStats& budget : state.backend.memory_budgets) {
+      AddGauge(budget_used, budget.used_bytes, {{"memory", budget.memory}});
+      AddGauge(budget_capacity, budget.capacity_bytes, {{"memory", budget.memory}});
+    }
     return {std::move(reserved), std::move(used), std::move(queue), std::move(info),
             std::move(healthy), std::move(buffers), std::move(buffer_bytes), std::move(pinned),
-            std::move(kernels), std::move(warmup)};
+            std::move(kernels), std::move(warmup), std::move(budget_used),
+            std::move(budget_capacity)};
   }
 
  private:
@@ -264,6 +299,24 @@ int Metrics::port() const {
   if (exposer_ == nullptr) return 0;
   const std::vector<int> ports = exposer_->GetListeningPorts();
   return ports.empty() ? 0 : ports.front();
+}
+
+grpc::StatusCode OutcomeCode(grpc::StatusCode code, absl::Time deadline) {
+  return code == grpc::CANCELLED && absl::Now() >= deadline ? grpc::DEADLINE_EXCEEDED : code;
+}
+
+grpc::experimental::Interceptor* HealthRpcCounter::CreateServerInterceptor(
+    grpc::experimental::ServerRpcInfo* info) {
+  const absl::string_view method = info->method();
+  RpcMethod rpc;
+  if (method == "/grpc.health.v1.Health/Check") {
+    rpc = RpcMethod::kHealthCheck;
+  } else if (method == "/grpc.health.v1.Health/Watch") {
+    rpc = RpcMethod::kHealthWatch;
+  } else {
+    return nullptr;
+  }
+  return new HealthRpcInterceptor(metrics_, rpc, *info->server_context());
 }
 
 void Metrics::RpcStarted(RpcMethod method) { rpc_started_[static_cast<int>(method)]->Increment(); }

@@ -13,6 +13,8 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "grpcpp/server_context.h"
+#include "grpcpp/support/server_interceptor.h"
 #include "grpcpp/support/status.h"
 #include "kernels/backend.h"
 #include "prometheus/counter.h"
@@ -32,8 +34,9 @@ enum class Direction { kHostToDevice, kDeviceToHost };
 
 enum class Rejection {
   kQueueFull, kDeadlineExceeded, kQuota, kUnavailable, kInFlightLimit, kDeviceQueueFull,
+  kStreamIdle, kBufferCount, kMemoryBudget,
 };
-inline constexpr int kRejectionCount = 6;
+inline constexpr int kRejectionCount = 9;
 
 struct BuildInfo {
   std::string version;
@@ -99,16 +102,27 @@ class Metrics {
   prometheus::Counter* network_sent_ = nullptr;
 };
 
+// The code a call ended with as its client sees it: a server learns only that
+// the call was cancelled, also when it was the client's deadline that expired.
+grpc::StatusCode OutcomeCode(grpc::StatusCode code, absl::Time deadline);
+
 // Records grpc_server_started_total at construction and handled/handling_seconds
 // at Done(); one per RPC.
 class RpcRecorder {
  public:
-  RpcRecorder(Metrics& metrics, RpcMethod method)
-      : metrics_(metrics), method_(method), start_(absl::Now()) {
+  RpcRecorder(Metrics& metrics, RpcMethod method, const grpc::ServerContextBase& context)
+      : metrics_(metrics),
+        method_(method),
+        start_(absl::Now()),
+        deadline_(absl::FromChrono(context.deadline())) {
     metrics_.RpcStarted(method_);
   }
-  void Done(grpc::StatusCode code) {
-    metrics_.RpcHandled(method_, code, absl::Now() - start_);
+  // Returns the code recorded: `code`, or DEADLINE_EXCEEDED for a cancellation
+  // at or after the deadline.
+  grpc::StatusCode Done(grpc::StatusCode code) {
+    const grpc::StatusCode outcome = OutcomeCode(code, deadline_);
+    metrics_.RpcHandled(method_, outcome, absl::Now() - start_);
+    return outcome;
   }
   absl::Time start() const { return start_; }
 
@@ -116,6 +130,19 @@ class RpcRecorder {
   Metrics& metrics_;
   RpcMethod method_;
   absl::Time start_;
+  absl::Time deadline_;
+};
+
+// Counts the grpc.health.v1.Health calls, which gRPC's built-in health service
+// answers without passing through our services, in the grpc_server_* families.
+class HealthRpcCounter final : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit HealthRpcCounter(Metrics& metrics) : metrics_(metrics) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override;
+
+ private:
+  Metrics& metrics_;
 };
 
 }  // namespace gpucompute

@@ -1,11 +1,13 @@
 #include "server/operations.h"
 
-#include <cmath>
+#include <cstring>
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/preconditions.h"
 #include "kernels/shape_rules.h"
 #include "server/proto_convert.h"
 
@@ -43,19 +45,25 @@ absl::Status CheckOutputSize(const Shape& shape, int64_t max_elements) {
   return CheckedElementCount(shape, max_elements, "result").status();
 }
 
-absl::Status CheckLatitude(double lat, absl::string_view field) {
-  if (!(lat >= -90.0 && lat <= 90.0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, " is ", lat, "; latitude must lie in [-90, 90] degrees"));
-  }
-  return absl::OkStatus();
+template <typename T>
+double Load(const std::string& data, int64_t i) {
+  T value;
+  std::memcpy(&value, data.data() + i * sizeof(T), sizeof(T));
+  return value;
 }
 
-absl::Status CheckFinite(double value, absl::string_view field) {
-  if (!std::isfinite(value)) {
-    return absl::InvalidArgumentError(absl::StrCat(field, " is ", value, "; it must be finite"));
+// An inline operand's values against `rule`. Stored operands' values are on the
+// backend: the operation's backend checks them, or documents that it does not.
+absl::Status CheckInlineValues(const OperandSpec& operand, const ValueRule& rule) {
+  if (operand.tensor == nullptr) return absl::OkStatus();
+  const std::string& data = operand.tensor->data();
+  const int64_t count = static_cast<int64_t>(data.size() / ElementSize(operand.dtype));
+  if (operand.dtype == DType::kFloat32) {
+    return CheckElements(count, [&](int64_t i) { return Load<float>(data, i); }, operand.field,
+                         rule);
   }
-  return absl::OkStatus();
+  return CheckElements(count, [&](int64_t i) { return Load<double>(data, i); }, operand.field,
+                       rule);
 }
 
 absl::StatusOr<int64_t> CheckCount(uint64_t count, absl::string_view field, int64_t max_elements) {
@@ -134,42 +142,27 @@ absl::StatusOr<PreparedOperation> PrepareHaversineGrid(const v1::HaversineGridRe
   }
   std::vector<GeoPoint> refs;
   refs.reserve(request.references_size());
-  for (int i = 0; i < request.references_size(); ++i) {
-    const v1::GeoPoint& ref = request.references(i);
-    GC_RETURN_IF_ERROR(CheckLatitude(ref.lat(), absl::StrCat("references[", i, "].lat")));
-    GC_RETURN_IF_ERROR(CheckFinite(ref.lon(), absl::StrCat("references[", i, "].lon")));
-    refs.push_back({ref.lat(), ref.lon()});
-  }
-  double radius = request.radius() == 0 ? kDefaultEarthRadiusKm : request.radius();
-  if (!(radius > 0) || !std::isfinite(radius)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("radius is ", request.radius(), "; it must be positive and finite"));
-  }
+  for (const v1::GeoPoint& ref : request.references()) refs.push_back({ref.lat(), ref.lon()});
+  GC_RETURN_IF_ERROR(CheckReferences(refs));
+  const double radius = request.radius() == 0 ? kDefaultEarthRadiusKm : request.radius();
+  GC_RETURN_IF_ERROR(CheckRadius(radius));
   const int64_t n_ref = static_cast<int64_t>(refs.size());
 
   PreparedOperation prepared;
   switch (request.grid_case()) {
     case v1::HaversineGridRequest::kMesh: {
       const v1::LatLonMesh& m = request.mesh();
-      for (auto [value, field] : {std::pair{m.lat_start(), "mesh.lat_start"},
-                                  std::pair{m.lat_stop(), "mesh.lat_stop"}}) {
-        GC_RETURN_IF_ERROR(CheckLatitude(value, field));
-      }
-      for (auto [value, field] : {std::pair{m.lon_start(), "mesh.lon_start"},
-                                  std::pair{m.lon_stop(), "mesh.lon_stop"}}) {
-        GC_RETURN_IF_ERROR(CheckFinite(value, field));
-      }
-      GC_ASSIGN_OR_RETURN(const int64_t n_lat, CheckCount(m.n_lat(), "mesh.n_lat", max_elements));
-      GC_ASSIGN_OR_RETURN(const int64_t n_lon, CheckCount(m.n_lon(), "mesh.n_lon", max_elements));
+      LatLonMesh mesh{{m.lat_start(), m.lat_stop(), 0}, {m.lon_start(), m.lon_stop(), 0}};
+      GC_RETURN_IF_ERROR(CheckMeshBounds(mesh));
+      GC_ASSIGN_OR_RETURN(mesh.lat.count, CheckCount(m.n_lat(), "mesh.n_lat", max_elements));
+      GC_ASSIGN_OR_RETURN(mesh.lon.count, CheckCount(m.n_lon(), "mesh.n_lon", max_elements));
       if (m.dtype() == v1::DTYPE_UNSPECIFIED) {
         prepared.out_dtype = DType::kFloat64;
       } else {
         GC_ASSIGN_OR_RETURN(prepared.out_dtype, DTypeFromProto(m.dtype(), "mesh.dtype"));
       }
-      prepared.out_shape = {n_ref, n_lat, n_lon};
+      prepared.out_shape = {n_ref, mesh.lat.count, mesh.lon.count};
       GC_RETURN_IF_ERROR(CheckOutputSize(prepared.out_shape, max_elements));
-      const LatLonMesh mesh{{m.lat_start(), m.lat_stop(), n_lat},
-                            {m.lon_start(), m.lon_stop(), n_lon}};
       prepared.run = [mesh, refs = std::move(refs), radius](
                          Backend& backend, std::span<const std::shared_ptr<Array>>, Array& out,
                          OpContext& ctx) {
@@ -183,6 +176,8 @@ absl::StatusOr<PreparedOperation> PrepareHaversineGrid(const v1::HaversineGridRe
       GC_ASSIGN_OR_RETURN(OperandSpec lon,
                           ResolveNonEmpty(request.points().lon(), "points.lon", scope));
       GC_RETURN_IF_ERROR(SameDType(lat, lon));
+      GC_RETURN_IF_ERROR(CheckInlineValues(lat, kLatitudeRule));
+      GC_RETURN_IF_ERROR(CheckInlineValues(lon, kLongitudeRule));
       if (lat.shape != lon.shape) {
         return absl::InvalidArgumentError(absl::StrCat(
             "points.lat.shape ", ShapeToString(lat.shape), " and points.lon.shape ",
@@ -232,6 +227,7 @@ absl::StatusOr<PreparedOperation> PrepareLombScargle(const v1::LombScargleReques
   GC_ASSIGN_OR_RETURN(const OperandSpec x, ResolveOperand(request.x(), "x", scope));
   GC_ASSIGN_OR_RETURN(const OperandSpec y, ResolveOperand(request.y(), "y", scope));
   GC_RETURN_IF_ERROR(SameDType(y, x));
+  GC_RETURN_IF_ERROR(CheckInlineValues(x, kSampleTimeRule));
 
   PreparedOperation prepared;
   prepared.operands = {x, y};
@@ -253,6 +249,7 @@ absl::StatusOr<PreparedOperation> PrepareLombScargle(const v1::LombScargleReques
         return absl::InvalidArgumentError(
             absl::StrCat("freqs.shape ", ShapeToString(freqs.shape), " must be (M,)"));
       }
+      GC_RETURN_IF_ERROR(CheckInlineValues(freqs, kFrequencyRule));
       frequencies = freqs.shape[0];
       prepared.operands.push_back(std::move(freqs));
       has_freqs = true;
@@ -260,10 +257,9 @@ absl::StatusOr<PreparedOperation> PrepareLombScargle(const v1::LombScargleReques
     }
     case v1::LombScargleRequest::kFreqGrid: {
       const v1::FrequencyGrid& g = request.freq_grid();
-      GC_RETURN_IF_ERROR(CheckFinite(g.start(), "freq_grid.start"));
-      GC_RETURN_IF_ERROR(CheckFinite(g.stop(), "freq_grid.stop"));
       GC_ASSIGN_OR_RETURN(frequencies, CheckCount(g.count(), "freq_grid.count", max_elements));
       grid = {g.start(), g.stop(), frequencies};
+      GC_RETURN_IF_ERROR(CheckFrequencyGrid(grid, "freq_grid"));
       break;
     }
     case v1::LombScargleRequest::FREQUENCIES_NOT_SET:

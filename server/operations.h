@@ -1,6 +1,8 @@
 // Turns compute requests into backend calls. Prepare* runs on the gRPC thread:
-// it only checks the request (dtypes, shapes, sizes, stored-buffer ids) and never
-// blocks. Execute runs on the executor: it copies inline operands to the backend,
+// it only checks the request (dtypes, shapes, sizes, stored-buffer ids, and the
+// values of inline operands against kernels/preconditions.h's rules) and never
+// blocks. Stored operands' values are on the backend and not read here: the CPU
+// backend checks Haversine points; Lomb-Scargle x and freqs are not checked. Execute runs on the executor: it copies inline operands to the backend,
 // allocates the output and runs the operation.
 #pragma once
 

@@ -4,7 +4,9 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/memory_budget.h"
 #include "server/proto_convert.h"
 #include "server/status_convert.h"
 
@@ -27,8 +29,8 @@ absl::StatusOr<ResultStreamReactor::Output> AdmitStream(const ServiceContext& se
 
 ResultStreamReactor::ResultStreamReactor(ServiceContext& service,
                                          grpc::CallbackServerContext* context, Operation op)
-    : service_(service), context_(context), op_(op), rpc_(service.metrics, RpcMethodOf(op)),
-      accepted_(rpc_.start()) {
+    : service_(service), context_(context), op_(op),
+      rpc_(service.metrics, RpcMethodOf(op), *context), accepted_(rpc_.start()) {
   service_.metrics.AddInFlight(op_, 1);
 }
 
@@ -144,7 +146,8 @@ void ResultStreamReactor::ProduceChunk() {
 }
 
 void ResultStreamReactor::Fail(const absl::Status& status) {
-  final_status_ = ToGrpcStatus(status);
+  if (IsMemoryBudgetRefusal(status)) service_.metrics.Rejected(Rejection::kMemoryBudget);
+  if (final_status_.ok()) final_status_ = ToGrpcStatus(status);  // the first error stands
   ready_.clear();
   result_.reset();
   output_.keep.reset();
@@ -182,6 +185,7 @@ void ResultStreamReactor::PumpLocked(absl::ReleasableMutexLock& lock) {
     ready_.pop_front();
     writing_ = true;
     write_started_ = absl::Now();
+    ArmStallAlarm();
   }
   std::optional<grpc::Status> finish;
   if (!writing_ && state_ != State::kOnExecutor &&
@@ -207,13 +211,51 @@ void ResultStreamReactor::PumpLocked(absl::ReleasableMutexLock& lock) {
   }
 }
 
+void ResultStreamReactor::ArmStallAlarm() {
+  uint64_t write = ++writes_;
+  pending_write_->store(write);
+  // A fresh alarm per write: destroying the last one cancels it.
+  stall_alarm_ = std::make_unique<grpc::Alarm>();
+  stall_alarm_->Set(absl::ToChronoTime(absl::Now() + service_.config.stream_idle_timeout),
+                    [this, pending = pending_write_, write](bool fired) mutable {
+                      if (fired && pending->compare_exchange_strong(write, 0)) OnStalled();
+                    });
+}
+
+void ResultStreamReactor::OnStalled() {
+  service_.metrics.Rejected(Rejection::kStreamIdle);
+  cancelled_.store(true);
+  // Safe: the call cannot finish while this write is pending. Completes the
+  // write with ok = false.
+  context_->TryCancel();
+  {
+    // Not Fail: a chunk copy may be pending on the executor; it stops on
+    // cancelled_, and the call finishes with this status.
+    absl::MutexLock lock(&mu_);
+    final_status_ = ToGrpcStatus(absl::DeadlineExceededError(absl::StrCat(
+        "result stream: the client took no message for ",
+        absl::FormatDuration(service_.config.stream_idle_timeout),
+        " (stream_idle_timeout); the stream is cancelled and its result freed")));
+    stall_handled_ = true;
+    if (!write_done_waiting_) return;  // OnWriteDone ends the write
+    writing_ = false;
+  }
+  Pump();
+}
+
 void ResultStreamReactor::OnWriteDone(bool ok) {
+  const bool alarm_took_write = pending_write_->exchange(0) == 0;
   {
     absl::MutexLock lock(&mu_);
-    writing_ = false;
+    stall_alarm_.reset();
     stream_write_ += absl::Now() - write_started_;
     if (in_flight_.has_data()) service_.metrics.NetworkSent(in_flight_.data().data().size());
     if (!ok) cancelled_.store(true);  // the stream is broken: stop producing
+    if (alarm_took_write && !stall_handled_) {
+      write_done_waiting_ = true;  // OnStalled is running: it ends the write
+      return;
+    }
+    writing_ = false;
   }
   Pump();
 }
@@ -226,8 +268,7 @@ void ResultStreamReactor::OnCancel() {
 void ResultStreamReactor::RecordFinish(const grpc::Status& status) {
   Metrics& metrics = service_.metrics;
   const absl::Duration total = absl::Now() - accepted_;
-  rpc_.Done(status.error_code());
-  metrics.RequestDone(op_, status.error_code(), total);
+  metrics.RequestDone(op_, rpc_.Done(status.error_code()), total);
   metrics.AddInFlight(op_, -1);
   absl::MutexLock lock(&mu_);
   metrics.ObserveStage(op_, Stage::kPrepare, prepare_time_);

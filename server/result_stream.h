@@ -6,6 +6,8 @@
 // only when no executor task for this call is pending, so the request message
 // and this object outlive every task that uses them. As in gRPC's callback
 // examples, one write at most is in flight and no reaction ever blocks.
+// A write the client does not take within stream_idle_timeout cancels the call,
+// so that a stalled reader cannot hold its result (and its memory budget).
 #pragma once
 
 #include <atomic>
@@ -21,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "gpucompute/v1/gpucompute.pb.h"
+#include "grpcpp/alarm.h"
 #include "grpcpp/grpcpp.h"
 #include "server/operation.h"
 #include "server/operations.h"
@@ -82,6 +85,10 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
   // section: after it, another thread may finish the call and delete this.
   void PumpLocked(absl::ReleasableMutexLock& lock);
   void RecordFinish(const grpc::Status& status);
+  // Arms the stall limit of the write about to start.
+  void ArmStallAlarm() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The write in flight outlived stream_idle_timeout: cancels the call.
+  void OnStalled();
 
   ServiceContext& service_;
   grpc::CallbackServerContext* const context_;
@@ -96,6 +103,18 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
   uint64_t next_offset_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<v1::ResultChunk> ready_ ABSL_GUARDED_BY(mu_);
   v1::ResultChunk in_flight_;  // owned by the write in flight
+  // The number of the write in flight, 0 when none. The stall alarm may fire
+  // after this reactor is gone: it holds this marker, not the reactor, and
+  // touches the reactor only when it takes the marker, which it can only do
+  // while the write is pending, hence before Finish.
+  const std::shared_ptr<std::atomic<uint64_t>> pending_write_ =
+      std::make_shared<std::atomic<uint64_t>>(0);
+  uint64_t writes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::unique_ptr<grpc::Alarm> stall_alarm_ ABSL_GUARDED_BY(mu_);
+  // When the alarm takes a write, OnStalled and OnWriteDone both run; the later
+  // one clears writing_, so that the call cannot finish under the other.
+  bool stall_handled_ ABSL_GUARDED_BY(mu_) = false;
+  bool write_done_waiting_ ABSL_GUARDED_BY(mu_) = false;
   State state_ ABSL_GUARDED_BY(mu_) = State::kNotStarted;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;  // in_flight_ is being written
   grpc::Status final_status_ ABSL_GUARDED_BY(mu_);

@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
 #include "kernels/backend.h"
@@ -18,6 +17,7 @@
 #include "server/info_service.h"
 #include "server/log.h"
 #include "server/metrics.h"
+#include "server/reflection.h"
 #include "server/security.h"
 #include "server/service_context.h"
 
@@ -56,7 +56,8 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
                                                          GPUCOMPUTE_CUDA_VERSION,
                                                          std::string(server->backend_->name())});
   server->store_ =
-      std::make_unique<BufferStore>(config.buffer_quota_bytes, config.principal_quota_bytes);
+      std::make_unique<BufferStore>(config.buffer_quota_bytes, config.principal_quota_bytes,
+                                    config.max_buffers_per_owner, kBufferOverheadBytes);
   server->admission_ = std::make_unique<Admission>(config.max_in_flight,
                                                    config.max_in_flight_per_connection);
   const int threads = config.executor_threads > 0
@@ -88,9 +89,11 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
                       MakeServerCredentials(config.security));
 
   grpc::EnableDefaultHealthCheckService(true);
-  if (config.enable_reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config.address, credentials, &server->port_);
+  // gRPC binds with SO_REUSEPORT by default: a second server on a busy port
+  // would start and silently split the traffic with the first.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(static_cast<int>(
       std::min<uint64_t>(config.max_receive_message_bytes, INT32_MAX)));
   grpc::ResourceQuota quota("gpucompute");
@@ -109,6 +112,19 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
   builder.RegisterService(server->compute_service_.get());
   builder.RegisterService(server->buffers_service_.get());
   builder.RegisterService(server->info_service_.get());
+  if (config.enable_reflection) {
+    GC_ASSIGN_OR_RETURN(std::vector<std::string> services,
+                        ReflectedServices({v1::Compute::service_full_name(),
+                                           v1::Buffers::service_full_name(),
+                                           v1::Server::service_full_name()}));
+    server->reflection_v1_ = std::make_unique<ReflectionV1>(services);
+    server->reflection_v1alpha_ = std::make_unique<ReflectionV1Alpha>(std::move(services));
+    builder.RegisterService(server->reflection_v1_.get());
+    builder.RegisterService(server->reflection_v1alpha_.get());
+  }
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<HealthRpcCounter>(*server->metrics_));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(

@@ -70,6 +70,8 @@ class GpuComputeServer {
   std::unique_ptr<ComputeService> compute_service_;
   std::unique_ptr<BuffersService> buffers_service_;
   std::unique_ptr<InfoService> info_service_;
+  std::unique_ptr<grpc::Service> reflection_v1_;
+  std::unique_ptr<grpc::Service> reflection_v1alpha_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   absl::Notification stop_watching_;

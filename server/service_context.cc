@@ -1,21 +1,34 @@
 #include "server/service_context.h"
 
-#include "absl/status/status.h"
+#include <algorithm>
 #include <utility>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
 namespace gpucompute {
 
+namespace {
+
+// A default gRPC client receives messages of at most 4 MiB.
+constexpr uint32_t kDefaultClientMaxMessageBytes = 4u << 20;
+// ResultChunk and ResultData framing around the data bytes: tags, lengths and
+// the offset varint (about 20 bytes), with room to spare.
+constexpr uint32_t kMaxChunkFramingBytes = 64;
+constexpr uint32_t kMaxChunkPayloadBytes = kDefaultClientMaxMessageBytes - kMaxChunkFramingBytes;
+
+}  // namespace
+
 absl::StatusOr<uint32_t> ServiceContext::ResolveChunkBytes(uint32_t requested,
                                                            absl::string_view field) const {
-  if (requested == 0) return config.default_chunk_bytes;
+  if (requested == 0) return std::min(config.default_chunk_bytes, kMaxChunkPayloadBytes);
   if (requested < config.min_chunk_bytes || requested > config.max_chunk_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(field, " is ", requested,
                                                    "; it must lie in [", config.min_chunk_bytes,
                                                    ", ", config.max_chunk_bytes, "] (or 0)"));
   }
-  return requested;
+  // Every allowed size reaches a default client: the data shrinks to fit the framing.
+  return std::min(requested, kMaxChunkPayloadBytes);
 }
 
 absl::StatusOr<Admission::Ticket> ServiceContext::Admit(
@@ -32,7 +45,10 @@ absl::StatusOr<Admission::Ticket> ServiceContext::Admit(
 absl::StatusOr<BufferStore::Reservation> ServiceContext::Reserve(
     uint64_t bytes, absl::string_view what, absl::string_view principal) const {
   absl::StatusOr<BufferStore::Reservation> reservation = store.Reserve(bytes, what, principal);
-  if (!reservation.ok()) metrics.Rejected(Rejection::kQuota);
+  if (!reservation.ok()) {
+    metrics.Rejected(IsBufferCountRefusal(reservation.status()) ? Rejection::kBufferCount
+                                                                 : Rejection::kQuota);
+  }
   return reservation;
 }
 

@@ -27,7 +27,8 @@ struct ServiceContext {
   // Set when the server starts draining: new work gets UNAVAILABLE.
   const std::atomic<bool>& draining;
 
-  // output.chunk_bytes (0 = default) checked against the configured bounds.
+  // output.chunk_bytes (0 = default) checked against the configured bounds, and
+  // capped so that a chunk message fits a default client's 4 MiB receive limit.
   absl::StatusOr<uint32_t> ResolveChunkBytes(uint32_t requested, absl::string_view field) const;
   // A new request: UNAVAILABLE while draining, RESOURCE_EXHAUSTED over an
   // in-flight limit. The ticket is held until the request is finished.

@@ -1,11 +1,8 @@
 #include "kernels/cpu/cpu_backend.h"
 
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <limits>
 #include <new>
 #include <thread>
 
@@ -14,20 +11,13 @@
 #include "common/status_macros.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/memory_budget.h"
 #include "kernels/preconditions.h"
 
 namespace gpucompute {
 namespace {
 
 constexpr std::align_val_t kAlignment{64};
-
-// Physical RAM, the cap on one allocation; no cap when the system cannot tell.
-uint64_t PhysicalMemoryBytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page_size = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page_size <= 0) return std::numeric_limits<uint64_t>::max();
-  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
-}
 
 struct AlignedDelete {
   void operator()(std::byte* data) const { ::operator delete[](data, kAlignment); }
@@ -115,7 +105,7 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(int threads)
       : pool_(threads > 0 ? threads
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))),
-        physical_memory_bytes_(PhysicalMemoryBytes()) {}
+        physical_memory_bytes_(PhysicalMemoryBytes()) {}  // the cap on one allocation
 
   absl::string_view name() const override { return "cpu"; }
 

@@ -116,18 +116,23 @@ absl::Status RunPoints(ThreadPool& pool, const Array& lat_array, const Array& lo
   });
 }
 
+// Point values follow the latitude and longitude rules. The server checks inline
+// points before they arrive; stored ones are checked only here.
+template <typename T>
+absl::Status CheckPointValues(const Array& lat, const Array& lon) {
+  const T* lat_values = lat.data_as<T>();
+  const T* lon_values = lon.data_as<T>();
+  GC_RETURN_IF_ERROR(CheckElements(
+      lat.size(), [&](int64_t i) { return double{lat_values[i]}; }, "lat", kLatitudeRule));
+  return CheckElements(
+      lon.size(), [&](int64_t i) { return double{lon_values[i]}; }, "lon", kLongitudeRule);
+}
+
 }  // namespace
 
 absl::Status HaversineMesh(ThreadPool& pool, const LatLonMesh& mesh, std::span<const GeoPoint> refs,
                            double radius, Array& out, const OpContext& ctx) {
-  GC_RETURN_IF_ERROR(CheckRadius(radius));
-  if (mesh.lat.count < 0 || mesh.lon.count < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("mesh has ", mesh.lat.count, " latitudes and ",
-                                                   mesh.lon.count,
-                                                   " longitudes; counts must be >= 0"));
-  }
-  const Shape expected = {static_cast<int64_t>(refs.size()), mesh.lat.count, mesh.lon.count};
-  GC_RETURN_IF_ERROR(CheckShape(out, "out", expected));
+  GC_RETURN_IF_ERROR(CheckHaversineMesh(mesh, refs, radius, out));
   if (out.size() == 0) return absl::OkStatus();
   if (out.dtype() == DType::kFloat32) return RunMesh<float>(pool, mesh, refs, radius, out, ctx);
   return RunMesh<double>(pool, mesh, refs, radius, out, ctx);
@@ -136,17 +141,13 @@ absl::Status HaversineMesh(ThreadPool& pool, const LatLonMesh& mesh, std::span<c
 absl::Status HaversinePoints(ThreadPool& pool, const Array& lat, const Array& lon,
                              std::span<const GeoPoint> refs, double radius, Array& out,
                              const OpContext& ctx) {
-  GC_RETURN_IF_ERROR(CheckRadius(radius));
-  GC_RETURN_IF_ERROR(CheckDType(lat, "lat", out.dtype()));
-  GC_RETURN_IF_ERROR(CheckDType(lon, "lon", out.dtype()));
-  GC_RETURN_IF_ERROR(CheckShape(lon, "lon", lat.shape()));
-  Shape expected = {static_cast<int64_t>(refs.size())};
-  expected.insert(expected.end(), lat.shape().begin(), lat.shape().end());
-  GC_RETURN_IF_ERROR(CheckShape(out, "out", expected));
+  GC_RETURN_IF_ERROR(CheckHaversinePoints(lat, lon, refs, radius, out));
   if (out.size() == 0) return absl::OkStatus();
   if (out.dtype() == DType::kFloat32) {
+    GC_RETURN_IF_ERROR(CheckPointValues<float>(lat, lon));
     return RunPoints<float>(pool, lat, lon, refs, radius, out, ctx);
   }
+  GC_RETURN_IF_ERROR(CheckPointValues<double>(lat, lon));
   return RunPoints<double>(pool, lat, lon, refs, radius, out, ctx);
 }
 

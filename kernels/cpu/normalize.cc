@@ -4,8 +4,17 @@
 // leaves the row in cache for the scaling pass. Longer rows are done one at a
 // time, split into segments over all threads: partial norms first, combined in
 // segment order (so the result does not depend on the thread count), then the
-// scaling. Sums are compensated (see CompensatedSum), so long rows keep float64
-// accuracy.
+// scaling.
+//
+// Accuracy: SUM, whose terms may cancel, is compensated element by element
+// (TwoSum per lane) and across blocks (Neumaier): within about
+// 2 eps |sum| + n eps^2 sum |x| of the exact sum, so float64 accurate unless the
+// terms cancel by more than ~1e16 (no double-double sum is, past that). L1 and
+// L2 add non-negative terms, where a plain sum within a block is already within
+// 1024 ulp; their block totals are compensated. L2 scales a block by a power of two when its squares would
+// overflow or underflow (as BLAS nrm2 does), so [1e200, 1e200] and
+// [1e-200, 1e-200] have their true norms.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
@@ -26,8 +35,15 @@ constexpr int64_t kSumBlock = 1024;
 // Independent accumulators per block: lets the compiler vectorize the loop.
 // BlockNorm folds exactly eight.
 constexpr int kLanes = 8;
+// A block's plain sum of squares in [2^-600, 2^600] is used as is: what
+// underflowed is below 2^-412 of it, and 2^30 such blocks (a 2^40-element row)
+// cannot overflow. Outside, the block is rescaled.
+constexpr double kMinPlainSquares = 0x1p-600;
+constexpr double kMaxPlainSquares = 0x1p600;
+// Scaling exponents stay where 2^-exponent is a normal double.
+constexpr int kMaxScaleExponent = 1020;
 
-// Neumaier's compensated sum of block totals.
+// Neumaier's compensated sum.
 struct CompensatedSum {
   double sum = 0;
   double compensation = 0;
@@ -38,26 +54,50 @@ struct CompensatedSum {
         std::abs(sum) >= std::abs(value) ? (sum - total) + value : (value - total) + sum;
     sum = total;
   }
+  void Add(const CompensatedSum& other) {
+    Add(other.sum);
+    compensation += other.compensation;
+  }
   // An infinite sum leaves a NaN compensation (inf - inf); report the infinity.
   double Total() const { return std::isfinite(sum) ? sum + compensation : sum; }
 };
 
-// The running norm of part of a row: a compensated sum, or a maximum for
+// A sum of terms in units of 4^exponent: L2 sums squares of x * 2^-exponent;
+// the other norms keep exponent 0.
+struct ScaledSum {
+  CompensatedSum sum;
+  int exponent = 0;
+
+  // Both to the larger exponent; power-of-two scaling is exact but for underflow,
+  // which drops only what is negligible next to the larger sum.
+  bool IsZero() const { return sum.sum == 0 && sum.compensation == 0; }
+  void Add(ScaledSum other) {
+    if (other.IsZero()) return;
+    if (IsZero()) {
+      *this = other;
+      return;
+    }
+    if (other.exponent > exponent) std::swap(*this, other);
+    const int shift = 2 * (other.exponent - exponent);
+    sum.Add({std::ldexp(other.sum.sum, shift), std::ldexp(other.sum.compensation, shift)});
+  }
+};
+
+// The running norm of part of a row: a scaled compensated sum, or a maximum for
 // MAX_ABS. A NaN element makes the norm NaN (std::max would drop it).
 struct PartialNorm {
-  CompensatedSum sum;
+  ScaledSum sum;
   double max_abs = 0;
 
   void Merge(const PartialNorm& other) {
-    sum.Add(other.sum.Total());
+    sum.Add(other.sum);
     max_abs = MaxKeepNaN(max_abs, other.max_abs);
   }
   static double MaxKeepNaN(double a, double b) { return (b > a || std::isnan(b)) ? b : a; }
 };
 
-template <typename T, NormKind kNorm>
-double Term(T x) {
-  const double v = static_cast<double>(x);
+template <NormKind kNorm>
+double Term(double v) {
   if constexpr (kNorm == NormKind::kSum) return v;
   if constexpr (kNorm == NormKind::kL1 || kNorm == NormKind::kMaxAbs) return std::abs(v);
   return v * v;  // kL2
@@ -78,23 +118,33 @@ double MaxAbsKeepNaN(const T* x, int64_t n) {
   return norm;
 }
 
-// The norm of at most kSumBlock elements: kLanes interleaved accumulators
-// (vectorized) folded pairwise, plus the leftover elements.
+// Folds the kLanes accumulators pairwise, then the leftover.
+template <NormKind kNorm>
+double FoldLanes(const double (&lanes)[kLanes], double leftover) {
+  const double low =
+      Combine<kNorm>(Combine<kNorm>(lanes[0], lanes[4]), Combine<kNorm>(lanes[2], lanes[6]));
+  const double high =
+      Combine<kNorm>(Combine<kNorm>(lanes[1], lanes[5]), Combine<kNorm>(lanes[3], lanes[7]));
+  return Combine<kNorm>(Combine<kNorm>(low, high), leftover);
+}
+
+// L1, L2 or MAX_ABS of at most kSumBlock elements, each multiplied by `scale`:
+// kLanes interleaved accumulators (vectorized) plus the leftover elements.
 template <typename T, NormKind kNorm>
-double BlockNorm(const T* x, int64_t n) {
+double BlockNorm(const T* x, int64_t n, double scale = 1) {
   double lanes[kLanes] = {};
   double non_finite[kLanes] = {};  // MAX_ABS: term * 0 is NaN only for NaN or infinity
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     for (int lane = 0; lane < kLanes; ++lane) {
-      const double term = Term<T, kNorm>(x[i + lane]);
+      const double term = Term<kNorm>(scale * x[i + lane]);
       lanes[lane] = Combine<kNorm>(lanes[lane], term);
       if constexpr (kNorm == NormKind::kMaxAbs) non_finite[lane] += term * 0;
     }
   }
   double leftover = 0;
   for (; i < n; ++i) {
-    const double term = Term<T, kNorm>(x[i]);
+    const double term = Term<kNorm>(scale * x[i]);
     leftover = Combine<kNorm>(leftover, term);
     if constexpr (kNorm == NormKind::kMaxAbs) non_finite[0] += term * 0;
   }
@@ -103,22 +153,63 @@ double BlockNorm(const T* x, int64_t n) {
       if (flag != 0) return MaxAbsKeepNaN(x, n);
     }
   }
-  const double low =
-      Combine<kNorm>(Combine<kNorm>(lanes[0], lanes[4]), Combine<kNorm>(lanes[2], lanes[6]));
-  const double high =
-      Combine<kNorm>(Combine<kNorm>(lanes[1], lanes[5]), Combine<kNorm>(lanes[3], lanes[7]));
-  return Combine<kNorm>(Combine<kNorm>(low, high), leftover);
+  return FoldLanes<kNorm>(lanes, leftover);
+}
+
+// SUM of at most kSumBlock elements: per lane, Knuth's TwoSum keeps each
+// addition's rounding error (branch-free, so it vectorizes).
+template <typename T>
+CompensatedSum BlockSum(const T* x, int64_t n) {
+  double lanes[kLanes] = {};
+  double errors[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int lane = 0; lane < kLanes; ++lane) {
+      const double v = static_cast<double>(x[i + lane]);
+      const double total = lanes[lane] + v;
+      const double v_part = total - lanes[lane];
+      errors[lane] += (lanes[lane] - (total - v_part)) + (v - v_part);
+      lanes[lane] = total;
+    }
+  }
+  CompensatedSum block;
+  for (int lane = 0; lane < kLanes; ++lane) {
+    block.Add(lanes[lane]);
+    block.Add(errors[lane]);
+  }
+  for (; i < n; ++i) block.Add(static_cast<double>(x[i]));
+  return block;
+}
+
+// L2 of at most kSumBlock elements: the plain sum of squares when it is safe,
+// else the squares of x * 2^-exponent, with 2^exponent just above max |x|.
+template <typename T>
+ScaledSum BlockSquares(const T* x, int64_t n) {
+  const double plain = BlockNorm<T, NormKind::kL2>(x, n);
+  if ((plain >= kMinPlainSquares && plain <= kMaxPlainSquares) || std::isnan(plain)) {
+    return {{plain, 0}, 0};
+  }
+  const double max_abs = BlockNorm<T, NormKind::kMaxAbs>(x, n);
+  if (max_abs == 0 || !std::isfinite(max_abs)) return {{plain, 0}, 0};
+  const int exponent =
+      std::clamp(std::ilogb(max_abs) + 1, -kMaxScaleExponent, kMaxScaleExponent);
+  return {{BlockNorm<T, NormKind::kL2>(x, n, std::ldexp(1.0, -exponent)), 0}, exponent};
 }
 
 // Accumulates x[0, n) into `norm`, block by block.
 template <typename T, NormKind kNorm>
 void Accumulate(const T* x, int64_t n, PartialNorm& norm) {
   for (int64_t block = 0; block < n; block += kSumBlock) {
-    const double block_norm = BlockNorm<T, kNorm>(x + block, std::min(kSumBlock, n - block));
+    const T* begin = x + block;
+    const int64_t count = std::min(kSumBlock, n - block);
     if constexpr (kNorm == NormKind::kMaxAbs) {
-      norm.max_abs = PartialNorm::MaxKeepNaN(norm.max_abs, block_norm);
+      norm.max_abs = PartialNorm::MaxKeepNaN(norm.max_abs, BlockNorm<T, kNorm>(begin, count));
+    } else if constexpr (kNorm == NormKind::kSum) {
+      norm.sum.sum.Add(BlockSum(begin, count));
+    } else if constexpr (kNorm == NormKind::kL2) {
+      norm.sum.Add(BlockSquares(begin, count));
     } else {
-      norm.sum.Add(block_norm);
+      norm.sum.sum.Add(BlockNorm<T, kNorm>(begin, count));
     }
   }
 }
@@ -126,21 +217,31 @@ void Accumulate(const T* x, int64_t n, PartialNorm& norm) {
 template <NormKind kNorm>
 double Finish(const PartialNorm& norm) {
   if constexpr (kNorm == NormKind::kMaxAbs) return norm.max_abs;
-  if constexpr (kNorm == NormKind::kL2) return std::sqrt(norm.sum.Total());
-  return norm.sum.Total();
+  if constexpr (kNorm == NormKind::kL2) {
+    return std::ldexp(std::sqrt(norm.sum.sum.Total()), norm.sum.exponent);
+  }
+  return norm.sum.sum.Total();
 }
 
 bool Usable(double norm) { return norm != 0 && std::isfinite(norm); }
 
-template <typename T>
-void Scale(const T* x, int64_t n, double norm, T* out) {
+// out = x / norm. Returns false when a quotient overflows T, which only SUM can
+// cause: |sum| may be far below max |x|.
+template <typename T, NormKind kNorm>
+bool Scale(const T* x, int64_t n, double norm, T* out) {
   const double inverse = 1.0 / norm;
   if (!std::isfinite(inverse)) {
     // A subnormal norm: its reciprocal overflows, so divide (found by the fuzzer).
     for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(static_cast<double>(x[i]) / norm);
-    return;
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(static_cast<double>(x[i]) * inverse);
   }
-  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(static_cast<double>(x[i]) * inverse);
+  if constexpr (kNorm == NormKind::kSum) {
+    T overflow = 0;  // inf * 0 is NaN
+    for (int64_t i = 0; i < n; ++i) overflow += out[i] * 0;
+    return overflow == 0;
+  }
+  return true;
 }
 
 template <typename T, NormKind kNorm>
@@ -150,10 +251,16 @@ double RowNorm(const T* row, int64_t length) {
   return Finish<kNorm>(norm);
 }
 
+// A row that cannot be normalized: an unusable norm, or one that a quotient
+// overflows the dtype with.
+template <typename T>
 absl::Status BadRowError(int64_t row, NormKind kind, double norm) {
-  return absl::InvalidArgumentError(absl::StrCat("input row ", row, " has ", NormName(kind),
-                                                 " norm ", norm,
-                                                 "; rows must have a finite, non-zero norm"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "input row ", row, " has ", NormName(kind), " norm ", norm,
+      "; rows must have a finite, non-zero norm",
+      Usable(norm) ? absl::StrCat(" that leaves every element divided by it finite in ",
+                                  DTypeName(sizeof(T) == 4 ? DType::kFloat32 : DType::kFloat64))
+                   : ""));
 }
 
 // Short rows: each block of rows is normalized by one thread. The first row
@@ -168,17 +275,18 @@ absl::Status NormalizeShortRows(ThreadPool& pool, const T* in, int64_t rows, int
           if (row > first_bad.load(std::memory_order_relaxed)) return;
           const T* x = in + row * length;
           const double norm = RowNorm<T, kNorm>(x, length);
-          if (!Usable(norm)) {
+          if (!Usable(norm) || !Scale<T, kNorm>(x, length, norm, out + row * length)) {
             int64_t seen = first_bad.load(std::memory_order_relaxed);
             while (row < seen && !first_bad.compare_exchange_weak(seen, row)) {
             }
             return;
           }
-          Scale(x, length, norm, out + row * length);
         }
       }));
   const int64_t bad = first_bad.load();
-  if (bad < rows) return BadRowError(bad, kNorm, RowNorm<T, kNorm>(in + bad * length, length));
+  if (bad < rows) {
+    return BadRowError<T>(bad, kNorm, RowNorm<T, kNorm>(in + bad * length, length));
+  }
   return absl::OkStatus();
 }
 
@@ -199,10 +307,12 @@ absl::Status NormalizeLongRows(ThreadPool& pool, const T* in, int64_t rows, int6
     PartialNorm total;
     for (const PartialNorm& partial : partials) total.Merge(partial);
     const double norm = Finish<kNorm>(total);
-    if (!Usable(norm)) return BadRowError(row, kNorm, norm);
+    if (!Usable(norm)) return BadRowError<T>(row, kNorm, norm);
+    std::atomic<bool> overflow{false};
     GC_RETURN_IF_ERROR(pool.ParallelFor(length, kSegment, ctx, [&](int64_t begin, int64_t end) {
-      Scale(x + begin, end - begin, norm, y + begin);
+      if (!Scale<T, kNorm>(x + begin, end - begin, norm, y + begin)) overflow = true;
     }));
+    if (overflow) return BadRowError<T>(row, kNorm, norm);
   }
   return absl::OkStatus();
 }

@@ -46,11 +46,41 @@ absl::Status WeightsRowError(const T* w, int64_t row, int64_t samples) {
   return WeightsSumError(row, sum);
 }
 
+// The CPU backend's message for a row the device could not normalize: an unusable
+// norm, or one that a quotient overflows the dtype with.
+absl::Status BadRowError(int64_t row, NormKind kind, double norm, DType dtype) {
+  const bool usable = norm != 0 && std::isfinite(norm);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "input row ", row, " has ", NormName(kind), " norm ", norm,
+      "; rows must have a finite, non-zero norm",
+      usable ? absl::StrCat(" that leaves every element divided by it finite in ", DTypeName(dtype))
+             : ""));
+}
+
+// The CPU backend's message for the first stored point the device found outside its
+// rule (a latitude before any longitude), the value re-read to the host.
+absl::Status BadPointError(DeviceState& d, const OpEnv& env, const cuda::PointsResult& result,
+                           const Array& lat, const Array& lon) {
+  const bool bad_lat = result.bad_lat != cuda::kNoIndex;
+  const Array& array = bad_lat ? lat : lon;
+  const unsigned long long index = bad_lat ? result.bad_lat : result.bad_lon;
+  const size_t es = ElementSize(array.dtype());
+  char value[sizeof(double)];
+  GC_DEV_TRY(d, env.copies->DeviceToHost(value, static_cast<const char*>(array.data()) + index * es,
+                                         es, env.launch.stream), "HaversinePoints");
+  const double v = array.dtype() == DType::kFloat32 ? double{*reinterpret_cast<float*>(value)}
+                                                    : *reinterpret_cast<double*>(value);
+  return CheckValue(v, absl::StrCat(bad_lat ? "lat[" : "lon[", index, "]"),
+                    bad_lat ? kLatitudeRule : kLongitudeRule);
+}
+
 // Runs a haversine kernel after staging the reference points (with cos(lat)) into the
-// operation's scratch memory; `launch(d_refs, env)` starts the kernel.
+// operation's scratch memory; `launch(d_refs, env)` starts the kernel. `steps` may add
+// a prepare step (run after the staging), a readback and a finish.
 template <typename Launch>
 absl::Status RunWithRefs(DeviceState& d, cuda::HostCopies& copies, const char* name,
-                         std::span<const GeoPoint> refs, OpContext& ctx, Launch launch) {
+                         std::span<const GeoPoint> refs, OpContext& ctx, Launch launch,
+                         OpSteps steps = {}) {
   constexpr double kDegToRad = 0.017453292519943295769236907684886;
   std::vector<cuda::RefPoint> host_refs(refs.size());
   for (size_t i = 0; i < refs.size(); ++i) {
@@ -59,10 +89,11 @@ absl::Status RunWithRefs(DeviceState& d, cuda::HostCopies& copies, const char* n
     host_refs[i].cos_lat = std::cos(refs[i].lat * kDegToRad);
   }
   cuda::RefPoint* d_refs = nullptr;
-  OpSteps steps;
-  steps.prepare = [&](const OpEnv& env) {
-    return cuda::StageToScratch(host_refs.data(), host_refs.size() * sizeof(cuda::RefPoint),
-                                reinterpret_cast<void**>(&d_refs), env);
+  steps.prepare = [&, then = std::move(steps.prepare)](const OpEnv& env) {
+    const cudaError_t staged =
+        cuda::StageToScratch(host_refs.data(), host_refs.size() * sizeof(cuda::RefPoint),
+                             reinterpret_cast<void**>(&d_refs), env);
+    return staged != cudaSuccess || !then ? staged : then(env);
   };
   steps.launch = [&](const OpEnv& env) { return launch(d_refs, env); };
   return cuda::RunOp(d, copies, name, ctx, steps);
@@ -165,13 +196,7 @@ class CudaBackend final : public Backend {
   absl::Status HaversineMesh(const LatLonMesh& mesh, std::span<const GeoPoint> refs, double radius,
                              Array& out, OpContext& ctx) override {
     GC_ASSIGN_OR_RETURN(DeviceState* const d, devices_.OperandDevice({{&out, "out"}}));
-    GC_RETURN_IF_ERROR(CheckRadius(radius));
-    if (mesh.lat.count < 0 || mesh.lon.count < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("mesh has ", mesh.lat.count, " latitudes and ",
-                                                     mesh.lon.count, " longitudes; counts must be >= 0"));
-    }
-    const Shape expected = {static_cast<int64_t>(refs.size()), mesh.lat.count, mesh.lon.count};
-    GC_RETURN_IF_ERROR(CheckShape(out, "out", expected));
+    GC_RETURN_IF_ERROR(CheckHaversineMesh(mesh, refs, radius, out));
     if (out.size() == 0) return NoWork(ctx);
     return RunWithRefs(*d, *copies_, "HaversineMesh", refs, ctx,
                        [&](const cuda::RefPoint* d_refs, const OpEnv& env) {
@@ -186,21 +211,33 @@ class CudaBackend final : public Backend {
                                double radius, Array& out, OpContext& ctx) override {
     GC_ASSIGN_OR_RETURN(DeviceState* const d,
                         devices_.OperandDevice({{&lat, "lat"}, {&lon, "lon"}, {&out, "out"}}));
-    GC_RETURN_IF_ERROR(CheckRadius(radius));
-    GC_RETURN_IF_ERROR(CheckDType(lat, "lat", out.dtype()));
-    GC_RETURN_IF_ERROR(CheckDType(lon, "lon", out.dtype()));
-    GC_RETURN_IF_ERROR(CheckShape(lon, "lon", lat.shape()));
-    Shape expected = {static_cast<int64_t>(refs.size())};
-    expected.insert(expected.end(), lat.shape().begin(), lat.shape().end());
-    GC_RETURN_IF_ERROR(CheckShape(out, "out", expected));
+    GC_RETURN_IF_ERROR(CheckHaversinePoints(lat, lon, refs, radius, out));
     if (out.size() == 0) return NoWork(ctx);
+    // The point values are checked by the kernel as it goes (stored points reach no
+    // other check).
+    cuda::PointsResult* d_result = nullptr;
+    OpSteps steps;
+    steps.prepare = [&](const OpEnv& env) {
+      return env.scratch->Allocate(sizeof(cuda::PointsResult), reinterpret_cast<void**>(&d_result));
+    };
+    steps.readback = [&](const OpEnv& env) {
+      return cudaMemcpyAsync(env.small, d_result, sizeof(cuda::PointsResult),
+                             cudaMemcpyDeviceToHost, env.launch.stream);
+    };
+    steps.finish = [&](const OpEnv& env) -> absl::Status {
+      const auto& r = *static_cast<const cuda::PointsResult*>(env.small);
+      if (r.bad_lat == cuda::kNoIndex && r.bad_lon == cuda::kNoIndex) return absl::OkStatus();
+      return BadPointError(*d, env, r, lat, lon);
+    };
     return RunWithRefs(*d, *copies_, "HaversinePoints", refs, ctx,
                        [&](const cuda::RefPoint* d_refs, const OpEnv& env) {
                          return cuda::LaunchHaversinePoints(out.dtype(), lat.data(), lon.data(),
                                                             lat.size(), d_refs,
                                                             static_cast<int64_t>(refs.size()),
-                                                            radius, out.data(), env.launch);
-                       });
+                                                            radius, out.data(), d_result,
+                                                            env.launch);
+                       },
+                       std::move(steps));
   }
 
   absl::Status Normalize(const Array& in, NormKind norm, Array& out, OpContext& ctx) override {
@@ -232,13 +269,19 @@ class CudaBackend final : public Backend {
     steps.finish = [&](const OpEnv& env) -> absl::Status {
       auto* r = static_cast<cuda::NormalizeResult*>(env.small);
       if (r->bad_row == cuda::kNoIndex) return absl::OkStatus();
+      const auto read_result = [&]() -> absl::Status {
+        GC_DEV_TRY(*d, cudaMemcpyAsync(env.small, d_result, sizeof(cuda::NormalizeResult), cudaMemcpyDeviceToHost, env.launch.stream), "Normalize");
+        GC_DEV_TRY(*d, cudaStreamSynchronize(env.launch.stream), "Normalize");
+        return absl::OkStatus();
+      };
+      // Rare path: float64 L2 rows whose squares overflow or underflow, redone scaled.
+      GC_DEV_TRY(*d, cuda::LaunchNormalizeRescue(in.dtype(), in.data(), out.data(), rows, cols, norm, r->bad_row, d_result, env.launch), "Normalize");
+      GC_RETURN_IF_ERROR(read_result());
+      if (r->bad_row == cuda::kNoIndex) return absl::OkStatus();
       // Error path: the norm of that row, for the message.
       GC_DEV_TRY(*d, cuda::LaunchNormalizeBadRowNorm(in.dtype(), in.data(), rows, cols, norm, d_result, env.launch), "Normalize");
-      GC_DEV_TRY(*d, cudaMemcpyAsync(env.small, d_result, sizeof(cuda::NormalizeResult), cudaMemcpyDeviceToHost, env.launch.stream), "Normalize");
-      GC_DEV_TRY(*d, cudaStreamSynchronize(env.launch.stream), "Normalize");
-      return absl::InvalidArgumentError(absl::StrCat("input row ", r->bad_row, " has ", NormName(norm),
-                                                     " norm ", r->bad_norm,
-                                                     "; rows must have a finite, non-zero norm"));
+      GC_RETURN_IF_ERROR(read_result());
+      return BadRowError(static_cast<int64_t>(r->bad_row), norm, r->bad_norm, in.dtype());
     };
     return cuda::RunOp(*d, *copies_, "Normalize", ctx, steps);
   }

@@ -7,7 +7,9 @@
 // to [0, 1] (float32: a branch-free atan2 for this argument range, see
 // HalfCentralAngle). The mesh is generated on the device (numpy.linspace semantics); nothing
 // but the references is transferred. Points mode evaluates the full formula per
-// (reference, point), with cos(lat) of the point computed once per thread.
+// (reference, point), with cos(lat) of the point computed once per thread; the
+// first point outside the latitude or longitude rule goes to the result (atomicMin),
+// so stored points are checked in the same pass at no measurable cost.
 //
 //   LaunchHaversineMesh -> MeshTermsKernel, MeshKernel -> MeshAgent
 //   LaunchHaversinePoints -> PointsKernel -> PointsAgent
@@ -164,6 +166,14 @@ __global__ void __launch_bounds__(MeshPolicy::kThreads, MeshPolicy::kMinBlocksPe
 }
 
 // ---- points: lat/lon arrays -----------------------------------------------------------
+// The point rules of kernels/preconditions.h (kLatitudeRule, kLongitudeRule), in T:
+// +-90 and 1e6 are exact in float32, so the comparisons equal the float64 ones. NaN
+// fails both.
+template <typename T>
+__device__ __forceinline__ bool IsLatitude(T v) { return v >= T(-90) && v <= T(90); }
+template <typename T>
+__device__ __forceinline__ bool IsLongitude(T v) { return fabs(v) <= T(1e6); }
+
 template <typename T>
 struct PointsAgent {
   const T* lat;
@@ -173,6 +183,7 @@ struct PointsAgent {
   int64_t n_ref;
   T two_r;
   T* out;
+  PointsResult* result;
 
   __device__ void Run() {
     const T half_rad = static_cast<T>(0.5 * kDegToRad);
@@ -182,6 +193,10 @@ struct PointsAgent {
          p += stride) {
       const T la = lat[p];
       const T lo = lon[p];
+      if (blockIdx.y == 0) {  // one check per point
+        if (!IsLatitude(la)) atomicMin(&result->bad_lat, static_cast<unsigned long long>(p));
+        if (!IsLongitude(lo)) atomicMin(&result->bad_lon, static_cast<unsigned long long>(p));
+      }
       const T cos_la = cos(la * rad);  // once per point, reused for every reference
       for (int64_t r = blockIdx.y; r < n_ref; r += gridDim.y) {
         const RefPoint ref = refs[r];  // warp-uniform
@@ -197,8 +212,8 @@ struct PointsAgent {
 template <typename T>
 __global__ void __launch_bounds__(PointsPolicy::kThreads, PointsPolicy::kMinBlocksPerSm)
     PointsKernel(const T* lat, const T* lon, int64_t n, const RefPoint* refs, int64_t n_ref,
-                 T two_r, T* out) {
-  PointsAgent<T>{lat, lon, n, refs, n_ref, two_r, out}.Run();
+                 T two_r, T* out, PointsResult* result) {
+  PointsAgent<T>{lat, lon, n, refs, n_ref, two_r, out, result}.Run();
 }
 
 // ---- host ------------------------------------------------------------------------------
@@ -245,14 +260,15 @@ cudaError_t LaunchMeshT(const MeshAxis& lat, const MeshAxis& lon, const RefPoint
 
 template <typename T>
 cudaError_t LaunchPointsT(const T* lat, const T* lon, int64_t n, const RefPoint* refs,
-                          int64_t n_ref, double radius, T* out, const LaunchEnv& env) {
+                          int64_t n_ref, double radius, T* out, PointsResult* result,
+                          const LaunchEnv& env) {
   const int64_t gx = std::min<int64_t>(CeilDiv(n, PointsPolicy::kThreads),
                                        static_cast<int64_t>(env.sm_count) * PointsPolicy::kMinBlocksPerSm * 2);
   const int64_t want = static_cast<int64_t>(env.sm_count) * PointsPolicy::kMinBlocksPerSm * 2;
   const int64_t gy = std::clamp<int64_t>(want / gx, 1, std::min<int64_t>(n_ref, 65535));
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
   PointsKernel<T><<<grid, PointsPolicy::kThreads, 0, env.stream>>>(
-      lat, lon, n, refs, n_ref, static_cast<T>(2.0 * radius), out);
+      lat, lon, n, refs, n_ref, static_cast<T>(2.0 * radius), out, result);
   GC_CHECK_LAUNCH();
   return cudaSuccess;
 }
@@ -273,16 +289,20 @@ cudaError_t LaunchHaversineMesh(DType dtype, const MeshAxis& lat, const MeshAxis
 
 cudaError_t LaunchHaversinePoints(DType dtype, const void* lat, const void* lon, int64_t n_points,
                                   const RefPoint* refs, int64_t n_ref, double radius, void* out,
-                                  const LaunchEnv& env) {
-  GC_REQUIRE(n_points >= 0 && n_ref >= 0);
+                                  PointsResult* result, const LaunchEnv& env) {
+  GC_REQUIRE(n_points >= 0 && n_ref >= 0 && result != nullptr);
+  // 0xff bytes: both indices kNoIndex.
+  GC_TRY(cudaMemsetAsync(result, 0xff, sizeof(PointsResult), env.stream));
   if (n_points == 0 || n_ref == 0) return cudaSuccess;
   GC_REQUIRE(lat != nullptr && lon != nullptr && refs != nullptr && out != nullptr);
   if (dtype == DType::kFloat32) {
     return LaunchPointsT<float>(static_cast<const float*>(lat), static_cast<const float*>(lon),
-                                n_points, refs, n_ref, radius, static_cast<float*>(out), env);
+                                n_points, refs, n_ref, radius, static_cast<float*>(out), result,
+                                env);
   }
   return LaunchPointsT<double>(static_cast<const double*>(lat), static_cast<const double*>(lon),
-                               n_points, refs, n_ref, radius, static_cast<double*>(out), env);
+                               n_points, refs, n_ref, radius, static_cast<double*>(out), result,
+                               env);
 }
 
 void ListHaversineKernels(std::vector<KernelEntry>& out) {
@@ -299,16 +319,17 @@ void ListHaversineKernels(std::vector<KernelEntry>& out) {
 cudaError_t WarmupHaversine(const LaunchEnv& env) {
   // One reference, a 2 x 4 (vector path) and a 2 x 3 (scalar path) mesh, 4 points.
   Scratch s;
-  const size_t bytes = sizeof(RefPoint) + 64 * sizeof(double);
+  const size_t bytes = sizeof(RefPoint) + sizeof(PointsResult) + 64 * sizeof(double);
   GC_TRY(s.Allocate(bytes, env));
   RefPoint* ref = s.as<RefPoint>();
-  double* buf = reinterpret_cast<double*>(ref + 1);
+  auto* result = reinterpret_cast<PointsResult*>(ref + 1);
+  double* buf = reinterpret_cast<double*>(result + 1);
   GC_TRY(cudaMemsetAsync(s.as<void>(), 0, bytes, env.stream));
   const MeshAxis lat{29.0, 31.0, 2};
   for (DType t : {DType::kFloat32, DType::kFloat64}) {
     GC_TRY(LaunchHaversineMesh(t, lat, MeshAxis{99.0, 101.0, 4}, ref, 1, 6371.0, buf, env));
     GC_TRY(LaunchHaversineMesh(t, lat, MeshAxis{99.0, 101.0, 3}, ref, 1, 6371.0, buf, env));
-    GC_TRY(LaunchHaversinePoints(t, buf + 32, buf + 40, 4, ref, 1, 6371.0, buf, env));
+    GC_TRY(LaunchHaversinePoints(t, buf + 32, buf + 40, 4, ref, 1, 6371.0, buf, result, env));
   }
   return cudaSuccess;
 }

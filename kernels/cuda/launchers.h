@@ -64,24 +64,41 @@ struct MeshAxis {  // numpy.linspace(start, stop, count), degrees
 cudaError_t LaunchHaversineMesh(DType dtype, const MeshAxis& lat, const MeshAxis& lon,
                                 const RefPoint* refs, int64_t n_ref, double radius, void* out,
                                 const LaunchEnv& env);
-// out (n_ref, n_points); lat, lon: n_points degrees each.
+// Device results of a points launch: the lowest point index whose latitude, and
+// whose longitude, breaks its rule (kLatitudeRule, kLongitudeRule), kNoIndex when none.
+struct PointsResult {
+  unsigned long long bad_lat;
+  unsigned long long bad_lon;
+};
+
+// out (n_ref, n_points); lat, lon: n_points degrees each. `result` is device memory
+// the launcher initializes; out is written whatever the points hold.
 cudaError_t LaunchHaversinePoints(DType dtype, const void* lat, const void* lon, int64_t n_points,
                                   const RefPoint* refs, int64_t n_ref, double radius, void* out,
-                                  const LaunchEnv& env);
+                                  PointsResult* result, const LaunchEnv& env);
 
 // ---- normalize ----------------------------------------------------------------
 // Device results of a normalize launch, read back by the caller after the stream
-// completes: the lowest row index whose norm is zero or non-finite (UINT64_MAX when
-// none) and that row's norm.
+// completes: the lowest row index the launch could not normalize (UINT64_MAX when
+// none) and, after LaunchNormalizeBadRowNorm, that row's norm.
 struct NormalizeResult {
   unsigned long long bad_row;
   double bad_norm;
 };
 
 // in, out: rows x cols (dense). `result` is device memory the launcher initializes.
-// Rows with a bad norm are never divided by (their output is left unwritten).
+// A row is left to result->bad_row when its norm is zero or non-finite (never divided
+// by: its output is left unwritten), when a quotient overflows T (SUM), or, float64
+// L2 only, when its squares overflow or underflow (LaunchNormalizeRescue redoes it).
 cudaError_t LaunchNormalize(DType dtype, const void* in, void* out, int64_t rows, int64_t cols,
                             NormKind norm, NormalizeResult* result, const LaunchEnv& env);
+// After LaunchNormalize completed with result->bad_row = first_row: for float64 L2,
+// normalizes every row from first_row on whose squares overflow or underflow, scaled
+// by a power of two, and resets result->bad_row to the first row still bad. A no-op
+// for other dtypes and norms, whose bad rows are final.
+cudaError_t LaunchNormalizeRescue(DType dtype, const void* in, void* out, int64_t rows,
+                                  int64_t cols, NormKind norm, unsigned long long first_row,
+                                  NormalizeResult* result, const LaunchEnv& env);
 // Error path, after LaunchNormalize completed with result->bad_row set: fills
 // result->bad_norm with that row's norm (for the message).
 cudaError_t LaunchNormalizeBadRowNorm(DType dtype, const void* in, int64_t rows, int64_t cols,

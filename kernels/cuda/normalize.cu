@@ -13,11 +13,25 @@
 // of the CPU backend, which multiplies in float64); rows whose reciprocal overflows T
 // are divided instead (RowScale).
 // A zero or non-finite norm is never divided by: the row is skipped and its index
-// goes to result->bad_row with atomicMin (the lowest such row wins).
+// goes to result->bad_row with atomicMin (the lowest such row wins), as does a SUM
+// row whose quotients overflow T (|sum| may be far below max |x|).
+//
+// Accuracy: SUM, whose terms may cancel, is compensated: every thread keeps each
+// addition's rounding error (TwoSum) and the tree combines (sum, error) pairs, so
+// the norm is within about 2 eps |sum| + n eps^2 sum |x| of the exact sum, as on the
+// CPU backend. (Cost: 7 float64 adds per element instead of 1; at HBM speed on H100
+// that is ~6e12 adds/s for float32 input, about a third of the float64 pipe, which
+// keeps the kernels memory bound.) L1, L2 and MAX_ABS add non-negative terms.
+// float64 L2 rows whose squares overflow or underflow (sum of squares inf or below
+// 2^-600) are left by the fast kernels like bad rows; LaunchNormalizeRescue redoes
+// them scaled by a power of two (as BLAS nrm2 does). float32 squares cannot: in
+// float64, 2^40 squares of FLT_MAX stay below 1e90 and the smallest non-zero square,
+// (2^-149)^2 ~ 2e-90, is far above 2^-600.
 #include <cuda_runtime.h>
 
 #include <cub/block/block_reduce.cuh>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launchers.h"
@@ -42,11 +56,41 @@ struct ChunkPolicy {
 struct BadRowPolicy {
   static constexpr int kThreads = 256;
 };
+struct RescuePolicy {  // one block per row
+  static constexpr int kThreads = 256;
+  static constexpr int kMinBlocksPerSm = 4;
+};
+
+// float64 L2 rows with a norm outside [kMinFastL2, DBL_MAX] (sum of squares below
+// 2^-600, or inf) go to the rescue. It redoes every row from the first left whose own
+// norm lies outside [kMinPlainL2, kMaxPlainL2]: a superset, whatever either
+// summation order rounded.
+constexpr double kMinFastL2 = 0x1p-300;
+constexpr double kMinPlainL2 = 0x1p-299;
+constexpr double kMaxPlainL2 = 0x1p511;
+// Scaling exponents stay where 2^-exponent is a normal double (the CPU backend's).
+constexpr int kMaxScaleExponent = 1020;
+
+// A float64 sum and the rounding errors of the additions that made it.
+struct TwoSumAcc {
+  double sum;
+  double error;
+};
+
+__device__ __forceinline__ TwoSumAcc TwoSum(TwoSumAcc a, double b, double b_error) {
+  const double total = a.sum + b;
+  const double b_part = total - a.sum;
+  const double rounding = (a.sum - (total - b_part)) + (b - b_part);
+  return {total, a.error + b_error + rounding};
+}
 
 // ---- the norm as a float64 reduction -----------------------------------------------
+// Acc is the accumulator: a compensated pair for SUM, else a double. Add folds in one
+// element's term, Combine two accumulators.
 template <NormKind kNorm>
 struct NormOp {
-  __device__ static double Identity() { return 0.0; }
+  using Acc = std::conditional_t<kNorm == NormKind::kSum, TwoSumAcc, double>;
+  __device__ static Acc Identity() { return Acc{}; }
   template <typename T>
   __device__ static double Transform(T x) {
     const double v = static_cast<double>(x);
@@ -54,20 +98,51 @@ struct NormOp {
     else if constexpr (kNorm == NormKind::kL2) return v * v;
     else return fabs(v);
   }
-  __device__ static double Combine(double a, double b) {
-    if constexpr (kNorm == NormKind::kMaxAbs) return (a > b || a != a) ? a : b;  // NaN sticks
+  __device__ static Acc Add(Acc a, double term) {
+    if constexpr (kNorm == NormKind::kSum) {
+      const double total = a.sum + term;
+      const double term_part = total - a.sum;
+      return {total, a.error + ((a.sum - (total - term_part)) + (term - term_part))};
+    } else {
+      return Combine(a, term);
+    }
+  }
+  __device__ static Acc Combine(Acc a, Acc b) {
+    if constexpr (kNorm == NormKind::kSum) return TwoSum(a, b.sum, b.error);
+    else if constexpr (kNorm == NormKind::kMaxAbs) return (a > b || a != a) ? a : b;  // NaN sticks
     else return a + b;
   }
-  __device__ static double Finalize(double a) {
-    if constexpr (kNorm == NormKind::kL2) return sqrt(a);
+  // An infinite sum leaves a NaN error (inf - inf): the CPU reports the infinity.
+  __device__ static double Finalize(Acc a) {
+    if constexpr (kNorm == NormKind::kSum) return isfinite(a.sum) ? a.sum + a.error : a.sum;
+    else if constexpr (kNorm == NormKind::kL2) return sqrt(a);
     else return a;
   }
   struct Functor {
-    __device__ double operator()(double a, double b) const { return Combine(a, b); }
+    __device__ Acc operator()(Acc a, Acc b) const { return Combine(a, b); }
   };
 };
 
+__device__ __forceinline__ double ShuffleXor(double v, unsigned mask, int offset, int width) {
+  return __shfl_xor_sync(mask, v, offset, width);
+}
+__device__ __forceinline__ TwoSumAcc ShuffleXor(TwoSumAcc v, unsigned mask, int offset, int width) {
+  return {__shfl_xor_sync(mask, v.sum, offset, width), __shfl_xor_sync(mask, v.error, offset, width)};
+}
+__device__ __forceinline__ double LoadGlobal(const double* p) { return __ldcg(p); }
+__device__ __forceinline__ TwoSumAcc LoadGlobal(const TwoSumAcc* p) {
+  return {__ldcg(&p->sum), __ldcg(&p->error)};
+}
+
 __device__ __forceinline__ bool GoodNorm(double n) { return isfinite(n) && n != 0.0; }
+
+// A norm the fast kernels divide by: good, and for float64 L2 not from squares that
+// underflowed (those rows go to the rescue).
+template <typename T, NormKind kNorm>
+__device__ __forceinline__ bool FastNorm(double n) {
+  if constexpr (kNorm == NormKind::kL2 && sizeof(T) == 8) return n >= kMinFastL2 && isfinite(n);
+  else return GoodNorm(n);
+}
 
 // x / norm as x * (1 / norm), the reciprocal rounded to T once per row. float64: the
 // CPU backend's arithmetic exactly; float32: within 1 ulp of it (the CPU multiplies in
@@ -99,17 +174,23 @@ __device__ __forceinline__ void WithRowScale(double norm, Body&& body) {
 }
 
 template <typename T, typename Op>
-__device__ __forceinline__ double AccumulateVec(double acc, const typename Vec16<T>::type& v) {
+__device__ __forceinline__ typename Op::Acc AccumulateVec(typename Op::Acc acc,
+                                                          const typename Vec16<T>::type& v) {
   if constexpr (Vec16<T>::kCount == 4) {
-    acc = Op::Combine(acc, Op::Transform(v.x));
-    acc = Op::Combine(acc, Op::Transform(v.y));
-    acc = Op::Combine(acc, Op::Transform(v.z));
-    return Op::Combine(acc, Op::Transform(v.w));
+    acc = Op::Add(acc, Op::Transform(v.x));
+    acc = Op::Add(acc, Op::Transform(v.y));
+    acc = Op::Add(acc, Op::Transform(v.z));
+    return Op::Add(acc, Op::Transform(v.w));
   } else {
-    acc = Op::Combine(acc, Op::Transform(v.x));
-    return Op::Combine(acc, Op::Transform(v.y));
+    acc = Op::Add(acc, Op::Transform(v.x));
+    return Op::Add(acc, Op::Transform(v.y));
   }
 }
+
+__device__ __forceinline__ bool AnyInf(float4 v) {
+  return isinf(v.x) || isinf(v.y) || isinf(v.z) || isinf(v.w);
+}
+__device__ __forceinline__ bool AnyInf(double2 v) { return isinf(v.x) || isinf(v.y); }
 
 // One block walks in[s, e): a scalar head up to 16-byte alignment, the aligned body as
 // 16-byte vectors (kUnroll loads in flight per thread before any is used), a scalar
@@ -143,16 +224,19 @@ __device__ __forceinline__ void BlockWalk(const T* in, int64_t s, int64_t e, Ele
   }
 }
 
-// Block-wide sum/max of in[s, e) (all threads receive nothing useful; thread 0 the total).
+template <NormKind kNorm>
+using BlockReduceFor = cub::BlockReduce<typename NormOp<kNorm>::Acc, ChunkPolicy::kThreads>;
+
+// Block-wide accumulation of in[s, e) (all threads receive nothing useful; thread 0 the total).
 template <typename T, NormKind kNorm, bool kVec>
-__device__ double BlockRangeReduce(const T* in, int64_t s, int64_t e,
-                                   typename cub::BlockReduce<double, ChunkPolicy::kThreads>::TempStorage& tmp) {
+__device__ typename NormOp<kNorm>::Acc BlockRangeReduce(
+    const T* in, int64_t s, int64_t e, typename BlockReduceFor<kNorm>::TempStorage& tmp) {
   using Op = NormOp<kNorm>;
-  double acc = Op::Identity();
+  typename Op::Acc acc = Op::Identity();
   BlockWalk<T, kVec>(
-      in, s, e, [&](int64_t, T x) { acc = Op::Combine(acc, Op::Transform(x)); },
+      in, s, e, [&](int64_t, T x) { acc = Op::Add(acc, Op::Transform(x)); },
       [&](int64_t, const typename Vec16<T>::type& v) { acc = AccumulateVec<T, Op>(acc, v); });
-  return cub::BlockReduce<double, ChunkPolicy::kThreads>(tmp).Reduce(acc, typename Op::Functor{});
+  return BlockReduceFor<kNorm>(tmp).Reduce(acc, typename Op::Functor{});
 }
 
 // ---- short rows: a group of lanes per row, reduce and scale in one pass ------------------
@@ -182,50 +266,60 @@ struct RowGroupAgent {
           const int64_t c = lane + k * kGroup;
           v[k] = c < cols ? src[c] : T(0);
         }
-        double acc = Op::Identity();
+        typename Op::Acc acc = Op::Identity();
 #pragma unroll
-        for (int k = 0; k < RowGroupPolicy::kPerLane; ++k) acc = Op::Combine(acc, Op::Transform(v[k]));
+        for (int k = 0; k < RowGroupPolicy::kPerLane; ++k) acc = Op::Add(acc, Op::Transform(v[k]));
         const double norm = GroupReduce(acc, mask);
-        if (!GoodNorm(norm)) {
+        if (!FastNorm<T, kNorm>(norm)) {
           if (lane == 0) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
           continue;
         }
+        bool overflow = false;
         WithRowScale<T>(norm, [&](auto scale) {
 #pragma unroll
           for (int k = 0; k < RowGroupPolicy::kPerLane; ++k) {
             const int64_t c = lane + k * kGroup;
-            if (c < cols) dst[c] = scale(v[k]);
+            if (c < cols) {
+              dst[c] = scale(v[k]);
+              if constexpr (kNorm == NormKind::kSum) overflow |= isinf(dst[c]);
+            }
           }
         });
+        if (overflow) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
         continue;
       }
       // Longer rows: two passes, the second from L1/L2; four loads in flight per lane.
-      double acc0 = Op::Identity(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+      typename Op::Acc acc0 = Op::Identity(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
       int64_t c = lane;
       for (; c + 3 * kGroup < cols; c += 4 * kGroup) {
         const T a = src[c], b = src[c + kGroup], d = src[c + 2 * kGroup], e = src[c + 3 * kGroup];
-        acc0 = Op::Combine(acc0, Op::Transform(a));
-        acc1 = Op::Combine(acc1, Op::Transform(b));
-        acc2 = Op::Combine(acc2, Op::Transform(d));
-        acc3 = Op::Combine(acc3, Op::Transform(e));
+        acc0 = Op::Add(acc0, Op::Transform(a));
+        acc1 = Op::Add(acc1, Op::Transform(b));
+        acc2 = Op::Add(acc2, Op::Transform(d));
+        acc3 = Op::Add(acc3, Op::Transform(e));
       }
-      for (; c < cols; c += kGroup) acc0 = Op::Combine(acc0, Op::Transform(src[c]));
+      for (; c < cols; c += kGroup) acc0 = Op::Add(acc0, Op::Transform(src[c]));
       const double norm = GroupReduce(Op::Combine(Op::Combine(acc0, acc1), Op::Combine(acc2, acc3)), mask);
-      if (!GoodNorm(norm)) {
+      if (!FastNorm<T, kNorm>(norm)) {
         if (lane == 0) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
         continue;
       }
+      bool overflow = false;
       WithRowScale<T>(norm, [&](auto scale) {
-        for (int64_t c2 = lane; c2 < cols; c2 += kGroup) dst[c2] = scale(src[c2]);
+        for (int64_t c2 = lane; c2 < cols; c2 += kGroup) {
+          dst[c2] = scale(src[c2]);
+          if constexpr (kNorm == NormKind::kSum) overflow |= isinf(dst[c2]);
+        }
       });
+      if (overflow) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
     }
   }
 
-  // Butterfly over the group: every lane gets the same norm.
-  __device__ static double GroupReduce(double acc, unsigned mask) {
+  // Butterfly over the group: every lane gets the same norm (the combines commute).
+  __device__ static double GroupReduce(typename Op::Acc acc, unsigned mask) {
 #pragma unroll
     for (int off = kGroup / 2; off > 0; off /= 2) {
-      acc = Op::Combine(acc, __shfl_xor_sync(mask, acc, off, kGroup));
+      acc = Op::Combine(acc, ShuffleXor(acc, mask, off, kGroup));
     }
     return Op::Finalize(acc);
   }
@@ -241,10 +335,11 @@ __global__ void __launch_bounds__(RowGroupPolicy::kThreads, RowGroupPolicy::kMin
 template <typename T, NormKind kNorm, bool kVec>
 struct ChunkReduceAgent {
   using Op = NormOp<kNorm>;
-  using BlockReduce = cub::BlockReduce<double, ChunkPolicy::kThreads>;
+  using BlockReduce = BlockReduceFor<kNorm>;
+  using Acc = typename Op::Acc;
   const T* in;
   int64_t rows, cols, chunks;  // chunks per row
-  double* partials;            // rows * chunks
+  Acc* partials;               // rows * chunks
   unsigned* tickets;           // rows, zeroed by the launcher
   double* norms;               // rows
   NormalizeResult* result;
@@ -258,7 +353,7 @@ struct ChunkReduceAgent {
       const int64_t c = w - row * chunks;
       const int64_t s = row * cols + c * ChunkPolicy::kChunk;
       const int64_t e = row * cols + min(cols, (c + 1) * ChunkPolicy::kChunk);
-      const double part = BlockRangeReduce<T, kNorm, kVec>(in, s, e, tmp);
+      const Acc part = BlockRangeReduce<T, kNorm, kVec>(in, s, e, tmp);
       if (threadIdx.x == 0) {
         partials[w] = part;
         __threadfence();
@@ -266,16 +361,18 @@ struct ChunkReduceAgent {
       }
       __syncthreads();
       if (last) {  // every partial of this row is written: sum them in a fixed order
-        double acc = Op::Identity();
+        Acc acc = Op::Identity();
         for (int64_t k = threadIdx.x; k < chunks; k += blockDim.x) {
-          acc = Op::Combine(acc, __ldcg(partials + row * chunks + k));
+          acc = Op::Combine(acc, LoadGlobal(partials + row * chunks + k));
         }
         __syncthreads();  // tmp is reused
         acc = BlockReduce(tmp).Reduce(acc, typename Op::Functor{});
         if (threadIdx.x == 0) {
           const double norm = Op::Finalize(acc);
           norms[row] = norm;
-          if (!GoodNorm(norm)) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
+          if (!FastNorm<T, kNorm>(norm)) {
+            atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
+          }
         }
       }
       __syncthreads();  // tmp and `last` are reused by the next work item
@@ -285,8 +382,9 @@ struct ChunkReduceAgent {
 
 template <typename T, NormKind kNorm, bool kVec>
 __global__ void __launch_bounds__(ChunkPolicy::kThreads, ChunkPolicy::kMinBlocksPerSm)
-    ChunkReduceKernel(const T* in, int64_t rows, int64_t cols, int64_t chunks, double* partials,
-                      unsigned* tickets, double* norms, NormalizeResult* result) {
+    ChunkReduceKernel(const T* in, int64_t rows, int64_t cols, int64_t chunks,
+                      typename NormOp<kNorm>::Acc* partials, unsigned* tickets, double* norms,
+                      NormalizeResult* result) {
   ChunkReduceAgent<T, kNorm, kVec>{in, rows, cols, chunks, partials, tickets, norms, result}.Run();
 }
 
@@ -297,6 +395,7 @@ struct ChunkScaleAgent {
   T* out;
   int64_t rows, cols, chunks;
   const double* norms;
+  NormalizeResult* result;
 
   template <typename Scale>
   __device__ static VT ScaleVec(const VT& x, Scale scale) {
@@ -317,35 +416,93 @@ struct ChunkScaleAgent {
       const int64_t c = w - row * chunks;
       const int64_t s = row * cols + c * ChunkPolicy::kChunk;
       const int64_t e = row * cols + min(cols, (c + 1) * ChunkPolicy::kChunk);
-      WithRowScale<T>(norm, [&](auto scale) { ScaleRange(s, e, scale); });
+      bool overflow = false;
+      WithRowScale<T>(norm, [&](auto scale) { overflow = ScaleRange(s, e, scale); });
+      if (overflow) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
     }
   }
 
+  // Returns whether a quotient overflowed T (only a SUM norm can make one).
   template <typename Scale>
-  __device__ void ScaleRange(int64_t s, int64_t e, Scale scale) const {
+  __device__ bool ScaleRange(int64_t s, int64_t e, Scale scale) const {
+    bool overflow = false;
     BlockWalk<T, kVec>(
-        in, s, e, [&](int64_t i, T x) { out[i] = scale(x); },
-        [&](int64_t first, const VT& v) { *reinterpret_cast<VT*>(out + first) = ScaleVec(v, scale); });
+        in, s, e,
+        [&](int64_t i, T x) {
+          out[i] = scale(x);
+          overflow |= isinf(out[i]);
+        },
+        [&](int64_t first, const VT& v) {
+          const VT y = ScaleVec(v, scale);
+          *reinterpret_cast<VT*>(out + first) = y;
+          overflow |= AnyInf(y);
+        });
+    return overflow;
   }
 };
 
 template <typename T, bool kVec>
 __global__ void __launch_bounds__(ChunkPolicy::kThreads, ChunkPolicy::kMinBlocksPerSm)
     ChunkScaleKernel(const T* in, T* out, int64_t rows, int64_t cols, int64_t chunks,
-                     const double* norms) {
-  ChunkScaleAgent<T, kVec>{in, out, rows, cols, chunks, norms}.Run();
+                     const double* norms, NormalizeResult* result) {
+  ChunkScaleAgent<T, kVec>{in, out, rows, cols, chunks, norms, result}.Run();
 }
 
 // ---- error path: the norm of result->bad_row, for the message ---------------------------
 template <typename T, NormKind kNorm>
 __global__ void __launch_bounds__(BadRowPolicy::kThreads)
     BadRowNormKernel(const T* in, int64_t rows, int64_t cols, NormalizeResult* result) {
-  __shared__ typename cub::BlockReduce<double, ChunkPolicy::kThreads>::TempStorage tmp;
+  __shared__ typename BlockReduceFor<kNorm>::TempStorage tmp;
   const unsigned long long row = result->bad_row;
   if (row >= static_cast<unsigned long long>(rows)) return;
   const int64_t s = static_cast<int64_t>(row) * cols;
-  const double acc = BlockRangeReduce<T, kNorm, false>(in, s, s + cols, tmp);
+  const auto acc = BlockRangeReduce<T, kNorm, false>(in, s, s + cols, tmp);
   if (threadIdx.x == 0) result->bad_norm = NormOp<kNorm>::Finalize(acc);
+}
+
+// ---- rescue: float64 L2 rows whose squares overflow or underflow ------------------------
+// Thread 0's v, for every thread of the block.
+__device__ double BlockBroadcast(double v) {
+  __shared__ double slot;
+  if (threadIdx.x == 0) slot = v;
+  __syncthreads();
+  const double all = slot;
+  __syncthreads();  // slot and the caller's reduction storage are reused
+  return all;
+}
+
+// Every row from `first` that the fast kernels may have left: the CPU backend's scaled
+// sum (squares of x * 2^-exponent, 2^exponent just above max |x|), then the division;
+// rows still bad go to result->bad_row.
+__global__ void __launch_bounds__(RescuePolicy::kThreads, RescuePolicy::kMinBlocksPerSm)
+    L2RescueKernel(const double* in, double* out, int64_t first, int64_t rows, int64_t cols,
+                   NormalizeResult* result) {
+  using BlockReduce = BlockReduceFor<NormKind::kL2>;
+  __shared__ typename BlockReduce::TempStorage tmp;
+  for (int64_t row = first + blockIdx.x; row < rows; row += gridDim.x) {
+    const int64_t s = row * cols, e = s + cols;
+    double norm = sqrt(BlockBroadcast(BlockRangeReduce<double, NormKind::kL2, false>(in, s, e, tmp)));
+    if (norm >= kMinPlainL2 && norm <= kMaxPlainL2) continue;  // the fast kernels divided it
+    const double max_abs =
+        BlockBroadcast(BlockRangeReduce<double, NormKind::kMaxAbs, false>(in, s, e, tmp));
+    if (max_abs > 0 && isfinite(max_abs)) {
+      const int exponent = min(max(ilogb(max_abs) + 1, -kMaxScaleExponent), kMaxScaleExponent);
+      const double scale = ldexp(1.0, -exponent);
+      double squares = 0;
+      for (int64_t i = s + threadIdx.x; i < e; i += blockDim.x) {
+        const double y = in[i] * scale;
+        squares += y * y;
+      }
+      norm = ldexp(sqrt(BlockBroadcast(BlockReduce(tmp).Sum(squares))), exponent);
+    }
+    if (!GoodNorm(norm)) {
+      if (threadIdx.x == 0) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
+      continue;
+    }
+    WithRowScale<double>(norm, [&](auto divide) {
+      for (int64_t i = s + threadIdx.x; i < e; i += blockDim.x) out[i] = divide(in[i]);
+    });
+  }
 }
 
 // ---- host ----------------------------------------------------------------------------
@@ -367,12 +524,13 @@ cudaError_t LaunchT(const T* in, T* out, int64_t rows, int64_t cols, NormalizeRe
   }
   const int64_t chunks = CeilDiv(cols, ChunkPolicy::kChunk);
   const int64_t total = rows * chunks;
+  using Acc = typename NormOp<kNorm>::Acc;
   Scratch scratch;
-  const size_t bytes = static_cast<size_t>(total) * sizeof(double) +
+  const size_t bytes = static_cast<size_t>(total) * sizeof(Acc) +
                        static_cast<size_t>(rows) * (sizeof(double) + sizeof(unsigned)) + 16;
   GC_TRY(scratch.Allocate(bytes, env));
-  double* partials = scratch.as<double>();
-  double* norms = partials + total;
+  Acc* partials = scratch.as<Acc>();
+  double* norms = reinterpret_cast<double*>(partials + total);
   unsigned* tickets = reinterpret_cast<unsigned*>(norms + rows);
   GC_TRY(cudaMemsetAsync(tickets, 0, static_cast<size_t>(rows) * sizeof(unsigned), env.stream));
   const bool vec = Aligned16(in) && Aligned16(out);
@@ -386,9 +544,9 @@ cudaError_t LaunchT(const T* in, T* out, int64_t rows, int64_t cols, NormalizeRe
   }
   GC_CHECK_LAUNCH();
   if (vec) {
-    ChunkScaleKernel<T, true><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(in, out, rows, cols, chunks, norms);
+    ChunkScaleKernel<T, true><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(in, out, rows, cols, chunks, norms, result);
   } else {
-    ChunkScaleKernel<T, false><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(in, out, rows, cols, chunks, norms);
+    ChunkScaleKernel<T, false><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(in, out, rows, cols, chunks, norms, result);
   }
   GC_CHECK_LAUNCH();
   return cudaSuccess;
@@ -466,9 +624,25 @@ cudaError_t LaunchNormalizeBadRowNorm(DType dtype, const void* in, int64_t rows,
   return BadRowT<double>(static_cast<const double*>(in), rows, cols, norm, result, env);
 }
 
+cudaError_t LaunchNormalizeRescue(DType dtype, const void* in, void* out, int64_t rows,
+                                  int64_t cols, NormKind norm, unsigned long long first_row,
+                                  NormalizeResult* result, const LaunchEnv& env) {
+  if (dtype != DType::kFloat64 || norm != NormKind::kL2) return cudaSuccess;
+  GC_REQUIRE(in != nullptr && out != nullptr && result != nullptr && cols >= 1);
+  GC_REQUIRE(first_row < static_cast<unsigned long long>(rows));
+  GC_TRY(cudaMemsetAsync(&result->bad_row, 0xff, sizeof(result->bad_row), env.stream));
+  const int64_t first = static_cast<int64_t>(first_row);
+  const unsigned grid = GridFor(rows - first, env.sm_count, RescuePolicy::kMinBlocksPerSm);
+  L2RescueKernel<<<grid, RescuePolicy::kThreads, 0, env.stream>>>(
+      static_cast<const double*>(in), static_cast<double*>(out), first, rows, cols, result);
+  GC_CHECK_LAUNCH();
+  return cudaSuccess;
+}
+
 void ListNormalizeKernels(std::vector<KernelEntry>& out) {
   ListT<float>(out, "f32");
   ListT<double>(out, "f64");
+  out.push_back({"normalize.l2_rescue<f64>", (const void*)&L2RescueKernel});
 }
 
 cudaError_t WarmupNormalize(const LaunchEnv& env) {
@@ -495,6 +669,7 @@ cudaError_t WarmupNormalize(const LaunchEnv& env) {
       GC_TRY(LaunchNormalize(t, in, out, 1, kLong, norm, res, env));
       GC_TRY(LaunchNormalize(t, in, out_unaligned, 1, kLong, norm, res, env));
       GC_TRY(LaunchNormalizeBadRowNorm(t, in, 1, 8, norm, res, env));
+      GC_TRY(LaunchNormalizeRescue(t, in, out, 1, 8, norm, 0, res, env));
     }
   }
   return cudaSuccess;

@@ -201,8 +201,13 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
         return cast(BufferListT, self._call("list_buffers", timeout, self._list_buffers()))
 
     def _list_buffers(self) -> Steps[BufferList]:
+        # The server answers a page at a time; follow next_page_token to the end.
         reply = yield Unary("Buffers.List", pb.ListRequest())
-        out = BufferList(DeviceArray._from_info(self, b) for b in reply.buffers)
+        infos = list(reply.buffers)
+        while reply.next_page_token:
+            reply = yield Unary("Buffers.List", pb.ListRequest(page_token=reply.next_page_token))
+            infos.extend(reply.buffers)
+        out = BufferList(DeviceArray._from_info(self, b) for b in infos)
         out.used_bytes = int(reply.used_bytes)
         out.quota_bytes = int(reply.quota_bytes)
         return out

@@ -1,0 +1,254 @@
+#include "kernels/memory_budget.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <utility>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+
+namespace gpucompute {
+namespace {
+
+// Marks a budget's RESOURCE_EXHAUSTED so that the server can count it apart
+// from the other refusals.
+constexpr absl::string_view kRefusalPayload = "gpucompute/memory_budget";
+
+uint64_t Fraction(uint64_t bytes, double fraction) {
+  return static_cast<uint64_t>(static_cast<double>(bytes) * fraction);
+}
+
+}  // namespace
+
+uint64_t PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0) return std::numeric_limits<uint64_t>::max();
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
+}
+
+bool IsMemoryBudgetRefusal(const absl::Status& status) {
+  return status.GetPayload(kRefusalPayload).has_value();
+}
+
+MemoryBudget::Charge::Charge(std::shared_ptr<MemoryBudget> budget, uint64_t bytes)
+    : budget_(std::move(budget)), bytes_(bytes) {}
+
+MemoryBudget::Charge::Charge(Charge&& other) noexcept
+    : budget_(std::move(other.budget_)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+MemoryBudget::Charge& MemoryBudget::Charge::operator=(Charge&& other) noexcept {
+  if (this != &other) {
+    Release();
+    budget_ = std::move(other.budget_);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+MemoryBudget::Charge::~Charge() { Release(); }
+
+void MemoryBudget::Charge::Release() {
+  if (budget_ != nullptr) budget_->Release(std::exchange(bytes_, 0));
+  budget_.reset();
+}
+
+std::shared_ptr<MemoryBudget> MemoryBudget::Create(std::string memory, std::string flag,
+                                                   uint64_t capacity_bytes, absl::Duration wait) {
+  return std::shared_ptr<MemoryBudget>(
+      new MemoryBudget(std::move(memory), std::move(flag), capacity_bytes, wait));
+}
+
+MemoryBudget::MemoryBudget(std::string memory, std::string flag, uint64_t capacity_bytes,
+                           absl::Duration wait)
+    : memory_(std::move(memory)), flag_(std::move(flag)), capacity_bytes_(capacity_bytes),
+      wait_(wait) {}
+
+uint64_t MemoryBudget::CeilingFor(uint64_t bytes) const {
+  const bool large = bytes > capacity_bytes_ / kLargeAllocationDivisor;
+  return large ? Fraction(capacity_bytes_, kLargeAllocationCeiling) : capacity_bytes_;
+}
+
+uint64_t MemoryBudget::used_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return used_bytes_;
+}
+
+absl::StatusOr<MemoryBudget::Charge> MemoryBudget::Reserve(uint64_t bytes) {
+  const uint64_t ceiling = CeilingFor(bytes);
+  if (bytes > ceiling) return Refusal(bytes, 0, "(more than one allocation may take)");
+  absl::MutexLock lock(&mu_);
+  auto fits = [this, bytes, ceiling]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return used_bytes_ <= ceiling - bytes;
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&fits), wait_)) {
+    return Refusal(bytes, used_bytes_,
+                   absl::StrCat("after waiting ", absl::FormatDuration(wait_),
+                                " (--memory_budget_wait) for memory to be released"));
+  }
+  used_bytes_ += bytes;
+  return Charge(shared_from_this(), bytes);
+}
+
+MemoryBudget::Charge MemoryBudget::ChargeFixed(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  used_bytes_ += bytes;
+  return Charge(shared_from_this(), bytes);
+}
+
+void MemoryBudget::Release(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  used_bytes_ -= bytes;
+}
+
+absl::Status MemoryBudget::Refusal(uint64_t bytes, uint64_t used, absl::string_view why) const {
+  const uint64_t ceiling = CeilingFor(bytes);
+  const uint64_t left = ceiling - std::min(used, ceiling);
+  absl::Status status = absl::ResourceExhaustedError(absl::StrCat(
+      "memory budget of ", memory_, " exhausted: ", bytes, " bytes asked, ", left,
+      " bytes left ", why, "; the budget is --", flag_, "=", capacity_bytes_,
+      ", of which allocations over ", capacity_bytes_ / kLargeAllocationDivisor,
+      " bytes may fill ", Fraction(capacity_bytes_, kLargeAllocationCeiling),
+      " (the rest is kept for small requests)"));
+  status.SetPayload(kRefusalPayload, absl::Cord());
+  return status;
+}
+
+namespace {
+
+// A budget and the size of the memory it is part of: requests larger than the
+// memory itself are left to the backend, which names the memory in its refusal.
+struct Budgeted {
+  std::shared_ptr<MemoryBudget> budget;
+  uint64_t memory_bytes = 0;
+};
+
+// Keeps the charge until the array it pays for is gone (members are destroyed
+// in reverse order: the array first).
+struct ChargedArray {
+  MemoryBudget::Charge charge;
+  std::shared_ptr<Array> array;
+};
+
+class BudgetedBackend final : public Backend {
+ public:
+  BudgetedBackend(std::unique_ptr<Backend> inner, const BackendOptions& options)
+      : inner_(std::move(inner)) {
+    const uint64_t ram = PhysicalMemoryBytes();
+    host_.memory_bytes = ram;
+    host_.budget = MemoryBudget::Create(
+        "host", "host_memory_budget_bytes",
+        options.host_memory_budget_bytes > 0 ? options.host_memory_budget_bytes
+                                             : Fraction(ram, kDefaultHostBudgetFraction),
+        options.memory_budget_wait);
+    for (const DeviceDescription& device : inner_->Devices()) {
+      int ordinal = 0;
+      if (!absl::StartsWith(device.name, "cuda:") ||
+          !absl::SimpleAtoi(absl::StripPrefix(device.name, "cuda:"), &ordinal)) {
+        continue;  // the CPU backend's one device is the host
+      }
+      devices_[ordinal] = Budgeted{
+          MemoryBudget::Create(device.name, "device_memory_budget_bytes",
+                               options.device_memory_budget_bytes > 0
+                                   ? options.device_memory_budget_bytes
+                                   : Fraction(device.memory_bytes, kDefaultDeviceBudgetFraction),
+                               options.memory_budget_wait),
+          device.memory_bytes};
+    }
+    pinned_staging_ = host_.budget->ChargeFixed(inner_->Stats().pinned_staging_bytes);
+  }
+
+  absl::string_view name() const override { return inner_->name(); }
+  std::vector<DeviceDescription> Devices() const override { return inner_->Devices(); }
+  bool Healthy() const override { return inner_->Healthy(); }
+  int PickDevice() override { return inner_->PickDevice(); }
+
+  BackendStats Stats() const override {
+    BackendStats stats = inner_->Stats();
+    auto add = [&stats](const MemoryBudget& budget) {
+      stats.memory_budgets.push_back(MemoryBudgetStats{budget.memory(), budget.used_bytes(),
+                                                       budget.capacity_bytes()});
+    };
+    add(*host_.budget);
+    for (const auto& [ordinal, device] : devices_) add(*device.budget);
+    return stats;
+  }
+
+  absl::StatusOr<std::shared_ptr<Array>> Allocate(DType dtype, Shape shape, int device) override {
+    const Budgeted* budgeted = Find(device);
+    if (budgeted == nullptr) return inner_->Allocate(dtype, std::move(shape), device);
+    const int64_t max_count = static_cast<int64_t>(
+        std::min<uint64_t>(budgeted->memory_bytes, std::numeric_limits<int64_t>::max()) /
+        ElementSize(dtype));
+    absl::StatusOr<int64_t> count = CheckedElementCount(shape, max_count, "array");
+    if (!count.ok()) return inner_->Allocate(dtype, std::move(shape), device);
+    absl::StatusOr<MemoryBudget::Charge> charge =
+        budgeted->budget->Reserve(static_cast<uint64_t>(*count) * ElementSize(dtype));
+    if (!charge.ok()) return charge.status();
+    absl::StatusOr<std::shared_ptr<Array>> array = inner_->Allocate(dtype, std::move(shape), device);
+    if (!array.ok()) return array.status();
+    Array* raw = array->get();
+    auto charged = std::make_shared<ChargedArray>(
+        ChargedArray{*std::move(charge), *std::move(array)});
+    return std::shared_ptr<Array>(std::move(charged), raw);
+  }
+
+  absl::Status CopyToArray(const void* src, size_t offset, size_t bytes, Array& dst) override {
+    return inner_->CopyToArray(src, offset, bytes, dst);
+  }
+  absl::Status CopyFromArray(const Array& src, size_t offset, size_t bytes, void* dst) override {
+    return inner_->CopyFromArray(src, offset, bytes, dst);
+  }
+  absl::Status CopyArray(const Array& src, Array& dst) override {
+    return inner_->CopyArray(src, dst);
+  }
+  absl::Status DiscountProduct(const Array& f, const Array& v, Array& out, OpContext& ctx) override {
+    return inner_->DiscountProduct(f, v, out, ctx);
+  }
+  absl::Status HaversineMesh(const LatLonMesh& mesh, std::span<const GeoPoint> refs, double radius,
+                             Array& out, OpContext& ctx) override {
+    return inner_->HaversineMesh(mesh, refs, radius, out, ctx);
+  }
+  absl::Status HaversinePoints(const Array& lat, const Array& lon, std::span<const GeoPoint> refs,
+                               double radius, Array& out, OpContext& ctx) override {
+    return inner_->HaversinePoints(lat, lon, refs, radius, out, ctx);
+  }
+  absl::Status Normalize(const Array& in, NormKind norm, Array& out, OpContext& ctx) override {
+    return inner_->Normalize(in, norm, out, ctx);
+  }
+  absl::Status LombScargle(const Array& x, const Array& y, const Array* weights,
+                           const Array* freqs, const Linspace& grid,
+                           const LombScargleOptions& options, Array& out,
+                           OpContext& ctx) override {
+    return inner_->LombScargle(x, y, weights, freqs, grid, options, out, ctx);
+  }
+
+ private:
+  // The budget of the memory `device` names; null for a device the backend
+  // does not have (the backend refuses it).
+  const Budgeted* Find(int device) const {
+    if (device == kHostDevice || (device == 0 && devices_.empty())) return &host_;
+    auto it = devices_.find(device);
+    return it == devices_.end() ? nullptr : &it->second;
+  }
+
+  std::unique_ptr<Backend> inner_;
+  Budgeted host_;
+  std::map<int, Budgeted> devices_;  // by CUDA ordinal
+  MemoryBudget::Charge pinned_staging_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> WithMemoryBudgets(std::unique_ptr<Backend> inner,
+                                           const BackendOptions& options) {
+  return std::make_unique<BudgetedBackend>(std::move(inner), options);
+}
+
+}  // namespace gpucompute
