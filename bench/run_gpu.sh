@@ -2,15 +2,16 @@
 # Every GPU check and timing of the CUDA backend in one device call.
 #
 # Here (no GPU needed):
-#   cmake -S . -B build-cuda && cmake --build build-cuda -j2 --target gpu_backend_test backend_conformance_test gpu_kernels_bench
-#   /work/shared/tools/device-bundle .device/gpu build-cuda/tests/gpu_backend_test build-cuda/tests/backend_conformance_test build-cuda/bench/gpu_kernels_bench
+#   cmake -S . -B build-cuda && cmake --build build-cuda -j2 --target gpu_backend_test backend_conformance_test backend_values_test gpu_kernels_bench
+#   /work/shared/tools/device-bundle .device/gpu build-cuda/tests/gpu_backend_test build-cuda/tests/backend_conformance_test build-cuda/tests/backend_values_test build-cuda/bench/gpu_kernels_bench
 # On the GPU machine (device tool: carry [".device"]):
 #   bash bench/run_gpu.sh            # writes logs under $OUT (or ./gpu-out)
 #
 # Steps, each with its own time limit so one hang cannot eat the rest:
 #   1. gpu_backend_test, all tests (GPU vs CPU backend, 1 .. 1e8 elements, poisoned
 #      outputs, two threads, pool baseline, OOM, sticky error), then the cuda_*
-#      instances of backend_conformance_test (every op vs float64 references, cancellation);
+#      instances of backend_conformance_test (every op vs float64 references, cancellation)
+#      and of backend_values_test (edge values and their messages);
 #   2. gpu_kernels_bench: D2D and pinned PCIe ceilings, every op at seed sizes;
 #   3. compute-sanitizer memcheck and racecheck on the small tests;
 #   4. the same ops through CuPy, where python3 has it;
@@ -22,6 +23,7 @@ mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 TEST="$BUNDLE/gpu_backend_test"
 CONFORMANCE="$BUNDLE/backend_conformance_test"
+VALUES="$BUNDLE/backend_values_test"
 BENCH="$BUNDLE/gpu_kernels_bench"
 T_TEST=${T_TEST:-180}
 T_BENCH=${T_BENCH:-130}
@@ -44,6 +46,8 @@ timeout "$T_TEST" "$TEST" --gtest_color=no > "$OUT/test.log" 2>&1
 echo "rc=$?" >> "$OUT/test.log"
 timeout "$T_TEST" "$CONFORMANCE" --gtest_color=no --gtest_filter="$CUDA_CONFORMANCE" >> "$OUT/test.log" 2>&1
 echo "rc=$?" >> "$OUT/test.log"
+timeout "$T_TEST" "$VALUES" --gtest_color=no --gtest_filter="$CUDA_CONFORMANCE" >> "$OUT/test.log" 2>&1
+echo "rc=$?" >> "$OUT/test.log"
 grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[       OK \]|^\[  FAILED  \]|^rc=|kernels loaded|^device ' "$OUT/test.log" | tail -45
 grep -B3 -A12 'Failure' "$OUT/test.log" | head -80
 
@@ -60,6 +64,9 @@ if [ -n "${SAN:-}" ]; then
   echo "rc=$?" >> "$OUT/memcheck.log"
   GPUCOMPUTE_SANITIZER=1 timeout "$T_MEMCHECK" "$SAN" --tool memcheck --leak-check full --error-exitcode 17 \
     "$CONFORMANCE" --gtest_color=no --gtest_filter="$CUDA_CONFORMANCE" >> "$OUT/memcheck.log" 2>&1
+  echo "rc=$?" >> "$OUT/memcheck.log"
+  GPUCOMPUTE_SANITIZER=1 timeout "$T_MEMCHECK" "$SAN" --tool memcheck --leak-check full --error-exitcode 17 \
+    "$VALUES" --gtest_color=no --gtest_filter="$CUDA_CONFORMANCE" >> "$OUT/memcheck.log" 2>&1
   echo "rc=$?" >> "$OUT/memcheck.log"
   echo "-- memcheck:"; grep -E 'ERROR SUMMARY|LEAK SUMMARY|^\[  (PASSED|FAILED) |^rc=|Invalid|========= Program hit' "$OUT/memcheck.log" | head -20
   GPUCOMPUTE_SANITIZER=1 timeout "$T_RACECHECK" "$SAN" --tool racecheck --racecheck-report hazard --error-exitcode 17 \

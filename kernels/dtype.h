@@ -18,6 +18,10 @@ using Shape = std::vector<int64_t>;
 inline constexpr int kMaxRank = 8;
 
 constexpr size_t ElementSize(DType dtype) { return dtype == DType::kFloat32 ? 4 : 8; }
+// The DType of a C++ element type (float or double).
+template <typename T>
+inline constexpr DType kDType = sizeof(T) == 4 ? DType::kFloat32 : DType::kFloat64;
+
 constexpr absl::string_view DTypeName(DType dtype) {
   return dtype == DType::kFloat32 ? "float32" : "float64";
 }

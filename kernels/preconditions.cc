@@ -69,6 +69,15 @@ absl::Status WeightsSumError(int64_t row, double sum) {
       absl::StrCat("weights row ", row, " sums to ", sum, "; weights must have a finite sum > 0"));
 }
 
+absl::Status BadRowError(int64_t row, NormKind kind, double norm, DType dtype) {
+  const bool usable = norm != 0 && std::isfinite(norm);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "input row ", row, " has ", NormName(kind), " norm ", norm,
+      "; rows must have a finite, non-zero norm",
+      usable ? absl::StrCat(" that leaves every element divided by it finite in ", DTypeName(dtype))
+             : ""));
+}
+
 absl::Status CheckValue(double value, absl::string_view field, const ValueRule& rule) {
   if (rule.holds(value)) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(field, " is ", value, "; ", rule.statement));

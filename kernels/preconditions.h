@@ -84,6 +84,10 @@ template <typename T>
 absl::StatusOr<double> CheckWeightsRow(const T* weights, int64_t row, int64_t samples);
 absl::Status WeightsSumError(int64_t row, double sum);
 
+// Normalize's error for the first row it cannot divide: its norm is 0 or not finite, or
+// dividing by it overflows `dtype`. Both backends report it in these words.
+absl::Status BadRowError(int64_t row, NormKind kind, double norm, DType dtype);
+
 // dtypes (all of y's), shapes (LombScargleShapes), out's shape for a periodogram
 // over `freqs` (M,) or, when freqs is null, the `grid` (CheckFrequencyGrid).
 // Not the values of x and freqs, which may lie on a device.

@@ -251,18 +251,6 @@ double RowNorm(const T* row, int64_t length) {
   return Finish<kNorm>(norm);
 }
 
-// A row that cannot be normalized: an unusable norm, or one that a quotient
-// overflows the dtype with.
-template <typename T>
-absl::Status BadRowError(int64_t row, NormKind kind, double norm) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      "input row ", row, " has ", NormName(kind), " norm ", norm,
-      "; rows must have a finite, non-zero norm",
-      Usable(norm) ? absl::StrCat(" that leaves every element divided by it finite in ",
-                                  DTypeName(sizeof(T) == 4 ? DType::kFloat32 : DType::kFloat64))
-                   : ""));
-}
-
 // Short rows: each block of rows is normalized by one thread. The first row
 // with an unusable norm is the lowest index any block reports.
 template <typename T, NormKind kNorm>
@@ -285,7 +273,7 @@ absl::Status NormalizeShortRows(ThreadPool& pool, const T* in, int64_t rows, int
       }));
   const int64_t bad = first_bad.load();
   if (bad < rows) {
-    return BadRowError<T>(bad, kNorm, RowNorm<T, kNorm>(in + bad * length, length));
+    return BadRowError(bad, kNorm, RowNorm<T, kNorm>(in + bad * length, length), kDType<T>);
   }
   return absl::OkStatus();
 }
@@ -307,12 +295,12 @@ absl::Status NormalizeLongRows(ThreadPool& pool, const T* in, int64_t rows, int6
     PartialNorm total;
     for (const PartialNorm& partial : partials) total.Merge(partial);
     const double norm = Finish<kNorm>(total);
-    if (!Usable(norm)) return BadRowError<T>(row, kNorm, norm);
+    if (!Usable(norm)) return BadRowError(row, kNorm, norm, kDType<T>);
     std::atomic<bool> overflow{false};
     GC_RETURN_IF_ERROR(pool.ParallelFor(length, kSegment, ctx, [&](int64_t begin, int64_t end) {
       if (!Scale<T, kNorm>(x + begin, end - begin, norm, y + begin)) overflow = true;
     }));
-    if (overflow) return BadRowError<T>(row, kNorm, norm);
+    if (overflow) return BadRowError(row, kNorm, norm, kDType<T>);
   }
   return absl::OkStatus();
 }

@@ -46,17 +46,6 @@ absl::Status WeightsRowError(const T* w, int64_t row, int64_t samples) {
   return WeightsSumError(row, sum);
 }
 
-// The CPU backend's message for a row the device could not normalize: an unusable
-// norm, or one that a quotient overflows the dtype with.
-absl::Status BadRowError(int64_t row, NormKind kind, double norm, DType dtype) {
-  const bool usable = norm != 0 && std::isfinite(norm);
-  return absl::InvalidArgumentError(absl::StrCat(
-      "input row ", row, " has ", NormName(kind), " norm ", norm,
-      "; rows must have a finite, non-zero norm",
-      usable ? absl::StrCat(" that leaves every element divided by it finite in ", DTypeName(dtype))
-             : ""));
-}
-
 // The CPU backend's message for the first stored point the device found outside its
 // rule (a latitude before any longitude), the value re-read to the host.
 absl::Status BadPointError(DeviceState& d, const OpEnv& env, const cuda::PointsResult& result,

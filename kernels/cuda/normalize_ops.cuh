@@ -1,0 +1,218 @@
+// The pieces of the normalize kernels (normalize.cu, its only includer): launch
+// policies, the norm as a float64 reduction (compensated for SUM), the row scaling
+// and the block-wide walk and reduction over a range of a row.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cub/block/block_reduce.cuh>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/launchers.h"
+
+namespace gpucompute::cuda {
+namespace {
+
+struct RowGroupPolicy {
+  static constexpr int kThreads = 256;
+  static constexpr int kMinBlocksPerSm = 4;
+  static constexpr int64_t kMaxCols = 4096;
+  static constexpr int64_t kSmallCols = 32;  // rows this short get 4 lanes, not 32
+  static constexpr int kPerLane = 8;         // rows <= group * 8 are held in registers
+};
+struct ChunkPolicy {
+  static constexpr int kThreads = 256;
+  static constexpr int kMinBlocksPerSm = 4;
+  static constexpr int64_t kChunk = 16384;  // elements per block work item
+  static constexpr int kUnroll = 4;
+};
+struct BadRowPolicy {
+  static constexpr int kThreads = 256;
+};
+struct RescuePolicy {  // one block per row
+  static constexpr int kThreads = 256;
+  static constexpr int kMinBlocksPerSm = 4;
+};
+
+// float64 L2 rows with a norm outside [kMinFastL2, DBL_MAX] (sum of squares below
+// 2^-600, or inf) go to the rescue. It redoes every row from the first left whose own
+// norm lies outside [kMinPlainL2, kMaxPlainL2]: a superset, whatever either
+// summation order rounded.
+constexpr double kMinFastL2 = 0x1p-300;
+constexpr double kMinPlainL2 = 0x1p-299;
+constexpr double kMaxPlainL2 = 0x1p511;
+// Scaling exponents stay where 2^-exponent is a normal double (the CPU backend's).
+constexpr int kMaxScaleExponent = 1020;
+
+// A float64 sum and the rounding errors of the additions that made it.
+struct TwoSumAcc {
+  double sum;
+  double error;
+};
+
+__device__ __forceinline__ TwoSumAcc TwoSum(TwoSumAcc a, double b, double b_error) {
+  const double total = a.sum + b;
+  const double b_part = total - a.sum;
+  const double rounding = (a.sum - (total - b_part)) + (b - b_part);
+  return {total, a.error + b_error + rounding};
+}
+
+// ---- the norm as a float64 reduction -----------------------------------------------
+// Acc is the accumulator: a compensated pair for SUM, else a double. Add folds in one
+// element's term, Combine two accumulators.
+template <NormKind kNorm>
+struct NormOp {
+  using Acc = std::conditional_t<kNorm == NormKind::kSum, TwoSumAcc, double>;
+  __device__ static Acc Identity() { return Acc{}; }
+  template <typename T>
+  __device__ static double Transform(T x) {
+    const double v = static_cast<double>(x);
+    if constexpr (kNorm == NormKind::kSum) return v;
+    else if constexpr (kNorm == NormKind::kL2) return v * v;
+    else return fabs(v);
+  }
+  __device__ static Acc Add(Acc a, double term) {
+    if constexpr (kNorm == NormKind::kSum) {
+      const double total = a.sum + term;
+      const double term_part = total - a.sum;
+      return {total, a.error + ((a.sum - (total - term_part)) + (term - term_part))};
+    } else {
+      return Combine(a, term);
+    }
+  }
+  __device__ static Acc Combine(Acc a, Acc b) {
+    if constexpr (kNorm == NormKind::kSum) return TwoSum(a, b.sum, b.error);
+    else if constexpr (kNorm == NormKind::kMaxAbs) return (a > b || a != a) ? a : b;  // NaN sticks
+    else return a + b;
+  }
+  // An infinite sum leaves a NaN error (inf - inf): the CPU reports the infinity.
+  __device__ static double Finalize(Acc a) {
+    if constexpr (kNorm == NormKind::kSum) return isfinite(a.sum) ? a.sum + a.error : a.sum;
+    else if constexpr (kNorm == NormKind::kL2) return sqrt(a);
+    else return a;
+  }
+  struct Functor {
+    __device__ Acc operator()(Acc a, Acc b) const { return Combine(a, b); }
+  };
+};
+
+__device__ __forceinline__ double ShuffleXor(double v, unsigned mask, int offset, int width) {
+  return __shfl_xor_sync(mask, v, offset, width);
+}
+__device__ __forceinline__ TwoSumAcc ShuffleXor(TwoSumAcc v, unsigned mask, int offset, int width) {
+  return {__shfl_xor_sync(mask, v.sum, offset, width), __shfl_xor_sync(mask, v.error, offset, width)};
+}
+__device__ __forceinline__ double LoadGlobal(const double* p) { return __ldcg(p); }
+__device__ __forceinline__ TwoSumAcc LoadGlobal(const TwoSumAcc* p) {
+  return {__ldcg(&p->sum), __ldcg(&p->error)};
+}
+
+__device__ __forceinline__ bool GoodNorm(double n) { return isfinite(n) && n != 0.0; }
+
+// A norm the fast kernels divide by: good, and for float64 L2 not from squares that
+// underflowed (those rows go to the rescue).
+template <typename T, NormKind kNorm>
+__device__ __forceinline__ bool FastNorm(double n) {
+  if constexpr (kNorm == NormKind::kL2 && sizeof(T) == 8) return n >= kMinFastL2 && isfinite(n);
+  else return GoodNorm(n);
+}
+
+// x / norm as x * (1 / norm), the reciprocal rounded to T once per row. float64: the
+// CPU backend's arithmetic exactly; float32: within 1 ulp of it (the CPU multiplies in
+// float64), without two float<->double conversions per element (16/clk/SM on Hopper,
+// which limited short rows). A norm below 1 / max(T) (subnormal in float64, under
+// ~2.9e-39 in float32) has no finite reciprocal in T: such a row is divided in float64,
+// as the CPU backend does. WithRowScale picks one of the two per row, so the element
+// loops carry no branch.
+template <typename T>
+struct MultiplyBy {
+  T inv;
+  __device__ __forceinline__ T operator()(T x) const { return x * inv; }
+};
+template <typename T>
+struct DivideBy {
+  double norm;
+  __device__ __forceinline__ T operator()(T x) const {
+    return static_cast<T>(static_cast<double>(x) / norm);
+  }
+};
+template <typename T, typename Body>
+__device__ __forceinline__ void WithRowScale(double norm, Body&& body) {
+  const T inv = static_cast<T>(1.0 / norm);
+  if (isinf(inv)) {
+    body(DivideBy<T>{norm});
+  } else {
+    body(MultiplyBy<T>{inv});
+  }
+}
+
+template <typename T, typename Op>
+__device__ __forceinline__ typename Op::Acc AccumulateVec(typename Op::Acc acc,
+                                                          const typename Vec16<T>::type& v) {
+  if constexpr (Vec16<T>::kCount == 4) {
+    acc = Op::Add(acc, Op::Transform(v.x));
+    acc = Op::Add(acc, Op::Transform(v.y));
+    acc = Op::Add(acc, Op::Transform(v.z));
+    return Op::Add(acc, Op::Transform(v.w));
+  } else {
+    acc = Op::Add(acc, Op::Transform(v.x));
+    return Op::Add(acc, Op::Transform(v.y));
+  }
+}
+
+__device__ __forceinline__ bool AnyInf(float4 v) {
+  return isinf(v.x) || isinf(v.y) || isinf(v.z) || isinf(v.w);
+}
+__device__ __forceinline__ bool AnyInf(double2 v) { return isinf(v.x) || isinf(v.y); }
+
+// One block walks in[s, e): a scalar head up to 16-byte alignment, the aligned body as
+// 16-byte vectors (kUnroll loads in flight per thread before any is used), a scalar
+// tail; without kVec, every element as a scalar. element(i, x) gets each scalar
+// in[i]; vector(first, v) each vector, whose first element is in[first].
+template <typename T, bool kVec, typename Element, typename Vector>
+__device__ __forceinline__ void BlockWalk(const T* in, int64_t s, int64_t e, Element&& element,
+                                          Vector&& vector) {
+  if constexpr (kVec) {
+    using VT = typename Vec16<T>::type;
+    constexpr int64_t V = Vec16<T>::kCount;
+    const int64_t aligned = (s + V - 1) / V * V;
+    const int64_t head_end = aligned < e ? aligned : e;
+    const int64_t body_end = head_end + (e - head_end) / V * V;
+    for (int64_t i = s + threadIdx.x; i < head_end; i += blockDim.x) element(i, in[i]);
+    const VT* body = reinterpret_cast<const VT*>(in + head_end);
+    const int64_t nv = (body_end - head_end) / V;
+    constexpr int U = ChunkPolicy::kUnroll;
+    int64_t k = threadIdx.x;
+    for (; k + (U - 1) * static_cast<int64_t>(blockDim.x) < nv; k += U * blockDim.x) {
+      VT v[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) v[u] = body[k + u * blockDim.x];
+#pragma unroll
+      for (int u = 0; u < U; ++u) vector(head_end + (k + u * blockDim.x) * V, v[u]);
+    }
+    for (; k < nv; k += blockDim.x) vector(head_end + k * V, body[k]);
+    for (int64_t i = body_end + threadIdx.x; i < e; i += blockDim.x) element(i, in[i]);
+  } else {
+    for (int64_t i = s + threadIdx.x; i < e; i += blockDim.x) element(i, in[i]);
+  }
+}
+
+template <NormKind kNorm>
+using BlockReduceFor = cub::BlockReduce<typename NormOp<kNorm>::Acc, ChunkPolicy::kThreads>;
+
+// Block-wide accumulation of in[s, e) (all threads receive nothing useful; thread 0 the total).
+template <typename T, NormKind kNorm, bool kVec>
+__device__ typename NormOp<kNorm>::Acc BlockRangeReduce(
+    const T* in, int64_t s, int64_t e, typename BlockReduceFor<kNorm>::TempStorage& tmp) {
+  using Op = NormOp<kNorm>;
+  typename Op::Acc acc = Op::Identity();
+  BlockWalk<T, kVec>(
+      in, s, e, [&](int64_t, T x) { acc = Op::Add(acc, Op::Transform(x)); },
+      [&](int64_t, const typename Vec16<T>::type& v) { acc = AccumulateVec<T, Op>(acc, v); });
+  return BlockReduceFor<kNorm>(tmp).Reduce(acc, typename Op::Functor{});
+}
+
+}  // namespace
+}  // namespace gpucompute::cuda
