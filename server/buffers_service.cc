@@ -24,7 +24,7 @@ namespace {
 // becomes visible (Commit) only once every declared byte has arrived. The call is
 // admitted (counted in flight) only once its header arrives, and each read waits
 // at most stream_idle_timeout: a silent client holds no place and no quota.
-class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
+class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   UploadReactor(ServiceContext& service, Timer& idle_timer, grpc::CallbackServerContext* context,
                 v1::BufferInfo* response)
@@ -40,6 +40,11 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
       EndOfStream();
       return;
     }
+    ++messages_;
+    absl::StatusOr<v1::UploadRequest> request =
+        ParseRequest<v1::UploadRequest>(bytes_, absl::StrCat("upload message ", messages_));
+    if (!request.ok()) return Complete(request.status());
+    request_ = *std::move(request);
     switch (request_.kind_case()) {
       case v1::UploadRequest::kHeader:
         OnHeader();
@@ -69,7 +74,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
         [this, pending = pending_read_, generation]() mutable {
           if (pending->compare_exchange_strong(generation, 0)) OnIdle();
         });
-    StartRead(&request_);
+    StartRead(&bytes_);
   }
 
   // False when the idle timeout took the pending read (and finishes the call).
@@ -87,7 +92,6 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
   }
 
   void OnHeader() {
-    ++messages_;
     // Once the allocation is submitted, the executor may finish the call: only
     // the returned status is looked at afterwards.
     if (absl::Status accepted = AcceptHeader(); !accepted.ok()) Complete(accepted);
@@ -125,7 +129,6 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
   }
 
   void OnData() {
-    ++messages_;
     if (array_ == nullptr) {
       return Complete(absl::InvalidArgumentError(
           "upload sent data before the header; the first message must be the header"));
@@ -191,13 +194,14 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
   v1::BufferInfo* const response_;
   RpcRecorder rpc_;
   Admission::Ticket ticket_;
+  grpc::ByteBuffer bytes_;
   v1::UploadRequest request_;
   std::optional<BufferStore::Reservation> reservation_;
   std::shared_ptr<Array> array_;
   std::string name_;
   uint64_t expected_bytes_ = 0;
   uint64_t received_bytes_ = 0;
-  uint64_t messages_ = 0;
+  uint64_t messages_ = 0;  // received so far, the one being handled included
   absl::Duration transfer_in_ = absl::ZeroDuration();
   // The number of the read in flight, 0 while none is: whoever swaps it to 0,
   // the read's completion or its idle timeout, carries the call on.
@@ -230,7 +234,8 @@ struct AcceptedDownload {
 
 absl::StatusOr<AcceptedDownload> AcceptDownload(ServiceContext& service,
                                                 const grpc::CallbackServerContext& context,
-                                                const v1::DownloadRequest& request) {
+                                                const grpc::ByteBuffer& bytes) {
+  GC_ASSIGN_OR_RETURN(const v1::DownloadRequest request, ParseRequest<v1::DownloadRequest>(bytes));
   AcceptedDownload accepted;
   GC_ASSIGN_OR_RETURN(accepted.output,
                       AdmitStream(service, context, request.chunk_bytes(), "chunk_bytes"));
@@ -242,16 +247,37 @@ absl::StatusOr<AcceptedDownload> AcceptDownload(ServiceContext& service,
 
 }  // namespace
 
-grpc::ServerReadReactor<v1::UploadRequest>* BuffersService::Upload(
+BuffersService::BuffersService(ServiceContext& service) : service_(service) {
+  ClientStreaming<v1::BufferInfo>(
+      "Upload", [this](grpc::CallbackServerContext* context, v1::BufferInfo* response) {
+        return Upload(context, response);
+      });
+  ServerStreaming<v1::ResultChunk>(
+      "Download", [this](grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
+        return Download(context, bytes);
+      });
+  Unary<v1::DeleteResponse>("Delete", [this](grpc::CallbackServerContext* context,
+                                             const grpc::ByteBuffer* bytes,
+                                             v1::DeleteResponse* response) {
+    return Delete(context, bytes, response);
+  });
+  Unary<v1::ListResponse>("List", [this](grpc::CallbackServerContext* context,
+                                         const grpc::ByteBuffer* bytes,
+                                         v1::ListResponse* response) {
+    return List(context, bytes, response);
+  });
+}
+
+grpc::ServerReadReactor<grpc::ByteBuffer>* BuffersService::Upload(
     grpc::CallbackServerContext* context, v1::BufferInfo* response) {
   return new UploadReactor(service_, idle_timer_, context, response);
 }
 
 grpc::ServerWriteReactor<v1::ResultChunk>* BuffersService::Download(
-    grpc::CallbackServerContext* context, const v1::DownloadRequest* request) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
   auto* reactor = new ResultStreamReactor(service_, context, Operation::kDownload);
   const absl::Time start = absl::Now();
-  absl::StatusOr<AcceptedDownload> accepted = AcceptDownload(service_, *context, *request);
+  absl::StatusOr<AcceptedDownload> accepted = AcceptDownload(service_, *context, *bytes);
   if (!accepted.ok()) {
     reactor->Reject(accepted.status());
     return reactor;
@@ -270,12 +296,10 @@ grpc::ServerWriteReactor<v1::ResultChunk>* BuffersService::Download(
 }
 
 grpc::ServerUnaryReactor* BuffersService::Delete(grpc::CallbackServerContext* context,
-                                                 const v1::DeleteRequest* request,
+                                                 const grpc::ByteBuffer* bytes,
                                                  v1::DeleteResponse* response) {
   RpcRecorder rpc(service_.metrics, RpcMethod::kDelete, *context);
-  absl::StatusOr<uint64_t> freed = service_.store.Delete(request->buffer_id(), PrincipalOf(*context));
-  if (freed.ok()) response->set_freed_bytes(*freed);
-  const grpc::Status status = ToGrpcStatus(freed.status());
+  const grpc::Status status = ToGrpcStatus(DeleteBuffer(*bytes, PrincipalOf(*context), response));
   rpc.Done(status.error_code());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(status);
@@ -283,18 +307,28 @@ grpc::ServerUnaryReactor* BuffersService::Delete(grpc::CallbackServerContext* co
 }
 
 grpc::ServerUnaryReactor* BuffersService::List(grpc::CallbackServerContext* context,
-                                               const v1::ListRequest* request,
+                                               const grpc::ByteBuffer* bytes,
                                                v1::ListResponse* response) {
   RpcRecorder rpc(service_.metrics, RpcMethod::kList, *context);
-  const grpc::Status status = ToGrpcStatus(ListPage(*request, PrincipalOf(*context), response));
+  const grpc::Status status = ToGrpcStatus(ListPage(*bytes, PrincipalOf(*context), response));
   rpc.Done(status.error_code());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(status);
   return reactor;
 }
 
-absl::Status BuffersService::ListPage(const v1::ListRequest& request, const std::string& principal,
+absl::Status BuffersService::DeleteBuffer(const grpc::ByteBuffer& bytes,
+                                          const std::string& principal,
+                                          v1::DeleteResponse* response) const {
+  GC_ASSIGN_OR_RETURN(const v1::DeleteRequest request, ParseRequest<v1::DeleteRequest>(bytes));
+  GC_ASSIGN_OR_RETURN(const uint64_t freed, service_.store.Delete(request.buffer_id(), principal));
+  response->set_freed_bytes(freed);
+  return absl::OkStatus();
+}
+
+absl::Status BuffersService::ListPage(const grpc::ByteBuffer& bytes, const std::string& principal,
                                       v1::ListResponse* response) const {
+  GC_ASSIGN_OR_RETURN(const v1::ListRequest request, ParseRequest<v1::ListRequest>(bytes));
   std::optional<BufferStore::ListCursor> after;
   if (!request.page_token().empty()) {
     GC_ASSIGN_OR_RETURN(after, ParsePageToken(request.page_token()));

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "gpucompute/v1/gpucompute.grpc.pb.h"
 #include "server/executor.h"
+#include "server/request_parse.h"
 #include "server/service_context.h"
 
 namespace gpucompute {
@@ -16,23 +17,23 @@ namespace gpucompute {
 // stays far below gRPC's default 4 MiB message limit.
 inline constexpr uint32_t kMaxListPageSize = 1000;
 
-class BuffersService final : public v1::Buffers::CallbackService {
+class BuffersService final : public ParsingService<v1::Buffers> {
  public:
-  explicit BuffersService(ServiceContext& service) : service_(service) {}
-
-  grpc::ServerReadReactor<v1::UploadRequest>* Upload(grpc::CallbackServerContext* context,
-                                                     v1::BufferInfo* response) override;
-  grpc::ServerWriteReactor<v1::ResultChunk>* Download(grpc::CallbackServerContext* context,
-                                                      const v1::DownloadRequest* request) override;
-  grpc::ServerUnaryReactor* Delete(grpc::CallbackServerContext* context,
-                                   const v1::DeleteRequest* request,
-                                   v1::DeleteResponse* response) override;
-  grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* context,
-                                 const v1::ListRequest* request,
-                                 v1::ListResponse* response) override;
+  explicit BuffersService(ServiceContext& service);
 
  private:
-  absl::Status ListPage(const v1::ListRequest& request, const std::string& principal,
+  grpc::ServerReadReactor<grpc::ByteBuffer>* Upload(grpc::CallbackServerContext* context,
+                                                    v1::BufferInfo* response);
+  grpc::ServerWriteReactor<v1::ResultChunk>* Download(grpc::CallbackServerContext* context,
+                                                      const grpc::ByteBuffer* bytes);
+  grpc::ServerUnaryReactor* Delete(grpc::CallbackServerContext* context,
+                                   const grpc::ByteBuffer* bytes, v1::DeleteResponse* response);
+  grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* context,
+                                 const grpc::ByteBuffer* bytes, v1::ListResponse* response);
+  // Delete's and List's work, from their request bytes.
+  absl::Status DeleteBuffer(const grpc::ByteBuffer& bytes, const std::string& principal,
+                            v1::DeleteResponse* response) const;
+  absl::Status ListPage(const grpc::ByteBuffer& bytes, const std::string& principal,
                         v1::ListResponse* response) const;
 
   ServiceContext& service_;

@@ -12,22 +12,31 @@
 namespace gpucompute {
 namespace {
 
-// A compute request that passed admission and every check, ready to run.
+// A compute request that parsed and passed admission and every check, ready
+// to run. Its inline operands point into the request, which the work keeps.
+template <typename Request>
 struct Accepted {
   ResultStreamReactor::Output output;
+  std::shared_ptr<const Request> request;
   PreparedOperation prepared;
 };
 
 template <typename Request, typename PrepareFn>
-absl::StatusOr<Accepted> Accept(ServiceContext& service, const grpc::CallbackServerContext& context,
-                                const Request& request, Operation op, PrepareFn prepare) {
+absl::StatusOr<Accepted<Request>> Accept(ServiceContext& service,
+                                         const grpc::CallbackServerContext& context,
+                                         const grpc::ByteBuffer& bytes, Operation op,
+                                         PrepareFn prepare) {
+  GC_ASSIGN_OR_RETURN(Request parsed, ParseRequest<Request>(bytes));
+  Accepted<Request> accepted;
+  accepted.request = std::make_shared<const Request>(std::move(parsed));
+  const Request& request = *accepted.request;
   const v1::OutputOptions& options = request.output();
-  Accepted accepted;
   GC_ASSIGN_OR_RETURN(accepted.output,
                       AdmitStream(service, context, options.chunk_bytes(), "output.chunk_bytes"));
   GC_RETURN_IF_ERROR(CheckBufferName(options.buffer_name(), "output.buffer_name"));
   const RequestScope scope{service.store, PrincipalOf(context), service.config.max_elements};
   GC_ASSIGN_OR_RETURN(accepted.prepared, prepare(request, scope));
+  GC_ASSIGN_OR_RETURN(accepted.output.lane, service.LaneFor(op, accepted.prepared.work));
   if (options.keep_on_device()) {
     // The output shape was checked against max_elements, so this cannot overflow.
     uint64_t bytes = ElementSize(accepted.prepared.out_dtype);
@@ -43,48 +52,39 @@ absl::StatusOr<Accepted> Accept(ServiceContext& service, const grpc::CallbackSer
 
 }  // namespace
 
+ComputeService::ComputeService(ServiceContext& service) : service_(service) {
+  Serve<v1::DiscountProductRequest>("DiscountProduct", Operation::kDiscountProduct,
+                                    PrepareDiscountProduct);
+  Serve<v1::HaversineGridRequest>("HaversineGrid", Operation::kHaversineGrid,
+                                  PrepareHaversineGrid);
+  Serve<v1::NormalizeRequest>("Normalize", Operation::kNormalize, PrepareNormalize);
+  Serve<v1::LombScargleRequest>("LombScargle", Operation::kLombScargle, PrepareLombScargle);
+}
+
 template <typename Request, typename PrepareFn>
-grpc::ServerWriteReactor<v1::ResultChunk>* ComputeService::Run(
-    grpc::CallbackServerContext* context, const Request& request, Operation op,
-    PrepareFn prepare) {
-  auto* reactor = new ResultStreamReactor(service_, context, op);
-  const absl::Time start = absl::Now();
-  absl::StatusOr<Accepted> accepted = Accept(service_, *context, request, op, prepare);
-  if (!accepted.ok()) {
-    reactor->Reject(accepted.status());
+void ComputeService::Serve(absl::string_view method, Operation op, PrepareFn prepare) {
+  ServerStreaming<v1::ResultChunk>(method, [this, op, prepare](grpc::CallbackServerContext* context,
+                                                               const grpc::ByteBuffer* bytes) {
+    auto* reactor = new ResultStreamReactor(service_, context, op);
+    const absl::Time start = absl::Now();
+    absl::StatusOr<Accepted<Request>> accepted =
+        Accept<Request>(service_, *context, *bytes, op, prepare);
+    if (!accepted.ok()) {
+      reactor->Reject(accepted.status());
+      return reactor;
+    }
+    reactor->Start(std::move(accepted->output), absl::Now() - start,
+                   [this, request = std::move(accepted->request),
+                    prepared = std::make_shared<PreparedOperation>(std::move(accepted->prepared))](
+                       OpContext& ctx) -> absl::StatusOr<StreamSource> {
+                     StreamSource source;
+                     GC_ASSIGN_OR_RETURN(source.array, Execute(*prepared, service_.backend,
+                                                               service_.device_queues,
+                                                               service_.metrics, ctx, source.times));
+                     return source;
+                   });
     return reactor;
-  }
-  reactor->Start(std::move(accepted->output), absl::Now() - start,
-                 [this, prepared = std::make_shared<PreparedOperation>(
-                            std::move(accepted->prepared))](
-                     OpContext& ctx) -> absl::StatusOr<StreamSource> {
-                   StreamSource source;
-                   GC_ASSIGN_OR_RETURN(source.array,
-                                       Execute(*prepared, service_.backend, service_.device_queues,
-                                               service_.metrics, ctx, source.times));
-                   return source;
-                 });
-  return reactor;
-}
-
-grpc::ServerWriteReactor<v1::ResultChunk>* ComputeService::DiscountProduct(
-    grpc::CallbackServerContext* context, const v1::DiscountProductRequest* request) {
-  return Run(context, *request, Operation::kDiscountProduct, PrepareDiscountProduct);
-}
-
-grpc::ServerWriteReactor<v1::ResultChunk>* ComputeService::HaversineGrid(
-    grpc::CallbackServerContext* context, const v1::HaversineGridRequest* request) {
-  return Run(context, *request, Operation::kHaversineGrid, PrepareHaversineGrid);
-}
-
-grpc::ServerWriteReactor<v1::ResultChunk>* ComputeService::Normalize(
-    grpc::CallbackServerContext* context, const v1::NormalizeRequest* request) {
-  return Run(context, *request, Operation::kNormalize, PrepareNormalize);
-}
-
-grpc::ServerWriteReactor<v1::ResultChunk>* ComputeService::LombScargle(
-    grpc::CallbackServerContext* context, const v1::LombScargleRequest* request) {
-  return Run(context, *request, Operation::kLombScargle, PrepareLombScargle);
+  });
 }
 
 }  // namespace gpucompute

@@ -1,30 +1,20 @@
-// gpucompute.v1.Compute: each RPC checks its request on the gRPC thread and hands
-// the work to a ResultStreamReactor, which runs it on the executor.
+// gpucompute.v1.Compute: each RPC parses and checks its request on the gRPC
+// thread and hands the work to a ResultStreamReactor, which runs it on the executor.
 #pragma once
 
 #include "gpucompute/v1/gpucompute.grpc.pb.h"
+#include "server/request_parse.h"
 #include "server/service_context.h"
 
 namespace gpucompute {
 
-class ComputeService final : public v1::Compute::CallbackService {
+class ComputeService final : public ParsingService<v1::Compute> {
  public:
-  explicit ComputeService(ServiceContext& service) : service_(service) {}
-
-  grpc::ServerWriteReactor<v1::ResultChunk>* DiscountProduct(
-      grpc::CallbackServerContext* context, const v1::DiscountProductRequest* request) override;
-  grpc::ServerWriteReactor<v1::ResultChunk>* HaversineGrid(
-      grpc::CallbackServerContext* context, const v1::HaversineGridRequest* request) override;
-  grpc::ServerWriteReactor<v1::ResultChunk>* Normalize(
-      grpc::CallbackServerContext* context, const v1::NormalizeRequest* request) override;
-  grpc::ServerWriteReactor<v1::ResultChunk>* LombScargle(
-      grpc::CallbackServerContext* context, const v1::LombScargleRequest* request) override;
+  explicit ComputeService(ServiceContext& service);
 
  private:
   template <typename Request, typename PrepareFn>
-  grpc::ServerWriteReactor<v1::ResultChunk>* Run(grpc::CallbackServerContext* context,
-                                                 const Request& request, Operation op,
-                                                 PrepareFn prepare);
+  void Serve(absl::string_view method, Operation op, PrepareFn prepare);
 
   ServiceContext& service_;
 };

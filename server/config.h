@@ -17,6 +17,13 @@ struct ServerConfig {
   std::string metrics_address = "localhost:9464";
   BackendOptions backend;
   int executor_threads = 0;  // 0: hardware concurrency, at least 2
+  // Of those, the threads that take only small requests (work up to
+  // small_request_work) and continuations; at least one thread stays general.
+  int small_request_threads = 1;
+  int64_t small_request_work = int64_t{1} << 20;
+  // Work units (result elements; batch x samples x frequencies for Lomb-Scargle)
+  // one request may ask for; more get INVALID_ARGUMENT.
+  int64_t max_work_per_request = int64_t{1} << 40;
   int max_queue_depth = 256;  // admitted requests waiting for an executor thread
   int max_device_queue_depth = 64;  // operations placed on one device at once
   uint64_t max_receive_message_bytes = 64ull << 20;
@@ -28,6 +35,9 @@ struct ServerConfig {
   int64_t max_buffers_per_owner = 10000;  // stored buffers per caller; 0: no limit
   int64_t max_elements = int64_t{1} << 34;  // per tensor
   absl::Duration grace_period = absl::Seconds(30);
+  // On SIGTERM, how long health reports NOT_SERVING while the port still
+  // accepts (so probes and load balancers see it) before the drain closes it.
+  absl::Duration drain_delay = absl::ZeroDuration();
 
   // Admission and transport limits (each reported in ServerInfo.limits).
   int max_in_flight = 1024;                 // requests admitted at once, all callers

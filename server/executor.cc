@@ -7,11 +7,15 @@
 
 namespace gpucompute {
 
-Executor::Executor(int threads, size_t max_queued_requests)
+Executor::Executor(int threads, size_t max_queued_requests, int small_lane_threads)
     : max_queued_requests_(max_queued_requests) {
   const int count = std::max(threads, 1);
+  small_lane_threads_ = std::clamp(small_lane_threads, 0, count - 1);
   workers_.reserve(count);
-  for (int i = 0; i < count; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  for (int i = 0; i < count; ++i) {
+    const bool small_lane_only = i < small_lane_threads_;
+    workers_.emplace_back([this, small_lane_only] { WorkerLoop(small_lane_only); });
+  }
 }
 
 Executor::~Executor() {
@@ -22,44 +26,61 @@ Executor::~Executor() {
   for (std::thread& worker : workers_) worker.join();
 }
 
-absl::Status Executor::SubmitRequest(Task task) {
+absl::Status Executor::SubmitRequest(Task task, Lane lane) {
   absl::MutexLock lock(&mu_);
-  if (queued_requests_ >= max_queued_requests_) {
+  const size_t queued = general_.size() + small_.size();
+  if (queued >= max_queued_requests_) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "request queue is full: ", queued_requests_, " requests waiting (max_queue_depth ",
+        "request queue is full: ", queued, " requests waiting (max_queue_depth ",
         max_queued_requests_, ")"));
   }
-  ++queued_requests_;
-  queue_.push_back({std::move(task), true});
+  (lane == Lane::kSmall ? small_ : general_).push_back({std::move(task), next_sequence_++});
   return absl::OkStatus();
 }
 
 void Executor::SubmitContinuation(Task task) {
   absl::MutexLock lock(&mu_);
-  // Continuations go first: finishing admitted work frees memory soonest.
-  queue_.push_front({std::move(task), false});
+  continuations_.push_back(std::move(task));
 }
 
 size_t Executor::queued_requests() const {
   absl::MutexLock lock(&mu_);
-  return queued_requests_;
+  return general_.size() + small_.size();
 }
 
-void Executor::WorkerLoop() {
+bool Executor::HasWork(bool small_lane_only) const {
+  return !continuations_.empty() || !small_.empty() || (!small_lane_only && !general_.empty());
+}
+
+Executor::Task Executor::Take(bool small_lane_only) {
+  if (!continuations_.empty()) {
+    Task task = std::move(continuations_.front());
+    continuations_.pop_front();
+    return task;
+  }
+  // The older of the two requests at the heads of the lanes, so that general
+  // threads serve requests in submission order.
+  const bool general_first =
+      !small_lane_only && !general_.empty() &&
+      (small_.empty() || general_.front().sequence < small_.front().sequence);
+  std::deque<Request>& lane = general_first ? general_ : small_;
+  if (lane.empty()) return nullptr;
+  Task task = std::move(lane.front().task);
+  lane.pop_front();
+  return task;
+}
+
+void Executor::WorkerLoop(bool small_lane_only) {
   while (true) {
     Task task;
     {
       absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](Executor* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
-            return self->stopping_ || !self->queue_.empty();
-          },
-          this));
-      if (queue_.empty()) return;  // stopping and drained
-      Entry entry = std::move(queue_.front());
-      queue_.pop_front();
-      if (entry.is_request) --queued_requests_;
-      task = std::move(entry.task);
+      const auto ready = [this, small_lane_only]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return stopping_ || HasWork(small_lane_only);
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (!HasWork(small_lane_only)) return;  // stopping and drained
+      task = Take(small_lane_only);
     }
     std::move(task)();
   }

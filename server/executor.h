@@ -1,6 +1,9 @@
 // The server's own threads for compute and copies: gRPC reactions only hand work
 // over, they never block. Admission is bounded; continuations of admitted work
 // (result chunks, upload chunks) are always accepted so a stream never stalls.
+// Some threads form a reserved lane that takes only small requests and
+// continuations, so that long operations holding every other thread cannot
+// make a tiny request (or the result chunks of any request) wait behind them.
 #pragma once
 
 #include <cstddef>
@@ -23,32 +26,45 @@ namespace gpucompute {
 class Executor {
  public:
   using Task = absl::AnyInvocable<void() &&>;
+  // kSmall: short work that the reserved threads may take too.
+  enum class Lane { kGeneral, kSmall };
 
-  Executor(int threads, size_t max_queued_requests);
+  // `small_lane_threads` of the `threads` take only small requests and
+  // continuations; at least one thread stays general.
+  Executor(int threads, size_t max_queued_requests, int small_lane_threads = 0);
   // Runs every task still queued, then joins.
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
   // A new request: RESOURCE_EXHAUSTED when max_queued_requests are already waiting.
-  absl::Status SubmitRequest(Task task);
+  absl::Status SubmitRequest(Task task, Lane lane = Lane::kGeneral);
   // Follow-up work of an admitted request.
   void SubmitContinuation(Task task);
 
   size_t queued_requests() const;
   int threads() const { return static_cast<int>(workers_.size()); }
+  int small_lane_threads() const { return small_lane_threads_; }
 
  private:
-  struct Entry {
+  struct Request {
     Task task;
-    bool is_request;
+    uint64_t sequence;  // submission order across both lanes
   };
-  void WorkerLoop();
+  // The next task a worker of the small lane (or a general one) may run, taken
+  // off its queue; empty when there is none.
+  Task Take(bool small_lane_only) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool HasWork(bool small_lane_only) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WorkerLoop(bool small_lane_only);
 
   const size_t max_queued_requests_;
+  int small_lane_threads_ = 0;
   mutable absl::Mutex mu_;
-  std::deque<Entry> queue_ ABSL_GUARDED_BY(mu_);
-  size_t queued_requests_ ABSL_GUARDED_BY(mu_) = 0;
+  // Continuations go first: finishing admitted work frees memory soonest.
+  std::deque<Task> continuations_ ABSL_GUARDED_BY(mu_);
+  std::deque<Request> general_ ABSL_GUARDED_BY(mu_);
+  std::deque<Request> small_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;
 };

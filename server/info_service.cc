@@ -1,11 +1,31 @@
 #include "server/info_service.h"
 
+#include "server/status_convert.h"
+
 namespace gpucompute {
 
+InfoService::InfoService(ServiceContext& service, std::string backend_note)
+    : service_(service), backend_note_(std::move(backend_note)) {
+  Unary<v1::ServerInfo>("GetInfo", [this](grpc::CallbackServerContext* context,
+                                          const grpc::ByteBuffer* bytes,
+                                          v1::ServerInfo* response) {
+    return GetInfo(context, bytes, response);
+  });
+}
+
 grpc::ServerUnaryReactor* InfoService::GetInfo(grpc::CallbackServerContext* context,
-                                               const v1::GetInfoRequest*,
+                                               const grpc::ByteBuffer* bytes,
                                                v1::ServerInfo* response) {
   RpcRecorder rpc(service_.metrics, RpcMethod::kGetInfo, *context);
+  const grpc::Status status = ToGrpcStatus(ParseRequest<v1::GetInfoRequest>(*bytes).status());
+  if (status.ok()) Describe(response);
+  rpc.Done(status.error_code());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+void InfoService::Describe(v1::ServerInfo* response) const {
   response->set_version(kVersion);
   response->set_backend(std::string(service_.backend.name()));
   response->set_backend_note(backend_note_);
@@ -53,10 +73,6 @@ grpc::ServerUnaryReactor* InfoService::GetInfo(grpc::CallbackServerContext* cont
     }
   }
   limits->set_memory_budget_wait_ms(absl::ToInt64Milliseconds(config.backend.memory_budget_wait));
-  rpc.Done(grpc::OK);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
 }
 
 }  // namespace gpucompute

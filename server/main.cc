@@ -26,6 +26,16 @@ ABSL_FLAG(std::string, backend, "auto",
           "auto (CUDA when compiled in and a GPU is usable, else CPU), cpu, or cuda");
 ABSL_FLAG(std::string, devices, "", "CUDA device ordinals to use, comma-separated; empty = all");
 ABSL_FLAG(int32_t, threads, 0, "executor threads running requests; 0 = hardware concurrency");
+ABSL_FLAG(int32_t, small_request_threads, 1,
+          "of the --threads executor threads, how many take only small requests (work up to "
+          "--small_request_work) and result chunks, so long operations cannot hold them all; "
+          "at least one thread stays general");
+ABSL_FLAG(int64_t, small_request_work, int64_t{1} << 20,
+          "work units (result elements; batch x samples x frequencies for Lomb-Scargle) up to "
+          "which a request counts as small");
+ABSL_FLAG(int64_t, max_work_per_request, int64_t{1} << 40,
+          "work units one request may ask for (see --small_request_work); more get "
+          "INVALID_ARGUMENT");
 ABSL_FLAG(int32_t, cpu_threads, 0, "CPU backend worker threads; 0 = hardware concurrency");
 ABSL_FLAG(int32_t, max_queue_depth, 256,
           "admitted requests that may wait for an executor thread; more get RESOURCE_EXHAUSTED");
@@ -95,6 +105,10 @@ ABSL_FLAG(int64_t, inject_sticky_error_after, -1,
           "after a sticky device error (health NOT_SERVING, drain, exit status 3); -1 = off");
 ABSL_FLAG(absl::Duration, grace_period, absl::Seconds(30),
           "on SIGTERM/SIGINT, how long in-flight requests may run before they are cancelled");
+ABSL_FLAG(absl::Duration, drain_delay, absl::ZeroDuration(),
+          "on SIGTERM/SIGINT, how long health reports NOT_SERVING (new requests UNAVAILABLE) "
+          "while the port still accepts, before it closes and --grace_period starts; a second "
+          "signal ends it early");
 
 namespace {
 
@@ -161,6 +175,10 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
   config.backend.inject_sticky_error_after_operations =
       absl::GetFlag(FLAGS_inject_sticky_error_after);
   config.executor_threads = absl::GetFlag(FLAGS_threads);
+  config.small_request_threads = absl::GetFlag(FLAGS_small_request_threads);
+  config.small_request_work = absl::GetFlag(FLAGS_small_request_work);
+  config.max_work_per_request = absl::GetFlag(FLAGS_max_work_per_request);
+  config.drain_delay = absl::GetFlag(FLAGS_drain_delay);
   config.max_queue_depth = absl::GetFlag(FLAGS_max_queue_depth);
   config.max_device_queue_depth = absl::GetFlag(FLAGS_max_device_queue_depth);
   config.stream_idle_timeout = absl::GetFlag(FLAGS_stream_idle_timeout);
@@ -205,6 +223,12 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
   if (config.stream_idle_timeout < absl::Milliseconds(1) || config.max_buffers_per_owner < 0) {
     return absl::InvalidArgumentError(
         "--stream_idle_timeout must be >= 1ms and --max_buffers_per_owner >= 0");
+  }
+  if (config.small_request_threads < 0 || config.small_request_work < 0 ||
+      config.max_work_per_request < 1 || config.drain_delay < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "--small_request_threads and --small_request_work must be >= 0, "
+        "--max_work_per_request >= 1 and --drain_delay >= 0");
   }
   return config;
 }
@@ -267,6 +291,15 @@ int main(int argc, char** argv) {
     if (!(*server)->BackendHealthy()) {
       gpucompute::LogLine("no healthy device left: draining, then exiting with status 3");
       break;
+    }
+  }
+  if (config->drain_delay > absl::ZeroDuration()) {
+    // Probes on new connections read NOT_SERVING (not "connection refused")
+    // while load balancers take this replica out; a second signal cuts it short.
+    (*server)->StopServing();
+    const timespec delay = absl::ToTimespec(config->drain_delay);
+    if (sigtimedwait(&stop_signals, nullptr, &delay) > 0) {
+      gpucompute::LogLine("second stop signal: drain delay cut short");
     }
   }
   (*server)->Drain(config->grace_period);

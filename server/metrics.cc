@@ -15,13 +15,20 @@
 namespace gpucompute {
 namespace {
 
+// CivetWeb gives each connection a thread until its request is read (30 s by
+// default): two idle or half-open connections used to stall every scrape. Enough
+// threads for a few such connections beside the scrapers, and a connection that
+// sends no whole request in time is dropped.
+constexpr int kExposerThreads = 8;
+constexpr absl::Duration kExposerRequestTimeout = absl::Seconds(3);
+
 constexpr std::array<absl::string_view, kStageCount> kStageLabels = {
     "queue", "transfer_in", "compute", "transfer_out", "stream_write", "prepare"};
 constexpr std::array<absl::string_view, 2> kDirectionLabels = {"host_to_device",
                                                               "device_to_host"};
 constexpr std::array<absl::string_view, kRejectionCount> kRejectionLabels = {
     "queue_full", "deadline_exceeded", "quota", "unavailable", "in_flight_limit",
-    "device_queue_full", "stream_idle", "buffer_count", "memory_budget"};
+    "device_queue_full", "stream_idle", "buffer_count", "memory_budget", "work_limit"};
 
 struct RpcName {
   absl::string_view service;
@@ -276,7 +283,10 @@ absl::Status Metrics::StartExposer(const std::string& address,
   // CivetWeb binds numeric addresses only.
   std::string bind = absl::StrReplaceAll(address, {{"localhost:", "127.0.0.1:"}});
   try {
-    exposer_ = std::make_unique<prometheus::Exposer>(bind, 2);
+    exposer_ = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+        "listening_ports", bind, "num_threads", absl::StrCat(kExposerThreads),
+        "request_timeout_ms", absl::StrCat(absl::ToInt64Milliseconds(kExposerRequestTimeout)),
+        "enable_keep_alive", "no"});
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("metrics_address ", address, " cannot be served: ", e.what()));

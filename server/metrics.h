@@ -34,9 +34,9 @@ enum class Direction { kHostToDevice, kDeviceToHost };
 
 enum class Rejection {
   kQueueFull, kDeadlineExceeded, kQuota, kUnavailable, kInFlightLimit, kDeviceQueueFull,
-  kStreamIdle, kBufferCount, kMemoryBudget,
+  kStreamIdle, kBufferCount, kMemoryBudget, kWorkLimit,
 };
-inline constexpr int kRejectionCount = 9;
+inline constexpr int kRejectionCount = 10;
 
 struct BuildInfo {
   std::string version;

@@ -1,6 +1,8 @@
 #include "server/operations.h"
 
 #include <cstring>
+#include <initializer_list>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -43,6 +45,25 @@ absl::StatusOr<OperandSpec> ResolveNonEmpty(const v1::Operand& operand, absl::st
 
 absl::Status CheckOutputSize(const Shape& shape, int64_t max_elements) {
   return CheckedElementCount(shape, max_elements, "result").status();
+}
+
+// The product of `factors` (each >= 0), INT64_MAX when it would overflow.
+int64_t SaturatingProduct(std::initializer_list<int64_t> factors) {
+  int64_t product = 1;
+  for (int64_t factor : factors) {
+    if (factor != 0 && product > std::numeric_limits<int64_t>::max() / factor) {
+      return std::numeric_limits<int64_t>::max();
+    }
+    product *= factor;
+  }
+  return product;
+}
+
+// Elements of a shape already checked against max_elements (so no overflow).
+int64_t ElementsOf(const Shape& shape) {
+  int64_t elements = 1;
+  for (int64_t extent : shape) elements *= extent;
+  return elements;
 }
 
 template <typename T>
@@ -128,6 +149,7 @@ absl::StatusOr<PreparedOperation> PrepareDiscountProduct(const v1::DiscountProdu
   PreparedOperation prepared;
   prepared.out_dtype = factors.dtype;
   prepared.out_shape = std::move(out);
+  prepared.work = ElementsOf(prepared.out_shape);
   prepared.operands = {std::move(factors), std::move(values)};
   prepared.run = [](Backend& backend, std::span<const std::shared_ptr<Array>> in, Array& out,
                     OpContext& ctx) { return backend.DiscountProduct(*in[0], *in[1], out, ctx); };
@@ -163,6 +185,7 @@ absl::StatusOr<PreparedOperation> PrepareHaversineGrid(const v1::HaversineGridRe
       }
       prepared.out_shape = {n_ref, mesh.lat.count, mesh.lon.count};
       GC_RETURN_IF_ERROR(CheckOutputSize(prepared.out_shape, max_elements));
+      prepared.work = ElementsOf(prepared.out_shape);
       prepared.run = [mesh, refs = std::move(refs), radius](
                          Backend& backend, std::span<const std::shared_ptr<Array>>, Array& out,
                          OpContext& ctx) {
@@ -192,6 +215,7 @@ absl::StatusOr<PreparedOperation> PrepareHaversineGrid(const v1::HaversineGridRe
       prepared.out_shape = {n_ref};
       prepared.out_shape.insert(prepared.out_shape.end(), lat.shape.begin(), lat.shape.end());
       GC_RETURN_IF_ERROR(CheckOutputSize(prepared.out_shape, max_elements));
+      prepared.work = ElementsOf(prepared.out_shape);
       prepared.operands = {std::move(lat), std::move(lon)};
       prepared.run = [refs = std::move(refs), radius](
                          Backend& backend, std::span<const std::shared_ptr<Array>> in, Array& out,
@@ -215,6 +239,7 @@ absl::StatusOr<PreparedOperation> PrepareNormalize(const v1::NormalizeRequest& r
   PreparedOperation prepared;
   prepared.out_dtype = input.dtype;
   prepared.out_shape = input.shape;
+  prepared.work = ElementsOf(prepared.out_shape);
   prepared.operands = {std::move(input)};
   prepared.run = [norm](Backend& backend, std::span<const std::shared_ptr<Array>> in, Array& out,
                         OpContext& ctx) { return backend.Normalize(*in[0], norm, out, ctx); };
@@ -272,6 +297,7 @@ absl::StatusOr<PreparedOperation> PrepareLombScargle(const v1::LombScargleReques
   prepared.out_dtype = y.dtype;
   prepared.out_shape = shapes.out;
   GC_RETURN_IF_ERROR(CheckOutputSize(prepared.out_shape, max_elements));
+  prepared.work = SaturatingProduct({shapes.batch, shapes.samples, shapes.frequencies});
 
   const LombScargleOptions options{request.precenter(), request.normalize(),
                                    request.floating_mean()};

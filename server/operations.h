@@ -52,6 +52,10 @@ struct PreparedOperation {
   std::vector<OperandSpec> operands;
   DType out_dtype = DType::kFloat64;
   Shape out_shape;
+  // What it costs, in work units: result elements, or batch x samples x
+  // frequencies for Lomb-Scargle (whose result is small but whose work is not);
+  // saturates at INT64_MAX. Picks the executor lane and meets max_work_per_request.
+  int64_t work = 0;
   RunFn run;
 };
 

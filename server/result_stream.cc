@@ -43,6 +43,7 @@ void ResultStreamReactor::Reject(const absl::Status& status) {
 }
 
 void ResultStreamReactor::Start(Output output, absl::Duration prepare_time, ProduceFn produce) {
+  const Executor::Lane lane = output.lane;
   {
     absl::MutexLock lock(&mu_);
     output_ = std::move(output);
@@ -50,7 +51,7 @@ void ResultStreamReactor::Start(Output output, absl::Duration prepare_time, Prod
     state_ = State::kOnExecutor;
   }
   absl::Status admitted = service_.SubmitRequest(
-      [this, produce = std::move(produce)]() mutable { RunProduce(std::move(produce)); });
+      [this, produce = std::move(produce)]() mutable { RunProduce(std::move(produce)); }, lane);
   if (!admitted.ok()) {
     absl::MutexLock lock(&mu_);
     Fail(admitted);

@@ -46,6 +46,8 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
     // Set for keep_on_device: the result is stored under this reservation.
     std::optional<BufferStore::Reservation> keep;
     std::string buffer_name;
+    // The executor lane the work runs on (ServiceContext::LaneFor).
+    Executor::Lane lane = Executor::Lane::kGeneral;
   };
 
   ResultStreamReactor(ServiceContext& service, grpc::CallbackServerContext* context,

@@ -31,6 +31,14 @@
 namespace gpucompute {
 namespace {
 
+// Pings that break --min_client_ping_interval before the connection is closed
+// (ENHANCE_YOUR_CALM "too_many_pings").
+constexpr int kMaxPingStrikes = 2;
+// Request headers (gRPC's default, made explicit): a call needs about 1 KiB.
+constexpr int kMaxMetadataBytes = 8 << 10;
+// A connection that has not finished its (TLS) handshake by then is closed.
+constexpr absl::Duration kHandshakeTimeout = absl::Seconds(10);
+
 // gRPC channel arguments take int milliseconds; INT_MAX means "never".
 int Millis(absl::Duration d) {
   if (d == absl::InfiniteDuration()) return INT32_MAX;
@@ -64,7 +72,8 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
                           ? config.executor_threads
                           : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
   server->device_queues_ = std::make_unique<DeviceQueues>(config.max_device_queue_depth);
-  server->executor_ = std::make_unique<Executor>(threads, config.max_queue_depth);
+  server->executor_ =
+      std::make_unique<Executor>(threads, config.max_queue_depth, config.small_request_threads);
   server->context_ = std::unique_ptr<ServiceContext>(new ServiceContext{
       server->config_, *server->backend_, *server->store_, *server->executor_, *server->metrics_,
       *server->admission_, *server->device_queues_, server->draining_});
@@ -100,6 +109,11 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
   quota.Resize(config.resource_quota_bytes);
   builder.SetResourceQuota(quota);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, config.max_concurrent_streams);
+  // gRPC 1.51 predates the HTTP/2 rapid-reset (CVE-2023-44487) mitigations; these
+  // bound what a hostile client can make the transport hold (README, exposure).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, kMaxPingStrikes);
+  builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kMaxMetadataBytes);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, Millis(kHandshakeTimeout));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, Millis(config.keepalive_time));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, Millis(config.keepalive_timeout));
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
@@ -166,11 +180,17 @@ bool GpuComputeServer::BackendHealthy() const { return backend_->Healthy(); }
 
 BackendStats GpuComputeServer::backend_stats() const { return backend_->Stats(); }
 
-void GpuComputeServer::Drain(absl::Duration grace) {
+void GpuComputeServer::StopServing() {
   StopHealthWatcher();
   server_->GetHealthCheckService()->SetServingStatus(false);
-  draining_.store(true);
-  LogLine(absl::StrCat("draining: health NOT_SERVING, new requests UNAVAILABLE, grace ",
+  if (!draining_.exchange(true)) {
+    LogLine("draining: health NOT_SERVING, new requests UNAVAILABLE");
+  }
+}
+
+void GpuComputeServer::Drain(absl::Duration grace) {
+  StopServing();
+  LogLine(absl::StrCat("draining: closing the port, in-flight requests get a grace of ",
                        absl::FormatDuration(grace)));
   server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   server_->Wait();

@@ -40,8 +40,11 @@ class GpuComputeServer {
   const std::string& backend_note() const { return backend_note_; }
   std::string backend_name() const;
 
-  // Health NOT_SERVING, new requests UNAVAILABLE, in-flight RPCs get up to
-  // `grace` to finish before they are cancelled. Returns when all are done.
+  // Health NOT_SERVING and new requests UNAVAILABLE while the port still
+  // accepts, so that probes on new connections read NOT_SERVING (--drain_delay).
+  void StopServing();
+  // StopServing, then the port closes and in-flight RPCs get up to `grace` to
+  // finish before they are cancelled. Returns when all are done.
   void Drain(absl::Duration grace);
   // False once the backend has no healthy device left; health turns NOT_SERVING
   // within kHealthPollInterval of that.

@@ -52,10 +52,21 @@ absl::StatusOr<BufferStore::Reservation> ServiceContext::Reserve(
   return reservation;
 }
 
-absl::Status ServiceContext::SubmitRequest(Executor::Task task) const {
-  absl::Status submitted = executor.SubmitRequest(std::move(task));
+absl::Status ServiceContext::SubmitRequest(Executor::Task task, Executor::Lane lane) const {
+  absl::Status submitted = executor.SubmitRequest(std::move(task), lane);
   if (!submitted.ok()) metrics.Rejected(Rejection::kQueueFull);
   return submitted;
+}
+
+absl::StatusOr<Executor::Lane> ServiceContext::LaneFor(Operation op, int64_t work) const {
+  if (work > config.max_work_per_request) {
+    metrics.Rejected(Rejection::kWorkLimit);
+    return absl::InvalidArgumentError(absl::StrCat(
+        OperationLabel(op), " needs ", work,
+        " work units (batch x samples x frequencies for lombscargle, result elements "
+        "otherwise); the limit is ", config.max_work_per_request, " (max_work_per_request)"));
+  }
+  return work <= config.small_request_work ? Executor::Lane::kSmall : Executor::Lane::kGeneral;
 }
 
 }  // namespace gpucompute

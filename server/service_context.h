@@ -37,7 +37,12 @@ struct ServiceContext {
   // refusals (quota, queue_full) in the rejection metrics.
   absl::StatusOr<BufferStore::Reservation> Reserve(uint64_t bytes, absl::string_view what,
                                                    absl::string_view principal) const;
-  absl::Status SubmitRequest(Executor::Task task) const;
+  absl::Status SubmitRequest(Executor::Task task,
+                             Executor::Lane lane = Executor::Lane::kGeneral) const;
+  // The lane for `work` units of `op` (operations.h's PreparedOperation::work):
+  // small work may use the reserved lane. Over --max_work_per_request:
+  // INVALID_ARGUMENT naming it, counted as a work_limit rejection.
+  absl::StatusOr<Executor::Lane> LaneFor(Operation op, int64_t work) const;
 };
 
 }  // namespace gpucompute

@@ -7,9 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gpucompute/v1/gpucompute.grpc.pb.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "server/server.h"
 #include "tests/testing/server_fixture.h"
@@ -31,6 +33,7 @@ struct Case {
   grpc::StatusCode code;
   std::string message;
   std::function<grpc::Status()> call;
+  std::string reason = "";  // a second part of the message, when there is one
 };
 
 class MalformedRequestsTest : public ::testing::Test {
@@ -142,6 +145,53 @@ class MalformedRequestsTest : public ::testing::Test {
   static Request With(Request request, Mutate mutate) {
     mutate(request);
     return request;
+  }
+
+  // Sends `messages` as they are to `method` ("/gpucompute.v1.Compute/Normalize"),
+  // half-closes, reads every reply and returns the status.
+  grpc::Status SendBytes(const std::string& method, const std::vector<std::string>& messages) {
+    grpc::GenericStub stub(server_->channel());
+    grpc::CompletionQueue queue;
+    grpc::ClientContext context;
+    auto next = [&queue] {
+      void* tag = nullptr;
+      bool ok = false;
+      return queue.Next(&tag, &ok) && ok;
+    };
+    std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
+        stub.PrepareCall(&context, method, &queue);
+    call->StartCall(nullptr);
+    next();
+    for (const std::string& message : messages) {
+      grpc::Slice slice(message);
+      call->Write(grpc::ByteBuffer(&slice, 1), nullptr);
+      if (!next()) break;
+    }
+    call->WritesDone(nullptr);
+    next();
+    grpc::ByteBuffer reply;
+    do call->Read(&reply, nullptr);
+    while (next());
+    grpc::Status status;
+    call->Finish(&status, nullptr);
+    next();
+    queue.Shutdown();
+    while (next()) {
+    }
+    return status;
+  }
+
+  // Runs every case, checking that the server still answers health checks after each.
+  void ExpectEach(const std::vector<Case>& cases) {
+    client::Client& healthy = server_->client();
+    for (const Case& c : cases) {
+      SCOPED_TRACE(c.name);
+      const grpc::Status status = c.call();
+      EXPECT_EQ(status.error_code(), c.code) << status.error_message();
+      EXPECT_THAT(status.error_message(), ::testing::HasSubstr(c.message));
+      EXPECT_THAT(status.error_message(), ::testing::HasSubstr(c.reason));
+      ASSERT_EQ(*healthy.Health(), grpc::health::v1::HealthCheckResponse::SERVING);
+    }
   }
 
   std::unique_ptr<test::TestServer> server_;
@@ -391,14 +441,8 @@ TEST_F(MalformedRequestsTest, EveryCaseGetsItsCodeAndMessageAndTheServerKeepsSer
        }},
   };
 
+  ExpectEach(cases);
   client::Client& healthy = server_->client();
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.name);
-    const grpc::Status status = c.call();
-    EXPECT_EQ(status.error_code(), c.code) << status.error_message();
-    EXPECT_THAT(status.error_message(), ::testing::HasSubstr(c.message));
-    ASSERT_EQ(*healthy.Health(), grpc::health::v1::HealthCheckResponse::SERVING);
-  }
   // Still serving, correctly, with nothing stored or leaked.
   EXPECT_TRUE(Discount(GoodDiscount()).ok());
   EXPECT_TRUE(Lomb(GoodLomb()).ok());
@@ -411,6 +455,94 @@ TEST_F(MalformedRequestsTest, EveryCaseGetsItsCodeAndMessageAndTheServerKeepsSer
   EXPECT_EQ(healthy.List()->used_bytes(), 0u);
   EXPECT_EQ(server_->PoolUsedBytes(), 0u);
   std::printf("malformed request cases tried: %zu\n", cases.size());
+}
+
+// Bytes that are no valid message of their method's request type, in each way
+// protobuf can refuse them, sent to every method (and to each message of an
+// Upload): INVALID_ARGUMENT naming the type (and the Upload message) and why.
+TEST_F(MalformedRequestsTest, UnparseableBytesAreInvalidArgumentNamingTheType) {
+  struct Corruption {
+    std::string name;
+    std::string reason;
+    // The bytes, from a valid message's (`good`, not empty) or, for the UTF-8
+    // case, from one whose string field holds the placeholder "@@@@".
+    std::function<std::string(const std::string& good)> bytes;
+  };
+  const std::string kPlaceholder = "@@@@";
+  const std::vector<Corruption> corruptions = {
+      {"truncated", "is cut short", [](const std::string& good) { return good.substr(0, good.size() - 1); }},
+      {"wire type 7", "has wire type 7", [](const std::string& good) { return good + "\x0f\x01"; }},
+      {"field number 0", "field number 0", [](const std::string& good) { return good + std::string("\x00\x01", 2); }},
+      {"bad length prefix", "field 15 (wire type 2)",
+       [](const std::string& good) { return good + "\x7a\xff\xff\xff\xff\x0f" + "abc"; }},
+      {"11-byte varint", "field 15 (wire type 0)",
+       [](const std::string& good) { return good + "\x78" + std::string(10, '\x80') + "\x01"; }},
+      {"invalid UTF-8 in a string field", "a string field is not valid UTF-8",
+       [&](const std::string& with_placeholder) {
+         std::string bytes = with_placeholder;
+         bytes.replace(bytes.find(kPlaceholder), kPlaceholder.size(), "\xc3\x28\xa0\xa1");
+         return bytes;
+       }},
+  };
+  struct Target {
+    std::string method;        // e.g. "Compute/Normalize"
+    std::string type;          // the request message, e.g. "NormalizeRequest"
+    std::string what;          // how the server names the broken message
+    std::vector<std::string> before;  // valid messages sent first (Upload)
+    std::string good;          // a valid message, serialized
+    std::string with_placeholder;     // the same with a string field "@@@@"; "": none
+  };
+  const std::string header = Header(v1::FLOAT64, {4}).SerializeAsString();  // 32 bytes
+  const std::string data = Data(8).SerializeAsString();
+  const std::string bad_header = Header(v1::FLOAT64, {4}, kPlaceholder).SerializeAsString();
+  v1::DownloadRequest download;
+  download.set_buffer_id(std::string(32, '0'));
+  v1::DeleteRequest remove;
+  remove.set_buffer_id(std::string(32, '0'));
+  v1::ListRequest list;
+  list.set_page_size(5);
+  const std::vector<Target> targets = {
+      {"Compute/DiscountProduct", "DiscountProductRequest", "request", {}, GoodDiscount().SerializeAsString(),
+       With(GoodDiscount(), [&](auto& r) { r.mutable_output()->set_buffer_name(kPlaceholder); }).SerializeAsString()},
+      {"Compute/HaversineGrid", "HaversineGridRequest", "request", {}, GoodMesh().SerializeAsString(),
+       With(GoodMesh(), [&](auto& r) { r.mutable_output()->set_buffer_name(kPlaceholder); }).SerializeAsString()},
+      {"Compute/Normalize", "NormalizeRequest", "request", {}, GoodNormalize().SerializeAsString(),
+       With(GoodNormalize(), [&](auto& r) { r.mutable_input()->set_buffer_id(kPlaceholder); }).SerializeAsString()},
+      {"Compute/LombScargle", "LombScargleRequest", "request", {}, GoodLomb().SerializeAsString(),
+       With(GoodLomb(), [&](auto& r) { r.mutable_weights()->set_buffer_id(kPlaceholder); }).SerializeAsString()},
+      {"Buffers/Upload", "UploadRequest", "upload message 1", {}, header, bad_header},
+      {"Buffers/Upload", "UploadRequest", "upload message 2", {header}, data, bad_header},
+      {"Buffers/Upload", "UploadRequest", "upload message 3", {header, data}, data, bad_header},
+      {"Buffers/Download", "DownloadRequest", "request", {}, download.SerializeAsString(),
+       With(download, [&](auto& r) { r.set_buffer_id(kPlaceholder); }).SerializeAsString()},
+      {"Buffers/Delete", "DeleteRequest", "request", {}, remove.SerializeAsString(),
+       With(remove, [&](auto& r) { r.set_buffer_id(kPlaceholder); }).SerializeAsString()},
+      {"Buffers/List", "ListRequest", "request", {}, list.SerializeAsString(),
+       With(list, [&](auto& r) { r.set_page_token(kPlaceholder); }).SerializeAsString()},
+      // GetInfoRequest has no fields: its good message is an unknown varint field.
+      {"Server/GetInfo", "GetInfoRequest", "request", {}, "\x08\x01", ""},
+  };
+  std::vector<Case> cases;
+  for (const Target& target : targets) {
+    for (const Corruption& corruption : corruptions) {
+      const bool utf8 = &corruption == &corruptions.back();
+      if (utf8 && target.with_placeholder.empty()) continue;
+      std::vector<std::string> messages = target.before;
+      messages.push_back(corruption.bytes(utf8 ? target.with_placeholder : target.good));
+      cases.push_back(
+          {absl::StrCat(target.method, " ", target.what, ": ", corruption.name),
+           grpc::StatusCode::INVALID_ARGUMENT,
+           absl::StrCat(target.what, " is not a valid gpucompute.v1.", target.type, " ("),
+           [this, method = "/gpucompute.v1." + target.method, messages] { return SendBytes(method, messages); },
+           corruption.reason});
+    }
+  }
+  ExpectEach(cases);
+  // Well-formed bytes through the same path still work.
+  EXPECT_TRUE(SendBytes("/gpucompute.v1.Compute/Normalize", {GoodNormalize().SerializeAsString()}).ok());
+  EXPECT_EQ(server_->client().List()->buffers_size(), 0);
+  EXPECT_EQ(server_->PoolUsedBytes(), 0u);
+  std::printf("unparseable request cases tried: %zu\n", cases.size());
 }
 
 // A message over max_receive_message_bytes is refused by gRPC before the service sees it.
