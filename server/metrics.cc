@@ -1,5 +1,6 @@
 #include "server/metrics.h"
 
+#include <algorithm>
 #include <exception>
 #include <utility>
 #include <vector>
@@ -28,7 +29,8 @@ constexpr std::array<absl::string_view, 2> kDirectionLabels = {"host_to_device",
                                                               "device_to_host"};
 constexpr std::array<absl::string_view, kRejectionCount> kRejectionLabels = {
     "queue_full", "deadline_exceeded", "quota", "unavailable", "in_flight_limit",
-    "device_queue_full", "stream_idle", "buffer_count", "memory_budget", "work_limit"};
+    "device_queue_full", "stream_idle", "buffer_count", "memory_budget", "work_limit",
+    "metadata_size"};
 
 struct RpcName {
   absl::string_view service;
@@ -311,8 +313,14 @@ int Metrics::port() const {
   return ports.empty() ? 0 : ports.front();
 }
 
-grpc::StatusCode OutcomeCode(grpc::StatusCode code, absl::Time deadline) {
-  return code == grpc::CANCELLED && absl::Now() >= deadline ? grpc::DEADLINE_EXCEEDED : code;
+grpc::StatusCode OutcomeCode(grpc::StatusCode code, absl::Time start, absl::Time deadline) {
+  if (code != grpc::CANCELLED || deadline == absl::InfiniteFuture()) return code;
+  // The server's deadline is the client's plus the time the request headers took to
+  // arrive, and the client cancels at its own deadline: that cancellation reaches us
+  // before our deadline. Count a cancellation as the deadline when it comes in the last
+  // quarter of the call's time (at least the last 100 ms).
+  const absl::Duration slack = std::max(absl::Milliseconds(100), (deadline - start) / 4);
+  return absl::Now() >= deadline - slack ? grpc::DEADLINE_EXCEEDED : code;
 }
 
 grpc::experimental::Interceptor* HealthRpcCounter::CreateServerInterceptor(

@@ -34,9 +34,9 @@ enum class Direction { kHostToDevice, kDeviceToHost };
 
 enum class Rejection {
   kQueueFull, kDeadlineExceeded, kQuota, kUnavailable, kInFlightLimit, kDeviceQueueFull,
-  kStreamIdle, kBufferCount, kMemoryBudget, kWorkLimit,
+  kStreamIdle, kBufferCount, kMemoryBudget, kWorkLimit, kMetadataSize,
 };
-inline constexpr int kRejectionCount = 10;
+inline constexpr int kRejectionCount = 11;
 
 struct BuildInfo {
   std::string version;
@@ -104,7 +104,7 @@ class Metrics {
 
 // The code a call ended with as its client sees it: a server learns only that
 // the call was cancelled, also when it was the client's deadline that expired.
-grpc::StatusCode OutcomeCode(grpc::StatusCode code, absl::Time deadline);
+grpc::StatusCode OutcomeCode(grpc::StatusCode code, absl::Time start, absl::Time deadline);
 
 // Records grpc_server_started_total at construction and handled/handling_seconds
 // at Done(); one per RPC.
@@ -118,9 +118,9 @@ class RpcRecorder {
     metrics_.RpcStarted(method_);
   }
   // Returns the code recorded: `code`, or DEADLINE_EXCEEDED for a cancellation
-  // at or after the deadline.
+  // at the deadline (OutcomeCode).
   grpc::StatusCode Done(grpc::StatusCode code) {
-    const grpc::StatusCode outcome = OutcomeCode(code, deadline_);
+    const grpc::StatusCode outcome = OutcomeCode(code, start_, deadline_);
     metrics_.RpcHandled(method_, outcome, absl::Now() - start_);
     return outcome;
   }
