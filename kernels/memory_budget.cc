@@ -164,6 +164,8 @@ class BudgetedBackend final : public Backend {
     pinned_staging_ = host_.budget->ChargeFixed(inner_->Stats().pinned_staging_bytes);
   }
 
+  const std::shared_ptr<MemoryBudget>& host_budget() const { return host_.budget; }
+
   absl::string_view name() const override { return inner_->name(); }
   std::vector<DeviceDescription> Devices() const override { return inner_->Devices(); }
   bool Healthy() const override { return inner_->Healthy(); }
@@ -249,6 +251,11 @@ class BudgetedBackend final : public Backend {
 std::unique_ptr<Backend> WithMemoryBudgets(std::unique_ptr<Backend> inner,
                                            const BackendOptions& options) {
   return std::make_unique<BudgetedBackend>(std::move(inner), options);
+}
+
+std::shared_ptr<MemoryBudget> HostMemoryBudget(const Backend& backend) {
+  const auto* budgeted = dynamic_cast<const BudgetedBackend*>(&backend);
+  return budgeted == nullptr ? nullptr : budgeted->host_budget();
 }
 
 }  // namespace gpucompute

@@ -66,7 +66,9 @@ class MemoryBudget : public std::enable_shared_from_this<MemoryBudget> {
   // `bytes` charged once they fit (see the reserved share above), waiting up
   // to `wait` for releases; RESOURCE_EXHAUSTED at once when they never can.
   absl::StatusOr<Charge> Reserve(uint64_t bytes);
-  // Memory held for the life of the process (pinned staging): never refused.
+  // Memory that must be taken without waiting (pinned staging for the life of
+  // the process, gRPC's serialized copy of a result chunk being written):
+  // never refused.
   Charge ChargeFixed(uint64_t bytes);
 
   const std::string& memory() const { return memory_; }
@@ -95,5 +97,9 @@ class MemoryBudget : public std::enable_shared_from_this<MemoryBudget> {
 // charged to the host budget at once.
 std::unique_ptr<Backend> WithMemoryBudgets(std::unique_ptr<Backend> inner,
                                            const BackendOptions& options);
+
+// The host budget of a backend made by WithMemoryBudgets, for host memory the
+// server takes beside arrays (result chunk copies); null for any other backend.
+std::shared_ptr<MemoryBudget> HostMemoryBudget(const Backend& backend);
 
 }  // namespace gpucompute

@@ -119,13 +119,17 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
                                                        absl::StrCat("upload '", header.name(), "'"),
                                                        PrincipalOf(*context_)));
     name_ = header.name();
+    // Allocate may wait up to --memory_budget_wait for the budget (and a device
+    // allocation may synchronize), so it cannot run inline on a gRPC thread; it
+    // queues in the general lane, whose bound is apart from the small lane's, so
+    // that uploads retrying on RESOURCE_EXHAUSTED cannot refuse small requests.
     return service_.SubmitRequest([this, dtype, shape = std::move(shape)]() mutable {
       absl::StatusOr<std::shared_ptr<Array>> array =
           service_.backend.Allocate(dtype, std::move(shape), service_.backend.PickDevice());
       if (!array.ok()) return Complete(array.status());
       array_ = *std::move(array);
       Read();
-    });
+    }, Executor::Lane::kGeneral);
   }
 
   void OnData() {
@@ -299,7 +303,9 @@ grpc::ServerUnaryReactor* BuffersService::Delete(grpc::CallbackServerContext* co
                                                  const grpc::ByteBuffer* bytes,
                                                  v1::DeleteResponse* response) {
   RpcRecorder rpc(service_.metrics, RpcMethod::kDelete, *context);
-  const grpc::Status status = ToGrpcStatus(DeleteBuffer(*bytes, PrincipalOf(*context), response));
+  absl::Status deleted = service_.CheckMetadata(*context);
+  if (deleted.ok()) deleted = DeleteBuffer(*bytes, PrincipalOf(*context), response);
+  const grpc::Status status = ToGrpcStatus(deleted);
   rpc.Done(status.error_code());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(status);
@@ -310,7 +316,9 @@ grpc::ServerUnaryReactor* BuffersService::List(grpc::CallbackServerContext* cont
                                                const grpc::ByteBuffer* bytes,
                                                v1::ListResponse* response) {
   RpcRecorder rpc(service_.metrics, RpcMethod::kList, *context);
-  const grpc::Status status = ToGrpcStatus(ListPage(*bytes, PrincipalOf(*context), response));
+  absl::Status listed = service_.CheckMetadata(*context);
+  if (listed.ok()) listed = ListPage(*bytes, PrincipalOf(*context), response);
+  const grpc::Status status = ToGrpcStatus(listed);
   rpc.Done(status.error_code());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(status);

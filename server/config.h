@@ -25,6 +25,12 @@ struct ServerConfig {
   // one request may ask for; more get INVALID_ARGUMENT.
   int64_t max_work_per_request = int64_t{1} << 40;
   int max_queue_depth = 256;  // admitted requests waiting for an executor thread
+  // Small requests waiting, counted apart so that general work cannot fill their queue.
+  int max_small_queue_depth = 256;
+  // Client metadata (header names and values) one call may send; more get
+  // RESOURCE_EXHAUSTED. gRPC's own, connection-level limit is set higher
+  // (server.cc) so that an oversized header fails its call, not the connection.
+  uint32_t max_metadata_bytes = 8192;
   int max_device_queue_depth = 64;  // operations placed on one device at once
   uint64_t max_receive_message_bytes = 64ull << 20;
   uint32_t min_chunk_bytes = 4096;

@@ -7,8 +7,10 @@
 
 namespace gpucompute {
 
-Executor::Executor(int threads, size_t max_queued_requests, int small_lane_threads)
-    : max_queued_requests_(max_queued_requests) {
+Executor::Executor(int threads, size_t max_queued_requests, int small_lane_threads,
+                   size_t max_queued_small_requests)
+    : max_queued_requests_(max_queued_requests),
+      max_queued_small_requests_(max_queued_small_requests) {
   const int count = std::max(threads, 1);
   small_lane_threads_ = std::clamp(small_lane_threads, 0, count - 1);
   workers_.reserve(count);
@@ -28,13 +30,17 @@ Executor::~Executor() {
 
 absl::Status Executor::SubmitRequest(Task task, Lane lane) {
   absl::MutexLock lock(&mu_);
-  const size_t queued = general_.size() + small_.size();
-  if (queued >= max_queued_requests_) {
+  // Without reserved threads there is no small lane: every request is general.
+  const bool small = lane == Lane::kSmall && small_lane_threads_ > 0;
+  std::deque<Request>& queue = small ? small_ : general_;
+  const size_t limit = small ? max_queued_small_requests_ : max_queued_requests_;
+  if (queue.size() >= limit) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "request queue is full: ", queued, " requests waiting (max_queue_depth ",
-        max_queued_requests_, ")"));
+        small ? "small-request queue is full: " : "request queue is full: ", queue.size(),
+        " requests waiting (", small ? "max_small_queue_depth " : "max_queue_depth ", limit,
+        ")"));
   }
-  (lane == Lane::kSmall ? small_ : general_).push_back({std::move(task), next_sequence_++});
+  queue.push_back({std::move(task), next_sequence_++});
   return absl::OkStatus();
 }
 

@@ -4,6 +4,8 @@
 // Some threads form a reserved lane that takes only small requests and
 // continuations, so that long operations holding every other thread cannot
 // make a tiny request (or the result chunks of any request) wait behind them.
+// Each lane has its own queue bound, so that large or hostile work filling the
+// general queue cannot refuse the small requests either.
 #pragma once
 
 #include <cstddef>
@@ -30,14 +32,21 @@ class Executor {
   enum class Lane { kGeneral, kSmall };
 
   // `small_lane_threads` of the `threads` take only small requests and
-  // continuations; at least one thread stays general.
-  Executor(int threads, size_t max_queued_requests, int small_lane_threads = 0);
+  // continuations; at least one thread stays general. Up to
+  // `max_queued_requests` general and `max_queued_small_requests` small
+  // requests may wait, each lane counted on its own. With no small-lane
+  // thread every request is general.
+  Executor(int threads, size_t max_queued_requests, int small_lane_threads,
+           size_t max_queued_small_requests);
+  // Both lanes bounded by `max_queued_requests`.
+  Executor(int threads, size_t max_queued_requests, int small_lane_threads = 0)
+      : Executor(threads, max_queued_requests, small_lane_threads, max_queued_requests) {}
   // Runs every task still queued, then joins.
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
-  // A new request: RESOURCE_EXHAUSTED when max_queued_requests are already waiting.
+  // A new request: RESOURCE_EXHAUSTED when its lane's queue is full.
   absl::Status SubmitRequest(Task task, Lane lane = Lane::kGeneral);
   // Follow-up work of an admitted request.
   void SubmitContinuation(Task task);
@@ -58,6 +67,7 @@ class Executor {
   void WorkerLoop(bool small_lane_only);
 
   const size_t max_queued_requests_;
+  const size_t max_queued_small_requests_;
   int small_lane_threads_ = 0;
   mutable absl::Mutex mu_;
   // Continuations go first: finishing admitted work frees memory soonest.

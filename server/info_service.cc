@@ -17,7 +17,9 @@ grpc::ServerUnaryReactor* InfoService::GetInfo(grpc::CallbackServerContext* cont
                                                const grpc::ByteBuffer* bytes,
                                                v1::ServerInfo* response) {
   RpcRecorder rpc(service_.metrics, RpcMethod::kGetInfo, *context);
-  const grpc::Status status = ToGrpcStatus(ParseRequest<v1::GetInfoRequest>(*bytes).status());
+  absl::Status checked = service_.CheckMetadata(*context);
+  if (checked.ok()) checked = ParseRequest<v1::GetInfoRequest>(*bytes).status();
+  const grpc::Status status = ToGrpcStatus(checked);
   if (status.ok()) Describe(response);
   rpc.Done(status.error_code());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();

@@ -3,6 +3,7 @@
 #include <csignal>
 #include <cstdint>
 #include <iostream>
+#include <malloc.h>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,13 @@ ABSL_FLAG(int64_t, max_work_per_request, int64_t{1} << 40,
 ABSL_FLAG(int32_t, cpu_threads, 0, "CPU backend worker threads; 0 = hardware concurrency");
 ABSL_FLAG(int32_t, max_queue_depth, 256,
           "admitted requests that may wait for an executor thread; more get RESOURCE_EXHAUSTED");
+ABSL_FLAG(int32_t, max_small_queue_depth, 256,
+          "small requests (see --small_request_work) that may wait for an executor thread, "
+          "counted apart from --max_queue_depth; more get RESOURCE_EXHAUSTED");
+ABSL_FLAG(uint32_t, max_metadata_bytes, 8192,
+          "client metadata (header names and values) one call may send; more get "
+          "RESOURCE_EXHAUSTED for that call only. Header blocks over 64 KiB are refused by "
+          "gRPC itself");
 ABSL_FLAG(absl::Duration, stream_idle_timeout, absl::Seconds(30),
           "an Upload that receives no message for this long is closed (DEADLINE_EXCEEDED) and "
           "its quota reservation freed; a result stream whose client takes no message for "
@@ -112,6 +120,21 @@ ABSL_FLAG(absl::Duration, drain_delay, absl::ZeroDuration(),
 
 namespace {
 
+// Result chunks (1-4 MiB) and request messages are large, short-lived blocks.
+// glibc serves blocks over M_MMAP_THRESHOLD with mmap and returns them on free,
+// but by default raises that threshold after each large free, after which such
+// blocks come from arenas that keep the memory: RSS then grows past the memory
+// budget and is never given back. A fixed threshold (which also turns the
+// raising off) sends them to mmap for good; few arenas bound the memory that
+// freed small blocks can strand across threads.
+constexpr int kMmapThresholdBytes = 256 << 10;
+constexpr int kMaxMallocArenas = 4;
+
+void ConfigureMalloc() {
+  mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
+  mallopt(M_ARENA_MAX, kMaxMallocArenas);
+}
+
 // This file's flags, not those of the libraries linked in. (Abseil's default
 // looks for files named like the program, so plain --help found none.)
 bool IsServerFlagFile(absl::string_view file) { return absl::EndsWith(file, "server/main.cc"); }
@@ -180,6 +203,8 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
   config.max_work_per_request = absl::GetFlag(FLAGS_max_work_per_request);
   config.drain_delay = absl::GetFlag(FLAGS_drain_delay);
   config.max_queue_depth = absl::GetFlag(FLAGS_max_queue_depth);
+  config.max_small_queue_depth = absl::GetFlag(FLAGS_max_small_queue_depth);
+  config.max_metadata_bytes = absl::GetFlag(FLAGS_max_metadata_bytes);
   config.max_device_queue_depth = absl::GetFlag(FLAGS_max_device_queue_depth);
   config.stream_idle_timeout = absl::GetFlag(FLAGS_stream_idle_timeout);
   config.max_buffers_per_owner = absl::GetFlag(FLAGS_max_buffers_per_owner);
@@ -213,11 +238,13 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
         "chunk bounds must satisfy 0 < --min_chunk_bytes <= --default_chunk_bytes <= "
         "--max_chunk_bytes");
   }
-  if (config.max_queue_depth < 1 || config.max_device_queue_depth < 1 ||
+  if (config.max_queue_depth < 1 || config.max_small_queue_depth < 1 ||
+      config.max_device_queue_depth < 1 || config.max_metadata_bytes < 1 ||
       config.max_elements < 1 || config.max_in_flight < 1 ||
       config.max_in_flight_per_connection < 1 || config.max_concurrent_streams < 1) {
     return absl::InvalidArgumentError(
-        "--max_queue_depth, --max_device_queue_depth, --max_elements, --max_in_flight, "
+        "--max_queue_depth, --max_small_queue_depth, --max_device_queue_depth, "
+        "--max_metadata_bytes, --max_elements, --max_in_flight, "
         "--max_in_flight_per_connection and --max_concurrent_streams must be >= 1");
   }
   if (config.stream_idle_timeout < absl::Milliseconds(1) || config.max_buffers_per_owner < 0) {
@@ -236,6 +263,7 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ConfigureMalloc();
   absl::SetProgramUsageMessage(
       "GPU (or CPU) numeric operations over gRPC.\n"
       "  gpucompute-server --address=localhost:50051 --metrics_address=localhost:9464");

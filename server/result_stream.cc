@@ -30,7 +30,8 @@ absl::StatusOr<ResultStreamReactor::Output> AdmitStream(const ServiceContext& se
 ResultStreamReactor::ResultStreamReactor(ServiceContext& service,
                                          grpc::CallbackServerContext* context, Operation op)
     : service_(service), context_(context), op_(op),
-      rpc_(service.metrics, RpcMethodOf(op), *context), accepted_(rpc_.start()) {
+      rpc_(service.metrics, RpcMethodOf(op), *context), accepted_(rpc_.start()),
+      host_budget_(HostMemoryBudget(service.backend)) {
   service_.metrics.AddInFlight(op_, 1);
 }
 
@@ -83,7 +84,7 @@ void ResultStreamReactor::RunProduce(ProduceFn produce) {
     } else {
       times_ = source->times;
       result_ = std::move(source->array);
-      v1::ResultHeader* header = ready_.emplace_back().mutable_header();
+      v1::ResultHeader* header = ready_.emplace_back().message.mutable_header();
       header->set_dtype(DTypeToProto(result_->dtype()));
       for (int64_t extent : result_->shape()) header->add_shape(extent);
       header->set_total_bytes(result_->bytes());
@@ -117,15 +118,17 @@ void ResultStreamReactor::ProduceChunk() {
     chunk_bytes = output_.chunk_bytes;
   }
   const uint64_t n = std::min<uint64_t>(chunk_bytes, array->bytes() - offset);
-  v1::ResultChunk chunk;
-  v1::ResultData* data = chunk.mutable_data();
+  ReadyMessage chunk;
+  v1::ResultData* data = chunk.message.mutable_data();
   data->set_offset(offset);
   std::string* bytes = data->mutable_data();
   const absl::Time start = absl::Now();
-  bytes->resize(n);
-  absl::Status copied = cancelled_.load()
-                            ? absl::CancelledError("cancelled while streaming")
-                            : service_.backend.CopyFromArray(*array, offset, n, bytes->data());
+  absl::Status copied = cancelled_.load() ? absl::CancelledError("cancelled while streaming")
+                                          : ChargeHostMemory(n, chunk.charge);
+  if (copied.ok()) {
+    bytes->resize(n);
+    copied = service_.backend.CopyFromArray(*array, offset, n, bytes->data());
+  }
   const absl::Duration elapsed = absl::Now() - start;
   if (copied.ok()) service_.metrics.Transferred(Direction::kDeviceToHost, n, elapsed);
   {
@@ -146,6 +149,12 @@ void ResultStreamReactor::ProduceChunk() {
   }
 }
 
+absl::Status ResultStreamReactor::ChargeHostMemory(uint64_t bytes, MemoryBudget::Charge& charge) {
+  if (host_budget_ == nullptr) return absl::OkStatus();
+  GC_ASSIGN_OR_RETURN(charge, host_budget_->Reserve(bytes));
+  return absl::OkStatus();
+}
+
 void ResultStreamReactor::Fail(const absl::Status& status) {
   if (IsMemoryBudgetRefusal(status)) service_.metrics.Rejected(Rejection::kMemoryBudget);
   if (final_status_.ok()) final_status_ = ToGrpcStatus(status);  // the first error stands
@@ -156,7 +165,7 @@ void ResultStreamReactor::Fail(const absl::Status& status) {
 }
 
 void ResultStreamReactor::QueueTrailer(const v1::BufferInfo* stored) {
-  v1::ResultTrailer* trailer = ready_.emplace_back().mutable_trailer();
+  v1::ResultTrailer* trailer = ready_.emplace_back().message.mutable_trailer();
   v1::Timing* timing = trailer->mutable_timing();
   timing->set_queue_us(Micros(queue_time_));
   timing->set_transfer_in_us(Micros(times_.transfer_in));
@@ -182,8 +191,12 @@ void ResultStreamReactor::PumpLocked(absl::ReleasableMutexLock& lock) {
   const bool cancelled = cancelled_.load();
   const bool write = !writing_ && !cancelled && !ready_.empty();
   if (write) {
-    in_flight_ = std::move(ready_.front());
+    in_flight_ = std::move(ready_.front().message);
+    in_flight_charge_ = std::move(ready_.front().charge);
     ready_.pop_front();
+    if (host_budget_ != nullptr && in_flight_.has_data()) {
+      serialized_charge_ = host_budget_->ChargeFixed(in_flight_.data().data().size());
+    }
     writing_ = true;
     write_started_ = absl::Now();
     ArmStallAlarm();
@@ -194,6 +207,7 @@ void ResultStreamReactor::PumpLocked(absl::ReleasableMutexLock& lock) {
     state_ = State::kFinished;
     // Memory, quota and the admission ticket are released before the client
     // hears the status.
+    ready_.clear();
     result_.reset();
     output_ = Output{};
     finish = cancelled && final_status_.ok()
@@ -251,6 +265,10 @@ void ResultStreamReactor::OnWriteDone(bool ok) {
     stall_alarm_.reset();
     stream_write_ += absl::Now() - write_started_;
     if (in_flight_.has_data()) service_.metrics.NetworkSent(in_flight_.data().data().size());
+    // gRPC is done with the message: its memory goes back to the budget.
+    in_flight_ = v1::ResultChunk();
+    in_flight_charge_ = MemoryBudget::Charge();
+    serialized_charge_ = MemoryBudget::Charge();
     if (!ok) cancelled_.store(true);  // the stream is broken: stop producing
     if (alarm_took_write && !stall_handled_) {
       write_done_waiting_ = true;  // OnStalled is running: it ends the write

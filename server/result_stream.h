@@ -8,6 +8,10 @@
 // examples, one write at most is in flight and no reaction ever blocks.
 // A write the client does not take within stream_idle_timeout cancels the call,
 // so that a stalled reader cannot hold its result (and its memory budget).
+// Each chunk copy is charged to the host memory budget before it is made, and
+// gRPC's serialized copy of the chunk being written when the write starts; both
+// are released when the write completes. A stream thus holds at most
+// kReadAhead + 2 chunks of host memory beyond its result, all of it counted.
 #pragma once
 
 #include <atomic>
@@ -25,6 +29,7 @@
 #include "gpucompute/v1/gpucompute.pb.h"
 #include "grpcpp/alarm.h"
 #include "grpcpp/grpcpp.h"
+#include "kernels/memory_budget.h"
 #include "server/operation.h"
 #include "server/operations.h"
 #include "server/service_context.h"
@@ -64,6 +69,12 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
  private:
   static constexpr size_t kReadAhead = 2;
 
+  // A message waiting to be written, with the host memory its copy is charged.
+  struct ReadyMessage {
+    v1::ResultChunk message;
+    MemoryBudget::Charge charge;
+  };
+
   // Where the call is; it only moves down this list (kOnExecutor and kChunksLeft
   // alternate while the result is copied out). Writes run beside it, one at a
   // time (writing_).
@@ -77,6 +88,9 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
 
   void RunProduce(ProduceFn produce);
   void ProduceChunk();
+  // Draws `bytes` of host memory from the budget into `charge` (waiting at
+  // most --memory_budget_wait); nothing when the backend has no budgets.
+  absl::Status ChargeHostMemory(uint64_t bytes, MemoryBudget::Charge& charge);
   void Fail(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void QueueTrailer(const v1::BufferInfo* stored) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Decides the next write / chunk copy / Finish; never blocks. Finish only
@@ -97,14 +111,19 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
   const Operation op_;
   RpcRecorder rpc_;
   const absl::Time accepted_;
+  // Null when the backend has no budgets: chunk copies are then not charged.
+  const std::shared_ptr<MemoryBudget> host_budget_;
   std::atomic<bool> cancelled_{false};
 
   absl::Mutex mu_;
   Output output_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<Array> result_ ABSL_GUARDED_BY(mu_);
   uint64_t next_offset_ ABSL_GUARDED_BY(mu_) = 0;
-  std::deque<v1::ResultChunk> ready_ ABSL_GUARDED_BY(mu_);
+  std::deque<ReadyMessage> ready_ ABSL_GUARDED_BY(mu_);
   v1::ResultChunk in_flight_;  // owned by the write in flight
+  // The host memory of in_flight_ and of gRPC's serialized copy of it.
+  MemoryBudget::Charge in_flight_charge_ ABSL_GUARDED_BY(mu_);
+  MemoryBudget::Charge serialized_charge_ ABSL_GUARDED_BY(mu_);
   // The number of the write in flight, 0 when none. The stall alarm may fire
   // after this reactor is gone: it holds this marker, not the reactor, and
   // touches the reactor only when it takes the marker, which it can only do

@@ -34,8 +34,10 @@ namespace {
 // Pings that break --min_client_ping_interval before the connection is closed
 // (ENHANCE_YOUR_CALM "too_many_pings").
 constexpr int kMaxPingStrikes = 2;
-// Request headers (gRPC's default, made explicit): a call needs about 1 KiB.
-constexpr int kMaxMetadataBytes = 8 << 10;
+// gRPC's hard bound on one header block. Over it, gRPC 1.51 cannot keep the
+// connection's HPACK state and may close the whole connection, so it sits far
+// above --max_metadata_bytes, which admission enforces per call.
+constexpr int kMaxHeaderBlockBytes = 64 << 10;
 // A connection that has not finished its (TLS) handshake by then is closed.
 constexpr absl::Duration kHandshakeTimeout = absl::Seconds(10);
 
@@ -73,7 +75,8 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
                           : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
   server->device_queues_ = std::make_unique<DeviceQueues>(config.max_device_queue_depth);
   server->executor_ =
-      std::make_unique<Executor>(threads, config.max_queue_depth, config.small_request_threads);
+      std::make_unique<Executor>(threads, config.max_queue_depth, config.small_request_threads,
+                                 config.max_small_queue_depth);
   server->context_ = std::unique_ptr<ServiceContext>(new ServiceContext{
       server->config_, *server->backend_, *server->store_, *server->executor_, *server->metrics_,
       *server->admission_, *server->device_queues_, server->draining_});
@@ -112,7 +115,7 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
   // gRPC 1.51 predates the HTTP/2 rapid-reset (CVE-2023-44487) mitigations; these
   // bound what a hostile client can make the transport hold (README, exposure).
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, kMaxPingStrikes);
-  builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kMaxMetadataBytes);
+  builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kMaxHeaderBlockBytes);
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, Millis(kHandshakeTimeout));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, Millis(config.keepalive_time));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, Millis(config.keepalive_timeout));

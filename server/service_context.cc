@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace gpucompute {
 
@@ -31,12 +32,24 @@ absl::StatusOr<uint32_t> ServiceContext::ResolveChunkBytes(uint32_t requested,
   return std::min(requested, kMaxChunkPayloadBytes);
 }
 
+absl::Status ServiceContext::CheckMetadata(const grpc::CallbackServerContext& context) const {
+  uint64_t bytes = 0;
+  for (const auto& [key, value] : context.client_metadata()) bytes += key.size() + value.size();
+  if (bytes <= config.max_metadata_bytes) return absl::OkStatus();
+  metrics.Rejected(Rejection::kMetadataSize);
+  return absl::ResourceExhaustedError(absl::StrCat("request metadata is ", bytes,
+                                                   " bytes; the limit is ",
+                                                   config.max_metadata_bytes,
+                                                   " (max_metadata_bytes)"));
+}
+
 absl::StatusOr<Admission::Ticket> ServiceContext::Admit(
     const grpc::CallbackServerContext& context) const {
   if (draining.load()) {
     metrics.Rejected(Rejection::kUnavailable);
     return absl::UnavailableError("server is draining; retry on another replica");
   }
+  GC_RETURN_IF_ERROR(CheckMetadata(context));
   absl::StatusOr<Admission::Ticket> ticket = admission.Enter(context.peer());
   if (!ticket.ok()) metrics.Rejected(Rejection::kInFlightLimit);
   return ticket;

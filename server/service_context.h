@@ -30,8 +30,12 @@ struct ServiceContext {
   // output.chunk_bytes (0 = default) checked against the configured bounds, and
   // capped so that a chunk message fits a default client's 4 MiB receive limit.
   absl::StatusOr<uint32_t> ResolveChunkBytes(uint32_t requested, absl::string_view field) const;
-  // A new request: UNAVAILABLE while draining, RESOURCE_EXHAUSTED over an
-  // in-flight limit. The ticket is held until the request is finished.
+  // RESOURCE_EXHAUSTED naming --max_metadata_bytes when the call's client
+  // metadata is larger, counted as a metadata_size rejection.
+  absl::Status CheckMetadata(const grpc::CallbackServerContext& context) const;
+  // A new request: UNAVAILABLE while draining, RESOURCE_EXHAUSTED over the
+  // metadata limit or an in-flight limit. The ticket is held until the request
+  // is finished.
   absl::StatusOr<Admission::Ticket> Admit(const grpc::CallbackServerContext& context) const;
   // The store's Reserve and the executor's SubmitRequest, each counting its
   // refusals (quota, queue_full) in the rejection metrics.

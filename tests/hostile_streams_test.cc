@@ -194,6 +194,29 @@ TEST(HostileStreamsTest, BuffersPerOwnerAreCapped) {
   EXPECT_TRUE(server->client().Upload("b", test::F64({1}, {1})).ok());
 }
 
+TEST(HostileStreamsTest, OversizedMetadataIsRefusedOnComputeCallsNamingTheFlag) {
+  ServerConfig config = test::LoopbackConfig();
+  config.max_metadata_bytes = 2048;
+  auto server = StartServer(config);
+  ASSERT_NE(server, nullptr);
+  auto normalize = [&server](const std::string& padding) {
+    grpc::ClientContext context;
+    if (!padding.empty()) context.AddMetadata("x-padding", padding);
+    v1::NormalizeRequest request;
+    *request.mutable_input() = test::Operand(test::F64({1.0, 3.0}, {1, 2}));
+    auto reader = server->compute().Normalize(&context, request);
+    v1::ResultChunk chunk;
+    while (reader->Read(&chunk)) {
+    }
+    return reader->Finish();
+  };
+  const grpc::Status refused = normalize(std::string(4096, 'p'));
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(), HasSubstr("the limit is 2048 (max_metadata_bytes)"));
+  const grpc::Status within = normalize(std::string(1024, 'p'));
+  EXPECT_TRUE(within.ok()) << within.error_message();
+}
+
 TEST(HostileStreamsTest, ListComesInPagesInCreationOrder) {
   auto server = StartServer(test::LoopbackConfig());
   ASSERT_NE(server, nullptr);
@@ -246,8 +269,13 @@ TEST(HostileStreamsTest, ClientListFollowsEveryPage) {
 // HPACK table can leave the decoder out of step, and the server then closes that
 // connection, failing the calls in flight on it: the exposure is one connection,
 // that is the client that sent them, never another client's connection.
+// Over --max_metadata_bytes a call fails alone, on a connection that lives on;
+// over gRPC's hard 64 KiB header-block bound gRPC fails it (and may close that
+// connection), and still no other connection.
 TEST(HostileStreamsTest, OversizedMetadataFailsNoOtherConnection) {
-  auto server = StartServer(test::LoopbackConfig());
+  ServerConfig config = test::LoopbackConfig();
+  config.metrics_address = "127.0.0.1:0";
+  auto server = StartServer(config);
   ASSERT_NE(server, nullptr);
   auto list = [](v1::Buffers::Stub& stub,
                  const std::vector<std::pair<std::string, std::string>>& metadata) {
@@ -259,8 +287,9 @@ TEST(HostileStreamsTest, OversizedMetadataFailsNoOtherConnection) {
     return stub.List(&context, v1::ListRequest(), &reply);
   };
   v1::Buffers::Stub& hostile = server->buffers();
-  EXPECT_EQ(list(hostile, {{"x-padding", std::string(16 << 10, 'p')}}).error_code(),
-            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  const grpc::Status large = list(hostile, {{"x-padding", std::string(16 << 10, 'p')}});
+  EXPECT_EQ(large.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(large.error_message(), HasSubstr("the limit is 8192 (max_metadata_bytes)"));
   const grpc::Status after_large = list(hostile, {});
   EXPECT_TRUE(after_large.ok()) << after_large.error_message();
 
@@ -273,6 +302,9 @@ TEST(HostileStreamsTest, OversizedMetadataFailsNoOtherConnection) {
   std::vector<std::pair<std::string, std::string>> many;
   for (int i = 0; i < 16; ++i) many.emplace_back(absl::StrCat("x-pad-", i), std::string(1024, 'q'));
   EXPECT_FALSE(list(hostile, many).ok());
+  EXPECT_THAT(Scrape(server->server().metrics_port()),
+              HasSubstr("gpucompute_rejections_total{reason=\"metadata_size\"} 2"));
+  EXPECT_FALSE(list(hostile, {{"x-padding", std::string(80 << 10, 'p')}}).ok());
   for (int i = 0; i < 3; ++i) {
     const grpc::Status status = list(*neighbour, {{"x-pad-0", std::string(1024, 'q')}});
     EXPECT_TRUE(status.ok()) << status.error_code() << " " << status.error_message();

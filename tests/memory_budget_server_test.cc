@@ -1,7 +1,8 @@
 // The memory budget over the wire (issue 19), on the CPU backend: results over
 // the budget are refused naming the flag, stalled readers that hold results
-// cannot starve small requests, and their results are freed when their streams
-// are cancelled, by the client or by the stall limit.
+// cannot starve small requests, the chunk copies a stalled stream holds are
+// counted and bounded, and their results are freed when their streams are
+// cancelled, by the client or by the stall limit.
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +27,10 @@ constexpr uint64_t kMiB = 1 << 20;
 // kept for small ones.
 constexpr uint64_t kBudget = 128 * kMiB;
 constexpr uint64_t kLargeResult = 16 * kMiB;
+constexpr uint64_t kChunk = 64 << 10;
+// What a stalled stream holds beside its result: the chunk whose write is
+// pending, gRPC's serialized copy of it and the two chunks read ahead.
+constexpr uint64_t kStalledChunkBytes = 4 * kChunk;
 
 ServerConfig BudgetConfig() {
   ServerConfig config = test::LoopbackConfig();
@@ -47,7 +52,7 @@ v1::HaversineGridRequest Mesh(uint64_t bytes) {
   mesh->set_lon_stop(180);
   mesh->set_n_lon(1024);
   request.add_references();
-  request.mutable_output()->set_chunk_bytes(64 << 10);
+  request.mutable_output()->set_chunk_bytes(kChunk);
   return request;
 }
 
@@ -124,23 +129,28 @@ TEST(MemoryBudgetServerTest, StalledReadersCannotStarveSmallRequestsAndFreeTheBu
   ASSERT_TRUE(started.ok()) << started.status();
   TestServer& server = **started;
   auto hostile = OwnConnection(server);
-  constexpr int kStalled = 6;  // 6 x 16 MiB: all that large results may take
+  // 5 x (16 MiB + chunk copies): another 16 MiB would pass the 96 MiB that
+  // large results may take.
+  constexpr int kStalled = 5;
   std::vector<std::unique_ptr<StalledReader>> stalled;
   for (int i = 0; i < kStalled; ++i) {
     stalled.push_back(std::make_unique<StalledReader>(*hostile, Mesh(kLargeResult)));
   }
-  ASSERT_EQ(HostBudgetUsed(server), kStalled * kLargeResult);
+  constexpr uint64_t kHeld = kStalled * (kLargeResult + kStalledChunkBytes);
+  ASSERT_EQ(AwaitHostBudgetUsed(server, kHeld), kHeld);
   const std::string metrics = ScrapeMetrics(server.server().metrics_port());
   EXPECT_THAT(metrics, HasSubstr(absl::StrCat("gpucompute_memory_budget_used_bytes{memory=\"host\"} ",
-                                              kStalled * kLargeResult)));
+                                              kHeld)));
   EXPECT_THAT(metrics, HasSubstr(absl::StrCat(
                            "gpucompute_memory_budget_capacity_bytes{memory=\"host\"} ", kBudget)));
 
-  // Another large result waits --memory_budget_wait, then is refused...
-  const grpc::Status large = ReadAll(server.compute(), Mesh(kLargeResult));
+  // Another large result waits --memory_budget_wait, then is refused. (Twice
+  // the size: the client's transport may take in one stalled stream whole while
+  // it waits, which frees that result, and the refusal still stands.)
+  const grpc::Status large = ReadAll(server.compute(), Mesh(2 * kLargeResult));
   EXPECT_EQ(large.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_THAT(large.error_message(),
-              HasSubstr(absl::StrCat(kLargeResult, " bytes asked, 0 bytes left after waiting")));
+  EXPECT_THAT(large.error_message(), HasSubstr(absl::StrCat(2 * kLargeResult, " bytes asked, ")));
+  EXPECT_THAT(large.error_message(), HasSubstr(" bytes left after waiting"));
   EXPECT_THAT(large.error_message(), HasSubstr("--host_memory_budget_bytes"));
   // ...while small ones still run in the share kept for them.
   for (int i = 0; i < 3; ++i) {
@@ -152,6 +162,22 @@ TEST(MemoryBudgetServerTest, StalledReadersCannotStarveSmallRequestsAndFreeTheBu
   EXPECT_EQ(AwaitHostBudgetUsed(server, 0), 0u);
   const grpc::Status after = ReadAll(server.compute(), Mesh(kLargeResult));
   EXPECT_TRUE(after.ok()) << after.error_message();
+}
+
+TEST(MemoryBudgetServerTest, StalledReaderHoldsACountedBoundOfChunkCopies) {
+  auto started = TestServer::Start(BudgetConfig());
+  ASSERT_TRUE(started.ok()) << started.status();
+  TestServer& server = **started;
+  auto hostile = OwnConnection(server);
+  StalledReader stalled(*hostile, Mesh(kLargeResult));
+  // Once flow control stops its writes, the stream holds its result and a
+  // fixed number of chunk copies, all charged; no more while it stays stalled.
+  const uint64_t held = kLargeResult + kStalledChunkBytes;
+  ASSERT_EQ(AwaitHostBudgetUsed(server, held), held);
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(HostBudgetUsed(server), held);
+  stalled.context.TryCancel();
+  EXPECT_EQ(AwaitHostBudgetUsed(server, 0), 0u);
 }
 
 TEST(MemoryBudgetServerTest, StalledReaderIsCancelledAfterTheIdleTimeoutAndItsResultFreed) {

@@ -1,7 +1,8 @@
 // Head-of-line blocking and oversized work, over the wire: long Lomb-Scargle
 // calls holding every general executor thread (and one more waiting) do not
-// delay a tiny Normalize, which takes the reserved small-request lane; a request
-// over --max_work_per_request is refused naming it, and counted.
+// delay a tiny Normalize, which takes the reserved small-request lane; a full
+// general queue (long calls, an Upload's allocation) does not refuse it either;
+// a request over --max_work_per_request is refused naming it, and counted.
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -55,6 +57,38 @@ class WorkLanesTest : public ::testing::Test {
   }
   std::string Scrape() { return test::ScrapeMetrics(server_->server().metrics_port()); }
 
+  // `count` calls of `request`, each read on a thread of its own until it ends.
+  std::vector<std::unique_ptr<LongCall>> StartLongCalls(const v1::LombScargleRequest& request,
+                                                        int count) {
+    std::vector<std::unique_ptr<LongCall>> calls;
+    for (int i = 0; i < count; ++i) {
+      auto call = std::make_unique<LongCall>();
+      LongCall* raw = call.get();
+      call->reader = std::thread([this, raw, &request] {
+        auto reader = server_->compute().LombScargle(&raw->context, request);
+        v1::ResultChunk chunk;
+        while (reader->Read(&chunk)) {
+        }
+        reader->Finish();
+        raw->finished = true;
+      });
+      calls.push_back(std::move(call));
+    }
+    return calls;
+  }
+
+  // Whether the executor's queue reads `depth` requests within 30 s.
+  bool AwaitExecutorQueueDepth(int depth) {
+    const std::string sample =
+        absl::StrCat("gpucompute_queue_depth{device=\"executor\"} ", depth, "\n");
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (!absl::StrContains(Scrape(), sample)) {
+      if (absl::Now() > deadline) return false;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return true;
+  }
+
   std::unique_ptr<test::TestServer> server_;
 };
 
@@ -68,27 +102,9 @@ TEST_F(WorkLanesTest, ASmallRequestRunsWhileLongOnesHoldEveryGeneralThread) {
   // 10^11 pairs each: minutes on a CPU. As many as there are executor threads,
   // so that without a reserved lane no thread would be left for the Normalize.
   const v1::LombScargleRequest long_request = Periodogram(100000, 1000000);
-  std::vector<std::unique_ptr<LongCall>> long_calls;
-  for (int i = 0; i < config.executor_threads; ++i) {
-    auto call = std::make_unique<LongCall>();
-    LongCall* raw = call.get();
-    call->reader = std::thread([this, raw, &long_request] {
-      auto reader = server_->compute().LombScargle(&raw->context, long_request);
-      v1::ResultChunk chunk;
-      while (reader->Read(&chunk)) {
-      }
-      reader->Finish();
-      raw->finished = true;
-    });
-    long_calls.push_back(std::move(call));
-  }
+  const auto long_calls = StartLongCalls(long_request, config.executor_threads);
   // Two run on the general threads, the third waits for one of them.
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (!absl::StrContains(Scrape(), "gpucompute_queue_depth{device=\"executor\"} 1") &&
-         absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  ASSERT_THAT(Scrape(), HasSubstr("gpucompute_queue_depth{device=\"executor\"} 1"));
+  ASSERT_TRUE(AwaitExecutorQueueDepth(1));
 
   client::ClientOptions options;
   options.timeout = absl::Seconds(30);
@@ -102,6 +118,55 @@ TEST_F(WorkLanesTest, ASmallRequestRunsWhileLongOnesHoldEveryGeneralThread) {
   test::ExpectNear(test::Values(*normalized), {3.0 / 7, 4.0 / 7, 3.0 / 7, 4.0 / 7}, 1e-12, 0);  // L1 rows
   for (const auto& call : long_calls) EXPECT_FALSE(call->finished.load());
   EXPECT_LT(took, absl::Seconds(10));
+
+  for (const auto& call : long_calls) call->context.TryCancel();
+  for (const auto& call : long_calls) call->reader.join();
+}
+
+TEST_F(WorkLanesTest, AFullGeneralQueueDoesNotRefuseSmallRequests) {
+  ServerConfig config = test::LoopbackConfig();
+  config.metrics_address = "127.0.0.1:0";
+  config.executor_threads = 2;
+  config.small_request_threads = 1;
+  config.max_queue_depth = 2;
+  config.max_small_queue_depth = 2;
+  Start(config);
+
+  // One long call runs on the general thread, two wait: the general queue is full.
+  const v1::LombScargleRequest long_request = Periodogram(100000, 1000000);
+  const auto long_calls = StartLongCalls(long_request, 3);
+  ASSERT_TRUE(AwaitExecutorQueueDepth(2));
+
+  // Another long call and an Upload's allocation are refused by the general queue...
+  grpc::ClientContext refused_context;
+  auto refused_reader = server_->compute().LombScargle(&refused_context, long_request);
+  v1::ResultChunk chunk;
+  while (refused_reader->Read(&chunk)) {
+  }
+  const grpc::Status refused = refused_reader->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(), HasSubstr("(max_queue_depth 2)"));
+  grpc::ClientContext upload_context;
+  v1::BufferInfo uploaded;
+  auto upload = server_->buffers().Upload(&upload_context, &uploaded);
+  v1::UploadRequest header;
+  header.mutable_header()->set_dtype(v1::FLOAT64);
+  header.mutable_header()->add_shape(4);
+  upload->Write(header);
+  upload->WritesDone();
+  const grpc::Status upload_status = upload->Finish();
+  EXPECT_EQ(upload_status.error_code(), grpc::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(upload_status.error_message(), HasSubstr("(max_queue_depth 2)"));
+
+  // ...while small requests, queued apart, are admitted and served.
+  for (int i = 0; i < 3; ++i) {
+    v1::NormalizeRequest tiny;
+    *tiny.mutable_input() = test::Operand(test::F64({3.0, 4.0, 6.0, 8.0}, {2, 2}));
+    auto normalized = server_->client().Normalize(tiny);
+    ASSERT_TRUE(normalized.ok()) << normalized.status().message();
+    test::ExpectNear(test::Values(*normalized), {3.0 / 7, 4.0 / 7, 3.0 / 7, 4.0 / 7}, 1e-12, 0);
+  }
+  for (const auto& call : long_calls) EXPECT_FALSE(call->finished.load());
 
   for (const auto& call : long_calls) call->context.TryCancel();
   for (const auto& call : long_calls) call->reader.join();
