@@ -54,8 +54,8 @@ grpc::Status NormalizeOnNewConnection(int port) {
 }
 
 std::vector<std::string> Flags(absl::Duration drain_delay) {
-  return {"--address=127.0.0.1:0", "--metrics_address=", "--backend=cpu", "--grace_period=5s",
-          absl::StrCat("--drain_delay=", absl::FormatDuration(drain_delay))};
+  return test::LoopbackCpuFlags(
+      {"--grace_period=5s", absl::StrCat("--drain_delay=", absl::FormatDuration(drain_delay))});
 }
 
 TEST(DrainTest, DuringTheDrainDelayNewConnectionsReadNotServingThenTheProcessExitsZero) {

@@ -3,12 +3,9 @@
 // deadlines, draining under load; the real server process exiting 0 on SIGTERM and
 // 3 when its last device fails.
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <future>
 #include <string>
 #include <thread>
@@ -22,6 +19,7 @@
 #include "kernels/fault_injection.h"
 #include "server/server.h"
 #include "tests/testing/server_fixture.h"
+#include "tests/testing/server_process.h"
 #include "tests/testing/tensors.h"
 
 namespace gpucompute {
@@ -245,89 +243,35 @@ TEST_F(FaultsTest, OverloadIsResourceExhaustedNamingTheLimit) {
   }
 }
 
-// The real server binary (CPU backend) on a loopback port, killed if a test leaves it.
-class ServerProcess {
- public:
-  // `port_offset` keeps the tests of this file off each other's ports.
-  ServerProcess(int port_offset, std::vector<std::string> flags)
-      : port_(20000 + (getpid() * 2 + port_offset) % 20000) {
-    flags.insert(flags.begin(), {GPUCOMPUTE_SERVER_PATH, absl::StrCat("--address=127.0.0.1:", port_),
-                                 "--metrics_address=", "--backend=cpu"});
-    pid_ = fork();
-    if (pid_ == 0) {
-      std::vector<char*> argv;
-      for (std::string& f : flags) argv.push_back(f.data());
-      argv.push_back(nullptr);
-      execv(GPUCOMPUTE_SERVER_PATH, argv.data());
-      _exit(127);
-    }
-  }
-  ~ServerProcess() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-
-  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
-
-  // True once health answers, within 20 s.
-  bool WaitUntilServing() const {
-    if (pid_ < 0) return false;
-    client::ClientOptions options;
-    options.timeout = absl::Seconds(1);
-    const auto start = std::chrono::steady_clock::now();
-    while (std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
-      // A fresh channel each time: a refused connection would put one into backoff.
-      if (client::Client(client::MakeChannel(address()), options).Health().ok()) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return false;
-  }
-
-  void Signal(int signal_number) const { kill(pid_, signal_number); }
-
-  // The exit status; -1 if the process was killed by a signal or still runs after `timeout`.
-  int WaitForExit(std::chrono::seconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    int status = 0;
-    while (waitpid(pid_, &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) return -1;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
-
- private:
-  int port_;
-  pid_t pid_ = -1;
-};
-
 // SIGTERM under load finishes the in-flight request and exits 0.
 TEST(ServerProcessTest, SigtermDrainsAndExitsZero) {
   // Generous grace: under sanitizers on a small machine the request takes many seconds.
-  ServerProcess server(0, {"--grace_period=120s"});
-  ASSERT_TRUE(server.WaitUntilServing()) << "server did not start";
-  client::Client patient(client::MakeChannel(server.address()));
+  test::ServerProcess server(GPUCOMPUTE_SERVER_PATH,
+                             test::LoopbackCpuFlags({"--grace_period=120s"}));
+  const int port = server.WaitUntilServing().grpc;
+  ASSERT_GT(port, 0) << "server did not start: " << server.output();
+  client::Client patient(client::MakeChannel(absl::StrCat("127.0.0.1:", port)));
   auto running = std::async(std::launch::async,
                             [&] { return patient.LombScargle(SlowRequest()); });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   server.Signal(SIGTERM);
   auto result = running.get();
   EXPECT_TRUE(result.ok()) << result.status().message();
-  EXPECT_EQ(server.WaitForExit(std::chrono::seconds(150)), 0);
+  EXPECT_EQ(server.WaitForExit(absl::Seconds(150)), 0) << server.output();
 }
 
 // The last device failing for good (an injected sticky error after one operation):
 // the request that hit it fails, health stops reporting SERVING, and the process
 // drains and exits with status 3 on its own so that a supervisor restarts it.
 TEST(ServerProcessTest, StickyErrorDrainsAndExitsThree) {
-  ServerProcess server(1, {"--inject_sticky_error_after=1", "--grace_period=5s"});
-  ASSERT_TRUE(server.WaitUntilServing()) << "server did not start";
+  test::ServerProcess server(
+      GPUCOMPUTE_SERVER_PATH,
+      test::LoopbackCpuFlags({"--inject_sticky_error_after=1", "--grace_period=5s"}));
+  const int port = server.WaitUntilServing().grpc;
+  ASSERT_GT(port, 0) << "server did not start: " << server.output();
   client::ClientOptions options;
   options.timeout = absl::Seconds(2);
-  client::Client c(client::MakeChannel(server.address()), options);
+  client::Client c(client::MakeChannel(absl::StrCat("127.0.0.1:", port)), options);
   auto first = c.Normalize(NormalizeOf(16));
   ASSERT_TRUE(first.ok()) << first.status().message();
   const absl::Status failed = c.Normalize(NormalizeOf(16)).status();
@@ -338,7 +282,7 @@ TEST(ServerProcessTest, StickyErrorDrainsAndExitsThree) {
     absl::StatusOr<HealthStatus::ServingStatus> health = c.Health();
     return !health.ok() || *health != HealthStatus::SERVING;
   }));
-  EXPECT_EQ(server.WaitForExit(std::chrono::seconds(30)), 3);
+  EXPECT_EQ(server.WaitForExit(absl::Seconds(30)), 3) << server.output();
 }
 
 }  // namespace

@@ -1,10 +1,5 @@
 // Scrapes /metrics over HTTP after a known sequence of requests and checks the
 // exact counts, and that histogram counts match the requests made.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -15,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/server.h"
+#include "tests/testing/scrape.h"
 #include "tests/testing/server_fixture.h"
 #include "tests/testing/tensors.h"
 
@@ -22,36 +18,6 @@ namespace gpucompute {
 namespace {
 
 namespace v1 = ::gpucompute::v1;
-
-// GET http://127.0.0.1:port/metrics with optional extra header lines; the whole
-// response (status line, headers, body).
-std::string Get(int port, const std::string& extra_headers = "") {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return "";
-  }
-  const std::string request = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" +
-                              extra_headers + "\r\n";
-  send(fd, request.data(), request.size(), 0);
-  std::string response;
-  char buffer[65536];
-  ssize_t n;
-  while ((n = recv(fd, buffer, sizeof(buffer), 0)) > 0) response.append(buffer, n);
-  close(fd);
-  return response;
-}
-
-// The body of GET /metrics.
-std::string Scrape(int port) {
-  const std::string response = Get(port);
-  const size_t body = response.find("\r\n\r\n");
-  return body == std::string::npos ? "" : response.substr(body + 4);
-}
 
 // "name{labels}" -> value, for every sample line.
 std::map<std::string, double> ParseSamples(const std::string& text) {
@@ -101,7 +67,7 @@ TEST_F(MetricsTest, CountsMatchAKnownSequenceOfRequests) {
   ASSERT_TRUE(client_->Download(uploaded->id()).ok());
   ASSERT_TRUE(client_->GetInfo().ok());
 
-  const std::string text = Scrape(server_->server().metrics_port());
+  const std::string text = test::ScrapeMetricsBody(server_->server().metrics_port());
   ASSERT_FALSE(text.empty());
   const auto samples = ParseSamples(text);
 
@@ -156,11 +122,11 @@ TEST(MetricsAuthTest, BasicAuthGuardsTheEndpoint) {
   auto server = test::TestServer::Start(config);
   ASSERT_TRUE(server.ok()) << server.status().message();
   const int port = (*server)->server().metrics_port();
-  EXPECT_THAT(Get(port), ::testing::StartsWith("HTTP/1.1 401"));
+  EXPECT_THAT(test::ScrapeMetrics(port), ::testing::StartsWith("HTTP/1.1 401"));
   // base64("prom:wrong") and base64("prom:secret")
-  EXPECT_THAT(Get(port, "Authorization: Basic cHJvbTp3cm9uZw==\r\n"),
+  EXPECT_THAT(test::ScrapeMetrics(port, "Authorization: Basic cHJvbTp3cm9uZw==\r\n"),
               ::testing::StartsWith("HTTP/1.1 401"));
-  const std::string ok = Get(port, "Authorization: Basic cHJvbTpzZWNyZXQ=\r\n");
+  const std::string ok = test::ScrapeMetrics(port, "Authorization: Basic cHJvbTpzZWNyZXQ=\r\n");
   EXPECT_THAT(ok, ::testing::StartsWith("HTTP/1.1 200"));
   EXPECT_THAT(ok, ::testing::HasSubstr("gpucompute_build_info"));
 }

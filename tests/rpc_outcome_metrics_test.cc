@@ -1,11 +1,6 @@
 // The grpc_server_* and gpucompute_requests_total families, read over HTTP from
 // /metrics: a client's expired deadline counts as DEADLINE_EXCEEDED (the server
 // only sees a cancellation), and health calls are counted too.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <initializer_list>
 #include <memory>
@@ -22,32 +17,12 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/fault_injection.h"
+#include "tests/testing/scrape.h"
 #include "tests/testing/server_fixture.h"
 #include "tests/testing/tensors.h"
 
 namespace gpucompute {
 namespace {
-
-// The body of GET http://127.0.0.1:port/metrics.
-std::string Scrape(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  std::string response;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string request =
-        "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-    send(fd, request.data(), request.size(), 0);
-    char buffer[65536];
-    ssize_t n;
-    while ((n = recv(fd, buffer, sizeof(buffer), 0)) > 0) response.append(buffer, n);
-  }
-  close(fd);
-  const size_t body = response.find("\r\n\r\n");
-  return body == std::string::npos ? "" : response.substr(body + 4);
-}
 
 // The value of the sample of `family` whose labels include every `labels`
 // pair (written k="v"); -1 when there is none.
@@ -78,13 +53,15 @@ class RpcOutcomeMetricsTest : public ::testing::Test {
     server_ = *std::move(server);
   }
 
+  std::string Metrics() const { return test::ScrapeMetricsBody(server_->server().metrics_port()); }
+
   // Scrapes until `family{labels}` reads `value`, within 10 s; the last value read.
   double ScrapeUntil(const std::string& family, std::initializer_list<std::string> labels,
                      double value) {
     const absl::Time deadline = absl::Now() + absl::Seconds(10);
     double read = -1;
     while (absl::Now() < deadline) {
-      read = Sample(Scrape(server_->server().metrics_port()), family, labels);
+      read = Sample(Metrics(), family, labels);
       if (read == value) break;
       absl::SleepFor(absl::Milliseconds(20));
     }
@@ -112,10 +89,10 @@ TEST_F(RpcOutcomeMetricsTest, ExpiredDeadlineCountsAsDeadlineExceeded) {
   EXPECT_EQ(ScrapeUntil("grpc_server_handled_total",
                         {"grpc_code=\"DEADLINE_EXCEEDED\"", "grpc_method=\"Normalize\""}, 1),
             1);
-  EXPECT_EQ(Sample(Scrape(server_->server().metrics_port()), "grpc_server_handled_total",
+  EXPECT_EQ(Sample(Metrics(), "grpc_server_handled_total",
                    {"grpc_code=\"CANCELLED\"", "grpc_method=\"Normalize\""}),
             0);
-  EXPECT_EQ(Sample(Scrape(server_->server().metrics_port()), "gpucompute_requests_total",
+  EXPECT_EQ(Sample(Metrics(), "gpucompute_requests_total",
                    {"code=\"DEADLINE_EXCEEDED\"", "operation=\"normalize\""}),
             1);
 }
@@ -133,7 +110,7 @@ TEST_F(RpcOutcomeMetricsTest, HealthChecksAreCounted) {
   EXPECT_EQ(ScrapeUntil("grpc_server_handled_total",
                         {health_check, "grpc_method=\"Check\"", "grpc_code=\"NOT_FOUND\""}, 1),
             1);
-  const std::string text = Scrape(server_->server().metrics_port());
+  const std::string text = Metrics();
   EXPECT_EQ(Sample(text, "grpc_server_started_total", {health_check, "grpc_method=\"Check\""}), 3);
   EXPECT_EQ(Sample(text, "grpc_server_handled_total",
                    {health_check, "grpc_method=\"Check\"", "grpc_code=\"OK\""}),

@@ -2,9 +2,6 @@
 // must not stall scrapes, and a flood of started-then-reset gRPC streams (the
 // HTTP/2 rapid-reset pattern, CVE-2023-44487) must leave the server serving
 // with bounded memory.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -22,52 +19,13 @@
 #include "gpucompute/v1/gpucompute.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "tests/testing/scrape.h"
 #include "tests/testing/server_fixture.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/tensors.h"
 
 namespace gpucompute {
 namespace {
-
-// A TCP connection to 127.0.0.1:port; -1 when refused.
-int Connect(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// Reads `fd` until the peer closes it or `deadline`; true when it closed.
-bool ReadUntilClosed(int fd, absl::Time deadline, std::string* received) {
-  char buffer[65536];
-  while (true) {
-    const int wait_ms = static_cast<int>(absl::ToInt64Milliseconds(deadline - absl::Now()));
-    pollfd ready = {fd, POLLIN, 0};
-    if (wait_ms <= 0 || poll(&ready, 1, wait_ms) <= 0) return false;
-    const ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
-    if (n <= 0) return true;
-    received->append(buffer, n);
-  }
-}
-
-// The whole response to GET /metrics, or "" when it did not come by `deadline`.
-std::string ScrapeBy(int port, absl::Time deadline) {
-  const int fd = Connect(port);
-  if (fd < 0) return "";
-  const std::string request =
-      "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-  send(fd, request.data(), request.size(), 0);
-  std::string response;
-  const bool complete = ReadUntilClosed(fd, deadline, &response);
-  close(fd);
-  return complete ? response : "";
-}
 
 class MetricsEndpointTest : public ::testing::Test {
  protected:
@@ -84,7 +42,7 @@ class MetricsEndpointTest : public ::testing::Test {
 
   // A connection that sends half a request line and headers, then nothing.
   int OpenStalledConnection() {
-    const int fd = Connect(server_->server().metrics_port());
+    const int fd = test::ConnectLoopback(server_->server().metrics_port());
     const std::string half = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n";
     if (fd >= 0) send(fd, half.data(), half.size(), 0);
     stalled_.push_back(fd);
@@ -102,7 +60,8 @@ TEST_F(MetricsEndpointTest, HalfOpenConnectionsDoNotStallAScrape) {
   for (int i = 0; i < kStalled; ++i) ASSERT_GE(OpenStalledConnection(), 0);
   absl::SleepFor(absl::Milliseconds(200));  // each now holds a thread reading its request
   const std::string response =
-      ScrapeBy(server_->server().metrics_port(), absl::Now() + absl::Seconds(2));
+      test::ScrapeMetrics(server_->server().metrics_port(), "",
+                          absl::Now() + absl::Seconds(2));
   EXPECT_TRUE(absl::StartsWith(response, "HTTP/1.1 200")) << response.substr(0, 200);
   EXPECT_TRUE(absl::StrContains(response, "gpucompute_build_info"));
 }
@@ -114,7 +73,7 @@ TEST_F(MetricsEndpointTest, AStalledConnectionIsDropped) {
   ASSERT_GE(fd, 0);
   const absl::Time opened = absl::Now();
   std::string received;
-  EXPECT_TRUE(ReadUntilClosed(fd, opened + absl::Seconds(10), &received))
+  EXPECT_TRUE(test::ReadUntilClosed(fd, opened + absl::Seconds(10), &received))
       << "still open after 10 s";
   EXPECT_LT(absl::Now() - opened, absl::Seconds(10));
 }
@@ -138,8 +97,7 @@ void StartAndReset(const std::shared_ptr<grpc::Channel>& channel, int calls) {
 // (measured 0.2-0.4 GB per 20,000 here, and again on every further burst; calls
 // that complete do not grow it): the bound below only catches a worse regression.
 TEST(RapidResetTest, AFloodOfResetStreamsLeavesTheServerServingWithBoundedMemory) {
-  test::ServerProcess process(GPUCOMPUTE_SERVER_PATH,
-                              {"--address=127.0.0.1:0", "--metrics_address=", "--backend=cpu"});
+  test::ServerProcess process(GPUCOMPUTE_SERVER_PATH, test::LoopbackCpuFlags());
   const int port = process.WaitUntilServing().grpc;
   ASSERT_GT(port, 0) << process.output();
   auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),

@@ -40,6 +40,30 @@ def server_path() -> Path:
     return path
 
 
+def wait_for_log(proc: subprocess.Popen, log_path: str | Path, pattern: str,
+                 timeout: float) -> re.Match | None:
+    """The first match of `pattern` in the log that `proc` writes to `log_path`; None once
+    `proc` has exited or `timeout` seconds have passed without one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        match = re.search(pattern, Path(log_path).read_text(errors="replace"))
+        if match or proc.poll() is not None or time.monotonic() > deadline:
+            return match
+        time.sleep(0.02)
+
+
+def stop_process(proc: subprocess.Popen, timeout: float) -> int:
+    """SIGTERM, then SIGKILL if `proc` still runs after `timeout` seconds; its exit status."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
 class ServerProcess:
     """A gpucompute-server child process on 127.0.0.1:<free port>."""
 
@@ -54,22 +78,12 @@ class ServerProcess:
                 "--grace_period=2s", *flags]
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + startup_timeout
-        port = None
-        while time.monotonic() < deadline:
-            text = Path(self.log.name).read_text(errors="replace")
-            m = re.search(r"\(port (\d+)\)", text)
-            if m:
-                port = int(m.group(1))
-                break
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.02)
-        if port is None:
+        m = wait_for_log(self.proc, self.log.name, r"\(port (\d+)\)", startup_timeout)
+        if m is None:
             self.stop()
             pytest.fail(f"{' '.join(args)} did not start:\n{self.output()}", pytrace=False)
-        self.port = port
-        self.target = f"127.0.0.1:{port}"
+        self.port = int(m.group(1))
+        self.target = f"127.0.0.1:{self.port}"
 
     def output(self) -> str:
         return Path(self.log.name).read_text(errors="replace")
@@ -78,13 +92,7 @@ class ServerProcess:
         return gpucompute.Client(self.target, **kwargs)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, timeout=10)
         self.log.close()
         try:
             os.unlink(self.log.name)

@@ -14,18 +14,16 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import readme_blocks
-from conftest import CLIENT_DIR, REPO, server_path
+from conftest import CLIENT_DIR, REPO, server_path, stop_process, wait_for_log
 
 README = REPO / "README.md"
 BLOCKS = readme_blocks.parse(README)
@@ -77,13 +75,10 @@ class ReadmeSession:
         self.server = subprocess.Popen(["build/server/gpucompute-server"], cwd=workdir,
                                        env=self.env, stdout=self.log,
                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while "serving gRPC on" not in self.server_log():
-            if self.server.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                pytest.fail(f"build/server/gpucompute-server did not start:\n"
-                            f"{self.server_log()}", pytrace=False)
-            time.sleep(0.02)
+        if wait_for_log(self.server, self.log_path, "serving gRPC on", timeout=30) is None:
+            self.stop()
+            pytest.fail(f"build/server/gpucompute-server did not start:\n"
+                        f"{self.server_log()}", pytrace=False)
 
     def server_log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -95,15 +90,9 @@ class ReadmeSession:
                               text=True, timeout=BLOCK_TIMEOUT_S)
 
     def stop(self) -> int:
-        if self.server.poll() is None:
-            self.server.send_signal(signal.SIGTERM)
-            try:
-                self.server.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.server.kill()
-                self.server.wait()
+        returncode = stop_process(self.server, timeout=15)
         self.log.close()
-        return self.server.returncode
+        return returncode
 
 
 @pytest.fixture(scope="module")

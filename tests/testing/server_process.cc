@@ -117,4 +117,9 @@ bool ServerProcess::ReadMore(absl::Time deadline) {
   return true;
 }
 
+std::vector<std::string> LoopbackCpuFlags(std::vector<std::string> extra) {
+  extra.insert(extra.begin(), {"--address=127.0.0.1:0", "--metrics_address=", "--backend=cpu"});
+  return extra;
+}
+
 }  // namespace gpucompute::test

@@ -50,4 +50,8 @@ class ServerProcess {
   std::string output_;
 };
 
+// Flags for a CPU-backend server on a free loopback port with no metrics
+// endpoint, then `extra`.
+std::vector<std::string> LoopbackCpuFlags(std::vector<std::string> extra = {});
+
 }  // namespace gpucompute::test
