@@ -302,27 +302,17 @@ grpc::ServerWriteReactor<v1::ResultChunk>* BuffersService::Download(
 grpc::ServerUnaryReactor* BuffersService::Delete(grpc::CallbackServerContext* context,
                                                  const grpc::ByteBuffer* bytes,
                                                  v1::DeleteResponse* response) {
-  RpcRecorder rpc(service_.metrics, RpcMethod::kDelete, *context);
-  absl::Status deleted = service_.CheckMetadata(*context);
-  if (deleted.ok()) deleted = DeleteBuffer(*bytes, PrincipalOf(*context), response);
-  const grpc::Status status = ToGrpcStatus(deleted);
-  rpc.Done(status.error_code());
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(status);
-  return reactor;
+  return service_.FinishUnary(context, RpcMethod::kDelete, [&] {
+    return DeleteBuffer(*bytes, PrincipalOf(*context), response);
+  });
 }
 
 grpc::ServerUnaryReactor* BuffersService::List(grpc::CallbackServerContext* context,
                                                const grpc::ByteBuffer* bytes,
                                                v1::ListResponse* response) {
-  RpcRecorder rpc(service_.metrics, RpcMethod::kList, *context);
-  absl::Status listed = service_.CheckMetadata(*context);
-  if (listed.ok()) listed = ListPage(*bytes, PrincipalOf(*context), response);
-  const grpc::Status status = ToGrpcStatus(listed);
-  rpc.Done(status.error_code());
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(status);
-  return reactor;
+  return service_.FinishUnary(context, RpcMethod::kList, [&] {
+    return ListPage(*bytes, PrincipalOf(*context), response);
+  });
 }
 
 absl::Status BuffersService::DeleteBuffer(const grpc::ByteBuffer& bytes,

@@ -1,5 +1,6 @@
 #include "server/info_service.h"
 
+#include "common/status_macros.h"
 #include "server/status_convert.h"
 
 namespace gpucompute {
@@ -16,15 +17,11 @@ InfoService::InfoService(ServiceContext& service, std::string backend_note)
 grpc::ServerUnaryReactor* InfoService::GetInfo(grpc::CallbackServerContext* context,
                                                const grpc::ByteBuffer* bytes,
                                                v1::ServerInfo* response) {
-  RpcRecorder rpc(service_.metrics, RpcMethod::kGetInfo, *context);
-  absl::Status checked = service_.CheckMetadata(*context);
-  if (checked.ok()) checked = ParseRequest<v1::GetInfoRequest>(*bytes).status();
-  const grpc::Status status = ToGrpcStatus(checked);
-  if (status.ok()) Describe(response);
-  rpc.Done(status.error_code());
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(status);
-  return reactor;
+  return service_.FinishUnary(context, RpcMethod::kGetInfo, [&] {
+    GC_RETURN_IF_ERROR(ParseRequest<v1::GetInfoRequest>(*bytes).status());
+    Describe(response);
+    return absl::OkStatus();
+  });
 }
 
 void InfoService::Describe(v1::ServerInfo* response) const {

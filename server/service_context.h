@@ -13,6 +13,7 @@
 #include "server/config.h"
 #include "server/executor.h"
 #include "server/metrics.h"
+#include "server/status_convert.h"
 
 namespace gpucompute {
 
@@ -33,6 +34,20 @@ struct ServiceContext {
   // RESOURCE_EXHAUSTED naming --max_metadata_bytes when the call's client
   // metadata is larger, counted as a metadata_size rejection.
   absl::Status CheckMetadata(const grpc::CallbackServerContext& context) const;
+  // A unary call answered inline: the metadata check, then `body` (returning
+  // absl::Status), its outcome recorded once and the call finished with it.
+  template <typename Body>
+  grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context, RpcMethod method,
+                                        Body body) const {
+    RpcRecorder rpc(metrics, method, *context);
+    absl::Status result = CheckMetadata(*context);
+    if (result.ok()) result = body();
+    const grpc::Status status = ToGrpcStatus(result);
+    rpc.Done(status.error_code());
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(status);
+    return reactor;
+  }
   // A new request: UNAVAILABLE while draining, RESOURCE_EXHAUSTED over the
   // metadata limit or an in-flight limit. The ticket is held until the request
   // is finished.
