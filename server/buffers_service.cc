@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "server/echo.h"
 #include "server/proto_convert.h"
 #include "server/result_stream.h"
 #include "server/security.h"
@@ -116,7 +117,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     GC_RETURN_IF_ERROR(CheckBufferName(header.name(), "header.name"));
     expected_bytes_ = static_cast<uint64_t>(count) * ElementSize(dtype);
     GC_ASSIGN_OR_RETURN(reservation_, service_.Reserve(expected_bytes_,
-                                                       absl::StrCat("upload '", header.name(), "'"),
+                                                       absl::StrCat("upload ", QuoteClientString(header.name())),
                                                        PrincipalOf(*context_)));
     name_ = header.name();
     // Allocate may wait up to --memory_budget_wait for the budget (and a device
