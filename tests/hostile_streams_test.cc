@@ -101,8 +101,7 @@ TEST(HostileStreamsTest, SilentUploadsHoldNoInFlightPlace) {
 }
 
 TEST(HostileStreamsTest, HeaderOnlyUploadIsClosedAfterTheIdleTimeoutAndFreesItsQuota) {
-  ServerConfig config = test::LoopbackConfig();
-  config.metrics_address = "127.0.0.1:0";
+  ServerConfig config = test::LoopbackConfigWithMetrics();
   config.buffer_quota_bytes = 10 << 20;
   config.stream_idle_timeout = absl::Milliseconds(300);
   auto server = StartServer(config);
@@ -174,8 +173,7 @@ TEST(HostileStreamsTest, BufferMetadataCountsAgainstTheQuota) {
 }
 
 TEST(HostileStreamsTest, BuffersPerOwnerAreCapped) {
-  ServerConfig config = test::LoopbackConfig();
-  config.metrics_address = "127.0.0.1:0";
+  ServerConfig config = test::LoopbackConfigWithMetrics();
   config.max_buffers_per_owner = 3;
   auto server = StartServer(config);
   ASSERT_NE(server, nullptr);
@@ -273,8 +271,7 @@ TEST(HostileStreamsTest, ClientListFollowsEveryPage) {
 // over gRPC's hard 64 KiB header-block bound gRPC fails it (and may close that
 // connection), and still no other connection.
 TEST(HostileStreamsTest, OversizedMetadataFailsNoOtherConnection) {
-  ServerConfig config = test::LoopbackConfig();
-  config.metrics_address = "127.0.0.1:0";
+  ServerConfig config = test::LoopbackConfigWithMetrics();
   auto server = StartServer(config);
   ASSERT_NE(server, nullptr);
   auto list = [](v1::Buffers::Stub& stub,

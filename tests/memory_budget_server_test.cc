@@ -33,8 +33,7 @@ constexpr uint64_t kChunk = 64 << 10;
 constexpr uint64_t kStalledChunkBytes = 4 * kChunk;
 
 ServerConfig BudgetConfig() {
-  ServerConfig config = test::LoopbackConfig();
-  config.metrics_address = "127.0.0.1:0";
+  ServerConfig config = test::LoopbackConfigWithMetrics();
   config.backend.host_memory_budget_bytes = kBudget;
   config.backend.memory_budget_wait = absl::Milliseconds(200);
   config.stream_idle_timeout = absl::Minutes(10);

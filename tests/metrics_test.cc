@@ -35,8 +35,7 @@ std::map<std::string, double> ParseSamples(const std::string& text) {
 class MetricsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ServerConfig config = test::LoopbackConfig();
-    config.metrics_address = "127.0.0.1:0";
+    ServerConfig config = test::LoopbackConfigWithMetrics();
     auto server = test::TestServer::Start(config);
     ASSERT_TRUE(server.ok()) << server.status().message();
     server_ = *std::move(server);
@@ -116,8 +115,7 @@ TEST(MetricsAuthTest, BasicAuthGuardsTheEndpoint) {
   std::FILE* f = std::fopen(path.c_str(), "w");
   std::fputs("prom sha256:2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b\n", f);
   std::fclose(f);
-  ServerConfig config = test::LoopbackConfig();
-  config.metrics_address = "127.0.0.1:0";
+  ServerConfig config = test::LoopbackConfigWithMetrics();
   config.metrics_basic_auth_file = path;
   auto server = test::TestServer::Start(config);
   ASSERT_TRUE(server.ok()) << server.status().message();

@@ -43,8 +43,7 @@ double Sample(const std::string& text, const std::string& family,
 class RpcOutcomeMetricsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ServerConfig config = test::LoopbackConfig();
-    config.metrics_address = "127.0.0.1:0";
+    ServerConfig config = test::LoopbackConfigWithMetrics();
     config.grace_period = absl::Seconds(5);
     auto server = test::TestServer::Start(
         config, BackendSelection{WithInjectedFaults(CreateCpuBackend(2), faults_),

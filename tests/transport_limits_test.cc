@@ -30,8 +30,7 @@ namespace {
 class MetricsEndpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ServerConfig config = test::LoopbackConfig();
-    config.metrics_address = "127.0.0.1:0";
+    ServerConfig config = test::LoopbackConfigWithMetrics();
     auto server = test::TestServer::Start(config);
     ASSERT_TRUE(server.ok()) << server.status().message();
     server_ = *std::move(server);

@@ -93,8 +93,7 @@ class WorkLanesTest : public ::testing::Test {
 };
 
 TEST_F(WorkLanesTest, ASmallRequestRunsWhileLongOnesHoldEveryGeneralThread) {
-  ServerConfig config = test::LoopbackConfig();
-  config.metrics_address = "127.0.0.1:0";
+  ServerConfig config = test::LoopbackConfigWithMetrics();
   config.executor_threads = 3;
   config.small_request_threads = 1;
   Start(config);
@@ -124,8 +123,7 @@ TEST_F(WorkLanesTest, ASmallRequestRunsWhileLongOnesHoldEveryGeneralThread) {
 }
 
 TEST_F(WorkLanesTest, AFullGeneralQueueDoesNotRefuseSmallRequests) {
-  ServerConfig config = test::LoopbackConfig();
-  config.metrics_address = "127.0.0.1:0";
+  ServerConfig config = test::LoopbackConfigWithMetrics();
   config.executor_threads = 2;
   config.small_request_threads = 1;
   config.max_queue_depth = 2;
@@ -173,8 +171,7 @@ TEST_F(WorkLanesTest, AFullGeneralQueueDoesNotRefuseSmallRequests) {
 }
 
 TEST_F(WorkLanesTest, WorkOverTheLimitIsRefusedNamingTheFlagAndCounted) {
-  ServerConfig config = test::LoopbackConfig();
-  config.metrics_address = "127.0.0.1:0";
+  ServerConfig config = test::LoopbackConfigWithMetrics();
   config.max_work_per_request = 1000;
   Start(config);
   grpc::ClientContext context;

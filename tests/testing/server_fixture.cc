@@ -15,6 +15,12 @@ ServerConfig LoopbackConfig() {
   return config;
 }
 
+ServerConfig LoopbackConfigWithMetrics() {
+  ServerConfig config = LoopbackConfig();
+  config.metrics_address = "127.0.0.1:0";
+  return config;
+}
+
 absl::StatusOr<std::unique_ptr<TestServer>> TestServer::Start(
     const ServerConfig& config, std::optional<BackendSelection> backend) {
   GC_ASSIGN_OR_RETURN(std::unique_ptr<GpuComputeServer> server,

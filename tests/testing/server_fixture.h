@@ -16,6 +16,8 @@ namespace gpucompute::test {
 // Serves on 127.0.0.1:0 without a metrics endpoint, on the CPU backend; tests
 // change what they exercise.
 ServerConfig LoopbackConfig();
+// LoopbackConfig with a /metrics endpoint on 127.0.0.1 and a port of the kernel's choosing.
+ServerConfig LoopbackConfigWithMetrics();
 
 class TestServer {
  public:
