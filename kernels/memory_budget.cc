@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <utility>
@@ -31,6 +32,15 @@ uint64_t PhysicalMemoryBytes() {
   const long page_size = sysconf(_SC_PAGESIZE);
   if (pages <= 0 || page_size <= 0) return std::numeric_limits<uint64_t>::max();
   return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
+}
+
+uint64_t ResidentSetBytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t size_pages = 0;
+  uint64_t resident_pages = 0;
+  const long page_size = sysconf(_SC_PAGESIZE);
+  if (!(statm >> size_pages >> resident_pages) || page_size <= 0) return 0;
+  return resident_pages * static_cast<uint64_t>(page_size);
 }
 
 bool IsMemoryBudgetRefusal(const absl::Status& status) {

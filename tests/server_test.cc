@@ -407,7 +407,9 @@ TEST_F(ServerTest, InfoReportsBackendOperationsAndLimits) {
             static_cast<uint32_t>(defaults.max_in_flight_per_connection));
   EXPECT_EQ(info->limits().max_concurrent_streams(),
             static_cast<uint32_t>(defaults.max_concurrent_streams));
-  EXPECT_EQ(info->limits().resource_quota_bytes(), defaults.resource_quota_bytes);
+  // Derived from the host budget (1/8 of it within [64 MiB, 2 GiB]).
+  EXPECT_GE(info->limits().resource_quota_bytes(), uint64_t{64} << 20);
+  EXPECT_LE(info->limits().resource_quota_bytes(), uint64_t{2} << 30);
   auto health = client_->Health();
   ASSERT_TRUE(health.ok()) << health.status().message();
   EXPECT_EQ(*health, grpc::health::v1::HealthCheckResponse::SERVING);
