@@ -403,6 +403,13 @@ TEST_F(ServerTest, InfoReportsBackendOperationsAndLimits) {
   EXPECT_EQ(info->limits().max_device_queue_depth(),
             static_cast<uint32_t>(defaults.max_device_queue_depth));
   EXPECT_EQ(info->limits().max_in_flight(), static_cast<uint32_t>(defaults.max_in_flight));
+  EXPECT_EQ(info->limits().small_request_work(),
+            static_cast<uint64_t>(defaults.small_request_work));
+  EXPECT_EQ(info->limits().max_small_queue_depth(),
+            static_cast<uint32_t>(defaults.max_small_queue_depth));
+  EXPECT_EQ(info->limits().max_work_per_request(),
+            static_cast<uint64_t>(defaults.max_work_per_request));
+  EXPECT_EQ(info->limits().max_metadata_bytes(), defaults.max_metadata_bytes);
   EXPECT_EQ(info->limits().max_in_flight_per_connection(),
             static_cast<uint32_t>(defaults.max_in_flight_per_connection));
   EXPECT_EQ(info->limits().max_concurrent_streams(),
