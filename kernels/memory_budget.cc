@@ -223,6 +223,10 @@ class BudgetedBackend final : public Backend {
   absl::Status DiscountProduct(const Array& f, const Array& v, Array& out, OpContext& ctx) override {
     return inner_->DiscountProduct(f, v, out, ctx);
   }
+  absl::Status CheckValues(const Array& array, absl::string_view name,
+                           const ValueRule& rule) override {
+    return inner_->CheckValues(array, name, rule);
+  }
   absl::Status HaversineMesh(const LatLonMesh& mesh, std::span<const GeoPoint> refs, double radius,
                              Array& out, OpContext& ctx) override {
     return inner_->HaversineMesh(mesh, refs, radius, out, ctx);
