@@ -158,7 +158,8 @@ absl::StatusOr<std::shared_ptr<SharedMemoryRegion>> SharedMemoryRegion::MapSyste
   GC_ASSIGN_OR_RETURN(region->guard_slot_, GuardRange(mapping, region->mapping_bytes_));
   region->data_ = static_cast<char*>(mapping) + (offset - map_offset);
   region->byte_size_ = byte_size;
-  GC_ASSIGN_OR_RETURN(region->pin_, backend.PinHostMemory(region->data_, byte_size));
+  // The whole mapping, from its page-aligned start.
+  GC_ASSIGN_OR_RETURN(region->pin_, backend.PinHostMemory(mapping, region->mapping_bytes_));
   return region;
 }
 
@@ -234,6 +235,11 @@ absl::StatusOr<std::shared_ptr<Array>> SharedMemoryRegion::View(DType dtype, con
   }
   return std::shared_ptr<Array>(std::make_shared<ArrayView>(
       dtype, shape, count, device_, data_ + offset, shared_from_this()));
+}
+
+bool SharedMemoryRegion::Orphaned() const {
+  struct stat st {};
+  return fd_ >= 0 && fstat(fd_, &st) == 0 && st.st_nlink == 0;
 }
 
 void SharedMemoryRegion::WhenReleased(absl::AnyInvocable<void() &&> callback) {

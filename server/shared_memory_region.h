@@ -64,6 +64,9 @@ class SharedMemoryRegion : public std::enable_shared_from_this<SharedMemoryRegio
   // Runs `callback` once the region is unmapped (at once when it already is gone
   // from every holder but the caller: then when the caller's reference drops).
   void WhenReleased(absl::AnyInvocable<void() &&> callback);
+  // Whether the region's shared-memory object was unlinked: its creator ended (or
+  // removed it), so no one can use the region any more.
+  bool Orphaned() const;
 
   uint64_t byte_size() const { return byte_size_; }
   int device() const { return device_; }  // kHostDevice or a CUDA ordinal

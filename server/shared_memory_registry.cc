@@ -1,6 +1,7 @@
 #include "server/shared_memory_registry.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,9 +11,28 @@
 namespace gpucompute {
 
 absl::Status SharedMemoryRegistry::CheckRoom(absl::string_view owner, uint64_t bytes,
-                                             absl::string_view key) const {
-  absl::ReaderMutexLock lock(&mu_);
+                                             absl::string_view key) {
+  absl::MutexLock lock(&mu_);
+  DropOrphansLocked();
   return CheckRoomLocked(owner, bytes, key);
+}
+
+void SharedMemoryRegistry::DropOrphansLocked() {
+  for (auto it = regions_.begin(); it != regions_.end();) {
+    auto next = std::next(it);
+    if (it->second.region->Orphaned()) EraseLocked(it);
+    it = next;
+  }
+}
+
+void SharedMemoryRegistry::EraseLocked(
+    absl::flat_hash_map<std::string, RegisteredRegion>::iterator it) {
+  const std::string owner = it->second.owner;
+  const uint64_t bytes = it->second.region->byte_size();
+  used_bytes_ -= bytes;
+  if ((used_by_owner_[owner] -= bytes) == 0) used_by_owner_.erase(owner);
+  if (--count_by_owner_[owner] == 0) count_by_owner_.erase(owner);
+  regions_.erase(it);
 }
 
 absl::Status SharedMemoryRegistry::CheckRoomLocked(absl::string_view owner, uint64_t bytes,
@@ -83,12 +103,8 @@ absl::StatusOr<std::shared_ptr<SharedMemoryRegion>> SharedMemoryRegistry::Remove
     return absl::NotFoundError(absl::StrCat("region_id: no shared-memory region ",
                                             QuoteClientString(id), " of this caller"));
   }
-  std::shared_ptr<SharedMemoryRegion> region = std::move(it->second.region);
-  const uint64_t bytes = region->byte_size();
-  used_bytes_ -= bytes;
-  if ((used_by_owner_[owner] -= bytes) == 0) used_by_owner_.erase(owner);
-  if (--count_by_owner_[owner] == 0) count_by_owner_.erase(owner);
-  regions_.erase(it);
+  std::shared_ptr<SharedMemoryRegion> region = it->second.region;
+  EraseLocked(it);
   return region;
 }
 

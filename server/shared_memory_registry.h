@@ -44,8 +44,10 @@ class SharedMemoryRegistry {
 
   const SharedMemoryLimits& limits() const { return limits_; }
   // RESOURCE_EXHAUSTED naming the limit when `owner` may not register `bytes`
-  // more; PERMISSION_DENIED when another principal has registered `key`.
-  absl::Status CheckRoom(absl::string_view owner, uint64_t bytes, absl::string_view key) const;
+  // more; PERMISSION_DENIED when another principal has registered `key`. First
+  // drops the regions whose object was unlinked (their client ended without
+  // unregistering), so that they neither stay pinned nor hold the quota.
+  absl::Status CheckRoom(absl::string_view owner, uint64_t bytes, absl::string_view key);
   // Stores `entry` (region, owner, name, kind, key) under a new unguessable id,
   // checking the limits again; returns it with its id and creation time.
   absl::StatusOr<RegisteredRegion> Add(RegisteredRegion entry);
@@ -64,6 +66,9 @@ class SharedMemoryRegistry {
   uint64_t principal_limit_bytes() const;
 
  private:
+  void DropOrphansLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EraseLocked(absl::flat_hash_map<std::string, RegisteredRegion>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckRoomLocked(absl::string_view owner, uint64_t bytes,
                                absl::string_view key) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
