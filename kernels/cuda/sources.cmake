@@ -7,13 +7,15 @@ target_sources(gpucompute_kernels PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/device.cc
   ${CMAKE_CURRENT_LIST_DIR}/host_copy.cc
   ${CMAKE_CURRENT_LIST_DIR}/op_runner.cc
+  ${CMAKE_CURRENT_LIST_DIR}/shared_memory.cc
   ${CMAKE_CURRENT_LIST_DIR}/discount_product.cu
   ${CMAKE_CURRENT_LIST_DIR}/haversine.cu
   ${CMAKE_CURRENT_LIST_DIR}/normalize.cu
   ${CMAKE_CURRENT_LIST_DIR}/lombscargle.cu
   ${CMAKE_CURRENT_LIST_DIR}/support.cu)
 target_compile_definitions(gpucompute_kernels PUBLIC GPUCOMPUTE_HAVE_CUDA)
-target_link_libraries(gpucompute_kernels PUBLIC CUDA::cudart_static)
+# The driver API for cuMemGetAddressRange (the size behind a CUDA IPC handle).
+target_link_libraries(gpucompute_kernels PUBLIC CUDA::cudart_static CUDA::cuda_driver)
 # -lineinfo: source lines for compute-sanitizer and ncu, no effect on the code.
 target_compile_options(gpucompute_kernels PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo --expt-relaxed-constexpr -Xptxas=-warn-spills>)
