@@ -145,12 +145,7 @@ grpc::ServerUnaryReactor* SharedMemoryService::Register(grpc::CallbackServerCont
     GC_RETURN_IF_ERROR(service_.CheckMetadata(*context));
     GC_ASSIGN_OR_RETURN(*request, ParseRequest<Request>(*bytes));
     GC_RETURN_IF_ERROR(SharedMemoryFor(service_, *context).status());
-    GC_RETURN_IF_ERROR(CheckBufferName(request->name(), "name"));
-    std::string key;
-    if constexpr (std::is_same_v<Request, v1::RegisterSystemSharedMemoryRequest>) {
-      key = request->key();
-    }
-    return service_.shared_memory.CheckRoom(principal, request->byte_size(), key);
+    return CheckBufferName(request->name(), "name");
   }();
   if (!checked.ok()) {
     call->Finish(checked);
@@ -160,7 +155,6 @@ grpc::ServerUnaryReactor* SharedMemoryService::Register(grpc::CallbackServerCont
       [this, call, request, response, open, principal = std::move(principal)]() mutable {
         absl::Status status = [&]() -> absl::Status {
           RegisteredRegion entry;
-          GC_ASSIGN_OR_RETURN(entry.region, open(*request));
           entry.owner = principal;
           entry.name = request->name();
           if constexpr (std::is_same_v<Request, v1::RegisterSystemSharedMemoryRequest>) {
@@ -168,6 +162,10 @@ grpc::ServerUnaryReactor* SharedMemoryService::Register(grpc::CallbackServerCont
           } else {
             entry.kind = SharedMemoryKind::kCuda;
           }
+          // Before mapping anything: the limits (orphans dropped first) and the key.
+          GC_RETURN_IF_ERROR(
+              service_.shared_memory.CheckRoom(principal, request->byte_size(), entry.key));
+          GC_ASSIGN_OR_RETURN(entry.region, open(*request));
           GC_ASSIGN_OR_RETURN(const RegisteredRegion added,
                               service_.shared_memory.Add(std::move(entry)));
           ToRegionInfo(added, response);
@@ -197,10 +195,12 @@ grpc::ServerUnaryReactor* SharedMemoryService::Unregister(
     return reactor;
   }
   response->set_freed_bytes((*region)->byte_size());
-  // Answered when the last request using the region lets go of it (at once
-  // when none does: below, as this reference drops).
+  // Answered when the last request using the region lets go of it. Unpinning and
+  // unmapping may take a while for a large region: the last reference is dropped
+  // on the executor (here only when its queue is full).
   (*region)->WhenReleased([call] { call->Finish(absl::OkStatus()); });
-  region->reset();
+  auto last = std::make_shared<std::shared_ptr<SharedMemoryRegion>>(*std::move(region));
+  if (!service_.SubmitRequest([last] { last->reset(); }).ok()) last->reset();
   return reactor;
 }
 

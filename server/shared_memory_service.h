@@ -1,7 +1,8 @@
 // gpucompute.v1.SharedMemory: registering, unregistering and listing the
 // shared-memory regions of same-host clients (server/shared_memory_registry.h).
 // Registration maps and pins memory, which may take long for a large region, so
-// it runs on the executor; Unregister answers once no request uses the region.
+// it runs on the executor (as does the unmapping); Unregister answers once no
+// request uses the region.
 #pragma once
 
 #include "absl/status/statusor.h"
