@@ -106,6 +106,97 @@ class Table:
         return ("case", "gpucompute", "CuPy / ceiling", "ratio", "goal", "")
 
 
+def bandwidth(gc, cp, table, nbytes, reps):
+    """Pinned ceiling vs host<->device through a registered region."""
+    nbytes = nbytes // (16 * 4) * (16 * 4)
+    h2d_ceiling, d2h_ceiling = pinned_ceiling(cp, nbytes, 5)
+    x = gc.shared_array((16, nbytes // 64), np.float32)
+    x[...] = 1.0
+    out = gc.shared_array(x.shape, np.float32)
+    ins, outs = [], []
+    for i in range(max(5, reps // 2)):
+        _, t = gc.normalize(x, out=out, return_timing=True)
+        if i > 0:
+            ins.append(nbytes / t.transfer_in / 1e9)
+            outs.append(nbytes / t.transfer_out / 1e9)
+    assert np.allclose(out[:, :4], 1.0 / x.shape[1])
+    h2d, d2h = statistics.median(ins), statistics.median(outs)
+    table.add("region host->device", h2d, h2d_ceiling, ">= 0.85 x pinned",
+              h2d >= 0.85 * h2d_ceiling, "GB/s")
+    table.add("region device->host", d2h, d2h_ceiling, ">= 0.85 x pinned",
+              d2h >= 0.85 * d2h_ceiling, "GB/s")
+    gc.free_shared(x)
+    gc.free_shared(out)
+
+
+def seed003(gc, cp, table, rng, reps):
+    """Ten 10M float32 rows normalized: host shared memory, then CUDA IPC."""
+    x = gc.shared_array((10, 10_000_000), np.float32)
+    x[...] = rng.random(x.shape, dtype=np.float32)
+    out = gc.shared_array(x.shape, np.float32)
+    gc.normalize(x, out=out)
+    ref = x / x.sum(axis=1, keepdims=True, dtype=np.float64)
+    assert np.max(np.abs(out - ref)) < 1e-6 * np.abs(ref).max(), "seed 003 result"
+    ours = median_ms(lambda: gc.normalize(x, out=out), reps)
+    host_out = np.empty_like(x)
+
+    def cupy_003():
+        d = cp.asarray(x)
+        cp.divide(d, d.sum(axis=1, keepdims=True, dtype=cp.float64), out=d, casting="unsafe")
+        d.get(out=host_out)
+    theirs = median_ms(cupy_003, reps)
+    table.add("seed 003 host shm", ours, theirs, "<= 30 ms", ours <= 30)
+
+    xd = cp.asarray(x)
+    outd = cp.empty_like(xd)
+    gc.normalize(xd, out=outd)
+    cp.testing.assert_allclose(outd, cp.asarray(ref, dtype=cp.float32), rtol=1e-5)
+    ours = median_ms(lambda: gc.normalize(xd, out=outd), reps)
+    theirs = median_ms(lambda: cp.divide(xd, xd.sum(axis=1, keepdims=True, dtype=cp.float64),
+                                         out=outd, casting="unsafe"),
+                       reps, sync=cp.cuda.Device().synchronize)
+    table.add("seed 003 CUDA IPC", ours, theirs, "<= 2 ms", ours <= 2)
+    for a in (xd, x, out):
+        gc.free_shared(a)
+
+
+def seed000(gc, cp, table, rng, reps):
+    """(4000, 5) x (100, 4000, 5) float64 discount product."""
+    f = gc.shared_array((4000, 5))
+    v = gc.shared_array((100, 4000, 5))
+    f[...] = rng.uniform(0.5, 1, f.shape)
+    v[...] = rng.uniform(-1, 1, v.shape)
+    out = gc.shared_array(v.shape)
+    gc.discount_product(f, v, out=out)
+    assert np.array_equal(out, f * v), "seed 000 result"
+    ours = median_ms(lambda: gc.discount_product(f, v, out=out), reps)
+    host_out = np.empty(v.shape)
+    theirs = median_ms(lambda: (cp.asarray(f) * cp.asarray(v)).get(out=host_out), reps)
+    table.add("seed 000 host shm", ours, theirs, "<= CuPy", ours <= theirs)
+    fn, vn = np.array(f), np.array(v)
+    grpc_000 = median_ms(lambda: gc.discount_product(fn, vn), max(3, reps // 3))
+    table.add("seed 000 over gRPC", grpc_000, theirs, "(for scale)", True)
+    for a in (f, v, out):
+        gc.free_shared(a)
+
+
+def seed001(gc, cp, table, reps):
+    """1000 x 1000 haversine mesh, float64."""
+    n, ref_point = 1000, (30.0, 101.0)
+    mesh = gpucompute.LatLonMesh(29, 31, n, 99, 101, n)
+    out = gc.shared_array((1, n, n))
+    gc.haversine_grid(mesh, ref_point, out=out)
+    expected = cp.asnumpy(cupy_haversine(cp, n, ref_point))
+    assert np.max(np.abs(out[0] - expected)) < 1e-9 * expected.max(), "seed 001 result"
+    ours = median_ms(lambda: gc.haversine_grid(mesh, ref_point, out=out), reps)
+    host_out = np.empty((n, n))
+    theirs = median_ms(lambda: cupy_haversine(cp, n, ref_point).get(out=host_out), reps)
+    table.add("seed 001 host shm", ours, theirs, "<= CuPy", ours <= theirs)
+    grpc_001 = median_ms(lambda: gc.haversine_grid(mesh, ref_point), max(3, reps // 3))
+    table.add("seed 001 over gRPC", grpc_001, theirs, "(for scale)", True)
+    gc.free_shared(out)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -121,92 +212,11 @@ def main():
           f"CuPy {cp.__version__} on {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}")
     rng = np.random.default_rng(11)
     table = Table()
-    sync = cp.cuda.Device().synchronize
 
-    # -- bandwidth: pinned ceiling vs through a registered region -------------------
-    nbytes = int(args.region_gib * (1 << 30)) // (16 * 4) * (16 * 4)
-    h2d_ceiling, d2h_ceiling = pinned_ceiling(cp, nbytes, 5)
-    x = gc.shared_array((16, nbytes // 64), np.float32)
-    x[...] = 1.0
-    out = gc.shared_array(x.shape, np.float32)
-    ins, outs = [], []
-    for i in range(max(5, args.reps // 2)):
-        _, t = gc.normalize(x, out=out, return_timing=True)
-        if i > 0:
-            ins.append(nbytes / t.transfer_in / 1e9)
-            outs.append(nbytes / t.transfer_out / 1e9)
-    assert np.allclose(out[:, :4], 1.0 / x.shape[1])
-    h2d, d2h = statistics.median(ins), statistics.median(outs)
-    table.add("region host->device", h2d, h2d_ceiling, ">= 0.85 x pinned",
-              h2d >= 0.85 * h2d_ceiling, "GB/s")
-    table.add("region device->host", d2h, d2h_ceiling, ">= 0.85 x pinned",
-              d2h >= 0.85 * d2h_ceiling, "GB/s")
-    gc.free_shared(x)
-    gc.free_shared(out)
-    del x, out
-
-    # -- seed 003: 10 x 10M float32 normalize ---------------------------------------
-    x = gc.shared_array((10, 10_000_000), np.float32)
-    x[...] = rng.random(x.shape, dtype=np.float32)
-    out = gc.shared_array(x.shape, np.float32)
-    gc.normalize(x, out=out)
-    ref = x / x.sum(axis=1, keepdims=True, dtype=np.float64)
-    assert np.max(np.abs(out - ref)) < 1e-6 * np.abs(ref).max(), "seed 003 result"
-    ours = median_ms(lambda: gc.normalize(x, out=out), args.reps)
-    host_out = np.empty_like(x)
-
-    def cupy_003():
-        d = cp.asarray(x)
-        cp.divide(d, d.sum(axis=1, keepdims=True, dtype=cp.float64), out=d, casting="unsafe")
-        d.get(out=host_out)
-    theirs = median_ms(cupy_003, args.reps)
-    table.add("seed 003 host shm", ours, theirs, "<= 30 ms", ours <= 30)
-
-    # -- ipc 003: the same from CuPy arrays ------------------------------------------
-    xd = cp.asarray(x)
-    outd = cp.empty_like(xd)
-    gc.normalize(xd, out=outd)
-    cp.testing.assert_allclose(outd, cp.asarray(ref, dtype=cp.float32), rtol=1e-5)
-    ours = median_ms(lambda: gc.normalize(xd, out=outd), args.reps)
-    theirs = median_ms(lambda: cp.divide(xd, xd.sum(axis=1, keepdims=True, dtype=cp.float64),
-                                         out=outd, casting="unsafe"), args.reps, sync=sync)
-    table.add("seed 003 CUDA IPC", ours, theirs, "<= 2 ms", ours <= 2)
-    gc.free_shared(xd)
-    del xd, outd
-    for a in (x, out):
-        gc.free_shared(a)
-    del x, out, host_out, ref
-
-    # -- seed 000: discount product --------------------------------------------------
-    f = gc.shared_array((4000, 5))
-    v = gc.shared_array((100, 4000, 5))
-    f[...] = rng.uniform(0.5, 1, f.shape)
-    v[...] = rng.uniform(-1, 1, v.shape)
-    out = gc.shared_array(v.shape)
-    gc.discount_product(f, v, out=out)
-    assert np.array_equal(out, f * v), "seed 000 result"
-    ours = median_ms(lambda: gc.discount_product(f, v, out=out), args.reps)
-    host_out = np.empty(v.shape)
-    theirs = median_ms(lambda: (cp.asarray(f) * cp.asarray(v)).get(out=host_out), args.reps)
-    table.add("seed 000 host shm", ours, theirs, "<= CuPy", ours <= theirs)
-    fn, vn = np.array(f), np.array(v)
-    grpc_000 = median_ms(lambda: gc.discount_product(fn, vn), max(3, args.reps // 3))
-    table.add("seed 000 over gRPC", grpc_000, theirs, "(for scale)", True)
-
-    # -- seed 001: haversine mesh ----------------------------------------------------
-    n, ref_point = 1000, (30.0, 101.0)
-    mesh = gpucompute.LatLonMesh(29, 31, n, 99, 101, n)
-    out = gc.shared_array((1, n, n))
-    gc.haversine_grid(mesh, ref_point, out=out)
-    expected = cp.asnumpy(cupy_haversine(cp, n, ref_point))
-    assert np.max(np.abs(out[0] - expected)) < 1e-9 * expected.max(), "seed 001 result"
-    ours = median_ms(lambda: gc.haversine_grid(mesh, ref_point, out=out), args.reps)
-    host_out = np.empty((n, n))
-    theirs = median_ms(lambda: cupy_haversine(cp, n, ref_point).get(out=host_out), args.reps)
-    table.add("seed 001 host shm", ours, theirs, "<= CuPy", ours <= theirs)
-    grpc_001 = median_ms(lambda: gc.haversine_grid(mesh, ref_point), max(3, args.reps // 3))
-    table.add("seed 001 over gRPC", grpc_001, theirs, "(for scale)", True)
-
+    bandwidth(gc, cp, table, int(args.region_gib * (1 << 30)), args.reps)
+    seed003(gc, cp, table, rng, args.reps)
+    seed000(gc, cp, table, rng, args.reps)
+    seed001(gc, cp, table, args.reps)
     gc.close()
     print()
     table.show()
