@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/shared_memory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
@@ -394,6 +395,30 @@ TEST_F(SharedMemoryTest, OffByDefault) {
   EXPECT_EQ(info->limits().shared_memory_quota_bytes(), 64u << 20);
   EXPECT_EQ(info->limits().max_shared_memory_regions_per_owner(), 4u);
   EXPECT_FALSE(info->host_boot_id().empty());
+}
+
+// The C++ client's SharedRegion: operand and result in one region it owns.
+TEST_F(SharedMemoryTest, ClientSharedRegionCarriesOperandAndResult) {
+  client::Client& client = server_->client();
+  std::string id;
+  {
+    auto region = client::SharedRegion::Create(client, 2 * 6 * sizeof(double), "client test");
+    ASSERT_TRUE(region.ok()) << region.status().message();
+    id = (*region)->id();
+    const double rows[] = {1, 2, 5, 4, 4, 2};
+    std::memcpy((*region)->data(), rows, sizeof(rows));
+    v1::NormalizeRequest request;
+    *request.mutable_input() = (*region)->Operand(0, v1::FLOAT64, {2, 3});
+    *request.mutable_output()->mutable_shared_memory() = (*region)->Output(sizeof(rows));
+    absl::StatusOr<client::Result> result = client.Normalize(request);
+    ASSERT_TRUE(result.ok()) << result.status().message();
+    EXPECT_TRUE(result->data.empty());
+    EXPECT_EQ(result->trailer.shared_memory_region_id(), id);
+    const double* out = reinterpret_cast<const double*>((*region)->data() + sizeof(rows));
+    EXPECT_THAT(std::vector<double>(out, out + 6),
+                ::testing::ElementsAre(0.125, 0.25, 0.625, 0.4, 0.4, 0.2));
+  }
+  EXPECT_EQ(Unregister(id).error_code(), grpc::NOT_FOUND);  // unregistered with the region
 }
 
 TEST(IsLocalPeerTest, LoopbackAndUnixSocketsOnly) {
