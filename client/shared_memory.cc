@@ -54,14 +54,19 @@ SharedRegion::~SharedRegion() {
   shm_unlink(key_.c_str());
 }
 
-v1::Operand SharedRegion::Operand(uint64_t offset, v1::DType dtype, const Shape& shape) const {
+v1::Operand SharedMemoryOperand(const std::string& region_id, uint64_t offset, v1::DType dtype,
+                                const Shape& shape) {
   v1::Operand operand;
   v1::SharedMemorySlice* slice = operand.mutable_shared_memory();
-  slice->set_region_id(id_);
+  slice->set_region_id(region_id);
   slice->set_offset(offset);
   slice->set_dtype(dtype);
   for (int64_t extent : shape) slice->add_shape(extent);
   return operand;
+}
+
+v1::Operand SharedRegion::Operand(uint64_t offset, v1::DType dtype, const Shape& shape) const {
+  return SharedMemoryOperand(id_, offset, dtype, shape);
 }
 
 v1::SharedMemorySlice SharedRegion::Output(uint64_t offset) const {

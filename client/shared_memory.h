@@ -20,6 +20,10 @@
 
 namespace gpucompute::client {
 
+// `shape` elements of `dtype` from byte `offset` of region `region_id`, as an operand.
+v1::Operand SharedMemoryOperand(const std::string& region_id, uint64_t offset, v1::DType dtype,
+                                const Shape& shape);
+
 class SharedRegion {
  public:
   // A new object of `bytes` bytes (an unguessable "/gpucompute-..." key, mode

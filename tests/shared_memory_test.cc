@@ -26,6 +26,8 @@ namespace gpucompute {
 namespace {
 
 using ::testing::HasSubstr;
+// A slice of a registered region as an operand.
+constexpr auto* Slice = &client::SharedMemoryOperand;
 
 // A POSIX shared-memory object this test creates, mapped; unlinked at the end.
 class ShmObject {
@@ -139,17 +141,6 @@ class SharedMemoryTest : public ::testing::Test {
     }
     outcome.status = reader->Finish();
     return outcome;
-  }
-
-  static v1::Operand Slice(const std::string& region, uint64_t offset, v1::DType dtype,
-                           const Shape& shape) {
-    v1::Operand operand;
-    v1::SharedMemorySlice* slice = operand.mutable_shared_memory();
-    slice->set_region_id(region);
-    slice->set_offset(offset);
-    slice->set_dtype(dtype);
-    for (int64_t extent : shape) slice->add_shape(extent);
-    return operand;
   }
 
   std::unique_ptr<test::TestServer> server_;
@@ -345,7 +336,8 @@ TEST_F(SharedMemoryTest, SlicesOutsideTheRegionOrMisalignedAreRefused) {
     if (value == 1) output->add_shape(16);
     const StreamOutcome out = Normalize(request);
     EXPECT_EQ(out.status.error_code(), grpc::INVALID_ARGUMENT);
-    EXPECT_THAT(out.status.error_message(), HasSubstr(absl::StrCat("output.shared_memory.", field)));
+    EXPECT_THAT(out.status.error_message(),
+                HasSubstr(absl::StrCat("output.shared_memory.", field)));
   }
   v1::NormalizeRequest both;
   *both.mutable_input() = Slice(region->id(), 0, v1::FLOAT64, {4});

@@ -56,9 +56,9 @@ absl::StatusOr<IpcMemory> OpenIpcHandle(const DeviceSet& devices, absl::string_v
   }
   std::shared_ptr<DeviceState> d = devices.Find(ordinal);
   if (d == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat("pci_bus_id '", bus, "' is cuda:", ordinal,
-                                                      ", which this server does not serve (--devices); ",
-                                                      devices.Describe()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("pci_bus_id '", bus, "' is cuda:", ordinal,
+                     ", which this server does not serve (--devices); ", devices.Describe()));
   }
   if (!d->healthy.load()) return d->Unavailable();
   ScopedDevice on_device(ordinal);
