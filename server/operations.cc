@@ -75,7 +75,7 @@ double Load(const std::string& data, int64_t i) {
 }
 
 // An inline operand's values against `rule`. Stored operands' values are on the
-// backend: the operation's backend checks them, or documents that it does not.
+// backend: the operation's kernels check them, or `RequireValues` has them checked.
 absl::Status CheckInlineValues(const OperandSpec& operand, const ValueRule& rule) {
   if (operand.tensor == nullptr) return absl::OkStatus();
   const std::string& data = operand.tensor->data();
@@ -125,6 +125,13 @@ absl::StatusOr<std::shared_ptr<Array>> OnDevice(const std::shared_ptr<Array>& so
   }
   times.transfer_in += absl::Now() - start;
   return copy;
+}
+
+// Every value of `operand` follows `rule`: inline data now, stored data on the
+// backend before the run.
+absl::Status RequireValues(OperandSpec& operand, const ValueRule& rule) {
+  operand.stored_rule = &rule;
+  return CheckInlineValues(operand, rule);
 }
 
 absl::StatusOr<int64_t> CheckCount(uint64_t count, absl::string_view field, int64_t max_elements) {
@@ -323,10 +330,10 @@ absl::StatusOr<PreparedOperation> PrepareNormalize(const v1::NormalizeRequest& r
 absl::StatusOr<PreparedOperation> PrepareLombScargle(const v1::LombScargleRequest& request,
                                                      const RequestScope& scope) {
   const int64_t max_elements = scope.max_elements;
-  GC_ASSIGN_OR_RETURN(const OperandSpec x, ResolveOperand(request.x(), "x", scope));
+  GC_ASSIGN_OR_RETURN(OperandSpec x, ResolveOperand(request.x(), "x", scope));
   GC_ASSIGN_OR_RETURN(const OperandSpec y, ResolveOperand(request.y(), "y", scope));
   GC_RETURN_IF_ERROR(SameDType(y, x));
-  GC_RETURN_IF_ERROR(CheckInlineValues(x, kSampleTimeRule));
+  GC_RETURN_IF_ERROR(RequireValues(x, kSampleTimeRule));
 
   PreparedOperation prepared;
   prepared.operands = {x, y};
@@ -348,7 +355,7 @@ absl::StatusOr<PreparedOperation> PrepareLombScargle(const v1::LombScargleReques
         return absl::InvalidArgumentError(
             absl::StrCat("freqs.shape ", ShapeToString(freqs.shape), " must be (M,)"));
       }
-      GC_RETURN_IF_ERROR(CheckInlineValues(freqs, kFrequencyRule));
+      GC_RETURN_IF_ERROR(RequireValues(freqs, kFrequencyRule));
       frequencies = freqs.shape[0];
       prepared.operands.push_back(std::move(freqs));
       has_freqs = true;
@@ -414,6 +421,9 @@ absl::StatusOr<std::shared_ptr<Array>> Execute(PreparedOperation& prepared, Back
     if (held != nullptr) {
       GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> array,
                           OnDevice(held, device, backend, metrics, times));
+      if (operand.stored_rule != nullptr) {
+        GC_RETURN_IF_ERROR(backend.CheckValues(*array, operand.field, *operand.stored_rule));
+      }
       arrays.push_back(std::move(array));
       continue;
     }

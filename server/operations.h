@@ -1,9 +1,11 @@
 // Turns compute requests into backend calls. Prepare* runs on the gRPC thread:
 // it only checks the request (dtypes, shapes, sizes, stored-buffer ids, and the
 // values of inline operands against kernels/preconditions.h's rules) and never
-// blocks. Stored operands' values are on the backend and not read here: the CPU
-// backend checks Haversine points; Lomb-Scargle x and freqs are not checked. Execute runs on the executor: it copies inline operands to the backend,
-// allocates the output and runs the operation.
+// blocks. Stored and shared-memory operands' values are not read here: the
+// Haversine points kernels check theirs; Lomb-Scargle x and freqs are checked by
+// Execute (OperandSpec::stored_rule). Execute runs on the executor: it copies
+// inline and host shared-memory operands to the backend, checks stored values,
+// allocates the output (or uses its shared-memory slice) and runs the operation.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,7 @@
 #include "absl/time/time.h"
 #include "gpucompute/v1/gpucompute.pb.h"
 #include "kernels/backend.h"
+#include "kernels/preconditions.h"
 #include "server/admission.h"
 #include "server/buffer_store.h"
 #include "server/metrics.h"
@@ -33,6 +36,10 @@ struct OperandSpec {
   const v1::Tensor* tensor = nullptr;  // inline data (owned by the request), or
   std::shared_ptr<Array> view;       // a slice of `region`, a shared-memory region
   std::shared_ptr<SharedMemoryRegion> region;
+  // The rule a stored (or shared-memory) operand's values are checked against on the
+  // backend before the run, where the operation's kernels do not check them; null:
+  // no check.
+  const ValueRule* stored_rule = nullptr;
 };
 
 // What a request may see: the stored buffers and shared-memory regions of its
