@@ -152,7 +152,12 @@ grpc::ServerUnaryReactor* SharedMemoryService::Register(grpc::CallbackServerCont
     return reactor;
   }
   absl::Status submitted = service_.SubmitRequest(
-      [this, call, request, response, open, principal = std::move(principal)]() mutable {
+      [this, call, request, response, open,
+       principal = std::move(principal)](absl::Status admitted) mutable {
+        if (!admitted.ok()) {  // dropped from a full queue
+          call->Finish(admitted);
+          return;
+        }
         absl::Status status = [&]() -> absl::Status {
           RegisteredRegion entry;
           entry.owner = principal;
@@ -172,7 +177,8 @@ grpc::ServerUnaryReactor* SharedMemoryService::Register(grpc::CallbackServerCont
           return absl::OkStatus();
         }();
         call->Finish(status);
-      });
+      },
+      *context, Executor::Lane::kGeneral);
   if (!submitted.ok()) call->Finish(submitted);
   return reactor;
 }
@@ -197,10 +203,9 @@ grpc::ServerUnaryReactor* SharedMemoryService::Unregister(
   response->set_freed_bytes((*region)->byte_size());
   // Answered when the last request using the region lets go of it. Unpinning and
   // unmapping may take a while for a large region: the last reference is dropped
-  // on the executor (here only when its queue is full).
+  // on the executor.
   (*region)->WhenReleased([call] { call->Finish(absl::OkStatus()); });
-  auto last = std::make_shared<std::shared_ptr<SharedMemoryRegion>>(*std::move(region));
-  if (!service_.SubmitRequest([last] { last->reset(); }).ok()) last->reset();
+  service_.executor.SubmitContinuation([last = *std::move(region)]() mutable { last.reset(); });
   return reactor;
 }
 
