@@ -1,12 +1,14 @@
 #include "kernels/cuda/shared_memory.h"
 
 #include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
 #include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/cuda/cuda_resources.h"
 #include "kernels/cuda/cuda_status.h"
 
@@ -16,6 +18,30 @@ namespace {
 std::string ErrorText(cudaError_t e) {
   (void)cudaGetLastError();
   return absl::StrCat(cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+}
+
+// The bytes of the allocation from `base` on, through the driver's
+// cuMemGetAddressRange, found at run time: linking libcuda would keep the server
+// from starting (and falling back to the CPU) where no driver is installed.
+absl::StatusOr<size_t> AllocationBytesFrom(void* base) {
+  static PFN_cuMemGetAddressRange_v3020 get_range = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 3020, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      fn = nullptr;
+    }
+    return reinterpret_cast<PFN_cuMemGetAddressRange_v3020>(fn);
+  }();
+  CUdeviceptr range_base = 0;
+  size_t range_bytes = 0;
+  const CUdeviceptr at = reinterpret_cast<CUdeviceptr>(base);
+  if (get_range == nullptr || get_range(&range_base, &range_bytes, at) != CUDA_SUCCESS) {
+    return absl::InternalError("cuMemGetAddressRange of an opened IPC handle failed");
+  }
+  return range_bytes - (at - range_base);
 }
 
 }  // namespace
@@ -76,14 +102,8 @@ absl::StatusOr<IpcMemory> OpenIpcHandle(const DeviceSet& devices, absl::string_v
     (void)cudaIpcCloseMemHandle(p);
     (void)cudaGetLastError();
   });
-  CUdeviceptr range_base = 0;
-  size_t range_bytes = 0;
-  if (cuMemGetAddressRange(&range_base, &range_bytes, reinterpret_cast<CUdeviceptr>(base)) !=
-      CUDA_SUCCESS) {
-    return absl::InternalError("cuMemGetAddressRange of an opened IPC handle failed");
-  }
   IpcMemory memory;
-  memory.bytes = range_bytes - (reinterpret_cast<CUdeviceptr>(base) - range_base);
+  GC_ASSIGN_OR_RETURN(memory.bytes, AllocationBytesFrom(base));
   memory.device = ordinal;
   memory.mapping = std::move(mapping);
   return memory;

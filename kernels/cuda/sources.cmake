@@ -15,8 +15,7 @@ target_sources(gpucompute_kernels PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/support.cu
   ${CMAKE_CURRENT_LIST_DIR}/value_check.cu)
 target_compile_definitions(gpucompute_kernels PUBLIC GPUCOMPUTE_HAVE_CUDA)
-# The driver API for cuMemGetAddressRange (the size behind a CUDA IPC handle).
-target_link_libraries(gpucompute_kernels PUBLIC CUDA::cudart_static CUDA::cuda_driver)
+target_link_libraries(gpucompute_kernels PUBLIC CUDA::cudart_static)
 # -lineinfo: source lines for compute-sanitizer and ncu, no effect on the code.
 target_compile_options(gpucompute_kernels PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo --expt-relaxed-constexpr -Xptxas=-warn-spills>)
