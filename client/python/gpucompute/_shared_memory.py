@@ -55,6 +55,10 @@ class SharedSlice:
     dtype: np.dtype  # type: ignore[type-arg]
     shape: Tuple[int, ...]
 
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
     def fill(self, message: Any, with_type: bool = True) -> None:
         message.region_id = self.region_id
         message.offset = self.offset
@@ -266,7 +270,7 @@ def new_shared_array(client: Any, shape: Any, dtype: Any, name: str) -> Steps[An
 def _create(key: str, nbytes: int) -> mmap.mmap:
     """A new shared-memory object mapped; the resource tracker unlinks it should this
     process end without freeing it (the server then drops its registration)."""
-    import _posixshmem  # the module multiprocessing.shared_memory uses
+    import _posixshmem  # type: ignore[import]  # what multiprocessing.shared_memory uses
 
     fd = _posixshmem.shm_open(key, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
     try:
@@ -346,7 +350,8 @@ def shared_output(client: Any, out: Any) -> Steps[Optional[SharedSlice]]:
                                      f"{why}; give a NumPy out", call="out")
         driver().synchronize()
         return shared
-    return client._shared.host_slice(out)
+    regions: SharedRegions = client._shared
+    return regions.host_slice(out)
 
 
 def free(client: Any, array: Any) -> Steps[int]:
