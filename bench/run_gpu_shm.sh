@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Same-host zero copy (issue #11) on a GPU machine, in one device call: the shared-memory
-# tests on the CUDA backend (C++ and Python, CUDA IPC included), then bench/shm_bench.py
+# tests on the CUDA backend (C++: system regions, and CUDA IPC from another process;
+# Python, CuPy included where pytest is installed), then bench/shm_bench.py
 # (gpucompute through shared memory and CUDA IPC side by side with local CuPy, with the
 # pinned PCIe ceiling measured in the same run), then the five seed walkthroughs, each
 # printing its gRPC and its shared-memory variant.
 #
 # Here:   export CCACHE_BASEDIR=/work
-#         cmake --build build-cuda -j2 --target gpucompute-server gpucompute-cli shared_memory_test
+#         cmake --build build-cuda -j2 --target gpucompute-server gpucompute-cli \
+#             shared_memory_test gpu_shared_memory_test
 #         /work/shared/tools/device-bundle .device/shm build-cuda/server/gpucompute-server \
-#             build-cuda/client/gpucompute-cli build-cuda/tests/shared_memory_test
+#             build-cuda/client/gpucompute-cli build-cuda/tests/shared_memory_test \
+#             build-cuda/tests/gpu_shared_memory_test
 #         (cd client/python && /usr/bin/python3 -m gpucompute._build_proto --force)
 # There:  BUNDLE=.device/shm bash bench/run_gpu_shm.sh
 #         (carry .device and client/python/gpucompute/_proto); about 3 minutes.
@@ -24,11 +27,15 @@ step() { echo; echo "=== $* ($(date +%T))"; }
 step "device"
 nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current --format=csv 2>&1
 
-step "1. shared_memory_test on the CUDA backend (limit 120s)"
+step "1. shared_memory_test on the CUDA backend, gpu_shared_memory_test (CUDA IPC)"
 GPUCOMPUTE_TEST_BACKEND=cuda timeout 120 "$BUNDLE/shared_memory_test" --gtest_color=no > "$OUT/shm_test_cuda.log" 2>&1
 echo "rc=$?" >> "$OUT/shm_test_cuda.log"
 grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|^rc=' "$OUT/shm_test_cuda.log"
 grep -B2 -A10 'Failure' "$OUT/shm_test_cuda.log" | head -40
+timeout 90 "$BUNDLE/gpu_shared_memory_test" --gtest_color=no > "$OUT/gpu_shm_test.log" 2>&1
+echo "rc=$?" >> "$OUT/gpu_shm_test.log"
+grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|^rc=' "$OUT/gpu_shm_test.log"
+grep -B2 -A10 'Failure' "$OUT/gpu_shm_test.log" | head -40
 
 step "2. Python shared-memory tests on the CUDA backend, CuPy IPC included (limit 120s)"
 if python3 -c "import pytest" 2>/dev/null; then
