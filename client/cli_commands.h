@@ -26,6 +26,7 @@ struct CliConfig {
   uint64_t inline_limit_bytes = 0;
   std::string out;
   bool keep_on_device = false;
+  bool shared_memory = false;
   std::string factors, values;
   std::string lat, lon, lat_points, lon_points, ref;
   double radius = 0;

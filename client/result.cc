@@ -85,9 +85,11 @@ absl::Status ResultAssembler::AddTrailer(const v1::ResultTrailer& trailer) {
     return absl::DataLossError(absl::StrCat("result stream: short data: received ", received_bytes_,
                                             " of ", result_.header.total_bytes(), " bytes"));
   }
-  if (!options_.expect_data && !trailer.has_stored_buffer()) {
+  if (!options_.expect_data && !trailer.has_stored_buffer() &&
+      trailer.shared_memory_region_id().empty()) {
     return absl::DataLossError(
-        "result stream: keep_on_device was requested but the trailer names no stored buffer");
+        "result stream: the result was to be kept on the server or written into shared "
+        "memory, but the trailer names no stored buffer nor region");
   }
   have_trailer_ = true;
   result_.trailer = trailer;

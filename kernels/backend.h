@@ -10,8 +10,10 @@
 #include <optional>
 #include <span>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -91,6 +93,14 @@ struct LatLonMesh {
 
 inline constexpr double kDefaultEarthRadiusKm = 6371.0088;
 
+// Device memory opened from another process's CUDA IPC handle; closed when
+// `mapping` (which points at the allocation's base) is dropped.
+struct IpcMemory {
+  std::shared_ptr<void> mapping;
+  size_t bytes = 0;  // the whole allocation, as the driver reports it
+  int device = 0;    // CUDA ordinal of this process
+};
+
 struct LombScargleOptions {
   bool precenter = false;
   bool normalize = false;
@@ -128,6 +138,27 @@ class Backend {
   // element that breaks it, as CheckElements says it for host data.
   virtual absl::Status CheckValues(const Array& array, absl::string_view name,
                                    const ValueRule& rule) = 0;
+
+  // Same-host zero copy (server/shared_memory_*). Registers `bytes` of host memory
+  // at `data` with the device driver, so that copies to and from it run at pinned
+  // speed, until the returned handle is dropped; null where nothing needs it.
+  virtual absl::StatusOr<std::shared_ptr<void>> PinHostMemory(void* data, size_t bytes) {
+    (void)data;
+    (void)bytes;
+    return std::shared_ptr<void>();
+  }
+  // Opens the device memory of a CUDA IPC handle (cudaIpcMemHandle_t bytes) on the
+  // GPU with `pci_bus_id`. FAILED_PRECONDITION when this backend has no such GPU
+  // (another host, another GPU, or the CPU backend), INVALID_ARGUMENT for a
+  // malformed handle, NOT_FOUND when the handle's memory is gone.
+  virtual absl::StatusOr<IpcMemory> OpenIpcMemory(absl::string_view handle,
+                                                  absl::string_view pci_bus_id) {
+    (void)handle;
+    (void)pci_bus_id;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this server runs the ", name(),
+        " backend, which has no GPU memory: CUDA IPC regions need the CUDA backend"));
+  }
 
   // out = factors * values, NumPy broadcasting; out has the broadcast shape.
   virtual absl::Status DiscountProduct(const Array& factors, const Array& values, Array& out,

@@ -65,6 +65,13 @@ struct ServerConfig {
   absl::Duration max_connection_age = absl::InfiniteDuration();
   absl::Duration max_connection_age_grace = absl::InfiniteDuration();
 
+  // Same-host zero copy (the SharedMemory service): off unless set, and only ever
+  // for local connections.
+  bool allow_shared_memory = false;
+  uint64_t shared_memory_quota_bytes = 64ull << 30;     // all registered regions
+  uint64_t shared_memory_principal_quota_bytes = 0;     // per caller; 0: only the global quota
+  int64_t max_shared_memory_regions_per_owner = 64;     // 0: no limit
+
   SecurityConfig security;
   bool enable_reflection = true;
   std::string metrics_basic_auth_file;  // "USER sha256:HEX" per line; empty: open

@@ -1,6 +1,7 @@
 #include "server/info_service.h"
 
 #include "common/status_macros.h"
+#include "server/shared_memory_service.h"
 #include "server/status_convert.h"
 
 namespace gpucompute {
@@ -76,6 +77,12 @@ void InfoService::Describe(v1::ServerInfo* response) const {
       }
     }
   }
+  limits->set_shared_memory(config.allow_shared_memory);
+  limits->set_shared_memory_quota_bytes(config.shared_memory_quota_bytes);
+  limits->set_shared_memory_principal_quota_bytes(config.shared_memory_principal_quota_bytes);
+  limits->set_max_shared_memory_regions_per_owner(
+      static_cast<uint32_t>(config.max_shared_memory_regions_per_owner));
+  response->set_host_boot_id(HostBootId());
   limits->set_memory_budget_wait_ms(absl::ToInt64Milliseconds(config.backend.memory_budget_wait));
 }
 

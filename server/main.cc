@@ -112,6 +112,17 @@ ABSL_FLAG(absl::Duration, memory_budget_wait, absl::Seconds(1),
 ABSL_FLAG(int64_t, inject_sticky_error_after, -1,
           "TESTING ONLY, for restart drills: after this many operations the backend fails as "
           "after a sticky device error (health NOT_SERVING, drain, exit status 3); -1 = off");
+ABSL_FLAG(bool, allow_shared_memory, false,
+          "serve the SharedMemory service: clients on this host (loopback or Unix-socket "
+          "connections only) register POSIX shared memory or CUDA IPC memory and pass operands "
+          "and results through it without a copy over gRPC");
+ABSL_FLAG(uint64_t, shared_memory_quota_bytes, 64ull << 30,
+          "bytes of shared memory all callers together may register (the server maps and pins "
+          "them); more get RESOURCE_EXHAUSTED");
+ABSL_FLAG(uint64_t, shared_memory_principal_quota_bytes, 0,
+          "bytes of shared memory one caller may register; 0 = only --shared_memory_quota_bytes");
+ABSL_FLAG(int64_t, max_shared_memory_regions_per_owner, 64,
+          "shared-memory regions one caller may have registered; 0 = no limit");
 ABSL_FLAG(absl::Duration, grace_period, absl::Seconds(30),
           "on SIGTERM/SIGINT, how long in-flight requests may run before they are cancelled");
 ABSL_FLAG(absl::Duration, drain_delay, absl::ZeroDuration(),
@@ -234,6 +245,15 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
   config.security.auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file);
   config.metrics_basic_auth_file = absl::GetFlag(FLAGS_metrics_basic_auth_file);
   config.enable_reflection = absl::GetFlag(FLAGS_reflection);
+  config.allow_shared_memory = absl::GetFlag(FLAGS_allow_shared_memory);
+  config.shared_memory_quota_bytes = absl::GetFlag(FLAGS_shared_memory_quota_bytes);
+  config.shared_memory_principal_quota_bytes =
+      absl::GetFlag(FLAGS_shared_memory_principal_quota_bytes);
+  config.max_shared_memory_regions_per_owner =
+      absl::GetFlag(FLAGS_max_shared_memory_regions_per_owner);
+  if (config.max_shared_memory_regions_per_owner < 0) {
+    return absl::InvalidArgumentError("--max_shared_memory_regions_per_owner must be >= 0");
+  }
   if (config.min_chunk_bytes == 0 || config.min_chunk_bytes > config.default_chunk_bytes ||
       config.default_chunk_bytes > config.max_chunk_bytes) {
     return absl::InvalidArgumentError(

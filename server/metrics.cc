@@ -49,6 +49,10 @@ constexpr std::array<RpcName, kRpcMethodCount> kRpcNames = {{
     {"gpucompute.v1.Server", "GetInfo", "unary"},
     {"grpc.health.v1.Health", "Check", "unary"},
     {"grpc.health.v1.Health", "Watch", "server_stream"},
+    {"gpucompute.v1.SharedMemory", "RegisterSystemSharedMemory", "unary"},
+    {"gpucompute.v1.SharedMemory", "RegisterCudaSharedMemory", "unary"},
+    {"gpucompute.v1.SharedMemory", "UnregisterSharedMemory", "unary"},
+    {"gpucompute.v1.SharedMemory", "SharedMemoryStatus", "unary"},
 }};
 
 // One health call: recorded when its status is sent, or as cancelled when it

@@ -1,5 +1,6 @@
 #include "server/operations.h"
 
+#include <algorithm>
 #include <cstring>
 #include <initializer_list>
 #include <limits>
@@ -87,6 +88,45 @@ absl::Status CheckInlineValues(const OperandSpec& operand, const ValueRule& rule
                        rule);
 }
 
+// The region a slice names, when this call may use shared memory.
+absl::StatusOr<std::shared_ptr<SharedMemoryRegion>> RegionOf(const v1::SharedMemorySlice& slice,
+                                                             absl::string_view field,
+                                                             const RequestScope& scope) {
+  if (scope.regions == nullptr) {
+    return absl::Status(scope.regions_refusal.code(),
+                        absl::StrCat(field, ": ", scope.regions_refusal.message()));
+  }
+  return scope.regions->Get(slice.region_id(), absl::StrCat(field, ".region_id"), scope.principal);
+}
+
+// Whether two arrays on one device share a byte.
+bool Overlap(const Array& a, const Array& b) {
+  if (a.device() != b.device() || a.bytes() == 0 || b.bytes() == 0) return false;
+  const char* pa = static_cast<const char*>(a.data());
+  const char* pb = static_cast<const char*>(b.data());
+  return pa < pb + b.bytes() && pb < pa + a.bytes();
+}
+
+// `source` (stored, or a shared-memory slice) as an array on `device`: itself
+// when it lives there, else a copy.
+absl::StatusOr<std::shared_ptr<Array>> OnDevice(const std::shared_ptr<Array>& source, int device,
+                                                Backend& backend, Metrics& metrics,
+                                                ExecutionTimes& times) {
+  if (source->device() == device) return source;
+  GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> copy,
+                      backend.Allocate(source->dtype(), source->shape(), device));
+  const absl::Time start = absl::Now();
+  if (source->device() == kHostDevice) {
+    GC_RETURN_IF_ERROR(backend.CopyToArray(source->data(), 0, source->bytes(), *copy));
+    metrics.Transferred(Direction::kHostToDevice, source->bytes(), absl::Now() - start);
+  } else {
+    // Stored on (or shared from) another GPU.
+    GC_RETURN_IF_ERROR(backend.CopyArray(*source, *copy));
+  }
+  times.transfer_in += absl::Now() - start;
+  return copy;
+}
+
 // Every value of `operand` follows `rule`: inline data now, stored data on the
 // backend before the run.
 absl::Status RequireValues(OperandSpec& operand, const ValueRule& rule) {
@@ -137,11 +177,45 @@ absl::StatusOr<OperandSpec> ResolveOperand(const v1::Operand& operand, absl::str
       spec.stored = std::move(buffer.array);
       return spec;
     }
+    case v1::Operand::kSharedMemory: {
+      const v1::SharedMemorySlice& slice = operand.shared_memory();
+      const std::string slice_field = absl::StrCat(field, ".shared_memory");
+      GC_ASSIGN_OR_RETURN(spec.region, RegionOf(slice, slice_field, scope));
+      GC_ASSIGN_OR_RETURN(spec.dtype,
+                          DTypeFromProto(slice.dtype(), absl::StrCat(slice_field, ".dtype")));
+      spec.shape.assign(slice.shape().begin(), slice.shape().end());
+      GC_ASSIGN_OR_RETURN(spec.view, spec.region->View(spec.dtype, spec.shape, slice.offset(),
+                                                       scope.max_elements, slice_field));
+      return spec;
+    }
     case v1::Operand::SOURCE_NOT_SET:
       break;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat(field, " is not set; give a tensor or a buffer_id"));
+      absl::StrCat(field, " is not set; give a tensor, a buffer_id or a shared_memory slice"));
+}
+
+absl::Status ResolveOutputSlice(const v1::SharedMemorySlice& slice, const RequestScope& scope,
+                                PreparedOperation& prepared) {
+  constexpr absl::string_view kField = "output.shared_memory";
+  GC_ASSIGN_OR_RETURN(prepared.output_region, RegionOf(slice, kField, scope));
+  if (slice.dtype() != v1::DTYPE_UNSPECIFIED &&
+      slice.dtype() != DTypeToProto(prepared.out_dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(kField, ".dtype is ",
+                                                   v1::DType_Name(slice.dtype()),
+                                                   " but the result is ",
+                                                   DTypeName(prepared.out_dtype)));
+  }
+  const Shape shape(slice.shape().begin(), slice.shape().end());
+  if (!shape.empty() && shape != prepared.out_shape) {
+    return absl::InvalidArgumentError(absl::StrCat(kField, ".shape ", ShapeToString(shape),
+                                                   " differs from the result's ",
+                                                   ShapeToString(prepared.out_shape)));
+  }
+  GC_ASSIGN_OR_RETURN(prepared.output_view,
+                      prepared.output_region->View(prepared.out_dtype, prepared.out_shape,
+                                                   slice.offset(), scope.max_elements, kField));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<PreparedOperation> PrepareDiscountProduct(const v1::DiscountProductRequest& request,
@@ -324,8 +398,10 @@ absl::StatusOr<std::shared_ptr<Array>> Execute(PreparedOperation& prepared, Back
   int device = kHostDevice;
   bool placed = false;
   for (const OperandSpec& operand : prepared.operands) {
-    if (operand.stored != nullptr) {
-      device = operand.stored->device();
+    const Array* held = operand.stored != nullptr ? operand.stored.get() : operand.view.get();
+    // Host slices of shared memory do not place the work; GPU-resident data does.
+    if (held != nullptr && (operand.stored != nullptr || held->device() != kHostDevice)) {
+      device = held->device();
       placed = true;
       break;
     }
@@ -341,21 +417,14 @@ absl::StatusOr<std::shared_ptr<Array>> Execute(PreparedOperation& prepared, Back
   std::vector<std::shared_ptr<Array>> arrays;
   arrays.reserve(prepared.operands.size());
   for (const OperandSpec& operand : prepared.operands) {
-    if (operand.stored != nullptr && operand.stored_rule != nullptr) {
-      GC_RETURN_IF_ERROR(backend.CheckValues(*operand.stored, operand.field, *operand.stored_rule));
-    }
-    if (operand.stored != nullptr && operand.stored->device() == device) {
-      arrays.push_back(operand.stored);
-      continue;
-    }
-    if (operand.stored != nullptr) {
-      // Stored on another GPU: bring a copy to the device the operation runs on.
-      GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> copy,
-                          backend.Allocate(operand.dtype, operand.shape, device));
-      const absl::Time start = absl::Now();
-      GC_RETURN_IF_ERROR(backend.CopyArray(*operand.stored, *copy));
-      times.transfer_in += absl::Now() - start;
-      arrays.push_back(std::move(copy));
+    const std::shared_ptr<Array>& held = operand.stored != nullptr ? operand.stored : operand.view;
+    if (held != nullptr) {
+      GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> array,
+                          OnDevice(held, device, backend, metrics, times));
+      if (operand.stored_rule != nullptr) {
+        GC_RETURN_IF_ERROR(backend.CheckValues(*array, operand.field, *operand.stored_rule));
+      }
+      arrays.push_back(std::move(array));
       continue;
     }
     GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> array,
@@ -371,10 +440,35 @@ absl::StatusOr<std::shared_ptr<Array>> Execute(PreparedOperation& prepared, Back
   }
   if (ctx.IsCancelled()) return absl::CancelledError("request cancelled before it ran");
 
-  GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> out,
-                      backend.Allocate(prepared.out_dtype, prepared.out_shape, device));
+  const std::shared_ptr<Array>& slice = prepared.output_view;
+  const bool in_place =
+      slice != nullptr && slice->device() == device &&
+      std::none_of(arrays.begin(), arrays.end(),
+                   [&](const std::shared_ptr<Array>& in) { return Overlap(*in, *slice); });
+  std::shared_ptr<Array> out = slice;
+  if (!in_place) {
+    GC_ASSIGN_OR_RETURN(out, backend.Allocate(prepared.out_dtype, prepared.out_shape, device));
+  }
   GC_RETURN_IF_ERROR(prepared.run(backend, arrays, *out, ctx));
   times.compute = ctx.compute_time;
+  if (slice != nullptr && !in_place) {
+    const absl::Time start = absl::Now();
+    if (slice->device() == kHostDevice) {
+      GC_RETURN_IF_ERROR(backend.CopyFromArray(*out, 0, out->bytes(), slice->data()));
+      metrics.Transferred(Direction::kDeviceToHost, out->bytes(), absl::Now() - start);
+    } else {
+      GC_RETURN_IF_ERROR(backend.CopyArray(*out, *slice));
+    }
+    times.transfer_out = absl::Now() - start;
+    out = slice;
+  }
+  // A shared-memory object shrunk or removed under the work made it read zeros.
+  for (const OperandSpec& operand : prepared.operands) {
+    if (operand.region != nullptr) GC_RETURN_IF_ERROR(operand.region->CheckUsable(operand.field));
+  }
+  if (prepared.output_region != nullptr) {
+    GC_RETURN_IF_ERROR(prepared.output_region->CheckUsable("output.shared_memory"));
+  }
   return out;
 }
 

@@ -104,6 +104,10 @@ void ResultStreamReactor::RunProduce(ProduceFn produce, absl::Status admitted) {
           result_.reset();
           QueueTrailer(&info);
         }
+      } else if (!output_.shared_memory_region_id.empty()) {
+        result_.reset();  // already in the client's region
+        transfer_out_ = times_.transfer_out;
+        QueueTrailer(nullptr);
       } else if (result_->bytes() == 0) {
         QueueTrailer(nullptr);
       }
@@ -180,6 +184,7 @@ void ResultStreamReactor::QueueTrailer(const v1::BufferInfo* stored) {
   trailer->set_backend(std::string(service_.backend.name()));
   trailer->set_device(times_.device);
   if (stored != nullptr) *trailer->mutable_stored_buffer() = *stored;
+  trailer->set_shared_memory_region_id(output_.shared_memory_region_id);
   state_ = State::kAllQueued;
 }
 

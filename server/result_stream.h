@@ -51,6 +51,8 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
     // Set for keep_on_device: the result is stored under this reservation.
     std::optional<BufferStore::Reservation> keep;
     std::string buffer_name;
+    // Set for output.shared_memory: the result is written into this region, not streamed.
+    std::string shared_memory_region_id;
     // The executor lane the work runs on (ServiceContext::LaneFor).
     Executor::Lane lane = Executor::Lane::kGeneral;
   };

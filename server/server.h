@@ -26,6 +26,8 @@ struct ServiceContext;
 class ComputeService;
 class BuffersService;
 class InfoService;
+class SharedMemoryRegistry;
+class SharedMemoryService;
 
 class GpuComputeServer {
  public:
@@ -71,11 +73,13 @@ class GpuComputeServer {
   std::unique_ptr<BufferStore> store_;
   std::unique_ptr<Admission> admission_;
   std::unique_ptr<DeviceQueues> device_queues_;
+  std::unique_ptr<SharedMemoryRegistry> shared_memory_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<ServiceContext> context_;
   std::unique_ptr<ComputeService> compute_service_;
   std::unique_ptr<BuffersService> buffers_service_;
   std::unique_ptr<InfoService> info_service_;
+  std::unique_ptr<SharedMemoryService> shared_memory_service_;
   std::unique_ptr<grpc::Service> reflection_v1_;
   std::unique_ptr<grpc::Service> reflection_v1alpha_;
   std::unique_ptr<grpc::Server> server_;

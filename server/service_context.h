@@ -13,6 +13,7 @@
 #include "server/config.h"
 #include "server/executor.h"
 #include "server/metrics.h"
+#include "server/shared_memory_registry.h"
 #include "server/status_convert.h"
 
 namespace gpucompute {
@@ -25,6 +26,7 @@ struct ServiceContext {
   Metrics& metrics;
   Admission& admission;
   DeviceQueues& device_queues;
+  SharedMemoryRegistry& shared_memory;
   // Set when the server starts draining: new work gets UNAVAILABLE.
   const std::atomic<bool>& draining;
 

@@ -41,8 +41,9 @@ std::string ReadAll(const std::filesystem::path& path) {
 class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<test::TestServer>> server =
-        test::TestServer::Start(test::LoopbackConfig());
+    ServerConfig config = test::LoopbackConfig();
+    config.allow_shared_memory = true;
+    absl::StatusOr<std::unique_ptr<test::TestServer>> server = test::TestServer::Start(config);
     ASSERT_TRUE(server.ok()) << server.status().message();
     server_ = *std::move(server);
     dir_ = std::filesystem::temp_directory_path() /
@@ -164,6 +165,20 @@ TEST_F(CliTest, ComputeReportStaysOnStdout) {
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("values      [0.125, 0.25, 0.625, 0.4, 0.4, 0.2]"));
   EXPECT_THAT(run.out, HasSubstr("total"));
+}
+
+// Same host: the file is read into a shared-memory region, unregistered afterwards.
+TEST_F(CliTest, SharedMemoryOperandsSkipTheWire) {
+  WriteRows(PathOf("data.npy"));
+  const CliRun run = Cli({"normalize", absl::StrCat("--input=", PathOf("data.npy")),
+                          "--shared_memory"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("values      [0.125, 0.25, 0.625, 0.4, 0.4, 0.2]"));
+  EXPECT_THAT(run.out, HasSubstr("transfer in 0,"));  // the CPU backend reads the region
+  absl::StatusOr<v1::SharedMemoryStatusResponse> status =
+      server_->client().SharedMemoryStatus();
+  ASSERT_TRUE(status.ok()) << status.status().message();
+  EXPECT_EQ(status->regions_size(), 0);
 }
 
 // A big-endian, Fortran-ordered (2, 3) file holding the same rows as WriteRows.

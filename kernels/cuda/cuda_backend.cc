@@ -26,6 +26,7 @@
 #include "kernels/cuda/host_copy.h"
 #include "kernels/cuda/launchers.h"
 #include "kernels/cuda/op_runner.h"
+#include "kernels/cuda/shared_memory.h"
 #include "kernels/norm.h"
 #include "kernels/preconditions.h"
 #include "kernels/shape_rules.h"
@@ -152,6 +153,15 @@ class CudaBackend final : public Backend {
     GC_ASSIGN_OR_RETURN(DeviceState* const to, devices_.OperandDevice({{&dst, "destination"}}));
     if (src.bytes() == 0) return absl::OkStatus();
     return cuda::CopyBetweenDevices(*from, *to, src, dst);
+  }
+
+  absl::StatusOr<std::shared_ptr<void>> PinHostMemory(void* data, size_t bytes) override {
+    return cuda::PinHostRange(devices_.Pick(), data, bytes);
+  }
+
+  absl::StatusOr<IpcMemory> OpenIpcMemory(absl::string_view handle,
+                                          absl::string_view pci_bus_id) override {
+    return cuda::OpenIpcHandle(devices_, handle, pci_bus_id);
   }
 
   absl::Status CheckValues(const Array& array, absl::string_view name,

@@ -7,6 +7,7 @@ target_sources(gpucompute_kernels PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/device.cc
   ${CMAKE_CURRENT_LIST_DIR}/host_copy.cc
   ${CMAKE_CURRENT_LIST_DIR}/op_runner.cc
+  ${CMAKE_CURRENT_LIST_DIR}/shared_memory.cc
   ${CMAKE_CURRENT_LIST_DIR}/discount_product.cu
   ${CMAKE_CURRENT_LIST_DIR}/haversine.cu
   ${CMAKE_CURRENT_LIST_DIR}/normalize.cu

@@ -14,6 +14,7 @@ const SERVICES = [
   'gpucompute.v1.Buffers',
   'gpucompute.v1.Compute',
   'gpucompute.v1.Server',
+  'gpucompute.v1.SharedMemory',
   'grpc.health.v1.Health',
   'grpc.reflection.v1.ServerReflection',
   'grpc.reflection.v1alpha.ServerReflection',

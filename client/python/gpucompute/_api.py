@@ -12,7 +12,7 @@ from typing import (Any, Callable, Dict, Generic, Iterator, List, Optional, Sequ
 
 import numpy as np
 
-from . import _wire
+from . import _shared_memory, _wire
 from ._device_array import DeviceArray
 from ._operands import (NORMS, ArrayLike, Operand, as_array, byte_view, haversine_request,
                         result_dtype, same_dtype, set_operand)
@@ -87,6 +87,7 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
         self._lock = threading.Lock()
         self._channel = self._connect(credentials)
         self._stubs = make_stubs(self._channel)
+        self._shared = _shared_memory.SharedRegions()
 
     def __repr__(self) -> str:
         return f"{type(self).__module__}.{type(self).__name__}({self.target!r})"
@@ -212,6 +213,35 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
         out.quota_bytes = int(reply.quota_bytes)
         return out
 
+    # -- shared memory (same host) ---------------------------------------------------
+
+    def shared_array(self, shape: Any, dtype: Any = np.float64, *, name: str = "",
+                     timeout: Optional[float] = None) -> Any:
+        """A NumPy array in POSIX shared memory that the server has mapped (the fastest
+        path for a client on the server's host; the server needs --allow_shared_memory).
+
+        Fill it and pass it (or any C-contiguous slice of it) to any method: the request
+        names where it lies and no bytes cross gRPC; as ``out=`` the server writes the
+        result into it. Freed by ``free_shared`` or when the client closes.
+        """
+        return self._call("shared_array", timeout,
+                          _shared_memory.new_shared_array(self, shape, dtype, name))
+
+    def free_shared(self, array: Any, *, timeout: Optional[float] = None) -> Any:
+        """Unregisters the shared memory holding ``array`` (a shared_array, or a device
+        array passed before); returns the bytes freed (0 when none was registered). The
+        server answers once no request uses the memory any more."""
+        return self._call("free_shared", timeout, _shared_memory.free(self, array))
+
+    def shared_memory_status(self, *, timeout: Optional[float] = None) -> Any:
+        """The caller's registered regions (pb.SharedMemoryStatusResponse)."""
+        return self._call("shared_memory_status", timeout,
+                          self._unary("SharedMemory.SharedMemoryStatus",
+                                      pb.SharedMemoryStatusRequest()))
+
+    def _free_all_shared(self) -> Steps[None]:
+        return (yield from _shared_memory.free_all(self))
+
     # -- compute plumbing ------------------------------------------------------------
 
     def _place(self, named: Named) -> Steps[Tuple[Placed, List[DeviceArray], float]]:
@@ -219,6 +249,7 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
 
         Returns ({field: ndarray or DeviceArray}, [temporary DeviceArrays], seconds).
         """
+        named = yield from _shared_memory.place_shared(self, named)
         placed: Placed = dict(named)
         inline = [(n, v) for n, v in named if isinstance(v, np.ndarray)]
         total = sum(v.nbytes for _, v in inline)
@@ -263,8 +294,12 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
         placed, temps, upload_s = yield from self._place(named)
         sink = ResultStream(options)
         try:
+            out_slice = yield from _shared_memory.shared_output(self, options.out)
             request = make_request(placed)
             options.fill(request.output)
+            if out_slice is not None:
+                out_slice.fill(request.output.shared_memory)
+                sink.shared_out = True
             array = yield Stream("Compute." + method, request, sink)
         finally:
             yield from self._drop(temps)

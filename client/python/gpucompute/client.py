@@ -29,7 +29,11 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
         return grpc.insecure_channel(self.target, options=self._channel_options)
 
     def close(self) -> None:
-        self._channel.close()
+        """Unregisters this client's shared memory, then closes the channel."""
+        try:
+            self._call("close", None, self._free_all_shared())
+        finally:
+            self._channel.close()
 
     def __enter__(self) -> "Client":
         return self
