@@ -33,8 +33,20 @@ inline constexpr uint64_t kBufferOverheadBytes = 128;
 // INVALID_ARGUMENT naming `field` when `name` is longer than kMaxBufferNameBytes.
 absl::Status CheckBufferName(absl::string_view name, absl::string_view field);
 
-// Every buffer id has this many characters (NewBufferId: 16 random bytes in hex).
+// Every buffer id has this many characters: the issuing replica's instance id
+// (kInstanceIdLength hex digits) then random hex digits (NewBufferId).
 inline constexpr size_t kBufferIdLength = 32;
+// A replica's instance id: 32 random bits in hex, new at every start, so that the
+// ids a replica issued are never taken for another's, nor for its successor's.
+inline constexpr size_t kInstanceIdLength = 8;
+
+// kInstanceIdLength lowercase hex digits from the OS entropy source.
+std::string NewInstanceId();
+// `instance_id` followed by 96 random bits in hex: kBufferIdLength digits.
+std::string NewBufferId(absl::string_view instance_id);
+// The instance that issued `id`: its first kInstanceIdLength digits when `id` has
+// the form of a buffer id (kBufferIdLength lowercase hex digits), else "".
+absl::string_view IssuingInstance(absl::string_view id);
 
 // INVALID_ARGUMENT naming `field` when `id` is longer than any buffer id.
 absl::Status CheckBufferId(absl::string_view id, absl::string_view field);
@@ -78,12 +90,15 @@ class BufferStore {
 
   // principal_quota_bytes 0: no per-principal limit; max_buffers_per_owner 0: no
   // count limit; overhead_bytes: metadata charged per buffer on top of its name bytes.
+  // instance_id: this replica's (NewInstanceId), the prefix of every id it issues.
   explicit BufferStore(uint64_t quota_bytes, uint64_t principal_quota_bytes = 0,
-                       int64_t max_buffers_per_owner = 0, uint64_t overhead_bytes = 0)
+                       int64_t max_buffers_per_owner = 0, uint64_t overhead_bytes = 0,
+                       std::string instance_id = NewInstanceId())
       : quota_bytes_(quota_bytes),
         principal_quota_bytes_(principal_quota_bytes),
         max_buffers_per_owner_(max_buffers_per_owner),
-        overhead_bytes_(overhead_bytes) {}
+        overhead_bytes_(overhead_bytes),
+        instance_id_(std::move(instance_id)) {}
 
   // RESOURCE_EXHAUSTED naming the quota when `bytes` and the metadata of a buffer
   // do not fit in the global or the principal's quota, or when the principal
@@ -96,7 +111,8 @@ class BufferStore {
   absl::StatusOr<StoredBuffer> Commit(Reservation reservation, std::string name,
                                       std::shared_ptr<Array> array);
   // A buffer of `principal`. NOT_FOUND naming `field` when the id is unknown or
-  // belongs to another principal: ids must not be probeable.
+  // belongs to another principal: ids must not be probeable. FAILED_PRECONDITION
+  // naming the owner when another replica issued the id (ForeignBufferError).
   absl::StatusOr<StoredBuffer> Get(absl::string_view id, absl::string_view field,
                                    absl::string_view principal = "") const;
   // Removes the id at once; returns the data bytes that are freed once the last
@@ -122,6 +138,7 @@ class BufferStore {
   uint64_t metadata_bytes(absl::string_view principal) const;
   uint64_t quota_bytes() const { return quota_bytes_; }
   size_t count() const;
+  const std::string& instance_id() const { return instance_id_; }
 
  private:
   // The quota bytes left under `limit` with `used` charged.
@@ -129,6 +146,8 @@ class BufferStore {
     return limit - used.data - used.metadata;
   }
   std::string MetadataNote() const;
+  // FAILED_PRECONDITION when `id` is well formed but was issued by another instance.
+  absl::Status CheckIssuedHere(absl::string_view id, absl::string_view field) const;
   void Uncharge(const Charge& charge, const std::string& principal) ABSL_LOCKS_EXCLUDED(mu_);
   void ChargeLocked(const Charge& charge, const std::string& principal)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -142,6 +161,7 @@ class BufferStore {
   const uint64_t principal_quota_bytes_;
   const int64_t max_buffers_per_owner_;
   const uint64_t overhead_bytes_;
+  const std::string instance_id_;
   mutable absl::Mutex mu_;
   // Stored buffers (also deleted ones still read) plus outstanding reservations.
   Charge used_ ABSL_GUARDED_BY(mu_);
@@ -152,8 +172,5 @@ class BufferStore {
 // Whether `status` is Reserve's refusal over max_buffers_per_owner (counted apart
 // from the byte quotas in the rejection metrics).
 bool IsBufferCountRefusal(const absl::Status& status);
-
-// 128 random bits as 32 lowercase hex digits, from the OS entropy source.
-std::string NewBufferId();
 
 }  // namespace gpucompute
