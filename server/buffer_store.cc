@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -238,14 +237,6 @@ std::string NewInstanceId() { return RandomHex(kInstanceIdLength); }
 
 std::string NewBufferId(absl::string_view instance_id) {
   return absl::StrCat(instance_id, RandomHex(kBufferIdLength - instance_id.size()));
-}
-
-absl::string_view IssuingInstance(absl::string_view id) {
-  if (id.size() != kBufferIdLength) return "";
-  for (char c : id) {
-    if (!absl::ascii_isdigit(c) && (c < 'a' || c > 'f')) return "";
-  }
-  return id.substr(0, kInstanceIdLength);
 }
 
 }  // namespace gpucompute

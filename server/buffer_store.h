@@ -19,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/buffer_id.h"
 #include "kernels/array.h"
 
 namespace gpucompute {
@@ -33,20 +34,10 @@ inline constexpr uint64_t kBufferOverheadBytes = 128;
 // INVALID_ARGUMENT naming `field` when `name` is longer than kMaxBufferNameBytes.
 absl::Status CheckBufferName(absl::string_view name, absl::string_view field);
 
-// Every buffer id has this many characters: the issuing replica's instance id
-// (kInstanceIdLength hex digits) then random hex digits (NewBufferId).
-inline constexpr size_t kBufferIdLength = 32;
-// A replica's instance id: 32 random bits in hex, new at every start, so that the
-// ids a replica issued are never taken for another's, nor for its successor's.
-inline constexpr size_t kInstanceIdLength = 8;
-
 // kInstanceIdLength lowercase hex digits from the OS entropy source.
 std::string NewInstanceId();
 // `instance_id` followed by 96 random bits in hex: kBufferIdLength digits.
 std::string NewBufferId(absl::string_view instance_id);
-// The instance that issued `id`: its first kInstanceIdLength digits when `id` has
-// the form of a buffer id (kBufferIdLength lowercase hex digits), else "".
-absl::string_view IssuingInstance(absl::string_view id);
 
 // INVALID_ARGUMENT naming `field` when `id` is longer than any buffer id.
 absl::Status CheckBufferId(absl::string_view id, absl::string_view field);
