@@ -18,5 +18,5 @@ protoc -I "$repo/proto" \
 cp "$here/client_test.go" "$work/src/clienttest/"
 cd "$work/src/clienttest"
 GPUCOMPUTE_SERVER=$server GOPATH="$work:/usr/share/gocode" GO111MODULE=off GOFLAGS= \
-  GOCACHE=${GOCACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/go-build} \
+  GOCACHE=${GOCACHE:-${XDG_CACHE_HOME:-${HOME:-$work}/.cache}/go-build} \
   go test -count=1 -v .
