@@ -136,6 +136,25 @@ TEST_F(ReplicaClientTest, AStoppedReplicaLosesOnlyItsBuffers) {
   EXPECT_EQ(UploadRows(4).size(), 2u);  // stateless calls go on with the survivors
 }
 
+TEST_F(ReplicaClientTest, ARestartedReplicaDoesNotTakeItsPredecessorsBuffers) {
+  const auto by_instance = UploadRows(3);
+  const std::string address = servers_[0]->target();
+  const std::string old_instance = servers_[0]->server().instance_id();
+  servers_[0].reset();
+  ServerConfig config = LoopbackConfig();
+  config.address = address;  // the same address, a new process: a new instance id
+  absl::StatusOr<std::unique_ptr<TestServer>> successor = TestServer::Start(config);
+  ASSERT_TRUE(successor.ok()) << successor.status().message();
+  servers_[0] = *std::move(successor);
+  ASSERT_NE(servers_[0]->server().instance_id(), old_instance);
+  // The successor answers FAILED_PRECONDITION for the old ids; the client sees the
+  // old instance is gone.
+  absl::StatusOr<client::Result> lost = replicas_->Download(by_instance.at(old_instance)[0]);
+  EXPECT_EQ(lost.status().code(), absl::StatusCode::kDataLoss) << lost.status().message();
+  EXPECT_EQ(replicas_->Replicas().size(), 3u);
+  EXPECT_FALSE(replicas_->Replicas().contains(old_instance));
+}
+
 TEST(ResolveReplicaTargetsTest, SplitsListsAndLooksUpNames) {
   EXPECT_EQ(*client::ResolveReplicaTargets("ipv4:127.0.0.2:1,127.0.0.3:2"),
             (std::vector<std::string>{"ipv4:127.0.0.2:1", "ipv4:127.0.0.3:2"}));

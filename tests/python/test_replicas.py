@@ -188,3 +188,23 @@ def test_a_replica_killed_mid_run_loses_only_its_buffers(fresh_replicas, rng):
             rc.delete(b)
     finally:
         rc.close()
+
+
+def test_a_restarted_replica_does_not_take_its_predecessors_buffers(fresh_replicas):
+    with gpucompute.ReplicatedClient(fresh_replicas.target, timeout=30) as rc:
+        handles = [rc.upload(np.full(4, float(i)), f"before {i}") for i in range(3)]
+        old = fresh_replicas.servers[0]
+        old_instance = next(i for i, a in rc.replicas().items()
+                            if a == "ipv4:" + fresh_replicas.addresses[0])
+        old.proc.send_signal(signal.SIGKILL)
+        old.proc.wait()
+        # The same address, a new process: a new instance id.
+        fresh_replicas.servers[0] = ServerProcess(f"--address={fresh_replicas.addresses[0]}")
+        for i, h in enumerate(handles):
+            if issuing_instance(h.id) == old_instance:
+                with pytest.raises(gpucompute.DataLoss, match=f"replica instance {old_instance}"):
+                    rc.download(h)
+            else:
+                np.testing.assert_array_equal(rc.download(h), np.full(4, float(i)))
+        assert old_instance not in rc.replicas() and len(rc.replicas()) == 3
+        assert len({issuing_instance(rc.upload(np.ones(2)).id) for _ in range(3)}) == 3

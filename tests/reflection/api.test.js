@@ -7,10 +7,10 @@
 
 const assert = require('node:assert');
 const path = require('node:path');
-const { spawn } = require('node:child_process');
 const { after, before, test } = require('node:test');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
+const { startServer } = require('./server');
 
 const PROTO_ROOT = path.join(__dirname, '..', '..', 'proto');
 const definition = protoLoader.loadSync(
@@ -22,19 +22,8 @@ let server;
 let stubs;
 
 before(async () => {
-  const binary = process.env.GPUCOMPUTE_SERVER;
-  assert.ok(binary, 'set GPUCOMPUTE_SERVER to the gpucompute-server binary');
-  server = spawn(binary, ['--address=127.0.0.1:0', '--metrics_address=', '--backend=cpu'],
-                 { stdio: ['ignore', 'ignore', 'pipe'] });
-  const address = await new Promise((resolve, reject) => {
-    let log = '';
-    server.stderr.on('data', (data) => {
-      log += data;
-      const serving = /serving gRPC on \S+ \(port (\d+)\)/.exec(log);
-      if (serving) resolve(`127.0.0.1:${serving[1]}`);
-    });
-    server.on('exit', (code) => reject(new Error(`server exited with ${code}:\n${log}`)));
-  });
+  let address;
+  ({ process: server, address } = await startServer());
   const credentials = grpc.credentials.createInsecure();
   stubs = {
     health: new api.grpc.health.v1.Health(address, credentials),
