@@ -29,6 +29,7 @@ void InfoService::Describe(v1::ServerInfo* response) const {
   response->set_version(kVersion);
   response->set_backend(std::string(service_.backend.name()));
   response->set_backend_note(backend_note_);
+  response->set_instance_id(service_.store.instance_id());
   for (const DeviceDescription& device : service_.backend.Devices()) {
     v1::DeviceInfo* info = response->add_devices();
     info->set_name(device.name);

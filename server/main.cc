@@ -327,7 +327,8 @@ int main(int argc, char** argv) {
                                        ? std::string("(disabled)")
                                        : absl::StrCat("http://", config->metrics_address,
                                                       "/metrics (port ",
-                                                      (*server)->metrics_port(), ")")));
+                                                      (*server)->metrics_port(), ")"),
+                                   ", instance ", (*server)->instance_id()));
 
   // Serve until a stop signal, or until no healthy device is left (then drain
   // and exit non-zero so that a supervisor restarts the process).

@@ -206,6 +206,8 @@ GpuComputeServer::~GpuComputeServer() {
 
 int GpuComputeServer::metrics_port() const { return metrics_->port(); }
 
+const std::string& GpuComputeServer::instance_id() const { return store_->instance_id(); }
+
 std::string GpuComputeServer::backend_name() const { return std::string(backend_->name()); }
 
 bool GpuComputeServer::BackendHealthy() const { return backend_->Healthy(); }

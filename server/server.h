@@ -42,6 +42,8 @@ class GpuComputeServer {
   int metrics_port() const;
   const std::string& backend_note() const { return backend_note_; }
   std::string backend_name() const;
+  // Prefix of every buffer id this server issues (ServerInfo.instance_id).
+  const std::string& instance_id() const;
 
   // Health NOT_SERVING and new requests UNAVAILABLE while the port still
   // accepts, so that probes on new connections read NOT_SERVING (--drain_delay).

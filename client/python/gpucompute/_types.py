@@ -144,6 +144,8 @@ class ServerInfo:
     operations: Dict[str, Tuple[np.dtype[Any], ...]]
     limits: Limits
     raw: Any = field(repr=False, compare=False, default=None)
+    #: this replica's id, the first 8 hex digits of every buffer id it issues
+    instance_id: str = ""
 
     @classmethod
     def _from_proto(cls, raw: Any) -> "ServerInfo":
@@ -161,7 +163,7 @@ class ServerInfo:
                           for d in raw.devices),
             operations={op.name: tuple(PB_TO_NP[d] for d in op.dtypes if d in PB_TO_NP)
                         for op in raw.operations},
-            limits=limits, raw=raw)
+            limits=limits, raw=raw, instance_id=raw.instance_id)
 
 
 class BufferList(List["DeviceArray"]):
