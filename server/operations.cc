@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/lombscargle_nufft.h"
 #include "kernels/preconditions.h"
 #include "kernels/shape_rules.h"
 #include "server/proto_convert.h"
@@ -299,8 +300,10 @@ absl::StatusOr<PreparedOperation> PrepareLombScargle(const v1::LombScargleReques
   GC_RETURN_IF_ERROR(CheckOutputSize(prepared.out_shape, max_elements));
   prepared.work = SaturatingProduct({shapes.batch, shapes.samples, shapes.frequencies});
 
-  const LombScargleOptions options{request.precenter(), request.normalize(),
-                                   request.floating_mean()};
+  LombScargleOptions options{request.precenter(), request.normalize(), request.floating_mean()};
+  GC_ASSIGN_OR_RETURN(options.method, LombScargleMethodFromProto(request.method(), "method"));
+  if (request.accuracy() != 0) options.accuracy = request.accuracy();
+  GC_RETURN_IF_ERROR(CheckNufftAccuracy(options.accuracy, "accuracy"));
   prepared.run = [has_weights, has_freqs, grid, options](
                      Backend& backend, std::span<const std::shared_ptr<Array>> in, Array& out,
                      OpContext& ctx) {
@@ -365,6 +368,7 @@ absl::StatusOr<std::shared_ptr<Array>> Execute(PreparedOperation& prepared, Back
                       backend.Allocate(prepared.out_dtype, prepared.out_shape, device));
   GC_RETURN_IF_ERROR(prepared.run(backend, arrays, *out, ctx));
   times.compute = ctx.compute_time;
+  times.method = std::string(ctx.method);
   return out;
 }
 

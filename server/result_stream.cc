@@ -174,6 +174,7 @@ void ResultStreamReactor::QueueTrailer(const v1::BufferInfo* stored) {
   timing->set_total_us(Micros(absl::Now() - accepted_));
   trailer->set_backend(std::string(service_.backend.name()));
   trailer->set_device(times_.device);
+  trailer->set_method(times_.method);
   if (stored != nullptr) *trailer->mutable_stored_buffer() = *stored;
   state_ = State::kAllQueued;
 }

@@ -27,6 +27,7 @@
 #include "kernels/cuda/launchers.h"
 #include "kernels/cuda/op_runner.h"
 #include "kernels/norm.h"
+#include "kernels/lombscargle_nufft.h"
 #include "kernels/preconditions.h"
 #include "kernels/shape_rules.h"
 
@@ -285,6 +286,11 @@ class CudaBackend final : public Backend {
     GC_ASSIGN_OR_RETURN(DeviceState* const d, devices_.OperandDevice(operands));
     GC_ASSIGN_OR_RETURN(const LombScargleShape shape,
                         CheckLombScargleArrays(x, y, weights, freqs, grid, out));
+    GC_RETURN_IF_ERROR(CheckNufftAccuracy(options.accuracy, "accuracy"));
+    if (options.method == LombScargleMethod::kNufft) {
+      return absl::UnimplementedError("method NUFFT runs on the CPU backend only, so far");
+    }
+    ctx.method = LombScargleMethodName(LombScargleMethod::kDirect);
     const DType dtype = y.dtype();
     cuda::LombScargleArgs args;
     args.batch = shape.batch;

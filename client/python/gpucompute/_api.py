@@ -32,6 +32,10 @@ _SAFE_MESSAGE_BYTES = 4 << 20
 _UNASKED_INLINE_BYTES = 256 << 10
 #: room for the request's other fields and framing
 _MESSAGE_MARGIN = 64 << 10
+#: lombscargle's method names
+_LOMB_SCARGLE_METHODS = {"auto": pb.LOMB_SCARGLE_METHOD_AUTO,
+                         "direct": pb.LOMB_SCARGLE_METHOD_DIRECT,
+                         "nufft": pb.LOMB_SCARGLE_METHOD_NUFFT}
 #: default size of Upload data chunks (below any server's message limit)
 DEFAULT_UPLOAD_CHUNK = 2 << 20
 
@@ -361,6 +365,7 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
     def lombscargle(self, x: ArrayLike, y: ArrayLike, freqs: Union[ArrayLike, FrequencyGrid],
                     *, precenter: bool = False, normalize: Union[bool, str] = False,
                     weights: Optional[ArrayLike] = None, floating_mean: bool = False,
+                    method: str = "auto", accuracy: Optional[float] = None,
                     out: Optional[Array] = None, keep_on_device: bool = False,
                     chunk_bytes: Optional[int] = None, return_timing: bool = False,
                     buffer_name: Optional[str] = None,
@@ -372,7 +377,15 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
         frequencies (M,) as an array or DeviceArray of y's dtype, or a FrequencyGrid
         generated on the server. normalize: False/"power" or True/"normalize" ("amplitude"
         is not offered). Result (M,) or (B, M), dtype of y.
+
+        method: "direct" (sums over every sample and frequency), "nufft" (non-uniform
+        FFTs, evenly spaced frequencies only: a FrequencyGrid, or freqs evenly spaced
+        within rounding) or "auto" (the server picks; Timing.method says which ran).
+        accuracy: the NUFFT's bound on each power's error relative to the row's
+        largest power, in [1e-14, 1e-2]; None means the server's default, 1e-9.
         """
+        if method not in _LOMB_SCARGLE_METHODS:
+            raise ValueError(f"method is {method!r}; use one of {sorted(_LOMB_SCARGLE_METHODS)}")
         if isinstance(normalize, str):
             if normalize not in ("power", "normalize"):
                 raise ValueError(f"normalize is {normalize!r}; gpucompute offers False/'power' "
@@ -387,7 +400,9 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
 
         def make(p: Placed) -> Any:
             req = pb.LombScargleRequest(precenter=bool(precenter), normalize=bool(normalize),
-                                        floating_mean=bool(floating_mean))
+                                        floating_mean=bool(floating_mean),
+                                        method=_LOMB_SCARGLE_METHODS[method],
+                                        accuracy=0.0 if accuracy is None else float(accuracy))
             set_operand(req.x, p["x"])
             set_operand(req.y, p["y"])
             if "weights" in p:

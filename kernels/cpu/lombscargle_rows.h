@@ -1,0 +1,81 @@
+// What the CPU's two Lomb-Scargle methods share: the rows prepared in float64
+// (normalized weights, centred w y), the per-frequency sums, and the power they
+// give. The direct sums live in lombscargle.cc, the NUFFT in lombscargle_nufft.cc.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/array.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/lombscargle_nufft.h"
+#include "kernels/shape_rules.h"
+
+namespace gpucompute::cpu {
+
+// Samples per vector; rows are padded with zero-weight samples to whole vectors.
+// Four with AVX's 256-bit registers; two on plain SSE2, where four would spill
+// the seven accumulators of the direct sums out of its sixteen registers.
+#ifdef __AVX__
+constexpr int64_t kLanes = 4;
+#else
+constexpr int64_t kLanes = 2;
+#endif
+using Lanes = double __attribute__((vector_size(kLanes * sizeof(double))));
+
+// Weighted sums over one row at one frequency.
+struct Sums {
+  double cc, ss, cs, yc, ys, c, s;
+};
+
+// Row data in float64, each row `vectors` Lanes long; padding samples have x = w = 0.
+struct PreparedRows {
+  int64_t vectors = 0;
+  std::vector<Lanes> x;        // one row, or one per batch row when x is batched
+  std::vector<Lanes> w;        // normalized weights, per batch row
+  std::vector<Lanes> wy;       // w * y (y centered when precenter), per batch row
+  std::vector<double> y_sum;   // Y = sum w y
+  std::vector<double> yy_sum;  // YY = sum w y y
+
+  // Row b's samples as plain doubles, vectors * kLanes of them.
+  const double* XRow(int64_t b, bool x_batched) const {
+    return reinterpret_cast<const double*>(x.data() + (x_batched ? b * vectors : 0));
+  }
+  const double* WRow(int64_t b) const { return reinterpret_cast<const double*>(w.data() + b * vectors); }
+  const double* WyRow(int64_t b) const {
+    return reinterpret_cast<const double*>(wy.data() + b * vectors);
+  }
+};
+
+// Checks the weights and fills PreparedRows from T arrays.
+template <typename T>
+absl::StatusOr<PreparedRows> PrepareRows(ThreadPool& pool, const LombScargleShape& shape,
+                                         const Array& x, const Array& y, const Array* weights,
+                                         const LombScargleOptions& options, const OpContext& ctx);
+
+// Absolute errors of sums that are not exact: in each of C, S, CC, SS, CS (g),
+// and in YC, YS (r).
+struct SumErrors {
+  double g = 0, r = 0;
+};
+
+// The periodogram's value from one frequency's sums (SciPy 1.15's generalized
+// form). With `errors`, also a bound on the value's error (PowerErrorBound).
+double Power(Sums sums, double y_sum, double yy_sum, int64_t samples,
+             const LombScargleOptions& options, const SumErrors* errors = nullptr,
+             double* error_bound = nullptr);
+
+// The value at frequency f of batch row b by the direct sums.
+double DirectPower(const PreparedRows& rows, const LombScargleShape& shape, int64_t b, double f,
+                   const LombScargleOptions& options);
+
+// The NUFFT method: out (T, B x M) at the evenly spaced frequencies.
+template <typename T>
+absl::Status LombScargleNufft(ThreadPool& pool, const LombScargleShape& shape,
+                              const PreparedRows& rows, const EvenFrequencies& freqs,
+                              const LombScargleOptions& options, T* out, const OpContext& ctx);
+
+}  // namespace gpucompute::cpu
