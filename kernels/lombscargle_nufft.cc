@@ -85,23 +85,29 @@ double EvenSpacingTolerance(DType dtype, LombScargleMethod method) {
          (float32 ? std::numeric_limits<float>::epsilon() : std::numeric_limits<double>::epsilon());
 }
 
+double EvenSpacingAllowed(const EvenFrequencies& even, double tolerance) {
+  const double last = even.start + static_cast<double>(even.count - 1) * even.step;
+  return tolerance * std::max(std::abs(even.start), std::abs(last));
+}
+
+absl::Status UnevenError(const EvenFrequencies& even, int64_t k, double f, double allowed) {
+  const double departure = std::abs(f - (even.start + static_cast<double>(k) * even.step));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "freqs[", k, "] is ", f, ", ", departure, " from the even spacing through freqs[0] and freqs[",
+      even.count - 1, "] (allowed: ", allowed, "); the NUFFT needs evenly spaced frequencies"));
+}
+
 template <typename T>
 absl::StatusOr<EvenFrequencies> EvenlySpaced(const T* f, int64_t count, double tolerance) {
   EvenFrequencies even{static_cast<double>(f[0]), 0.0, count};
   if (count > 1) {
     even.step = (static_cast<double>(f[count - 1]) - even.start) / static_cast<double>(count - 1);
   }
-  double largest = 0;
-  for (int64_t k = 0; k < count; ++k) largest = std::max(largest, std::abs(static_cast<double>(f[k])));
-  const double allowed = tolerance * largest;
+  const double allowed = EvenSpacingAllowed(even, tolerance);
   for (int64_t k = 1; k + 1 < count; ++k) {
-    const double departure =
-        std::abs(static_cast<double>(f[k]) - (even.start + static_cast<double>(k) * even.step));
-    if (!(departure <= allowed)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "freqs[", k, "] is ", static_cast<double>(f[k]), ", ", departure,
-          " from the even spacing through freqs[0] and freqs[", count - 1, "] (allowed: ", allowed,
-          "); the NUFFT needs evenly spaced frequencies"));
+    const double fk = static_cast<double>(f[k]);
+    if (!(std::abs(fk - (even.start + static_cast<double>(k) * even.step)) <= allowed)) {
+      return UnevenError(even, k, fk, allowed);
     }
   }
   return even;
@@ -124,7 +130,7 @@ double NufftSumError(const NufftPlan& plan) {
   return std::max(std::pow(10.0, 1 - plan.width), 1e-13);
 }
 
-std::vector<double> NufftDeconvolution(const NufftPlan& plan) {
+NufftQuadrature NufftKernelQuadrature(const NufftPlan& plan) {
   // The kernel centred at t spread over grid points l gives, at mode m,
   //   sum_l phi((l - u) / (w / 2)) e^{i m l 2 pi / n} ~ e^{i m t} p(m),
   //   p(m) = w int_0^1 phi(z) cos(m (2 pi / n) (w / 2) z) dz   (phi is even).
@@ -132,19 +138,28 @@ std::vector<double> NufftDeconvolution(const NufftPlan& plan) {
   // reach float64 rounding.
   std::vector<double> nodes, weights;
   GaussLegendre(2 * plan.width + 2, nodes, weights);
-  const int64_t largest = std::max(plan.half, plan.modes - 1 - plan.half);
-  std::vector<double> p(largest + 1, 0.0);
+  NufftQuadrature quadrature;
   const double scale = 2 * std::numbers::pi / static_cast<double>(plan.grid) * (plan.width / 2.0);
   for (size_t q = 0; q < nodes.size(); ++q) {
-    const double weight = plan.width * weights[q] * NufftKernel(nodes[q], plan.beta);
-    const double angle = scale * nodes[q];
+    quadrature.weight.push_back(plan.width * weights[q] * NufftKernel(nodes[q], plan.beta));
+    quadrature.angle.push_back(scale * nodes[q]);
+  }
+  return quadrature;
+}
+
+std::vector<double> NufftDeconvolution(const NufftPlan& plan) {
+  const NufftQuadrature quadrature = NufftKernelQuadrature(plan);
+  const int64_t largest = NufftLargestMode(plan);
+  std::vector<double> p(largest + 1, 0.0);
+  for (size_t q = 0; q < quadrature.weight.size(); ++q) {
     // e^{i m angle} by rotation, restarted exactly every kRestart modes.
     constexpr int64_t kRestart = 256;
+    const double angle = quadrature.angle[q];
     const std::complex<double> turn = std::polar(1.0, angle);
     std::complex<double> rotation;
     for (int64_t m = 0; m <= largest; ++m) {
       rotation = m % kRestart == 0 ? std::polar(1.0, angle * static_cast<double>(m)) : rotation * turn;
-      p[m] += weight * rotation.real();
+      p[m] += quadrature.weight[q] * rotation.real();
     }
   }
   for (double& value : p) value = 1 / value;

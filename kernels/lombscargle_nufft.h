@@ -61,9 +61,13 @@ EvenFrequencies EvenGrid(const Linspace& grid);
 double EvenSpacingTolerance(DType dtype, LombScargleMethod method);
 
 // The even spacing through f[0] and f[count - 1], or INVALID_ARGUMENT naming the
-// first frequency that departs from it by more than tolerance * max |f|.
+// first frequency that departs from it by more than EvenSpacingAllowed.
 template <typename T>
 absl::StatusOr<EvenFrequencies> EvenlySpaced(const T* f, int64_t count, double tolerance);
+// The departure allowed: tolerance * the larger |end| (an even spacing's largest |f|).
+double EvenSpacingAllowed(const EvenFrequencies& even, double tolerance);
+// EvenlySpaced's error for frequency k of value f.
+absl::Status UnevenError(const EvenFrequencies& even, int64_t k, double f, double allowed);
 
 // The size of one NUFFT: kernel width and shape, modes, grid.
 struct NufftPlan {
@@ -78,27 +82,29 @@ struct NufftPlan {
 // power) as FINUFFT picks it at upsampling 2: w = digits + 2, beta = 2.30 w.
 NufftPlan PlanNufft(int64_t frequencies, double accuracy);
 
-// 1 / (the kernel's Fourier transform) at |m| = 0 .. max(h, M - 1 - h), by
-// Gauss-Legendre quadrature of the kernel over its support.
+// The kernel's Fourier transform at mode m by Gauss-Legendre quadrature over its
+// support: p(m) = sum_q weight[q] cos(m angle[q]).
+struct NufftQuadrature {
+  std::vector<double> weight, angle;
+};
+inline constexpr int kMaxNufftQuadratureNodes = 40;
+NufftQuadrature NufftKernelQuadrature(const NufftPlan& plan);
+
+// Modes of the transform: |m| runs over 0 .. NufftLargestMode.
+inline int64_t NufftLargestMode(const NufftPlan& plan) {
+  return plan.half > plan.modes - 1 - plan.half ? plan.half : plan.modes - 1 - plan.half;
+}
+
+// 1 / p(|m|) for |m| = 0 .. NufftLargestMode.
 std::vector<double> NufftDeconvolution(const NufftPlan& plan);
+
+// A frequency is computed again by the direct sums when its error bound passes this
+// share of the accuracy times the row's largest power (the rest is left to rounding).
+inline constexpr double kNufftRedoFraction = 0.5;
 
 // Error of one transform's sums relative to sum |c_j|: measured at most a third of
 // 10^-(w - 1) over M = 7 .. 20000, and never below float64's phase rounding.
 double NufftSumError(const NufftPlan& plan);
-
-// First-order bound on the error of the power 2 r^T G^-1 r, G = [[cc, cs], [cs, ss]],
-// r = (yc, ys), given errors dg in G (2-norm) and dr in r; infinite where dg
-// reaches half of G's smallest eigenvalue.
-inline double PowerErrorBound(double cc, double ss, double cs, double yc, double ys, double dg,
-                              double dr) {
-  const double mean = (cc + ss) / 2;
-  const double lambda_min = mean - std::hypot((cc - ss) / 2, cs);
-  if (!(lambda_min > 2 * dg)) return INFINITY;
-  const double d = cc * ss - cs * cs;
-  const double a = (yc * ss - ys * cs) / d, b = (ys * cc - yc * cs) / d;  // G^-1 r
-  const double v = std::hypot(a, b);
-  return 4 * v * dr + 4 * v * v * dg;  // 2 |v|^2 dg, doubled for the neglected terms
-}
 
 // The kernel at z in [-1, 1].
 inline double NufftKernel(double z, double beta) {

@@ -237,6 +237,7 @@ absl::Status DirectSums(ThreadPool& pool, const LombScargleShape& shape, const P
     const Lanes* x_row = rows.x.data() + (shape.x_batched ? b * vectors : 0);
     const Lanes* w = rows.w.data() + b * vectors;
     const Lanes* wy = rows.wy.data() + b * vectors;
+    const PowerSettings settings = SettingsFor(rows, shape, b, options);
     std::array<double, kMaxFrequencyBlock> f{};
     for (int64_t k = 0; k < count; ++k) f[k] = freqs.At<T>(first + k);
     const std::optional<Rotations> rotations = RotationsFor(f.data(), count, x_row, vectors);
@@ -253,8 +254,7 @@ absl::Status DirectSums(ThreadPool& pool, const LombScargleShape& shape, const P
       } else {
         sums = Accumulate<false>(w, wy, c.data(), s.data(), nullptr, nullptr, vectors);
       }
-      result[b * m + first + k] =
-          static_cast<T>(Power(sums, rows.y_sum[b], rows.yy_sum[b], shape.samples, options));
+      result[b * m + first + k] = static_cast<T>(Power(sums, settings));
     }
   };
   return pool.ParallelFor(shape.batch * blocks, GrainFor(block_size * shape.samples, 1 << 18), ctx,
@@ -265,31 +265,9 @@ absl::Status DirectSums(ThreadPool& pool, const LombScargleShape& shape, const P
 
 }  // namespace
 
-double Power(Sums sums, double y_sum, double yy_sum, int64_t samples,
-             const LombScargleOptions& options, const SumErrors* errors, double* error_bound) {
-  if (options.floating_mean) {
-    sums.yc -= y_sum * sums.c;
-    sums.ys -= y_sum * sums.s;
-    sums.cc -= sums.c * sums.c;
-    sums.ss -= sums.s * sums.s;
-    sums.cs -= sums.c * sums.s;
-  }
-  const double d = sums.cc * sums.ss - sums.cs * sums.cs;
-  const double a = (sums.yc * sums.ss - sums.ys * sums.cs) / d;
-  const double b = (sums.ys * sums.cc - sums.yc * sums.cs) / d;
-  const double p = 2 * (a * sums.yc + b * sums.ys);
-  const double scale = options.normalize
-                           ? 1 / (2 * (options.floating_mean ? yy_sum - y_sum * y_sum : yy_sum))
-                           : static_cast<double>(samples) / 4;
-  if (errors != nullptr) {
-    // A floating mean's products add |C| e + |S| e to G and |Y| e to r.
-    const double mean_g = options.floating_mean ? 2 : 0;
-    const double mean_r = options.floating_mean ? std::abs(y_sum) * errors->g : 0;
-    *error_bound = std::abs(scale) * PowerErrorBound(sums.cc, sums.ss, sums.cs, sums.yc, sums.ys,
-                                                     (1 + mean_g) * errors->g,
-                                                     std::sqrt(2.0) * (errors->r + mean_r));
-  }
-  return p * scale;
+PowerSettings SettingsFor(const PreparedRows& rows, const LombScargleShape& shape, int64_t b,
+                          const LombScargleOptions& options) {
+  return {rows.y_sum[b], rows.yy_sum[b], shape.samples, options.normalize, options.floating_mean};
 }
 
 double DirectPower(const PreparedRows& rows, const LombScargleShape& shape, int64_t b, double f,
@@ -300,7 +278,7 @@ double DirectPower(const PreparedRows& rows, const LombScargleShape& shape, int6
   SinCos(f, x, c.data(), s.data(), vectors);
   const Sums sums = Accumulate<false>(rows.w.data() + b * vectors, rows.wy.data() + b * vectors,
                                       c.data(), s.data(), nullptr, nullptr, vectors);
-  return Power(sums, rows.y_sum[b], rows.yy_sum[b], shape.samples, options);
+  return Power(sums, SettingsFor(rows, shape, b, options));
 }
 
 template <typename T>

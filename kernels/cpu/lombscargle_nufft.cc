@@ -83,10 +83,6 @@ void Spread(Complex value, double u, const NufftPlan& plan, Complex* grid) {
   }
 }
 
-// A frequency is computed again directly when its error bound passes this share
-// of the accuracy (the rest is left to the sums' own rounding).
-constexpr double kRedoFraction = 0.5;
-
 // Which of a row's three transforms: the sums of w and of w y at f_k, of w at 2 f_k.
 enum Transform { kWeights = 0, kWeightedY = 1, kWeightsDouble = 2, kTransforms = 3 };
 
@@ -163,13 +159,10 @@ absl::Status LombScargleNufft(ThreadPool& pool, const LombScargleShape& shape,
       const Complex* row = modes.data() + b * kTransforms * m;
       const Complex sum_w = row[kWeights * m + k], sum_wy = row[kWeightedY * m + k];
       const Complex sum_w2 = row[kWeightsDouble * m + k];
-      // The weights sum to 1: CC = (1 + C2) / 2, SS = (1 - C2) / 2, CS = S2 / 2.
-      const Sums sums{(1 + sum_w2.real()) / 2, (1 - sum_w2.real()) / 2, sum_w2.imag() / 2,
-                      sum_wy.real(),           sum_wy.imag(),           sum_w.real(),
-                      sum_w.imag()};
+      const Sums sums = SumsFromTransforms(sum_w.real(), sum_w.imag(), sum_wy.real(),
+                                           sum_wy.imag(), sum_w2.real(), sum_w2.imag());
       const SumErrors errors{sum_error, sum_error * wy_abs_sum[b]};
-      power[i] = Power(sums, rows.y_sum[b], rows.yy_sum[b], shape.samples, options, &errors,
-                       &bound[i]);
+      power[i] = Power(sums, SettingsFor(rows, shape, b, options), &errors, &bound[i]);
     }
   }));
   // Frequencies whose bound passes the accuracy, on the scale of the row's largest
@@ -179,7 +172,7 @@ absl::Status LombScargleNufft(ThreadPool& pool, const LombScargleShape& shape,
     double largest = 0;
     for (int64_t k = 0; k < m; ++k) largest = std::max(largest, std::abs(power[b * m + k]));
     for (int64_t k = 0; k < m; ++k) {
-      if (!(bound[b * m + k] <= kRedoFraction * options.accuracy * largest)) redo.push_back(b * m + k);
+      if (!(bound[b * m + k] <= kNufftRedoFraction * options.accuracy * largest)) redo.push_back(b * m + k);
     }
   }
   GC_RETURN_IF_ERROR(pool.ParallelFor(

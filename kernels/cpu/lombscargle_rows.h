@@ -12,6 +12,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/lombscargle_nufft.h"
+#include "kernels/lombscargle_power.h"
 #include "kernels/shape_rules.h"
 
 namespace gpucompute::cpu {
@@ -25,11 +26,6 @@ constexpr int64_t kLanes = 4;
 constexpr int64_t kLanes = 2;
 #endif
 using Lanes = double __attribute__((vector_size(kLanes * sizeof(double))));
-
-// Weighted sums over one row at one frequency.
-struct Sums {
-  double cc, ss, cs, yc, ys, c, s;
-};
 
 // Row data in float64, each row `vectors` Lanes long; padding samples have x = w = 0.
 struct PreparedRows {
@@ -56,17 +52,9 @@ absl::StatusOr<PreparedRows> PrepareRows(ThreadPool& pool, const LombScargleShap
                                          const Array& x, const Array& y, const Array* weights,
                                          const LombScargleOptions& options, const OpContext& ctx);
 
-// Absolute errors of sums that are not exact: in each of C, S, CC, SS, CS (g),
-// and in YC, YS (r).
-struct SumErrors {
-  double g = 0, r = 0;
-};
-
-// The periodogram's value from one frequency's sums (SciPy 1.15's generalized
-// form). With `errors`, also a bound on the value's error (PowerErrorBound).
-double Power(Sums sums, double y_sum, double yy_sum, int64_t samples,
-             const LombScargleOptions& options, const SumErrors* errors = nullptr,
-             double* error_bound = nullptr);
+// The settings Power needs for batch row b.
+PowerSettings SettingsFor(const PreparedRows& rows, const LombScargleShape& shape, int64_t b,
+                          const LombScargleOptions& options);
 
 // The value at frequency f of batch row b by the direct sums.
 double DirectPower(const PreparedRows& rows, const LombScargleShape& shape, int64_t b, double f,

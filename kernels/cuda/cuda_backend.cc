@@ -6,7 +6,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -20,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
+#include "kernels/cuda/cufft_plans.h"
 #include "kernels/cuda/cuda_resources.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device.h"
@@ -287,11 +290,17 @@ class CudaBackend final : public Backend {
     GC_ASSIGN_OR_RETURN(const LombScargleShape shape,
                         CheckLombScargleArrays(x, y, weights, freqs, grid, out));
     GC_RETURN_IF_ERROR(CheckNufftAccuracy(options.accuracy, "accuracy"));
-    if (options.method == LombScargleMethod::kNufft) {
-      return absl::UnimplementedError("method NUFFT runs on the CPU backend only, so far");
-    }
-    ctx.method = LombScargleMethodName(LombScargleMethod::kDirect);
     const DType dtype = y.dtype();
+    absl::StatusOr<EvenFrequencies> even = EvenGrid(grid);
+    absl::Duration check_time = absl::ZeroDuration();
+    if (freqs != nullptr && options.method != LombScargleMethod::kDirect) {
+      even = EvenlySpacedOnDevice(*d, *freqs, EvenSpacingTolerance(dtype, options.method), ctx);
+      if (even.status().code() != absl::StatusCode::kInvalidArgument) GC_RETURN_IF_ERROR(even.status());
+      check_time = ctx.compute_time;
+    }
+    GC_ASSIGN_OR_RETURN(const LombScargleMethod method,
+                        ChooseLombScargleMethod(options, shape, even.status()));
+    ctx.method = LombScargleMethodName(method);
     cuda::LombScargleArgs args;
     args.batch = shape.batch;
     args.samples = shape.samples;
@@ -309,11 +318,38 @@ class CudaBackend final : public Backend {
     args.floating_mean = options.floating_mean;
     args.out = out.data();
     cuda::LombScargleResult* d_result = nullptr;
+    std::optional<cuda::CufftPlans::Lease> fft;
+    cuda::LombScargleNufftArgs nufft;
+    void* nufft_scratch = nullptr;
+    if (method == LombScargleMethod::kNufft) {
+      nufft = NufftArgs(shape, *even, options);
+      cuda::ScopedDevice on_device(d->ordinal);
+      GC_DEV_TRY(*d, on_device.error(), "cudaSetDevice");
+      absl::StatusOr<cuda::CufftPlans::Lease> lease =
+          fft_plans_.Acquire({d->ordinal, nufft.grid, 3 * shape.batch});
+      GC_RETURN_IF_ERROR(lease.status());
+      fft.emplace(std::move(*lease));
+    }
     OpSteps steps;
-    steps.prepare = [&](const OpEnv& env) {
-      return env.scratch->Allocate(sizeof(cuda::LombScargleResult), reinterpret_cast<void**>(&d_result));
+    steps.prepare = [&](const OpEnv& env) -> cudaError_t {
+      cudaError_t e = env.scratch->Allocate(sizeof(cuda::LombScargleResult), reinterpret_cast<void**>(&d_result));
+      if (e != cudaSuccess || !fft.has_value()) return e;
+      void* work = nullptr;
+      e = env.scratch->Allocate(std::max<size_t>(fft->work_bytes(), 1), &work);
+      if (e == cudaSuccess) {
+        e = env.scratch->Allocate(cuda::LombScargleNufftScratchBytes(dtype, args, nufft), &nufft_scratch);
+      }
+      if (e != cudaSuccess) return e;
+      if (cufftSetWorkArea(fft->handle(), work) != CUFFT_SUCCESS ||
+          cufftSetStream(fft->handle(), env.launch.stream) != CUFFT_SUCCESS) {
+        return cudaErrorInvalidValue;
+      }
+      return cudaSuccess;
     };
     steps.launch = [&](const OpEnv& env) {
+      if (fft.has_value()) {
+        return cuda::LaunchLombScargleNufft(dtype, args, nufft, fft->handle(), nufft_scratch, d_result, env.launch);
+      }
       return cuda::LaunchLombScargle(dtype, args, d_result, env.launch);
     };
     steps.readback = [&](const OpEnv& env) {
@@ -334,10 +370,77 @@ class CudaBackend final : public Backend {
       }
       return WeightsRowError(reinterpret_cast<const double*>(host.data()), row, shape.samples);
     };
-    return cuda::RunOp(*d, *copies_, "LombScargle", ctx, steps);
+    GC_RETURN_IF_ERROR(cuda::RunOp(*d, *copies_, "LombScargle", ctx, steps));
+    ctx.compute_time += check_time;
+    return absl::OkStatus();
   }
 
  private:
+  // EvenlySpaced of a frequency array on the device: a check kernel, then the ends
+  // (and the first uneven frequency) copied back for the spacing and the message.
+  absl::StatusOr<EvenFrequencies> EvenlySpacedOnDevice(DeviceState& d, const Array& freqs,
+                                                       double tolerance, OpContext& ctx) {
+    const int64_t m = freqs.size();
+    unsigned long long* d_first = nullptr;
+    OpSteps steps;
+    steps.prepare = [&](const OpEnv& env) {
+      return env.scratch->Allocate(sizeof(unsigned long long), reinterpret_cast<void**>(&d_first));
+    };
+    steps.launch = [&](const OpEnv& env) {
+      return cuda::LaunchLombScargleEvenCheck(freqs.dtype(), freqs.data(), m, tolerance, d_first,
+                                              env.launch);
+    };
+    steps.readback = [&](const OpEnv& env) {
+      return cudaMemcpyAsync(env.small, d_first, sizeof(unsigned long long), cudaMemcpyDeviceToHost,
+                             env.launch.stream);
+    };
+    unsigned long long first = cuda::kNoIndex;
+    steps.finish = [&](const OpEnv& env) {
+      first = *static_cast<const unsigned long long*>(env.small);
+      return absl::OkStatus();
+    };
+    GC_RETURN_IF_ERROR(cuda::RunOp(d, *copies_, "LombScargle even check", ctx, steps));
+    auto at = [&](int64_t k) -> absl::StatusOr<double> {
+      const size_t es = ElementSize(freqs.dtype());
+      double f64 = 0;
+      float f32 = 0;
+      void* host = freqs.dtype() == DType::kFloat32 ? static_cast<void*>(&f32) : &f64;
+      GC_RETURN_IF_ERROR(CopyFromArray(freqs, static_cast<size_t>(k) * es, es, host));
+      return freqs.dtype() == DType::kFloat32 ? static_cast<double>(f32) : f64;
+    };
+    EvenFrequencies even{0, 0, m};
+    GC_ASSIGN_OR_RETURN(even.start, at(0));
+    GC_ASSIGN_OR_RETURN(const double last, at(m - 1));
+    if (m > 1) even.step = (last - even.start) / static_cast<double>(m - 1);
+    if (first == cuda::kNoIndex) return even;
+    GC_ASSIGN_OR_RETURN(const double bad, at(static_cast<int64_t>(first)));
+    return UnevenError(even, static_cast<int64_t>(first), bad, EvenSpacingAllowed(even, tolerance));
+  }
+
+  // The launch's view of the NUFFT (kernels/lombscargle_nufft.h).
+  static cuda::LombScargleNufftArgs NufftArgs(const LombScargleShape& shape,
+                                              const EvenFrequencies& even,
+                                              const LombScargleOptions& options) {
+    const NufftPlan plan = PlanNufft(shape.frequencies, options.accuracy);
+    const NufftQuadrature quadrature = NufftKernelQuadrature(plan);
+    cuda::LombScargleNufftArgs args;
+    args.width = plan.width;
+    args.beta = plan.beta;
+    args.half = plan.half;
+    args.grid = plan.grid;
+    args.largest_mode = NufftLargestMode(plan);
+    args.f_start = even.start;
+    args.f_step = even.step;
+    args.sum_error = NufftSumError(plan);
+    args.redo_threshold = kNufftRedoFraction * options.accuracy;
+    args.nodes = static_cast<int>(quadrature.weight.size());
+    for (int q = 0; q < args.nodes; ++q) {
+      args.node_weight[q] = quadrature.weight[q];
+      args.node_angle[q] = quadrature.angle[q];
+    }
+    return args;
+  }
+
   CudaBackend(std::vector<std::shared_ptr<DeviceState>> devices,
               std::unique_ptr<cuda::HostCopies> copies, int kernels_loaded, absl::Duration warmup_time)
       : devices_(std::move(devices)),
@@ -347,6 +450,7 @@ class CudaBackend final : public Backend {
 
   cuda::DeviceSet devices_;
   std::unique_ptr<cuda::HostCopies> copies_;
+  cuda::CufftPlans fft_plans_;
   const int kernels_loaded_;
   const absl::Duration warmup_time_;
 };

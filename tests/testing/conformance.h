@@ -78,7 +78,7 @@ struct CpuSubject {
 // (N = 3 and 5, __sincosf's worst error on every call) the worst reached 30.
 struct CudaSubject {
   static constexpr const char* kName = "cuda";
-  static constexpr bool kHasNufft = false;
+  static constexpr bool kHasNufft = true;
   static absl::StatusOr<std::unique_ptr<Backend>> Create() {
     BackendOptions options;
     options.kind = BackendKind::kCuda;
