@@ -13,7 +13,8 @@
 // are advanced from one frequency to the next by a rotation through gap * x,
 // recomputed exactly at each block start: a few multiply-adds per (frequency,
 // sample) instead of a sin and a cos. Other frequencies call sin and cos for
-// every (frequency, sample).
+// every (frequency, sample). Evenly spaced frequencies may go through the NUFFT
+// instead (lombscargle_nufft.cc; ChooseLombScargleMethod decides).
 #include <algorithm>
 #include <array>
 #include <cmath>
