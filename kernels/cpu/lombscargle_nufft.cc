@@ -83,6 +83,9 @@ void Spread(Complex value, double u, const NufftPlan& plan, Complex* grid) {
   }
 }
 
+// Host memory the modes, powers and bounds of one chunk of rows may take.
+constexpr int64_t kChunkBytes = int64_t{256} << 20;
+
 // Which of a row's three transforms: the sums of w and of w y at f_k, of w at 2 f_k.
 enum Transform { kWeights = 0, kWeightedY = 1, kWeightsDouble = 2, kTransforms = 3 };
 
@@ -125,65 +128,76 @@ absl::Status LombScargleNufft(ThreadPool& pool, const LombScargleShape& shape,
   GC_ASSIGN_OR_RETURN(const std::unique_ptr<FftwPlan> fft, FftwPlan::Create(plan.grid));
   const int64_t m = shape.frequencies;
   const int64_t padded = rows.vectors * kLanes;
-  // modes[(b * 3 + transform) * M + k]: that transform's sum at frequency k.
-  std::vector<Complex> modes(shape.batch * kTransforms * m);
-  std::atomic<bool> out_of_memory = false;
-  GC_RETURN_IF_ERROR(
-      pool.ParallelFor(shape.batch * kTransforms, 1, ctx, [&](int64_t begin, int64_t end) {
-        FftwGrid grid = AllocateGrid(plan.grid);
-        if (grid == nullptr) {
-          out_of_memory = true;
-          return;
-        }
-        for (int64_t task = begin; task < end; ++task) {
-          const int64_t b = task / kTransforms;
-          RunTransform(plan, *fft, inverse_p, freqs, rows.XRow(b, shape.x_batched), rows.WRow(b),
-                       rows.WyRow(b), padded, static_cast<Transform>(task % kTransforms),
-                       grid.get(), modes.data() + task * m);
-        }
-      }));
-  if (out_of_memory) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot allocate an FFT grid of ", plan.grid, " points"));
-  }
-  // Each row's |w y| sum scales the error of its w y transform.
-  std::vector<double> wy_abs_sum(shape.batch, 0.0);
-  for (int64_t b = 0; b < shape.batch; ++b) {
-    for (int64_t j = 0; j < padded; ++j) wy_abs_sum[b] += std::abs(rows.WyRow(b)[j]);
-  }
   const double sum_error = NufftSumError(plan);
-  std::vector<double> power(shape.batch * m), bound(shape.batch * m);
-  GC_RETURN_IF_ERROR(pool.ParallelFor(shape.batch * m, GrainFor(64), ctx, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t b = i / m, k = i % m;
-      const Complex* row = modes.data() + b * kTransforms * m;
-      const Complex sum_w = row[kWeights * m + k], sum_wy = row[kWeightedY * m + k];
-      const Complex sum_w2 = row[kWeightsDouble * m + k];
-      const Sums sums = SumsFromTransforms(sum_w.real(), sum_w.imag(), sum_wy.real(),
-                                           sum_wy.imag(), sum_w2.real(), sum_w2.imag());
-      const SumErrors errors{sum_error, sum_error * wy_abs_sum[b]};
-      power[i] = Power(sums, SettingsFor(rows, shape, b, options), &errors, &bound[i]);
+  // Rows in chunks, so that the modes of a large batch never need more than about
+  // kChunkBytes at once.
+  const int64_t chunk_rows =
+      std::clamp<int64_t>(kChunkBytes / (m * (kTransforms * sizeof(Complex) + 2 * sizeof(double))),
+                          1, shape.batch);
+  // modes[(row * 3 + transform) * M + k]: that transform's sum at frequency k; power and
+  // bound per (row, k); rows of the chunk from `first`.
+  std::vector<Complex> modes(chunk_rows * kTransforms * m);
+  std::vector<double> power(chunk_rows * m), bound(chunk_rows * m);
+  for (int64_t first = 0; first < shape.batch; first += chunk_rows) {
+    const int64_t count = std::min(chunk_rows, shape.batch - first);
+    std::atomic<bool> out_of_memory = false;
+    GC_RETURN_IF_ERROR(
+        pool.ParallelFor(count * kTransforms, 1, ctx, [&](int64_t begin, int64_t end) {
+          FftwGrid grid = AllocateGrid(plan.grid);
+          if (grid == nullptr) {
+            out_of_memory = true;
+            return;
+          }
+          for (int64_t task = begin; task < end; ++task) {
+            const int64_t b = first + task / kTransforms;
+            RunTransform(plan, *fft, inverse_p, freqs, rows.XRow(b, shape.x_batched), rows.WRow(b),
+                         rows.WyRow(b), padded, static_cast<Transform>(task % kTransforms),
+                         grid.get(), modes.data() + task * m);
+          }
+        }));
+    if (out_of_memory) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate an FFT grid of ", plan.grid, " points"));
     }
-  }));
-  // Frequencies whose bound passes the accuracy, on the scale of the row's largest
-  // power, again by the direct sums.
-  std::vector<int64_t> redo;
-  for (int64_t b = 0; b < shape.batch; ++b) {
-    double largest = 0;
-    for (int64_t k = 0; k < m; ++k) largest = std::max(largest, std::abs(power[b * m + k]));
-    for (int64_t k = 0; k < m; ++k) {
-      if (!(bound[b * m + k] <= kNufftRedoFraction * options.accuracy * largest)) redo.push_back(b * m + k);
+    // Each row's |w y| sum scales the error of its w y transform.
+    std::vector<double> wy_abs_sum(count, 0.0);
+    for (int64_t r = 0; r < count; ++r) {
+      for (int64_t j = 0; j < padded; ++j) wy_abs_sum[r] += std::abs(rows.WyRow(first + r)[j]);
     }
-  }
-  GC_RETURN_IF_ERROR(pool.ParallelFor(
-      static_cast<int64_t>(redo.size()), GrainFor(padded), ctx, [&](int64_t begin, int64_t end) {
-        for (int64_t r = begin; r < end; ++r) {
-          const int64_t b = redo[r] / m, k = redo[r] % m;
-          power[redo[r]] = DirectPower(rows, shape, b,
-                                       freqs.start + static_cast<double>(k) * freqs.step, options);
+    GC_RETURN_IF_ERROR(pool.ParallelFor(count * m, GrainFor(64), ctx, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t r = i / m, k = i % m;
+        const Complex* row = modes.data() + r * kTransforms * m;
+        const Complex sum_w = row[kWeights * m + k], sum_wy = row[kWeightedY * m + k];
+        const Complex sum_w2 = row[kWeightsDouble * m + k];
+        const Sums sums = SumsFromTransforms(sum_w.real(), sum_w.imag(), sum_wy.real(),
+                                             sum_wy.imag(), sum_w2.real(), sum_w2.imag());
+        const SumErrors errors{sum_error, sum_error * wy_abs_sum[r]};
+        power[i] = Power(sums, SettingsFor(rows, shape, first + r, options), &errors, &bound[i]);
+      }
+    }));
+    // Frequencies whose bound passes the accuracy, on the scale of the row's largest
+    // power, again by the direct sums.
+    std::vector<int64_t> redo;
+    for (int64_t r = 0; r < count; ++r) {
+      double largest = 0;
+      for (int64_t k = 0; k < m; ++k) largest = std::max(largest, std::abs(power[r * m + k]));
+      for (int64_t k = 0; k < m; ++k) {
+        if (!(bound[r * m + k] <= kNufftRedoFraction * options.accuracy * largest)) {
+          redo.push_back(r * m + k);
         }
-      }));
-  for (int64_t i = 0; i < shape.batch * m; ++i) out[i] = static_cast<T>(power[i]);
+      }
+    }
+    GC_RETURN_IF_ERROR(pool.ParallelFor(
+        static_cast<int64_t>(redo.size()), GrainFor(padded), ctx, [&](int64_t begin, int64_t end) {
+          for (int64_t e = begin; e < end; ++e) {
+            const int64_t r = redo[e] / m, k = redo[e] % m;
+            power[redo[e]] = DirectPower(rows, shape, first + r,
+                                         freqs.start + static_cast<double>(k) * freqs.step, options);
+          }
+        }));
+    for (int64_t i = 0; i < count * m; ++i) out[first * m + i] = static_cast<T>(power[i]);
+  }
   return absl::OkStatus();
 }
 

@@ -323,10 +323,15 @@ class CudaBackend final : public Backend {
     void* nufft_scratch = nullptr;
     if (method == LombScargleMethod::kNufft) {
       nufft = NufftArgs(shape, *even, options);
+      // As many rows per pass as fit kNufftScratchBytes (at least one).
+      const size_t per_row = cuda::LombScargleNufftScratchBytes(dtype, args, nufft) +
+                             3 * sizeof(double) * 2 * static_cast<size_t>(nufft.grid);
+      nufft.chunk_rows = std::clamp<int64_t>(static_cast<int64_t>(kNufftScratchBytes / per_row), 1,
+                                             shape.batch);
       cuda::ScopedDevice on_device(d->ordinal);
       GC_DEV_TRY(*d, on_device.error(), "cudaSetDevice");
       absl::StatusOr<cuda::CufftPlans::Lease> lease =
-          fft_plans_.Acquire({d->ordinal, nufft.grid, 3 * shape.batch});
+          fft_plans_.Acquire({d->ordinal, nufft.grid, 3 * nufft.chunk_rows});
       GC_RETURN_IF_ERROR(lease.status());
       fft.emplace(std::move(*lease));
     }
@@ -416,6 +421,10 @@ class CudaBackend final : public Backend {
     GC_ASSIGN_OR_RETURN(const double bad, at(static_cast<int64_t>(first)));
     return UnevenError(even, static_cast<int64_t>(first), bad, EvenSpacingAllowed(even, tolerance));
   }
+
+  // Scratch one NUFFT pass may take (its grids, modes and bounds): rows beyond it
+  // run in further passes.
+  static constexpr size_t kNufftScratchBytes = size_t{1} << 30;
 
   // The launch's view of the NUFFT (kernels/lombscargle_nufft.h).
   static cuda::LombScargleNufftArgs NufftArgs(const LombScargleShape& shape,

@@ -155,6 +155,7 @@ struct LombScargleNufftArgs {
   double beta = 0;
   int64_t half = 0;
   int64_t grid = 0;           // n
+  int64_t chunk_rows = 1;     // rows per pass (the FFT plan's batch is 3 x chunk_rows)
   int64_t largest_mode = 0;   // |m| <= largest_mode
   double f_start = 0, f_step = 0;
   double sum_error = 0;       // NufftSumError
@@ -164,12 +165,14 @@ struct LombScargleNufftArgs {
   double node_angle[kNufftMaxNodes] = {};
 };
 
-// Scratch bytes LaunchLombScargleNufft needs besides the FFT's work area.
+// Scratch bytes LaunchLombScargleNufft needs besides the FFT's work area, for
+// nufft.chunk_rows rows.
 size_t LombScargleNufftScratchBytes(DType dtype, const LombScargleArgs& args,
                                     const LombScargleNufftArgs& nufft);
 
-// The periodogram of args at the even frequencies of `nufft`, through `fft` (a
-// cuFFT plan of batch * 3 double-complex inverse transforms of nufft.grid points,
+// The periodogram of args at the even frequencies of `nufft`, chunk_rows rows at a
+// time, through `fft` (a cuFFT plan of chunk_rows * 3 double-complex inverse
+// transforms of nufft.grid points,
 // set to env.stream and given its work area) and `scratch` of
 // LombScargleNufftScratchBytes. Frequencies whose error bound passes the accuracy
 // are computed again by direct sums (one warp each).

@@ -42,6 +42,7 @@ struct NufftScratch {
   void* wy;                     // (B, N) of T
   int64_t* redo;                // (B * M)
   unsigned long long* redo_count;
+  LombScargleResult* chunk_result;
 };
 
 size_t AlignUp(size_t bytes) { return (bytes + 255) & ~size_t{255}; }
@@ -49,7 +50,7 @@ size_t AlignUp(size_t bytes) { return (bytes + 255) & ~size_t{255}; }
 // Carves `base` into the arrays above; returns the bytes used (base null: just count).
 size_t Layout(DType dtype, const LombScargleArgs& a, const LombScargleNufftArgs& u, char* base,
               NufftScratch* s) {
-  const int64_t b = a.batch, bm = a.batch * a.frequencies;
+  const int64_t b = u.chunk_rows, bm = u.chunk_rows * a.frequencies;
   size_t at = 0;
   auto take = [&](size_t bytes) {
     char* p = base == nullptr ? nullptr : base + at;
@@ -66,6 +67,7 @@ size_t Layout(DType dtype, const LombScargleArgs& a, const LombScargleNufftArgs&
   s->wy = take(ElementSize(dtype) * b * a.samples);
   s->redo = reinterpret_cast<int64_t*>(take(sizeof(int64_t) * bm));
   s->redo_count = reinterpret_cast<unsigned long long*>(take(sizeof(unsigned long long)));
+  s->chunk_result = reinterpret_cast<LombScargleResult*>(take(sizeof(LombScargleResult)));
   return at;
 }
 
@@ -233,6 +235,29 @@ __global__ void __launch_bounds__(NufftPolicy::kThreads)
   }
 }
 
+// The bad-weights row of a chunk starting at row `first`, into the launch's result.
+__global__ void MergeResultKernel(const LombScargleResult* chunk, int64_t first,
+                                  LombScargleResult* result) {
+  if (chunk->bad_batch != kNoIndex) {
+    atomicMin(&result->bad_batch, chunk->bad_batch + static_cast<unsigned long long>(first));
+  }
+}
+
+// The rows [first, first + rows) of `a` as a batch of their own.
+LombScargleArgs ChunkOf(DType dtype, const LombScargleArgs& a, int64_t first, int64_t rows) {
+  const size_t es = ElementSize(dtype);
+  const int64_t row_bytes = a.samples * static_cast<int64_t>(es);
+  LombScargleArgs c = a;
+  c.batch = rows;
+  c.x = static_cast<const char*>(a.x) + (a.x_batched ? first * row_bytes : 0);
+  c.y = static_cast<const char*>(a.y) + first * row_bytes;
+  if (a.weights != nullptr) {
+    c.weights = static_cast<const char*>(a.weights) + (a.weights_batched ? first * row_bytes : 0);
+  }
+  c.out = static_cast<char*>(a.out) + first * a.frequencies * static_cast<int64_t>(es);
+  return c;
+}
+
 template <typename T>
 cudaError_t LaunchT(const LombScargleArgs& a, const LombScargleNufftArgs& u, cufftHandle fft,
                     const NufftScratch& s, LombScargleResult* result, const LaunchEnv& env) {
@@ -293,10 +318,21 @@ cudaError_t LaunchLombScargleNufft(DType dtype, const LombScargleArgs& a,
   GC_REQUIRE(a.x != nullptr && a.y != nullptr && a.out != nullptr);
   GC_REQUIRE(u.width >= 2 && u.width <= 16 && u.grid >= 2 * a.frequencies && u.grid >= 2 * u.width);
   GC_REQUIRE(u.nodes >= 1 && u.nodes <= kNufftMaxNodes);
+  GC_REQUIRE(u.chunk_rows >= 1 && u.chunk_rows <= a.batch);
   NufftScratch s;
   Layout(dtype, a, u, static_cast<char*>(scratch), &s);
-  if (dtype == DType::kFloat32) return LaunchT<float>(a, u, fft, s, result, env);
-  return LaunchT<double>(a, u, fft, s, result, env);
+  GC_TRY(cudaMemsetAsync(result, 0xff, sizeof(LombScargleResult), env.stream));
+  // Chunks of chunk_rows rows (the FFT plan's batch); the last one ends at the last row,
+  // overlapping the one before rather than running short: those rows come out the same.
+  for (int64_t start = 0; start < a.batch; start += u.chunk_rows) {
+    const int64_t first = std::min(start, a.batch - u.chunk_rows);
+    const LombScargleArgs chunk = ChunkOf(dtype, a, first, u.chunk_rows);
+    GC_TRY(dtype == DType::kFloat32 ? LaunchT<float>(chunk, u, fft, s, s.chunk_result, env)
+                                    : LaunchT<double>(chunk, u, fft, s, s.chunk_result, env));
+    MergeResultKernel<<<1, 1, 0, env.stream>>>(s.chunk_result, first, result);
+    GC_CHECK_LAUNCH();
+  }
+  return cudaSuccess;
 }
 
 cudaError_t LaunchLombScargleEvenCheck(DType dtype, const void* freqs, int64_t m, double tolerance,
@@ -324,6 +360,7 @@ void ListLombScargleNufftKernels(std::vector<KernelEntry>& out) {
   out.push_back({"lombscargle.nufft.power<f32>", (const void*)&PowerKernel<float>});
   out.push_back({"lombscargle.nufft.power<f64>", (const void*)&PowerKernel<double>});
   out.push_back({"lombscargle.nufft.flag", (const void*)&FlagKernel});
+  out.push_back({"lombscargle.nufft.merge_result", (const void*)&MergeResultKernel});
   out.push_back({"lombscargle.nufft.redo<f32>", (const void*)&RedoKernel<float>});
   out.push_back({"lombscargle.nufft.redo<f64>", (const void*)&RedoKernel<double>});
   out.push_back({"lombscargle.even_check<f32>", (const void*)&EvenCheckKernel<float>});
