@@ -107,6 +107,8 @@ struct LombScargleOptions {
   bool floating_mean = false;
   LombScargleMethod method = LombScargleMethod::kAuto;
   double accuracy = kDefaultNufftAccuracy;  // NUFFT only; [kMinNufftAccuracy, kMaxNufftAccuracy]
+  // Empty, or a ragged batch: B + 1 offsets of the rows in flat x, y, weights (LombScargleShapes).
+  std::vector<int64_t> row_offsets;
 };
 
 class Backend {
@@ -150,7 +152,8 @@ class Backend {
                                  OpContext& ctx) = 0;
   // scipy.signal.lombscargle over angular frequencies `freqs` (an array of shape
   // (M)) or `grid` (generated on the device). x: (N) or (B, N); y: (N) or (B, N);
-  // weights: null or y's shape or (N); out: (M) or (B, M). options.method kAuto
+  // weights: null or y's shape or (N); out: (M) or (B, M); or a ragged batch of
+  // flat x, y, weights with options.row_offsets, out (B, M). options.method kAuto
   // picks direct or NUFFT (ChooseLombScargleMethod); ctx.method says which ran.
   virtual absl::Status LombScargle(const Array& x, const Array& y, const Array* weights,
                                    const Array* freqs, const Linspace& grid,

@@ -3,12 +3,14 @@
 // option sweep of backend_conformance_test does not reach, the choice kAuto
 // makes, and the requests a backend refuses. CUDA instances skip the NUFFT until
 // that backend has it (Subject::kHasNufft).
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
@@ -81,6 +83,68 @@ TYPED_TEST(LombScargleMethods, NufftOnUnusualGrids) {
     for (int64_t k = 0; k < grid.count; ++k) {
       ASSERT_NEAR(got[k], want[k], bound) << "frequency " << k << " = " << freqs[k];
     }
+  }
+}
+
+// Series of different lengths in one request (row_offsets): each row as if alone, on
+// both methods and every option.
+TYPED_TEST(LombScargleMethods, RaggedBatchesMatchEachSeriesAlone) {
+  using T = typename TypeParam::Element;
+  const std::vector<int64_t> lengths = {3, 61, 200, 17};
+  std::vector<int64_t> offsets = {0};
+  for (int64_t n : lengths) offsets.push_back(offsets.back() + n);
+  const int64_t total = offsets.back(), m = 300;
+  std::vector<double> x = this->Uniform(total, 0, 100), y = this->Uniform(total, -1, 3);
+  std::vector<double> w = this->Uniform(total, 0.1, 2);
+  auto x_array = this->Upload({total}, x);
+  auto y_array = this->Upload({total}, y);
+  auto w_array = this->Upload({total}, w);
+  const Linspace grid{0.05, 10, m};
+  std::vector<double> freqs(m);
+  for (int64_t k = 0; k < m; ++k) freqs[k] = grid.At(k);
+  for (LombScargleMethod method : {LombScargleMethod::kDirect, kNufft}) {
+    for (int flags = 0; flags < 16; ++flags) {
+      LombScargleOptions o{.precenter = (flags & 1) != 0, .normalize = (flags & 2) != 0,
+                           .floating_mean = (flags & 4) != 0, .method = method};
+      o.row_offsets = offsets;
+      const bool weighted = (flags & 8) != 0;
+      SCOPED_TRACE(absl::StrCat(LombScargleMethodName(method), " flags ", flags));
+      auto out = this->Poisoned({4, m});
+      const absl::Status status = this->backend_->LombScargle(
+          *x_array, *y_array, weighted ? w_array.get() : nullptr, nullptr, grid, o, *out, this->ctx_);
+      ASSERT_TRUE(status.ok()) << status.message();
+      const std::vector<double> got = this->Download(*out);
+      for (size_t b = 0; b < lengths.size(); ++b) {
+        const auto slice = [&](const std::vector<double>& v) {
+          return std::vector<double>(v.begin() + offsets[b], v.begin() + offsets[b + 1]);
+        };
+        const std::vector<double> row_w = slice(w);
+        const std::vector<double> want = test::LombScarglePowers(
+            slice(x), false, slice(y), weighted ? &row_w : nullptr, false, freqs, 1, lengths[b], o);
+        double largest = 0;
+        for (double v : want) largest = std::max(largest, std::abs(v));
+        // float32: the output's rounding; float64: the CPU's direct bound, or the NUFFT's.
+        const double bound = (sizeof(T) == 4 ? 1e-5 : method == kNufft ? o.accuracy : 1e-9) * largest;
+        for (int64_t k = 0; k < m; ++k) {
+          ASSERT_NEAR(got[b * m + k], want[k], bound) << "row " << b << " frequency " << k;
+        }
+      }
+    }
+  }
+}
+
+TYPED_TEST(LombScargleMethods, RefusesBadRowOffsets) {
+  std::vector<double> v = this->Uniform(10, 0, 1);
+  auto a = this->Upload({10}, v);
+  auto out = this->Poisoned({2, 5});
+  for (const std::vector<int64_t>& offsets :
+       {std::vector<int64_t>{0, 4, 4, 10}, std::vector<int64_t>{1, 10}, std::vector<int64_t>{0, 4, 9}}) {
+    LombScargleOptions o;
+    o.row_offsets = offsets;
+    const absl::Status status =
+        this->backend_->LombScargle(*a, *a, nullptr, nullptr, {1, 2, 5}, o, *out, this->ctx_);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status.message();
+    EXPECT_THAT(std::string(status.message()), HasSubstr("row_offsets")) << status.message();
   }
 }
 

@@ -111,16 +111,6 @@ void RotateBySmallAngle(double delta, const Lanes* x, const Lanes* c0, const Lan
   }
 }
 
-// Weight rows must be >= 0 with a positive, finite sum; returns the sums.
-template <typename T>
-absl::StatusOr<std::vector<double>> WeightSums(const T* weights, int64_t rows, int64_t samples) {
-  std::vector<double> sums(rows);
-  for (int64_t row = 0; row < rows; ++row) {
-    GC_ASSIGN_OR_RETURN(sums[row], CheckWeightsRow(weights + row * samples, row, samples));
-  }
-  return sums;
-}
-
 // Fills batch row b of `rows`: its weights normalized to sum 1, y centered when
 // precenter (plain mean, as SciPy), w * y, Y and YY. `x_row` is null when the
 // row shares x with row 0; `weights` null means equal weights.
@@ -268,7 +258,7 @@ absl::Status DirectSums(ThreadPool& pool, const LombScargleShape& shape, const P
 
 PowerSettings SettingsFor(const PreparedRows& rows, const LombScargleShape& shape, int64_t b,
                           const LombScargleOptions& options) {
-  return {rows.y_sum[b], rows.yy_sum[b], shape.samples, options.normalize, options.floating_mean};
+  return {rows.y_sum[b], rows.yy_sum[b], rows.samples[b], options.normalize, options.floating_mean};
 }
 
 double DirectPower(const PreparedRows& rows, const LombScargleShape& shape, int64_t b, double f,
@@ -289,11 +279,15 @@ absl::StatusOr<PreparedRows> PrepareRows(ThreadPool& pool, const LombScargleShap
                                          const LombScargleOptions& options, const OpContext& ctx) {
   const int64_t batch = shape.batch;
   const int64_t samples = shape.samples;
+  // Row b's first element and length in the flat (ragged) or rectangular arrays.
+  const std::vector<int64_t>& offsets = options.row_offsets;
+  const auto start = [&](int64_t b) { return shape.ragged ? offsets[b] : b * samples; };
+  const auto length = [&](int64_t b) { return shape.ragged ? offsets[b + 1] - offsets[b] : samples; };
   const T* weights = weights_array != nullptr ? weights_array->data_as<T>() : nullptr;
-  std::vector<double> weight_sums;
-  if (weights != nullptr) {
-    GC_ASSIGN_OR_RETURN(weight_sums,
-                        WeightSums(weights, shape.weights_batched ? batch : 1, samples));
+  const int64_t weight_rows = shape.weights_batched ? batch : 1;
+  std::vector<double> weight_sums(weight_rows);
+  for (int64_t r = 0; weights != nullptr && r < weight_rows; ++r) {
+    GC_ASSIGN_OR_RETURN(weight_sums[r], CheckWeightsRow(weights + start(r), r, length(r)));
   }
 
   PreparedRows rows;
@@ -303,6 +297,7 @@ absl::StatusOr<PreparedRows> PrepareRows(ThreadPool& pool, const LombScargleShap
   rows.wy.assign(batch * rows.vectors, Lanes{});
   rows.y_sum.resize(batch);
   rows.yy_sum.resize(batch);
+  rows.samples.resize(batch);
   const T* x = x_array.data_as<T>();
   const T* y = y_array.data_as<T>();
   GC_RETURN_IF_ERROR(
@@ -310,9 +305,11 @@ absl::StatusOr<PreparedRows> PrepareRows(ThreadPool& pool, const LombScargleShap
         for (int64_t b = begin; b < end; ++b) {
           const bool own_x = shape.x_batched || b == 0;
           const int64_t w_row = shape.weights_batched ? b : 0;
-          PrepareRow(b, own_x ? x + b * samples : nullptr, y + b * samples,
-                     weights != nullptr ? weights + w_row * samples : nullptr,
-                     weights != nullptr ? weight_sums[w_row] : 0, samples, options.precenter, rows);
+          rows.samples[b] = length(b);
+          PrepareRow(b, own_x ? x + start(b) : nullptr, y + start(b),
+                     weights != nullptr ? weights + start(w_row) : nullptr,
+                     weights != nullptr ? weight_sums[w_row] : 0, length(b), options.precenter,
+                     rows);
         }
       }));
   return rows;
@@ -356,7 +353,7 @@ absl::Status LombScargle(ThreadPool& pool, const Array& x, const Array& y, const
                          const Array* freqs, const Linspace& grid,
                          const LombScargleOptions& options, Array& out, OpContext& ctx) {
   GC_ASSIGN_OR_RETURN(const LombScargleShape shape,
-                      CheckLombScargleArrays(x, y, weights, freqs, grid, out));
+                      CheckLombScargleArrays(x, y, weights, freqs, grid, out, options.row_offsets));
   if (y.dtype() == DType::kFloat32) {
     return Run<float>(pool, shape, x, y, weights, freqs, grid, options, out, ctx);
   }

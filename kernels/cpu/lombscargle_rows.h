@@ -35,6 +35,7 @@ struct PreparedRows {
   std::vector<Lanes> wy;       // w * y (y centered when precenter), per batch row
   std::vector<double> y_sum;   // Y = sum w y
   std::vector<double> yy_sum;  // YY = sum w y y
+  std::vector<int64_t> samples;  // N of each row (ragged rows differ; the rest is padding)
 
   // Row b's samples as plain doubles, vectors * kLanes of them.
   const double* XRow(int64_t b, bool x_batched) const {

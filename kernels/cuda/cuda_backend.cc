@@ -288,7 +288,7 @@ class CudaBackend final : public Backend {
     operands.push_back({&out, "out"});
     GC_ASSIGN_OR_RETURN(DeviceState* const d, devices_.OperandDevice(operands));
     GC_ASSIGN_OR_RETURN(const LombScargleShape shape,
-                        CheckLombScargleArrays(x, y, weights, freqs, grid, out));
+                        CheckLombScargleArrays(x, y, weights, freqs, grid, out, options.row_offsets));
     GC_RETURN_IF_ERROR(CheckNufftAccuracy(options.accuracy, "accuracy"));
     const DType dtype = y.dtype();
     absl::StatusOr<EvenFrequencies> even = EvenGrid(grid);
@@ -313,7 +313,8 @@ class CudaBackend final : public Backend {
     args.freqs = freqs != nullptr ? freqs->data() : nullptr;
     args.grid_start = grid.start;
     args.grid_stop = grid.stop;
-    args.precenter = options.precenter;
+    // A ragged batch runs as the rectangular one RaggedGather makes (centred already).
+    args.precenter = options.precenter && !shape.ragged;
     args.normalize = options.normalize;
     args.floating_mean = options.floating_mean;
     args.out = out.data();
@@ -336,8 +337,10 @@ class CudaBackend final : public Backend {
       fft.emplace(std::move(*lease));
     }
     OpSteps steps;
+    cuda::LombScargleRaggedArgs ragged;
     steps.prepare = [&](const OpEnv& env) -> cudaError_t {
       cudaError_t e = env.scratch->Allocate(sizeof(cuda::LombScargleResult), reinterpret_cast<void**>(&d_result));
+      if (e == cudaSuccess && shape.ragged) e = PrepareRagged(shape, options, x, y, weights, env, ragged, args);
       if (e != cudaSuccess || !fft.has_value()) return e;
       void* work = nullptr;
       e = env.scratch->Allocate(std::max<size_t>(fft->work_bytes(), 1), &work);
@@ -351,11 +354,17 @@ class CudaBackend final : public Backend {
       }
       return cudaSuccess;
     };
-    steps.launch = [&](const OpEnv& env) {
-      if (fft.has_value()) {
-        return cuda::LaunchLombScargleNufft(dtype, args, nufft, fft->handle(), nufft_scratch, d_result, env.launch);
+    steps.launch = [&](const OpEnv& env) -> cudaError_t {
+      if (shape.ragged) {
+        const cudaError_t e = cuda::LaunchLombScargleRaggedGather(dtype, ragged, env.launch);
+        if (e != cudaSuccess) return e;
       }
-      return cuda::LaunchLombScargle(dtype, args, d_result, env.launch);
+      const cudaError_t e =
+          fft.has_value() ? cuda::LaunchLombScargleNufft(dtype, args, nufft, fft->handle(), nufft_scratch,
+                                                         d_result, env.launch)
+                          : cuda::LaunchLombScargle(dtype, args, d_result, env.launch);
+      if (e != cudaSuccess || !shape.ragged || options.normalize) return e;
+      return cuda::LaunchLombScargleRaggedScale(dtype, ragged, out.data(), shape.frequencies, env.launch);
     };
     steps.readback = [&](const OpEnv& env) {
       return cudaMemcpyAsync(env.small, d_result, sizeof(cuda::LombScargleResult),
@@ -366,14 +375,16 @@ class CudaBackend final : public Backend {
       if (r->bad_batch == cuda::kNoIndex) return absl::OkStatus();
       // Error path: read the offending weights row back for the CPU backend's message.
       const int64_t row = shape.weights_batched ? static_cast<int64_t>(r->bad_batch) : 0;
+      const int64_t start = shape.ragged ? options.row_offsets[row] : row * shape.samples;
+      const int64_t length = shape.ragged ? options.row_offsets[row + 1] - start : shape.samples;
       const size_t es = ElementSize(dtype);
-      std::vector<char> host(static_cast<size_t>(shape.samples) * es);
-      GC_DEV_TRY(*d, env.copies->DeviceToHost(host.data(), static_cast<const char*>(weights->data()) + row * shape.samples * es,
+      std::vector<char> host(static_cast<size_t>(length) * es);
+      GC_DEV_TRY(*d, env.copies->DeviceToHost(host.data(), static_cast<const char*>(weights->data()) + start * es,
                                               host.size(), env.launch.stream), "LombScargle weights");
       if (dtype == DType::kFloat32) {
-        return WeightsRowError(reinterpret_cast<const float*>(host.data()), row, shape.samples);
+        return WeightsRowError(reinterpret_cast<const float*>(host.data()), row, length);
       }
-      return WeightsRowError(reinterpret_cast<const double*>(host.data()), row, shape.samples);
+      return WeightsRowError(reinterpret_cast<const double*>(host.data()), row, length);
     };
     GC_RETURN_IF_ERROR(cuda::RunOp(*d, *copies_, "LombScargle", ctx, steps));
     ctx.compute_time += check_time;
@@ -420,6 +431,31 @@ class CudaBackend final : public Backend {
     if (first == cuda::kNoIndex) return even;
     GC_ASSIGN_OR_RETURN(const double bad, at(static_cast<int64_t>(first)));
     return UnevenError(even, static_cast<int64_t>(first), bad, EvenSpacingAllowed(even, tolerance));
+  }
+
+  // A ragged batch's offsets to the device and room for the rectangular batch it
+  // becomes; points args at that batch.
+  static cudaError_t PrepareRagged(const LombScargleShape& shape, const LombScargleOptions& options,
+                                   const Array& x, const Array& y, const Array* weights,
+                                   const OpEnv& env, cuda::LombScargleRaggedArgs& ragged,
+                                   cuda::LombScargleArgs& args) {
+    void* offsets = nullptr;
+    cudaError_t e = cuda::StageToScratch(options.row_offsets.data(),
+                                         options.row_offsets.size() * sizeof(int64_t), &offsets, env);
+    const size_t bytes = static_cast<size_t>(shape.batch * shape.samples) * ElementSize(y.dtype());
+    void* padded[3] = {};
+    for (void*& p : padded) {
+      if (e == cudaSuccess) e = env.scratch->Allocate(bytes, &p);
+    }
+    if (e != cudaSuccess) return e;
+    ragged = {x.data(), y.data(), weights != nullptr ? weights->data() : nullptr,
+              static_cast<const int64_t*>(offsets), shape.batch, shape.samples, options.precenter,
+              padded[0], padded[1], padded[2]};
+    args.x = padded[0];
+    args.y = padded[1];
+    args.weights = padded[2];
+    args.weights_batched = true;
+    return cudaSuccess;
   }
 
   // Scratch one NUFFT pass may take (its grids, modes and bounds): rows beyond it

@@ -146,6 +146,28 @@ cudaError_t LaunchLombScarglePrep(DType dtype, const LombScargleArgs& args, void
                                   LombScargleRowStats* stats, LombScargleResult* result,
                                   const LaunchEnv& env);
 
+// ---- ragged Lomb-Scargle batches (row_offsets) --------------------------------
+struct LombScargleRaggedArgs {
+  const void* x = nullptr;        // flat (T)
+  const void* y = nullptr;        // flat (T)
+  const void* weights = nullptr;  // flat (T) or null
+  const int64_t* offsets = nullptr;  // device, B + 1
+  int64_t batch = 0;
+  int64_t padded = 0;             // N_max
+  bool precenter = false;
+  void* x_out = nullptr;          // (B, N_max) each
+  void* y_out = nullptr;
+  void* weights_out = nullptr;
+};
+
+// The rows into (B, N_max): y centred when precenter, weights 1 where none are
+// given, and weight 0 past each row's end.
+cudaError_t LaunchLombScargleRaggedGather(DType dtype, const LombScargleRaggedArgs& args,
+                                          const LaunchEnv& env);
+// out (B, M) row b times N_b / N_max: the "power" scale N / 4 of each row's own N.
+cudaError_t LaunchLombScargleRaggedScale(DType dtype, const LombScargleRaggedArgs& args, void* out,
+                                         int64_t m, const LaunchEnv& env);
+
 // ---- Lomb-Scargle by NUFFT (kernels/lombscargle_nufft.h) -----------------------
 inline constexpr int kNufftMaxNodes = 40;
 
@@ -198,7 +220,8 @@ void ListDiscountProductKernels(std::vector<KernelEntry>& out);
 void ListHaversineKernels(std::vector<KernelEntry>& out);
 void ListNormalizeKernels(std::vector<KernelEntry>& out);
 void ListLombScargleKernels(std::vector<KernelEntry>& out);
-void ListLombScargleNufftKernels(std::vector<KernelEntry>& out);  // loaded, not warmed up: they need a cuFFT plan
+void ListLombScargleNufftKernels(std::vector<KernelEntry>& out);
+void ListLombScargleRaggedKernels(std::vector<KernelEntry>& out);  // loaded, not warmed up: they need a cuFFT plan
 cudaError_t WarmupDiscountProduct(const LaunchEnv& env);
 cudaError_t WarmupHaversine(const LaunchEnv& env);
 cudaError_t WarmupNormalize(const LaunchEnv& env);

@@ -12,6 +12,7 @@ target_sources(gpucompute_kernels PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/normalize.cu
   ${CMAKE_CURRENT_LIST_DIR}/lombscargle.cu
   ${CMAKE_CURRENT_LIST_DIR}/lombscargle_nufft.cu
+  ${CMAKE_CURRENT_LIST_DIR}/lombscargle_ragged.cu
   ${CMAKE_CURRENT_LIST_DIR}/cufft_plans.cc
   ${CMAKE_CURRENT_LIST_DIR}/support.cu)
 target_compile_definitions(gpucompute_kernels PUBLIC GPUCOMPUTE_HAVE_CUDA)

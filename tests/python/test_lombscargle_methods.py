@@ -72,3 +72,29 @@ def test_refusals(client, rng):
     assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "accuracy" in e.value.message
     with pytest.raises(ValueError):
         client.lombscargle(x, y, gc.FrequencyGrid(0.1, 5, 100), method="fast")
+
+
+@pytest.mark.parametrize("method", ["direct", "nufft"])
+def test_ragged_batch_matches_each_series_alone(client, rng, method):
+    lengths = [50, 400, 7]
+    xs = [np.sort(rng.uniform(0, 100, n)) for n in lengths]
+    ys = [np.sin(1.1 * x) + 0.3 * rng.standard_normal(x.shape) for x in xs]
+    ws = [rng.uniform(0.5, 2.0, x.shape) for x in xs]
+    grid = gc.FrequencyGrid(0.05, 10.0, 500)
+    out, timing = client.lombscargle(xs, ys, grid, weights=ws, precenter=True,
+                                     floating_mean=True, method=method, return_timing=True)
+    assert out.shape == (3, 500) and timing.method == method
+    for row, x, y, w in zip(out, xs, ys, ws):
+        want = ref.lombscargle_1_15(x, y, grid.numpy(np.float64), precenter=True, weights=w,
+                                    floating_mean=True)
+        _close_on_row_scale(row, want, 1e-9)
+
+
+def test_ragged_batch_refusals(client, rng):
+    with pytest.raises(ValueError):
+        client.lombscargle([np.arange(3.0)], [np.arange(3.0), np.arange(2.0)],
+                           gc.FrequencyGrid(0.1, 5, 10))
+    with pytest.raises(gc.GpuComputeError) as e:
+        client.lombscargle([np.arange(3.0), np.arange(0.0)], [np.arange(3.0), np.arange(0.0)],
+                           gc.FrequencyGrid(0.1, 5, 10))
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "row_offsets" in e.value.message
