@@ -61,6 +61,8 @@ struct OpContext {
   const std::atomic<bool>* cancelled = nullptr;
   // Time of the operation itself, measured by the backend (CUDA events on a GPU).
   absl::Duration compute_time = absl::ZeroDuration();
+  // The algorithm an operation with a choice of them ran ("direct", "nufft"); empty otherwise.
+  absl::string_view method;
 
   bool IsCancelled() const {
     return cancelled != nullptr && cancelled->load(std::memory_order_relaxed);
@@ -101,10 +103,22 @@ struct IpcMemory {
   int device = 0;    // CUDA ordinal of this process
 };
 
+// How the sums are computed: direct sums over samples x frequencies, or (evenly
+// spaced frequencies only) type-1 non-uniform FFTs (kernels/lombscargle_nufft.h).
+enum class LombScargleMethod { kAuto, kDirect, kNufft };
+
+// The NUFFT's default accuracy: powers within this relative error of the direct
+// float64 sums, on the scale of the row's largest power.
+inline constexpr double kDefaultNufftAccuracy = 1e-9;
+
 struct LombScargleOptions {
   bool precenter = false;
   bool normalize = false;
   bool floating_mean = false;
+  LombScargleMethod method = LombScargleMethod::kAuto;
+  double accuracy = kDefaultNufftAccuracy;  // NUFFT only; [kMinNufftAccuracy, kMaxNufftAccuracy]
+  // Empty, or a ragged batch: B + 1 offsets of the rows in flat x, y, weights (LombScargleShapes).
+  std::vector<int64_t> row_offsets;
 };
 
 struct ValueRule;  // kernels/preconditions.h
@@ -176,7 +190,9 @@ class Backend {
                                  OpContext& ctx) = 0;
   // scipy.signal.lombscargle over angular frequencies `freqs` (an array of shape
   // (M)) or `grid` (generated on the device). x: (N) or (B, N); y: (N) or (B, N);
-  // weights: null or y's shape or (N); out: (M) or (B, M).
+  // weights: null or y's shape or (N); out: (M) or (B, M); or a ragged batch of
+  // flat x, y, weights with options.row_offsets, out (B, M). options.method kAuto
+  // picks direct or NUFFT (ChooseLombScargleMethod); ctx.method says which ran.
   virtual absl::Status LombScargle(const Array& x, const Array& y, const Array* weights,
                                    const Array* freqs, const Linspace& grid,
                                    const LombScargleOptions& options, Array& out,

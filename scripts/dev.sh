@@ -13,7 +13,7 @@ jobs=${GPUCOMPUTE_JOBS:-$(nproc)}
 packages=(
   build-essential cmake pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
+  prometheus-cpp-dev libfftw3-dev libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-protobuf python3-numpy python3-scipy python3-pytest
   python3-venv python3-pip python3-setuptools python3-wheel mypy
   python3-yaml yamllint prometheus curl libssl-dev openssl nodejs

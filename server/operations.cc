@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/lombscargle_nufft.h"
 #include "kernels/preconditions.h"
 #include "kernels/shape_rules.h"
 #include "server/proto_convert.h"
@@ -373,16 +374,22 @@ absl::StatusOr<PreparedOperation> PrepareLombScargle(const v1::LombScargleReques
   }
 
   const Shape* weights_shape = has_weights ? &prepared.operands[2].shape : nullptr;
-  GC_ASSIGN_OR_RETURN(const LombScargleShape shapes,
-                      LombScargleShapes(x.shape, y.shape, weights_shape, frequencies));
+  LombScargleOptions options{request.precenter(), request.normalize(), request.floating_mean()};
+  options.row_offsets.assign(request.row_offsets().begin(), request.row_offsets().end());
+  GC_ASSIGN_OR_RETURN(
+      const LombScargleShape shapes,
+      LombScargleShapes(x.shape, y.shape, weights_shape, frequencies, options.row_offsets));
   prepared.out_dtype = y.dtype;
   prepared.out_shape = shapes.out;
   GC_RETURN_IF_ERROR(CheckOutputSize(prepared.out_shape, max_elements));
-  prepared.work = SaturatingProduct({shapes.batch, shapes.samples, shapes.frequencies});
+  prepared.work = shapes.ragged
+                      ? SaturatingProduct({y.shape[0], shapes.frequencies})
+                      : SaturatingProduct({shapes.batch, shapes.samples, shapes.frequencies});
 
-  const LombScargleOptions options{request.precenter(), request.normalize(),
-                                   request.floating_mean()};
-  prepared.run = [has_weights, has_freqs, grid, options](
+  GC_ASSIGN_OR_RETURN(options.method, LombScargleMethodFromProto(request.method(), "method"));
+  if (request.accuracy() != 0) options.accuracy = request.accuracy();
+  GC_RETURN_IF_ERROR(CheckNufftAccuracy(options.accuracy, "accuracy"));
+  prepared.run = [has_weights, has_freqs, grid, options = std::move(options)](
                      Backend& backend, std::span<const std::shared_ptr<Array>> in, Array& out,
                      OpContext& ctx) {
     const Array* weights = has_weights ? in[2].get() : nullptr;
@@ -451,6 +458,7 @@ absl::StatusOr<std::shared_ptr<Array>> Execute(PreparedOperation& prepared, Back
   }
   GC_RETURN_IF_ERROR(prepared.run(backend, arrays, *out, ctx));
   times.compute = ctx.compute_time;
+  times.method = std::string(ctx.method);
   if (slice != nullptr && !in_place) {
     const absl::Time start = absl::Now();
     if (slice->device() == kHostDevice) {

@@ -97,6 +97,7 @@ struct ExecutionTimes {
   absl::Duration transfer_out = absl::ZeroDuration();
   uint64_t bytes_in = 0;
   std::string device;  // where it ran, e.g. "cpu" or "cuda:0"
+  std::string method;  // the algorithm, for operations with a choice (OpContext::method)
 };
 
 // Materializes the operands on one device (that of the first stored operand or

@@ -183,6 +183,7 @@ void ResultStreamReactor::QueueTrailer(const v1::BufferInfo* stored) {
   timing->set_total_us(Micros(absl::Now() - accepted_));
   trailer->set_backend(std::string(service_.backend.name()));
   trailer->set_device(times_.device);
+  trailer->set_method(times_.method);
   if (stored != nullptr) *trailer->mutable_stored_buffer() = *stored;
   trailer->set_shared_memory_region_id(output_.shared_memory_region_id);
   state_ = State::kAllQueued;

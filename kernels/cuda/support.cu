@@ -56,6 +56,8 @@ void ListKernels(std::vector<KernelEntry>& out) {
   ListNormalizeKernels(out);
   ListLombScargleKernels(out);
   ListValueCheckKernels(out);
+  ListLombScargleNufftKernels(out);
+  ListLombScargleRaggedKernels(out);
   out.push_back({"support.fill_uniform<f32>", (const void*)&FillUniformKernel<float>});
   out.push_back({"support.fill_uniform<f64>", (const void*)&FillUniformKernel<double>});
 }

@@ -32,6 +32,28 @@ _SAFE_MESSAGE_BYTES = 4 << 20
 _UNASKED_INLINE_BYTES = 256 << 10
 #: room for the request's other fields and framing
 _MESSAGE_MARGIN = 64 << 10
+#: lombscargle's method names
+_LOMB_SCARGLE_METHODS = {"auto": pb.LOMB_SCARGLE_METHOD_AUTO,
+                         "direct": pb.LOMB_SCARGLE_METHOD_DIRECT,
+                         "nufft": pb.LOMB_SCARGLE_METHOD_NUFFT}
+
+
+def _ragged(x: Any, y: Sequence[ArrayLike], weights: Any) -> Tuple[Any, Any, Any, List[int]]:
+    """Series of their own lengths as flat x, y, weights and their row offsets."""
+    if not isinstance(x, (list, tuple)) or len(x) != len(y) or not y:
+        raise ValueError("a ragged batch needs x and y as lists of equal, non-zero length")
+    if weights is not None and (not isinstance(weights, (list, tuple)) or len(weights) != len(y)):
+        raise ValueError("weights of a ragged batch must be a list like y (or None)")
+    ys = [np.asarray(v) for v in y]
+    xs = [np.asarray(v, dtype=ys[0].dtype) for v in x]
+    if any(a.ndim != 1 or b.shape != a.shape for a, b in zip(xs, ys)):
+        raise ValueError("each series of a ragged batch needs 1-D x and y of one length")
+    offsets = [0] + [int(v) for v in np.cumsum([len(v) for v in ys])]
+    flat_w = None if weights is None else np.concatenate(
+        [np.asarray(w, dtype=ys[0].dtype) for w in weights])
+    return np.concatenate(xs), np.concatenate(ys), flat_w, offsets
+
+
 #: default size of Upload data chunks (below any server's message limit)
 DEFAULT_UPLOAD_CHUNK = 2 << 20
 
@@ -396,6 +418,7 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
     def lombscargle(self, x: ArrayLike, y: ArrayLike, freqs: Union[ArrayLike, FrequencyGrid],
                     *, precenter: bool = False, normalize: Union[bool, str] = False,
                     weights: Optional[ArrayLike] = None, floating_mean: bool = False,
+                    method: str = "auto", accuracy: Optional[float] = None,
                     out: Optional[Array] = None, keep_on_device: bool = False,
                     chunk_bytes: Optional[int] = None, return_timing: bool = False,
                     buffer_name: Optional[str] = None,
@@ -407,12 +430,26 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
         frequencies (M,) as an array or DeviceArray of y's dtype, or a FrequencyGrid
         generated on the server. normalize: False/"power" or True/"normalize" ("amplitude"
         is not offered). Result (M,) or (B, M), dtype of y.
+
+        method: "direct" (sums over every sample and frequency), "nufft" (non-uniform
+        FFTs, evenly spaced frequencies only: a FrequencyGrid, or freqs evenly spaced
+        within rounding) or "auto" (the server picks; Timing.method says which ran).
+        accuracy: the NUFFT's bound on each power's error relative to the row's
+        largest power, in [1e-14, 1e-2]; None means the server's default, 1e-9.
+
+        Series of different lengths in one request: x and y (and weights) as lists of
+        1-D arrays, one per series; the result is (B, M).
         """
+        if method not in _LOMB_SCARGLE_METHODS:
+            raise ValueError(f"method is {method!r}; use one of {sorted(_LOMB_SCARGLE_METHODS)}")
         if isinstance(normalize, str):
             if normalize not in ("power", "normalize"):
                 raise ValueError(f"normalize is {normalize!r}; gpucompute offers False/'power' "
                                  "and True/'normalize'")
             normalize = normalize == "normalize"
+        row_offsets: List[int] = []
+        if isinstance(y, (list, tuple)):
+            x, y, weights, row_offsets = _ragged(x, y, weights)
         named: Named = [("y", as_array(y, "y")), ("x", as_array(x, "x"))]
         if weights is not None:
             named.append(("weights", as_array(weights, "weights")))
@@ -422,7 +459,10 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
 
         def make(p: Placed) -> Any:
             req = pb.LombScargleRequest(precenter=bool(precenter), normalize=bool(normalize),
-                                        floating_mean=bool(floating_mean))
+                                        floating_mean=bool(floating_mean),
+                                        method=_LOMB_SCARGLE_METHODS[method],
+                                        accuracy=0.0 if accuracy is None else float(accuracy),
+                                        row_offsets=row_offsets)
             set_operand(req.x, p["x"])
             set_operand(req.y, p["y"])
             if "weights" in p:
