@@ -99,7 +99,7 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
   server->device_queues_ = std::make_unique<DeviceQueues>(config.max_device_queue_depth);
   server->shared_memory_ = std::make_unique<SharedMemoryRegistry>(SharedMemoryLimits{
       config.shared_memory_quota_bytes, config.shared_memory_principal_quota_bytes,
-      config.max_shared_memory_regions_per_owner});
+      config.max_shared_memory_regions_per_owner}, server->store_->instance_id());
   server->executor_ =
       std::make_unique<Executor>(threads, config.max_queue_depth, config.small_request_threads,
                                  config.max_small_queue_depth);

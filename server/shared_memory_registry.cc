@@ -73,7 +73,7 @@ absl::StatusOr<RegisteredRegion> SharedMemoryRegistry::Add(RegisteredRegion entr
   const uint64_t bytes = entry.region->byte_size();
   absl::MutexLock lock(&mu_);
   if (absl::Status room = CheckRoomLocked(entry.owner, bytes, entry.key); !room.ok()) return room;
-  entry.id = NewBufferId();
+  entry.id = NewBufferId(instance_id_);
   entry.created = absl::Now();
   used_bytes_ += bytes;
   used_by_owner_[entry.owner] += bytes;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -40,7 +41,10 @@ struct RegisteredRegion {
 
 class SharedMemoryRegistry {
  public:
-  explicit SharedMemoryRegistry(SharedMemoryLimits limits) : limits_(limits) {}
+  // instance_id: this replica's, the prefix of every region id it issues (as of
+  // buffer ids), so that replica-aware clients route region calls to it.
+  SharedMemoryRegistry(SharedMemoryLimits limits, std::string instance_id)
+      : limits_(limits), instance_id_(std::move(instance_id)) {}
 
   const SharedMemoryLimits& limits() const { return limits_; }
   // RESOURCE_EXHAUSTED naming the limit when `owner` may not register `bytes`
@@ -73,6 +77,7 @@ class SharedMemoryRegistry {
                                absl::string_view key) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const SharedMemoryLimits limits_;
+  const std::string instance_id_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, RegisteredRegion> regions_ ABSL_GUARDED_BY(mu_);
   uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;

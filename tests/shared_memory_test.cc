@@ -429,7 +429,7 @@ TEST(IsLocalPeerTest, LoopbackAndUnixSocketsOnly) {
 TEST(SharedMemoryRegistryTest, RegionsBelongToTheirPrincipal) {
   ShmObject shm(8192);
   std::unique_ptr<Backend> backend = std::move(CreateBackend({.kind = BackendKind::kCpu})->backend);
-  SharedMemoryRegistry registry({1 << 20, 8192, 0});
+  SharedMemoryRegistry registry({1 << 20, 8192, 0}, NewInstanceId());
   auto mapped = SharedMemoryRegion::MapSystem(*backend, shm.key(), 0, 8192);
   ASSERT_TRUE(mapped.ok()) << mapped.status().message();
   auto added = registry.Add({.owner = "alice", .key = shm.key(), .region = *mapped});
