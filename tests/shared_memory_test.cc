@@ -19,6 +19,7 @@
 #include "kernels/backend.h"
 #include "server/shared_memory_registry.h"
 #include "server/shared_memory_service.h"
+#include "tests/testing/scrape.h"
 #include "tests/testing/server_fixture.h"
 #include "tests/testing/tensors.h"
 
@@ -86,7 +87,7 @@ class SharedMemoryTest : public ::testing::Test {
 
   void Start(bool allow) {
     server_.reset();
-    ServerConfig config = test::LoopbackConfig();
+    ServerConfig config = test::LoopbackConfigWithMetrics();
     config.backend.kind = OnCuda() ? BackendKind::kCuda : BackendKind::kCpu;
     config.allow_shared_memory = allow;
     config.shared_memory_quota_bytes = 64 << 20;
@@ -268,6 +269,9 @@ TEST_F(SharedMemoryTest, StatusListsTheCallersRegionsAndUnregisterFreesThem) {
   EXPECT_EQ(status.regions(0).id(), a->id());
   EXPECT_EQ(status.used_bytes(), 8192u);
   EXPECT_EQ(status.quota_bytes(), 64u << 20);
+  const std::string metrics = test::ScrapeMetricsBody(server_->server().metrics_port());
+  EXPECT_THAT(metrics, HasSubstr("gpucompute_shared_memory_regions 2\n"));
+  EXPECT_THAT(metrics, HasSubstr("gpucompute_shared_memory_bytes 8192\n"));
   ASSERT_TRUE(Unregister(a->id()).ok());
   EXPECT_EQ(Unregister(a->id()).error_code(), grpc::NOT_FOUND);
   v1::NormalizeRequest request;
