@@ -31,11 +31,11 @@ step "1. shared_memory_test on the CUDA backend, gpu_shared_memory_test (CUDA IP
 GPUCOMPUTE_TEST_BACKEND=cuda timeout 120 "$BUNDLE/shared_memory_test" --gtest_color=no > "$OUT/shm_test_cuda.log" 2>&1
 echo "rc=$?" >> "$OUT/shm_test_cuda.log"
 grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|^rc=' "$OUT/shm_test_cuda.log"
-grep -B2 -A10 'Failure' "$OUT/shm_test_cuda.log" | head -40
+grep -B2 -A10 ': Failure' "$OUT/shm_test_cuda.log" | head -40
 timeout 90 "$BUNDLE/gpu_shared_memory_test" --gtest_color=no > "$OUT/gpu_shm_test.log" 2>&1
 echo "rc=$?" >> "$OUT/gpu_shm_test.log"
 grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|^rc=' "$OUT/gpu_shm_test.log"
-grep -B2 -A10 'Failure' "$OUT/gpu_shm_test.log" | head -40
+grep -B2 -A10 ': Failure' "$OUT/gpu_shm_test.log" | head -40
 
 step "2. Python shared-memory tests on the CUDA backend, CuPy IPC included (limit 120s)"
 if python3 -c "import pytest" 2>/dev/null; then

@@ -139,6 +139,12 @@ class Metrics::LiveStateCollector final : public prometheus::Collectable {
     auto buffer_bytes =
         GaugeFamily("gpucompute_stored_buffer_bytes", "Bytes in stored buffers and reservations.");
     AddGauge(buffer_bytes, state.stored_buffer_bytes);
+    auto regions = GaugeFamily("gpucompute_shared_memory_regions",
+                               "Shared-memory regions registered by same-host clients.");
+    AddGauge(regions, state.shared_memory_regions);
+    auto region_bytes = GaugeFamily("gpucompute_shared_memory_bytes",
+                                    "Bytes of the registered shared-memory regions.");
+    AddGauge(region_bytes, state.shared_memory_bytes);
     auto pinned = GaugeFamily("gpucompute_pinned_pool_bytes", "Pinned host staging bytes.");
     AddGauge(pinned, state.backend.pinned_staging_bytes);
     auto kernels = GaugeFamily("gpucompute_kernels_loaded",
@@ -156,7 +162,8 @@ class Metrics::LiveStateCollector final : public prometheus::Collectable {
       AddGauge(budget_capacity, budget.capacity_bytes, {{"memory", budget.memory}});
     }
     return {std::move(reserved), std::move(used), std::move(queue), std::move(info),
-            std::move(healthy), std::move(buffers), std::move(buffer_bytes), std::move(pinned),
+            std::move(healthy), std::move(buffers), std::move(buffer_bytes), std::move(regions),
+            std::move(region_bytes), std::move(pinned),
             std::move(kernels), std::move(warmup), std::move(budget_used),
             std::move(budget_capacity)};
   }

@@ -51,6 +51,8 @@ struct LiveState {
   std::vector<DeviceDescription> devices;
   uint64_t stored_buffers = 0;
   uint64_t stored_buffer_bytes = 0;
+  uint64_t shared_memory_regions = 0;
+  uint64_t shared_memory_bytes = 0;
   uint64_t queued_requests = 0;
 };
 

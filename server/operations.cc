@@ -470,12 +470,12 @@ absl::StatusOr<std::shared_ptr<Array>> Execute(PreparedOperation& prepared, Back
     times.transfer_out = absl::Now() - start;
     out = slice;
   }
-  // A shared-memory object shrunk or removed under the work made it read zeros.
+  // A shared-memory object shrunk under the work made it read zeros.
   for (const OperandSpec& operand : prepared.operands) {
-    if (operand.region != nullptr) GC_RETURN_IF_ERROR(operand.region->CheckUsable(operand.field));
+    if (operand.region != nullptr) GC_RETURN_IF_ERROR(operand.region->CheckIntact(operand.field));
   }
   if (prepared.output_region != nullptr) {
-    GC_RETURN_IF_ERROR(prepared.output_region->CheckUsable("output.shared_memory"));
+    GC_RETURN_IF_ERROR(prepared.output_region->CheckIntact("output.shared_memory"));
   }
   return out;
 }

@@ -118,6 +118,8 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
     state.devices = self->backend_->Devices();
     state.stored_buffers = self->store_->count();
     state.stored_buffer_bytes = self->store_->used_bytes();
+    state.shared_memory_regions = self->shared_memory_->count();
+    state.shared_memory_bytes = self->shared_memory_->used_bytes();
     state.queued_requests = self->executor_->queued_requests();
     return state;
   };

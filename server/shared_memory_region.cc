@@ -191,6 +191,16 @@ SharedMemoryRegion::~SharedMemoryRegion() {
 }
 
 absl::Status SharedMemoryRegion::CheckUsable(absl::string_view field) const {
+  if (Orphaned()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        field, ": shared-memory object ", QuoteClientString(key_),
+        " was unlinked (the process that created it ended or removed it): unregister the "
+        "region"));
+  }
+  return CheckIntact(field);
+}
+
+absl::Status SharedMemoryRegion::CheckIntact(absl::string_view field) const {
   if (guard_slot_ >= 0 && g_guarded[guard_slot_].faulted.load()) {
     return absl::FailedPreconditionError(absl::StrCat(
         field, ": shared-memory object ", QuoteClientString(key_),
@@ -201,12 +211,6 @@ absl::Status SharedMemoryRegion::CheckUsable(absl::string_view field) const {
   struct stat st {};
   if (fstat(fd_, &st) != 0) {
     return absl::InternalError(absl::StrCat("fstat of shared-memory object: ", Errno(errno)));
-  }
-  if (st.st_nlink == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        field, ": shared-memory object ", QuoteClientString(key_),
-        " was unlinked (the process that created it ended or removed it): unregister the "
-        "region"));
   }
   if (static_cast<uint64_t>(st.st_size) < object_end_) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -61,6 +61,10 @@ class SharedMemoryRegion : public std::enable_shared_from_this<SharedMemoryRegio
   // OK while the region may be used: FAILED_PRECONDITION naming `field` once its
   // shared-memory object was shrunk, or unlinked (its creator ended or removed it).
   absl::Status CheckUsable(absl::string_view field) const;
+  // After a request used it: FAILED_PRECONDITION naming `field` when the object
+  // shrank meanwhile (the request may have read zeros); an unlink does not matter
+  // then, the mapping held the bytes.
+  absl::Status CheckIntact(absl::string_view field) const;
   // Runs `callback` once the region is unmapped (at once when it already is gone
   // from every holder but the caller: then when the caller's reference drops).
   void WhenReleased(absl::AnyInvocable<void() &&> callback);

@@ -128,6 +128,16 @@ uint64_t SharedMemoryRegistry::used_bytes(absl::string_view owner) const {
   return it == used_by_owner_.end() ? 0 : it->second;
 }
 
+uint64_t SharedMemoryRegistry::used_bytes() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return used_bytes_;
+}
+
+size_t SharedMemoryRegistry::count() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return regions_.size();
+}
+
 uint64_t SharedMemoryRegistry::principal_limit_bytes() const {
   return limits_.principal_quota_bytes > 0
              ? std::min(limits_.principal_quota_bytes, limits_.quota_bytes)

@@ -66,6 +66,9 @@ class SharedMemoryRegistry {
   // The owner's regions, oldest first.
   std::vector<RegisteredRegion> List(absl::string_view owner) const;
   uint64_t used_bytes(absl::string_view owner) const;
+  // All principals together (metrics).
+  uint64_t used_bytes() const;
+  size_t count() const;
   // What one principal may register in all: the smaller of the two quotas.
   uint64_t principal_limit_bytes() const;
 

@@ -19,6 +19,7 @@
 #include "kernels/backend.h"
 #include "server/shared_memory_registry.h"
 #include "server/shared_memory_service.h"
+#include "tests/testing/scrape.h"
 #include "tests/testing/server_fixture.h"
 #include "tests/testing/tensors.h"
 
@@ -46,6 +47,9 @@ class ShmObject {
     shm_unlink(key_.c_str());
   }
   const std::string& key() const { return key_; }
+  void Put(size_t byte_offset, const std::vector<double>& values) {
+    std::memcpy(at<double>(byte_offset), values.data(), values.size() * sizeof(double));
+  }
   template <typename T>
   T* at(size_t byte_offset) {
     return reinterpret_cast<T*>(static_cast<char*>(data_) + byte_offset);
@@ -83,7 +87,7 @@ class SharedMemoryTest : public ::testing::Test {
 
   void Start(bool allow) {
     server_.reset();
-    ServerConfig config = test::LoopbackConfig();
+    ServerConfig config = test::LoopbackConfigWithMetrics();
     config.backend.kind = OnCuda() ? BackendKind::kCuda : BackendKind::kCpu;
     config.allow_shared_memory = allow;
     config.shared_memory_quota_bytes = 64 << 20;
@@ -158,7 +162,7 @@ TEST_F(SharedMemoryTest, OperandFromRegionStreamsTheResult) {
   test::RandomInputs random;
   SCOPED_TRACE(random.seed());
   const std::vector<double> rows = random.Uniform(3 * 1000, 0.5, 2.0);
-  std::memcpy(shm.at<double>(4096), rows.data(), rows.size() * sizeof(double));
+  shm.Put(4096, rows);
   auto region = Register(shm.key(), 0, 1 << 20);
   ASSERT_TRUE(region.ok()) << region.status().message();
   EXPECT_EQ(region->byte_size(), 1u << 20);
@@ -177,13 +181,12 @@ TEST_F(SharedMemoryTest, ResultIntoRegionIsNotStreamed) {
   test::RandomInputs random;
   SCOPED_TRACE(random.seed());
   const std::vector<double> rows = random.Uniform(4 * 256, 0.5, 2.0);
-  std::memcpy(shm.at<double>(0), rows.data(), rows.size() * sizeof(double));
   auto region = Register(shm.key(), 0, 1 << 20);
   ASSERT_TRUE(region.ok()) << region.status().message();
 
   for (const uint64_t out_offset : {uint64_t{65536}, uint64_t{0}}) {  // apart, then in place
     SCOPED_TRACE(out_offset);
-    if (out_offset == 0) std::memcpy(shm.at<double>(0), rows.data(), rows.size() * sizeof(double));
+    shm.Put(0, rows);
     v1::NormalizeRequest request;
     *request.mutable_input() = Slice(region->id(), 0, v1::FLOAT64, {4, 256});
     request.set_norm(v1::NORM_L2);
@@ -209,8 +212,8 @@ TEST_F(SharedMemoryTest, EveryOperandSourceMixesWithRegions) {
   const Shape values_shape = {10, 40, 5};
   const std::vector<double> factors = random.Uniform(200, 0.5, 1.0);
   const std::vector<double> values = random.Uniform(2000, -5, 5);
-  std::memcpy(shm.at<double>(0), factors.data(), factors.size() * sizeof(double));
-  std::memcpy(shm.at<double>(8192), values.data(), values.size() * sizeof(double));
+  shm.Put(0, factors);
+  shm.Put(8192, values);
   auto region = Register(shm.key(), 0, 1 << 20);
   ASSERT_TRUE(region.ok()) << region.status().message();
   auto stored = server_->client().Upload("values", test::F64(values, values_shape));
@@ -266,6 +269,9 @@ TEST_F(SharedMemoryTest, StatusListsTheCallersRegionsAndUnregisterFreesThem) {
   EXPECT_EQ(status.regions(0).id(), a->id());
   EXPECT_EQ(status.used_bytes(), 8192u);
   EXPECT_EQ(status.quota_bytes(), 64u << 20);
+  const std::string metrics = test::ScrapeMetricsBody(server_->server().metrics_port());
+  EXPECT_THAT(metrics, HasSubstr("gpucompute_shared_memory_regions 2\n"));
+  EXPECT_THAT(metrics, HasSubstr("gpucompute_shared_memory_bytes 8192\n"));
   ASSERT_TRUE(Unregister(a->id()).ok());
   EXPECT_EQ(Unregister(a->id()).error_code(), grpc::NOT_FOUND);
   v1::NormalizeRequest request;

@@ -11,7 +11,7 @@ import pytest
 
 import gpucompute
 from conftest import ServerProcess
-from gpucompute import _shared_memory
+from gpucompute import _cuda_arrays, _shared_memory
 
 ON_CUDA = os.environ.get("GPUCOMPUTE_TEST_BACKEND") == "cuda"
 
@@ -101,6 +101,46 @@ def test_refused_without_the_flag_and_from_another_host(server, shm_server, monk
             gc.shared_array(10)
 
 
+class FakeDeviceArray:
+    """__cuda_array_interface__ over host memory: enough to read the interface."""
+
+    def __init__(self, a, strides=None):
+        self.host = a
+        self.__cuda_array_interface__ = {
+            "shape": a.shape, "typestr": a.dtype.str, "data": (a.ctypes.data, False),
+            "strides": strides, "version": 3}
+
+
+def test_device_array_interfaces_are_read_without_cuda():
+    a = np.zeros((3, 4), np.float32)
+    arr = _cuda_arrays.CudaArray(FakeDeviceArray(a), "x")
+    assert (arr.ptr, arr.shape, arr.dtype, arr.nbytes) == (a.ctypes.data, (3, 4), a.dtype, 48)
+    assert _cuda_arrays.is_cuda_array(FakeDeviceArray(a))
+    assert not _cuda_arrays.is_cuda_array(a)  # host DLPack (kDLCPU) is not device memory
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        _cuda_arrays.CudaArray(FakeDeviceArray(a, strides=(4, 12)), "x")
+    _cuda_arrays.CudaArray(FakeDeviceArray(np.zeros((1, 4)), strides=(999, 8)), "x")
+    with pytest.raises(TypeError, match="int32"):
+        _cuda_arrays.CudaArray(FakeDeviceArray(np.zeros(3, np.int32)), "x")
+    # The DLPack reader, on a host array (the fields are the same for a CUDA one).
+    b = np.arange(12, dtype=np.float64).reshape(3, 4)[1:]
+    assert _cuda_arrays._from_dlpack(b) == (b.ctypes.data, "<f8", (2, 4), None)  # compact
+    assert _cuda_arrays._from_dlpack(b[:, ::2])[2:] == ((2, 2), (32, 16))
+
+
+class DLPackOnly:
+    """A device array that speaks DLPack only (as some libraries do)."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, stream=None):
+        return self.a.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
 @pytest.mark.skipif(not ON_CUDA, reason="CUDA IPC needs the CUDA backend and CuPy")
 def test_cupy_operands_and_out(shm_server):
     cp = pytest.importorskip("cupy")
@@ -114,4 +154,8 @@ def test_cupy_operands_and_out(shm_server):
         f = cp.random.uniform(0.5, 1, (40, 5))
         v = np.random.default_rng().uniform(-1, 1, (8, 40, 5))
         np.testing.assert_allclose(gc.discount_product(f, v), cp.asnumpy(f) * v, rtol=1e-15)
+        # DLPack only, in and out.
+        out2 = cp.empty_like(x)
+        gc.normalize(DLPackOnly(x), out=DLPackOnly(out2))
+        cp.testing.assert_allclose(out2, out, rtol=1e-6)
         assert gc.free_shared(x) > 0

@@ -8,7 +8,8 @@ import numpy.typing as npt
 
 from ._device_array import DeviceArray
 from ._pb import pb
-from ._shared_memory import CudaArray, SharedSlice, is_cuda_array
+from ._cuda_arrays import CudaArray, is_cuda_array
+from ._shared_memory import SharedSlice
 from ._types import Array, NP_TO_PB
 
 ArrayLike = Any

@@ -12,13 +12,11 @@ must run with --allow_shared_memory, on this host):
   server reads and writes it on the GPU, no host copy. When the server cannot use
   it (another host, shared memory off) the array is copied to the host instead.
 
-The CUDA driver is reached through ctypes (libcuda), so no CUDA Python package is
-needed. A CUDA allocation must stay allocated while registered: ``free_shared``
-(or closing the client) unregisters it.
+A CUDA allocation must stay allocated while registered: ``free_shared`` (or closing
+the client) unregisters it.
 """
 from __future__ import annotations
 
-import ctypes
 import mmap
 import os
 import secrets
@@ -30,6 +28,7 @@ from typing import TYPE_CHECKING, Any, List, Optional, Tuple
 import grpc
 import numpy as np
 
+from ._cuda_arrays import CudaArray, driver, is_cuda_array
 from ._pb import pb
 from ._types import NP_TO_PB
 from .errors import FailedPrecondition
@@ -75,97 +74,6 @@ class Region:
     kind: str  # "host" or "cuda"
     key: str = ""  # host: the POSIX shared-memory name, unlinked when freed
     handle: bytes = b""  # cuda: the IPC handle, which tells reused addresses apart
-
-
-class _Driver:
-    """The few CUDA driver calls the IPC path needs, through ctypes."""
-
-    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
-
-    def __init__(self) -> None:
-        self.lib = ctypes.CDLL("libcuda.so.1")
-
-    def _check(self, result: int, what: str) -> None:
-        if result != 0:
-            name = ctypes.c_char_p()
-            self.lib.cuGetErrorName(result, ctypes.byref(name))
-            raise RuntimeError(f"{what} failed: {(name.value or b'?').decode()} ({result})")
-
-    def allocation(self, ptr: int) -> Tuple[int, int]:
-        base, size = ctypes.c_uint64(), ctypes.c_size_t()
-        self._check(self.lib.cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size),
-                                                     ctypes.c_uint64(ptr)),
-                    "cuMemGetAddressRange")
-        return int(base.value), int(size.value)
-
-    def ipc_handle(self, base: int) -> bytes:
-        handle = (ctypes.c_char * 64)()
-        self._check(self.lib.cuIpcGetMemHandle(handle, ctypes.c_uint64(base)),
-                    "cuIpcGetMemHandle (memory from cudaMallocAsync pools cannot be shared)")
-        return bytes(handle)
-
-    def pci_bus_id(self, ptr: int) -> str:
-        ordinal, device = ctypes.c_int(), ctypes.c_int()
-        self._check(self.lib.cuPointerGetAttribute(
-            ctypes.byref(ordinal), self.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-            ctypes.c_uint64(ptr)), "cuPointerGetAttribute")
-        self._check(self.lib.cuDeviceGet(ctypes.byref(device), ordinal), "cuDeviceGet")
-        bus = ctypes.create_string_buffer(64)
-        self._check(self.lib.cuDeviceGetPCIBusId(bus, 64, device), "cuDeviceGetPCIBusId")
-        return bus.value.decode()
-
-    def synchronize(self) -> None:
-        self._check(self.lib.cuCtxSynchronize(), "cuCtxSynchronize")
-
-    def to_host(self, ptr: int, out: np.ndarray) -> None:  # type: ignore[type-arg]
-        self.synchronize()
-        self._check(self.lib.cuMemcpyDtoH_v2(ctypes.c_void_p(out.ctypes.data),
-                                             ctypes.c_uint64(ptr), ctypes.c_size_t(out.nbytes)),
-                    "cuMemcpyDtoH")
-
-
-_driver: Optional[_Driver] = None
-
-
-def driver() -> _Driver:
-    global _driver
-    if _driver is None:
-        _driver = _Driver()
-    return _driver
-
-
-class CudaArray:
-    """A C-contiguous float32/float64 device array, read from __cuda_array_interface__."""
-
-    def __init__(self, obj: Any, field_name: str):
-        cai = obj.__cuda_array_interface__
-        self.obj = obj
-        self.dtype = np.dtype(cai["typestr"])
-        if self.dtype.kind != "f" or self.dtype.itemsize not in (4, 8):
-            raise TypeError(f"{field_name}: device dtype {self.dtype} is not supported; "
-                            "use float32 or float64")
-        self.shape = tuple(int(s) for s in cai["shape"])
-        contiguous = np.empty(0, self.dtype).itemsize
-        expected = []
-        for extent in reversed(self.shape):
-            expected.append(contiguous)
-            contiguous *= extent
-        strides = cai.get("strides")
-        if strides is not None and tuple(strides) != tuple(reversed(expected)):
-            raise ValueError(f"{field_name}: the device array is not C-contiguous "
-                             "(make a copy with .copy())")
-        self.ptr = int(cai["data"][0])
-        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
-
-    def to_host(self) -> np.ndarray:  # type: ignore[type-arg]
-        out = np.empty(self.shape, self.dtype)
-        if self.nbytes:
-            driver().to_host(self.ptr, out)
-        return out
-
-
-def is_cuda_array(value: Any) -> bool:
-    return hasattr(value, "__cuda_array_interface__")
 
 
 def host_boot_id() -> str:
@@ -391,5 +299,5 @@ def free_all(client: Any) -> Steps[None]:
             pass
 
 
-__all__ = ["SharedSlice", "SharedRegions", "CudaArray", "is_cuda_array", "new_shared_array",
-           "place_shared", "shared_output", "free", "free_all"]
+__all__ = ["SharedSlice", "SharedRegions", "new_shared_array", "place_shared",
+           "shared_output", "free", "free_all"]

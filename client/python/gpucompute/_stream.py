@@ -11,7 +11,7 @@ import numpy as np
 from . import _wire
 from ._device_array import DeviceArray
 from ._operands import byte_view
-from ._shared_memory import CudaArray, is_cuda_array
+from ._cuda_arrays import CudaArray, is_cuda_array
 from ._types import Array, PB_TO_NP, Timing
 from .errors import ProtocolError
 
