@@ -158,6 +158,13 @@ TEST_F(CliTest, KeepOnDevicePrintsTheStoredIdAloneOnStdout) {
   EXPECT_THAT(Download(id), ElementsAre(0.125, 0.25, 0.625, 0.4, 0.4, 0.2));
 }
 
+// The instance id names the replica that `info` reached: buffer ids begin with it.
+TEST_F(CliTest, InfoShowsTheInstanceId) {
+  const CliRun info = Cli({"info"});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_THAT(info.out, HasSubstr(absl::StrCat("instance    ", server_->server().instance_id(), "\n")));
+}
+
 // Without a stored buffer there is nothing to capture: the report is the output.
 TEST_F(CliTest, ComputeReportStaysOnStdout) {
   WriteRows(PathOf("data.npy"));

@@ -51,6 +51,8 @@ def test_resolve_splits_address_lists_and_looks_up_names():
     assert "ipv4:127.0.0.1:7" in resolve("localhost:7") + resolve("127.0.0.1:7")
     with pytest.raises(ValueError, match="no port"):
         resolve("localhost")
+    with pytest.raises(gpucompute.Unavailable, match="cannot resolve"):
+        gpucompute.ReplicatedClient("no-such-host.invalid:50051")
 
 
 def test_each_replica_has_its_own_instance_and_buffer_ids_carry_it(replicas):

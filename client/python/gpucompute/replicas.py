@@ -111,7 +111,14 @@ class ReplicatedClient:
     def refresh(self) -> Dict[str, str]:
         """Re-resolves the target and asks every address for its instance id; returns
         {instance id: address} of the replicas that answered."""
-        addresses = resolve(self.target)
+        try:
+            addresses = resolve(self.target)
+        except OSError as e:  # a failed look-up keeps the addresses known: they may be up
+            with self._lock:
+                addresses = list(self._clients)
+            if not addresses:
+                raise Unavailable(Unavailable.default_code,
+                                  f"cannot resolve {self.target!r}: {e}") from e
         with self._lock:
             for gone in set(self._clients) - set(addresses):
                 self._clients.pop(gone).close()
