@@ -86,7 +86,8 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
     kFinished,    // Finish was called: OnDone may delete this at any moment
   };
 
-  void RunProduce(ProduceFn produce);
+  // `admitted`: OK, or why the executor dropped the queued request.
+  void RunProduce(ProduceFn produce, absl::Status admitted);
   void ProduceChunk();
   // Draws `bytes` of host memory from the budget into `charge` (waiting at
   // most --memory_budget_wait); nothing when the backend has no budgets.

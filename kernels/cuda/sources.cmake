@@ -14,7 +14,8 @@ target_sources(gpucompute_kernels PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/lombscargle_nufft.cu
   ${CMAKE_CURRENT_LIST_DIR}/lombscargle_ragged.cu
   ${CMAKE_CURRENT_LIST_DIR}/cufft_plans.cc
-  ${CMAKE_CURRENT_LIST_DIR}/support.cu)
+  ${CMAKE_CURRENT_LIST_DIR}/support.cu
+  ${CMAKE_CURRENT_LIST_DIR}/value_check.cu)
 target_compile_definitions(gpucompute_kernels PUBLIC GPUCOMPUTE_HAVE_CUDA)
 target_link_libraries(gpucompute_kernels PUBLIC CUDA::cudart_static CUDA::cufft)
 # -lineinfo: source lines for compute-sanitizer and ncu, no effect on the code.
