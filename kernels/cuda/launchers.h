@@ -133,20 +133,6 @@ struct LombScargleResult {
 cudaError_t LaunchLombScargle(DType dtype, const LombScargleArgs& args, LombScargleResult* result,
                               const LaunchEnv& env);
 
-// ---- value check --------------------------------------------------------------
-// A ValueRule (kernels/preconditions.h) as the device reads it.
-struct ValueBounds {
-  double lowest = 0;
-  double highest = 0;
-  bool nonzero = false;
-};
-
-// *first = the lowest index i < n whose element breaks `bounds`, kNoIndex when
-// none (the launcher initializes it).
-cudaError_t LaunchFirstBreakingValue(DType dtype, const void* data, int64_t n,
-                                     const ValueBounds& bounds, unsigned long long* first,
-                                     const LaunchEnv& env);
-
 // Per batch row, in float64.
 struct LombScargleRowStats {
   double y_sum;   // Y  = sum w' y   (w' = w / sum w)
@@ -222,6 +208,20 @@ cudaError_t LaunchLombScargleNufft(DType dtype, const LombScargleArgs& args,
 cudaError_t LaunchLombScargleEvenCheck(DType dtype, const void* freqs, int64_t m, double tolerance,
                                        unsigned long long* first, const LaunchEnv& env);
 
+// ---- value check --------------------------------------------------------------
+// A ValueRule (kernels/preconditions.h) as the device reads it.
+struct ValueBounds {
+  double lowest = 0;
+  double highest = 0;
+  bool nonzero = false;
+};
+
+// *first = the lowest index i < n whose element breaks `bounds`, kNoIndex when
+// none (the launcher initializes it).
+cudaError_t LaunchFirstBreakingValue(DType dtype, const void* data, int64_t n,
+                                     const ValueBounds& bounds, unsigned long long* first,
+                                     const LaunchEnv& env);
+
 // ---- start-up -----------------------------------------------------------------
 // Every kernel of every operation, for cudaFuncGetAttributes.
 void ListKernels(std::vector<KernelEntry>& out);
@@ -234,10 +234,10 @@ void ListDiscountProductKernels(std::vector<KernelEntry>& out);
 void ListHaversineKernels(std::vector<KernelEntry>& out);
 void ListNormalizeKernels(std::vector<KernelEntry>& out);
 void ListLombScargleKernels(std::vector<KernelEntry>& out);
-void ListValueCheckKernels(std::vector<KernelEntry>& out);
-
+// Loaded, not warmed up: the NUFFT's kernels run after a cuFFT plan is made.
 void ListLombScargleNufftKernels(std::vector<KernelEntry>& out);
-void ListLombScargleRaggedKernels(std::vector<KernelEntry>& out);  // loaded, not warmed up: they need a cuFFT plan
+void ListLombScargleRaggedKernels(std::vector<KernelEntry>& out);
+void ListValueCheckKernels(std::vector<KernelEntry>& out);
 cudaError_t WarmupDiscountProduct(const LaunchEnv& env);
 cudaError_t WarmupHaversine(const LaunchEnv& env);
 cudaError_t WarmupNormalize(const LaunchEnv& env);

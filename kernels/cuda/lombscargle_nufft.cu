@@ -286,7 +286,7 @@ cudaError_t LaunchT(const LombScargleArgs& a, const LombScargleNufftArgs& u, cuf
   GC_CHECK_LAUNCH();
   if (cufftExecZ2Z(fft, reinterpret_cast<cufftDoubleComplex*>(s.grids),
                    reinterpret_cast<cufftDoubleComplex*>(s.grids), CUFFT_INVERSE) != CUFFT_SUCCESS) {
-    return cudaErrorLaunchFailure;
+    return cudaErrorUnknown;  // cuFFT refused to enqueue: not a sticky device error
   }
   const PowerOptions o{a.normalize, a.floating_mean};
   const unsigned blocks = GridFor(CeilDiv(a.batch * a.frequencies, kThreads), env.sm_count,

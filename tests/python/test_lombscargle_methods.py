@@ -76,7 +76,7 @@ def test_refusals(client, rng):
 
 @pytest.mark.parametrize("method", ["direct", "nufft"])
 def test_ragged_batch_matches_each_series_alone(client, rng, method):
-    lengths = [50, 400, 7]
+    lengths = [50, 400, 23]
     xs = [np.sort(rng.uniform(0, 100, n)) for n in lengths]
     ys = [np.sin(1.1 * x) + 0.3 * rng.standard_normal(x.shape) for x in xs]
     ws = [rng.uniform(0.5, 2.0, x.shape) for x in xs]
