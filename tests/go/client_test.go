@@ -171,6 +171,7 @@ func TestReflectionListsEveryService(t *testing.T) {
 	}
 	sort.Strings(names)
 	want := []string{"gpucompute.v1.Buffers", "gpucompute.v1.Compute", "gpucompute.v1.Server",
+		"gpucompute.v1.SharedMemory",
 		"grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
 		"grpc.reflection.v1alpha.ServerReflection"}
 	if !reflect.DeepEqual(names, want) {
