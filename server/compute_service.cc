@@ -34,6 +34,7 @@ absl::StatusOr<Accepted<Request>> Accept(ServiceContext& service,
   GC_ASSIGN_OR_RETURN(accepted.output,
                       AdmitStream(service, context, options.chunk_bytes(), "output.chunk_bytes"));
   GC_RETURN_IF_ERROR(CheckBufferName(options.buffer_name(), "output.buffer_name"));
+  accepted.output.accept_complete = options.accept_complete_result();
   const RequestScope scope{service.store, PrincipalOf(context), service.config.max_elements};
   GC_ASSIGN_OR_RETURN(accepted.prepared, prepare(request, scope));
   GC_ASSIGN_OR_RETURN(accepted.output.lane, service.LaneFor(op, accepted.prepared.work));

@@ -15,6 +15,13 @@ namespace {
 
 uint64_t Micros(absl::Duration d) { return static_cast<uint64_t>(absl::ToInt64Microseconds(d)); }
 
+// The result bytes a message carries.
+size_t DataBytes(const v1::ResultChunk& chunk) {
+  if (chunk.has_data()) return chunk.data().data().size();
+  if (chunk.has_complete()) return chunk.complete().data().size();
+  return 0;
+}
+
 }  // namespace
 
 absl::StatusOr<ResultStreamReactor::Output> AdmitStream(const ServiceContext& service,
@@ -73,6 +80,29 @@ void ResultStreamReactor::RunProduce(ProduceFn produce) {
     ctx.cancelled = &cancelled_;
     source = produce(ctx);
   }
+  Deliver(std::move(source), started);
+}
+
+void ResultStreamReactor::Deliver(absl::StatusOr<StreamSource> source, absl::Time started) {
+  uint32_t chunk_bytes;
+  bool keep;
+  {
+    absl::MutexLock lock(&mu_);
+    chunk_bytes = output_.chunk_bytes;
+    keep = output_.keep.has_value();
+  }
+  // A result of one chunk is copied out now, outside the lock (the copy may wait
+  // for the memory budget), instead of in a continuation task.
+  ReadyMessage data;
+  absl::StatusOr<absl::Duration> copied = absl::ZeroDuration();
+  const bool copy_now = source.ok() && !keep && source->array->bytes() > 0 &&
+                        source->array->bytes() <= chunk_bytes;
+  if (copy_now) {
+    const uint64_t n = source->array->bytes();
+    data.message.mutable_data()->set_offset(0);
+    copied = CopyOut(*source->array, 0, n, *data.message.mutable_data()->mutable_data(),
+                     data.charge);
+  }
   {
     // State change and the next decision in one critical section: once the
     // state leaves kOnExecutor another thread may finish the call and delete this.
@@ -81,6 +111,8 @@ void ResultStreamReactor::RunProduce(ProduceFn produce) {
     queue_time_ = started - accepted_;
     if (!source.ok()) {
       Fail(source.status());
+    } else if (!copied.ok()) {
+      Fail(copied.status());
     } else {
       times_ = source->times;
       result_ = std::move(source->array);
@@ -99,12 +131,50 @@ void ResultStreamReactor::RunProduce(ProduceFn produce) {
           result_.reset();
           QueueTrailer(&info);
         }
+      } else if (copy_now) {
+        transfer_out_ += *copied;
+        next_offset_ = result_->bytes();
+        ready_.push_back(std::move(data));
+        result_.reset();
+        QueueTrailer(nullptr);
       } else if (result_->bytes() == 0) {
         QueueTrailer(nullptr);
+      }
+      if (output_.accept_complete && state_ == State::kAllQueued && final_status_.ok()) {
+        MergeIntoComplete();
       }
     }
     PumpLocked(lock);
   }
+}
+
+absl::StatusOr<absl::Duration> ResultStreamReactor::CopyOut(const Array& array, uint64_t offset,
+                                                            uint64_t n, std::string& bytes,
+                                                            MemoryBudget::Charge& charge) {
+  const absl::Time start = absl::Now();
+  if (cancelled_.load()) return absl::CancelledError("cancelled while streaming");
+  GC_RETURN_IF_ERROR(ChargeHostMemory(n, charge));
+  bytes.resize(n);
+  GC_RETURN_IF_ERROR(service_.backend.CopyFromArray(array, offset, n, bytes.data()));
+  const absl::Duration elapsed = absl::Now() - start;
+  service_.metrics.Transferred(Direction::kDeviceToHost, n, elapsed);
+  return elapsed;
+}
+
+void ResultStreamReactor::MergeIntoComplete() {
+  ReadyMessage merged;
+  v1::ResultComplete* complete = merged.message.mutable_complete();
+  for (ReadyMessage& part : ready_) {
+    v1::ResultChunk& chunk = part.message;
+    if (chunk.has_header()) *complete->mutable_header() = std::move(*chunk.mutable_header());
+    if (chunk.has_data()) {
+      *complete->mutable_data() = std::move(*chunk.mutable_data()->mutable_data());
+      merged.charge = std::move(part.charge);
+    }
+    if (chunk.has_trailer()) *complete->mutable_trailer() = std::move(*chunk.mutable_trailer());
+  }
+  ready_.clear();
+  ready_.push_back(std::move(merged));
 }
 
 void ResultStreamReactor::ProduceChunk() {
@@ -121,23 +191,15 @@ void ResultStreamReactor::ProduceChunk() {
   ReadyMessage chunk;
   v1::ResultData* data = chunk.message.mutable_data();
   data->set_offset(offset);
-  std::string* bytes = data->mutable_data();
-  const absl::Time start = absl::Now();
-  absl::Status copied = cancelled_.load() ? absl::CancelledError("cancelled while streaming")
-                                          : ChargeHostMemory(n, chunk.charge);
-  if (copied.ok()) {
-    bytes->resize(n);
-    copied = service_.backend.CopyFromArray(*array, offset, n, bytes->data());
-  }
-  const absl::Duration elapsed = absl::Now() - start;
-  if (copied.ok()) service_.metrics.Transferred(Direction::kDeviceToHost, n, elapsed);
+  absl::StatusOr<absl::Duration> copied =
+      CopyOut(*array, offset, n, *data->mutable_data(), chunk.charge);
   {
     absl::ReleasableMutexLock lock(&mu_);
     state_ = State::kChunksLeft;  // unless Fail or QueueTrailer below
     if (!copied.ok()) {
-      Fail(copied);
+      Fail(copied.status());
     } else {
-      transfer_out_ += elapsed;
+      transfer_out_ += *copied;
       next_offset_ = offset + n;
       ready_.push_back(std::move(chunk));
       if (next_offset_ == array->bytes()) {
@@ -194,8 +256,8 @@ void ResultStreamReactor::PumpLocked(absl::ReleasableMutexLock& lock) {
     in_flight_ = std::move(ready_.front().message);
     in_flight_charge_ = std::move(ready_.front().charge);
     ready_.pop_front();
-    if (host_budget_ != nullptr && in_flight_.has_data()) {
-      serialized_charge_ = host_budget_->ChargeFixed(in_flight_.data().data().size());
+    if (host_budget_ != nullptr && DataBytes(in_flight_) > 0) {
+      serialized_charge_ = host_budget_->ChargeFixed(DataBytes(in_flight_));
     }
     writing_ = true;
     write_started_ = absl::Now();
@@ -264,7 +326,7 @@ void ResultStreamReactor::OnWriteDone(bool ok) {
     absl::MutexLock lock(&mu_);
     stall_alarm_.reset();
     stream_write_ += absl::Now() - write_started_;
-    if (in_flight_.has_data()) service_.metrics.NetworkSent(in_flight_.data().data().size());
+    if (DataBytes(in_flight_) > 0) service_.metrics.NetworkSent(DataBytes(in_flight_));
     // gRPC is done with the message: its memory goes back to the budget.
     in_flight_ = v1::ResultChunk();
     in_flight_charge_ = MemoryBudget::Charge();

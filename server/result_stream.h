@@ -53,6 +53,8 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
     std::string buffer_name;
     // The executor lane the work runs on (ServiceContext::LaneFor).
     Executor::Lane lane = Executor::Lane::kGeneral;
+    // OutputOptions.accept_complete_result: a result of one chunk goes as one message.
+    bool accept_complete = false;
   };
 
   ResultStreamReactor(ServiceContext& service, grpc::CallbackServerContext* context,
@@ -87,7 +89,16 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
   };
 
   void RunProduce(ProduceFn produce);
+  // Takes the outcome of the work that started at `started` (on the executor):
+  // a result of one chunk is copied out right here, with no further executor hop.
+  void Deliver(absl::StatusOr<StreamSource> source, absl::Time started);
   void ProduceChunk();
+  // Copies bytes [offset, offset + n) of `array` into `bytes`, charged to `charge`;
+  // returns how long the copy took.
+  absl::StatusOr<absl::Duration> CopyOut(const Array& array, uint64_t offset, uint64_t n,
+                                         std::string& bytes, MemoryBudget::Charge& charge);
+  // The header, data and trailer queued in ready_ as one ResultChunk.complete.
+  void MergeIntoComplete() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Draws `bytes` of host memory from the budget into `charge` (waiting at
   // most --memory_budget_wait); nothing when the backend has no budgets.
   absl::Status ChargeHostMemory(uint64_t bytes, MemoryBudget::Charge& charge);
