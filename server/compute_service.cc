@@ -53,7 +53,7 @@ absl::StatusOr<Accepted<Request>> Accept(ServiceContext& service,
 
 }  // namespace
 
-ComputeService::ComputeService(ServiceContext& service) : service_(service) {
+ComputeService::ComputeService(ServiceContext& service) : service_(service), batcher_(service) {
   Serve<v1::DiscountProductRequest>("DiscountProduct", Operation::kDiscountProduct,
                                     PrepareDiscountProduct);
   Serve<v1::HaversineGridRequest>("HaversineGrid", Operation::kHaversineGrid,
@@ -72,6 +72,13 @@ void ComputeService::Serve(absl::string_view method, Operation op, PrepareFn pre
         Accept<Request>(service_, *context, *bytes, op, prepare);
     if (!accepted.ok()) {
       reactor->Reject(accepted.status());
+      return reactor;
+    }
+    if (batcher_.Accepts(accepted->prepared, accepted->output.keep.has_value())) {
+      reactor->StartInBatch(std::move(accepted->output), absl::Now() - start, batcher_,
+                            BatchMember{.op = op,
+                                        .prepared = std::move(accepted->prepared),
+                                        .request = std::move(accepted->request)});
       return reactor;
     }
     reactor->Start(std::move(accepted->output), absl::Now() - start,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "gpucompute/v1/gpucompute.grpc.pb.h"
+#include "server/dynamic_batcher.h"
 #include "server/request_parse.h"
 #include "server/service_context.h"
 
@@ -17,6 +18,7 @@ class ComputeService final : public ParsingService<v1::Compute> {
   void Serve(absl::string_view method, Operation op, PrepareFn prepare);
 
   ServiceContext& service_;
+  DynamicBatcher batcher_;
 };
 
 }  // namespace gpucompute

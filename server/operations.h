@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -48,6 +49,18 @@ using RunFn = absl::AnyInvocable<absl::Status(Backend& backend,
                                               std::span<const std::shared_ptr<Array>> operands,
                                               Array& out, OpContext& ctx)>;
 
+// How a request may share one launch with others (server/dynamic_batcher.h):
+// the requests of one key differ only in the leading extent of their stacked
+// operands and of their result, which line up (operation rows are independent).
+struct BatchPlan {
+  // The operation, dtype and options, and the shapes and bytes of shared operands.
+  std::string key;
+  // Per operand: its shape with a leading batch axis (stacked), or empty (shared:
+  // the same bytes in every request of the key).
+  std::vector<Shape> stacked;
+  Shape out;  // the result with the same leading batch axis
+};
+
 struct PreparedOperation {
   std::vector<OperandSpec> operands;
   DType out_dtype = DType::kFloat64;
@@ -57,6 +70,8 @@ struct PreparedOperation {
   // saturates at INT64_MAX. Picks the executor lane and meets max_work_per_request.
   int64_t work = 0;
   RunFn run;
+  // Set when every operand is inline and the operation can run stacked.
+  std::optional<BatchPlan> batch;
 };
 
 absl::StatusOr<PreparedOperation> PrepareDiscountProduct(const v1::DiscountProductRequest& request,
@@ -73,6 +88,17 @@ struct ExecutionTimes {
   absl::Duration compute = absl::ZeroDuration();
   uint64_t bytes_in = 0;
   std::string device;  // where it ran, e.g. "cpu" or "cuda:0"
+  int batch_size = 1;  // requests that shared the launch
+};
+
+// What the work of a request produced.
+struct StreamSource {
+  std::shared_ptr<Array> array;
+  ExecutionTimes times;
+  // The result's bytes already on the host (a batch's result is copied out
+  // once), at `host_offset`; null: copy them from `array`.
+  std::shared_ptr<const std::string> host;
+  uint64_t host_offset = 0;
 };
 
 // Materializes the operands on one device (that of the first stored operand, else

@@ -67,6 +67,27 @@ void ResultStreamReactor::Start(Output output, absl::Duration prepare_time, Prod
   Pump();
 }
 
+void ResultStreamReactor::StartInBatch(Output output, absl::Duration prepare_time,
+                                       DynamicBatcher& batcher, BatchMember member) {
+  {
+    absl::MutexLock lock(&mu_);
+    output_ = std::move(output);
+    prepare_time_ = prepare_time;
+    state_ = State::kOnExecutor;
+  }
+  member.cancelled = &cancelled_;
+  member.deadline = absl::FromChrono(context_->deadline());
+  member.deliver = [this](absl::StatusOr<StreamSource> source, absl::Time started) {
+    Deliver(std::move(source), started);
+  };
+  absl::Status admitted = batcher.Submit(std::move(member));
+  if (!admitted.ok()) {
+    absl::MutexLock lock(&mu_);
+    Fail(admitted);
+  }
+  Pump();
+}
+
 void ResultStreamReactor::RunProduce(ProduceFn produce) {
   const absl::Time started = absl::Now();
   absl::StatusOr<StreamSource> source;
@@ -100,8 +121,7 @@ void ResultStreamReactor::Deliver(absl::StatusOr<StreamSource> source, absl::Tim
   if (copy_now) {
     const uint64_t n = source->array->bytes();
     data.message.mutable_data()->set_offset(0);
-    copied = CopyOut(*source->array, 0, n, *data.message.mutable_data()->mutable_data(),
-                     data.charge);
+    copied = CopyOut(*source, 0, n, *data.message.mutable_data()->mutable_data(), data.charge);
   }
   {
     // State change and the next decision in one critical section: once the
@@ -148,14 +168,19 @@ void ResultStreamReactor::Deliver(absl::StatusOr<StreamSource> source, absl::Tim
   }
 }
 
-absl::StatusOr<absl::Duration> ResultStreamReactor::CopyOut(const Array& array, uint64_t offset,
-                                                            uint64_t n, std::string& bytes,
+absl::StatusOr<absl::Duration> ResultStreamReactor::CopyOut(const StreamSource& source,
+                                                            uint64_t offset, uint64_t n,
+                                                            std::string& bytes,
                                                             MemoryBudget::Charge& charge) {
   const absl::Time start = absl::Now();
   if (cancelled_.load()) return absl::CancelledError("cancelled while streaming");
   GC_RETURN_IF_ERROR(ChargeHostMemory(n, charge));
+  if (source.host != nullptr) {  // a batch's result, on the host already
+    bytes.assign(*source.host, source.host_offset + offset, n);
+    return absl::Now() - start;
+  }
   bytes.resize(n);
-  GC_RETURN_IF_ERROR(service_.backend.CopyFromArray(array, offset, n, bytes.data()));
+  GC_RETURN_IF_ERROR(service_.backend.CopyFromArray(*source.array, offset, n, bytes.data()));
   const absl::Duration elapsed = absl::Now() - start;
   service_.metrics.Transferred(Direction::kDeviceToHost, n, elapsed);
   return elapsed;
@@ -192,7 +217,7 @@ void ResultStreamReactor::ProduceChunk() {
   v1::ResultData* data = chunk.message.mutable_data();
   data->set_offset(offset);
   absl::StatusOr<absl::Duration> copied =
-      CopyOut(*array, offset, n, *data->mutable_data(), chunk.charge);
+      CopyOut(StreamSource{.array = array}, offset, n, *data->mutable_data(), chunk.charge);
   {
     absl::ReleasableMutexLock lock(&mu_);
     state_ = State::kChunksLeft;  // unless Fail or QueueTrailer below
@@ -236,6 +261,7 @@ void ResultStreamReactor::QueueTrailer(const v1::BufferInfo* stored) {
   timing->set_total_us(Micros(absl::Now() - accepted_));
   trailer->set_backend(std::string(service_.backend.name()));
   trailer->set_device(times_.device);
+  trailer->set_batch_size(static_cast<uint32_t>(times_.batch_size));
   if (stored != nullptr) *trailer->mutable_stored_buffer() = *stored;
   state_ = State::kAllQueued;
 }

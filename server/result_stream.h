@@ -31,15 +31,11 @@
 #include "grpcpp/grpcpp.h"
 #include "kernels/memory_budget.h"
 #include "server/operation.h"
+#include "server/dynamic_batcher.h"
 #include "server/operations.h"
 #include "server/service_context.h"
 
 namespace gpucompute {
-
-struct StreamSource {
-  std::shared_ptr<Array> array;
-  ExecutionTimes times;
-};
 
 class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChunk> {
  public:
@@ -62,6 +58,10 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
 
   // Exactly one of these, once, right after construction.
   void Start(Output output, absl::Duration prepare_time, ProduceFn produce);
+  // Start, with the work joining `batcher` (which fills in the member's
+  // cancellation, deadline and delivery).
+  void StartInBatch(Output output, absl::Duration prepare_time, DynamicBatcher& batcher,
+                    BatchMember member);
   void Reject(const absl::Status& status);
 
   void OnWriteDone(bool ok) override;
@@ -93,9 +93,9 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
   // a result of one chunk is copied out right here, with no further executor hop.
   void Deliver(absl::StatusOr<StreamSource> source, absl::Time started);
   void ProduceChunk();
-  // Copies bytes [offset, offset + n) of `array` into `bytes`, charged to `charge`;
-  // returns how long the copy took.
-  absl::StatusOr<absl::Duration> CopyOut(const Array& array, uint64_t offset, uint64_t n,
+  // Copies bytes [offset, offset + n) of the source's result into `bytes`,
+  // charged to `charge`; returns how long the copy took.
+  absl::StatusOr<absl::Duration> CopyOut(const StreamSource& source, uint64_t offset, uint64_t n,
                                          std::string& bytes, MemoryBudget::Charge& charge);
   // The header, data and trailer queued in ready_ as one ResultChunk.complete.
   void MergeIntoComplete() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

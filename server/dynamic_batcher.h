@@ -1,0 +1,87 @@
+// Dynamic batching, as Triton's dynamic batcher: small requests of one operation
+// whose BatchPlan keys match (operations.h: dtype, options, shapes but for the
+// leading extent) and that wait together run as one launch, and each gets its
+// own part of the result. A batch is what waited for an executor thread (the
+// drain is a continuation: it runs before queued requests), or, with a window,
+// what arrived within it after the first. Each request keeps its own status,
+// timing and cancellation: one cancelled or past its deadline before the launch
+// leaves the batch; when the batched launch fails, each request runs alone, so
+// that a bad one fails alone with its own message.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/executor.h"
+#include "server/operation.h"
+#include "server/operations.h"
+#include "server/service_context.h"
+
+namespace gpucompute {
+
+// One request waiting in the batcher.
+struct BatchMember {
+  Operation op;
+  PreparedOperation prepared;  // prepared.batch is set
+  std::shared_ptr<const void> request;  // what the inline operands point into
+  const std::atomic<bool>* cancelled = nullptr;
+  absl::Time deadline = absl::InfiniteFuture();
+  // Called exactly once, on an executor thread: the request's result or error
+  // and when its work started.
+  absl::AnyInvocable<void(absl::StatusOr<StreamSource>, absl::Time started)> deliver;
+};
+
+class DynamicBatcher {
+ public:
+  // Uses service.config's batching flags; `service` outlives the executor's tasks.
+  explicit DynamicBatcher(ServiceContext& service);
+  // Hands every waiting batch to the executor (which runs it before it stops).
+  ~DynamicBatcher();
+  DynamicBatcher(const DynamicBatcher&) = delete;
+  DynamicBatcher& operator=(const DynamicBatcher&) = delete;
+
+  // Whether a request of `work` units with this plan (and output options) may batch.
+  bool Accepts(const PreparedOperation& prepared, bool keep_on_device) const;
+  // Queues `member`; RESOURCE_EXHAUSTED (counted as queue_full) when
+  // max_small_queue_depth requests are waiting in the batcher already.
+  absl::Status Submit(BatchMember member);
+
+ private:
+  // The batches waiting, shared with the executor tasks that drain them.
+  struct State {
+    explicit State(ServiceContext& s) : service(s) {}
+    ServiceContext& service;
+    absl::Mutex mu;
+    // Per key: the requests waiting, and whether a drain of them is scheduled.
+    struct Group {
+      std::vector<BatchMember> members;
+      bool drain_scheduled = false;
+    };
+    absl::flat_hash_map<std::string, Group> groups ABSL_GUARDED_BY(mu);
+    size_t waiting ABSL_GUARDED_BY(mu) = 0;
+  };
+
+  // Drains `key` now (on the executor) or when its window ends.
+  void ScheduleDrain(const std::string& key);
+  // On an executor thread: takes up to max_batch_size requests of `key` and runs them.
+  static void Drain(const std::shared_ptr<State>& state, const std::string& key);
+  // Runs `members` (one key) as one launch and delivers each its part.
+  static void Run(ServiceContext& service, std::vector<BatchMember> members);
+  static void RunAlone(ServiceContext& service, BatchMember& member, absl::Time started);
+
+  std::shared_ptr<State> state_;
+  // Only with a window: fires each batch's drain when its window ends. Its
+  // callbacks hold state_; it stops before state_ is let go.
+  std::unique_ptr<Timer> timer_;
+};
+
+}  // namespace gpucompute
