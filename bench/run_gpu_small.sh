@@ -3,17 +3,19 @@
 # throughput of 1024-element float32 requests through the C++ CLI bench and the
 # Python client, and where a request spends its time on the server.
 #
-# Here:   cmake --build build-cuda -j2 --target gpucompute-server gpucompute-cli small_results_test
+# Here:   cmake --build build-cuda -j2 --target gpucompute-server gpucompute-cli \
+#             small_results_test dynamic_batching_test
 #         /work/shared/tools/device-bundle .device/small build-cuda/server/gpucompute-server \
-#             build-cuda/client/gpucompute-cli build-cuda/tests/small_results_test
+#             build-cuda/client/gpucompute-cli build-cuda/tests/small_results_test \
+#             build-cuda/tests/dynamic_batching_test
 #         (cd client/python && /usr/bin/python3 -m gpucompute._build_proto --force)
 # There:  BUNDLE=.device/small bash bench/run_gpu_small.sh
 #         (carry .device and client/python/gpucompute/_proto)
 #
 # Modes, each on a fresh CUDA server:
-#   before  --cuda_sync=spin and the bench's --complete_results=false: the old
-#           synchronization and three messages per result (the rest of the
-#           server as it is now).
+#   before  --cuda_sync=spin --batching=false and the bench's
+#           --complete_results=false: the old synchronization, no batching and
+#           three messages per result (the rest of the server as it is now).
 #   after   the defaults.
 # For each: 1 in flight normalize (C++ and Python), then the four-op mix at 4,
 # 16, 64 and 128 in flight; the server's stage means around the 1 and 64 runs.
@@ -34,8 +36,12 @@ step "device"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
 nproc
 
-step "small_results_test on the CUDA backend"
-GPUCOMPUTE_TEST_BACKEND=cuda timeout 60 "$BUNDLE/small_results_test" --gtest_color=no 2>&1 | tail -3
+step "small_results_test and dynamic_batching_test on the CUDA backend"
+for t in small_results_test dynamic_batching_test; do
+  GPUCOMPUTE_TEST_BACKEND=cuda timeout 90 "$BUNDLE/$t" --gtest_color=no > "$OUT/$t.log" 2>&1
+  echo "$t rc=$?"; grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]' "$OUT/$t.log"
+  grep -A8 'Failure' "$OUT/$t.log" | head -30
+done
 
 bench() {  # MODE IN_FLIGHT MIX EXTRA...: one C++ bench run, its lines into the table
   local mode=$1 c=$2 mix=$3; shift 3
@@ -77,7 +83,7 @@ run_mode() {  # MODE SERVER_FLAGS CLI_FLAGS
 }
 
 : > "$OUT/table.txt"
-run_mode before "--cuda_sync=spin" "--complete_results=false"
+run_mode before "--cuda_sync=spin --batching=false" "--complete_results=false"
 run_mode after "" ""
 
 step "stage means (us per request; queue = the executor hop)"

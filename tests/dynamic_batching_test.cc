@@ -42,12 +42,15 @@ class DynamicBatchingTest : public ::testing::Test {
   void SetUp() override {
     ServerConfig alone = test::LoopbackConfig();
     alone.batching = false;
+    if (test::OnCuda()) alone.backend.kind = BackendKind::kCuda;
     auto reference = test::TestServer::Start(alone);
+    if (test::OnCuda() && !reference.ok()) GTEST_SKIP() << reference.status().message();
     ASSERT_TRUE(reference.ok()) << reference.status().message();
     alone_ = *std::move(reference);
 
     ServerConfig config = test::LoopbackConfigWithMetrics();
     config.batch_window = absl::Milliseconds(700);  // every call below joins one batch
+    if (test::OnCuda()) config.backend.kind = BackendKind::kCuda;
     auto batched = test::TestServer::Start(config);
     ASSERT_TRUE(batched.ok()) << batched.status().message();
     batched_ = *std::move(batched);
