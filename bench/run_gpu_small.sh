@@ -11,6 +11,10 @@
 #         (cd client/python && /usr/bin/python3 -m gpucompute._build_proto --force)
 # There:  BUNDLE=.device/small bash bench/run_gpu_small.sh
 #         (carry .device and client/python/gpucompute/_proto)
+# The CPU table (no GPU): BACKEND=cpu BUNDLE=DIR bash bench/run_gpu_small.sh, DIR
+# holding gpucompute-server and gpucompute-cli; BEFORE_BUNDLE=DIR2 and
+# BEFORE_PYTHONPATH=SRC/client/python run the before mode on an older build
+# instead (with no flags).
 #
 # Modes, each on a fresh CUDA server:
 #   before  --cuda_sync=spin --batching=false and the bench's
@@ -21,6 +25,9 @@
 # 16, 64 and 128 in flight; the server's stage means around the 1 and 64 runs.
 set -u
 BUNDLE=${BUNDLE:-.device/small}
+BACKEND=${BACKEND:-cuda}
+BEFORE_BUNDLE=${BEFORE_BUNDLE:-}
+PYTHON=${PYTHON:-python3}
 OUT=${OUT:-gpu-out}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-4}
 mkdir -p "$OUT"
@@ -28,7 +35,6 @@ export LD_LIBRARY_PATH="$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONPATH="$PWD/client/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 PORT=50161
 METRICS=9571
-CLI="$BUNDLE/gpucompute-cli"
 MIX=normalize:1,haversine:1,discount:1,lombscargle:1
 step() { echo; echo "=== $* ($(date +%T))"; }
 
@@ -37,7 +43,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
 nproc
 
 step "small_results_test and dynamic_batching_test on the CUDA backend"
-for t in small_results_test dynamic_batching_test; do
+[ "$BACKEND" = cuda ] && for t in small_results_test dynamic_batching_test; do
   GPUCOMPUTE_TEST_BACKEND=cuda timeout 90 "$BUNDLE/$t" --gtest_color=no > "$OUT/$t.log" 2>&1
   echo "$t rc=$?"; grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]' "$OUT/$t.log"
   grep -A8 'Failure' "$OUT/$t.log" | head -30
@@ -54,36 +60,43 @@ bench() {  # MODE IN_FLIGHT MIX EXTRA...: one C++ bench run, its lines into the 
   printf '%-7s %-5s %4d %10s  p50/p90/p99 ms %s\n' "$mode" "${mix%%:*}" "$c" "${tput:-FAIL}" "${lat:-}" | tee -a "$OUT/table.txt"
 }
 
-run_mode() {  # MODE SERVER_FLAGS CLI_FLAGS
-  local mode=$1 server_flags=$2 cli_flags=$3
-  step "$mode: server $server_flags, bench $cli_flags"
-  "$BUNDLE/gpucompute-server" --backend=cuda --address=127.0.0.1:$PORT \
+run_mode() {  # MODE SERVER_FLAGS CLI_FLAGS [BINARIES [PYTHONPATH]]
+  local mode=$1 server_flags=$2 cli_flags=$3 bin=${4:-$BUNDLE} pythonpath=${5:-$PYTHONPATH}
+  CLI="$bin/gpucompute-cli"
+  step "$mode: $bin, server $server_flags, bench $cli_flags"
+  "$bin/gpucompute-server" --backend=$BACKEND --address=127.0.0.1:$PORT \
     --metrics_address=127.0.0.1:$METRICS $server_flags > "$OUT/server_$mode.log" 2>&1 &
   local server=$!
   for _ in $(seq 150); do
     "$CLI" --target=127.0.0.1:$PORT --timeout=1s health > /dev/null 2>&1 && break
     sleep 0.1
   done
-  python3 bench/small_requests.py stages --metrics http://127.0.0.1:$METRICS/metrics -- \
+  $PYTHON bench/small_requests.py stages --metrics http://127.0.0.1:$METRICS/metrics -- \
     "$CLI" --target=127.0.0.1:$PORT bench --concurrency=1 --duration=${SECONDS_PER_RUN}s \
     --size=1024 --dtype=float32 --mix=normalize:1 $cli_flags > "$OUT/stages_${mode}_c1.txt" 2>&1
   bench "$mode" 1 normalize:1 $cli_flags
-  timeout 60 python3 bench/small_requests.py python-latency --target 127.0.0.1:$PORT \
+  PYTHONPATH=$pythonpath timeout 60 $PYTHON bench/small_requests.py python-latency --target 127.0.0.1:$PORT \
     --seconds $SECONDS_PER_RUN 2>&1 | tee "$OUT/python_$mode.txt" | sed "s/^/$mode python: /" | tee -a "$OUT/table.txt"
   for c in 4 16; do bench "$mode" $c $MIX $cli_flags; done
-  python3 bench/small_requests.py stages --metrics http://127.0.0.1:$METRICS/metrics -- \
+  $PYTHON bench/small_requests.py stages --metrics http://127.0.0.1:$METRICS/metrics -- \
     "$CLI" --target=127.0.0.1:$PORT bench --concurrency=64 --duration=${SECONDS_PER_RUN}s \
     --size=1024 --dtype=float32 --mix=$MIX $cli_flags > "$OUT/stages_${mode}_c64.txt" 2>&1
   awk -v m="$mode" '/^throughput/ {printf "%-7s mix    64 %10s  (under the stage scrape)\n", m, $2}' \
     "$OUT/stages_${mode}_c64.txt" | tee -a "$OUT/table.txt"
   bench "$mode" 128 $MIX $cli_flags
   curl -s http://127.0.0.1:$METRICS/metrics > "$OUT/metrics_$mode.txt" 2>/dev/null
-  python3 bench/small_requests.py batches --metrics http://127.0.0.1:$METRICS/metrics 2>/dev/null | tee -a "$OUT/table.txt"
+  $PYTHON bench/small_requests.py batches --metrics http://127.0.0.1:$METRICS/metrics 2>/dev/null | tee -a "$OUT/table.txt"
   kill -TERM $server; wait $server
 }
 
 : > "$OUT/table.txt"
-run_mode before "--cuda_sync=spin --batching=false" "--complete_results=false"
+if [ -n "$BEFORE_BUNDLE" ]; then
+  run_mode before "" "" "$BEFORE_BUNDLE" "${BEFORE_PYTHONPATH:-$PYTHONPATH}"
+elif [ "$BACKEND" = cuda ]; then
+  run_mode before "--cuda_sync=spin --batching=false" "--complete_results=false"
+else
+  run_mode before "--batching=false" "--complete_results=false"
+fi
 run_mode after "" ""
 
 step "stage means (us per request; queue = the executor hop)"

@@ -12,6 +12,8 @@ namespace gpucompute {
 class ComputeService final : public ParsingService<v1::Compute> {
  public:
   explicit ComputeService(ServiceContext& service);
+  // Requests waiting in the dynamic batcher for a thread.
+  size_t batching() const { return batcher_.waiting(); }
 
  private:
   template <typename Request, typename PrepareFn>

@@ -77,14 +77,20 @@ bool DynamicBatcher::Accepts(const PreparedOperation& prepared, bool keep_on_dev
 
 absl::Status DynamicBatcher::Submit(BatchMember member) {
   State& state = *state_;
-  const size_t limit = static_cast<size_t>(state.service.config.max_small_queue_depth);
+  // Waiting to be batched is waiting for a thread: the bound of the lane the
+  // request would take.
+  const ServerConfig& config = state.service.config;
+  const bool small_lane = state.service.executor.small_lane_threads() > 0;
+  const size_t limit =
+      static_cast<size_t>(small_lane ? config.max_small_queue_depth : config.max_queue_depth);
   std::string key = member.prepared.batch->key;
   absl::MutexLock lock(&state.mu);
   if (state.waiting >= limit) {
     state.service.metrics.Rejected(Rejection::kQueueFull);
     return absl::ResourceExhaustedError(absl::StrCat(
-        "small-request queue is full: ", state.waiting,
-        " requests waiting to be batched (max_small_queue_depth ", limit, ")"));
+        small_lane ? "small-request queue is full: " : "request queue is full: ", state.waiting,
+        " requests waiting to be batched (",
+        small_lane ? "max_small_queue_depth " : "max_queue_depth ", limit, ")"));
   }
   State::Group& group = state.groups[key];
   group.members.push_back(std::move(member));
@@ -94,6 +100,11 @@ absl::Status DynamicBatcher::Submit(BatchMember member) {
     ScheduleDrain(key);
   }
   return absl::OkStatus();
+}
+
+size_t DynamicBatcher::waiting() const {
+  absl::MutexLock lock(&state_->mu);
+  return state_->waiting;
 }
 
 void DynamicBatcher::ScheduleDrain(const std::string& key) {

@@ -51,9 +51,12 @@ class DynamicBatcher {
 
   // Whether a request of `work` units with this plan (and output options) may batch.
   bool Accepts(const PreparedOperation& prepared, bool keep_on_device) const;
-  // Queues `member`; RESOURCE_EXHAUSTED (counted as queue_full) when
-  // max_small_queue_depth requests are waiting in the batcher already.
+  // Queues `member`; RESOURCE_EXHAUSTED (counted as queue_full) when as many
+  // requests wait in the batcher as their lane's queue may hold
+  // (max_small_queue_depth, or max_queue_depth without a small lane).
   absl::Status Submit(BatchMember member);
+  // Requests waiting to be batched.
+  size_t waiting() const;
 
  private:
   // The batches waiting, shared with the executor tasks that drain them.

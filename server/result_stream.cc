@@ -278,6 +278,8 @@ void ResultStreamReactor::PumpLocked(absl::ReleasableMutexLock& lock) {
   }
   const bool cancelled = cancelled_.load();
   const bool write = !writing_ && !cancelled && !ready_.empty();
+  // A complete result is the last message: it goes out with Finish, one step.
+  const bool write_and_finish = write && ready_.front().message.has_complete();
   if (write) {
     in_flight_ = std::move(ready_.front().message);
     in_flight_charge_ = std::move(ready_.front().charge);
@@ -287,10 +289,18 @@ void ResultStreamReactor::PumpLocked(absl::ReleasableMutexLock& lock) {
     }
     writing_ = true;
     write_started_ = absl::Now();
-    ArmStallAlarm();
+    if (write_and_finish) {
+      ArmLastWriteAlarm();
+    } else {
+      ArmStallAlarm();
+    }
   }
   std::optional<grpc::Status> finish;
-  if (!writing_ && state_ != State::kOnExecutor &&
+  if (write_and_finish) {
+    state_ = State::kFinished;
+    output_ = Output{};  // the admission ticket goes before the client hears the status
+    finish = final_status_;
+  } else if (!writing_ && state_ != State::kOnExecutor &&
       (cancelled || (state_ == State::kAllQueued && ready_.empty()))) {
     state_ = State::kFinished;
     // Memory, quota and the admission ticket are released before the client
@@ -306,6 +316,11 @@ void ResultStreamReactor::PumpLocked(absl::ReleasableMutexLock& lock) {
       state_ == State::kChunksLeft && !cancelled && ready_.size() < kReadAhead;
   if (copy_chunk) state_ = State::kOnExecutor;
   lock.Release();
+  if (write_and_finish) {
+    RecordFinish(*finish);
+    StartWriteAndFinish(&in_flight_, grpc::WriteOptions(), *finish);
+    return;
+  }
   if (write) StartWrite(&in_flight_);
   if (copy_chunk) service_.executor.SubmitContinuation([this] { ProduceChunk(); });
   if (finish.has_value()) {
@@ -384,11 +399,42 @@ void ResultStreamReactor::RecordFinish(const grpc::Status& status) {
     metrics.ObserveStage(op_, Stage::kTransferIn, times_.transfer_in);
     metrics.ObserveStage(op_, Stage::kCompute, times_.compute);
     metrics.ObserveStage(op_, Stage::kTransferOut, transfer_out_);
-    metrics.ObserveStage(op_, Stage::kStreamWrite, stream_write_);
+    if (last_write_guard_ == nullptr) metrics.ObserveStage(op_, Stage::kStreamWrite, stream_write_);
     if (times_.bytes_in > 0) metrics.NetworkReceived(times_.bytes_in);
   }
 }
 
-void ResultStreamReactor::OnDone() { delete this; }
+void ResultStreamReactor::ArmLastWriteAlarm() {
+  last_write_guard_ = std::make_shared<LastWriteGuard>();
+  {
+    absl::MutexLock lock(&last_write_guard_->mu);
+    last_write_guard_->context = context_;
+  }
+  stall_alarm_ = std::make_unique<grpc::Alarm>();
+  stall_alarm_->Set(absl::ToChronoTime(absl::Now() + service_.config.stream_idle_timeout),
+                    [guard = last_write_guard_, metrics = &service_.metrics](bool fired) {
+                      if (!fired) return;
+                      absl::MutexLock lock(&guard->mu);
+                      if (guard->context == nullptr) return;  // the call ended
+                      metrics->Rejected(Rejection::kStreamIdle);
+                      guard->context->TryCancel();
+                    });
+}
+
+void ResultStreamReactor::OnDone() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (last_write_guard_ != nullptr) {
+      {
+        absl::MutexLock guard_lock(&last_write_guard_->mu);
+        last_write_guard_->context = nullptr;
+      }
+      // The write that went with Finish has no OnWriteDone: it ended here.
+      service_.metrics.ObserveStage(op_, Stage::kStreamWrite, absl::Now() - write_started_);
+      service_.metrics.NetworkSent(DataBytes(in_flight_));
+    }
+  }
+  delete this;
+}
 
 }  // namespace gpucompute

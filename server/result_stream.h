@@ -112,6 +112,10 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
   // section: after it, another thread may finish the call and delete this.
   void PumpLocked(absl::ReleasableMutexLock& lock);
   void RecordFinish(const grpc::Status& status);
+  // Arms the stall limit of a complete result written together with Finish
+  // (StartWriteAndFinish): the call may end while the alarm is pending, so the
+  // alarm reaches the call only through last_write_guard_, which OnDone closes.
+  void ArmLastWriteAlarm() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Arms the stall limit of the write about to start.
   void ArmStallAlarm() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The write in flight outlived stream_idle_timeout: cancels the call.
@@ -143,6 +147,12 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
       std::make_shared<std::atomic<uint64_t>>(0);
   uint64_t writes_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<grpc::Alarm> stall_alarm_ ABSL_GUARDED_BY(mu_);
+  struct LastWriteGuard {
+    absl::Mutex mu;
+    grpc::CallbackServerContext* context ABSL_GUARDED_BY(mu) = nullptr;  // null once done
+  };
+  // Set when the last message went out with Finish.
+  std::shared_ptr<LastWriteGuard> last_write_guard_;
   // When the alarm takes a write, OnStalled and OnWriteDone both run; the later
   // one clears writing_, so that the call cannot finish under the other.
   bool stall_handled_ ABSL_GUARDED_BY(mu_) = false;

@@ -91,7 +91,8 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
     state.devices = self->backend_->Devices();
     state.stored_buffers = self->store_->count();
     state.stored_buffer_bytes = self->store_->used_bytes();
-    state.queued_requests = self->executor_->queued_requests();
+    state.queued_requests =
+        self->executor_->queued_requests() + self->compute_service_->batching();
     return state;
   };
   GC_RETURN_IF_ERROR(server->metrics_->StartExposer(

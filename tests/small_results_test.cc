@@ -1,11 +1,17 @@
 // Small results over the wire: with OutputOptions.accept_complete_result a result
 // of one chunk (or one kept on device) comes as a single ResultChunk.complete
 // whose bytes equal those of the header/data/trailer stream; a larger result,
-// or a client that does not ask, still gets the three kinds.
+// or a client that does not ask, still gets the three kinds. A complete result
+// goes out with the call's status, in one step: one its client does not read
+// holds nothing on the server (or is cancelled after stream_idle_timeout).
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/scrape.h"
 #include "tests/testing/server_fixture.h"
 #include "tests/testing/tensors.h"
 
@@ -96,6 +102,51 @@ TEST_F(SmallResultsTest, AnErrorIsAStatusNotAMessage) {
   grpc::Status status;
   EXPECT_TRUE(Call(request, status).empty());
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+}
+
+TEST(SmallResultsStallTest, UnreadCompleteResultsHoldNothingOnTheServer) {
+  ServerConfig config = test::LoopbackConfigWithMetrics();
+  config.stream_idle_timeout = absl::Milliseconds(300);
+  auto server = test::TestServer::Start(config);
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  // 4,000,000-byte results in one message each, 32 MB that the client never reads.
+  v1::HaversineGridRequest request;
+  v1::LatLonMesh& mesh = *request.mutable_mesh();
+  mesh.set_lat_start(-60);
+  mesh.set_lat_stop(60);
+  mesh.set_n_lat(1000);
+  mesh.set_lon_start(-180);
+  mesh.set_lon_stop(180);
+  mesh.set_n_lon(1000);
+  mesh.set_dtype(v1::FLOAT32);
+  request.add_references()->set_lat(10);
+  request.mutable_output()->set_chunk_bytes(4u << 20);
+  request.mutable_output()->set_accept_complete_result(true);
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::ResultChunk>>> unread;
+  for (int i = 0; i < 8; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    unread.push_back((*server)->compute().HaversineGrid(contexts.back().get(), request));
+  }
+  // Each call ended on the server, written out or cancelled by the stall limit:
+  // none holds its result or its place.
+  std::string metrics;
+  for (const absl::Time end = absl::Now() + absl::Seconds(5); absl::Now() < end;) {
+    metrics = test::ScrapeMetrics((*server)->server().metrics_port());
+    if (metrics.find("gpucompute_memory_budget_used_bytes{memory=\"host\"} 0\n") != std::string::npos &&
+        metrics.find("gpucompute_requests_in_flight{operation=\"haversine_grid\"} 0\n") !=
+            std::string::npos) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_THAT(metrics, ::testing::HasSubstr(
+                           "gpucompute_requests_in_flight{operation=\"haversine_grid\"} 0\n"));
+  EXPECT_THAT(metrics, ::testing::HasSubstr("gpucompute_memory_budget_used_bytes{memory=\"host\"} 0\n"));
+  for (auto& context : contexts) context->TryCancel();
+  for (auto& reader : unread) reader->Finish();
+  auto next = (*server)->client().HaversineGrid(request);
+  EXPECT_TRUE(next.ok()) << next.status().message();
 }
 
 }  // namespace
