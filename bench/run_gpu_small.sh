@@ -20,6 +20,7 @@
 #   before  --cuda_sync=spin --batching=false and the bench's
 #           --complete_results=false: the old synchronization, no batching and
 #           three messages per result (the rest of the server as it is now).
+#   unbatched  the defaults but --batching=false.
 #   after   the defaults.
 # For each: 1 in flight normalize (C++ and Python), then the four-op mix at 4,
 # 16, 64 and 128 in flight; the server's stage means around the 1 and 64 runs.
@@ -54,10 +55,11 @@ bench() {  # MODE IN_FLIGHT MIX EXTRA...: one C++ bench run, its lines into the 
   local log="$OUT/bench_${mode}_c${c}_${mix%%:*}.txt"
   timeout 60 "$CLI" --target=127.0.0.1:$PORT bench --concurrency=$c --duration=${SECONDS_PER_RUN}s \
     --size=1024 --dtype=float32 --mix=$mix "$@" > "$log" 2>&1
-  local tput lat
+  local tput lat label=${mix%%:*}
+  [[ $mix == *,* ]] && label=mix
   tput=$(awk '/^throughput/ {print $2}' "$log")
-  lat=$(awk '/^latency/ {print $3, $7, $11}' "$log")  # p50 p90 p99 in ms
-  printf '%-7s %-5s %4d %10s  p50/p90/p99 ms %s\n' "$mode" "${mix%%:*}" "$c" "${tput:-FAIL}" "${lat:-}" | tee -a "$OUT/table.txt"
+  lat=$(awk '/^latency/ {print $3, $6, $9}' "$log")  # p50 p90 p99 in ms
+  printf '%-9s %-9s %4d %10s req/s  p50/p90/p99 ms %s\n' "$mode" "$label" "$c" "${tput:-FAIL}" "${lat:-}" | tee -a "$OUT/table.txt"
 }
 
 run_mode() {  # MODE SERVER_FLAGS CLI_FLAGS [BINARIES [PYTHONPATH]]
@@ -81,7 +83,7 @@ run_mode() {  # MODE SERVER_FLAGS CLI_FLAGS [BINARIES [PYTHONPATH]]
   $PYTHON bench/small_requests.py stages --metrics http://127.0.0.1:$METRICS/metrics -- \
     "$CLI" --target=127.0.0.1:$PORT bench --concurrency=64 --duration=${SECONDS_PER_RUN}s \
     --size=1024 --dtype=float32 --mix=$MIX $cli_flags > "$OUT/stages_${mode}_c64.txt" 2>&1
-  awk -v m="$mode" '/^throughput/ {printf "%-7s mix    64 %10s  (under the stage scrape)\n", m, $2}' \
+  awk -v m="$mode" '/^throughput/ {printf "%-9s mix         64 %10s req/s  (under the stage scrape)\n", m, $2}' \
     "$OUT/stages_${mode}_c64.txt" | tee -a "$OUT/table.txt"
   bench "$mode" 128 $MIX $cli_flags
   curl -s http://127.0.0.1:$METRICS/metrics > "$OUT/metrics_$mode.txt" 2>/dev/null
@@ -97,6 +99,7 @@ elif [ "$BACKEND" = cuda ]; then
 else
   run_mode before "--batching=false" "--complete_results=false"
 fi
+run_mode unbatched "--batching=false" ""
 run_mode after "" ""
 
 step "stage means (us per request; queue = the executor hop)"

@@ -93,12 +93,23 @@ absl::Status DynamicBatcher::Submit(BatchMember member) {
         small_lane ? "max_small_queue_depth " : "max_queue_depth ", limit, ")"));
   }
   State::Group& group = state.groups[key];
+  if (!group.drain_scheduled) {  // the group is empty: this request opens it
+    if (timer_ == nullptr) {
+      // In submission order with every other small request (drains of the rest
+      // of a batch are continuations: they waited their turn).
+      absl::Status queued = state.service.SubmitRequest(
+          [state = state_, key] { Drain(state, key); }, Executor::Lane::kSmall);
+      if (!queued.ok()) {
+        state.groups.erase(key);
+        return queued;
+      }
+    } else {
+      ScheduleWindow(key);
+    }
+    group.drain_scheduled = true;
+  }
   group.members.push_back(std::move(member));
   ++state.waiting;
-  if (!group.drain_scheduled) {
-    group.drain_scheduled = true;
-    ScheduleDrain(key);
-  }
   return absl::OkStatus();
 }
 
@@ -107,15 +118,26 @@ size_t DynamicBatcher::waiting() const {
   return state_->waiting;
 }
 
-void DynamicBatcher::ScheduleDrain(const std::string& key) {
-  ServiceContext& service = state_->service;
-  if (timer_ == nullptr) {
-    service.executor.SubmitContinuation([state = state_, key] { Drain(state, key); });
-    return;
-  }
-  timer_->Schedule(absl::Now() + service.config.batch_window, [state = state_, key] {
-    state->service.executor.SubmitContinuation([state, key] { Drain(state, key); });
+void DynamicBatcher::ScheduleWindow(const std::string& key) {
+  timer_->Schedule(absl::Now() + state_->service.config.batch_window, [state = state_, key] {
+    absl::Status queued = state->service.SubmitRequest([state, key] { Drain(state, key); },
+                                                       Executor::Lane::kSmall);
+    if (!queued.ok()) Refuse(*state, key, queued);
   });
+}
+
+void DynamicBatcher::Refuse(State& state, const std::string& key, const absl::Status& status) {
+  std::vector<BatchMember> refused;
+  {
+    absl::MutexLock lock(&state.mu);
+    auto it = state.groups.find(key);
+    if (it == state.groups.end()) return;
+    refused = std::move(it->second.members);
+    state.waiting -= refused.size();
+    state.groups.erase(it);
+  }
+  const absl::Time now = absl::Now();
+  for (BatchMember& member : refused) std::move(member.deliver)(status, now);
 }
 
 void DynamicBatcher::Drain(const std::shared_ptr<State>& state, const std::string& key) {
@@ -125,8 +147,15 @@ void DynamicBatcher::Drain(const std::shared_ptr<State>& state, const std::strin
     auto it = state->groups.find(key);
     if (it == state->groups.end()) return;
     std::vector<BatchMember>& waiting = it->second.members;
-    const size_t take =
-        std::min(waiting.size(), static_cast<size_t>(state->service.config.max_batch_size));
+    // A batch stays a small request: at most max_batch_size requests and
+    // small_request_work units (more only makes each unit slower on a CPU).
+    const ServerConfig& config = state->service.config;
+    const size_t most = std::min(waiting.size(), static_cast<size_t>(config.max_batch_size));
+    size_t take = 1;
+    for (int64_t work = waiting[0].prepared.work;
+         take < most && work + waiting[take].prepared.work <= config.small_request_work; ++take) {
+      work += waiting[take].prepared.work;
+    }
     batch.assign(std::make_move_iterator(waiting.begin()),
                  std::make_move_iterator(waiting.begin() + take));
     waiting.erase(waiting.begin(), waiting.begin() + take);

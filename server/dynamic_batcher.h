@@ -1,9 +1,10 @@
 // Dynamic batching, as Triton's dynamic batcher: small requests of one operation
 // whose BatchPlan keys match (operations.h: dtype, options, shapes but for the
 // leading extent) and that wait together run as one launch, and each gets its
-// own part of the result. A batch is what waited for an executor thread (the
-// drain is a continuation: it runs before queued requests), or, with a window,
-// what arrived within it after the first. Each request keeps its own status,
+// own part of the result, a batch being at most --max_batch_size requests and
+// --small_request_work units. A batch is what arrived while its first request
+// waited for a small-lane executor thread (in turn with the other small
+// requests), or, with a window, what arrived within it after the first. Each request keeps its own status,
 // timing and cancellation: one cancelled or past its deadline before the launch
 // leaves the batch; when the batched launch fails, each request runs alone, so
 // that a bad one fails alone with its own message.
@@ -73,8 +74,10 @@ class DynamicBatcher {
     size_t waiting ABSL_GUARDED_BY(mu) = 0;
   };
 
-  // Drains `key` now (on the executor) or when its window ends.
-  void ScheduleDrain(const std::string& key);
+  // Submits the drain of `key` when its window ends.
+  void ScheduleWindow(const std::string& key);
+  // The requests of `key` get `status` (the executor refused their drain).
+  static void Refuse(State& state, const std::string& key, const absl::Status& status);
   // On an executor thread: takes up to max_batch_size requests of `key` and runs them.
   static void Drain(const std::shared_ptr<State>& state, const std::string& key);
   // Runs `members` (one key) as one launch and delivers each its part.
