@@ -124,13 +124,14 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     // allocation may synchronize), so it cannot run inline on a gRPC thread; it
     // queues in the general lane, whose bound is apart from the small lane's, so
     // that uploads retrying on RESOURCE_EXHAUSTED cannot refuse small requests.
-    return service_.SubmitRequest([this, dtype, shape = std::move(shape)]() mutable {
+    return service_.SubmitRequest([this, dtype, shape = std::move(shape)](absl::Status admitted) mutable {
+      if (!admitted.ok()) return Complete(admitted);
       absl::StatusOr<std::shared_ptr<Array>> array =
           service_.backend.Allocate(dtype, std::move(shape), service_.backend.PickDevice());
       if (!array.ok()) return Complete(array.status());
       array_ = *std::move(array);
       Read();
-    }, Executor::Lane::kGeneral);
+    }, *context_, Executor::Lane::kGeneral);
   }
 
   void OnData() {

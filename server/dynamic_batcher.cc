@@ -83,34 +83,57 @@ absl::Status DynamicBatcher::Submit(BatchMember member) {
   const bool small_lane = state.service.executor.small_lane_threads() > 0;
   const size_t limit =
       static_cast<size_t>(small_lane ? config.max_small_queue_depth : config.max_queue_depth);
-  std::string key = member.prepared.batch->key;
+  std::string key = absl::StrCat(member.client, "|", member.prepared.batch->key);
   absl::MutexLock lock(&state.mu);
-  if (state.waiting >= limit) {
+  size_t& mine = state.waiting_by_client[member.client];
+  if (mine >= limit) {
+    if (mine == 0) state.waiting_by_client.erase(member.client);
     state.service.metrics.Rejected(Rejection::kQueueFull);
     return absl::ResourceExhaustedError(absl::StrCat(
-        small_lane ? "small-request queue is full: " : "request queue is full: ", state.waiting,
-        " requests waiting to be batched (",
+        small_lane ? "small-request queue is full: " : "request queue is full: ", mine,
+        " requests of this connection waiting to be batched (",
         small_lane ? "max_small_queue_depth " : "max_queue_depth ", limit, ")"));
   }
   State::Group& group = state.groups[key];
   if (!group.drain_scheduled) {  // the group is empty: this request opens it
+    group.client = member.client;
     if (timer_ == nullptr) {
-      // In submission order with every other small request (drains of the rest
-      // of a batch are continuations: they waited their turn).
-      absl::Status queued = state.service.SubmitRequest(
-          [state = state_, key] { Drain(state, key); }, Executor::Lane::kSmall);
+      // In turn with every other small request of this client (drains of the
+      // rest of a batch are continuations: they waited their turn).
+      absl::Status queued =
+          state.service.SubmitRequest(DrainTask(state_, key), member.client, Executor::Lane::kSmall);
       if (!queued.ok()) {
         state.groups.erase(key);
+        if (mine == 0) state.waiting_by_client.erase(member.client);
         return queued;
       }
     } else {
-      ScheduleWindow(key);
+      ScheduleWindow(key, member.client);
     }
     group.drain_scheduled = true;
   }
   group.members.push_back(std::move(member));
+  ++mine;
   ++state.waiting;
   return absl::OkStatus();
+}
+
+void DynamicBatcher::State::Left(const std::string& client, size_t count) {
+  waiting -= count;
+  auto it = waiting_by_client.find(client);
+  if (it == waiting_by_client.end()) return;
+  it->second -= count;
+  if (it->second == 0) waiting_by_client.erase(it);
+}
+
+Executor::RequestTask DynamicBatcher::DrainTask(std::shared_ptr<State> state, std::string key) {
+  return [state = std::move(state), key = std::move(key)](absl::Status admitted) {
+    if (admitted.ok()) {
+      Drain(state, key);
+    } else {
+      Refuse(*state, key, admitted);
+    }
+  };
 }
 
 size_t DynamicBatcher::waiting() const {
@@ -118,12 +141,13 @@ size_t DynamicBatcher::waiting() const {
   return state_->waiting;
 }
 
-void DynamicBatcher::ScheduleWindow(const std::string& key) {
-  timer_->Schedule(absl::Now() + state_->service.config.batch_window, [state = state_, key] {
-    absl::Status queued = state->service.SubmitRequest([state, key] { Drain(state, key); },
-                                                       Executor::Lane::kSmall);
-    if (!queued.ok()) Refuse(*state, key, queued);
-  });
+void DynamicBatcher::ScheduleWindow(const std::string& key, const std::string& client) {
+  timer_->Schedule(absl::Now() + state_->service.config.batch_window,
+                   [state = state_, key, client] {
+                     absl::Status queued = state->service.SubmitRequest(
+                         DrainTask(state, key), client, Executor::Lane::kSmall);
+                     if (!queued.ok()) Refuse(*state, key, queued);
+                   });
 }
 
 void DynamicBatcher::Refuse(State& state, const std::string& key, const absl::Status& status) {
@@ -133,7 +157,7 @@ void DynamicBatcher::Refuse(State& state, const std::string& key, const absl::St
     auto it = state.groups.find(key);
     if (it == state.groups.end()) return;
     refused = std::move(it->second.members);
-    state.waiting -= refused.size();
+    state.Left(it->second.client, refused.size());
     state.groups.erase(it);
   }
   const absl::Time now = absl::Now();
@@ -145,7 +169,7 @@ void DynamicBatcher::Drain(const std::shared_ptr<State>& state, const std::strin
   {
     absl::MutexLock lock(&state->mu);
     auto it = state->groups.find(key);
-    if (it == state->groups.end()) return;
+    if (it == state->groups.end() || it->second.members.empty()) return;
     std::vector<BatchMember>& waiting = it->second.members;
     // A batch stays a small request: at most max_batch_size requests and
     // small_request_work units (more only makes each unit slower on a CPU).
@@ -159,7 +183,7 @@ void DynamicBatcher::Drain(const std::shared_ptr<State>& state, const std::strin
     batch.assign(std::make_move_iterator(waiting.begin()),
                  std::make_move_iterator(waiting.begin() + take));
     waiting.erase(waiting.begin(), waiting.begin() + take);
-    state->waiting -= take;
+    state->Left(it->second.client, take);
     if (waiting.empty()) {
       state->groups.erase(it);
     } else {  // the rest make the next batch, at once: they waited their window

@@ -34,6 +34,9 @@ struct BatchMember {
   Operation op;
   PreparedOperation prepared;  // prepared.batch is set
   std::shared_ptr<const void> request;  // what the inline operands point into
+  // The connection it came on: requests batch with others of their connection,
+  // so that clients keep taking turns in the executor's queues (executor.h).
+  std::string client;
   const std::atomic<bool>* cancelled = nullptr;
   absl::Time deadline = absl::InfiniteFuture();
   // Called exactly once, on an executor thread: the request's result or error
@@ -53,8 +56,8 @@ class DynamicBatcher {
   // Whether a request of `work` units with this plan (and output options) may batch.
   bool Accepts(const PreparedOperation& prepared, bool keep_on_device) const;
   // Queues `member`; RESOURCE_EXHAUSTED (counted as queue_full) when as many
-  // requests wait in the batcher as their lane's queue may hold
-  // (max_small_queue_depth, or max_queue_depth without a small lane).
+  // requests of its connection wait in the batcher as their lane's queue may
+  // hold (max_small_queue_depth, or max_queue_depth without a small lane).
   absl::Status Submit(BatchMember member);
   // Requests waiting to be batched.
   size_t waiting() const;
@@ -65,17 +68,26 @@ class DynamicBatcher {
     explicit State(ServiceContext& s) : service(s) {}
     ServiceContext& service;
     absl::Mutex mu;
-    // Per key: the requests waiting, and whether a drain of them is scheduled.
+    // Per client and key: the requests waiting, and whether a drain of them is
+    // scheduled.
     struct Group {
+      std::string client;
       std::vector<BatchMember> members;
       bool drain_scheduled = false;
     };
     absl::flat_hash_map<std::string, Group> groups ABSL_GUARDED_BY(mu);
+    absl::flat_hash_map<std::string, size_t> waiting_by_client ABSL_GUARDED_BY(mu);
     size_t waiting ABSL_GUARDED_BY(mu) = 0;
+
+    // Takes `count` waiting requests of `client` off the counts.
+    void Left(const std::string& client, size_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   };
 
+  // The executor task that drains `key` (or refuses its requests when the
+  // executor drops it for another client's).
+  static Executor::RequestTask DrainTask(std::shared_ptr<State> state, std::string key);
   // Submits the drain of `key` when its window ends.
-  void ScheduleWindow(const std::string& key);
+  void ScheduleWindow(const std::string& key, const std::string& client);
   // The requests of `key` get `status` (the executor refused their drain).
   static void Refuse(State& state, const std::string& key, const absl::Status& status);
   // On an executor thread: takes up to max_batch_size requests of `key` and runs them.

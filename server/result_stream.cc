@@ -59,7 +59,10 @@ void ResultStreamReactor::Start(Output output, absl::Duration prepare_time, Prod
     state_ = State::kOnExecutor;
   }
   absl::Status admitted = service_.SubmitRequest(
-      [this, produce = std::move(produce)]() mutable { RunProduce(std::move(produce)); }, lane);
+      [this, produce = std::move(produce)](absl::Status admitted) mutable {
+        RunProduce(std::move(produce), std::move(admitted));
+      },
+      *context_, lane);
   if (!admitted.ok()) {
     absl::MutexLock lock(&mu_);
     Fail(admitted);
@@ -77,6 +80,7 @@ void ResultStreamReactor::StartInBatch(Output output, absl::Duration prepare_tim
   }
   member.cancelled = &cancelled_;
   member.deadline = absl::FromChrono(context_->deadline());
+  member.client = context_->peer();
   member.deliver = [this](absl::StatusOr<StreamSource> source, absl::Time started) {
     Deliver(std::move(source), started);
   };
@@ -88,10 +92,12 @@ void ResultStreamReactor::StartInBatch(Output output, absl::Duration prepare_tim
   Pump();
 }
 
-void ResultStreamReactor::RunProduce(ProduceFn produce) {
+void ResultStreamReactor::RunProduce(ProduceFn produce, absl::Status admitted) {
   const absl::Time started = absl::Now();
   absl::StatusOr<StreamSource> source;
-  if (cancelled_.load()) {
+  if (!admitted.ok()) {
+    source = std::move(admitted);
+  } else if (cancelled_.load()) {
     source = absl::CancelledError("cancelled while queued");
   } else if (absl::FromChrono(context_->deadline()) < started) {
     service_.metrics.Rejected(Rejection::kDeadlineExceeded);

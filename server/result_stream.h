@@ -88,7 +88,8 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
     kFinished,    // Finish was called: OnDone may delete this at any moment
   };
 
-  void RunProduce(ProduceFn produce);
+  // `admitted`: OK, or why the executor dropped the queued request.
+  void RunProduce(ProduceFn produce, absl::Status admitted);
   // Takes the outcome of the work that started at `started` (on the executor):
   // a result of one chunk is copied out right here, with no further executor hop.
   void Deliver(absl::StatusOr<StreamSource> source, absl::Time started);
