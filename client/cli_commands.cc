@@ -112,6 +112,7 @@ absl::StatusOr<v1::OutputOptions> OutputOptionsOf(const CliConfig& config) {
   output.set_chunk_bytes(config.chunk_bytes);
   output.set_keep_on_device(config.keep_on_device);
   output.set_buffer_name(config.name);
+  output.set_accept_complete_result(true);
   return output;
 }
 
@@ -257,6 +258,7 @@ absl::Status RunBenchCommand(const CliConfig& config, Client& client, const Args
   bench.count = config.count;
   bench.size = config.size;
   bench.chunk_bytes = config.chunk_bytes;
+  bench.complete_results = config.complete_results;
   GC_ASSIGN_OR_RETURN(bench.mix, AsUsageError(ParseMix(config.mix)));
   if (config.Given("dtype")) {
     GC_ASSIGN_OR_RETURN(bench.dtype, AsUsageError(ParseDTypeName(config.dtype)));
@@ -318,8 +320,9 @@ const std::vector<Command>& Commands() {
       {"bench",
        "bench [--concurrency=8] [--duration=10s | --count=N] [--size=65536]\n"
        "                     [--mix=normalize:1,haversine:1,discount:1,lombscargle:1]\n"
-       "                     [--dtype=float32|float64] [--chunk_bytes=N]",
-       {"concurrency", "duration", "count", "mix", "size", "dtype", "chunk_bytes"},
+       "                     [--dtype=float32|float64] [--chunk_bytes=N] [--complete_results]",
+       {"concurrency", "duration", "count", "mix", "size", "dtype", "chunk_bytes",
+        "complete_results"},
        0,
        RunBenchCommand},
   };

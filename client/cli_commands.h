@@ -39,6 +39,7 @@ struct CliConfig {
   uint64_t count = 0;
   std::string mix;
   uint64_t size = 0;
+  bool complete_results = true;
   // Flags present on the command line, for "exactly one of" checks.
   std::set<std::string> given;
 

@@ -76,6 +76,9 @@ ABSL_FLAG(uint64_t, count, 0, "bench: stop after this many requests; 0: run for 
 ABSL_FLAG(std::string, mix, "normalize:1,haversine:1,discount:1,lombscargle:1",
           "bench: operations and their weights");
 ABSL_FLAG(uint64_t, size, uint64_t{1} << 16, "bench: elements in each result");
+ABSL_FLAG(bool, complete_results, true,
+          "bench: ask for results of one chunk as one message (false: header, data and "
+          "trailer as three)");
 
 namespace gpucompute::client {
 namespace {
@@ -118,6 +121,7 @@ CliConfig ReadConfig(std::set<std::string> given) {
   config.count = absl::GetFlag(FLAGS_count);
   config.mix = absl::GetFlag(FLAGS_mix);
   config.size = absl::GetFlag(FLAGS_size);
+  config.complete_results = absl::GetFlag(FLAGS_complete_results);
   config.given = std::move(given);
   return config;
 }

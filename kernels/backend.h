@@ -201,10 +201,18 @@ class Backend {
 
 enum class BackendKind { kAuto, kCpu, kCuda };
 
+// How a CUDA host thread waits for the device: spinning (lowest latency, a core
+// each), spinning that yields the core to ready threads, or sleeping until the
+// device signals (cudaDeviceSchedule{Spin,Yield,BlockingSync}).
+enum class CudaSync { kSpin, kYield, kBlock };
+
 struct BackendOptions {
   BackendKind kind = BackendKind::kAuto;
   int cpu_threads = 0;            // 0: hardware concurrency
   std::vector<int> cuda_devices;  // empty: all visible
+  // Many executor threads wait at once: spinning ones would take the cores the
+  // gRPC threads need.
+  CudaSync cuda_sync = CudaSync::kYield;
   uint64_t pinned_staging_bytes = 64ull << 20;
   uint64_t pool_release_threshold_bytes = 0;  // 0: keep all freed memory cached
   // Device memory each pool reserves (allocates and frees) at start-up, so that the

@@ -35,6 +35,7 @@ absl::StatusOr<Accepted<Request>> Accept(ServiceContext& service,
   GC_ASSIGN_OR_RETURN(accepted.output,
                       AdmitStream(service, context, options.chunk_bytes(), "output.chunk_bytes"));
   GC_RETURN_IF_ERROR(CheckBufferName(options.buffer_name(), "output.buffer_name"));
+  accepted.output.accept_complete = options.accept_complete_result();
   RequestScope scope{service.store, PrincipalOf(context), service.config.max_elements};
   if (absl::StatusOr<const SharedMemoryRegistry*> regions = SharedMemoryFor(service, context);
       regions.ok()) {
@@ -67,7 +68,7 @@ absl::StatusOr<Accepted<Request>> Accept(ServiceContext& service,
 
 }  // namespace
 
-ComputeService::ComputeService(ServiceContext& service) : service_(service) {
+ComputeService::ComputeService(ServiceContext& service) : service_(service), batcher_(service) {
   Serve<v1::DiscountProductRequest>("DiscountProduct", Operation::kDiscountProduct,
                                     PrepareDiscountProduct);
   Serve<v1::HaversineGridRequest>("HaversineGrid", Operation::kHaversineGrid,
@@ -86,6 +87,13 @@ void ComputeService::Serve(absl::string_view method, Operation op, PrepareFn pre
         Accept<Request>(service_, *context, *bytes, op, prepare);
     if (!accepted.ok()) {
       reactor->Reject(accepted.status());
+      return reactor;
+    }
+    if (batcher_.Accepts(accepted->prepared, accepted->output.keep.has_value())) {
+      reactor->StartInBatch(std::move(accepted->output), absl::Now() - start, batcher_,
+                            BatchMember{.op = op,
+                                        .prepared = std::move(accepted->prepared),
+                                        .request = std::move(accepted->request)});
       return reactor;
     }
     reactor->Start(std::move(accepted->output), absl::Now() - start,

@@ -27,6 +27,12 @@ struct ServerConfig {
   int max_queue_depth = 256;  // admitted requests waiting for an executor thread
   // Small requests waiting, counted apart so that general work cannot fill their queue.
   int max_small_queue_depth = 256;
+  // Dynamic batching of small requests (server/dynamic_batcher.h): at most
+  // max_batch_size in one launch, gathered for batch_window after the first
+  // (0: the requests that queued while the executor was busy).
+  bool batching = true;
+  int max_batch_size = 64;
+  absl::Duration batch_window = absl::ZeroDuration();
   // Client metadata (header names and values) one call may send; more get
   // RESOURCE_EXHAUSTED. gRPC's own, connection-level limit is set higher
   // (server.cc) so that an oversized header fails its call, not the connection.

@@ -38,6 +38,12 @@ ABSL_FLAG(int64_t, max_work_per_request, int64_t{1} << 40,
           "work units one request may ask for (see --small_request_work); more get "
           "INVALID_ARGUMENT");
 ABSL_FLAG(int32_t, cpu_threads, 0, "CPU backend worker threads; 0 = hardware concurrency");
+ABSL_FLAG(bool, batching, true,
+          "run small requests of one operation and shape that wait together as one launch");
+ABSL_FLAG(int32_t, max_batch_size, 64, "most requests in one batched launch");
+ABSL_FLAG(absl::Duration, batch_window, absl::ZeroDuration(),
+          "how long the first request of a batch waits for others (0: a batch is the "
+          "requests that queued while the executor was busy)");
 ABSL_FLAG(int32_t, max_queue_depth, 256,
           "admitted requests that may wait for an executor thread; more get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int32_t, max_small_queue_depth, 256,
@@ -64,6 +70,9 @@ ABSL_FLAG(uint32_t, default_chunk_bytes, 1u << 20, "chunk size when a request gi
 ABSL_FLAG(uint64_t, buffer_quota_bytes, 8ull << 30,
           "total bytes of stored buffers (uploads and keep_on_device results)");
 ABSL_FLAG(int64_t, max_elements, int64_t{1} << 34, "largest element count of one tensor");
+ABSL_FLAG(std::string, cuda_sync, "yield",
+          "how CUDA host threads wait for the GPU: spin, yield (spin, giving the core to "
+          "ready threads) or block (sleep until the GPU signals)");
 ABSL_FLAG(uint64_t, pinned_staging_bytes, 64ull << 20,
           "CUDA: pinned host staging memory for host<->device copies");
 ABSL_FLAG(uint64_t, pool_release_threshold_bytes, 0,
@@ -200,6 +209,17 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
     }
     config.backend.cuda_devices.push_back(device);
   }
+  const std::string cuda_sync = absl::GetFlag(FLAGS_cuda_sync);
+  if (cuda_sync == "spin") {
+    config.backend.cuda_sync = gpucompute::CudaSync::kSpin;
+  } else if (cuda_sync == "yield") {
+    config.backend.cuda_sync = gpucompute::CudaSync::kYield;
+  } else if (cuda_sync == "block") {
+    config.backend.cuda_sync = gpucompute::CudaSync::kBlock;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cuda_sync=", cuda_sync, " is not one of spin, yield, block"));
+  }
   config.backend.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   config.backend.pinned_staging_bytes = absl::GetFlag(FLAGS_pinned_staging_bytes);
   config.backend.pool_release_threshold_bytes = absl::GetFlag(FLAGS_pool_release_threshold_bytes);
@@ -210,6 +230,9 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
   config.backend.inject_sticky_error_after_operations =
       absl::GetFlag(FLAGS_inject_sticky_error_after);
   config.executor_threads = absl::GetFlag(FLAGS_threads);
+  config.batching = absl::GetFlag(FLAGS_batching);
+  config.max_batch_size = std::max(1, absl::GetFlag(FLAGS_max_batch_size));
+  config.batch_window = absl::GetFlag(FLAGS_batch_window);
   config.small_request_threads = absl::GetFlag(FLAGS_small_request_threads);
   config.small_request_work = absl::GetFlag(FLAGS_small_request_work);
   config.max_work_per_request = absl::GetFlag(FLAGS_max_work_per_request);

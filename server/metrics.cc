@@ -210,6 +210,10 @@ Metrics::Metrics(const BuildInfo& build) : registry_(std::make_shared<prometheus
                             .Name("gpucompute_stage_duration_seconds")
                             .Help("Time per stage of an operation.")
                             .Register(*registry_);
+  auto& batch_size = prometheus::BuildHistogram()
+                        .Name("gpucompute_batch_size")
+                        .Help("Requests per launch of the dynamic batcher (1: alone).")
+                        .Register(*registry_);
   auto& in_flight = prometheus::BuildGauge()
                         .Name("gpucompute_requests_in_flight")
                         .Help("Operation requests accepted and not yet finished.")
@@ -230,6 +234,9 @@ Metrics::Metrics(const BuildInfo& build) : registry_(std::make_shared<prometheus
       stage_seconds_[op][stage] = &stage_seconds.Add(
           {{"operation", label}, {"stage", S(kStageLabels[stage])}}, LatencyBuckets());
     }
+    batch_size_[op] = &batch_size.Add({{"operation", label}},
+                                      prometheus::Histogram::BucketBoundaries{
+                                          1, 2, 4, 8, 16, 32, 64, 128, 256});
     in_flight_[op] = &in_flight.Add({{"operation", label}});
     first_request_seconds_[op] = &first_request.Add({{"operation", label}});
   }
@@ -370,6 +377,10 @@ void Metrics::RequestDone(Operation op, grpc::StatusCode code, absl::Duration to
 void Metrics::ObserveStage(Operation op, Stage stage, absl::Duration elapsed) {
   stage_seconds_[static_cast<int>(op)][static_cast<int>(stage)]->Observe(
       absl::ToDoubleSeconds(elapsed));
+}
+
+void Metrics::ObserveBatch(Operation op, int size) {
+  batch_size_[static_cast<int>(op)]->Observe(size);
 }
 
 void Metrics::AddInFlight(Operation op, double delta) {

@@ -73,6 +73,8 @@ class Metrics {
 
   void RequestDone(Operation op, grpc::StatusCode code, absl::Duration total);
   void ObserveStage(Operation op, Stage stage, absl::Duration elapsed);
+  // Requests that ran in one launch of `op` (1: alone; server/dynamic_batcher.h).
+  void ObserveBatch(Operation op, int size);
   void AddInFlight(Operation op, double delta);
   void Rejected(Rejection reason);
   void Transferred(Direction direction, uint64_t bytes, absl::Duration elapsed);
@@ -93,6 +95,7 @@ class Metrics {
   std::array<std::array<prometheus::Counter*, 17>, kOperationCount> requests_{};
   std::array<prometheus::Histogram*, kOperationCount> request_seconds_{};
   std::array<std::array<prometheus::Histogram*, kStageCount>, kOperationCount> stage_seconds_{};
+  std::array<prometheus::Histogram*, kOperationCount> batch_size_{};
   std::array<prometheus::Gauge*, kOperationCount> in_flight_{};
   std::array<prometheus::Gauge*, kOperationCount> first_request_seconds_{};
   std::array<std::atomic<bool>, kOperationCount> first_request_seen_{};

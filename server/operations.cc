@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/base/casts.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -146,6 +147,70 @@ absl::StatusOr<int64_t> CheckCount(uint64_t count, absl::string_view field, int6
   return static_cast<int64_t>(count);
 }
 
+
+// Shared operands of a batch larger than this are not batched (their bytes are
+// part of the key).
+constexpr size_t kMaxSharedBatchBytes = 64 << 10;
+
+std::string KeyPart(const Shape& shape) { return ShapeToString(shape); }
+
+// `shape` with the leading extent `rows` in front.
+Shape WithRows(int64_t rows, const Shape& shape) {
+  Shape out = {rows};
+  out.insert(out.end(), shape.begin(), shape.end());
+  return out;
+}
+
+bool AllInline(const std::vector<OperandSpec>& operands) {
+  for (const OperandSpec& operand : operands) {
+    if (operand.tensor == nullptr) return false;
+  }
+  return true;
+}
+
+// Appends a shared operand to `key`: its shape and bytes. False when too large.
+bool AppendShared(std::string& key, const OperandSpec& operand) {
+  const std::string& data = operand.tensor->data();
+  if (data.size() > kMaxSharedBatchBytes) return false;
+  absl::StrAppend(&key, "|", KeyPart(operand.shape), ":", data.size(), ":");
+  key.append(data);
+  return true;
+}
+
+// Normalize rows of one length and norm stack along the rows.
+std::optional<BatchPlan> NormalizeBatch(const PreparedOperation& prepared, NormKind norm) {
+  if (!AllInline(prepared.operands)) return std::nullopt;
+  const Shape& shape = prepared.operands[0].shape;
+  const int64_t cols = shape.back();
+  const int64_t rows = ElementsOf(shape) / cols;
+  BatchPlan plan;
+  plan.key = absl::StrCat("normalize|", DTypeName(prepared.out_dtype), "|", static_cast<int>(norm),
+                          "|", cols);
+  plan.stacked = {{rows, cols}};
+  plan.out = {rows, cols};
+  return plan;
+}
+
+// Discount products of the same operand shapes stack along a new leading axis.
+std::optional<BatchPlan> DiscountBatch(const PreparedOperation& prepared) {
+  if (!AllInline(prepared.operands)) return std::nullopt;
+  const Shape& factors = prepared.operands[0].shape;
+  const Shape& values = prepared.operands[1].shape;
+  const size_t rank = std::max(factors.size(), values.size());
+  if (rank + 1 > static_cast<size_t>(kMaxRank)) return std::nullopt;
+  const auto padded = [rank](const Shape& shape) {
+    Shape out(rank - shape.size(), 1);
+    out.insert(out.end(), shape.begin(), shape.end());
+    return WithRows(1, out);
+  };
+  BatchPlan plan;
+  plan.key = absl::StrCat("discount|", DTypeName(prepared.out_dtype), "|", KeyPart(factors), "|",
+                          KeyPart(values));
+  plan.stacked = {padded(factors), padded(values)};
+  plan.out = WithRows(1, prepared.out_shape);
+  return plan;
+}
+
 }  // namespace
 
 absl::StatusOr<OperandSpec> ResolveOperand(const v1::Operand& operand, absl::string_view field,
@@ -235,6 +300,7 @@ absl::StatusOr<PreparedOperation> PrepareDiscountProduct(const v1::DiscountProdu
   prepared.operands = {std::move(factors), std::move(values)};
   prepared.run = [](Backend& backend, std::span<const std::shared_ptr<Array>> in, Array& out,
                     OpContext& ctx) { return backend.DiscountProduct(*in[0], *in[1], out, ctx); };
+  prepared.batch = DiscountBatch(prepared);
   return prepared;
 }
 
@@ -325,6 +391,7 @@ absl::StatusOr<PreparedOperation> PrepareNormalize(const v1::NormalizeRequest& r
   prepared.operands = {std::move(input)};
   prepared.run = [norm](Backend& backend, std::span<const std::shared_ptr<Array>> in, Array& out,
                         OpContext& ctx) { return backend.Normalize(*in[0], norm, out, ctx); };
+  prepared.batch = NormalizeBatch(prepared, norm);
   return prepared;
 }
 
@@ -389,6 +456,27 @@ absl::StatusOr<PreparedOperation> PrepareLombScargle(const v1::LombScargleReques
   GC_ASSIGN_OR_RETURN(options.method, LombScargleMethodFromProto(request.method(), "method"));
   if (request.accuracy() != 0) options.accuracy = request.accuracy();
   GC_RETURN_IF_ERROR(CheckNufftAccuracy(options.accuracy, "accuracy"));
+  // Series of one x, frequencies and options stack along the batch axis of y.
+  // (Under method auto a batch may run the other method than one series would:
+  // the trailer says which ran, and both agree within the accuracy.)
+  if (!has_weights && !shapes.x_batched && !shapes.ragged && AllInline(prepared.operands)) {
+    BatchPlan plan;
+    plan.key = absl::StrCat("lombscargle|", DTypeName(y.dtype), "|", options.precenter,
+                            options.normalize, options.floating_mean, "|",
+                            static_cast<int>(options.method), ":", options.accuracy, "|",
+                            shapes.samples, "|", shapes.frequencies);
+    bool shared_fits = AppendShared(plan.key, prepared.operands[0]);
+    if (has_freqs) {
+      shared_fits = shared_fits && AppendShared(plan.key, prepared.operands.back());
+    } else {
+      absl::StrAppend(&plan.key, "|grid:", absl::Hex(absl::bit_cast<uint64_t>(grid.start)), ":",
+                      absl::Hex(absl::bit_cast<uint64_t>(grid.stop)));
+    }
+    plan.stacked.resize(prepared.operands.size());
+    plan.stacked[1] = {shapes.batch, shapes.samples};
+    plan.out = {shapes.batch, shapes.frequencies};
+    if (shared_fits) prepared.batch = std::move(plan);
+  }
   prepared.run = [has_weights, has_freqs, grid, options = std::move(options)](
                      Backend& backend, std::span<const std::shared_ptr<Array>> in, Array& out,
                      OpContext& ctx) {

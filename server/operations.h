@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -62,6 +63,18 @@ using RunFn = absl::AnyInvocable<absl::Status(Backend& backend,
                                               std::span<const std::shared_ptr<Array>> operands,
                                               Array& out, OpContext& ctx)>;
 
+// How a request may share one launch with others (server/dynamic_batcher.h):
+// the requests of one key differ only in the leading extent of their stacked
+// operands and of their result, which line up (operation rows are independent).
+struct BatchPlan {
+  // The operation, dtype and options, and the shapes and bytes of shared operands.
+  std::string key;
+  // Per operand: its shape with a leading batch axis (stacked), or empty (shared:
+  // the same bytes in every request of the key).
+  std::vector<Shape> stacked;
+  Shape out;  // the result with the same leading batch axis
+};
+
 struct PreparedOperation {
   std::vector<OperandSpec> operands;
   DType out_dtype = DType::kFloat64;
@@ -74,6 +87,8 @@ struct PreparedOperation {
   // output.shared_memory: the result is written into this slice of `output_region`.
   std::shared_ptr<Array> output_view;
   std::shared_ptr<SharedMemoryRegion> output_region;
+  // Set when every operand is inline and the operation can run stacked.
+  std::optional<BatchPlan> batch;
 };
 
 // Checks output.shared_memory against the prepared result (dtype and shape,
@@ -98,6 +113,17 @@ struct ExecutionTimes {
   uint64_t bytes_in = 0;
   std::string device;  // where it ran, e.g. "cpu" or "cuda:0"
   std::string method;  // the algorithm, for operations with a choice (OpContext::method)
+  int batch_size = 1;  // requests that shared the launch
+};
+
+// What the work of a request produced.
+struct StreamSource {
+  std::shared_ptr<Array> array;
+  ExecutionTimes times;
+  // The result's bytes already on the host (a batch's result is copied out
+  // once), at `host_offset`; null: copy them from `array`.
+  std::shared_ptr<const std::string> host;
+  uint64_t host_offset = 0;
 };
 
 // Materializes the operands on one device (that of the first stored operand or

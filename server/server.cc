@@ -120,7 +120,8 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
     state.stored_buffer_bytes = self->store_->used_bytes();
     state.shared_memory_regions = self->shared_memory_->count();
     state.shared_memory_bytes = self->shared_memory_->used_bytes();
-    state.queued_requests = self->executor_->queued_requests();
+    state.queued_requests =
+        self->executor_->queued_requests() + self->compute_service_->batching();
     return state;
   };
   GC_RETURN_IF_ERROR(server->metrics_->StartExposer(

@@ -61,6 +61,9 @@ struct ServiceContext {
                                                    absl::string_view principal) const;
   absl::Status SubmitRequest(Executor::RequestTask task, const grpc::CallbackServerContext& context,
                              Executor::Lane lane) const;
+  // The same for a task of `client` (a connection's peer string).
+  absl::Status SubmitRequest(Executor::RequestTask task, absl::string_view client,
+                             Executor::Lane lane) const;
   // The lane for `work` units of `op` (operations.h's PreparedOperation::work):
   // small work may use the reserved lane. Over --max_work_per_request:
   // INVALID_ARGUMENT naming it, counted as a work_limit rejection.

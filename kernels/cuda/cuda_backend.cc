@@ -109,6 +109,19 @@ absl::StatusOr<std::unique_ptr<cuda::HostCopies>> CreateHostCopies(int device,
   return copies;
 }
 
+// Before any context exists on the devices (a device already in use in this
+// process, as in tests that make a second backend, keeps its mode).
+void SetSyncMode(const std::vector<int>& devices, CudaSync sync) {
+  const unsigned flags = sync == CudaSync::kSpin    ? cudaDeviceScheduleSpin
+                         : sync == CudaSync::kYield ? cudaDeviceScheduleYield
+                                                    : cudaDeviceScheduleBlockingSync;
+  for (int ordinal : devices) {
+    cuda::ScopedDevice on_device(ordinal);
+    if (on_device.error() == cudaSuccess) (void)cudaSetDeviceFlags(flags);
+    (void)cudaGetLastError();
+  }
+}
+
 class CudaBackend final : public Backend {
  public:
   static absl::StatusOr<std::unique_ptr<Backend>> Create(const BackendOptions& options);
@@ -552,6 +565,7 @@ class CudaBackend final : public Backend {
 absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const BackendOptions& options) {
   const absl::Time t0 = absl::Now();
   GC_ASSIGN_OR_RETURN(const std::vector<int> wanted, cuda::ChooseDevices(options.cuda_devices));
+  SetSyncMode(wanted, options.cuda_sync);
   GC_ASSIGN_OR_RETURN(std::unique_ptr<cuda::HostCopies> copies,
                       CreateHostCopies(wanted.front(), options.pinned_staging_bytes));
   std::vector<std::string> skipped;

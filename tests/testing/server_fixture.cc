@@ -1,5 +1,7 @@
 #include "tests/testing/server_fixture.h"
 
+#include <cstdlib>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +15,11 @@ ServerConfig LoopbackConfig() {
   config.metrics_address = "";
   config.backend.kind = BackendKind::kCpu;
   return config;
+}
+
+bool OnCuda() {
+  const char* backend = std::getenv("GPUCOMPUTE_TEST_BACKEND");
+  return backend != nullptr && std::string(backend) == "cuda";
 }
 
 ServerConfig LoopbackConfigWithMetrics() {

@@ -18,6 +18,9 @@ namespace gpucompute::test {
 ServerConfig LoopbackConfig();
 // LoopbackConfig with a /metrics endpoint on 127.0.0.1 and a port of the kernel's choosing.
 ServerConfig LoopbackConfigWithMetrics();
+// GPUCOMPUTE_TEST_BACKEND=cuda runs a suite that asks on the CUDA backend (ctest
+// label gpu); otherwise its servers use the CPU backend.
+bool OnCuda();
 
 class TestServer {
  public:

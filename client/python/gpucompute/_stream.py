@@ -58,6 +58,7 @@ class ResultOptions:
 
     def fill(self, output: Any) -> None:
         """Sets a request's pb.OutputOptions."""
+        output.accept_complete_result = True  # ResultStream.feed reads `complete`
         if self.chunk_bytes:
             output.chunk_bytes = int(self.chunk_bytes)
         if self.keep_on_device:
@@ -149,6 +150,12 @@ class ResultStream:
             self.on_data(message.data.offset, message.data.data)
         elif kind == "trailer":
             self.on_trailer(message.trailer)
+        elif kind == "complete":
+            complete = message.complete
+            self.on_header(complete.header)
+            if not self.keep or complete.data:
+                self.on_data(0, complete.data)
+            self.on_trailer(complete.trailer)
         else:
             raise self._fail("a ResultChunk with no kind set")
 
