@@ -1,8 +1,8 @@
 // Lomb-Scargle by type-1 NUFFTs on the GPU (kernels/lombscargle_nufft.h has the
-// algorithm), everything after the inputs in float64:
+// algorithm), everything after the inputs in float64, the normalized weights too:
 //
 //   LaunchLombScargleNufft
-//     -> LaunchLombScarglePrep (lombscargle.cu): normalized w, w y, Y and YY per row
+//     -> LaunchLombScarglePrep (lombscargle.cu): normalized w, w y (float64), Y and YY per row
 //     -> SpreadKernel<T>: one thread per (sample, transform); each adds its value times
 //        the kernel at the w grid points around it (atomicAdd on the transform's grid),
 //        and sums |w y| per row for the error bound
@@ -38,8 +38,8 @@ struct NufftScratch {
   unsigned long long* largest;  // (B): bits of the row's largest |power|
   double* wy_abs_sum;           // (B)
   LombScargleRowStats* stats;   // (B)
-  void* wn;                     // (B, N) of T
-  void* wy;                     // (B, N) of T
+  double* wn;                   // (B, N)
+  double* wy;                   // (B, N)
   int64_t* redo;                // (B * M)
   unsigned long long* redo_count;
   LombScargleResult* chunk_result;
@@ -48,7 +48,7 @@ struct NufftScratch {
 size_t AlignUp(size_t bytes) { return (bytes + 255) & ~size_t{255}; }
 
 // Carves `base` into the arrays above; returns the bytes used (base null: just count).
-size_t Layout(DType dtype, const LombScargleArgs& a, const LombScargleNufftArgs& u, char* base,
+size_t Layout(const LombScargleArgs& a, const LombScargleNufftArgs& u, char* base,
               NufftScratch* s) {
   const int64_t b = u.chunk_rows, bm = u.chunk_rows * a.frequencies;
   size_t at = 0;
@@ -63,8 +63,8 @@ size_t Layout(DType dtype, const LombScargleArgs& a, const LombScargleNufftArgs&
   s->largest = reinterpret_cast<unsigned long long*>(take(sizeof(unsigned long long) * b));
   s->wy_abs_sum = reinterpret_cast<double*>(take(sizeof(double) * b));
   s->stats = reinterpret_cast<LombScargleRowStats*>(take(sizeof(LombScargleRowStats) * b));
-  s->wn = take(ElementSize(dtype) * b * a.samples);
-  s->wy = take(ElementSize(dtype) * b * a.samples);
+  s->wn = reinterpret_cast<double*>(take(sizeof(double) * b * a.samples));
+  s->wy = reinterpret_cast<double*>(take(sizeof(double) * b * a.samples));
   s->redo = reinterpret_cast<int64_t*>(take(sizeof(int64_t) * bm));
   s->redo_count = reinterpret_cast<unsigned long long*>(take(sizeof(unsigned long long)));
   s->chunk_result = reinterpret_cast<LombScargleResult*>(take(sizeof(LombScargleResult)));
@@ -75,8 +75,8 @@ template <typename T>
 struct NufftParams {
   const T* x;
   int64_t x_batch_stride;  // 0 when the rows share x
-  const T* wn;
-  const T* wy;
+  const double* wn;
+  const double* wy;
   int64_t batch, n, m;
   LombScargleNufftArgs u;
 };
@@ -100,8 +100,8 @@ __global__ void __launch_bounds__(NufftPolicy::kThreads)
          base += static_cast<int64_t>(gridDim.x) * blockDim.x) {
       const int64_t j = base + threadIdx.x;
       const bool in = j < p.n;
-      const double w = in ? static_cast<double>(p.wn[row * p.n + j]) : 0.0;
-      const double wy = in ? static_cast<double>(p.wy[row * p.n + j]) : 0.0;
+      const double w = in ? p.wn[row * p.n + j] : 0.0;
+      const double wy = in ? p.wy[row * p.n + j] : 0.0;
       // Per row, sum |w y| once (transform 1), a warp at a time.
       if (transform == 1) {
         double a = fabs(wy);
@@ -197,8 +197,8 @@ __global__ void __launch_bounds__(NufftPolicy::kThreads)
     const double f = p.u.f_start + static_cast<double>(k) * p.u.f_step;
     double sum[7] = {};  // cc, ss, cs, yc, ys, c, s
     for (int64_t j = lane; j < p.n; j += kWarp) {
-      const double w = static_cast<double>(p.wn[row * p.n + j]);
-      const double wy = static_cast<double>(p.wy[row * p.n + j]);
+      const double w = p.wn[row * p.n + j];
+      const double wy = p.wy[row * p.n + j];
       double sn, cs;
       sincos(f * static_cast<double>(p.x[row * p.x_batch_stride + j]), &sn, &cs);
       sum[0] += w * cs * cs;
@@ -267,9 +267,8 @@ cudaError_t LaunchT(const LombScargleArgs& a, const LombScargleNufftArgs& u, cuf
   GC_TRY(cudaMemsetAsync(s.largest, 0, sizeof(unsigned long long) * a.batch, env.stream));
   GC_TRY(cudaMemsetAsync(s.wy_abs_sum, 0, sizeof(double) * a.batch, env.stream));
   GC_TRY(cudaMemsetAsync(s.redo_count, 0, sizeof(unsigned long long), env.stream));
-  const NufftParams<T> p{static_cast<const T*>(a.x), a.x_batched ? a.samples : 0,
-                         static_cast<const T*>(s.wn), static_cast<const T*>(s.wy), a.batch,
-                         a.samples, a.frequencies, u};
+  const NufftParams<T> p{static_cast<const T*>(a.x), a.x_batched ? a.samples : 0, s.wn, s.wy,
+                         a.batch, a.samples, a.frequencies, u};
   constexpr int kThreads = NufftPolicy::kThreads;
   {
     const int64_t tasks = a.batch * kTransforms;
@@ -304,10 +303,10 @@ cudaError_t LaunchT(const LombScargleArgs& a, const LombScargleNufftArgs& u, cuf
 
 }  // namespace
 
-size_t LombScargleNufftScratchBytes(DType dtype, const LombScargleArgs& args,
+size_t LombScargleNufftScratchBytes(const LombScargleArgs& args,
                                     const LombScargleNufftArgs& nufft) {
   NufftScratch s;
-  return Layout(dtype, args, nufft, nullptr, &s);
+  return Layout(args, nufft, nullptr, &s);
 }
 
 cudaError_t LaunchLombScargleNufft(DType dtype, const LombScargleArgs& a,
@@ -320,7 +319,7 @@ cudaError_t LaunchLombScargleNufft(DType dtype, const LombScargleArgs& a,
   GC_REQUIRE(u.nodes >= 1 && u.nodes <= kNufftMaxNodes);
   GC_REQUIRE(u.chunk_rows >= 1 && u.chunk_rows <= a.batch);
   NufftScratch s;
-  Layout(dtype, a, u, static_cast<char*>(scratch), &s);
+  Layout(a, u, static_cast<char*>(scratch), &s);
   GC_TRY(cudaMemsetAsync(result, 0xff, sizeof(LombScargleResult), env.stream));
   // Chunks of chunk_rows rows (the FFT plan's batch); the last one ends at the last row,
   // overlapping the one before rather than running short: those rows come out the same.
