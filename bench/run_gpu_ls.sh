@@ -17,7 +17,9 @@
 #      method choice, refusals) and of backend_conformance_test's Lomb-Scargle suite
 #      (every option combination on both methods);
 #   1b. the NUFFT's small ill-conditioned rows (and the option sweep's small cases) over
-#      SWEEP_SEEDS fresh seeds (default 2000; 0 skips), GPUCOMPUTE_SEED_SWEEP;
+#      SWEEP_SEEDS fresh seeds (default 2000; 0 skips), GPUCOMPUTE_SEED_SWEEP; with
+#      SWEEP_ONLY=1 the script stops after it (to keep each device call under 10 minutes:
+#      one call SWEEP_SEEDS=0, one SWEEP_ONLY=1);
 #   2. compute-sanitizer memcheck on the NUFFT tests;
 #   3. gpu_lombscargle_bench: compute times and errors against the direct float64 sums;
 #   3b. where nsys is installed, its per-kernel sums for the 3000 x 1e6 case;
@@ -62,6 +64,7 @@ if [ "$SWEEP_SEEDS" -gt 0 ]; then
   grep -E '^--- |SWEEP|^\[  FAILED  \]|^rc=' "$OUT/ls_sweep.log"
   grep -B2 -A10 'Failure' "$OUT/ls_sweep.log" | head -40
 fi
+[ "${SWEEP_ONLY:-0}" = 1 ] && exit 0
 
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
 step "2. memcheck (limit 60 s): ${SAN:-not found}"
