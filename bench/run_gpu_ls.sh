@@ -12,12 +12,17 @@
 # On the GPU machine (device tool: carry [".device", "client/python/gpucompute/_proto"]):
 #   bash bench/run_gpu_ls.sh           # logs under $OUT (or ./gpu-out)
 #
-# Steps, each with its own time limit (about 4 minutes in all):
+# Steps, each with its own time limit (about 6 minutes in all):
 #   1. the cuda_* instances of lombscargle_methods_test (NUFFT vs float64 direct reference,
 #      method choice, refusals) and of backend_conformance_test's Lomb-Scargle suite
 #      (every option combination on both methods);
+#   1b. the NUFFT's small ill-conditioned rows (and the option sweep's small cases) over
+#      SWEEP_SEEDS fresh seeds (default 2000; 0 skips), GPUCOMPUTE_SEED_SWEEP; with
+#      SWEEP_ONLY=1 the script stops after it (to keep each device call under 10 minutes:
+#      one call SWEEP_SEEDS=0, one SWEEP_ONLY=1);
 #   2. compute-sanitizer memcheck on the NUFFT tests;
 #   3. gpu_lombscargle_bench: compute times and errors against the direct float64 sums;
+#   3b. where nsys is installed, its per-kernel sums for the 3000 x 1e6 case;
 #   4. cupyx.scipy.signal.lombscargle on the same cases in the same run (explicit freqs);
 #   5. seed 004 end to end from host arrays: the Python client against a fresh CUDA
 #      server, and cupyx from the same numpy arrays (copy in, periodogram, copy out).
@@ -44,6 +49,23 @@ echo "rc=$?" >> "$OUT/ls_test.log"
 grep -E '^\[  (PASSED|FAILED) |^\[       OK \]|^\[  FAILED  \]|^rc=' "$OUT/ls_test.log" | tail -30
 grep -B2 -A10 'Failure' "$OUT/ls_test.log" | head -60
 
+SWEEP_SEEDS=${SWEEP_SEEDS:-2000}
+step "1b. seed sweep, $SWEEP_SEEDS seeds (limits 150 + 60 + 60 s)"
+if [ "$SWEEP_SEEDS" -gt 0 ]; then
+  : > "$OUT/ls_sweep.log"
+  for run in "150 lombscargle_methods_test LombScargleMethods/cuda_f32.NufftOnIllConditionedSmallRows $SWEEP_SEEDS" \
+             "60 lombscargle_methods_test LombScargleMethods/cuda_f64.NufftOnIllConditionedSmallRows $((SWEEP_SEEDS / 4))" \
+             "60 backend_conformance_test LombScargleConformance/cuda_f32.EveryOptionCombination $((SWEEP_SEEDS / 4))"; do
+    set -- $run
+    echo "--- $3 over $4 seeds" >> "$OUT/ls_sweep.log"
+    GPUCOMPUTE_SEED_SWEEP=$4 timeout "$1" "$BUNDLE/$2" --gtest_color=no --gtest_filter="$3" >> "$OUT/ls_sweep.log" 2>&1
+    echo "rc=$? ($3)" >> "$OUT/ls_sweep.log"
+  done
+  grep -E '^--- |SWEEP|^\[  FAILED  \]|^rc=' "$OUT/ls_sweep.log"
+  grep -B2 -A10 'Failure' "$OUT/ls_sweep.log" | head -40
+fi
+[ "${SWEEP_ONLY:-0}" = 1 ] && exit 0
+
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
 step "2. memcheck (limit 60 s): ${SAN:-not found}"
 if [ -n "${SAN:-}" ]; then
@@ -55,6 +77,15 @@ fi
 
 step "3. gpu_lombscargle_bench (limit 90 s)"
 timeout 90 "$BUNDLE/gpu_lombscargle_bench" 2>&1 | tee "$OUT/ls_bench.log"
+
+NSYS=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys 2>/dev/null | head -1)
+step "3b. per-kernel times of 3000 x 1e6 (nsys, limit 90 s): ${NSYS:-not found}"
+if [ -n "${NSYS:-}" ]; then
+  timeout 90 "$NSYS" profile --stats=false --force-overwrite=true -o "$OUT/ls_nsys" \
+    "$BUNDLE/gpu_lombscargle_bench" --case="3000 x 1e6" > "$OUT/ls_nsys.log" 2>&1
+  timeout 60 "$NSYS" stats --report cuda_gpu_kern_sum,cuda_gpu_mem_time_sum --format csv \
+    "$OUT/ls_nsys.nsys-rep" 2>/dev/null | cut -c1-200 | head -40 | tee -a "$OUT/ls_nsys.log"
+fi
 
 step "4. cupyx on the same cases (limit 60 s)"
 timeout 60 python3 - <<'PY' 2>&1 | tee "$OUT/ls_cupy.log"
@@ -134,4 +165,5 @@ kill "$SERVER" 2>/dev/null; wait "$SERVER" 2>/dev/null
 
 step "summary"
 grep -E '^\[  (PASSED|FAILED) |^rc=' "$OUT/ls_test.log" | tr '\n' ' '; echo
+[ -f "$OUT/ls_sweep.log" ] && grep -E '^rc=' "$OUT/ls_sweep.log" | tr '\n' ' ' && echo
 [ -f "$OUT/ls_memcheck.log" ] && grep -E 'ERROR SUMMARY' "$OUT/ls_memcheck.log" | tail -1

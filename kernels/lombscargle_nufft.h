@@ -102,8 +102,9 @@ std::vector<double> NufftDeconvolution(const NufftPlan& plan);
 // share of the accuracy times the row's largest power (the rest is left to rounding).
 inline constexpr double kNufftRedoFraction = 0.5;
 
-// Error of one transform's sums relative to sum |c_j|: measured at most a third of
-// 10^-(w - 1) over M = 7 .. 20000, and never below float64's phase rounding.
+// Error of one transform's sums relative to sum |c_j|: one source's worst error
+// (bounding every row's by the triangle inequality), never below float64's phase
+// rounding.
 double NufftSumError(const NufftPlan& plan);
 
 // The kernel at z in [-1, 1].

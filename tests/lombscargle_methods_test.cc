@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <complex>
 #include <limits>
+#include <numbers>
 #include <string>
 #include <vector>
 
@@ -44,6 +46,66 @@ TYPED_TEST(LombScargleMethods, NufftAtSizesAndEdges) {
                  true});
     this->Check({300, 5000, Batching::kBatchedX, Weights::kShared, Freqs::kLinspaceArray,
                  nufft_fm, 3, true});
+  });
+}
+
+// NufftSumError bounds one source's error at every offset from the grid and mode: the
+// spreading kernel's values summed as e^{i m (l - u) 2 pi / n}, over the deconvolution.
+TEST(NufftPlan, SumErrorBoundsOneSource) {
+  for (int digits = 2; digits <= 14; ++digits) {
+    const NufftPlan plan = PlanNufft(150, std::pow(10.0, -digits));
+    const NufftQuadrature quadrature = NufftKernelQuadrature(plan);
+    const double half_width = plan.width / 2.0, turn = 2 * std::numbers::pi / static_cast<double>(plan.grid);
+    double worst = 0;
+    for (int step = 0; step < 64; ++step) {
+      const double u = 40 + step / 64.0;  // grid position of the source
+      const int64_t first = static_cast<int64_t>(std::ceil(u - half_width));
+      for (int64_t m = 0; m <= NufftLargestMode(plan); ++m) {
+        std::complex<double> spread;
+        for (int l = 0; l < plan.width; ++l) {
+          const double d = static_cast<double>(first + l) - u;
+          spread += NufftKernel(std::min(1.0, std::abs(d / half_width)), plan.beta) *
+                    std::polar(1.0, static_cast<double>(m) * d * turn);
+        }
+        double p = 0;
+        for (size_t q = 0; q < quadrature.weight.size(); ++q) {
+          p += quadrature.weight[q] * std::cos(static_cast<double>(m) * quadrature.angle[q]);
+        }
+        worst = std::max(worst, std::abs(spread / p - 1.0));
+      }
+    }
+    EXPECT_LE(worst, NufftSumError(plan)) << "width " << plan.width;
+    EXPECT_GE(worst, NufftSumError(plan) / 40) << "width " << plan.width << ": bound too loose";
+  }
+}
+
+// Few samples and a floating mean leave G nearly singular at the lowest frequencies,
+// where the NUFFT hands powers to its direct redo: every option there, small enough
+// for GPUCOMPUTE_SEED_SWEEP to run on thousands of seeds (bench/run_gpu_ls.sh). A
+// float32 row whose normalized weights were rounded to float32 failed here: they do
+// not sum to 1, and CC - C^2 cancels down to that error at f ~ 1 / span(x).
+TYPED_TEST(LombScargleMethods, NufftOnIllConditionedSmallRows) {
+  struct Shape {
+    int64_t samples, frequencies;
+    Batching batching;
+    Weights weights;
+    Freqs freqs;
+  };
+  const Shape shapes[] = {
+      {3, 7, Batching::kNone, Weights::kNone, Freqs::kGrid},
+      {5, 150, Batching::kNone, Weights::kShared, Freqs::kGrid},
+      {17, 150, Batching::kBatchedX, Weights::kPerRow, Freqs::kLinspaceArray},
+      {61, 150, Batching::kNone, Weights::kNone, Freqs::kGrid},
+      {61, 50, Batching::kSharedX, Weights::kNone, Freqs::kLinspaceArray},
+  };
+  this->ForEachSeed([&] {
+    for (const Shape& s : shapes) {
+      for (int flags = 0; flags < 8; ++flags) {
+        const LombScargleOptions o{.precenter = (flags & 1) != 0, .normalize = (flags & 2) != 0,
+                                   .floating_mean = (flags & 4) != 0, .method = kNufft};
+        this->Check({s.samples, s.frequencies, s.batching, s.weights, s.freqs, o});
+      }
+    }
   });
 }
 

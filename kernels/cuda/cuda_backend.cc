@@ -387,7 +387,7 @@ class CudaBackend final : public Backend {
     if (method == LombScargleMethod::kNufft) {
       nufft = NufftArgs(shape, *even, options);
       // As many rows per pass as fit kNufftScratchBytes (at least one).
-      const size_t per_row = cuda::LombScargleNufftScratchBytes(dtype, args, nufft) +
+      const size_t per_row = cuda::LombScargleNufftScratchBytes(args, nufft) +
                              3 * sizeof(double) * 2 * static_cast<size_t>(nufft.grid);
       nufft.chunk_rows = std::clamp<int64_t>(static_cast<int64_t>(kNufftScratchBytes / per_row), 1,
                                              shape.batch);
@@ -407,7 +407,7 @@ class CudaBackend final : public Backend {
       void* work = nullptr;
       e = env.scratch->Allocate(std::max<size_t>(fft->work_bytes(), 1), &work);
       if (e == cudaSuccess) {
-        e = env.scratch->Allocate(cuda::LombScargleNufftScratchBytes(dtype, args, nufft), &nufft_scratch);
+        e = env.scratch->Allocate(cuda::LombScargleNufftScratchBytes(args, nufft), &nufft_scratch);
       }
       if (e != cudaSuccess) return e;
       if (cufftSetWorkArea(fft->handle(), work) != CUFFT_SUCCESS ||

@@ -139,10 +139,11 @@ struct LombScargleRowStats {
   double yy_sum;  // YY = sum w' y^2
 };
 
-// The direct kernel's first step, shared with the NUFFT: per row, w' = w / sum w and
-// w' (y - mean) into wn, wy (B x N of y's dtype), Y and YY into stats; flags bad
-// weights in result (initialized here).
-cudaError_t LaunchLombScarglePrep(DType dtype, const LombScargleArgs& args, void* wn, void* wy,
+// The direct kernel's first step, as the NUFFT takes it: per row, w' = w / sum w and
+// w' (y - mean) into wn, wy (B x N, float64 whatever y's dtype: float32 weights would
+// not sum to 1, an error a floating mean amplifies at low frequencies), Y and YY into
+// stats; flags bad weights in result (initialized here).
+cudaError_t LaunchLombScarglePrep(DType dtype, const LombScargleArgs& args, double* wn, double* wy,
                                   LombScargleRowStats* stats, LombScargleResult* result,
                                   const LaunchEnv& env);
 
@@ -189,7 +190,7 @@ struct LombScargleNufftArgs {
 
 // Scratch bytes LaunchLombScargleNufft needs besides the FFT's work area, for
 // nufft.chunk_rows rows.
-size_t LombScargleNufftScratchBytes(DType dtype, const LombScargleArgs& args,
+size_t LombScargleNufftScratchBytes(const LombScargleArgs& args,
                                     const LombScargleNufftArgs& nufft);
 
 // The periodogram of args at the even frequencies of `nufft`, chunk_rows rows at a
