@@ -153,7 +153,8 @@ class ResultStream:
         elif kind == "complete":
             complete = message.complete
             self.on_header(complete.header)
-            if not self.keep or complete.data:
+            # No data for a kept result or one written into shared memory.
+            if not (self.keep or self.shared_out) or complete.data:
                 self.on_data(0, complete.data)
             self.on_trailer(complete.trailer)
         else:
