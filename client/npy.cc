@@ -420,6 +420,23 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view file_bytes) {
   return NpyArray{header.dtype, std::move(header.shape), std::move(data)};
 }
 
+absl::StatusOr<NpyLayout> ParseNpyLayout(absl::string_view file_bytes) {
+  GC_ASSIGN_OR_RETURN(const Prelude prelude, ParsePrelude(file_bytes));
+  GC_RETURN_IF_ERROR(CheckHeaderSize(prelude, file_bytes.size()));
+  GC_ASSIGN_OR_RETURN(
+      Header header,
+      ParseHeader(prelude, file_bytes.substr(prelude.prelude_bytes, prelude.header_bytes),
+                  file_bytes.size()));
+  const bool in_place =
+      !header.big_endian && (!header.fortran_order || LayoutsCoincide(header.shape));
+  return NpyLayout{header.dtype, std::move(header.shape), header.data_offset, in_place};
+}
+
+absl::StatusOr<std::string> NpyHeader(v1::DType dtype, std::span<const int64_t> shape) {
+  GC_ASSIGN_OR_RETURN(const uint64_t bytes, ByteCount(dtype, shape));
+  return SerializeHeader(dtype, shape, bytes);
+}
+
 absl::StatusOr<std::string> SerializeNpy(v1::DType dtype, std::span<const int64_t> shape,
                                          absl::string_view data) {
   GC_ASSIGN_OR_RETURN(std::string out, SerializeHeader(dtype, shape, data.size()));

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "gpucompute/v1/bulk_wire.h"
 #include "server/echo.h"
 #include "server/proto_convert.h"
 #include "server/result_stream.h"
@@ -42,6 +43,13 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       return;
     }
     ++messages_;
+    // Data messages are located within the received slices and copied from there
+    // once, into the array; anything else goes through the generated parser.
+    v1::wire::MessageBytes message(bytes_);
+    if (std::optional<v1::wire::DataPayload> data = v1::wire::FindUploadData(message)) {
+      OnData(std::move(message), *data);
+      return;
+    }
     absl::StatusOr<v1::UploadRequest> request =
         ParseRequest<v1::UploadRequest>(bytes_, absl::StrCat("upload message ", messages_));
     if (!request.ok()) return Complete(request.status());
@@ -50,9 +58,14 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       case v1::UploadRequest::kHeader:
         OnHeader();
         return;
-      case v1::UploadRequest::kData:
-        OnData();
+      case v1::UploadRequest::kData: {
+        // A valid data message in another layout (e.g. with unknown fields): the
+        // parsed copy is the payload.
+        grpc::Slice slice(request_.data());
+        grpc::ByteBuffer payload(&slice, 1);
+        OnData(v1::wire::MessageBytes(payload), {.start = 0, .size = request_.data().size()});
         return;
+      }
       case v1::UploadRequest::KIND_NOT_SET:
         break;
     }
@@ -133,21 +146,24 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     }, Executor::Lane::kGeneral);
   }
 
-  void OnData() {
+  void OnData(v1::wire::MessageBytes message, v1::wire::DataPayload data) {
     if (array_ == nullptr) {
       return Complete(absl::InvalidArgumentError(
           "upload sent data before the header; the first message must be the header"));
     }
-    const uint64_t n = request_.data().size();
+    const uint64_t n = data.size;
     if (n > expected_bytes_ - received_bytes_) {
       return Complete(absl::InvalidArgumentError(absl::StrCat(
           "upload data exceeds the declared size: ", received_bytes_ + n, " bytes received, header declares ",
           expected_bytes_)));
     }
-    service_.executor.SubmitContinuation([this, n] {
+    service_.executor.SubmitContinuation([this, n, data, message = std::move(message)] {
       const absl::Time start = absl::Now();
-      absl::Status copied =
-          service_.backend.CopyToArray(request_.data().data(), received_bytes_, n, *array_);
+      std::vector<HostPiece> pieces;
+      message.ForEachPiece(data.start, n, [&pieces](const char* piece, uint64_t length) {
+        pieces.push_back({piece, length});
+      });
+      absl::Status copied = service_.backend.CopyPiecesToArray(pieces, received_bytes_, *array_);
       if (!copied.ok()) return Complete(copied);
       const absl::Duration elapsed = absl::Now() - start;
       transfer_in_ += elapsed;
@@ -231,10 +247,12 @@ absl::StatusOr<BufferStore::ListCursor> ParsePageToken(absl::string_view token) 
   return BufferStore::ListCursor{absl::FromUnixNanos(created_nanos), std::string(parts.second)};
 }
 
-// A Download that passed admission: the stored array it streams.
+// A Download that passed admission: the stored array it streams, and the range.
 struct AcceptedDownload {
   ResultStreamReactor::Output output;
   std::shared_ptr<Array> array;
+  uint64_t begin = 0;
+  uint64_t end = 0;
 };
 
 absl::StatusOr<AcceptedDownload> AcceptDownload(ServiceContext& service,
@@ -247,6 +265,14 @@ absl::StatusOr<AcceptedDownload> AcceptDownload(ServiceContext& service,
   GC_ASSIGN_OR_RETURN(StoredBuffer buffer,
                       service.store.Get(request.buffer_id(), "buffer_id", PrincipalOf(context)));
   accepted.array = std::move(buffer.array);
+  const uint64_t size = accepted.array->bytes();
+  if (request.offset() > size) {
+    return absl::OutOfRangeError(
+        absl::StrCat("offset ", request.offset(), " lies past the buffer's ", size, " bytes"));
+  }
+  accepted.begin = request.offset();
+  const uint64_t left = size - request.offset();
+  accepted.end = accepted.begin + (request.length() == 0 ? left : std::min(request.length(), left));
   return accepted;
 }
 
@@ -257,7 +283,7 @@ BuffersService::BuffersService(ServiceContext& service) : service_(service) {
       "Upload", [this](grpc::CallbackServerContext* context, v1::BufferInfo* response) {
         return Upload(context, response);
       });
-  ServerStreaming<v1::ResultChunk>(
+  ServerStreaming<grpc::ByteBuffer>(
       "Download", [this](grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
         return Download(context, bytes);
       });
@@ -278,7 +304,7 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* BuffersService::Upload(
   return new UploadReactor(service_, idle_timer_, context, response);
 }
 
-grpc::ServerWriteReactor<v1::ResultChunk>* BuffersService::Download(
+grpc::ServerWriteReactor<grpc::ByteBuffer>* BuffersService::Download(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
   auto* reactor = new ResultStreamReactor(service_, context, Operation::kDownload);
   const absl::Time start = absl::Now();
@@ -288,9 +314,11 @@ grpc::ServerWriteReactor<v1::ResultChunk>* BuffersService::Download(
     return reactor;
   }
   reactor->Start(std::move(accepted->output), absl::Now() - start,
-                 [array = std::move(accepted->array)](
-                     OpContext&) mutable -> absl::StatusOr<StreamSource> {
+                 [array = std::move(accepted->array), begin = accepted->begin,
+                  end = accepted->end](OpContext&) mutable -> absl::StatusOr<StreamSource> {
                    StreamSource source;
+                   source.begin = begin;
+                   source.end = end;
                    source.times.device = DeviceLabel(array->device());
                    // Moved, not copied: the stream alone holds the data and
                    // the quota it counts for.

@@ -24,7 +24,7 @@ class BuffersService final : public ParsingService<v1::Buffers> {
  private:
   grpc::ServerReadReactor<grpc::ByteBuffer>* Upload(grpc::CallbackServerContext* context,
                                                     v1::BufferInfo* response);
-  grpc::ServerWriteReactor<v1::ResultChunk>* Download(grpc::CallbackServerContext* context,
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Download(grpc::CallbackServerContext* context,
                                                       const grpc::ByteBuffer* bytes);
   grpc::ServerUnaryReactor* Delete(grpc::CallbackServerContext* context,
                                    const grpc::ByteBuffer* bytes, v1::DeleteResponse* response);

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "gpucompute/v1/bulk_wire.h"
 #include "kernels/memory_budget.h"
 #include "server/proto_convert.h"
 #include "server/status_convert.h"
@@ -84,10 +85,14 @@ void ResultStreamReactor::RunProduce(ProduceFn produce) {
     } else {
       times_ = source->times;
       result_ = std::move(source->array);
-      v1::ResultHeader* header = ready_.emplace_back().message.mutable_header();
+      next_offset_ = source->begin;
+      end_offset_ = source->end != 0 ? source->end : result_->bytes();
+      v1::ResultChunk message;
+      v1::ResultHeader* header = message.mutable_header();
       header->set_dtype(DTypeToProto(result_->dtype()));
       for (int64_t extent : result_->shape()) header->add_shape(extent);
       header->set_total_bytes(result_->bytes());
+      ready_.push_back({v1::wire::SerializedMessage(message)});
       if (output_.keep.has_value()) {
         absl::StatusOr<StoredBuffer> stored = service_.store.Commit(
             *std::exchange(output_.keep, std::nullopt), output_.buffer_name, result_);
@@ -99,7 +104,7 @@ void ResultStreamReactor::RunProduce(ProduceFn produce) {
           result_.reset();
           QueueTrailer(&info);
         }
-      } else if (result_->bytes() == 0) {
+      } else if (next_offset_ == end_offset_) {
         QueueTrailer(nullptr);
       }
     }
@@ -110,25 +115,21 @@ void ResultStreamReactor::RunProduce(ProduceFn produce) {
 void ResultStreamReactor::ProduceChunk() {
   std::shared_ptr<Array> array;
   uint64_t offset;
+  uint64_t end;
   uint32_t chunk_bytes;
   {
     absl::MutexLock lock(&mu_);
     array = result_;
     offset = next_offset_;
+    end = end_offset_;
     chunk_bytes = output_.chunk_bytes;
   }
-  const uint64_t n = std::min<uint64_t>(chunk_bytes, array->bytes() - offset);
-  ReadyMessage chunk;
-  v1::ResultData* data = chunk.message.mutable_data();
-  data->set_offset(offset);
-  std::string* bytes = data->mutable_data();
+  const uint64_t n = std::min<uint64_t>(chunk_bytes, end - offset);
   const absl::Time start = absl::Now();
-  absl::Status copied = cancelled_.load() ? absl::CancelledError("cancelled while streaming")
-                                          : ChargeHostMemory(n, chunk.charge);
-  if (copied.ok()) {
-    bytes->resize(n);
-    copied = service_.backend.CopyFromArray(*array, offset, n, bytes->data());
-  }
+  absl::StatusOr<grpc::Slice> payload = cancelled_.load()
+                                            ? absl::CancelledError("cancelled while streaming")
+                                            : ChunkPayload(array, offset, n);
+  const absl::Status copied = payload.status();
   const absl::Duration elapsed = absl::Now() - start;
   if (copied.ok()) service_.metrics.Transferred(Direction::kDeviceToHost, n, elapsed);
   {
@@ -139,14 +140,36 @@ void ResultStreamReactor::ProduceChunk() {
     } else {
       transfer_out_ += elapsed;
       next_offset_ = offset + n;
-      ready_.push_back(std::move(chunk));
-      if (next_offset_ == array->bytes()) {
+      ready_.push_back({v1::wire::ResultDataMessage(offset, *std::move(payload)), n});
+      if (next_offset_ == end) {
         result_.reset();  // free the result memory as soon as it is copied out
         QueueTrailer(nullptr);
       }
     }
     PumpLocked(lock);
   }
+}
+
+absl::StatusOr<grpc::Slice> ResultStreamReactor::ChunkPayload(const std::shared_ptr<Array>& array,
+                                                              uint64_t offset, uint64_t n) {
+  if (array->device() == kHostDevice) {
+    // gRPC writes straight from the array, which the slice keeps alive.
+    auto* owner = new std::shared_ptr<Array>(array);
+    return grpc::Slice(static_cast<char*>((*owner)->data()) + offset, n,
+                       [](void* p) { delete static_cast<std::shared_ptr<Array>*>(p); }, owner);
+  }
+  struct HostCopy {
+    std::unique_ptr<char[]> bytes;
+    MemoryBudget::Charge charge;
+  };
+  auto copy = std::make_unique<HostCopy>();
+  GC_RETURN_IF_ERROR(ChargeHostMemory(n, copy->charge));
+  copy->bytes.reset(new char[n]);
+  GC_RETURN_IF_ERROR(service_.backend.CopyFromArray(*array, offset, n, copy->bytes.get()));
+  // The memory and its charge go back when gRPC drops the slice.
+  char* bytes = copy->bytes.get();
+  return grpc::Slice(bytes, n, [](void* p) { delete static_cast<HostCopy*>(p); },
+                     copy.release());
 }
 
 absl::Status ResultStreamReactor::ChargeHostMemory(uint64_t bytes, MemoryBudget::Charge& charge) {
@@ -165,7 +188,8 @@ void ResultStreamReactor::Fail(const absl::Status& status) {
 }
 
 void ResultStreamReactor::QueueTrailer(const v1::BufferInfo* stored) {
-  v1::ResultTrailer* trailer = ready_.emplace_back().message.mutable_trailer();
+  v1::ResultChunk message;
+  v1::ResultTrailer* trailer = message.mutable_trailer();
   v1::Timing* timing = trailer->mutable_timing();
   timing->set_queue_us(Micros(queue_time_));
   timing->set_transfer_in_us(Micros(times_.transfer_in));
@@ -175,6 +199,7 @@ void ResultStreamReactor::QueueTrailer(const v1::BufferInfo* stored) {
   trailer->set_backend(std::string(service_.backend.name()));
   trailer->set_device(times_.device);
   if (stored != nullptr) *trailer->mutable_stored_buffer() = *stored;
+  ready_.push_back({v1::wire::SerializedMessage(message)});
   state_ = State::kAllQueued;
 }
 
@@ -192,11 +217,8 @@ void ResultStreamReactor::PumpLocked(absl::ReleasableMutexLock& lock) {
   const bool write = !writing_ && !cancelled && !ready_.empty();
   if (write) {
     in_flight_ = std::move(ready_.front().message);
-    in_flight_charge_ = std::move(ready_.front().charge);
+    in_flight_data_bytes_ = ready_.front().data_bytes;
     ready_.pop_front();
-    if (host_budget_ != nullptr && in_flight_.has_data()) {
-      serialized_charge_ = host_budget_->ChargeFixed(in_flight_.data().data().size());
-    }
     writing_ = true;
     write_started_ = absl::Now();
     ArmStallAlarm();
@@ -264,11 +286,10 @@ void ResultStreamReactor::OnWriteDone(bool ok) {
     absl::MutexLock lock(&mu_);
     stall_alarm_.reset();
     stream_write_ += absl::Now() - write_started_;
-    if (in_flight_.has_data()) service_.metrics.NetworkSent(in_flight_.data().data().size());
-    // gRPC is done with the message: its memory goes back to the budget.
-    in_flight_ = v1::ResultChunk();
-    in_flight_charge_ = MemoryBudget::Charge();
-    serialized_charge_ = MemoryBudget::Charge();
+    if (in_flight_data_bytes_ > 0) service_.metrics.NetworkSent(in_flight_data_bytes_);
+    // Our reference to the message: its memory goes back once gRPC drops its own.
+    in_flight_.Clear();
+    in_flight_data_bytes_ = 0;
     if (!ok) cancelled_.store(true);  // the stream is broken: stop producing
     if (alarm_took_write && !stall_handled_) {
       write_done_waiting_ = true;  // OnStalled is running: it ends the write

@@ -17,7 +17,7 @@ from ._device_array import DeviceArray
 from ._operands import (NORMS, ArrayLike, Operand, as_array, byte_view, haversine_request,
                         result_dtype, same_dtype, set_operand)
 from ._pb import pb
-from ._steps import Run, Steps, Stream, Unary, make_stubs
+from ._steps import Parallel, Run, Steps, Stream, Unary, make_stubs
 from ._stream import ResultOptions, ResultStream
 from ._types import (DEFAULT_RADIUS_KM, NP_TO_PB, Array, BufferList, FrequencyGrid, LatLonMesh,
                      ServerInfo)
@@ -34,6 +34,8 @@ _UNASKED_INLINE_BYTES = 256 << 10
 _MESSAGE_MARGIN = 64 << 10
 #: default size of Upload data chunks (below any server's message limit)
 DEFAULT_UPLOAD_CHUNK = 2 << 20
+#: bytes of each ranged download of a striped download
+DEFAULT_STRIPE_BYTES = 64 << 20
 
 # What each kind of method returns (the value, or an awaitable of it).
 ResultT = TypeVar("ResultT")        # compute methods and download: _stream.Result
@@ -68,6 +70,9 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
         temporary buffers first (and deleted after the call); also whenever the inline
         operands together would pass the server's message limit.
     options: extra grpc channel options.
+    stripes: downloads larger than ``stripe_bytes`` run as ranged downloads of that
+        size, this many at once, each on its own connection, written in place into the
+        result (a stripe whose connection breaks is fetched again); 1: one stream.
     """
 
     #: False where calls return awaitables (DeviceArray.__array__ cannot download then)
@@ -76,7 +81,8 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
     def __init__(self, target: str, *, credentials: Optional[Any] = None,
                  token: Optional[str] = None, timeout: Optional[float] = None,
                  upload_threshold: int = DEFAULT_UPLOAD_THRESHOLD,
-                 options: Sequence[Tuple[str, Any]] = ()):
+                 options: Sequence[Tuple[str, Any]] = (), stripes: int = 1,
+                 stripe_bytes: int = DEFAULT_STRIPE_BYTES):
         self.target = target
         self.timeout = timeout
         self.upload_threshold = int(upload_threshold)
@@ -85,13 +91,23 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
         self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         self._max_message: Optional[int] = None
         self._lock = threading.Lock()
-        self._channel = self._connect(credentials)
+        if int(stripes) < 1 or int(stripe_bytes) < 1:
+            raise ValueError(f"stripes {stripes} and stripe_bytes {stripe_bytes} must be >= 1")
+        self.stripes, self.stripe_bytes = int(stripes), int(stripe_bytes)
+        self._channel = self._connect(credentials, self._channel_options)
+        # Each stripe channel has its own connection (gRPC shares one between channels of
+        # equal options otherwise).
+        self._stripe_channels = [
+            self._connect(credentials, self._channel_options
+                          + [("grpc.use_local_subchannel_pool", 1)])
+            for _ in range(self.stripes - 1)]
         self._stubs = make_stubs(self._channel)
+        self._stripe_stubs = [self._stubs] + [make_stubs(c) for c in self._stripe_channels]
 
     def __repr__(self) -> str:
         return f"{type(self).__module__}.{type(self).__name__}({self.target!r})"
 
-    def _connect(self, credentials: Optional[Any]) -> Any:
+    def _connect(self, credentials: Optional[Any], options: List[Tuple[str, Any]]) -> Any:
         """A grpc.Channel or a grpc.aio.Channel to self.target."""
         raise NotImplementedError
 
@@ -175,8 +191,26 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
 
     def _download(self, request: Any, options: ResultOptions) -> Steps[Any]:
         start = time.perf_counter()
-        sink = ResultStream(options)
+        if self.stripes == 1:
+            sink = ResultStream(options)
+            array = yield Stream("Buffers.Download", request, sink)
+            return options.deliver(array, sink.trailer, start)
+        # Striped: the first stripe's header gives the size and the array; the other
+        # stripes then fill it in place, at once.
+        step = self.stripe_bytes
+        request.length = step
+        sink = ResultStream(options, 0, step)
         array = yield Stream("Buffers.Download", request, sink)
+        stripes = []
+        for k, begin in enumerate(range(step, sink.total, step)):
+            ranged = pb.DownloadRequest()
+            ranged.CopyFrom(request)
+            ranged.offset, ranged.length = begin, step
+            stripes.append(Stream("Buffers.Download", ranged,
+                                  ResultStream(ResultOptions(out=array), begin, begin + step),
+                                  channel=k % self.stripes))
+        if stripes:
+            yield Parallel(stripes)
         return options.deliver(array, sink.trailer, start)
 
     def delete(self, buffer: Union[DeviceArray, str], *,

@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Generator, Generic, Iterator, Optional, TypeVar, Union
+from typing import (Any, Callable, Dict, Generator, Generic, Iterator, List, Optional, TypeVar,
+                    Union)
 
 import grpc
 
@@ -41,9 +42,25 @@ class Stream:
     request: Any
     sink: ResultStream
     cleanup: bool = False
+    #: the stripe channel it runs on (0: the client's own)
+    channel: int = 0
 
 
-Step = Union[Unary, Stream]
+@dataclass
+class Parallel:
+    """Streams run at once (the stripes of a download); the reply is None. A stream whose
+    connection breaks (UNAVAILABLE) runs again from its start, at most ``retries`` times."""
+
+    streams: List[Stream]
+    retries: int = 2
+    cleanup: bool = False
+
+    @property
+    def rpc(self) -> str:
+        return self.streams[0].rpc
+
+
+Step = Union[Unary, Stream, Parallel]
 Steps = Generator[Step, Any, T]
 
 

@@ -8,14 +8,15 @@ signatures as ``gpucompute.Client``, each returning an awaitable.
 """
 from __future__ import annotations
 
-from typing import Any, Awaitable, Optional
+import asyncio
+from typing import Any, Awaitable, List, Optional, Tuple
 
 import grpc
 import grpc.aio
 
 from ._api import ClientApi
 from ._device_array import DeviceArray
-from ._steps import Run, Step, Stream, cancel_on_error
+from ._steps import Parallel, Run, Step, Stream, cancel_on_error
 from ._stream import Result
 from ._types import BufferList, ServerInfo
 
@@ -29,14 +30,15 @@ class Client(ClientApi[Awaitable[Result], Awaitable[DeviceArray], Awaitable[str]
 
     blocking = False
 
-    def _connect(self, credentials: Optional[grpc.ChannelCredentials]) -> Any:
+    def _connect(self, credentials: Optional[grpc.ChannelCredentials],
+                 options: List[Tuple[str, Any]]) -> Any:
         if credentials is not None:
-            return grpc.aio.secure_channel(self.target, credentials,
-                                           options=self._channel_options)
-        return grpc.aio.insecure_channel(self.target, options=self._channel_options)
+            return grpc.aio.secure_channel(self.target, credentials, options=options)
+        return grpc.aio.insecure_channel(self.target, options=options)
 
     async def close(self) -> None:
-        await self._channel.close()
+        for channel in [self._channel] + self._stripe_channels:
+            await channel.close()
 
     async def __aenter__(self) -> "Client":
         return self
@@ -51,10 +53,24 @@ class Client(ClientApi[Awaitable[Result], Awaitable[DeviceArray], Awaitable[str]
         return run.result
 
     async def _send(self, step: Step, timeout: Optional[float]) -> Any:
-        reply = self._stubs[step.rpc](step.request, timeout=timeout, metadata=self._metadata)
+        if isinstance(step, Parallel):
+            await asyncio.gather(*(self._send_retrying(s, timeout, step.retries)
+                                   for s in step.streams))
+            return None
+        stubs = self._stripe_stubs[step.channel] if isinstance(step, Stream) else self._stubs
+        reply = stubs[step.rpc](step.request, timeout=timeout, metadata=self._metadata)
         if not isinstance(step, Stream):
             return await reply
         with cancel_on_error(reply):
             async for message in reply:
                 step.sink.feed(message)
         return step.sink.finish()
+
+    async def _send_retrying(self, step: Stream, timeout: Optional[float], retries: int) -> Any:
+        for attempt in range(retries + 1):
+            try:
+                return await self._send(step, timeout)
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE or attempt == retries:
+                    raise
+                step.sink.reset()

@@ -1,13 +1,14 @@
 """The gpucompute Python client: NumPy arrays in, NumPy arrays (or DeviceArrays) out."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, List, Optional, Tuple
 
 import grpc
 
 from ._api import DEFAULT_UPLOAD_THRESHOLD, ClientApi
 from ._device_array import DeviceArray
-from ._steps import Run, Step, Stream, cancel_on_error
+from ._steps import Parallel, Run, Step, Stream, cancel_on_error
 from ._stream import Result
 from ._types import BufferList, ServerInfo
 
@@ -23,13 +24,15 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
     The client is thread-safe: one Client may serve concurrent calls from threads.
     """
 
-    def _connect(self, credentials: Optional[grpc.ChannelCredentials]) -> Any:
+    def _connect(self, credentials: Optional[grpc.ChannelCredentials],
+                 options: List[Tuple[str, Any]]) -> Any:
         if credentials is not None:
-            return grpc.secure_channel(self.target, credentials, options=self._channel_options)
-        return grpc.insecure_channel(self.target, options=self._channel_options)
+            return grpc.secure_channel(self.target, credentials, options=options)
+        return grpc.insecure_channel(self.target, options=options)
 
     def close(self) -> None:
-        self._channel.close()
+        for channel in [self._channel] + self._stripe_channels:
+            channel.close()
 
     def __enter__(self) -> "Client":
         return self
@@ -44,10 +47,27 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
         return run.result
 
     def _send(self, step: Step, timeout: Optional[float]) -> Any:
-        reply = self._stubs[step.rpc](step.request, timeout=timeout, metadata=self._metadata)
+        if isinstance(step, Parallel):
+            with ThreadPoolExecutor(max_workers=self.stripes) as pool:
+                # The first failure is raised (after the others have ended).
+                for done in [pool.submit(self._send_retrying, s, timeout, step.retries)
+                             for s in step.streams]:
+                    done.result()
+            return None
+        stubs = self._stripe_stubs[step.channel] if isinstance(step, Stream) else self._stubs
+        reply = stubs[step.rpc](step.request, timeout=timeout, metadata=self._metadata)
         if not isinstance(step, Stream):
             return reply
         with cancel_on_error(reply):
             for message in reply:
                 step.sink.feed(message)
         return step.sink.finish()
+
+    def _send_retrying(self, step: Stream, timeout: Optional[float], retries: int) -> Any:
+        for attempt in range(retries + 1):
+            try:
+                return self._send(step, timeout)
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE or attempt == retries:
+                    raise
+                step.sink.reset()
