@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "gpucompute/v1/bulk_wire.h"
 #include "kernels/memory_budget.h"
+#include "server/chunk_memory.h"
 #include "server/proto_convert.h"
 #include "server/status_convert.h"
 
@@ -158,15 +159,18 @@ absl::StatusOr<grpc::Slice> ResultStreamReactor::ChunkPayload(const std::shared_
     return grpc::Slice(static_cast<char*>((*owner)->data()) + offset, n,
                        [](void* p) { delete static_cast<std::shared_ptr<Array>*>(p); }, owner);
   }
+  // The copy's memory (recycled) and its charge go back when gRPC drops the slice.
   struct HostCopy {
     std::unique_ptr<char[]> bytes;
+    size_t size;
     MemoryBudget::Charge charge;
+    ~HostCopy() { ChunkMemory::Shared().Give(std::move(bytes), size); }
   };
   auto copy = std::make_unique<HostCopy>();
   GC_RETURN_IF_ERROR(ChargeHostMemory(n, copy->charge));
-  copy->bytes.reset(new char[n]);
+  copy->bytes = ChunkMemory::Shared().Take(n);
+  copy->size = n;
   GC_RETURN_IF_ERROR(service_.backend.CopyFromArray(*array, offset, n, copy->bytes.get()));
-  // The memory and its charge go back when gRPC drops the slice.
   char* bytes = copy->bytes.get();
   return grpc::Slice(bytes, n, [](void* p) { delete static_cast<HostCopy*>(p); },
                      copy.release());
