@@ -142,20 +142,33 @@ absl::StatusOr<v1::BufferInfo> Client::Upload(const std::string& name, v1::DType
                                                    " needs ", expected, " bytes, got ",
                                                    data.size()));
   }
-  const size_t chunk_bytes = std::max<uint32_t>(options_.upload_chunk_bytes, 1);
-
-  grpc::ClientContext context;
-  SetDeadline(context);
-  v1::BufferInfo info;
-  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
-      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel_.get(), upload_method_,
-                                                                    &context, &info));
-
-  v1::UploadRequest message;
-  v1::UploadHeader& header = *message.mutable_header();
+  v1::UploadHeader header;
   header.set_name(name);
   header.set_dtype(dtype);
   header.mutable_shape()->Add(shape.begin(), shape.end());
+  if (options_.stripes > 1 && data.size() > options_.stripe_bytes) {
+    return StripedUpload(std::move(header), data, progress);
+  }
+  return UploadStream(*channel_, header, data, progress);
+}
+
+absl::StatusOr<v1::BufferInfo> Client::UploadStream(grpc::Channel& channel,
+                                                    const v1::UploadHeader& header,
+                                                    absl::string_view data,
+                                                    const ProgressCallback& progress) const {
+  const size_t chunk_bytes = std::max<uint32_t>(options_.upload_chunk_bytes, 1);
+  grpc::ClientContext context;
+  SetDeadline(context);
+  v1::BufferInfo info;
+  // The client's own channel has the method registered; another calls it unregistered.
+  const RpcMethod method = &channel == channel_.get()
+                               ? upload_method_
+                               : RpcMethod(upload_method_.name(), RpcMethod::CLIENT_STREAMING);
+  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(&channel, method, &context,
+                                                                    &info));
+  v1::UploadRequest message;
+  *message.mutable_header() = header;
   // A failed Write means the server already ended the call; Finish says why.
   bool open = writer->Write(v1::wire::SerializedMessage(message));
   if (progress) progress(0, data.size());
@@ -195,6 +208,13 @@ absl::StatusOr<Result> Client::DownloadTo(const std::string& buffer_id,
   ResultAssembler::Options options = AssemblerOptions(/*expect_data=*/true, progress);
   options.destination = destination;
   return ResultStream(download_method_, request, std::move(options));
+}
+
+absl::StatusOr<v1::UploadStatusResponse> Client::UploadStatus(
+    const std::string& session_token) const {
+  v1::UploadStatusRequest request;
+  request.set_session_token(session_token);
+  return Unary(*buffers_, &v1::Buffers::Stub::UploadStatus, request);
 }
 
 absl::StatusOr<uint64_t> Client::Delete(const std::string& buffer_id) {

@@ -65,7 +65,10 @@ struct ClientOptions {
   // Striping: a Download larger than stripe_bytes runs as ranged Downloads of
   // stripe_bytes each, `stripes` at a time, reassembled by offset in place. A
   // range that fails with UNAVAILABLE (a broken connection) is fetched again, at
-  // most stripe_retries times; any other failure cancels the rest.
+  // most stripe_retries times; any other failure cancels the rest. An Upload
+  // larger than stripe_bytes goes the same way into an upload session
+  // (UploadHeader.session_token, a random token): a range whose stream breaks is
+  // resumed by sending only the bytes UploadStatus does not list.
   int stripes = 1;
   uint64_t stripe_bytes = uint64_t{64} << 20;
   int stripe_retries = 2;
@@ -98,6 +101,8 @@ class Client {
                                     const ResultDestination& destination,
                                     uint32_t chunk_bytes = 0,
                                     const ProgressCallback& progress = {});
+  // The byte ranges an upload session (UploadHeader.session_token) has received.
+  absl::StatusOr<v1::UploadStatusResponse> UploadStatus(const std::string& session_token) const;
   // Returns the bytes freed.
   absl::StatusOr<uint64_t> Delete(const std::string& buffer_id);
   // Every buffer of the caller, following List's pages.
@@ -134,6 +139,21 @@ class Client {
                                  const ProgressCallback& progress) const;
   ResultAssembler::Options AssemblerOptions(bool expect_data,
                                             const ProgressCallback& progress) const;
+  // One Upload stream on `channel` carrying `header` and then `data`.
+  absl::StatusOr<v1::BufferInfo> UploadStream(grpc::Channel& channel,
+                                              const v1::UploadHeader& header,
+                                              absl::string_view data,
+                                              const ProgressCallback& progress) const;
+  // Upload by ranges on several streams into one upload session.
+  absl::StatusOr<v1::BufferInfo> StripedUpload(v1::UploadHeader header, absl::string_view data,
+                                               const ProgressCallback& progress);
+  // One range of a session upload, sent again where a broken stream left gaps.
+  absl::StatusOr<v1::BufferInfo> UploadRange(grpc::Channel& channel, v1::UploadHeader header,
+                                             absl::string_view data, uint64_t begin,
+                                             uint64_t end) const;
+  // The session's received ranges within [begin, end): what still has to be sent.
+  absl::StatusOr<std::vector<std::pair<uint64_t, uint64_t>>> MissingRanges(
+      const std::string& token, uint64_t begin, uint64_t end) const;
   // Download by ranges on several streams (ClientOptions::stripes).
   absl::StatusOr<Result> StripedDownload(const std::string& buffer_id,
                                          const ResultDestination& destination,

@@ -26,11 +26,14 @@ namespace {
 // becomes visible (Commit) only once every declared byte has arrived. The call is
 // admitted (counted in flight) only once its header arrives, and each read waits
 // at most stream_idle_timeout: a silent client holds no place and no quota.
+// With header.session_token the stream writes into an upload session's buffer
+// (upload_sessions.h) from header.offset on, and stores it if it ends complete.
 class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
-  UploadReactor(ServiceContext& service, Timer& idle_timer, grpc::CallbackServerContext* context,
-                v1::BufferInfo* response)
-      : service_(service), idle_timer_(idle_timer), context_(context), response_(response),
+  UploadReactor(ServiceContext& service, Timer& idle_timer, UploadSessions& sessions,
+                grpc::CallbackServerContext* context, v1::BufferInfo* response)
+      : service_(service), idle_timer_(idle_timer), sessions_(sessions), context_(context),
+        response_(response),
         rpc_(service.metrics, RpcMethod::kUpload, *context) {
     service_.metrics.AddInFlight(Operation::kUpload, 1);
     Read();
@@ -129,6 +132,9 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     }
     GC_RETURN_IF_ERROR(CheckBufferName(header.name(), "header.name"));
     expected_bytes_ = static_cast<uint64_t>(count) * ElementSize(dtype);
+    if (!header.session_token().empty()) {
+      return AcceptSessionHeader(header, dtype, std::move(shape), expected_bytes_);
+    }
     GC_ASSIGN_OR_RETURN(reservation_, service_.Reserve(expected_bytes_,
                                                        absl::StrCat("upload ", QuoteClientString(header.name())),
                                                        PrincipalOf(*context_)));
@@ -144,6 +150,55 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       array_ = *std::move(array);
       Read();
     }, Executor::Lane::kGeneral);
+  }
+
+  // This stream writes [offset, end) of the session's buffer; the session is
+  // created (reserved, allocated on the executor) by the first stream naming it.
+  absl::Status AcceptSessionHeader(const v1::UploadHeader& header, DType dtype, Shape shape,
+                                   uint64_t bytes) {
+    const std::string& token = header.session_token();
+    if (token.size() < kMinSessionTokenBytes || token.size() > kMaxSessionTokenBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "header.session_token has ", token.size(), " bytes; it must have ",
+          kMinSessionTokenBytes, " to ", kMaxSessionTokenBytes));
+    }
+    if (header.offset() > bytes) {
+      return absl::OutOfRangeError(absl::StrCat("header.offset ", header.offset(),
+                                                " lies past the declared ", bytes, " bytes"));
+    }
+    base_offset_ = header.offset();
+    expected_bytes_ = bytes - header.offset();
+    std::string principal = PrincipalOf(*context_);
+    session_ = sessions_.Attach(principal, token);
+    if (session_ != nullptr) {
+      const Array& array = *session_->array();
+      if (array.dtype() != dtype || array.shape() != shape || session_->name() != header.name()) {
+        return absl::InvalidArgumentError(
+            "header differs from the upload session's first header (name, dtype or shape)");
+      }
+      array_ = session_->array();
+      Read();
+      return absl::OkStatus();
+    }
+    GC_ASSIGN_OR_RETURN(
+        BufferStore::Reservation reservation,
+        service_.Reserve(bytes, absl::StrCat("upload ", QuoteClientString(header.name())),
+                         principal));
+    return service_.SubmitRequest(
+        [this, dtype, shape = std::move(shape), reservation = std::move(reservation),
+         principal = std::move(principal), token, name = header.name()]() mutable {
+          absl::StatusOr<std::shared_ptr<Array>> array =
+              service_.backend.Allocate(dtype, std::move(shape), service_.backend.PickDevice());
+          if (!array.ok()) return Complete(array.status());
+          auto session = std::make_shared<UploadSession>(
+              std::move(principal), std::move(token), std::move(name), std::move(reservation),
+              *std::move(array));
+          if (absl::Status added = sessions_.Add(session); !added.ok()) return Complete(added);
+          session_ = std::move(session);
+          array_ = session_->array();
+          Read();
+        },
+        Executor::Lane::kGeneral);
   }
 
   void OnData(v1::wire::MessageBytes message, v1::wire::DataPayload data) {
@@ -163,8 +218,10 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       message.ForEachPiece(data.start, n, [&pieces](const char* piece, uint64_t length) {
         pieces.push_back({piece, length});
       });
-      absl::Status copied = service_.backend.CopyPiecesToArray(pieces, received_bytes_, *array_);
+      const uint64_t at = base_offset_ + received_bytes_;
+      absl::Status copied = service_.backend.CopyPiecesToArray(pieces, at, *array_);
       if (!copied.ok()) return Complete(copied);
+      if (session_ != nullptr) session_->Received(at, at + n);
       const absl::Duration elapsed = absl::Now() - start;
       transfer_in_ += elapsed;
       service_.metrics.Transferred(Direction::kHostToDevice, n, elapsed);
@@ -184,6 +241,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     if (array_ == nullptr) {
       return absl::InvalidArgumentError("upload ended before a header was sent");
     }
+    if (session_ != nullptr) return StoreSession();
     if (received_bytes_ != expected_bytes_) {
       return absl::InvalidArgumentError(absl::StrCat(
           "upload ended after ", received_bytes_, " of ", expected_bytes_, " declared bytes"));
@@ -196,9 +254,27 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     return absl::OkStatus();
   }
 
+  // A session's stream may end before the whole buffer is there: only the stream
+  // that ends with every byte received stores it.
+  absl::Status StoreSession() {
+    std::optional<BufferStore::Reservation> reservation = session_->TakeIfComplete();
+    if (!reservation.has_value()) {
+      response_->set_name(session_->name());  // no id: not stored yet
+      return absl::OkStatus();
+    }
+    GC_ASSIGN_OR_RETURN(const StoredBuffer stored,
+                        service_.store.Commit(*std::move(reservation), session_->name(), array_));
+    sessions_.Remove(*session_);
+    ToBufferInfo(stored, response_);
+    service_.metrics.ObserveStage(Operation::kUpload, Stage::kTransferIn, transfer_in_);
+    return absl::OkStatus();
+  }
+
   void Complete(const absl::Status& status) {
     // Nothing half-stored survives a failed upload, and the quota and memory are
-    // back before the client hears the status.
+    // back before the client hears the status; a session keeps what arrived
+    // until it is resumed or expires.
+    if (session_ != nullptr) sessions_.Detach(std::exchange(session_, nullptr));
     reservation_.reset();
     array_.reset();
     ticket_ = Admission::Ticket();
@@ -211,6 +287,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 
   ServiceContext& service_;
   Timer& idle_timer_;
+  UploadSessions& sessions_;
   grpc::CallbackServerContext* const context_;
   v1::BufferInfo* const response_;
   RpcRecorder rpc_;
@@ -219,6 +296,8 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   v1::UploadRequest request_;
   std::optional<BufferStore::Reservation> reservation_;
   std::shared_ptr<Array> array_;
+  std::shared_ptr<UploadSession> session_;  // set for a session upload
+  uint64_t base_offset_ = 0;                // where this stream's data starts
   std::string name_;
   uint64_t expected_bytes_ = 0;
   uint64_t received_bytes_ = 0;
@@ -278,7 +357,8 @@ absl::StatusOr<AcceptedDownload> AcceptDownload(ServiceContext& service,
 
 }  // namespace
 
-BuffersService::BuffersService(ServiceContext& service) : service_(service) {
+BuffersService::BuffersService(ServiceContext& service)
+    : service_(service), sessions_(service.config.upload_session_ttl) {
   ClientStreaming<v1::BufferInfo>(
       "Upload", [this](grpc::CallbackServerContext* context, v1::BufferInfo* response) {
         return Upload(context, response);
@@ -292,6 +372,13 @@ BuffersService::BuffersService(ServiceContext& service) : service_(service) {
                                              v1::DeleteResponse* response) {
     return Delete(context, bytes, response);
   });
+  Unary<v1::UploadStatusResponse>("UploadStatus", [this](grpc::CallbackServerContext* context,
+                                                         const grpc::ByteBuffer* bytes,
+                                                         v1::UploadStatusResponse* response) {
+    return service_.FinishUnary(context, RpcMethod::kUploadStatus, [&] {
+      return SessionStatus(*bytes, PrincipalOf(*context), response);
+    });
+  });
   Unary<v1::ListResponse>("List", [this](grpc::CallbackServerContext* context,
                                          const grpc::ByteBuffer* bytes,
                                          v1::ListResponse* response) {
@@ -301,7 +388,7 @@ BuffersService::BuffersService(ServiceContext& service) : service_(service) {
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* BuffersService::Upload(
     grpc::CallbackServerContext* context, v1::BufferInfo* response) {
-  return new UploadReactor(service_, idle_timer_, context, response);
+  return new UploadReactor(service_, idle_timer_, sessions_, context, response);
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* BuffersService::Download(
@@ -350,6 +437,25 @@ absl::Status BuffersService::DeleteBuffer(const grpc::ByteBuffer& bytes,
   GC_ASSIGN_OR_RETURN(const v1::DeleteRequest request, ParseRequest<v1::DeleteRequest>(bytes));
   GC_ASSIGN_OR_RETURN(const uint64_t freed, service_.store.Delete(request.buffer_id(), principal));
   response->set_freed_bytes(freed);
+  return absl::OkStatus();
+}
+
+absl::Status BuffersService::SessionStatus(const grpc::ByteBuffer& bytes,
+                                           const std::string& principal,
+                                           v1::UploadStatusResponse* response) const {
+  GC_ASSIGN_OR_RETURN(const v1::UploadStatusRequest request,
+                      ParseRequest<v1::UploadStatusRequest>(bytes));
+  const std::shared_ptr<UploadSession> session = sessions_.Find(principal, request.session_token());
+  if (session == nullptr) {
+    return absl::NotFoundError(
+        "session_token names no upload session of the caller (never started, stored, or expired)");
+  }
+  response->set_total_bytes(session->array()->bytes());
+  for (const auto& [offset, length] : session->ReceivedRanges()) {
+    v1::UploadedRange* range = response->add_received();
+    range->set_offset(offset);
+    range->set_length(length);
+  }
   return absl::OkStatus();
 }
 

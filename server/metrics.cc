@@ -49,6 +49,7 @@ constexpr std::array<RpcName, kRpcMethodCount> kRpcNames = {{
     {"gpucompute.v1.Server", "GetInfo", "unary"},
     {"grpc.health.v1.Health", "Check", "unary"},
     {"grpc.health.v1.Health", "Watch", "server_stream"},
+    {"gpucompute.v1.Buffers", "UploadStatus", "unary"},
 }};
 
 // One health call: recorded when its status is sent, or as cancelled when it

@@ -28,9 +28,9 @@ inline absl::string_view OperationLabel(Operation op) {
 // in the same order.
 enum class RpcMethod {
   kDiscountProduct, kHaversineGrid, kNormalize, kLombScargle,
-  kUpload, kDownload, kDelete, kList, kGetInfo, kHealthCheck, kHealthWatch,
+  kUpload, kDownload, kDelete, kList, kGetInfo, kHealthCheck, kHealthWatch, kUploadStatus,
 };
-inline constexpr int kRpcMethodCount = 11;
+inline constexpr int kRpcMethodCount = 12;
 
 // The RPC that carries `op`.
 constexpr RpcMethod RpcMethodOf(Operation op) { return static_cast<RpcMethod>(op); }

@@ -40,3 +40,29 @@ def test_striped_download_of_a_deleted_buffer_fails(server):
 def test_stripes_must_be_positive(server):
     with pytest.raises(ValueError):
         server.client(stripes=0)
+
+
+@pytest.mark.parametrize("stripes", [2, 3])
+def test_striped_upload_is_byte_exact(server, stripes):
+    data = _pattern((3 << 20) // 4 + 777)
+    with server.client(timeout=60, stripes=stripes, stripe_bytes=1 << 20) as c:
+        buf = c.upload(data)
+        assert buf.shape == data.shape
+    with server.client(timeout=60) as plain:
+        assert np.array_equal(plain.download(buf.id).view(np.uint32), data.view(np.uint32))
+        plain.delete(buf.id)
+
+
+def test_striped_aio_round_trip(server):
+    import asyncio
+
+    async def run():
+        async with gpucompute.aio.Client(server.target, stripes=3, stripe_bytes=1 << 20) as c:
+            data = _pattern((2 << 20) // 4 + 5)
+            buf = await c.upload(data)
+            back = await c.download(buf)
+            await c.delete(buf)
+            return data, back
+
+    data, back = asyncio.run(run())
+    assert np.array_equal(back.view(np.uint32), data.view(np.uint32))

@@ -5,6 +5,7 @@ themselves (it blocks), ``aio.Client`` binds awaitables of them.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import (Any, Callable, Dict, Generic, Iterator, List, Optional, Sequence, Tuple,
@@ -70,9 +71,10 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
         temporary buffers first (and deleted after the call); also whenever the inline
         operands together would pass the server's message limit.
     options: extra grpc channel options.
-    stripes: downloads larger than ``stripe_bytes`` run as ranged downloads of that
-        size, this many at once, each on its own connection, written in place into the
-        result (a stripe whose connection breaks is fetched again); 1: one stream.
+    stripes: downloads and uploads larger than ``stripe_bytes`` run as ranges of that
+        size, this many at once, each on its own connection: downloads are written in
+        place into the result, uploads go into one upload session (a stripe whose
+        connection breaks is sent or fetched again); 1: one stream.
     """
 
     #: False where calls return awaitables (DeviceArray.__array__ cannot download then)
@@ -175,8 +177,39 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
             step = int(chunk_bytes)
         header = pb.UploadRequest(header=pb.UploadHeader(
             name=name, dtype=NP_TO_PB[arr.dtype], shape=[int(s) for s in arr.shape]))
-        info = yield Unary("Buffers.Upload", _upload_messages(header, byte_view(arr), step))
+        view = byte_view(arr)
+        if self.stripes > 1 and view.nbytes > self.stripe_bytes:
+            info = yield from self._striped_upload(header, view, step)
+        else:
+            info = yield Unary("Buffers.Upload", _upload_messages(header, view, step))
         return DeviceArray._from_info(self, info)
+
+    def _striped_upload(self, header: Any, view: memoryview, step: int) -> Steps[Any]:
+        """Ranges of stripe_bytes into one upload session (UploadHeader.session_token):
+        the first creates it, the others go at once; a range whose connection breaks is
+        sent again whole. The stream that completes the session answers the stored
+        buffer; if none could, an empty stream stores it."""
+        header.header.session_token = os.urandom(16).hex()
+        size, stripe = view.nbytes, self.stripe_bytes
+
+        def part(begin: int, end: int, channel: int) -> Unary:
+            ranged = pb.UploadRequest()
+            ranged.CopyFrom(header)
+            ranged.header.offset = begin
+            # A list (of views, no copies): a retry sends it again.
+            return Unary("Buffers.Upload", list(_upload_messages(ranged, view[begin:end], step)),
+                         channel=channel)
+
+        infos = [(yield part(0, min(stripe, size), 0))]
+        rest = [part(b, min(b + stripe, size), k % self.stripes)
+                for k, b in enumerate(range(stripe, size, stripe))]
+        if rest:
+            infos += yield Parallel(rest)
+        stored = next((info for info in infos if info.id), None)
+        if stored is None:
+            header.header.offset = size
+            stored = yield Unary("Buffers.Upload", [header])
+        return stored
 
     def download(self, buffer: Union[DeviceArray, str], *, out: Optional[Array] = None,
                  chunk_bytes: Optional[int] = None, return_timing: bool = False,

@@ -9,14 +9,14 @@ signatures as ``gpucompute.Client``, each returning an awaitable.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, List, Optional, Tuple
+from typing import Any, Awaitable, List, Optional, Tuple, Union
 
 import grpc
 import grpc.aio
 
 from ._api import ClientApi
 from ._device_array import DeviceArray
-from ._steps import Parallel, Run, Step, Stream, cancel_on_error
+from ._steps import Parallel, Run, Step, Stream, Unary, cancel_on_error
 from ._stream import Result
 from ._types import BufferList, ServerInfo
 
@@ -54,11 +54,12 @@ class Client(ClientApi[Awaitable[Result], Awaitable[DeviceArray], Awaitable[str]
 
     async def _send(self, step: Step, timeout: Optional[float]) -> Any:
         if isinstance(step, Parallel):
-            await asyncio.gather(*(self._send_retrying(s, timeout, step.retries)
-                                   for s in step.streams))
-            return None
-        stubs = self._stripe_stubs[step.channel] if isinstance(step, Stream) else self._stubs
-        reply = stubs[step.rpc](step.request, timeout=timeout, metadata=self._metadata)
+            return list(await asyncio.gather(*(self._send_retrying(s, timeout, step.retries)
+                                               for s in step.steps)))
+        stubs = self._stripe_stubs[step.channel]
+        # A list of requests (an upload stripe, sent again on a retry) goes as an iterator.
+        request = iter(step.request) if isinstance(step.request, list) else step.request
+        reply = stubs[step.rpc](request, timeout=timeout, metadata=self._metadata)
         if not isinstance(step, Stream):
             return await reply
         with cancel_on_error(reply):
@@ -66,11 +67,13 @@ class Client(ClientApi[Awaitable[Result], Awaitable[DeviceArray], Awaitable[str]
                 step.sink.feed(message)
         return step.sink.finish()
 
-    async def _send_retrying(self, step: Stream, timeout: Optional[float], retries: int) -> Any:
+    async def _send_retrying(self, step: Union[Unary, Stream], timeout: Optional[float],
+                             retries: int) -> Any:
         for attempt in range(retries + 1):
             try:
                 return await self._send(step, timeout)
             except grpc.RpcError as e:
                 if e.code() != grpc.StatusCode.UNAVAILABLE or attempt == retries:
                     raise
-                step.sink.reset()
+                if isinstance(step, Stream):
+                    step.sink.reset()

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple, Union
 
 import grpc
 
 from ._api import DEFAULT_UPLOAD_THRESHOLD, ClientApi
 from ._device_array import DeviceArray
-from ._steps import Parallel, Run, Step, Stream, cancel_on_error
+from ._steps import Parallel, Run, Step, Stream, Unary, cancel_on_error
 from ._stream import Result
 from ._types import BufferList, ServerInfo
 
@@ -50,12 +50,13 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
         if isinstance(step, Parallel):
             with ThreadPoolExecutor(max_workers=self.stripes) as pool:
                 # The first failure is raised (after the others have ended).
-                for done in [pool.submit(self._send_retrying, s, timeout, step.retries)
-                             for s in step.streams]:
-                    done.result()
-            return None
-        stubs = self._stripe_stubs[step.channel] if isinstance(step, Stream) else self._stubs
-        reply = stubs[step.rpc](step.request, timeout=timeout, metadata=self._metadata)
+                return [done.result()
+                        for done in [pool.submit(self._send_retrying, s, timeout, step.retries)
+                                     for s in step.steps]]
+        stubs = self._stripe_stubs[step.channel]
+        # A list of requests (an upload stripe, sent again on a retry) goes as an iterator.
+        request = iter(step.request) if isinstance(step.request, list) else step.request
+        reply = stubs[step.rpc](request, timeout=timeout, metadata=self._metadata)
         if not isinstance(step, Stream):
             return reply
         with cancel_on_error(reply):
@@ -63,11 +64,13 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
                 step.sink.feed(message)
         return step.sink.finish()
 
-    def _send_retrying(self, step: Stream, timeout: Optional[float], retries: int) -> Any:
+    def _send_retrying(self, step: Union[Unary, Stream], timeout: Optional[float],
+                       retries: int) -> Any:
         for attempt in range(retries + 1):
             try:
                 return self._send(step, timeout)
             except grpc.RpcError as e:
                 if e.code() != grpc.StatusCode.UNAVAILABLE or attempt == retries:
                     raise
-                step.sink.reset()
+                if isinstance(step, Stream):
+                    step.sink.reset()
