@@ -23,12 +23,13 @@ OUT=$OUT/cuda T_STEP=100 timeout 200 bash bench/run_bulk.sh "$BUNDLE" cuda 21474
 step "CPU backend, 2 GiB, 1 and 8 stripes"
 OUT=$OUT/cpu T_STEP=60 REPEAT=2 PORT=50181 timeout 150 bash bench/run_bulk.sh "$BUNDLE" cpu 2147483648 8
 
-step "seed 000 full case (80 GB each way) through the Python client"
+step "seed 000 full case (80 GB each way) through the Python client, 8 stripes"
 "$BUNDLE/gpucompute-server" --backend=cuda --address=127.0.0.1:50191 --metrics_address=127.0.0.1:0 \
   --buffer_quota_bytes=100000000000 > "$OUT/seed000_server.log" 2>&1 &
 SERVER=$!
 sleep 3
-timeout 120 python3 examples/seed000_discount.py --target 127.0.0.1:50191 2>&1 | tail -8 | tee "$OUT/seed000.txt"
+timeout 150 python3 examples/seed000_discount.py --target 127.0.0.1:50191 --stripes 8 2>&1 \
+  | tail -8 | tee "$OUT/seed000.txt"
 kill -TERM $SERVER; wait $SERVER
 
 step "summary"
