@@ -28,6 +28,7 @@ ABSL_FLAG(std::string, target, "127.0.0.1:50051", "server address");
 ABSL_FLAG(uint64_t, bytes, uint64_t{2} << 30, "bytes per transfer (a float32 array)");
 ABSL_FLAG(int, repeat, 3, "transfers per direction; the median is reported");
 ABSL_FLAG(int, stripes, 1, "streams one transfer is split across (ClientOptions::stripes)");
+ABSL_FLAG(uint64_t, stripe_bytes, uint64_t{64} << 20, "bytes of each stripe (ClientOptions::stripe_bytes)");
 ABSL_FLAG(uint32_t, upload_chunk_bytes, 0, "Upload message size; 0: the client's default");
 ABSL_FLAG(uint32_t, download_chunk_bytes, 0, "Download chunk size; 0: the server's default");
 ABSL_FLAG(int, server_pid, 0, "the server's pid, to report its CPU time per GB moved");
@@ -84,6 +85,7 @@ int main(int argc, char** argv) {
     options.upload_chunk_bytes = absl::GetFlag(FLAGS_upload_chunk_bytes);
   }
   options.stripes = absl::GetFlag(FLAGS_stripes);
+  options.stripe_bytes = absl::GetFlag(FLAGS_stripe_bytes);
   if (options.stripes > 1) {
     options.stripe_channels = gc::MakeStripeChannels(absl::GetFlag(FLAGS_target), options.stripes - 1);
   }

@@ -21,14 +21,23 @@
 namespace gpucompute {
 namespace {
 
-// Receives header then data chunks; allocation and copies run on the executor,
-// and the next read starts only after the previous chunk is copied. The buffer
+// Receives header then data chunks; allocation and copies run on the executor.
+// Chunk k is copied while chunk k + 1 arrives: one copy and one received chunk
+// at most are held, so the next read starts once chunk k + 1 can take the copy
+// slot. Finish waits for the copy in flight (it uses this reactor). The buffer
 // becomes visible (Commit) only once every declared byte has arrived. The call is
 // admitted (counted in flight) only once its header arrives, and each read waits
 // at most stream_idle_timeout: a silent client holds no place and no quota.
 // With header.session_token the stream writes into an upload session's buffer
 // (upload_sessions.h) from header.offset on, and stores it if it ends complete.
 class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+  // A received data message: its slices and where its payload goes.
+  struct Chunk {
+    v1::wire::MessageBytes message;
+    v1::wire::DataPayload data;
+    uint64_t at = 0;  // byte offset in the array
+  };
+
  public:
   UploadReactor(ServiceContext& service, Timer& idle_timer, UploadSessions& sessions,
                 grpc::CallbackServerContext* context, v1::BufferInfo* response)
@@ -40,7 +49,16 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   }
 
   void OnReadDone(bool ok) override {
-    if (!Disarm()) return;  // the idle timeout finished the call
+    {
+      absl::MutexLock lock(&mu_);
+      if (!Disarm()) return;  // the idle timeout, or a finishing copy, took the read
+      reading_ = false;
+      if (final_status_.has_value()) return;  // finishing once the copy is done
+      if (!ok && copying_) {
+        ended_ = true;  // stored once the copy in flight is done
+        return;
+      }
+    }
     if (!ok) {
       EndOfStream();
       return;
@@ -84,24 +102,34 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   // reactor, and touches the reactor only when it takes the marker, which can
   // happen only while the read is pending, hence before Finish.
   void Read() {
-    uint64_t generation = ++reads_;
-    pending_read_->store(generation);
-    idle_alarm_ = idle_timer_.Schedule(
-        absl::Now() + service_.config.stream_idle_timeout,
-        [this, pending = pending_read_, generation]() mutable {
-          if (pending->compare_exchange_strong(generation, 0)) OnIdle();
-        });
+    {
+      // Under mu_: a finishing copy sees the read and its marker together.
+      absl::MutexLock lock(&mu_);
+      reading_ = true;
+      uint64_t generation = ++reads_;
+      pending_read_->store(generation);
+      idle_alarm_ = idle_timer_.Schedule(
+          absl::Now() + service_.config.stream_idle_timeout,
+          [this, pending = pending_read_, generation]() mutable {
+            if (pending->compare_exchange_strong(generation, 0)) OnIdle();
+          });
+    }
     StartRead(&bytes_);
   }
 
-  // False when the idle timeout took the pending read (and finishes the call).
-  bool Disarm() {
+  // False when the idle timeout took the pending read (and finishes the call),
+  // or a finishing copy did.
+  bool Disarm() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (pending_read_->exchange(0) == 0) return false;
     idle_timer_.Cancel(idle_alarm_);
     return true;
   }
 
   void OnIdle() {
+    {
+      absl::MutexLock lock(&mu_);
+      reading_ = false;
+    }
     service_.metrics.Rejected(Rejection::kStreamIdle);
     Complete(absl::DeadlineExceededError(absl::StrCat(
         "upload received no message for ", absl::FormatDuration(service_.config.stream_idle_timeout),
@@ -207,28 +235,70 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
           "upload sent data before the header; the first message must be the header"));
     }
     const uint64_t n = data.size;
-    if (n > expected_bytes_ - received_bytes_) {
+    if (n > expected_bytes_ - accepted_bytes_) {
       return Complete(absl::InvalidArgumentError(absl::StrCat(
-          "upload data exceeds the declared size: ", received_bytes_ + n, " bytes received, header declares ",
+          "upload data exceeds the declared size: ", accepted_bytes_ + n, " bytes received, header declares ",
           expected_bytes_)));
     }
-    service_.executor.SubmitContinuation([this, n, data, message = std::move(message)] {
+    Chunk chunk{std::move(message), data, base_offset_ + accepted_bytes_};
+    accepted_bytes_ += n;
+    {
+      absl::MutexLock lock(&mu_);
+      if (copying_) {
+        waiting_ = std::move(chunk);  // the copy in flight takes it, then reads on
+        return;
+      }
+      copying_ = true;
+    }
+    // The next chunk arrives while this one is copied.
+    Read();
+    service_.executor.SubmitContinuation(
+        [this, chunk = std::move(chunk)]() mutable { CopyChunks(std::move(chunk)); });
+  }
+
+  // On the executor: copies `chunk`, then any chunk that arrived meanwhile; then
+  // stores the buffer if the stream ended, or finishes a call that failed.
+  void CopyChunks(Chunk chunk) {
+    while (true) {
       const absl::Time start = absl::Now();
       std::vector<HostPiece> pieces;
-      message.ForEachPiece(data.start, n, [&pieces](const char* piece, uint64_t length) {
-        pieces.push_back({piece, length});
-      });
-      const uint64_t at = base_offset_ + received_bytes_;
-      absl::Status copied = service_.backend.CopyPiecesToArray(pieces, at, *array_);
-      if (!copied.ok()) return Complete(copied);
-      if (session_ != nullptr) session_->Received(at, at + n);
-      const absl::Duration elapsed = absl::Now() - start;
-      transfer_in_ += elapsed;
-      service_.metrics.Transferred(Direction::kHostToDevice, n, elapsed);
-      service_.metrics.NetworkReceived(n);
-      received_bytes_ += n;
-      Read();
-    });
+      chunk.message.ForEachPiece(chunk.data.start, chunk.data.size,
+                                 [&pieces](const char* piece, uint64_t length) {
+                                   pieces.push_back({piece, length});
+                                 });
+      const uint64_t n = chunk.data.size;
+      const absl::Status copied = service_.backend.CopyPiecesToArray(pieces, chunk.at, *array_);
+      if (copied.ok()) {
+        if (session_ != nullptr) session_->Received(chunk.at, chunk.at + n);
+        const absl::Duration elapsed = absl::Now() - start;
+        transfer_in_ += elapsed;
+        service_.metrics.Transferred(Direction::kHostToDevice, n, elapsed);
+        service_.metrics.NetworkReceived(n);
+        received_bytes_ += n;
+      }
+      absl::ReleasableMutexLock lock(&mu_);
+      if (!copied.ok() && !final_status_.has_value()) final_status_ = copied;
+      if (!final_status_.has_value() && waiting_.has_value()) {
+        chunk = *std::exchange(waiting_, std::nullopt);
+        lock.Release();
+        Read();  // none was started while the chunk waited
+        continue;
+      }
+      copying_ = false;
+      waiting_.reset();
+      if (final_status_.has_value()) {
+        // A pending read is taken from its idle alarm first; if the alarm took
+        // it, OnIdle's Complete finishes the call.
+        if (reading_ && !Disarm()) return;
+        const absl::Status status = *final_status_;
+        lock.Release();
+        return Finalize(status);
+      }
+      const bool ended = ended_;
+      lock.Release();
+      if (ended) EndOfStream();
+      return;
+    }
   }
 
   void EndOfStream() { Complete(Store()); }
@@ -270,7 +340,25 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     return absl::OkStatus();
   }
 
+  // Finishes the call with `status`, once no copy is in flight (the copy then
+  // finishes it).
   void Complete(const absl::Status& status) {
+    absl::Status first;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      if (!final_status_.has_value()) final_status_ = status;
+      if (copying_) return;
+      first = *final_status_;
+    }
+    Finalize(first);
+  }
+
+  void Finalize(const absl::Status& status) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (std::exchange(finished_, true)) return;
+    }
     // Nothing half-stored survives a failed upload, and the quota and memory are
     // back before the client hears the status; a session keeps what arrived
     // until it is resumed or expires.
@@ -300,7 +388,8 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   uint64_t base_offset_ = 0;                // where this stream's data starts
   std::string name_;
   uint64_t expected_bytes_ = 0;
-  uint64_t received_bytes_ = 0;
+  uint64_t accepted_bytes_ = 0;  // handed to copies
+  uint64_t received_bytes_ = 0;  // copied into the array
   uint64_t messages_ = 0;  // received so far, the one being handled included
   absl::Duration transfer_in_ = absl::ZeroDuration();
   // The number of the read in flight, 0 while none is: whoever swaps it to 0,
@@ -309,6 +398,15 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       std::make_shared<std::atomic<uint64_t>>(0);
   uint64_t reads_ = 0;
   Timer::Id idle_alarm_ = 0;
+
+  // The copy pipeline and how the call ends (see CopyChunks and Complete).
+  absl::Mutex mu_;
+  bool copying_ ABSL_GUARDED_BY(mu_) = false;          // a CopyChunks is running
+  std::optional<Chunk> waiting_ ABSL_GUARDED_BY(mu_);  // received, not yet copied
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;          // a read is pending
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;            // the client sent everything
+  std::optional<absl::Status> final_status_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // A page token names the last buffer of its page by its List order key.

@@ -25,7 +25,10 @@ def test_striped_download_is_byte_exact(server, stripes):
         assert c.download(buf, out=out) is out
         assert np.array_equal(out.view(np.uint32), data.view(np.uint32))
         small = _pattern(1000)
-        assert np.array_equal(c.download(c.upload(small)).view(np.uint32), small.view(np.uint32))
+        small_buf = c.upload(small)
+        assert np.array_equal(c.download(small_buf).view(np.uint32), small.view(np.uint32))
+        c.delete(buf)
+        c.delete(small_buf)
 
 
 def test_striped_download_of_a_deleted_buffer_fails(server):
