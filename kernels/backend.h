@@ -104,6 +104,8 @@ struct LombScargleOptions {
   bool floating_mean = false;
 };
 
+struct ValueRule;  // kernels/preconditions.h
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -140,6 +142,11 @@ class Backend {
   // Whole-array copy between two arrays of equal byte size, possibly on two
   // devices (peer to peer where the GPUs allow it).
   virtual absl::Status CopyArray(const Array& src, Array& dst) = 0;
+  // The values of an array that lies on the backend (a stored buffer) against
+  // `rule`: INVALID_ARGUMENT "<name>[i] is <value>; <statement>" for the first
+  // element that breaks it, as CheckElements says it for host data.
+  virtual absl::Status CheckValues(const Array& array, absl::string_view name,
+                                   const ValueRule& rule) = 0;
 
   // out = factors * values, NumPy broadcasting; out has the broadcast shape.
   virtual absl::Status DiscountProduct(const Array& factors, const Array& values, Array& out,

@@ -82,6 +82,11 @@ class FaultInjectingBackend final : public Backend {
     GC_RETURN_IF_ERROR(Operation());
     return inner_->HaversinePoints(lat, lon, refs, radius, out, ctx);
   }
+  absl::Status CheckValues(const Array& array, absl::string_view name,
+                           const ValueRule& rule) override {
+    GC_RETURN_IF_ERROR(Sticky());
+    return inner_->CheckValues(array, name, rule);
+  }
   absl::Status Normalize(const Array& in, NormKind norm, Array& out, OpContext& ctx) override {
     GC_RETURN_IF_ERROR(Operation());
     return inner_->Normalize(in, norm, out, ctx);

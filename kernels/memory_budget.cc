@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <utility>
@@ -31,6 +32,15 @@ uint64_t PhysicalMemoryBytes() {
   const long page_size = sysconf(_SC_PAGESIZE);
   if (pages <= 0 || page_size <= 0) return std::numeric_limits<uint64_t>::max();
   return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
+}
+
+uint64_t ResidentSetBytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t size_pages = 0;
+  uint64_t resident_pages = 0;
+  const long page_size = sysconf(_SC_PAGESIZE);
+  if (!(statm >> size_pages >> resident_pages) || page_size <= 0) return 0;
+  return resident_pages * static_cast<uint64_t>(page_size);
 }
 
 bool IsMemoryBudgetRefusal(const absl::Status& status) {
@@ -212,6 +222,10 @@ class BudgetedBackend final : public Backend {
   }
   absl::Status DiscountProduct(const Array& f, const Array& v, Array& out, OpContext& ctx) override {
     return inner_->DiscountProduct(f, v, out, ctx);
+  }
+  absl::Status CheckValues(const Array& array, absl::string_view name,
+                           const ValueRule& rule) override {
+    return inner_->CheckValues(array, name, rule);
   }
   absl::Status HaversineMesh(const LatLonMesh& mesh, std::span<const GeoPoint> refs, double radius,
                              Array& out, OpContext& ctx) override {

@@ -26,6 +26,8 @@ namespace gpucompute {
 
 // Physical RAM; UINT64_MAX when the system cannot tell.
 uint64_t PhysicalMemoryBytes();
+// This process's resident set; 0 when the system cannot tell.
+uint64_t ResidentSetBytes();
 
 // Budgets derived from the machine when their option is 0.
 inline constexpr double kDefaultHostBudgetFraction = 0.5;

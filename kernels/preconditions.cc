@@ -2,32 +2,27 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
 namespace gpucompute {
 
-namespace {
-
-bool IsLatitude(double v) { return v >= -90.0 && v <= 90.0; }
-bool IsLongitude(double v) { return std::abs(v) <= kMaxAbsLongitude; }
-bool IsRadius(double v) { return v > 0 && v <= kMaxRadius; }
-bool IsSampleTime(double v) { return std::abs(v) <= kMaxAbsPhaseFactor; }
-bool IsFrequency(double v) { return v != 0 && std::abs(v) <= kMaxAbsPhaseFactor; }
-
-}  // namespace
-
 // The comparisons are false for NaN, so every rule rejects it; the bounds reject infinities.
-const ValueRule kLatitudeRule = {IsLatitude, "latitude must lie in [-90, 90] degrees"};
+const ValueRule kLatitudeRule = {-90, 90, false, "latitude must lie in [-90, 90] degrees"};
 const ValueRule kLongitudeRule = {
-    IsLongitude, "longitude must be finite with |lon| <= 1e6 degrees (kMaxAbsLongitude)"};
+    -kMaxAbsLongitude, kMaxAbsLongitude, false,
+    "longitude must be finite with |lon| <= 1e6 degrees (kMaxAbsLongitude)"};
+// > 0: the smallest positive double is the lowest value.
 const ValueRule kRadiusRule = {
-    IsRadius, "it must be finite, > 0 and <= 1e30 (kMaxRadius: pi * radius fits float32)"};
+    std::numeric_limits<double>::denorm_min(), kMaxRadius, false,
+    "it must be finite, > 0 and <= 1e30 (kMaxRadius: pi * radius fits float32)"};
 const ValueRule kSampleTimeRule = {
-    IsSampleTime, "sample times must be finite with |x| <= 1e150 (kMaxAbsPhaseFactor)"};
+    -kMaxAbsPhaseFactor, kMaxAbsPhaseFactor, false,
+    "sample times must be finite with |x| <= 1e150 (kMaxAbsPhaseFactor)"};
 const ValueRule kFrequencyRule = {
-    IsFrequency,
+    -kMaxAbsPhaseFactor, kMaxAbsPhaseFactor, true,
     "frequencies must be non-zero (SciPy raises ZeroDivisionError) and finite with "
     "|f| <= 1e150 (kMaxAbsPhaseFactor)"};
 

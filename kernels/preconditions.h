@@ -28,10 +28,17 @@ inline constexpr double kMaxAbsLongitude = 1e6;
 // and a frequency grid's step cannot overflow.
 inline constexpr double kMaxAbsPhaseFactor = 1e150;
 
-// A rule a value must follow, and the words a message states it in.
+// A rule a value must follow, and the words a message states it in. As data
+// (not a function) so that a device kernel can check it too.
 struct ValueRule {
-  bool (*holds)(double value);
+  double lowest;   // every value lies in [lowest, highest]: NaN and inf never do
+  double highest;
+  bool nonzero;    // and is not 0
   absl::string_view statement;
+
+  bool holds(double value) const {
+    return value >= lowest && value <= highest && !(nonzero && value == 0);
+  }
 };
 extern const ValueRule kLatitudeRule;     // [-90, 90] degrees
 extern const ValueRule kLongitudeRule;    // finite, |lon| <= kMaxAbsLongitude

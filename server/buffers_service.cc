@@ -171,13 +171,14 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     // allocation may synchronize), so it cannot run inline on a gRPC thread; it
     // queues in the general lane, whose bound is apart from the small lane's, so
     // that uploads retrying on RESOURCE_EXHAUSTED cannot refuse small requests.
-    return service_.SubmitRequest([this, dtype, shape = std::move(shape)]() mutable {
+    return service_.SubmitRequest([this, dtype, shape = std::move(shape)](absl::Status admitted) mutable {
+      if (!admitted.ok()) return Complete(admitted);
       absl::StatusOr<std::shared_ptr<Array>> array =
           service_.backend.Allocate(dtype, std::move(shape), service_.backend.PickDevice());
       if (!array.ok()) return Complete(array.status());
       array_ = *std::move(array);
       Read();
-    }, Executor::Lane::kGeneral);
+    }, *context_, Executor::Lane::kGeneral);
   }
 
   // This stream writes [offset, end) of the session's buffer; the session is
@@ -214,7 +215,9 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
                          principal));
     return service_.SubmitRequest(
         [this, dtype, shape = std::move(shape), reservation = std::move(reservation),
-         principal = std::move(principal), token, name = header.name()]() mutable {
+         principal = std::move(principal), token,
+         name = header.name()](absl::Status admitted) mutable {
+          if (!admitted.ok()) return Complete(admitted);
           absl::StatusOr<std::shared_ptr<Array>> array =
               service_.backend.Allocate(dtype, std::move(shape), service_.backend.PickDevice());
           if (!array.ok()) return Complete(array.status());
@@ -226,7 +229,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
           array_ = session_->array();
           Read();
         },
-        Executor::Lane::kGeneral);
+        *context_, Executor::Lane::kGeneral);
   }
 
   void OnData(v1::wire::MessageBytes message, v1::wire::DataPayload data) {

@@ -53,7 +53,13 @@ struct ServerConfig {
   absl::Duration stream_idle_timeout = absl::Seconds(30);
   // How long an upload session no stream uses keeps its partial buffer.
   absl::Duration upload_session_ttl = absl::Minutes(10);
-  uint64_t resource_quota_bytes = 2ull << 30;  // gRPC's memory for connections and calls
+  // gRPC's memory for connections and calls; 0: derived (DefaultResourceQuotaBytes).
+  uint64_t resource_quota_bytes = 0;
+  // The server binary sets this: at start its own memory outside arrays (the
+  // resident set so far, and the resource quota gRPC may still take) is charged
+  // to the host memory budget, so that the whole process stays within it.
+  // An embedding process (tests) owns its memory and leaves it unset.
+  bool charge_process_memory = false;
   absl::Duration keepalive_time = absl::Hours(2);
   absl::Duration keepalive_timeout = absl::Seconds(20);
   absl::Duration min_client_ping_interval = absl::Seconds(60);

@@ -28,19 +28,32 @@ Executor::~Executor() {
   for (std::thread& worker : workers_) worker.join();
 }
 
-absl::Status Executor::SubmitRequest(Task task, Lane lane) {
+absl::Status Executor::SubmitRequest(RequestTask task, absl::string_view client, Lane lane) {
   absl::MutexLock lock(&mu_);
   // Without reserved threads there is no small lane: every request is general.
   const bool small = lane == Lane::kSmall && small_lane_threads_ > 0;
-  std::deque<Request>& queue = small ? small_ : general_;
+  LaneQueue& queue = small ? small_ : general_;
   const size_t limit = small ? max_queued_small_requests_ : max_queued_requests_;
-  if (queue.size() >= limit) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        small ? "small-request queue is full: " : "request queue is full: ", queue.size(),
-        " requests waiting (", small ? "max_small_queue_depth " : "max_queue_depth ", limit,
-        ")"));
+  if (queue.size >= limit) {
+    const absl::string_view full = small ? "small-request queue is full" : "request queue is full";
+    const absl::string_view flag = small ? "max_small_queue_depth " : "max_queue_depth ";
+    const size_t waiting = queue.WaitingFor(client);
+    std::optional<Request> dropped = queue.PopNewestOfHeaviest(waiting + 1);
+    if (!dropped.has_value()) {
+      return absl::ResourceExhaustedError(absl::StrCat(full, ": ", queue.size,
+                                                       " requests waiting (", flag, limit,
+                                                       "), ", waiting, " from this connection"));
+    }
+    // Told on a worker thread, not inside the caller's reaction.
+    continuations_.push_back(
+        [task = std::move(dropped->task),
+         status = absl::ResourceExhaustedError(absl::StrCat(
+             full, " (", flag, limit,
+             "): this request was dropped for one from a connection with fewer waiting"))]() mutable {
+          std::move(task)(status);
+        });
   }
-  queue.push_back({std::move(task), next_sequence_++});
+  queue.Push(client, {std::move(task), next_sequence_++});
   return absl::OkStatus();
 }
 
@@ -51,11 +64,11 @@ void Executor::SubmitContinuation(Task task) {
 
 size_t Executor::queued_requests() const {
   absl::MutexLock lock(&mu_);
-  return general_.size() + small_.size();
+  return general_.size + small_.size;
 }
 
 bool Executor::HasWork(bool small_lane_only) const {
-  return !continuations_.empty() || !small_.empty() || (!small_lane_only && !general_.empty());
+  return !continuations_.empty() || small_.size > 0 || (!small_lane_only && general_.size > 0);
 }
 
 Executor::Task Executor::Take(bool small_lane_only) {
@@ -64,16 +77,61 @@ Executor::Task Executor::Take(bool small_lane_only) {
     continuations_.pop_front();
     return task;
   }
-  // The older of the two requests at the heads of the lanes, so that general
-  // threads serve requests in submission order.
+  // The older of the two requests whose turn it is, so that general threads
+  // serve the lanes in submission order.
   const bool general_first =
-      !small_lane_only && !general_.empty() &&
-      (small_.empty() || general_.front().sequence < small_.front().sequence);
-  std::deque<Request>& lane = general_first ? general_ : small_;
-  if (lane.empty()) return nullptr;
-  Task task = std::move(lane.front().task);
-  lane.pop_front();
-  return task;
+      !small_lane_only && general_.size > 0 &&
+      (small_.size == 0 || general_.NextSequence() < small_.NextSequence());
+  LaneQueue& lane = general_first ? general_ : small_;
+  if (lane.size == 0) return nullptr;
+  return [task = lane.PopNextTurn().task]() mutable { std::move(task)(absl::OkStatus()); };
+}
+
+void Executor::LaneQueue::Push(absl::string_view client, Request request) {
+  std::deque<Request>& waiting = by_client[client];
+  if (waiting.empty()) turns.emplace_back(client);
+  waiting.push_back(std::move(request));
+  ++size;
+}
+
+Executor::Request Executor::LaneQueue::PopNextTurn() {
+  std::string client = std::move(turns.front());
+  turns.pop_front();
+  auto it = by_client.find(client);
+  Request request = std::move(it->second.front());
+  it->second.pop_front();
+  if (it->second.empty()) {
+    by_client.erase(it);
+  } else {
+    turns.push_back(std::move(client));
+  }
+  --size;
+  return request;
+}
+
+std::optional<Executor::Request> Executor::LaneQueue::PopNewestOfHeaviest(
+    size_t count_after_push) {
+  auto heaviest = by_client.end();
+  for (auto it = by_client.begin(); it != by_client.end(); ++it) {
+    if (heaviest == by_client.end() || it->second.size() > heaviest->second.size()) heaviest = it;
+  }
+  if (heaviest == by_client.end() || heaviest->second.size() <= count_after_push) {
+    return std::nullopt;
+  }
+  // The heaviest keeps more than count_after_push >= 1 requests: its turn stays.
+  Request request = std::move(heaviest->second.back());
+  heaviest->second.pop_back();
+  --size;
+  return request;
+}
+
+size_t Executor::LaneQueue::WaitingFor(absl::string_view client) const {
+  auto it = by_client.find(client);
+  return it == by_client.end() ? 0 : it->second.size();
+}
+
+uint64_t Executor::LaneQueue::NextSequence() const {
+  return by_client.find(turns.front())->second.front().sequence;
 }
 
 void Executor::WorkerLoop(bool small_lane_only) {

@@ -5,13 +5,18 @@
 // continuations, so that long operations holding every other thread cannot
 // make a tiny request (or the result chunks of any request) wait behind them.
 // Each lane has its own queue bound, so that large or hostile work filling the
-// general queue cannot refuse the small requests either.
+// general queue cannot refuse the small requests either. Within a lane, clients
+// (connections) take turns, and a full queue makes room for a client with fewer
+// requests waiting by dropping the newest request of the client with the most,
+// so that one client flooding a lane can neither refuse nor delay the others.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <set>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -20,6 +25,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
@@ -28,6 +34,9 @@ namespace gpucompute {
 class Executor {
  public:
   using Task = absl::AnyInvocable<void() &&>;
+  // A request's work: runs with OkStatus once a thread takes it, or with
+  // RESOURCE_EXHAUSTED when it is dropped from a full queue for another client.
+  using RequestTask = absl::AnyInvocable<void(absl::Status) &&>;
   // kSmall: short work that the reserved threads may take too.
   enum class Lane { kGeneral, kSmall };
 
@@ -46,8 +55,11 @@ class Executor {
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
-  // A new request: RESOURCE_EXHAUSTED when its lane's queue is full.
-  absl::Status SubmitRequest(Task task, Lane lane = Lane::kGeneral);
+  // A new request of `client` (the connection it came on): RESOURCE_EXHAUSTED
+  // when its lane's queue is full and no client has more requests waiting than
+  // this one would.
+  absl::Status SubmitRequest(RequestTask task, absl::string_view client,
+                             Lane lane = Lane::kGeneral);
   // Follow-up work of an admitted request.
   void SubmitContinuation(Task task);
 
@@ -57,8 +69,27 @@ class Executor {
 
  private:
   struct Request {
-    Task task;
+    RequestTask task;
     uint64_t sequence;  // submission order across both lanes
+  };
+  // One lane's waiting requests: each client's in submission order, and the
+  // clients with requests waiting in the order of their turns.
+  struct LaneQueue {
+    absl::flat_hash_map<std::string, std::deque<Request>> by_client;
+    std::deque<std::string> turns;
+    size_t size = 0;
+
+    void Push(absl::string_view client, Request request);
+    // The oldest request of the client whose turn it is; the client goes to
+    // the back of the turns if it has more.
+    Request PopNextTurn();
+    // The newest request of the client with the most waiting, if that is more
+    // than `count_after_push`: the one to drop for a client that would then
+    // have `count_after_push` waiting.
+    std::optional<Request> PopNewestOfHeaviest(size_t count_after_push);
+    size_t WaitingFor(absl::string_view client) const;
+    // Submission order of the request PopNextTurn would return.
+    uint64_t NextSequence() const;
   };
   // The next task a worker of the small lane (or a general one) may run, taken
   // off its queue; empty when there is none.
@@ -72,8 +103,8 @@ class Executor {
   mutable absl::Mutex mu_;
   // Continuations go first: finishing admitted work frees memory soonest.
   std::deque<Task> continuations_ ABSL_GUARDED_BY(mu_);
-  std::deque<Request> general_ ABSL_GUARDED_BY(mu_);
-  std::deque<Request> small_ ABSL_GUARDED_BY(mu_);
+  LaneQueue general_ ABSL_GUARDED_BY(mu_);
+  LaneQueue small_ ABSL_GUARDED_BY(mu_);
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;

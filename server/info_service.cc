@@ -53,6 +53,11 @@ void InfoService::Describe(v1::ServerInfo* response) const {
   limits->set_executor_threads(service_.executor.threads());
   limits->set_max_queue_depth(config.max_queue_depth);
   limits->set_max_device_queue_depth(config.max_device_queue_depth);
+  limits->set_small_request_threads(service_.executor.small_lane_threads());
+  limits->set_small_request_work(static_cast<uint64_t>(config.small_request_work));
+  limits->set_max_small_queue_depth(config.max_small_queue_depth);
+  limits->set_max_work_per_request(static_cast<uint64_t>(config.max_work_per_request));
+  limits->set_max_metadata_bytes(config.max_metadata_bytes);
   limits->set_stream_idle_timeout_ms(absl::ToInt64Milliseconds(config.stream_idle_timeout));
   limits->set_upload_session_ttl_ms(absl::ToInt64Milliseconds(config.upload_session_ttl));
   limits->set_max_buffers_per_owner(static_cast<uint32_t>(config.max_buffers_per_owner));

@@ -77,8 +77,9 @@ ABSL_FLAG(uint64_t, principal_quota_bytes, 0,
 ABSL_FLAG(int32_t, max_in_flight, 1024, "requests admitted at once from all callers");
 ABSL_FLAG(int32_t, max_in_flight_per_connection, 128, "requests admitted at once per connection");
 ABSL_FLAG(int32_t, max_concurrent_streams, 256, "HTTP/2 streams per connection");
-ABSL_FLAG(uint64_t, resource_quota_bytes, 2ull << 30,
-          "memory gRPC may use for connections and calls (grpc::ResourceQuota)");
+ABSL_FLAG(uint64_t, resource_quota_bytes, 0,
+          "memory gRPC may use for connections and calls (grpc::ResourceQuota), charged to the "
+          "host memory budget; 0 = 1/8 of the host budget, within [64 MiB, 2 GiB]");
 ABSL_FLAG(absl::Duration, keepalive_time, absl::Hours(2), "server keepalive ping interval");
 ABSL_FLAG(absl::Duration, keepalive_timeout, absl::Seconds(20),
           "how long to wait for a keepalive ping ack before closing");
@@ -224,6 +225,7 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
   config.max_in_flight_per_connection = absl::GetFlag(FLAGS_max_in_flight_per_connection);
   config.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
   config.resource_quota_bytes = absl::GetFlag(FLAGS_resource_quota_bytes);
+  config.charge_process_memory = true;
   config.keepalive_time = absl::GetFlag(FLAGS_keepalive_time);
   config.keepalive_timeout = absl::GetFlag(FLAGS_keepalive_timeout);
   config.min_client_ping_interval = absl::GetFlag(FLAGS_min_client_ping_interval);

@@ -74,7 +74,7 @@ double Load(const std::string& data, int64_t i) {
 }
 
 // An inline operand's values against `rule`. Stored operands' values are on the
-// backend: the operation's backend checks them, or documents that it does not.
+// backend: the operation's kernels check them, or `RequireValues` has them checked.
 absl::Status CheckInlineValues(const OperandSpec& operand, const ValueRule& rule) {
   if (operand.tensor == nullptr) return absl::OkStatus();
   const std::string& data = operand.tensor->data();
@@ -85,6 +85,13 @@ absl::Status CheckInlineValues(const OperandSpec& operand, const ValueRule& rule
   }
   return CheckElements(count, [&](int64_t i) { return Load<double>(data, i); }, operand.field,
                        rule);
+}
+
+// Every value of `operand` follows `rule`: inline data now, stored data on the
+// backend before the run.
+absl::Status RequireValues(OperandSpec& operand, const ValueRule& rule) {
+  operand.stored_rule = &rule;
+  return CheckInlineValues(operand, rule);
 }
 
 absl::StatusOr<int64_t> CheckCount(uint64_t count, absl::string_view field, int64_t max_elements) {
@@ -249,10 +256,10 @@ absl::StatusOr<PreparedOperation> PrepareNormalize(const v1::NormalizeRequest& r
 absl::StatusOr<PreparedOperation> PrepareLombScargle(const v1::LombScargleRequest& request,
                                                      const RequestScope& scope) {
   const int64_t max_elements = scope.max_elements;
-  GC_ASSIGN_OR_RETURN(const OperandSpec x, ResolveOperand(request.x(), "x", scope));
+  GC_ASSIGN_OR_RETURN(OperandSpec x, ResolveOperand(request.x(), "x", scope));
   GC_ASSIGN_OR_RETURN(const OperandSpec y, ResolveOperand(request.y(), "y", scope));
   GC_RETURN_IF_ERROR(SameDType(y, x));
-  GC_RETURN_IF_ERROR(CheckInlineValues(x, kSampleTimeRule));
+  GC_RETURN_IF_ERROR(RequireValues(x, kSampleTimeRule));
 
   PreparedOperation prepared;
   prepared.operands = {x, y};
@@ -274,7 +281,7 @@ absl::StatusOr<PreparedOperation> PrepareLombScargle(const v1::LombScargleReques
         return absl::InvalidArgumentError(
             absl::StrCat("freqs.shape ", ShapeToString(freqs.shape), " must be (M,)"));
       }
-      GC_RETURN_IF_ERROR(CheckInlineValues(freqs, kFrequencyRule));
+      GC_RETURN_IF_ERROR(RequireValues(freqs, kFrequencyRule));
       frequencies = freqs.shape[0];
       prepared.operands.push_back(std::move(freqs));
       has_freqs = true;
@@ -334,6 +341,9 @@ absl::StatusOr<std::shared_ptr<Array>> Execute(PreparedOperation& prepared, Back
   std::vector<std::shared_ptr<Array>> arrays;
   arrays.reserve(prepared.operands.size());
   for (const OperandSpec& operand : prepared.operands) {
+    if (operand.stored != nullptr && operand.stored_rule != nullptr) {
+      GC_RETURN_IF_ERROR(backend.CheckValues(*operand.stored, operand.field, *operand.stored_rule));
+    }
     if (operand.stored != nullptr && operand.stored->device() == device) {
       arrays.push_back(operand.stored);
       continue;

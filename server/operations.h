@@ -1,9 +1,11 @@
 // Turns compute requests into backend calls. Prepare* runs on the gRPC thread:
 // it only checks the request (dtypes, shapes, sizes, stored-buffer ids, and the
 // values of inline operands against kernels/preconditions.h's rules) and never
-// blocks. Stored operands' values are on the backend and not read here: the CPU
-// backend checks Haversine points; Lomb-Scargle x and freqs are not checked. Execute runs on the executor: it copies inline operands to the backend,
-// allocates the output and runs the operation.
+// blocks. Stored operands' values are on the backend and not read here: the
+// Haversine points kernels check theirs; Lomb-Scargle x and freqs are checked by
+// Execute (OperandSpec::stored_rule). Execute runs on the executor: it copies
+// inline operands to the backend, checks stored values, allocates the output and
+// runs the operation.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,7 @@
 #include "absl/time/time.h"
 #include "gpucompute/v1/gpucompute.pb.h"
 #include "kernels/backend.h"
+#include "kernels/preconditions.h"
 #include "server/admission.h"
 #include "server/buffer_store.h"
 #include "server/metrics.h"
@@ -30,6 +33,9 @@ struct OperandSpec {
   Shape shape;
   std::shared_ptr<Array> stored;     // a stored buffer, or
   const v1::Tensor* tensor = nullptr;  // inline data (owned by the request)
+  // The rule a stored operand's values are checked against on the backend before
+  // the run, where the operation's kernels do not check them; null: no check.
+  const ValueRule* stored_rule = nullptr;
 };
 
 // What a request may see: the stored buffers of its principal, within the limits.

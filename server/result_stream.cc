@@ -54,7 +54,10 @@ void ResultStreamReactor::Start(Output output, absl::Duration prepare_time, Prod
     state_ = State::kOnExecutor;
   }
   absl::Status admitted = service_.SubmitRequest(
-      [this, produce = std::move(produce)]() mutable { RunProduce(std::move(produce)); }, lane);
+      [this, produce = std::move(produce)](absl::Status admitted) mutable {
+        RunProduce(std::move(produce), std::move(admitted));
+      },
+      *context_, lane);
   if (!admitted.ok()) {
     absl::MutexLock lock(&mu_);
     Fail(admitted);
@@ -62,10 +65,12 @@ void ResultStreamReactor::Start(Output output, absl::Duration prepare_time, Prod
   Pump();
 }
 
-void ResultStreamReactor::RunProduce(ProduceFn produce) {
+void ResultStreamReactor::RunProduce(ProduceFn produce, absl::Status admitted) {
   const absl::Time started = absl::Now();
   absl::StatusOr<StreamSource> source;
-  if (cancelled_.load()) {
+  if (!admitted.ok()) {
+    source = std::move(admitted);
+  } else if (cancelled_.load()) {
     source = absl::CancelledError("cancelled while queued");
   } else if (absl::FromChrono(context_->deadline()) < started) {
     service_.metrics.Rejected(Rejection::kDeadlineExceeded);

@@ -91,7 +91,8 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuff
     kFinished,    // Finish was called: OnDone may delete this at any moment
   };
 
-  void RunProduce(ProduceFn produce);
+  // `admitted`: OK, or why the executor dropped the queued request.
+  void RunProduce(ProduceFn produce, absl::Status admitted);
   void ProduceChunk();
   // The payload of the chunk [offset, offset + n) of `array` as a slice: the
   // array's own memory for a host array, else a charged host copy.

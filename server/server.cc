@@ -1,6 +1,7 @@
 #include "server/server.h"
 
 #include <algorithm>
+#include <limits>
 #include <thread>
 #include <utility>
 
@@ -9,6 +10,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
 #include "kernels/backend.h"
+#include "kernels/memory_budget.h"
 #include "server/admission.h"
 #include "server/buffer_store.h"
 #include "server/buffers_service.h"
@@ -49,6 +51,15 @@ int Millis(absl::Duration d) {
   return static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(d), INT32_MAX));
 }
 
+// `requested`, or 1/8 of the host budget within [64 MiB, 2 GiB]: room for
+// gRPC's buffers of a few hundred busy streams that leaves arrays the most.
+uint64_t ResourceQuotaBytes(uint64_t requested, const MemoryBudget* host_budget) {
+  if (requested != 0) return requested;
+  const uint64_t capacity =
+      host_budget != nullptr ? host_budget->capacity_bytes() : std::numeric_limits<uint64_t>::max();
+  return std::clamp<uint64_t>(capacity / 8, uint64_t{64} << 20, uint64_t{2} << 30);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
@@ -63,6 +74,16 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
   server->config_ = config;
   server->backend_ = std::move(selection.backend);
   server->backend_note_ = std::move(selection.note);
+  const std::shared_ptr<MemoryBudget> host_budget = HostMemoryBudget(*server->backend_);
+  server->config_.resource_quota_bytes =
+      ResourceQuotaBytes(config.resource_quota_bytes, host_budget.get());
+  if (config.charge_process_memory && host_budget != nullptr) {
+    // The resident set the budget does not count yet (it counts pinned staging).
+    const uint64_t resident = ResidentSetBytes();
+    server->process_memory_ = host_budget->ChargeFixed(
+        resident - std::min(resident, host_budget->used_bytes()) +
+        server->config_.resource_quota_bytes);
+  }
 
   server->metrics_ = std::make_unique<Metrics>(BuildInfo{kVersion, GPUCOMPUTE_GIT_COMMIT,
                                                          GPUCOMPUTE_CUDA_VERSION,
@@ -111,7 +132,7 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
   builder.SetMaxReceiveMessageSize(static_cast<int>(
       std::min<uint64_t>(config.max_receive_message_bytes, INT32_MAX)));
   grpc::ResourceQuota quota("gpucompute");
-  quota.Resize(config.resource_quota_bytes);
+  quota.Resize(server->config_.resource_quota_bytes);
   builder.SetResourceQuota(quota);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, config.max_concurrent_streams);
   // Socket reads of at most 128 KiB: larger read buffers sit above the mmap

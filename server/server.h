@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/backend.h"
+#include "kernels/memory_budget.h"
 #include "server/config.h"
 
 namespace gpucompute {
@@ -64,6 +65,8 @@ class GpuComputeServer {
   // Declaration order is teardown order reversed: the gRPC server stops first,
   // then the executor drains, then stored buffers are freed, then the backend.
   std::unique_ptr<Backend> backend_;
+  // ServerConfig::charge_process_memory's charge, held for the server's life.
+  MemoryBudget::Charge process_memory_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<BufferStore> store_;
   std::unique_ptr<Admission> admission_;

@@ -65,8 +65,15 @@ absl::StatusOr<BufferStore::Reservation> ServiceContext::Reserve(
   return reservation;
 }
 
-absl::Status ServiceContext::SubmitRequest(Executor::Task task, Executor::Lane lane) const {
-  absl::Status submitted = executor.SubmitRequest(std::move(task), lane);
+absl::Status ServiceContext::SubmitRequest(Executor::RequestTask task,
+                                           const grpc::CallbackServerContext& context,
+                                           Executor::Lane lane) const {
+  absl::Status submitted = executor.SubmitRequest(
+      [this, task = std::move(task)](absl::Status admitted) mutable {
+        if (!admitted.ok()) metrics.Rejected(Rejection::kQueueFull);
+        std::move(task)(std::move(admitted));
+      },
+      context.peer(), lane);
   if (!submitted.ok()) metrics.Rejected(Rejection::kQueueFull);
   return submitted;
 }

@@ -52,12 +52,13 @@ struct ServiceContext {
   // metadata limit or an in-flight limit. The ticket is held until the request
   // is finished.
   absl::StatusOr<Admission::Ticket> Admit(const grpc::CallbackServerContext& context) const;
-  // The store's Reserve and the executor's SubmitRequest, each counting its
-  // refusals (quota, queue_full) in the rejection metrics.
+  // The store's Reserve and the executor's SubmitRequest (the client being the
+  // call's connection), each counting its refusals (quota, queue_full) in the
+  // rejection metrics, requests dropped from a full queue included.
   absl::StatusOr<BufferStore::Reservation> Reserve(uint64_t bytes, absl::string_view what,
                                                    absl::string_view principal) const;
-  absl::Status SubmitRequest(Executor::Task task,
-                             Executor::Lane lane = Executor::Lane::kGeneral) const;
+  absl::Status SubmitRequest(Executor::RequestTask task, const grpc::CallbackServerContext& context,
+                             Executor::Lane lane) const;
   // The lane for `work` units of `op` (operations.h's PreparedOperation::work):
   // small work may use the reserved lane. Over --max_work_per_request:
   // INVALID_ARGUMENT naming it, counted as a work_limit rejection.

@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/preconditions.h"
 #include "tests/testing/arrays.h"
 #include "tests/testing/conformance.h"
 #include "tests/testing/tensors.h"
@@ -102,6 +103,35 @@ TYPED_TEST(BackendConformance, CopiesOutOfRangeAreRejected) {
   std::vector<double> eleven(11);
   EXPECT_EQ(b.CopyToArray(eleven.data(), 8, 80, *ten).code(), absl::StatusCode::kOutOfRange);
   EXPECT_EQ(b.CopyFromArray(*ten, 0, 88, eleven.data()).code(), absl::StatusCode::kOutOfRange);
+}
+
+// Stored values against a rule: the lowest breaking index (of many, spread over
+// a large array so that several blocks find one), named as CheckElements names it.
+TYPED_TEST(BackendConformance, CheckValuesNamesTheFirstBreakingElement) {
+  TRACE_SEED();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const int64_t n = 1 << 20;
+  std::vector<double> x = this->Uniform(n, -1e3, 1e3);
+  absl::Status ok = this->backend_->CheckValues(*this->Upload({n}, x), "x", kSampleTimeRule);
+  EXPECT_TRUE(ok.ok()) << ok.message();
+  x[n - 1] = 0;
+  x[700001] = 1e200;
+  x[900000] = nan;
+  absl::Status status = this->backend_->CheckValues(*this->Upload({n}, x), "x", kSampleTimeRule);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  const std::string expected = this->kDType == DType::kFloat32
+                                   ? "x[700001] is inf; sample times must be finite"  // rounded
+                                   : "x[700001] is 1e+200; sample times must be finite";
+  EXPECT_THAT(std::string(status.message()), HasSubstr(expected));
+  status = this->backend_->CheckValues(*this->Upload({n}, x), "freqs", kFrequencyRule);
+  EXPECT_THAT(std::string(status.message()), HasSubstr(this->kDType == DType::kFloat32
+                                                           ? "freqs[700001] is inf"
+                                                           : "freqs[700001] is 1e+200"));
+  x[700001] = 1;
+  x[900000] = 1;
+  status = this->backend_->CheckValues(*this->Upload({n}, x), "freqs", kFrequencyRule);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("freqs[1048575] is 0; frequencies must be non-zero"));
 }
 
 // ---------------------------------------------------------------------------

@@ -1,7 +1,11 @@
 #include "server/executor.h"
 
 #include <atomic>
+#include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -9,12 +13,28 @@
 namespace gpucompute {
 namespace {
 
+void Ignore(absl::Status) {}
+
+// Occupies the single worker thread until `release` is notified.
+void HoldTheOnlyThread(Executor& executor, absl::Notification& started,
+                       absl::Notification& release) {
+  ASSERT_TRUE(executor
+                  .SubmitRequest(
+                      [&](absl::Status) {
+                        started.Notify();
+                        release.WaitForNotification();
+                      },
+                      "holder")
+                  .ok());
+  started.WaitForNotification();
+}
+
 TEST(ExecutorTest, RunsEverySubmittedTask) {
   std::atomic<int> ran{0};
   {
     Executor executor(3, 1000);
     for (int i = 0; i < 500; ++i) {
-      ASSERT_TRUE(executor.SubmitRequest([&] { ran++; }).ok());
+      ASSERT_TRUE(executor.SubmitRequest([&](absl::Status) { ran++; }, "client").ok());
       executor.SubmitContinuation([&] { ran++; });
     }
   }  // the destructor drains the queue
@@ -25,23 +45,77 @@ TEST(ExecutorTest, FullQueueRefusesRequestsButAcceptsContinuations) {
   Executor executor(1, 2);
   absl::Notification release;
   absl::Notification started;
-  ASSERT_TRUE(executor.SubmitRequest([&] {
-    started.Notify();
-    release.WaitForNotification();
-  }).ok());
-  started.WaitForNotification();
-  ASSERT_TRUE(executor.SubmitRequest([] {}).ok());
-  ASSERT_TRUE(executor.SubmitRequest([] {}).ok());
+  HoldTheOnlyThread(executor, started, release);
+  ASSERT_TRUE(executor.SubmitRequest(Ignore, "client").ok());
+  ASSERT_TRUE(executor.SubmitRequest(Ignore, "client").ok());
   EXPECT_EQ(executor.queued_requests(), 2u);
-  const absl::Status refused = executor.SubmitRequest([] {});
+  const absl::Status refused = executor.SubmitRequest(Ignore, "client");
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(std::string(refused.message()), ::testing::HasSubstr("max_queue_depth 2"));
+  EXPECT_THAT(std::string(refused.message()),
+              ::testing::HasSubstr("2 requests waiting (max_queue_depth 2), 2 from this connection"));
   std::atomic<bool> continued{false};
   executor.SubmitContinuation([&] { continued = true; });
   release.Notify();
   while (!continued.load()) {
   }
   EXPECT_TRUE(continued.load());
+}
+
+// What each request's task was told, in the order the tasks ran.
+class Outcomes {
+ public:
+  Executor::RequestTask Record(std::string name) {
+    return [this, name](absl::Status status) {
+      absl::MutexLock lock(&mu_);
+      outcomes_.push_back(absl::StrCat(name, ": ", status.ok() ? "ran" : status.message()));
+    };
+  }
+  std::vector<std::string> Await(size_t count) {
+    absl::MutexLock lock(&mu_);
+    const auto done = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return outcomes_.size() >= count; };
+    mu_.Await(absl::Condition(&done));
+    return outcomes_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::string> outcomes_ ABSL_GUARDED_BY(mu_);
+};
+TEST(ExecutorTest, ClientsTakeTurns) {
+  Executor executor(1, 100);
+  absl::Notification release;
+  absl::Notification started;
+  HoldTheOnlyThread(executor, started, release);
+  Outcomes outcomes;
+  for (const char* name : {"a1", "a2", "a3"}) {
+    ASSERT_TRUE(executor.SubmitRequest(outcomes.Record(name), "flooding client").ok());
+  }
+  ASSERT_TRUE(executor.SubmitRequest(outcomes.Record("b1"), "other client").ok());
+  release.Notify();
+  EXPECT_THAT(outcomes.Await(4), ::testing::ElementsAre("a1: ran", "b1: ran", "a2: ran", "a3: ran"));
+}
+
+TEST(ExecutorTest, FullQueueDropsTheNewestRequestOfTheClientWithTheMostWaiting) {
+  Executor executor(1, 3);
+  absl::Notification release;
+  absl::Notification started;
+  HoldTheOnlyThread(executor, started, release);
+  Outcomes outcomes;
+  for (const char* name : {"a1", "a2", "a3"}) {
+    ASSERT_TRUE(executor.SubmitRequest(outcomes.Record(name), "flooding client").ok());
+  }
+  // A client with none waiting gets in: a3 makes room.
+  ASSERT_TRUE(executor.SubmitRequest(outcomes.Record("b1"), "other client").ok());
+  // Now b has 1 and a has 2: b's second would tie with a, so it is refused.
+  const absl::Status refused = executor.SubmitRequest(outcomes.Record("b2"), "other client");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.message()), ::testing::HasSubstr("1 from this connection"));
+  release.Notify();
+  EXPECT_THAT(outcomes.Await(4),
+              ::testing::ElementsAre(
+                  "a3: request queue is full (max_queue_depth 3): this request was dropped for "
+                  "one from a connection with fewer waiting",
+                  "a1: ran", "b1: ran", "a2: ran"));
 }
 
 }  // namespace

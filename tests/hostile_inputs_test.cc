@@ -276,6 +276,38 @@ TEST_F(HostileInputsTest, EveryCaseGetsItsCodeAndMessageAndEveryOkResultIsFinite
   EXPECT_TRUE(Haversine(Mesh(0, 1)).status.ok());
 }
 
+// Stored x and freqs are checked on the backend before the run, with the
+// messages inline data gets.
+TEST_F(HostileInputsTest, StoredLombScargleSampleTimesAndFrequenciesAreChecked) {
+  const auto store = [&](std::vector<double> values) {
+    const int64_t n = static_cast<int64_t>(values.size());
+    absl::StatusOr<v1::BufferInfo> info =
+        server_->client().Upload("", F64(std::move(values), {n}));
+    EXPECT_TRUE(info.ok()) << info.status().message();
+    return info.ok() ? Id(info->id()) : v1::Operand();
+  };
+  v1::LombScargleRequest bad_x = LombWith({0.1, 0.7, 1.3, 2.9}, {1});
+  *bad_x.mutable_x() = store({0.1, 0.7, 1.3, kNaN});
+  Reply reply = Lomb(bad_x);
+  EXPECT_EQ(reply.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(reply.status.error_message(),
+              HasSubstr("x[3] is nan; sample times must be finite with |x| <= 1e150"));
+
+  v1::LombScargleRequest bad_freqs = LombWith({0.1, 0.7, 1.3, 2.9}, {1});
+  *bad_freqs.mutable_freqs() = store({1, 2, 0});
+  reply = Lomb(bad_freqs);
+  EXPECT_EQ(reply.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(reply.status.error_message(),
+              HasSubstr("freqs[2] is 0; frequencies must be non-zero"));
+
+  v1::LombScargleRequest good = LombWith({0.1, 0.7, 1.3, 2.9}, {1});
+  *good.mutable_x() = store({0.1, 0.7, 1.3, 2.9});
+  *good.mutable_freqs() = store({1, 2, -3});
+  reply = Lomb(good);
+  EXPECT_TRUE(reply.status.ok()) << reply.status.error_message();
+  EXPECT_EQ(reply.values.size(), 3u);
+}
+
 TEST_F(HostileInputsTest, ScaledL2NormsAreTheTrueOnes) {
   const Reply big = Normalize(NormalizeOf(F64({3e200, 4e200}, {2}), v1::NORM_L2));
   ASSERT_TRUE(big.status.ok()) << big.status.error_message();

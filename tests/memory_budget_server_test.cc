@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
@@ -14,6 +15,7 @@
 #include "grpcpp/grpcpp.h"
 #include "tests/testing/scrape.h"
 #include "tests/testing/server_fixture.h"
+#include "tests/testing/server_process.h"
 
 namespace gpucompute {
 namespace {
@@ -110,6 +112,28 @@ TEST(MemoryBudgetServerTest, ServerInfoReportsTheBudget) {
   EXPECT_EQ(info->limits().memory_budget_wait_ms(), 200u);
   ASSERT_EQ(info->devices_size(), 1);
   EXPECT_EQ(info->devices(0).memory_budget_bytes(), kBudget);
+}
+
+// The server binary charges what it holds outside arrays to the host budget:
+// its resident set at start and the gRPC resource quota (1/8 of the budget).
+TEST(MemoryBudgetServerTest, ServerBinaryChargesItsOwnMemoryToTheHostBudget) {
+  constexpr uint64_t kProcessBudget = 1024 * kMiB;
+  test::ServerProcess process(
+      GPUCOMPUTE_SERVER_PATH,
+      test::LoopbackCpuFlags({absl::StrCat("--host_memory_budget_bytes=", kProcessBudget),
+                              "--metrics_address=127.0.0.1:0"}));
+  const test::ServerProcess::Ports ports = process.WaitUntilServing();
+  ASSERT_NE(ports.metrics, 0) << process.output();
+  const std::string body = test::ScrapeMetricsBody(ports.metrics);
+  const std::string prefix = "gpucompute_memory_budget_used_bytes{memory=\"host\"} ";
+  const size_t at = body.find(prefix);
+  ASSERT_NE(at, std::string::npos) << body;
+  double used = 0;
+  ASSERT_TRUE(absl::SimpleAtod(body.substr(at + prefix.size(), body.find('\n', at) - at - prefix.size()),
+                               &used));
+  const uint64_t quota = kProcessBudget / 8;
+  EXPECT_GT(used, static_cast<double>(quota));
+  EXPECT_LE(used, static_cast<double>(quota + process.ResidentBytes()));
 }
 
 TEST(MemoryBudgetServerTest, MeshOverTheBudgetIsRefusedNamingTheFlag) {

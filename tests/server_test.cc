@@ -403,11 +403,20 @@ TEST_F(ServerTest, InfoReportsBackendOperationsAndLimits) {
   EXPECT_EQ(info->limits().max_device_queue_depth(),
             static_cast<uint32_t>(defaults.max_device_queue_depth));
   EXPECT_EQ(info->limits().max_in_flight(), static_cast<uint32_t>(defaults.max_in_flight));
+  EXPECT_EQ(info->limits().small_request_work(),
+            static_cast<uint64_t>(defaults.small_request_work));
+  EXPECT_EQ(info->limits().max_small_queue_depth(),
+            static_cast<uint32_t>(defaults.max_small_queue_depth));
+  EXPECT_EQ(info->limits().max_work_per_request(),
+            static_cast<uint64_t>(defaults.max_work_per_request));
+  EXPECT_EQ(info->limits().max_metadata_bytes(), defaults.max_metadata_bytes);
   EXPECT_EQ(info->limits().max_in_flight_per_connection(),
             static_cast<uint32_t>(defaults.max_in_flight_per_connection));
   EXPECT_EQ(info->limits().max_concurrent_streams(),
             static_cast<uint32_t>(defaults.max_concurrent_streams));
-  EXPECT_EQ(info->limits().resource_quota_bytes(), defaults.resource_quota_bytes);
+  // Derived from the host budget (1/8 of it within [64 MiB, 2 GiB]).
+  EXPECT_GE(info->limits().resource_quota_bytes(), uint64_t{64} << 20);
+  EXPECT_LE(info->limits().resource_quota_bytes(), uint64_t{2} << 30);
   auto health = client_->Health();
   ASSERT_TRUE(health.ok()) << health.status().message();
   EXPECT_EQ(*health, grpc::health::v1::HealthCheckResponse::SERVING);

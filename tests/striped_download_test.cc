@@ -1,14 +1,13 @@
 // Ranged and striped downloads (issue #12): ranges cut at the end, stripes
 // reassembled byte-exact in place over several connections, and a stripe that
 // fails part-way failing the whole download with everything freed.
-#include <cstring>
+
 #include <string>
 
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "grpcpp/impl/codegen/grpc_library.h"
 #include "tests/testing/server_fixture.h"
 
 namespace gpucompute {
@@ -19,22 +18,8 @@ using test::TestServer;
 
 constexpr uint64_t kMiB = 1 << 20;
 
-// gRPC stays initialized for the whole binary: the last server's teardown would
-// otherwise run grpc_shutdown, which in gRPC 1.51 can wait ~10 s for an executor
-// thread polling after striped channels close (seen here 1 run in 5).
-[[maybe_unused]] const auto* const kGrpcKeptInitialized = new grpc::GrpcLibraryCodegen();
-
-// Bytes that differ at every offset (a misplaced stripe shows).
-std::string Pattern(uint64_t bytes) {
-  std::string data(bytes, '\0');
-  for (uint64_t i = 0; i < bytes / 4; ++i) {
-    const uint32_t v = static_cast<uint32_t>(i * 2654435761u);
-    std::memcpy(data.data() + i * 4, &v, 4);
-  }
-  return data;
-}
-
 std::unique_ptr<TestServer> StartServer() {
+  test::KeepGrpcInitialized();
   absl::StatusOr<std::unique_ptr<TestServer>> server = TestServer::Start(test::LoopbackConfig());
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? *std::move(server) : nullptr;
@@ -58,7 +43,7 @@ client::Client StripedClient(const TestServer& server, int stripes, uint64_t str
 TEST(StripedDownloadTest, RangesAreCutAtTheEndAndOffsetsPastItRefused) {
   auto server = StartServer();
   ASSERT_NE(server, nullptr);
-  const std::string data = Pattern(kMiB + 4096);
+  const std::string data = test::DistinctBytes(kMiB + 4096);
   const std::string id = Upload(server->client(), data);
   v1::DownloadRequest request;
   request.set_buffer_id(id);
@@ -93,7 +78,7 @@ TEST(StripedDownloadTest, StripesReassembleByteExactOverSeveralConnections) {
   auto server = StartServer();
   ASSERT_NE(server, nullptr);
   // Not a multiple of the stripe, nor of the chunk.
-  const std::string data = Pattern(5 * kMiB + 12340);
+  const std::string data = test::DistinctBytes(5 * kMiB + 12340);
   const std::string id = Upload(server->client(), data);
   for (int stripes : {2, 4}) {
     client::Client client = StripedClient(*server, stripes, kMiB);
@@ -103,7 +88,7 @@ TEST(StripedDownloadTest, StripesReassembleByteExactOverSeveralConnections) {
     EXPECT_TRUE(result->data == data) << stripes << " stripes: bytes differ";
   }
   // A result smaller than one stripe takes one stream.
-  const std::string small = Pattern(4096);
+  const std::string small = test::DistinctBytes(4096);
   const std::string small_id = Upload(server->client(), small);
   absl::StatusOr<client::Result> one = StripedClient(*server, 4, kMiB).Download(small_id);
   ASSERT_TRUE(one.ok()) << one.status();
@@ -113,7 +98,7 @@ TEST(StripedDownloadTest, StripesReassembleByteExactOverSeveralConnections) {
 TEST(StripedDownloadTest, AStripeFailingPartWayFailsTheDownloadAndFreesEverything) {
   auto server = StartServer();
   ASSERT_NE(server, nullptr);
-  const std::string data = Pattern(6 * kMiB);
+  const std::string data = test::DistinctBytes(6 * kMiB);
   const std::string id = Upload(server->client(), data);
   client::Client client = StripedClient(*server, 3, kMiB);
   std::string memory(data.size(), '\0');

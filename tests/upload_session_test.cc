@@ -1,14 +1,13 @@
 // Upload sessions (UploadHeader.session_token): striped uploads stored byte-exact,
 // a broken stream resumed with only the bytes the session lacks, mismatched
 // headers refused, and an abandoned session freed after --upload_session_ttl.
-#include <cstring>
+
 #include <string>
 
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "grpcpp/impl/codegen/grpc_library.h"
 #include "tests/testing/server_fixture.h"
 
 namespace gpucompute {
@@ -19,24 +18,12 @@ using test::TestServer;
 
 constexpr uint64_t kMiB = 1 << 20;
 
-// gRPC stays initialized for the whole binary: the last server's teardown would
-// otherwise run grpc_shutdown, which in gRPC 1.51 can wait ~10 s for an executor
-// thread polling after striped channels close (seen here 1 run in 5).
-[[maybe_unused]] const auto* const kGrpcKeptInitialized = new grpc::GrpcLibraryCodegen();
 constexpr char kToken[] = "0123456789abcdef0123456789abcdef";
-
-std::string Pattern(uint64_t bytes) {
-  std::string data(bytes, '\0');
-  for (uint64_t i = 0; i < bytes / 4; ++i) {
-    const uint32_t v = static_cast<uint32_t>(i * 2654435761u);
-    std::memcpy(data.data() + i * 4, &v, 4);
-  }
-  return data;
-}
 
 std::unique_ptr<TestServer> StartServer(absl::Duration ttl = absl::Minutes(10)) {
   ServerConfig config = test::LoopbackConfig();
   config.upload_session_ttl = ttl;
+  test::KeepGrpcInitialized();
   absl::StatusOr<std::unique_ptr<TestServer>> server = TestServer::Start(config);
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? *std::move(server) : nullptr;
@@ -83,7 +70,7 @@ TEST(UploadSessionTest, StripedUploadIsStoredByteExact) {
   options.stripe_bytes = kMiB;
   options.stripe_channels = client::MakeStripeChannels(server->target(), 2);
   client::Client client(client::MakeChannel(server->target()), options);
-  const std::string data = Pattern(5 * kMiB + 4096);
+  const std::string data = test::DistinctBytes(5 * kMiB + 4096);
   const int64_t shape[] = {static_cast<int64_t>(data.size() / 4)};
   absl::StatusOr<v1::BufferInfo> info = client.Upload("striped", v1::FLOAT32, shape, data);
   ASSERT_TRUE(info.ok()) << info.status();
@@ -96,7 +83,7 @@ TEST(UploadSessionTest, StripedUploadIsStoredByteExact) {
 TEST(UploadSessionTest, ABrokenStreamResumesWithOnlyTheMissingBytes) {
   auto server = StartServer();
   ASSERT_NE(server, nullptr);
-  const std::string data = Pattern(4 * kMiB);
+  const std::string data = test::DistinctBytes(4 * kMiB);
   v1::BufferInfo info;
   const grpc::Status broken = SendPart(*server, data.size(), 0, data, &info, 2 * kMiB);
   EXPECT_EQ(broken.error_code(), grpc::StatusCode::CANCELLED) << broken.error_message();
@@ -123,7 +110,7 @@ TEST(UploadSessionTest, ABrokenStreamResumesWithOnlyTheMissingBytes) {
 TEST(UploadSessionTest, PartsInAnyOrderAndAMismatchedHeaderRefused) {
   auto server = StartServer();
   ASSERT_NE(server, nullptr);
-  const std::string data = Pattern(2 * kMiB);
+  const std::string data = test::DistinctBytes(2 * kMiB);
   v1::BufferInfo info;
   ASSERT_TRUE(SendPart(*server, data.size(), kMiB, absl::string_view(data).substr(kMiB), &info).ok());
   EXPECT_TRUE(info.id().empty());  // not complete yet
@@ -151,7 +138,7 @@ TEST(UploadSessionTest, PartsInAnyOrderAndAMismatchedHeaderRefused) {
 TEST(UploadSessionTest, AnAbandonedSessionIsFreedAfterItsTtl) {
   auto server = StartServer(absl::Milliseconds(200));
   ASSERT_NE(server, nullptr);
-  const std::string data = Pattern(2 * kMiB);
+  const std::string data = test::DistinctBytes(2 * kMiB);
   v1::BufferInfo info;
   ASSERT_TRUE(SendPart(*server, data.size(), 0, absl::string_view(data).substr(0, kMiB), &info).ok());
   EXPECT_GT(server->PoolUsedBytes(), 0u);

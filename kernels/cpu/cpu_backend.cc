@@ -209,6 +209,17 @@ class CpuBackend final : public Backend {
                  [&] { return cpu::HaversinePoints(pool_, lat, lon, refs, radius, out, ctx); });
   }
 
+  absl::Status CheckValues(const Array& array, absl::string_view name,
+                           const ValueRule& rule) override {
+    GC_RETURN_IF_ERROR(CheckHost(array, name));
+    if (array.dtype() == DType::kFloat32) {
+      const float* values = static_cast<const float*>(array.data());
+      return CheckElements(array.size(), [values](int64_t i) { return values[i]; }, name, rule);
+    }
+    const double* values = static_cast<const double*>(array.data());
+    return CheckElements(array.size(), [values](int64_t i) { return values[i]; }, name, rule);
+  }
+
   absl::Status Normalize(const Array& in, NormKind norm, Array& out, OpContext& ctx) override {
     return Timed(ctx, {&in, &out}, [&] { return cpu::Normalize(pool_, in, norm, out, ctx); });
   }

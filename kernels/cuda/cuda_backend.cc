@@ -163,6 +163,45 @@ class CudaBackend final : public Backend {
     return cuda::CopyBetweenDevices(*from, *to, src, dst);
   }
 
+  absl::Status CheckValues(const Array& array, absl::string_view name,
+                           const ValueRule& rule) override {
+    GC_ASSIGN_OR_RETURN(DeviceState* const d, devices_.OperandDevice({{&array, name}}));
+    if (array.size() == 0) return absl::OkStatus();
+    unsigned long long* d_first = nullptr;
+    unsigned long long first = cuda::kNoIndex;
+    double value = 0;
+    OpSteps steps;
+    steps.prepare = [&](const OpEnv& env) {
+      return env.scratch->Allocate(sizeof(*d_first), reinterpret_cast<void**>(&d_first));
+    };
+    steps.launch = [&](const OpEnv& env) {
+      return cuda::LaunchFirstBreakingValue(array.dtype(), array.data(), array.size(),
+                                            {rule.lowest, rule.highest, rule.nonzero}, d_first,
+                                            env.launch);
+    };
+    steps.readback = [&](const OpEnv& env) {
+      return cudaMemcpyAsync(env.small, d_first, sizeof(*d_first), cudaMemcpyDeviceToHost,
+                             env.launch.stream);
+    };
+    steps.finish = [&](const OpEnv& env) -> absl::Status {
+      first = *static_cast<const unsigned long long*>(env.small);
+      return absl::OkStatus();
+    };
+    OpContext ctx;
+    GC_RETURN_IF_ERROR(cuda::RunOp(*d, *copies_, "CheckValues", ctx, steps));
+    if (first == cuda::kNoIndex) return absl::OkStatus();
+    // Error path: the breaking element itself, for the message.
+    const size_t element = ElementSize(array.dtype());
+    if (array.dtype() == DType::kFloat32) {
+      float f = 0;
+      GC_RETURN_IF_ERROR(CopyFromArray(array, first * element, element, &f));
+      value = f;
+    } else {
+      GC_RETURN_IF_ERROR(CopyFromArray(array, first * element, element, &value));
+    }
+    return CheckValue(value, absl::StrCat(name, "[", first, "]"), rule);
+  }
+
   absl::Status DiscountProduct(const Array& factors, const Array& values, Array& out,
                                OpContext& ctx) override {
     GC_ASSIGN_OR_RETURN(DeviceState* const d, devices_.OperandDevice({{&factors, "factors"},

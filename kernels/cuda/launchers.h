@@ -133,6 +133,20 @@ struct LombScargleResult {
 cudaError_t LaunchLombScargle(DType dtype, const LombScargleArgs& args, LombScargleResult* result,
                               const LaunchEnv& env);
 
+// ---- value check --------------------------------------------------------------
+// A ValueRule (kernels/preconditions.h) as the device reads it.
+struct ValueBounds {
+  double lowest = 0;
+  double highest = 0;
+  bool nonzero = false;
+};
+
+// *first = the lowest index i < n whose element breaks `bounds`, kNoIndex when
+// none (the launcher initializes it).
+cudaError_t LaunchFirstBreakingValue(DType dtype, const void* data, int64_t n,
+                                     const ValueBounds& bounds, unsigned long long* first,
+                                     const LaunchEnv& env);
+
 // ---- start-up -----------------------------------------------------------------
 // Every kernel of every operation, for cudaFuncGetAttributes.
 void ListKernels(std::vector<KernelEntry>& out);
@@ -145,10 +159,12 @@ void ListDiscountProductKernels(std::vector<KernelEntry>& out);
 void ListHaversineKernels(std::vector<KernelEntry>& out);
 void ListNormalizeKernels(std::vector<KernelEntry>& out);
 void ListLombScargleKernels(std::vector<KernelEntry>& out);
+void ListValueCheckKernels(std::vector<KernelEntry>& out);
 cudaError_t WarmupDiscountProduct(const LaunchEnv& env);
 cudaError_t WarmupHaversine(const LaunchEnv& env);
 cudaError_t WarmupNormalize(const LaunchEnv& env);
 cudaError_t WarmupLombScargle(const LaunchEnv& env);
+cudaError_t WarmupValueCheck(const LaunchEnv& env);
 
 // ---- benchmark support --------------------------------------------------------
 // Fills n elements with uniform values in [lo, hi) from a counter-based hash of

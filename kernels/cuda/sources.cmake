@@ -11,7 +11,8 @@ target_sources(gpucompute_kernels PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/haversine.cu
   ${CMAKE_CURRENT_LIST_DIR}/normalize.cu
   ${CMAKE_CURRENT_LIST_DIR}/lombscargle.cu
-  ${CMAKE_CURRENT_LIST_DIR}/support.cu)
+  ${CMAKE_CURRENT_LIST_DIR}/support.cu
+  ${CMAKE_CURRENT_LIST_DIR}/value_check.cu)
 target_compile_definitions(gpucompute_kernels PUBLIC GPUCOMPUTE_HAVE_CUDA)
 target_link_libraries(gpucompute_kernels PUBLIC CUDA::cudart_static)
 # -lineinfo: source lines for compute-sanitizer and ncu, no effect on the code.

@@ -55,6 +55,7 @@ void ListKernels(std::vector<KernelEntry>& out) {
   ListHaversineKernels(out);
   ListNormalizeKernels(out);
   ListLombScargleKernels(out);
+  ListValueCheckKernels(out);
   out.push_back({"support.fill_uniform<f32>", (const void*)&FillUniformKernel<float>});
   out.push_back({"support.fill_uniform<f64>", (const void*)&FillUniformKernel<double>});
 }
@@ -64,6 +65,7 @@ cudaError_t WarmupKernels(const LaunchEnv& env) {
   GC_TRY(WarmupHaversine(env));
   GC_TRY(WarmupNormalize(env));
   GC_TRY(WarmupLombScargle(env));
+  GC_TRY(WarmupValueCheck(env));
   Scratch s;
   GC_TRY(s.Allocate(64 * sizeof(double), env));
   GC_TRY(LaunchFillUniform(DType::kFloat32, s.as<void>(), 64, 0.0, 1.0, 1, env));
