@@ -62,6 +62,7 @@ Client::Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options)
                            channel),
       buffers_(v1::Buffers::NewStub(channel)),
       server_(v1::Server::NewStub(channel)),
+      shared_memory_(v1::SharedMemory::NewStub(channel)),
       health_(grpc::health::v1::Health::NewStub(channel)) {}
 
 void Client::SetDeadline(grpc::ClientContext& context) const {
@@ -225,6 +226,30 @@ absl::StatusOr<uint64_t> Client::Delete(const std::string& buffer_id) {
   return response.freed_bytes();
 }
 
+absl::StatusOr<v1::SharedMemoryRegionInfo> Client::RegisterSystemSharedMemory(
+    const std::string& name, const std::string& key, uint64_t offset, uint64_t byte_size) {
+  v1::RegisterSystemSharedMemoryRequest request;
+  request.set_name(name);
+  request.set_key(key);
+  request.set_offset(offset);
+  request.set_byte_size(byte_size);
+  return Unary(*shared_memory_, &v1::SharedMemory::Stub::RegisterSystemSharedMemory, request);
+}
+
+absl::StatusOr<uint64_t> Client::UnregisterSharedMemory(const std::string& region_id) {
+  v1::UnregisterSharedMemoryRequest request;
+  request.set_region_id(region_id);
+  GC_ASSIGN_OR_RETURN(
+      const v1::UnregisterSharedMemoryResponse response,
+      Unary(*shared_memory_, &v1::SharedMemory::Stub::UnregisterSharedMemory, request));
+  return response.freed_bytes();
+}
+
+absl::StatusOr<v1::SharedMemoryStatusResponse> Client::SharedMemoryStatus() {
+  return Unary(*shared_memory_, &v1::SharedMemory::Stub::SharedMemoryStatus,
+               v1::SharedMemoryStatusRequest());
+}
+
 absl::StatusOr<v1::ListResponse> Client::List() {
   // Every page, in one reply with the totals of the last.
   v1::ListRequest request;
@@ -244,8 +269,9 @@ absl::StatusOr<v1::ListResponse> Client::List() {
 template <typename Request>
 absl::StatusOr<Result> Client::Compute(const RpcMethod& method, const Request& request,
                                        const ProgressCallback& progress) const {
-  return ResultStream(method, request,
-                      AssemblerOptions(!request.output().keep_on_device(), progress));
+  const bool streamed =
+      !request.output().keep_on_device() && !request.output().has_shared_memory();
+  return ResultStream(method, request, AssemblerOptions(streamed, progress));
 }
 
 absl::StatusOr<Result> Client::DiscountProduct(const v1::DiscountProductRequest& request,

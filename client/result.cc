@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/tensor.h"
+#include "common/status_macros.h"
 #include "gpucompute/v1/bulk_wire.h"
 
 namespace gpucompute::client {
@@ -32,6 +33,8 @@ absl::Status ResultAssembler::Add(const v1::ResultChunk& chunk) {
     }
     case v1::ResultChunk::kTrailer:
       return AddTrailer(chunk.trailer());
+    case v1::ResultChunk::kComplete:
+      return AddComplete(chunk.complete());
     case v1::ResultChunk::KIND_NOT_SET:
       break;
   }
@@ -93,6 +96,18 @@ absl::Status ResultAssembler::AddHeader(const v1::ResultHeader& header) {
   return absl::OkStatus();
 }
 
+absl::Status ResultAssembler::AddComplete(const v1::ResultComplete& complete) {
+  GC_RETURN_IF_ERROR(AddHeader(complete.header()));
+  // A kept result carries no data (and AddData refuses any).
+  const std::string& bytes = complete.data();
+  if (options_.expect_data || !bytes.empty()) {
+    GC_RETURN_IF_ERROR(AddData(0, bytes.size(), [&bytes](char* destination) {
+      std::memcpy(destination, bytes.data(), bytes.size());
+    }));
+  }
+  return AddTrailer(complete.trailer());
+}
+
 absl::Status ResultAssembler::AddData(uint64_t offset, uint64_t size,
                                       const std::function<void(char*)>& copy) {
   if (!have_header_) return absl::DataLossError("result stream: data before the header");
@@ -120,9 +135,11 @@ absl::Status ResultAssembler::AddTrailer(const v1::ResultTrailer& trailer) {
     return absl::DataLossError(absl::StrCat("result stream: short data: received ", received_bytes_,
                                             " of ", range_end_, " bytes"));
   }
-  if (!options_.expect_data && !trailer.has_stored_buffer()) {
+  if (!options_.expect_data && !trailer.has_stored_buffer() &&
+      trailer.shared_memory_region_id().empty()) {
     return absl::DataLossError(
-        "result stream: keep_on_device was requested but the trailer names no stored buffer");
+        "result stream: the result was to be kept on the server or written into shared "
+        "memory, but the trailer names no stored buffer nor region");
   }
   have_trailer_ = true;
   result_.trailer = trailer;

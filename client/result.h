@@ -67,6 +67,7 @@ class ResultAssembler {
   absl::Status AddHeader(const v1::ResultHeader& header);
   // `size` bytes at `offset`, written by copy(destination).
   absl::Status AddData(uint64_t offset, uint64_t size, const std::function<void(char*)>& copy);
+  absl::Status AddComplete(const v1::ResultComplete& complete);
   absl::Status AddTrailer(const v1::ResultTrailer& trailer);
 
   Options options_;

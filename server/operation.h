@@ -28,9 +28,11 @@ inline absl::string_view OperationLabel(Operation op) {
 // in the same order.
 enum class RpcMethod {
   kDiscountProduct, kHaversineGrid, kNormalize, kLombScargle,
-  kUpload, kDownload, kDelete, kList, kGetInfo, kHealthCheck, kHealthWatch, kUploadStatus,
+  kUpload, kDownload, kDelete, kList, kGetInfo, kHealthCheck, kHealthWatch,
+  kRegisterSystemSharedMemory, kRegisterCudaSharedMemory, kUnregisterSharedMemory,
+  kSharedMemoryStatus, kUploadStatus,
 };
-inline constexpr int kRpcMethodCount = 12;
+inline constexpr int kRpcMethodCount = 16;
 
 // The RPC that carries `op`.
 constexpr RpcMethod RpcMethodOf(Operation op) { return static_cast<RpcMethod>(op); }

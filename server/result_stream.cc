@@ -17,6 +17,12 @@ namespace {
 
 uint64_t Micros(absl::Duration d) { return static_cast<uint64_t>(absl::ToInt64Microseconds(d)); }
 
+grpc::ByteBuffer HeaderMessage(const v1::ResultHeader& header) {
+  v1::ResultChunk message;
+  *message.mutable_header() = header;
+  return v1::wire::SerializedMessage(message);
+}
+
 }  // namespace
 
 absl::StatusOr<ResultStreamReactor::Output> AdmitStream(const ServiceContext& service,
@@ -65,6 +71,28 @@ void ResultStreamReactor::Start(Output output, absl::Duration prepare_time, Prod
   Pump();
 }
 
+void ResultStreamReactor::StartInBatch(Output output, absl::Duration prepare_time,
+                                       DynamicBatcher& batcher, BatchMember member) {
+  {
+    absl::MutexLock lock(&mu_);
+    output_ = std::move(output);
+    prepare_time_ = prepare_time;
+    state_ = State::kOnExecutor;
+  }
+  member.cancelled = &cancelled_;
+  member.deadline = absl::FromChrono(context_->deadline());
+  member.client = context_->peer();
+  member.deliver = [this](absl::StatusOr<StreamSource> source, absl::Time started) {
+    Deliver(std::move(source), started);
+  };
+  absl::Status admitted = batcher.Submit(std::move(member));
+  if (!admitted.ok()) {
+    absl::MutexLock lock(&mu_);
+    Fail(admitted);
+  }
+  Pump();
+}
+
 void ResultStreamReactor::RunProduce(ProduceFn produce, absl::Status admitted) {
   const absl::Time started = absl::Now();
   absl::StatusOr<StreamSource> source;
@@ -80,87 +108,113 @@ void ResultStreamReactor::RunProduce(ProduceFn produce, absl::Status admitted) {
     ctx.cancelled = &cancelled_;
     source = produce(ctx);
   }
+  Deliver(std::move(source), started);
+}
+
+void ResultStreamReactor::Deliver(absl::StatusOr<StreamSource> source, absl::Time started) {
+  uint32_t chunk_bytes;
+  bool keep;
+  bool in_region;
+  {
+    absl::MutexLock lock(&mu_);
+    chunk_bytes = output_.chunk_bytes;
+    keep = output_.keep.has_value();
+    in_region = !output_.shared_memory_region_id.empty();
+  }
+  // A result of one chunk is copied out now, outside the lock (the copy may wait
+  // for the memory budget), instead of in a continuation task.
+  uint64_t begin = 0;
+  uint64_t one_chunk = 0;  // the bytes of that chunk
+  if (source.ok()) {
+    begin = source->begin;
+    const uint64_t end = source->end != 0 ? source->end : source->array->bytes();
+    if (!keep && !in_region && end > begin && end - begin <= chunk_bytes) one_chunk = end - begin;
+  }
+  absl::Duration copy_time = absl::ZeroDuration();
+  absl::StatusOr<grpc::Slice> payload = grpc::Slice();
+  if (one_chunk > 0) payload = CopyOut(*source, begin, one_chunk, copy_time);
   {
     // State change and the next decision in one critical section: once the
     // state leaves kOnExecutor another thread may finish the call and delete this.
     absl::ReleasableMutexLock lock(&mu_);
-    state_ = State::kChunksLeft;  // unless Fail or QueueTrailer below
+    state_ = State::kChunksLeft;  // unless Fail or the trailer below
     queue_time_ = started - accepted_;
     if (!source.ok()) {
       Fail(source.status());
+    } else if (!payload.ok()) {
+      Fail(payload.status());
     } else {
       times_ = source->times;
       result_ = std::move(source->array);
       next_offset_ = source->begin;
       end_offset_ = source->end != 0 ? source->end : result_->bytes();
-      v1::ResultChunk message;
-      v1::ResultHeader* header = message.mutable_header();
-      header->set_dtype(DTypeToProto(result_->dtype()));
-      for (int64_t extent : result_->shape()) header->add_shape(extent);
-      header->set_total_bytes(result_->bytes());
-      ready_.push_back({v1::wire::SerializedMessage(message)});
+      v1::ResultHeader header;
+      header.set_dtype(DTypeToProto(result_->dtype()));
+      for (int64_t extent : result_->shape()) header.add_shape(extent);
+      header.set_total_bytes(result_->bytes());
+      // Whether header, at most one data chunk and trailer are all there is.
+      bool whole = true;
+      std::optional<v1::BufferInfo> stored;
       if (output_.keep.has_value()) {
-        absl::StatusOr<StoredBuffer> stored = service_.store.Commit(
+        absl::StatusOr<StoredBuffer> committed = service_.store.Commit(
             *std::exchange(output_.keep, std::nullopt), output_.buffer_name, result_);
-        if (!stored.ok()) {
-          Fail(stored.status());
+        if (!committed.ok()) {
+          Fail(committed.status());
         } else {
-          v1::BufferInfo info;
-          ToBufferInfo(*stored, &info);
+          ToBufferInfo(*committed, &stored.emplace());
           result_.reset();
-          QueueTrailer(&info);
         }
-      } else if (next_offset_ == end_offset_) {
-        QueueTrailer(nullptr);
+      } else if (in_region) {
+        result_.reset();  // already in the client's region
+        transfer_out_ = times_.transfer_out;
+      } else if (one_chunk > 0) {
+        transfer_out_ += copy_time;
+        next_offset_ = end_offset_;
+        result_.reset();
+      } else {
+        whole = next_offset_ == end_offset_;
+      }
+      const bool failed = state_ == State::kAllQueued;
+      const v1::BufferInfo* stored_info = stored.has_value() ? &*stored : nullptr;
+      if (!failed && whole && output_.accept_complete) {
+        // #13's one-message result in #12's framing: the payload slice is
+        // referenced between the header's and the trailer's bytes.
+        ready_.push_back({v1::wire::ResultCompleteMessage(header, *std::move(payload),
+                                                          MakeTrailer(stored_info)),
+                          one_chunk, /*complete=*/true});
+        state_ = State::kAllQueued;
+      } else if (!failed) {
+        ready_.push_back({HeaderMessage(header)});
+        if (one_chunk > 0) {
+          ready_.push_back({v1::wire::ResultDataMessage(begin, *std::move(payload)), one_chunk});
+        }
+        if (whole) QueueTrailer(stored_info);
       }
     }
     PumpLocked(lock);
   }
 }
 
-void ResultStreamReactor::ProduceChunk() {
-  std::shared_ptr<Array> array;
-  uint64_t offset;
-  uint64_t end;
-  uint32_t chunk_bytes;
-  {
-    absl::MutexLock lock(&mu_);
-    array = result_;
-    offset = next_offset_;
-    end = end_offset_;
-    chunk_bytes = output_.chunk_bytes;
-  }
-  const uint64_t n = std::min<uint64_t>(chunk_bytes, end - offset);
+absl::StatusOr<grpc::Slice> ResultStreamReactor::CopyOut(const StreamSource& source,
+                                                         uint64_t offset, uint64_t n,
+                                                         absl::Duration& elapsed) {
   const absl::Time start = absl::Now();
-  absl::StatusOr<grpc::Slice> payload = cancelled_.load()
-                                            ? absl::CancelledError("cancelled while streaming")
-                                            : ChunkPayload(array, offset, n);
-  const absl::Status copied = payload.status();
-  const absl::Duration elapsed = absl::Now() - start;
-  if (copied.ok()) service_.metrics.Transferred(Direction::kDeviceToHost, n, elapsed);
-  {
-    absl::ReleasableMutexLock lock(&mu_);
-    state_ = State::kChunksLeft;  // unless Fail or QueueTrailer below
-    if (!copied.ok()) {
-      Fail(copied);
-    } else {
-      transfer_out_ += elapsed;
-      next_offset_ = offset + n;
-      ready_.push_back({v1::wire::ResultDataMessage(offset, *std::move(payload)), n});
-      if (next_offset_ == end) {
-        result_.reset();  // free the result memory as soon as it is copied out
-        QueueTrailer(nullptr);
-      }
-    }
-    PumpLocked(lock);
+  if (cancelled_.load()) return absl::CancelledError("cancelled while streaming");
+  if (source.host != nullptr) {
+    // A batch's result, on the host already (counted when the batch copied it
+    // out): the slice references it.
+    auto* owner = new std::shared_ptr<const std::string>(source.host);
+    return grpc::Slice(const_cast<char*>((*owner)->data()) + source.host_offset + offset, n,
+                       [](void* p) { delete static_cast<std::shared_ptr<const std::string>*>(p); },
+                       owner);
   }
-}
-
-absl::StatusOr<grpc::Slice> ResultStreamReactor::ChunkPayload(const std::shared_ptr<Array>& array,
-                                                              uint64_t offset, uint64_t n) {
+  const std::shared_ptr<Array>& array = source.array;
   if (array->device() == kHostDevice) {
     // gRPC writes straight from the array, which the slice keeps alive.
     auto* owner = new std::shared_ptr<Array>(array);
+    const absl::Duration took = absl::Now() - start;
+    elapsed += took;
+    service_.metrics.Transferred(Direction::kDeviceToHost, n, took);
     return grpc::Slice(static_cast<char*>((*owner)->data()) + offset, n,
                        [](void* p) { delete static_cast<std::shared_ptr<Array>*>(p); }, owner);
   }
@@ -176,9 +230,45 @@ absl::StatusOr<grpc::Slice> ResultStreamReactor::ChunkPayload(const std::shared_
   copy->bytes = ChunkMemory::Shared().Take(n);
   copy->size = n;
   GC_RETURN_IF_ERROR(service_.backend.CopyFromArray(*array, offset, n, copy->bytes.get()));
+  const absl::Duration took = absl::Now() - start;
+  elapsed += took;
+  service_.metrics.Transferred(Direction::kDeviceToHost, n, took);
   char* bytes = copy->bytes.get();
   return grpc::Slice(bytes, n, [](void* p) { delete static_cast<HostCopy*>(p); },
                      copy.release());
+}
+
+void ResultStreamReactor::ProduceChunk() {
+  std::shared_ptr<Array> array;
+  uint64_t offset;
+  uint64_t end;
+  uint32_t chunk_bytes;
+  {
+    absl::MutexLock lock(&mu_);
+    array = result_;
+    offset = next_offset_;
+    end = end_offset_;
+    chunk_bytes = output_.chunk_bytes;
+  }
+  const uint64_t n = std::min<uint64_t>(chunk_bytes, end - offset);
+  absl::Duration elapsed = absl::ZeroDuration();
+  absl::StatusOr<grpc::Slice> payload = CopyOut(StreamSource{.array = array}, offset, n, elapsed);
+  {
+    absl::ReleasableMutexLock lock(&mu_);
+    state_ = State::kChunksLeft;  // unless Fail or QueueTrailer below
+    if (!payload.ok()) {
+      Fail(payload.status());
+    } else {
+      transfer_out_ += elapsed;
+      next_offset_ = offset + n;
+      ready_.push_back({v1::wire::ResultDataMessage(offset, *std::move(payload)), n});
+      if (next_offset_ == end) {
+        result_.reset();  // free the result memory as soon as it is copied out
+        QueueTrailer(nullptr);
+      }
+    }
+    PumpLocked(lock);
+  }
 }
 
 absl::Status ResultStreamReactor::ChargeHostMemory(uint64_t bytes, MemoryBudget::Charge& charge) {
@@ -196,18 +286,26 @@ void ResultStreamReactor::Fail(const absl::Status& status) {
   state_ = State::kAllQueued;
 }
 
-void ResultStreamReactor::QueueTrailer(const v1::BufferInfo* stored) {
-  v1::ResultChunk message;
-  v1::ResultTrailer* trailer = message.mutable_trailer();
-  v1::Timing* timing = trailer->mutable_timing();
+v1::ResultTrailer ResultStreamReactor::MakeTrailer(const v1::BufferInfo* stored) {
+  v1::ResultTrailer trailer;
+  v1::Timing* timing = trailer.mutable_timing();
   timing->set_queue_us(Micros(queue_time_));
   timing->set_transfer_in_us(Micros(times_.transfer_in));
   timing->set_compute_us(Micros(times_.compute));
   timing->set_transfer_out_us(Micros(transfer_out_));
   timing->set_total_us(Micros(absl::Now() - accepted_));
-  trailer->set_backend(std::string(service_.backend.name()));
-  trailer->set_device(times_.device);
-  if (stored != nullptr) *trailer->mutable_stored_buffer() = *stored;
+  trailer.set_backend(std::string(service_.backend.name()));
+  trailer.set_device(times_.device);
+  trailer.set_method(times_.method);
+  trailer.set_batch_size(static_cast<uint32_t>(times_.batch_size));
+  if (stored != nullptr) *trailer.mutable_stored_buffer() = *stored;
+  trailer.set_shared_memory_region_id(output_.shared_memory_region_id);
+  return trailer;
+}
+
+void ResultStreamReactor::QueueTrailer(const v1::BufferInfo* stored) {
+  v1::ResultChunk message;
+  *message.mutable_trailer() = MakeTrailer(stored);
   ready_.push_back({v1::wire::SerializedMessage(message)});
   state_ = State::kAllQueued;
 }
@@ -224,16 +322,26 @@ void ResultStreamReactor::PumpLocked(absl::ReleasableMutexLock& lock) {
   }
   const bool cancelled = cancelled_.load();
   const bool write = !writing_ && !cancelled && !ready_.empty();
+  // A complete result is the last message: it goes out with Finish, one step.
+  const bool write_and_finish = write && ready_.front().complete;
   if (write) {
     in_flight_ = std::move(ready_.front().message);
     in_flight_data_bytes_ = ready_.front().data_bytes;
     ready_.pop_front();
     writing_ = true;
     write_started_ = absl::Now();
-    ArmStallAlarm();
+    if (write_and_finish) {
+      ArmLastWriteAlarm();
+    } else {
+      ArmStallAlarm();
+    }
   }
   std::optional<grpc::Status> finish;
-  if (!writing_ && state_ != State::kOnExecutor &&
+  if (write_and_finish) {
+    state_ = State::kFinished;
+    output_ = Output{};  // the admission ticket goes before the client hears the status
+    finish = final_status_;
+  } else if (!writing_ && state_ != State::kOnExecutor &&
       (cancelled || (state_ == State::kAllQueued && ready_.empty()))) {
     state_ = State::kFinished;
     // Memory, quota and the admission ticket are released before the client
@@ -249,6 +357,11 @@ void ResultStreamReactor::PumpLocked(absl::ReleasableMutexLock& lock) {
       state_ == State::kChunksLeft && !cancelled && ready_.size() < kReadAhead;
   if (copy_chunk) state_ = State::kOnExecutor;
   lock.Release();
+  if (write_and_finish) {
+    RecordFinish(*finish);
+    StartWriteAndFinish(&in_flight_, grpc::WriteOptions(), *finish);
+    return;
+  }
   if (write) StartWrite(&in_flight_);
   if (copy_chunk) service_.executor.SubmitContinuation([this] { ProduceChunk(); });
   if (finish.has_value()) {
@@ -326,11 +439,42 @@ void ResultStreamReactor::RecordFinish(const grpc::Status& status) {
     metrics.ObserveStage(op_, Stage::kTransferIn, times_.transfer_in);
     metrics.ObserveStage(op_, Stage::kCompute, times_.compute);
     metrics.ObserveStage(op_, Stage::kTransferOut, transfer_out_);
-    metrics.ObserveStage(op_, Stage::kStreamWrite, stream_write_);
+    if (last_write_guard_ == nullptr) metrics.ObserveStage(op_, Stage::kStreamWrite, stream_write_);
     if (times_.bytes_in > 0) metrics.NetworkReceived(times_.bytes_in);
   }
 }
 
-void ResultStreamReactor::OnDone() { delete this; }
+void ResultStreamReactor::ArmLastWriteAlarm() {
+  last_write_guard_ = std::make_shared<LastWriteGuard>();
+  {
+    absl::MutexLock lock(&last_write_guard_->mu);
+    last_write_guard_->context = context_;
+  }
+  stall_alarm_ = std::make_unique<grpc::Alarm>();
+  stall_alarm_->Set(absl::ToChronoTime(absl::Now() + service_.config.stream_idle_timeout),
+                    [guard = last_write_guard_, metrics = &service_.metrics](bool fired) {
+                      if (!fired) return;
+                      absl::MutexLock lock(&guard->mu);
+                      if (guard->context == nullptr) return;  // the call ended
+                      metrics->Rejected(Rejection::kStreamIdle);
+                      guard->context->TryCancel();
+                    });
+}
+
+void ResultStreamReactor::OnDone() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (last_write_guard_ != nullptr) {
+      {
+        absl::MutexLock guard_lock(&last_write_guard_->mu);
+        last_write_guard_->context = nullptr;
+      }
+      // The write that went with Finish has no OnWriteDone: it ended here.
+      service_.metrics.ObserveStage(op_, Stage::kStreamWrite, absl::Now() - write_started_);
+      service_.metrics.NetworkSent(in_flight_data_bytes_);
+    }
+  }
+  delete this;
+}
 
 }  // namespace gpucompute

@@ -14,6 +14,10 @@
 // a device array's chunk is copied once, into host memory charged to the host
 // budget before the copy and released when gRPC lets go of the chunk. A stream
 // thus holds at most kReadAhead + 1 chunks of host memory beyond its result.
+// A result that is one message (OutputOptions.accept_complete_result, and it fits
+// one chunk, is kept, or went into a shared-memory region) goes as
+// ResultChunk.complete in the same framing, its payload slice between the
+// header's and the trailer's bytes, written together with Finish.
 #pragma once
 
 #include <atomic>
@@ -33,18 +37,11 @@
 #include "grpcpp/grpcpp.h"
 #include "kernels/memory_budget.h"
 #include "server/operation.h"
+#include "server/dynamic_batcher.h"
 #include "server/operations.h"
 #include "server/service_context.h"
 
 namespace gpucompute {
-
-struct StreamSource {
-  std::shared_ptr<Array> array;
-  ExecutionTimes times;
-  // The bytes of `array` the data chunks cover (a Download's range); end 0: all.
-  uint64_t begin = 0;
-  uint64_t end = 0;
-};
 
 class ResultStreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
@@ -56,8 +53,12 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuff
     // Set for keep_on_device: the result is stored under this reservation.
     std::optional<BufferStore::Reservation> keep;
     std::string buffer_name;
+    // Set for output.shared_memory: the result is written into this region, not streamed.
+    std::string shared_memory_region_id;
     // The executor lane the work runs on (ServiceContext::LaneFor).
     Executor::Lane lane = Executor::Lane::kGeneral;
+    // OutputOptions.accept_complete_result: a result of one chunk goes as one message.
+    bool accept_complete = false;
   };
 
   ResultStreamReactor(ServiceContext& service, grpc::CallbackServerContext* context,
@@ -65,6 +66,10 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuff
 
   // Exactly one of these, once, right after construction.
   void Start(Output output, absl::Duration prepare_time, ProduceFn produce);
+  // Start, with the work joining `batcher` (which fills in the member's
+  // cancellation, deadline and delivery).
+  void StartInBatch(Output output, absl::Duration prepare_time, DynamicBatcher& batcher,
+                    BatchMember member);
   void Reject(const absl::Status& status);
 
   void OnWriteDone(bool ok) override;
@@ -77,7 +82,8 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuff
   // A message waiting to be written (it owns its payload's memory and charge).
   struct ReadyMessage {
     grpc::ByteBuffer message;
-    uint64_t data_bytes = 0;  // payload bytes of a data chunk
+    uint64_t data_bytes = 0;  // payload bytes of a data chunk or complete result
+    bool complete = false;    // ResultChunk.complete: the last message, sent with Finish
   };
 
   // Where the call is; it only moves down this list (kOnExecutor and kChunksLeft
@@ -93,15 +99,20 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuff
 
   // `admitted`: OK, or why the executor dropped the queued request.
   void RunProduce(ProduceFn produce, absl::Status admitted);
+  // Takes the outcome of the work that started at `started` (on the executor):
+  // a result of one chunk is copied out right here, with no further executor hop.
+  void Deliver(absl::StatusOr<StreamSource> source, absl::Time started);
   void ProduceChunk();
-  // The payload of the chunk [offset, offset + n) of `array` as a slice: the
-  // array's own memory for a host array, else a charged host copy.
-  absl::StatusOr<grpc::Slice> ChunkPayload(const std::shared_ptr<Array>& array, uint64_t offset,
-                                           uint64_t n);
+  // The payload of the chunk [offset, offset + n) of the source's result as a
+  // slice: the result's own host memory (the array, or a batch's host copy), else
+  // a charged host copy; `elapsed` grows by the time it took.
+  absl::StatusOr<grpc::Slice> CopyOut(const StreamSource& source, uint64_t offset, uint64_t n,
+                                      absl::Duration& elapsed);
   // Draws `bytes` of host memory from the budget into `charge` (waiting at
   // most --memory_budget_wait); nothing when the backend has no budgets.
   absl::Status ChargeHostMemory(uint64_t bytes, MemoryBudget::Charge& charge);
   void Fail(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::ResultTrailer MakeTrailer(const v1::BufferInfo* stored) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void QueueTrailer(const v1::BufferInfo* stored) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Decides the next write / chunk copy / Finish; never blocks. Finish only
   // outside kOnExecutor, so that no executor task can outlive this.
@@ -111,6 +122,10 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuff
   // section: after it, another thread may finish the call and delete this.
   void PumpLocked(absl::ReleasableMutexLock& lock);
   void RecordFinish(const grpc::Status& status);
+  // Arms the stall limit of a complete result written together with Finish
+  // (StartWriteAndFinish): the call may end while the alarm is pending, so the
+  // alarm reaches the call only through last_write_guard_, which OnDone closes.
+  void ArmLastWriteAlarm() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Arms the stall limit of the write about to start.
   void ArmStallAlarm() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The write in flight outlived stream_idle_timeout: cancels the call.
@@ -141,6 +156,12 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuff
       std::make_shared<std::atomic<uint64_t>>(0);
   uint64_t writes_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<grpc::Alarm> stall_alarm_ ABSL_GUARDED_BY(mu_);
+  struct LastWriteGuard {
+    absl::Mutex mu;
+    grpc::CallbackServerContext* context ABSL_GUARDED_BY(mu) = nullptr;  // null once done
+  };
+  // Set when the last message went out with Finish.
+  std::shared_ptr<LastWriteGuard> last_write_guard_;
   // When the alarm takes a write, OnStalled and OnWriteDone both run; the later
   // one clears writing_, so that the call cannot finish under the other.
   bool stall_handled_ ABSL_GUARDED_BY(mu_) = false;

@@ -76,6 +76,30 @@ TEST(BulkWireTest, OtherMessagesAreLeftToTheParser) {
   EXPECT_FALSE(FindUploadData(MessageBytes(SerializedMessage(upload_header))).has_value());
 }
 
+TEST(BulkWireTest, CompleteResultIsWhatProtobufWrites) {
+  ResultHeader header;
+  header.set_dtype(FLOAT32);
+  header.add_shape(4);
+  ResultTrailer trailer;
+  trailer.set_backend("cpu");
+  trailer.mutable_timing()->set_total_us(300);
+  for (size_t n : {size_t{0}, size_t{16}, size_t{70000}}) {
+    header.set_total_bytes(n);
+    std::string payload(n, '\0');
+    for (size_t i = 0; i < n; ++i) payload[i] = static_cast<char>(i * 13);
+    const grpc::ByteBuffer message = ResultCompleteMessage(header, grpc::Slice(payload), trailer);
+    ResultChunk parsed;
+    ASSERT_TRUE(ParseMessageBytes(message, parsed)) << n;
+    ASSERT_TRUE(parsed.has_complete());
+    EXPECT_EQ(parsed.complete().header().total_bytes(), n);
+    EXPECT_EQ(parsed.complete().data(), payload);
+    EXPECT_EQ(parsed.complete().trailer().backend(), "cpu");
+    EXPECT_EQ(Flatten(message), parsed.SerializeAsString()) << n;
+    // Not mistaken for a data chunk by the fast path.
+    EXPECT_FALSE(FindResultData(MessageBytes(message)).has_value());
+  }
+}
+
 TEST(BulkWireTest, UploadDataRoundTrips) {
   const std::string payload(200000, 'q');
   const grpc::ByteBuffer message = UploadDataMessage(grpc::Slice(payload));

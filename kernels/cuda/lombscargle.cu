@@ -79,10 +79,7 @@ struct PeriodogramPolicy<double, 1> {
   static constexpr int kTile = 128;
 };
 
-struct BatchStats {
-  double y_sum;   // Y  = sum w' y   (w' = w / sum w)
-  double yy_sum;  // YY = sum w' y^2
-};
+using BatchStats = LombScargleRowStats;
 
 // ---- prep ----------------------------------------------------------------------------
 template <typename T>
@@ -417,6 +414,27 @@ cudaError_t LaunchVariant(DType dtype, const LombScargleArgs& a, LombScargleResu
 }
 
 }  // namespace
+
+cudaError_t LaunchLombScarglePrep(DType dtype, const LombScargleArgs& a, void* wn, void* wy,
+                                  LombScargleRowStats* stats, LombScargleResult* result,
+                                  const LaunchEnv& env) {
+  GC_REQUIRE(result != nullptr && a.batch >= 1 && a.samples >= 1 && a.y != nullptr);
+  GC_TRY(cudaMemsetAsync(result, 0xff, sizeof(LombScargleResult), env.stream));
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(a.batch, 65535));
+  if (dtype == DType::kFloat32) {
+    PrepKernel<float><<<grid, PrepPolicy::kThreads, 0, env.stream>>>(
+        static_cast<const float*>(a.y), static_cast<const float*>(a.weights), a.weights_batched,
+        a.batch, a.samples, a.precenter, static_cast<float*>(wn), static_cast<float*>(wy), stats,
+        result);
+  } else {
+    PrepKernel<double><<<grid, PrepPolicy::kThreads, 0, env.stream>>>(
+        static_cast<const double*>(a.y), static_cast<const double*>(a.weights), a.weights_batched,
+        a.batch, a.samples, a.precenter, static_cast<double*>(wn), static_cast<double*>(wy), stats,
+        result);
+  }
+  GC_CHECK_LAUNCH();
+  return cudaSuccess;
+}
 
 cudaError_t LaunchLombScargle(DType dtype, const LombScargleArgs& a, LombScargleResult* result,
                               const LaunchEnv& env) {

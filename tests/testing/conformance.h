@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/lombscargle_nufft.h"
 #include "tests/testing/arrays.h"
 #include "tests/testing/tensors.h"
 
@@ -53,6 +54,7 @@ inline void ExpectWithin(const std::vector<double>& got, const std::vector<doubl
 // (6e-8) with margin; float64 keeps a few roundings of slack for libm and sum order.
 struct CpuSubject {
   static constexpr const char* kName = "cpu";
+  static constexpr bool kHasNufft = true;
   static absl::StatusOr<std::unique_ptr<Backend>> Create() { return CreateCpuBackend(2); }
   template <typename T>
   static Tolerance For(Check check) {
@@ -76,6 +78,7 @@ struct CpuSubject {
 // (N = 3 and 5, __sincosf's worst error on every call) the worst reached 30.
 struct CudaSubject {
   static constexpr const char* kName = "cuda";
+  static constexpr bool kHasNufft = true;
   static absl::StatusOr<std::unique_ptr<Backend>> Create() {
     BackendOptions options;
     options.kind = BackendKind::kCuda;
@@ -229,16 +232,23 @@ struct LombScargleCase {
   bool sinusoid = false;   // x over [0, 1000), y a noisy sine per row; else uniform noise
 };
 
+// The NUFFT keeps its promise: powers within options.accuracy of the float64
+// direct sums on the row's largest power (float32: and the output's rounding).
+inline double NufftBound(const LombScargleOptions& options, bool float32) {
+  return std::max(options.accuracy, float32 ? 1e-6 : 0.0);
+}
+
 template <typename P>
 class LombScargleConformance : public BackendConformance<P> {
  protected:
   void Check(const LombScargleCase& c) {
     const std::string what = absl::StrCat(
-        "N=", c.samples, " M=", c.frequencies, " batching=", static_cast<int>(c.batching),
+        "method=", LombScargleMethodName(c.options.method), " N=", c.samples, " M=", c.frequencies, " batching=", static_cast<int>(c.batching),
         " weights=", static_cast<int>(c.weights), " freqs=", static_cast<int>(c.freqs),
         " precenter=", c.options.precenter, " normalize=", c.options.normalize,
         " floating_mean=", c.options.floating_mean, " sinusoid=", c.sinusoid);
     SCOPED_TRACE(what);
+    if (c.options.method == LombScargleMethod::kNufft && !P::Subject::kHasNufft) return;
     const int64_t batch = c.batching == Batching::kNone ? 1 : c.batch;
     const int64_t n = c.samples, m = c.frequencies;
     if (Sanitized() && batch * n * m > 5000000) return;
@@ -270,16 +280,28 @@ class LombScargleConformance : public BackendConformance<P> {
     if (c.freqs == Freqs::kRandomArray) freqs = this->Uniform(m, 0.01, 10);
     std::shared_ptr<Array> freq_array;
     if (c.freqs != Freqs::kGrid) freq_array = this->Upload({m}, freqs);
+    // An explicit NUFFT takes a float32 linspace as the even grid through its ends.
+    if (c.options.method == LombScargleMethod::kNufft && c.freqs == Freqs::kLinspaceArray) {
+      for (int64_t k = 1; k + 1 < m; ++k) {
+        freqs[k] = freqs[0] + static_cast<double>(k) * ((freqs[m - 1] - freqs[0]) / (m - 1));
+      }
+    }
     auto out = this->Poisoned(c.batching == Batching::kNone ? Shape{m} : Shape{batch, m});
     absl::Status status = this->backend_->LombScargle(*x_array, *y_array, w_array.get(),
                                                       freq_array.get(), grid, c.options, *out, this->ctx_);
     ASSERT_TRUE(status.ok()) << status.message();
+    const bool nufft = this->ctx_.method == "nufft";
+    if (c.options.method != LombScargleMethod::kAuto) {
+      EXPECT_EQ(this->ctx_.method, LombScargleMethodName(c.options.method));
+    }
     std::vector<LombScargleConditioning> conditioning;
     const std::vector<double> expected =
         LombScarglePowers(x, x_batched, y, w_array ? &w : nullptr, c.weights == Weights::kPerRow,
                           freqs, batch, n, c.options, &conditioning);
     const std::vector<double> actual = this->Download(*out);
-    const Tolerance tolerance = this->ToleranceFor(Check::kLombScargle);
+    const Tolerance tolerance =
+        nufft ? Tolerance{.atol = NufftBound(c.options, sizeof(typename P::Element) == 4)}
+              : this->ToleranceFor(Check::kLombScargle);
     if (tolerance.conditioned >= 0) {
       std::vector<double> bounds(conditioning.size());
       for (size_t k = 0; k < bounds.size(); ++k) {

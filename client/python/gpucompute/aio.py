@@ -37,8 +37,12 @@ class Client(ClientApi[Awaitable[Result], Awaitable[DeviceArray], Awaitable[str]
         return grpc.aio.insecure_channel(self.target, options=options)
 
     async def close(self) -> None:
-        for channel in [self._channel] + self._stripe_channels:
-            await channel.close()
+        """Unregisters this client's shared memory, then closes the channels."""
+        try:
+            await self._call("close", None, self._free_all_shared())
+        finally:
+            for channel in [self._channel] + self._stripe_channels:
+                await channel.close()
 
     async def __aenter__(self) -> "Client":
         return self

@@ -5,6 +5,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, List, Optional, Tuple, Union
 
 import grpc
+import grpc.experimental
 
 from ._api import DEFAULT_UPLOAD_THRESHOLD, ClientApi
 from ._device_array import DeviceArray
@@ -26,13 +27,21 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
 
     def _connect(self, credentials: Optional[grpc.ChannelCredentials],
                  options: List[Tuple[str, Any]]) -> Any:
+        # Result streams read on the calling thread: without this option grpc starts
+        # a thread for every streaming call made while no other is open (about
+        # 100 us of a small call's time).
+        options = [(grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1)] + options
         if credentials is not None:
             return grpc.secure_channel(self.target, credentials, options=options)
         return grpc.insecure_channel(self.target, options=options)
 
     def close(self) -> None:
-        for channel in [self._channel] + self._stripe_channels:
-            channel.close()
+        """Unregisters this client's shared memory, then closes the channels."""
+        try:
+            self._call("close", None, self._free_all_shared())
+        finally:
+            for channel in [self._channel] + self._stripe_channels:
+                channel.close()
 
     def __enter__(self) -> "Client":
         return self

@@ -15,6 +15,11 @@ using google::protobuf::io::CodedOutputStream;
 
 // Field 2, length-delimited: ResultChunk.data, ResultData.data, UploadRequest.data.
 constexpr uint8_t kField2Bytes = 0x12;
+// Field 1 / 3, length-delimited: ResultComplete.header / trailer.
+constexpr uint8_t kField1Bytes = 0x0A;
+constexpr uint8_t kField3Bytes = 0x1A;
+// Field 140, length-delimited: ResultChunk.complete.
+constexpr uint32_t kCompleteTag = (140 << 3) | 2;
 // Field 1, varint: ResultData.offset.
 constexpr uint8_t kField1Varint = 0x08;
 // The longest framing before a payload: two tags, three 10-byte varints.
@@ -112,6 +117,37 @@ grpc::ByteBuffer UploadDataMessage(grpc::Slice payload) {
   uint8_t prefix[kMaxPrefixBytes];
   const uint8_t* end = WriteTagAndLength(kField2Bytes, payload.size(), prefix);
   return PrefixAnd(prefix, end - prefix, std::move(payload));
+}
+
+grpc::ByteBuffer ResultCompleteMessage(const google::protobuf::MessageLite& header,
+                                       grpc::Slice payload,
+                                       const google::protobuf::MessageLite& trailer) {
+  const std::string header_bytes = header.SerializeAsString();
+  const std::string trailer_bytes = trailer.SerializeAsString();
+  const uint64_t n = payload.size();
+  const uint64_t header_field =
+      1 + CodedOutputStream::VarintSize64(header_bytes.size()) + header_bytes.size();
+  const uint64_t data_field = n == 0 ? 0 : 1 + CodedOutputStream::VarintSize64(n) + n;
+  const uint64_t trailer_field =
+      1 + CodedOutputStream::VarintSize64(trailer_bytes.size()) + trailer_bytes.size();
+  // Fields in number order, as protobuf serializes them: header, data, trailer.
+  std::string prefix(kMaxPrefixBytes + header_bytes.size(), '\0');
+  uint8_t* const begin = reinterpret_cast<uint8_t*>(prefix.data());
+  uint8_t* out = CodedOutputStream::WriteVarint32ToArray(kCompleteTag, begin);
+  out = CodedOutputStream::WriteVarint64ToArray(header_field + data_field + trailer_field, out);
+  out = WriteTagAndLength(kField1Bytes, header_bytes.size(), out);
+  out = std::copy(header_bytes.begin(), header_bytes.end(), out);
+  if (n > 0) out = WriteTagAndLength(kField2Bytes, n, out);
+  prefix.resize(out - begin);
+  std::string suffix(1 + CodedOutputStream::VarintSize64(trailer_bytes.size()), '\0');
+  WriteTagAndLength(kField3Bytes, trailer_bytes.size(), reinterpret_cast<uint8_t*>(suffix.data()));
+  suffix += trailer_bytes;
+  grpc::Slice slices[3] = {grpc::Slice(prefix), std::move(payload), grpc::Slice(suffix)};
+  if (n == 0) {
+    grpc::Slice parts[2] = {std::move(slices[0]), std::move(slices[2])};
+    return grpc::ByteBuffer(parts, 2);
+  }
+  return grpc::ByteBuffer(slices, 3);
 }
 
 grpc::ByteBuffer SerializedMessage(const google::protobuf::MessageLite& message) {

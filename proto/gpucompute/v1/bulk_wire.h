@@ -1,5 +1,6 @@
 // The two bulk messages of API v1 on the wire without a copy through protobuf:
-// ResultChunk{data: ResultData{offset, data}} and UploadRequest{data}.
+// ResultChunk{data: ResultData{offset, data}}, ResultChunk{complete} and
+// UploadRequest{data}.
 //
 // Built: a few bytes of tags and lengths in one slice, then the payload slice as
 // given (memory the sender already holds: a host array, a chunk copied from a
@@ -64,6 +65,11 @@ std::optional<DataPayload> FindUploadData(const MessageBytes& bytes);
 // The messages around `payload`, which they reference.
 grpc::ByteBuffer ResultDataMessage(uint64_t offset, grpc::Slice payload);
 grpc::ByteBuffer UploadDataMessage(grpc::Slice payload);
+// ResultChunk{complete: ResultComplete{header, data, trailer}}: the header's and
+// the trailer's bytes around `payload` (empty: no data field, as for a kept result).
+grpc::ByteBuffer ResultCompleteMessage(const google::protobuf::MessageLite& header,
+                                       grpc::Slice payload,
+                                       const google::protobuf::MessageLite& trailer);
 // Any other (small) message, serialized.
 grpc::ByteBuffer SerializedMessage(const google::protobuf::MessageLite& message);
 // Parses a whole received message; false when it is not a valid `message`.
