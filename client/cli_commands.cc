@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <utility>
 
 #include "absl/status/statusor.h"
@@ -12,6 +13,7 @@
 #include "client/cli_parse.h"
 #include "client/format.h"
 #include "client/npy.h"
+#include "client/npy_mapped.h"
 #include "client/operand_resolver.h"
 #include "client/progress_bar.h"
 #include "client/tensor.h"
@@ -49,7 +51,8 @@ absl::Status RunInfo(const CliConfig&, Client& client, const Args&) {
 
 absl::Status RunUpload(const CliConfig& config, Client& client, const Args& args) {
   const std::string& path = args[0];
-  GC_ASSIGN_OR_RETURN(const NpyArray array, ReadNpyFile(path));
+  // Mapped, not read: the upload sends from the page cache.
+  GC_ASSIGN_OR_RETURN(const MappedNpy array, MapNpyFile(path));
   const std::string name =
       config.Given("name") ? config.name : std::filesystem::path(path).filename().string();
   GC_ASSIGN_OR_RETURN(
@@ -67,15 +70,27 @@ absl::Status RunUpload(const CliConfig& config, Client& client, const Args& args
 absl::Status RunDownload(const CliConfig& config, Client& client, const Args& args) {
   const std::string& id = args[0];
   const std::string& path = args[1];
-  GC_ASSIGN_OR_RETURN(const Result result,
-                      WithProgressBar(absl::StrCat("download ", id), config.show_progress,
-                                      [&](const ProgressCallback& progress) {
-                                        return client.Download(id, config.chunk_bytes, progress);
-                                      }));
+  // The chunks land straight in the mapped output file, created once the header
+  // gives the shape.
+  std::optional<NpyOutputFile> file;
+  const ResultDestination destination =
+      [&](const v1::ResultHeader& header) -> absl::StatusOr<char*> {
+    GC_ASSIGN_OR_RETURN(file, NpyOutputFile::Create(path, header.dtype(), ShapeOf(header.shape())));
+    return file->data();
+  };
+  absl::StatusOr<Result> downloaded =
+      WithProgressBar(absl::StrCat("download ", id), config.show_progress,
+                      [&](const ProgressCallback& progress) {
+                        return client.DownloadTo(id, destination, config.chunk_bytes, progress);
+                      });
+  if (!downloaded.ok() && file.has_value()) {
+    file.reset();
+    std::filesystem::remove(path);  // no partial file is left behind
+  }
+  GC_ASSIGN_OR_RETURN(const Result result, std::move(downloaded));
   const Shape shape = ShapeOf(result.header.shape());
-  GC_RETURN_IF_ERROR(WriteNpyFile(path, result.header.dtype(), shape, result.data));
   absl::PrintF("wrote %s: %s %s, %s\n", path, DTypeName(result.header.dtype()),
-               ShapeToString(shape), FormatBytes(result.data.size()));
+               ShapeToString(shape), FormatBytes(result.header.total_bytes()));
   return absl::OkStatus();
 }
 

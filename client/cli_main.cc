@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "client/bulk_memory.h"
 #include "client/cli_commands.h"
 #include "client/cli_parse.h"
 #include "client/client.h"
@@ -207,6 +208,7 @@ absl::Status Run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   namespace cli = gpucompute::client;
+  cli::TuneMallocForBulkTransfers();
   const absl::Status status = cli::Run(argc, argv);
   if (status.ok()) return 0;
   if (cli::IsUsageError(status)) {

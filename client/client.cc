@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "gpucompute/v1/bulk_wire.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -20,15 +21,45 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
   return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), arguments);
 }
 
+std::vector<std::shared_ptr<grpc::Channel>> MakeStripeChannels(const std::string& target,
+                                                               int count,
+                                                               const ChannelOptions& options) {
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (int i = 0; i < count; ++i) {
+    grpc::ChannelArguments arguments;
+    arguments.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
+    arguments.SetMaxSendMessageSize(options.max_send_message_bytes);
+    arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    channels.push_back(
+        grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), arguments));
+  }
+  return channels;
+}
+
 absl::Status ToAbslStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
   // gRPC and Abseil share the canonical code numbering.
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
+namespace {
+
+using grpc::internal::RpcMethod;
+
+}  // namespace
+
 Client::Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options)
     : options_(options),
-      compute_(v1::Compute::NewStub(channel)),
+      channel_(channel),
+      upload_method_("/gpucompute.v1.Buffers/Upload", RpcMethod::CLIENT_STREAMING, channel),
+      download_method_("/gpucompute.v1.Buffers/Download", RpcMethod::SERVER_STREAMING, channel),
+      discount_product_method_("/gpucompute.v1.Compute/DiscountProduct",
+                               RpcMethod::SERVER_STREAMING, channel),
+      haversine_grid_method_("/gpucompute.v1.Compute/HaversineGrid", RpcMethod::SERVER_STREAMING,
+                             channel),
+      normalize_method_("/gpucompute.v1.Compute/Normalize", RpcMethod::SERVER_STREAMING, channel),
+      lomb_scargle_method_("/gpucompute.v1.Compute/LombScargle", RpcMethod::SERVER_STREAMING,
+                           channel),
       buffers_(v1::Buffers::NewStub(channel)),
       server_(v1::Server::NewStub(channel)),
       shared_memory_(v1::SharedMemory::NewStub(channel)),
@@ -51,16 +82,42 @@ absl::StatusOr<Response> Client::Unary(
   return response;
 }
 
-template <typename Stub, typename Request>
-absl::StatusOr<Result> Client::ResultStream(
-    Stub& stub,
-    std::unique_ptr<grpc::ClientReader<v1::ResultChunk>> (Stub::*rpc)(grpc::ClientContext*,
-                                                                        const Request&),
-    const Request& request, bool expect_data, const ProgressCallback& progress) const {
+ResultAssembler::Options Client::AssemblerOptions(bool expect_data,
+                                                  const ProgressCallback& progress) const {
+  return {.expect_data = expect_data,
+          .max_result_bytes = options_.max_result_bytes,
+          .progress = progress};
+}
+
+absl::StatusOr<Result> Client::ResultStream(const RpcMethod& method,
+                                            const google::protobuf::MessageLite& request,
+                                            ResultAssembler::Options options,
+                                            grpc::Channel* channel) const {
   grpc::ClientContext context;
   SetDeadline(context);
-  std::unique_ptr<grpc::ClientReader<v1::ResultChunk>> reader = (stub.*rpc)(&context, request);
-  return ReadResultStream(context, *reader, expect_data, progress);
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+          channel != nullptr ? channel : channel_.get(),
+          // A method registered with the client's channel; on another, unregistered.
+          channel != nullptr ? RpcMethod(method.name(), method.method_type()) : method, &context,
+          v1::wire::SerializedMessage(request)));
+  ResultAssembler assembler(std::move(options));
+  grpc::ByteBuffer message;
+  absl::Status framing = absl::OkStatus();
+  while (reader->Read(&message)) {
+    framing = assembler.AddBytes(message);
+    if (!framing.ok()) {
+      // Stop the server streaming the rest; Read returns false once cancelled.
+      context.TryCancel();
+      while (reader->Read(&message)) {
+      }
+      break;
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  GC_RETURN_IF_ERROR(framing);
+  GC_RETURN_IF_ERROR(ToAbslStatus(status));
+  return std::move(assembler).Finish();
 }
 
 absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Client::Health(
@@ -86,25 +143,41 @@ absl::StatusOr<v1::BufferInfo> Client::Upload(const std::string& name, v1::DType
                                                    " needs ", expected, " bytes, got ",
                                                    data.size()));
   }
-  const size_t chunk_bytes = std::max<uint32_t>(options_.upload_chunk_bytes, 1);
-
-  grpc::ClientContext context;
-  SetDeadline(context);
-  v1::BufferInfo info;
-  std::unique_ptr<grpc::ClientWriter<v1::UploadRequest>> writer = buffers_->Upload(&context, &info);
-
-  v1::UploadRequest message;
-  v1::UploadHeader& header = *message.mutable_header();
+  v1::UploadHeader header;
   header.set_name(name);
   header.set_dtype(dtype);
   header.mutable_shape()->Add(shape.begin(), shape.end());
+  if (options_.stripes > 1 && data.size() > options_.stripe_bytes) {
+    return StripedUpload(std::move(header), data, progress);
+  }
+  return UploadStream(*channel_, header, data, progress);
+}
+
+absl::StatusOr<v1::BufferInfo> Client::UploadStream(grpc::Channel& channel,
+                                                    const v1::UploadHeader& header,
+                                                    absl::string_view data,
+                                                    const ProgressCallback& progress) const {
+  const size_t chunk_bytes = std::max<uint32_t>(options_.upload_chunk_bytes, 1);
+  grpc::ClientContext context;
+  SetDeadline(context);
+  v1::BufferInfo info;
+  // The client's own channel has the method registered; another calls it unregistered.
+  const RpcMethod method = &channel == channel_.get()
+                               ? upload_method_
+                               : RpcMethod(upload_method_.name(), RpcMethod::CLIENT_STREAMING);
+  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(&channel, method, &context,
+                                                                    &info));
+  v1::UploadRequest message;
+  *message.mutable_header() = header;
   // A failed Write means the server already ended the call; Finish says why.
-  bool open = writer->Write(message);
+  bool open = writer->Write(v1::wire::SerializedMessage(message));
   if (progress) progress(0, data.size());
   for (size_t offset = 0; open && offset < data.size(); offset += chunk_bytes) {
     const size_t length = std::min(chunk_bytes, data.size() - offset);
-    message.set_data(data.data() + offset, length);
-    open = writer->Write(message);
+    // gRPC sends from `data` itself, which outlives the call.
+    open = writer->Write(v1::wire::UploadDataMessage(
+        grpc::Slice(data.data() + offset, length, grpc::Slice::STATIC_SLICE)));
     if (open && progress) progress(offset + length, data.size());
   }
   if (open) writer->WritesDone();
@@ -123,11 +196,26 @@ absl::StatusOr<v1::BufferInfo> Client::Upload(const std::string& name, const v1:
 
 absl::StatusOr<Result> Client::Download(const std::string& buffer_id, uint32_t chunk_bytes,
                                         const ProgressCallback& progress) {
+  return DownloadTo(buffer_id, {}, chunk_bytes, progress);
+}
+
+absl::StatusOr<Result> Client::DownloadTo(const std::string& buffer_id,
+                                          const ResultDestination& destination,
+                                          uint32_t chunk_bytes, const ProgressCallback& progress) {
+  if (options_.stripes > 1) return StripedDownload(buffer_id, destination, chunk_bytes, progress);
   v1::DownloadRequest request;
   request.set_buffer_id(buffer_id);
   request.set_chunk_bytes(chunk_bytes);
-  return ResultStream(*buffers_, &v1::Buffers::Stub::Download, request, /*expect_data=*/true,
-                      progress);
+  ResultAssembler::Options options = AssemblerOptions(/*expect_data=*/true, progress);
+  options.destination = destination;
+  return ResultStream(download_method_, request, std::move(options));
+}
+
+absl::StatusOr<v1::UploadStatusResponse> Client::UploadStatus(
+    const std::string& session_token) const {
+  v1::UploadStatusRequest request;
+  request.set_session_token(session_token);
+  return Unary(*buffers_, &v1::Buffers::Stub::UploadStatus, request);
 }
 
 absl::StatusOr<uint64_t> Client::Delete(const std::string& buffer_id) {
@@ -179,57 +267,31 @@ absl::StatusOr<v1::ListResponse> Client::List() {
 }
 
 template <typename Request>
-absl::StatusOr<Result> Client::Compute(
-    std::unique_ptr<grpc::ClientReader<v1::ResultChunk>> (v1::Compute::Stub::*rpc)(
-        grpc::ClientContext*, const Request&),
-    const Request& request, const ProgressCallback& progress) {
+absl::StatusOr<Result> Client::Compute(const RpcMethod& method, const Request& request,
+                                       const ProgressCallback& progress) const {
   const bool streamed =
       !request.output().keep_on_device() && !request.output().has_shared_memory();
-  return ResultStream(*compute_, rpc, request, streamed, progress);
+  return ResultStream(method, request, AssemblerOptions(streamed, progress));
 }
 
 absl::StatusOr<Result> Client::DiscountProduct(const v1::DiscountProductRequest& request,
                                                const ProgressCallback& progress) {
-  return Compute(&v1::Compute::Stub::DiscountProduct, request, progress);
+  return Compute(discount_product_method_, request, progress);
 }
 
 absl::StatusOr<Result> Client::HaversineGrid(const v1::HaversineGridRequest& request,
                                              const ProgressCallback& progress) {
-  return Compute(&v1::Compute::Stub::HaversineGrid, request, progress);
+  return Compute(haversine_grid_method_, request, progress);
 }
 
 absl::StatusOr<Result> Client::Normalize(const v1::NormalizeRequest& request,
                                          const ProgressCallback& progress) {
-  return Compute(&v1::Compute::Stub::Normalize, request, progress);
+  return Compute(normalize_method_, request, progress);
 }
 
 absl::StatusOr<Result> Client::LombScargle(const v1::LombScargleRequest& request,
                                            const ProgressCallback& progress) {
-  return Compute(&v1::Compute::Stub::LombScargle, request, progress);
-}
-
-absl::StatusOr<Result> Client::ReadResultStream(
-    grpc::ClientContext& context, grpc::ClientReaderInterface<v1::ResultChunk>& reader,
-    bool expect_data, const ProgressCallback& progress) const {
-  ResultAssembler assembler({.expect_data = expect_data,
-                             .max_result_bytes = options_.max_result_bytes,
-                             .progress = progress});
-  v1::ResultChunk chunk;
-  absl::Status framing = absl::OkStatus();
-  while (reader.Read(&chunk)) {
-    framing = assembler.Add(chunk);
-    if (!framing.ok()) {
-      // Stop the server streaming the rest; Read returns false once cancelled.
-      context.TryCancel();
-      while (reader.Read(&chunk)) {
-      }
-      break;
-    }
-  }
-  const grpc::Status status = reader.Finish();
-  GC_RETURN_IF_ERROR(framing);
-  GC_RETURN_IF_ERROR(ToAbslStatus(status));
-  return std::move(assembler).Finish();
+  return Compute(lomb_scargle_method_, request, progress);
 }
 
 }  // namespace gpucompute::client

@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -27,11 +28,13 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
+#include "grpcpp/impl/rpc_method.h"
 #include "grpcpp/support/status.h"
 
 namespace gpucompute::client {
 
-inline constexpr uint32_t kDefaultUploadChunkBytes = 1 << 20;
+// Below every server's message limit (gRPC's default 4 MiB), framing included.
+inline constexpr uint32_t kDefaultUploadChunkBytes = (4 << 20) - (64 << 10);
 
 struct ChannelOptions {
   // gRPC's default of 4 MiB would refuse result chunks larger than that.
@@ -43,6 +46,11 @@ struct ChannelOptions {
 // An insecure channel to `target` ("host:port", "unix:/path", ...).
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
                                            const ChannelOptions& options = {});
+// `count` channels to `target`, each with its own connection (gRPC shares one
+// between channels of equal arguments): for ClientOptions::stripe_channels.
+std::vector<std::shared_ptr<grpc::Channel>> MakeStripeChannels(const std::string& target,
+                                                               int count,
+                                                               const ChannelOptions& options = {});
 
 // The same code and message.
 absl::Status ToAbslStatus(const grpc::Status& status);
@@ -54,6 +62,19 @@ struct ClientOptions {
   uint32_t upload_chunk_bytes = kDefaultUploadChunkBytes;
   // Results declaring more bytes than this fail with RESOURCE_EXHAUSTED.
   uint64_t max_result_bytes = uint64_t{16} << 30;
+  // Striping: a Download larger than stripe_bytes runs as ranged Downloads of
+  // stripe_bytes each, `stripes` at a time, reassembled by offset in place. A
+  // range that fails with UNAVAILABLE (a broken connection) is fetched again, at
+  // most stripe_retries times; any other failure cancels the rest. An Upload
+  // larger than stripe_bytes goes the same way into an upload session
+  // (UploadHeader.session_token, a random token): a range whose stream breaks is
+  // resumed by sending only the bytes UploadStatus does not list.
+  int stripes = 1;
+  uint64_t stripe_bytes = uint64_t{64} << 20;
+  int stripe_retries = 2;
+  // Channels the stripes spread over, round robin (with the client's own first);
+  // empty: all on the client's channel (one connection).
+  std::vector<std::shared_ptr<grpc::Channel>> stripe_channels;
 };
 
 class Client {
@@ -75,6 +96,13 @@ class Client {
   // chunk_bytes 0 lets the server pick its default.
   absl::StatusOr<Result> Download(const std::string& buffer_id, uint32_t chunk_bytes = 0,
                                   const ProgressCallback& progress = {});
+  // The same, the bytes written where `destination` says (Result::data stays empty).
+  absl::StatusOr<Result> DownloadTo(const std::string& buffer_id,
+                                    const ResultDestination& destination,
+                                    uint32_t chunk_bytes = 0,
+                                    const ProgressCallback& progress = {});
+  // The byte ranges an upload session (UploadHeader.session_token) has received.
+  absl::StatusOr<v1::UploadStatusResponse> UploadStatus(const std::string& session_token) const;
   // Returns the bytes freed.
   absl::StatusOr<uint64_t> Delete(const std::string& buffer_id);
   // Every buffer of the caller, following List's pages.
@@ -110,25 +138,51 @@ class Client {
       Stub& stub,
       grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&, Response*),
       const Request& request) const;
-  // One RPC of `stub` that streams a result back, reassembled.
-  template <typename Stub, typename Request>
-  absl::StatusOr<Result> ResultStream(
-      Stub& stub,
-      std::unique_ptr<grpc::ClientReader<v1::ResultChunk>> (Stub::*rpc)(grpc::ClientContext*,
-                                                                          const Request&),
-      const Request& request, bool expect_data, const ProgressCallback& progress) const;
-  absl::StatusOr<Result> ReadResultStream(grpc::ClientContext& context,
-                                          grpc::ClientReaderInterface<v1::ResultChunk>& reader,
-                                          bool expect_data, const ProgressCallback& progress) const;
+  // One RPC that streams a result back, read as raw messages and reassembled
+  // (data copied once, from the received slices to its place).
+  absl::StatusOr<Result> ResultStream(const grpc::internal::RpcMethod& method,
+                                      const google::protobuf::MessageLite& request,
+                                      ResultAssembler::Options options,
+                                      grpc::Channel* channel = nullptr) const;
   // One Compute RPC: data is expected unless the request keeps its result on the device.
   template <typename Request>
-  absl::StatusOr<Result> Compute(
-      std::unique_ptr<grpc::ClientReader<v1::ResultChunk>> (v1::Compute::Stub::*rpc)(
-          grpc::ClientContext*, const Request&),
-      const Request& request, const ProgressCallback& progress);
+  absl::StatusOr<Result> Compute(const grpc::internal::RpcMethod& method, const Request& request,
+                                 const ProgressCallback& progress) const;
+  ResultAssembler::Options AssemblerOptions(bool expect_data,
+                                            const ProgressCallback& progress) const;
+  // One Upload stream on `channel` carrying `header` and then `data`.
+  absl::StatusOr<v1::BufferInfo> UploadStream(grpc::Channel& channel,
+                                              const v1::UploadHeader& header,
+                                              absl::string_view data,
+                                              const ProgressCallback& progress) const;
+  // Upload by ranges on several streams into one upload session.
+  absl::StatusOr<v1::BufferInfo> StripedUpload(v1::UploadHeader header, absl::string_view data,
+                                               const ProgressCallback& progress);
+  // One range of a session upload, sent again where a broken stream left gaps.
+  absl::StatusOr<v1::BufferInfo> UploadRange(grpc::Channel& channel, v1::UploadHeader header,
+                                             absl::string_view data, uint64_t begin,
+                                             uint64_t end) const;
+  // The session's received ranges within [begin, end): what still has to be sent.
+  absl::StatusOr<std::vector<std::pair<uint64_t, uint64_t>>> MissingRanges(
+      const std::string& token, uint64_t begin, uint64_t end) const;
+  // Download by ranges on several streams (ClientOptions::stripes).
+  absl::StatusOr<Result> StripedDownload(const std::string& buffer_id,
+                                         const ResultDestination& destination,
+                                         uint32_t chunk_bytes, const ProgressCallback& progress);
+  // One ranged Download into `destination` (the whole result's memory), on
+  // `channel`, retried on UNAVAILABLE.
+  absl::Status DownloadRange(grpc::Channel& channel, const v1::DownloadRequest& request,
+                             uint64_t total_bytes, char* destination) const;
 
   ClientOptions options_;
-  std::unique_ptr<v1::Compute::Stub> compute_;
+  std::shared_ptr<grpc::Channel> channel_;
+  // The bulk methods, called with raw bytes (proto/gpucompute/v1/bulk_wire.h).
+  const grpc::internal::RpcMethod upload_method_;
+  const grpc::internal::RpcMethod download_method_;
+  const grpc::internal::RpcMethod discount_product_method_;
+  const grpc::internal::RpcMethod haversine_grid_method_;
+  const grpc::internal::RpcMethod normalize_method_;
+  const grpc::internal::RpcMethod lomb_scargle_method_;
   std::unique_ptr<v1::Buffers::Stub> buffers_;
   std::unique_ptr<v1::Server::Stub> server_;
   std::unique_ptr<v1::SharedMemory::Stub> shared_memory_;

@@ -406,18 +406,33 @@ absl::StatusOr<T> WithPath(absl::StatusOr<T> value, const std::string& path) {
   return WithPath(value.status(), path);
 }
 
+// The header of a whole .npy file held in memory.
+absl::StatusOr<Header> ParseFileHeader(absl::string_view file_bytes) {
+  GC_ASSIGN_OR_RETURN(const Prelude prelude, ParsePrelude(file_bytes));
+  GC_RETURN_IF_ERROR(CheckHeaderSize(prelude, file_bytes.size()));
+  return ParseHeader(prelude, file_bytes.substr(prelude.prelude_bytes, prelude.header_bytes),
+                     file_bytes.size());
+}
+
 }  // namespace
 
 absl::StatusOr<NpyArray> ParseNpy(absl::string_view file_bytes) {
-  GC_ASSIGN_OR_RETURN(const Prelude prelude, ParsePrelude(file_bytes));
-  GC_RETURN_IF_ERROR(CheckHeaderSize(prelude, file_bytes.size()));
-  GC_ASSIGN_OR_RETURN(
-      Header header,
-      ParseHeader(prelude, file_bytes.substr(prelude.prelude_bytes, prelude.header_bytes),
-                  file_bytes.size()));
+  GC_ASSIGN_OR_RETURN(Header header, ParseFileHeader(file_bytes));
   std::string data(file_bytes.substr(header.data_offset));
   ToLittleEndianCOrder(header, data);
   return NpyArray{header.dtype, std::move(header.shape), std::move(data)};
+}
+
+absl::StatusOr<NpyLayout> ParseNpyLayout(absl::string_view file_bytes) {
+  GC_ASSIGN_OR_RETURN(Header header, ParseFileHeader(file_bytes));
+  const bool in_place =
+      !header.big_endian && (!header.fortran_order || LayoutsCoincide(header.shape));
+  return NpyLayout{header.dtype, std::move(header.shape), header.data_offset, in_place};
+}
+
+absl::StatusOr<std::string> NpyHeader(v1::DType dtype, std::span<const int64_t> shape) {
+  GC_ASSIGN_OR_RETURN(const uint64_t bytes, ByteCount(dtype, shape));
+  return SerializeHeader(dtype, shape, bytes);
 }
 
 absl::StatusOr<std::string> SerializeNpy(v1::DType dtype, std::span<const int64_t> shape,

@@ -41,7 +41,21 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view file_bytes);
 absl::StatusOr<std::string> SerializeNpy(v1::DType dtype, std::span<const int64_t> shape,
                                          absl::string_view data);
 
-// File versions of the above; errors name the path.
+// Where a .npy file held in memory keeps its data, and whether that data is
+// already little-endian C order (usable in place, without a copy).
+struct NpyLayout {
+  v1::DType dtype = v1::DTYPE_UNSPECIFIED;
+  Shape shape;
+  uint64_t data_offset = 0;
+  bool in_place = false;
+};
+absl::StatusOr<NpyLayout> ParseNpyLayout(absl::string_view file_bytes);
+
+// The bytes of a .npy file before the data of an array of dtype and shape.
+absl::StatusOr<std::string> NpyHeader(v1::DType dtype, std::span<const int64_t> shape);
+
+// File versions of the above; errors name the path. (client/npy_mapped.h maps
+// files instead of reading them, for large arrays.)
 absl::StatusOr<NpyArray> ReadNpyFile(const std::string& path);
 absl::Status WriteNpyFile(const std::string& path, v1::DType dtype, std::span<const int64_t> shape,
                           absl::string_view data);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/cli_parse.h"
 #include "client/npy.h"
+#include "client/npy_mapped.h"
 #include "client/progress_bar.h"
 #include "common/status_macros.h"
 
@@ -27,7 +28,8 @@ absl::StatusOr<v1::Operand> OperandResolver::Resolve(absl::string_view spec,
   GC_ASSIGN_OR_RETURN(OperandSpec parsed, ParseOperandSpec(spec, flag));
   if (parsed.kind == OperandSpec::Kind::kBuffer) return BufferOperand(std::move(parsed.value));
 
-  GC_ASSIGN_OR_RETURN(NpyArray array, ReadNpyFile(parsed.value));
+  // Mapped, not read: a large operand is uploaded from the page cache.
+  GC_ASSIGN_OR_RETURN(const MappedNpy array, MapNpyFile(parsed.value));
   if (shared_memory_) {
     absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(
         client_, std::max<uint64_t>(array.data.size(), 1), parsed.value);
@@ -42,7 +44,7 @@ absl::StatusOr<v1::Operand> OperandResolver::Resolve(absl::string_view spec,
   }
   if (array.data.size() <= inline_limit_bytes_) {
     GC_ASSIGN_OR_RETURN(v1::Tensor tensor,
-                        MakeTensor(array.dtype, array.shape, std::move(array.data)));
+                        MakeTensor(array.dtype, array.shape, std::string(array.data)));
     return TensorOperand(std::move(tensor));
   }
   const std::string name = std::filesystem::path(parsed.value).filename().string();

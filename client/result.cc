@@ -1,11 +1,14 @@
 #include "client/result.h"
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "client/tensor.h"
 #include "common/status_macros.h"
+#include "gpucompute/v1/bulk_wire.h"
 
 namespace gpucompute::client {
 
@@ -22,8 +25,12 @@ absl::Status ResultAssembler::Add(const v1::ResultChunk& chunk) {
   switch (chunk.kind_case()) {
     case v1::ResultChunk::kHeader:
       return AddHeader(chunk.header());
-    case v1::ResultChunk::kData:
-      return AddData(chunk.data().offset(), chunk.data().data());
+    case v1::ResultChunk::kData: {
+      const std::string& bytes = chunk.data().data();
+      return AddData(chunk.data().offset(), bytes.size(), [&bytes](char* destination) {
+        std::memcpy(destination, bytes.data(), bytes.size());
+      });
+    }
     case v1::ResultChunk::kTrailer:
       return AddTrailer(chunk.trailer());
     case v1::ResultChunk::kComplete:
@@ -32,6 +39,21 @@ absl::Status ResultAssembler::Add(const v1::ResultChunk& chunk) {
       break;
   }
   return absl::DataLossError("result stream: empty message (no header, data or trailer)");
+}
+
+absl::Status ResultAssembler::AddBytes(const grpc::ByteBuffer& bytes) {
+  const v1::wire::MessageBytes message(bytes);
+  if (std::optional<v1::wire::DataPayload> data = v1::wire::FindResultData(message)) {
+    if (have_trailer_) return absl::DataLossError("result stream: message after the trailer");
+    return AddData(data->offset, data->size, [&](char* destination) {
+      message.CopyOut(data->start, data->size, destination);
+    });
+  }
+  v1::ResultChunk chunk;
+  if (!v1::wire::ParseMessageBytes(bytes, chunk)) {
+    return absl::DataLossError("result stream: a message that is not a ResultChunk");
+  }
+  return Add(chunk);
 }
 
 absl::Status ResultAssembler::AddHeader(const v1::ResultHeader& header) {
@@ -51,10 +73,25 @@ absl::Status ResultAssembler::AddHeader(const v1::ResultHeader& header) {
                                                      " bytes exceeds the client's limit of ",
                                                      options_.max_result_bytes));
   }
+  if (options_.range_begin > header.total_bytes()) {
+    return absl::DataLossError(absl::StrCat("result stream: range starts at ", options_.range_begin,
+                                            " past the result's ", header.total_bytes(), " bytes"));
+  }
+  received_bytes_ = options_.range_begin;
+  range_end_ = options_.range_end == 0 ? header.total_bytes()
+                                       : std::min(options_.range_end, header.total_bytes());
   have_header_ = true;
   result_.header = header;
-  // One allocation for the whole result; chunks are copied into place.
-  if (options_.expect_data) result_.data.resize(header.total_bytes());
+  // One allocation for the whole result (or the caller's memory); chunks are
+  // copied into place.
+  if (options_.expect_data && options_.destination) {
+    absl::StatusOr<char*> destination = options_.destination(header);
+    if (!destination.ok()) return destination.status();
+    destination_ = *destination;
+  } else if (options_.expect_data) {
+    result_.data.resize(header.total_bytes());
+    destination_ = result_.data.data();
+  }
   if (options_.progress) options_.progress(0, header.total_bytes());
   return absl::OkStatus();
 }
@@ -62,13 +99,17 @@ absl::Status ResultAssembler::AddHeader(const v1::ResultHeader& header) {
 absl::Status ResultAssembler::AddComplete(const v1::ResultComplete& complete) {
   GC_RETURN_IF_ERROR(AddHeader(complete.header()));
   // A kept result carries no data (and AddData refuses any).
-  if (options_.expect_data || !complete.data().empty()) {
-    GC_RETURN_IF_ERROR(AddData(0, complete.data()));
+  const std::string& bytes = complete.data();
+  if (options_.expect_data || !bytes.empty()) {
+    GC_RETURN_IF_ERROR(AddData(0, bytes.size(), [&bytes](char* destination) {
+      std::memcpy(destination, bytes.data(), bytes.size());
+    }));
   }
   return AddTrailer(complete.trailer());
 }
 
-absl::Status ResultAssembler::AddData(uint64_t offset, const std::string& bytes) {
+absl::Status ResultAssembler::AddData(uint64_t offset, uint64_t size,
+                                      const std::function<void(char*)>& copy) {
   if (!have_header_) return absl::DataLossError("result stream: data before the header");
   if (!options_.expect_data) {
     return absl::DataLossError("result stream: data chunk although the result was kept on device");
@@ -77,25 +118,22 @@ absl::Status ResultAssembler::AddData(uint64_t offset, const std::string& bytes)
     return absl::DataLossError(absl::StrCat("result stream: chunk at offset ", offset,
                                             ", expected offset ", received_bytes_));
   }
-  const uint64_t total = result_.header.total_bytes();
-  if (bytes.size() > total - received_bytes_) {
-    return absl::DataLossError(absl::StrCat("result stream: chunk of ", bytes.size(),
-                                            " bytes at offset ", offset,
-                                            " overruns the declared ", total, " bytes"));
+  const uint64_t total = range_end_;
+  if (size > total - received_bytes_) {
+    return absl::DataLossError(absl::StrCat("result stream: chunk of ", size, " bytes at offset ",
+                                            offset, " overruns the declared ", total, " bytes"));
   }
-  if (!bytes.empty()) {
-    std::memcpy(result_.data.data() + received_bytes_, bytes.data(), bytes.size());
-  }
-  received_bytes_ += bytes.size();
+  if (size > 0) copy(destination_ + received_bytes_);
+  received_bytes_ += size;
   if (options_.progress) options_.progress(received_bytes_, total);
   return absl::OkStatus();
 }
 
 absl::Status ResultAssembler::AddTrailer(const v1::ResultTrailer& trailer) {
   if (!have_header_) return absl::DataLossError("result stream: trailer before the header");
-  if (options_.expect_data && received_bytes_ != result_.header.total_bytes()) {
+  if (options_.expect_data && received_bytes_ != range_end_) {
     return absl::DataLossError(absl::StrCat("result stream: short data: received ", received_bytes_,
-                                            " of ", result_.header.total_bytes(), " bytes"));
+                                            " of ", range_end_, " bytes"));
   }
   if (!options_.expect_data && !trailer.has_stored_buffer() &&
       trailer.shared_memory_region_id().empty()) {

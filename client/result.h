@@ -9,17 +9,23 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "gpucompute/v1/gpucompute.pb.h"
+#include "grpcpp/support/byte_buffer.h"
 
 namespace gpucompute::client {
 
 // Called as bytes arrive or leave: (bytes done, bytes in total).
 using ProgressCallback = std::function<void(uint64_t done_bytes, uint64_t total_bytes)>;
 
+// Where a result's bytes go, given its header: header.total_bytes() writable bytes
+// (e.g. a memory-mapped output file). Unset: Result::data.
+using ResultDestination = std::function<absl::StatusOr<char*>(const v1::ResultHeader& header)>;
+
 // A compute result or a downloaded buffer.
 struct Result {
   v1::ResultHeader header;
   // header.total_bytes() bytes, little-endian, C order; empty when the result was
-  // kept on the server (trailer.stored_buffer() then describes it).
+  // kept on the server (trailer.stored_buffer() then describes it) or went to a
+  // ResultDestination.
   std::string data;
   v1::ResultTrailer trailer;
 
@@ -41,24 +47,35 @@ class ResultAssembler {
     // Larger declared results fail with RESOURCE_EXHAUSTED before allocating.
     uint64_t max_result_bytes = uint64_t{16} << 30;
     ProgressCallback progress;
+    ResultDestination destination;
+    // A ranged Download: the data chunks cover [range_begin, range_end) of the
+    // result (range_end 0: to the end; cut at the end as the server does).
+    uint64_t range_begin = 0;
+    uint64_t range_end = 0;
   };
 
   explicit ResultAssembler(Options options);
 
   absl::Status Add(const v1::ResultChunk& chunk);
+  // One received message: a data chunk is copied from the received slices
+  // straight to its place (proto/gpucompute/v1/bulk_wire.h); others are parsed.
+  absl::Status AddBytes(const grpc::ByteBuffer& bytes);
   // The result once the stream ended; DATA_LOSS if the trailer never came.
   absl::StatusOr<Result> Finish() &&;
 
  private:
   absl::Status AddHeader(const v1::ResultHeader& header);
-  absl::Status AddData(uint64_t offset, const std::string& bytes);
+  // `size` bytes at `offset`, written by copy(destination).
+  absl::Status AddData(uint64_t offset, uint64_t size, const std::function<void(char*)>& copy);
   absl::Status AddComplete(const v1::ResultComplete& complete);
   absl::Status AddTrailer(const v1::ResultTrailer& trailer);
 
   Options options_;
   bool have_header_ = false;
   bool have_trailer_ = false;
-  uint64_t received_bytes_ = 0;
+  uint64_t received_bytes_ = 0;  // the offset the next chunk must have
+  uint64_t range_end_ = 0;
+  char* destination_ = nullptr;
   Result result_;
 };
 

@@ -31,6 +31,8 @@ def parser(description: str) -> argparse.ArgumentParser:
                    help="bearer token, if the server sits behind an authenticating proxy")
     p.add_argument("--tls", action="store_true", help="connect with TLS (system roots)")
     p.add_argument("--timeout", type=float, default=600.0, help="deadline of each call, s")
+    p.add_argument("--stripes", type=int, default=1,
+                   help="split large uploads and downloads over this many connections")
     return p
 
 
@@ -38,7 +40,8 @@ def connect(args):
     gc = import_gpucompute()
     import grpc
     creds = grpc.ssl_channel_credentials() if args.tls else None
-    client = gc.Client(args.target, credentials=creds, token=args.token, timeout=args.timeout)
+    client = gc.Client(args.target, credentials=creds, token=args.token, timeout=args.timeout,
+                       stripes=args.stripes)
     status = client.health(timeout=min(args.timeout, 30.0))
     info = client.info()
     dev = info.devices[0] if info.devices else None

@@ -67,8 +67,9 @@ def thread_case(client, checks):
                f"transfer_in {ms(t.transfer_in)}")
 
 
-def plan_batches(info, n, d, forced_batch):
-    """Slices of D per batch that the server's device, its quota and this host can hold."""
+def plan_batches(info, n, d, forced_batch, kept):
+    """Slices of D per batch that the server's device, its quota and this host can hold
+    (kept: the result is stored too, and counts against the quota)."""
     per_slice = n * 5 * 8
     factors = per_slice
     device = info.devices[0] if info.devices else None
@@ -77,7 +78,7 @@ def plan_batches(info, n, d, forced_batch):
     host = host_available_bytes()
     # Stored on the server: factors + values batch (quota and device memory); the
     # device also holds the batch's result while it streams back.
-    by_quota = (quota - factors) // per_slice if quota > factors else 0
+    by_quota = (quota - factors) // (per_slice * (2 if kept else 1)) if quota > factors else 0
     by_device = int(0.85 * dev_mem - factors) // (2 * per_slice) if dev_mem else d
     # This host holds the values batch, the streamed result and one slice of check.
     by_host = int(0.6 * host - factors) // (2 * per_slice + 1)
@@ -94,7 +95,10 @@ def plan_batches(info, n, d, forced_batch):
 
 def full_case(client, info, checks, n, d, forced_batch, max_batches):
     print(f"\n== the user's data: factors ({n}, 5) * values ({d}, {n}, 5), float64")
-    batch = plan_batches(info, n, d, forced_batch)
+    # With stripes the result is kept on the server and downloaded over them (a
+    # compute result streams on one stream).
+    striped = client.stripes > 1
+    batch = plan_batches(info, n, d, forced_batch, kept=striped)
     if batch < 1:
         checks("one slice of the full case fits", False, "not even one (n, 5) slice fits")
         return
@@ -116,15 +120,22 @@ def full_case(client, info, checks, n, d, forced_batch, max_batches):
             t0 = time.perf_counter()
             with client.upload(values, name=f"seed000 values {s}:{e}") as v_dev:
                 up_s = time.perf_counter() - t0
-                out, t = client.discount_product(f_dev, v_dev, return_timing=True)
+                out, t = client.discount_product(f_dev, v_dev, return_timing=True,
+                                                 keep_on_device=striped)
+                wall = t.wall
+                if striped:
+                    t0 = time.perf_counter()
+                    with out as out_dev:
+                        out = out_dev.download()
+                    wall += time.perf_counter() - t0
             ok = all(np.array_equal(out[k], factors * values[k]) for k in range(e - s))
             nbytes = values.nbytes
             totals["upload"] += up_s
             totals["compute"] += t.compute
-            totals["wall"] += up_s + t.wall
+            totals["wall"] += up_s + wall
             totals["bytes"] += nbytes
             totals["ok"] &= ok
-            back_s = max(t.wall - t.queue - t.compute, 1e-9)  # the rest: the stream back
+            back_s = max(wall - t.queue - t.compute, 1e-9)  # the rest: the stream back
             print(f"batch {i + 1}/{len(starts)} d[{s}:{e}]: upload {gb(nbytes)} in {ms(up_s)} "
                   f"({rate(nbytes, up_s)}), compute {ms(t.compute)}, result {gb(out.nbytes)} "
                   f"back in {ms(back_s)} ({rate(out.nbytes, back_s)}), check "

@@ -69,6 +69,13 @@ struct OpContext {
   }
 };
 
+// A contiguous run of host memory; a message received over the network arrives
+// as several.
+struct HostPiece {
+  const void* data = nullptr;
+  size_t bytes = 0;
+};
+
 struct GeoPoint {
   double lat = 0;  // degrees
   double lon = 0;
@@ -144,6 +151,18 @@ class Backend {
                                    Array& dst) = 0;
   virtual absl::Status CopyFromArray(const Array& src, size_t offset, size_t bytes,
                                      void* host_dst) = 0;
+  // The pieces, concatenated, copied to the array at byte `offset`: one pass over
+  // the host bytes (the CUDA backend gathers them into its pinned staging).
+  virtual absl::Status CopyPiecesToArray(std::span<const HostPiece> pieces, size_t offset,
+                                         Array& dst) {
+    for (const HostPiece& piece : pieces) {
+      if (absl::Status copied = CopyToArray(piece.data, offset, piece.bytes, dst); !copied.ok()) {
+        return copied;
+      }
+      offset += piece.bytes;
+    }
+    return absl::OkStatus();
+  }
   // Whole-array copy between two arrays of equal byte size, possibly on two
   // devices (peer to peer where the GPUs allow it).
   virtual absl::Status CopyArray(const Array& src, Array& dst) = 0;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "gpucompute/v1/bulk_wire.h"
 #include "server/echo.h"
 #include "server/proto_convert.h"
 #include "server/result_stream.h"
@@ -20,28 +21,56 @@
 namespace gpucompute {
 namespace {
 
-// Receives header then data chunks; allocation and copies run on the executor,
-// and the next read starts only after the previous chunk is copied. The buffer
+// Receives header then data chunks; allocation and copies run on the executor.
+// Chunk k is copied while chunk k + 1 arrives: one copy and one received chunk
+// at most are held, so the next read starts once chunk k + 1 can take the copy
+// slot. Finish waits for the copy in flight (it uses this reactor). The buffer
 // becomes visible (Commit) only once every declared byte has arrived. The call is
 // admitted (counted in flight) only once its header arrives, and each read waits
 // at most stream_idle_timeout: a silent client holds no place and no quota.
+// With header.session_token the stream writes into an upload session's buffer
+// (upload_sessions.h) from header.offset on, and stores it if it ends complete.
 class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+  // A received data message: its slices and where its payload goes.
+  struct Chunk {
+    v1::wire::MessageBytes message;
+    v1::wire::DataPayload data;
+    uint64_t at = 0;  // byte offset in the array
+  };
+
  public:
-  UploadReactor(ServiceContext& service, Timer& idle_timer, grpc::CallbackServerContext* context,
-                v1::BufferInfo* response)
-      : service_(service), idle_timer_(idle_timer), context_(context), response_(response),
+  UploadReactor(ServiceContext& service, Timer& idle_timer, UploadSessions& sessions,
+                grpc::CallbackServerContext* context, v1::BufferInfo* response)
+      : service_(service), idle_timer_(idle_timer), sessions_(sessions), context_(context),
+        response_(response),
         rpc_(service.metrics, RpcMethod::kUpload, *context) {
     service_.metrics.AddInFlight(Operation::kUpload, 1);
     Read();
   }
 
   void OnReadDone(bool ok) override {
-    if (!Disarm()) return;  // the idle timeout finished the call
+    {
+      absl::MutexLock lock(&mu_);
+      if (!Disarm()) return;  // the idle timeout, or a finishing copy, took the read
+      reading_ = false;
+      if (final_status_.has_value()) return;  // finishing once the copy is done
+      if (!ok && copying_) {
+        ended_ = true;  // stored once the copy in flight is done
+        return;
+      }
+    }
     if (!ok) {
       EndOfStream();
       return;
     }
     ++messages_;
+    // Data messages are located within the received slices and copied from there
+    // once, into the array; anything else goes through the generated parser.
+    v1::wire::MessageBytes message(bytes_);
+    if (std::optional<v1::wire::DataPayload> data = v1::wire::FindUploadData(message)) {
+      OnData(std::move(message), *data);
+      return;
+    }
     absl::StatusOr<v1::UploadRequest> request =
         ParseRequest<v1::UploadRequest>(bytes_, absl::StrCat("upload message ", messages_));
     if (!request.ok()) return Complete(request.status());
@@ -50,9 +79,14 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       case v1::UploadRequest::kHeader:
         OnHeader();
         return;
-      case v1::UploadRequest::kData:
-        OnData();
+      case v1::UploadRequest::kData: {
+        // A valid data message in another layout (e.g. with unknown fields): the
+        // parsed copy is the payload.
+        grpc::Slice slice(request_.data());
+        grpc::ByteBuffer payload(&slice, 1);
+        OnData(v1::wire::MessageBytes(payload), {.start = 0, .size = request_.data().size()});
         return;
+      }
       case v1::UploadRequest::KIND_NOT_SET:
         break;
     }
@@ -68,24 +102,34 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   // reactor, and touches the reactor only when it takes the marker, which can
   // happen only while the read is pending, hence before Finish.
   void Read() {
-    uint64_t generation = ++reads_;
-    pending_read_->store(generation);
-    idle_alarm_ = idle_timer_.Schedule(
-        absl::Now() + service_.config.stream_idle_timeout,
-        [this, pending = pending_read_, generation]() mutable {
-          if (pending->compare_exchange_strong(generation, 0)) OnIdle();
-        });
+    {
+      // Under mu_: a finishing copy sees the read and its marker together.
+      absl::MutexLock lock(&mu_);
+      reading_ = true;
+      uint64_t generation = ++reads_;
+      pending_read_->store(generation);
+      idle_alarm_ = idle_timer_.Schedule(
+          absl::Now() + service_.config.stream_idle_timeout,
+          [this, pending = pending_read_, generation]() mutable {
+            if (pending->compare_exchange_strong(generation, 0)) OnIdle();
+          });
+    }
     StartRead(&bytes_);
   }
 
-  // False when the idle timeout took the pending read (and finishes the call).
-  bool Disarm() {
+  // False when the idle timeout took the pending read (and finishes the call),
+  // or a finishing copy did.
+  bool Disarm() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (pending_read_->exchange(0) == 0) return false;
     idle_timer_.Cancel(idle_alarm_);
     return true;
   }
 
   void OnIdle() {
+    {
+      absl::MutexLock lock(&mu_);
+      reading_ = false;
+    }
     service_.metrics.Rejected(Rejection::kStreamIdle);
     Complete(absl::DeadlineExceededError(absl::StrCat(
         "upload received no message for ", absl::FormatDuration(service_.config.stream_idle_timeout),
@@ -116,6 +160,9 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     }
     GC_RETURN_IF_ERROR(CheckBufferName(header.name(), "header.name"));
     expected_bytes_ = static_cast<uint64_t>(count) * ElementSize(dtype);
+    if (!header.session_token().empty()) {
+      return AcceptSessionHeader(header, dtype, std::move(shape), expected_bytes_);
+    }
     GC_ASSIGN_OR_RETURN(reservation_, service_.Reserve(expected_bytes_,
                                                        absl::StrCat("upload ", QuoteClientString(header.name())),
                                                        PrincipalOf(*context_)));
@@ -134,29 +181,127 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     }, *context_, Executor::Lane::kGeneral);
   }
 
-  void OnData() {
+  // This stream writes [offset, end) of the session's buffer; the session is
+  // created (reserved, allocated on the executor) by the first stream naming it.
+  absl::Status AcceptSessionHeader(const v1::UploadHeader& header, DType dtype, Shape shape,
+                                   uint64_t bytes) {
+    const std::string& token = header.session_token();
+    if (token.size() < kMinSessionTokenBytes || token.size() > kMaxSessionTokenBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "header.session_token has ", token.size(), " bytes; it must have ",
+          kMinSessionTokenBytes, " to ", kMaxSessionTokenBytes));
+    }
+    if (header.offset() > bytes) {
+      return absl::OutOfRangeError(absl::StrCat("header.offset ", header.offset(),
+                                                " lies past the declared ", bytes, " bytes"));
+    }
+    base_offset_ = header.offset();
+    expected_bytes_ = bytes - header.offset();
+    std::string principal = PrincipalOf(*context_);
+    session_ = sessions_.Attach(principal, token);
+    if (session_ != nullptr) {
+      const Array& array = *session_->array();
+      if (array.dtype() != dtype || array.shape() != shape || session_->name() != header.name()) {
+        return absl::InvalidArgumentError(
+            "header differs from the upload session's first header (name, dtype or shape)");
+      }
+      array_ = session_->array();
+      Read();
+      return absl::OkStatus();
+    }
+    GC_ASSIGN_OR_RETURN(
+        BufferStore::Reservation reservation,
+        service_.Reserve(bytes, absl::StrCat("upload ", QuoteClientString(header.name())),
+                         principal));
+    return service_.SubmitRequest(
+        [this, dtype, shape = std::move(shape), reservation = std::move(reservation),
+         principal = std::move(principal), token,
+         name = header.name()](absl::Status admitted) mutable {
+          if (!admitted.ok()) return Complete(admitted);
+          absl::StatusOr<std::shared_ptr<Array>> array =
+              service_.backend.Allocate(dtype, std::move(shape), service_.backend.PickDevice());
+          if (!array.ok()) return Complete(array.status());
+          auto session = std::make_shared<UploadSession>(
+              std::move(principal), std::move(token), std::move(name), std::move(reservation),
+              *std::move(array));
+          if (absl::Status added = sessions_.Add(session); !added.ok()) return Complete(added);
+          session_ = std::move(session);
+          array_ = session_->array();
+          Read();
+        },
+        *context_, Executor::Lane::kGeneral);
+  }
+
+  void OnData(v1::wire::MessageBytes message, v1::wire::DataPayload data) {
     if (array_ == nullptr) {
       return Complete(absl::InvalidArgumentError(
           "upload sent data before the header; the first message must be the header"));
     }
-    const uint64_t n = request_.data().size();
-    if (n > expected_bytes_ - received_bytes_) {
+    const uint64_t n = data.size;
+    if (n > expected_bytes_ - accepted_bytes_) {
       return Complete(absl::InvalidArgumentError(absl::StrCat(
-          "upload data exceeds the declared size: ", received_bytes_ + n, " bytes received, header declares ",
+          "upload data exceeds the declared size: ", accepted_bytes_ + n, " bytes received, header declares ",
           expected_bytes_)));
     }
-    service_.executor.SubmitContinuation([this, n] {
+    Chunk chunk{std::move(message), data, base_offset_ + accepted_bytes_};
+    accepted_bytes_ += n;
+    {
+      absl::MutexLock lock(&mu_);
+      if (copying_) {
+        waiting_ = std::move(chunk);  // the copy in flight takes it, then reads on
+        return;
+      }
+      copying_ = true;
+    }
+    // The next chunk arrives while this one is copied.
+    Read();
+    service_.executor.SubmitContinuation(
+        [this, chunk = std::move(chunk)]() mutable { CopyChunks(std::move(chunk)); });
+  }
+
+  // On the executor: copies `chunk`, then any chunk that arrived meanwhile; then
+  // stores the buffer if the stream ended, or finishes a call that failed.
+  void CopyChunks(Chunk chunk) {
+    while (true) {
       const absl::Time start = absl::Now();
-      absl::Status copied =
-          service_.backend.CopyToArray(request_.data().data(), received_bytes_, n, *array_);
-      if (!copied.ok()) return Complete(copied);
-      const absl::Duration elapsed = absl::Now() - start;
-      transfer_in_ += elapsed;
-      service_.metrics.Transferred(Direction::kHostToDevice, n, elapsed);
-      service_.metrics.NetworkReceived(n);
-      received_bytes_ += n;
-      Read();
-    });
+      std::vector<HostPiece> pieces;
+      chunk.message.ForEachPiece(chunk.data.start, chunk.data.size,
+                                 [&pieces](const char* piece, uint64_t length) {
+                                   pieces.push_back({piece, length});
+                                 });
+      const uint64_t n = chunk.data.size;
+      const absl::Status copied = service_.backend.CopyPiecesToArray(pieces, chunk.at, *array_);
+      if (copied.ok()) {
+        if (session_ != nullptr) session_->Received(chunk.at, chunk.at + n);
+        const absl::Duration elapsed = absl::Now() - start;
+        transfer_in_ += elapsed;
+        service_.metrics.Transferred(Direction::kHostToDevice, n, elapsed);
+        service_.metrics.NetworkReceived(n);
+        received_bytes_ += n;
+      }
+      absl::ReleasableMutexLock lock(&mu_);
+      if (!copied.ok() && !final_status_.has_value()) final_status_ = copied;
+      if (!final_status_.has_value() && waiting_.has_value()) {
+        chunk = *std::exchange(waiting_, std::nullopt);
+        lock.Release();
+        Read();  // none was started while the chunk waited
+        continue;
+      }
+      copying_ = false;
+      waiting_.reset();
+      if (final_status_.has_value()) {
+        // A pending read is taken from its idle alarm first; if the alarm took
+        // it, OnIdle's Complete finishes the call.
+        if (reading_ && !Disarm()) return;
+        const absl::Status status = *final_status_;
+        lock.Release();
+        return Finalize(status);
+      }
+      const bool ended = ended_;
+      lock.Release();
+      if (ended) EndOfStream();
+      return;
+    }
   }
 
   void EndOfStream() { Complete(Store()); }
@@ -169,6 +314,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     if (array_ == nullptr) {
       return absl::InvalidArgumentError("upload ended before a header was sent");
     }
+    if (session_ != nullptr) return StoreSession();
     if (received_bytes_ != expected_bytes_) {
       return absl::InvalidArgumentError(absl::StrCat(
           "upload ended after ", received_bytes_, " of ", expected_bytes_, " declared bytes"));
@@ -181,9 +327,45 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     return absl::OkStatus();
   }
 
+  // A session's stream may end before the whole buffer is there: only the stream
+  // that ends with every byte received stores it.
+  absl::Status StoreSession() {
+    std::optional<BufferStore::Reservation> reservation = session_->TakeIfComplete();
+    if (!reservation.has_value()) {
+      response_->set_name(session_->name());  // no id: not stored yet
+      return absl::OkStatus();
+    }
+    GC_ASSIGN_OR_RETURN(const StoredBuffer stored,
+                        service_.store.Commit(*std::move(reservation), session_->name(), array_));
+    sessions_.Remove(*session_);
+    ToBufferInfo(stored, response_);
+    service_.metrics.ObserveStage(Operation::kUpload, Stage::kTransferIn, transfer_in_);
+    return absl::OkStatus();
+  }
+
+  // Finishes the call with `status`, once no copy is in flight (the copy then
+  // finishes it).
   void Complete(const absl::Status& status) {
+    absl::Status first;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      if (!final_status_.has_value()) final_status_ = status;
+      if (copying_) return;
+      first = *final_status_;
+    }
+    Finalize(first);
+  }
+
+  void Finalize(const absl::Status& status) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (std::exchange(finished_, true)) return;
+    }
     // Nothing half-stored survives a failed upload, and the quota and memory are
-    // back before the client hears the status.
+    // back before the client hears the status; a session keeps what arrived
+    // until it is resumed or expires.
+    if (session_ != nullptr) sessions_.Detach(std::exchange(session_, nullptr));
     reservation_.reset();
     array_.reset();
     ticket_ = Admission::Ticket();
@@ -196,6 +378,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 
   ServiceContext& service_;
   Timer& idle_timer_;
+  UploadSessions& sessions_;
   grpc::CallbackServerContext* const context_;
   v1::BufferInfo* const response_;
   RpcRecorder rpc_;
@@ -204,9 +387,12 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   v1::UploadRequest request_;
   std::optional<BufferStore::Reservation> reservation_;
   std::shared_ptr<Array> array_;
+  std::shared_ptr<UploadSession> session_;  // set for a session upload
+  uint64_t base_offset_ = 0;                // where this stream's data starts
   std::string name_;
   uint64_t expected_bytes_ = 0;
-  uint64_t received_bytes_ = 0;
+  uint64_t accepted_bytes_ = 0;  // handed to copies
+  uint64_t received_bytes_ = 0;  // copied into the array
   uint64_t messages_ = 0;  // received so far, the one being handled included
   absl::Duration transfer_in_ = absl::ZeroDuration();
   // The number of the read in flight, 0 while none is: whoever swaps it to 0,
@@ -215,6 +401,15 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       std::make_shared<std::atomic<uint64_t>>(0);
   uint64_t reads_ = 0;
   Timer::Id idle_alarm_ = 0;
+
+  // The copy pipeline and how the call ends (see CopyChunks and Complete).
+  absl::Mutex mu_;
+  bool copying_ ABSL_GUARDED_BY(mu_) = false;          // a CopyChunks is running
+  std::optional<Chunk> waiting_ ABSL_GUARDED_BY(mu_);  // received, not yet copied
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;          // a read is pending
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;            // the client sent everything
+  std::optional<absl::Status> final_status_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // A page token names the last buffer of its page by its List order key.
@@ -232,10 +427,12 @@ absl::StatusOr<BufferStore::ListCursor> ParsePageToken(absl::string_view token) 
   return BufferStore::ListCursor{absl::FromUnixNanos(created_nanos), std::string(parts.second)};
 }
 
-// A Download that passed admission: the stored array it streams.
+// A Download that passed admission: the stored array it streams, and the range.
 struct AcceptedDownload {
   ResultStreamReactor::Output output;
   std::shared_ptr<Array> array;
+  uint64_t begin = 0;
+  uint64_t end = 0;
 };
 
 absl::StatusOr<AcceptedDownload> AcceptDownload(ServiceContext& service,
@@ -248,17 +445,26 @@ absl::StatusOr<AcceptedDownload> AcceptDownload(ServiceContext& service,
   GC_ASSIGN_OR_RETURN(StoredBuffer buffer,
                       service.store.Get(request.buffer_id(), "buffer_id", PrincipalOf(context)));
   accepted.array = std::move(buffer.array);
+  const uint64_t size = accepted.array->bytes();
+  if (request.offset() > size) {
+    return absl::OutOfRangeError(
+        absl::StrCat("offset ", request.offset(), " lies past the buffer's ", size, " bytes"));
+  }
+  accepted.begin = request.offset();
+  const uint64_t left = size - request.offset();
+  accepted.end = accepted.begin + (request.length() == 0 ? left : std::min(request.length(), left));
   return accepted;
 }
 
 }  // namespace
 
-BuffersService::BuffersService(ServiceContext& service) : service_(service) {
+BuffersService::BuffersService(ServiceContext& service)
+    : service_(service), sessions_(service.config.upload_session_ttl) {
   ClientStreaming<v1::BufferInfo>(
       "Upload", [this](grpc::CallbackServerContext* context, v1::BufferInfo* response) {
         return Upload(context, response);
       });
-  ServerStreaming<v1::ResultChunk>(
+  ServerStreaming<grpc::ByteBuffer>(
       "Download", [this](grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
         return Download(context, bytes);
       });
@@ -266,6 +472,13 @@ BuffersService::BuffersService(ServiceContext& service) : service_(service) {
                                              const grpc::ByteBuffer* bytes,
                                              v1::DeleteResponse* response) {
     return Delete(context, bytes, response);
+  });
+  Unary<v1::UploadStatusResponse>("UploadStatus", [this](grpc::CallbackServerContext* context,
+                                                         const grpc::ByteBuffer* bytes,
+                                                         v1::UploadStatusResponse* response) {
+    return service_.FinishUnary(context, RpcMethod::kUploadStatus, [&] {
+      return SessionStatus(*bytes, PrincipalOf(*context), response);
+    });
   });
   Unary<v1::ListResponse>("List", [this](grpc::CallbackServerContext* context,
                                          const grpc::ByteBuffer* bytes,
@@ -276,10 +489,10 @@ BuffersService::BuffersService(ServiceContext& service) : service_(service) {
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* BuffersService::Upload(
     grpc::CallbackServerContext* context, v1::BufferInfo* response) {
-  return new UploadReactor(service_, idle_timer_, context, response);
+  return new UploadReactor(service_, idle_timer_, sessions_, context, response);
 }
 
-grpc::ServerWriteReactor<v1::ResultChunk>* BuffersService::Download(
+grpc::ServerWriteReactor<grpc::ByteBuffer>* BuffersService::Download(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
   auto* reactor = new ResultStreamReactor(service_, context, Operation::kDownload);
   const absl::Time start = absl::Now();
@@ -289,9 +502,11 @@ grpc::ServerWriteReactor<v1::ResultChunk>* BuffersService::Download(
     return reactor;
   }
   reactor->Start(std::move(accepted->output), absl::Now() - start,
-                 [array = std::move(accepted->array)](
-                     OpContext&) mutable -> absl::StatusOr<StreamSource> {
+                 [array = std::move(accepted->array), begin = accepted->begin,
+                  end = accepted->end](OpContext&) mutable -> absl::StatusOr<StreamSource> {
                    StreamSource source;
+                   source.begin = begin;
+                   source.end = end;
                    source.times.device = DeviceLabel(array->device());
                    // Moved, not copied: the stream alone holds the data and
                    // the quota it counts for.
@@ -323,6 +538,25 @@ absl::Status BuffersService::DeleteBuffer(const grpc::ByteBuffer& bytes,
   GC_ASSIGN_OR_RETURN(const v1::DeleteRequest request, ParseRequest<v1::DeleteRequest>(bytes));
   GC_ASSIGN_OR_RETURN(const uint64_t freed, service_.store.Delete(request.buffer_id(), principal));
   response->set_freed_bytes(freed);
+  return absl::OkStatus();
+}
+
+absl::Status BuffersService::SessionStatus(const grpc::ByteBuffer& bytes,
+                                           const std::string& principal,
+                                           v1::UploadStatusResponse* response) const {
+  GC_ASSIGN_OR_RETURN(const v1::UploadStatusRequest request,
+                      ParseRequest<v1::UploadStatusRequest>(bytes));
+  const std::shared_ptr<UploadSession> session = sessions_.Find(principal, request.session_token());
+  if (session == nullptr) {
+    return absl::NotFoundError(
+        "session_token names no upload session of the caller (never started, stored, or expired)");
+  }
+  response->set_total_bytes(session->array()->bytes());
+  for (const auto& [offset, length] : session->ReceivedRanges()) {
+    v1::UploadedRange* range = response->add_received();
+    range->set_offset(offset);
+    range->set_length(length);
+  }
   return absl::OkStatus();
 }
 

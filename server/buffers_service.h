@@ -10,6 +10,7 @@
 #include "server/executor.h"
 #include "server/request_parse.h"
 #include "server/service_context.h"
+#include "server/upload_sessions.h"
 
 namespace gpucompute {
 
@@ -24,7 +25,7 @@ class BuffersService final : public ParsingService<v1::Buffers> {
  private:
   grpc::ServerReadReactor<grpc::ByteBuffer>* Upload(grpc::CallbackServerContext* context,
                                                     v1::BufferInfo* response);
-  grpc::ServerWriteReactor<v1::ResultChunk>* Download(grpc::CallbackServerContext* context,
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Download(grpc::CallbackServerContext* context,
                                                       const grpc::ByteBuffer* bytes);
   grpc::ServerUnaryReactor* Delete(grpc::CallbackServerContext* context,
                                    const grpc::ByteBuffer* bytes, v1::DeleteResponse* response);
@@ -35,10 +36,13 @@ class BuffersService final : public ParsingService<v1::Buffers> {
                             v1::DeleteResponse* response) const;
   absl::Status ListPage(const grpc::ByteBuffer& bytes, const std::string& principal,
                         v1::ListResponse* response) const;
+  absl::Status SessionStatus(const grpc::ByteBuffer& bytes, const std::string& principal,
+                             v1::UploadStatusResponse* response) const;
 
   ServiceContext& service_;
   // Closes Upload streams whose client stays silent (stream_idle_timeout).
   Timer idle_timer_;
+  UploadSessions sessions_;
 };
 
 }  // namespace gpucompute

@@ -79,7 +79,7 @@ ComputeService::ComputeService(ServiceContext& service) : service_(service), bat
 
 template <typename Request, typename PrepareFn>
 void ComputeService::Serve(absl::string_view method, Operation op, PrepareFn prepare) {
-  ServerStreaming<v1::ResultChunk>(method, [this, op, prepare](grpc::CallbackServerContext* context,
+  ServerStreaming<grpc::ByteBuffer>(method, [this, op, prepare](grpc::CallbackServerContext* context,
                                                                const grpc::ByteBuffer* bytes) {
     auto* reactor = new ResultStreamReactor(service_, context, op);
     const absl::Time start = absl::Now();

@@ -57,6 +57,8 @@ struct ServerConfig {
   int max_concurrent_streams = 256;         // HTTP/2 streams per connection
   // An Upload silent this long is closed; a result stream unread this long is cancelled.
   absl::Duration stream_idle_timeout = absl::Seconds(30);
+  // How long an upload session no stream uses keeps its partial buffer.
+  absl::Duration upload_session_ttl = absl::Minutes(10);
   // gRPC's memory for connections and calls; 0: derived (DefaultResourceQuotaBytes).
   uint64_t resource_quota_bytes = 0;
   // The server binary sets this: at start its own memory outside arrays (the

@@ -61,6 +61,7 @@ void InfoService::Describe(v1::ServerInfo* response) const {
   limits->set_max_work_per_request(static_cast<uint64_t>(config.max_work_per_request));
   limits->set_max_metadata_bytes(config.max_metadata_bytes);
   limits->set_stream_idle_timeout_ms(absl::ToInt64Milliseconds(config.stream_idle_timeout));
+  limits->set_upload_session_ttl_ms(absl::ToInt64Milliseconds(config.upload_session_ttl));
   limits->set_max_buffers_per_owner(static_cast<uint32_t>(config.max_buffers_per_owner));
   limits->set_principal_quota_bytes(config.principal_quota_bytes);
   limits->set_max_in_flight(config.max_in_flight);

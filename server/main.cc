@@ -57,6 +57,9 @@ ABSL_FLAG(absl::Duration, stream_idle_timeout, absl::Seconds(30),
           "an Upload that receives no message for this long is closed (DEADLINE_EXCEEDED) and "
           "its quota reservation freed; a result stream whose client takes no message for "
           "this long is cancelled and its result freed");
+ABSL_FLAG(absl::Duration, upload_session_ttl, absl::Minutes(10),
+          "an upload session (resumable, striped upload) that no stream has used this long is "
+          "dropped with its partial buffer");
 ABSL_FLAG(int64_t, max_buffers_per_owner, 10000,
           "stored buffers one caller may hold; more get RESOURCE_EXHAUSTED; 0 = no limit");
 ABSL_FLAG(int32_t, max_device_queue_depth, 64,
@@ -242,6 +245,7 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
   config.max_metadata_bytes = absl::GetFlag(FLAGS_max_metadata_bytes);
   config.max_device_queue_depth = absl::GetFlag(FLAGS_max_device_queue_depth);
   config.stream_idle_timeout = absl::GetFlag(FLAGS_stream_idle_timeout);
+  config.upload_session_ttl = absl::GetFlag(FLAGS_upload_session_ttl);
   config.max_buffers_per_owner = absl::GetFlag(FLAGS_max_buffers_per_owner);
   config.max_receive_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   config.min_chunk_bytes = absl::GetFlag(FLAGS_min_chunk_bytes);
@@ -291,6 +295,9 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
         "--max_queue_depth, --max_small_queue_depth, --max_device_queue_depth, "
         "--max_metadata_bytes, --max_elements, --max_in_flight, "
         "--max_in_flight_per_connection and --max_concurrent_streams must be >= 1");
+  }
+  if (config.upload_session_ttl < absl::Milliseconds(1)) {
+    return absl::InvalidArgumentError("--upload_session_ttl must be >= 1ms");
   }
   if (config.stream_idle_timeout < absl::Milliseconds(1) || config.max_buffers_per_owner < 0) {
     return absl::InvalidArgumentError(

@@ -53,6 +53,7 @@ constexpr std::array<RpcName, kRpcMethodCount> kRpcNames = {{
     {"gpucompute.v1.SharedMemory", "RegisterCudaSharedMemory", "unary"},
     {"gpucompute.v1.SharedMemory", "UnregisterSharedMemory", "unary"},
     {"gpucompute.v1.SharedMemory", "SharedMemoryStatus", "unary"},
+    {"gpucompute.v1.Buffers", "UploadStatus", "unary"},
 }};
 
 // One health call: recorded when its status is sent, or as cancelled when it

@@ -30,9 +30,9 @@ enum class RpcMethod {
   kDiscountProduct, kHaversineGrid, kNormalize, kLombScargle,
   kUpload, kDownload, kDelete, kList, kGetInfo, kHealthCheck, kHealthWatch,
   kRegisterSystemSharedMemory, kRegisterCudaSharedMemory, kUnregisterSharedMemory,
-  kSharedMemoryStatus,
+  kSharedMemoryStatus, kUploadStatus,
 };
-inline constexpr int kRpcMethodCount = 15;
+inline constexpr int kRpcMethodCount = 16;
 
 // The RPC that carries `op`.
 constexpr RpcMethod RpcMethodOf(Operation op) { return static_cast<RpcMethod>(op); }

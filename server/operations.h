@@ -124,6 +124,9 @@ struct StreamSource {
   // once), at `host_offset`; null: copy them from `array`.
   std::shared_ptr<const std::string> host;
   uint64_t host_offset = 0;
+  // The bytes of `array` the data chunks cover (a Download's range); end 0: all.
+  uint64_t begin = 0;
+  uint64_t end = 0;
 };
 
 // Materializes the operands on one device (that of the first stored operand or

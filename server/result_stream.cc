@@ -6,7 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "gpucompute/v1/bulk_wire.h"
 #include "kernels/memory_budget.h"
+#include "server/chunk_memory.h"
 #include "server/proto_convert.h"
 #include "server/status_convert.h"
 
@@ -15,11 +17,10 @@ namespace {
 
 uint64_t Micros(absl::Duration d) { return static_cast<uint64_t>(absl::ToInt64Microseconds(d)); }
 
-// The result bytes a message carries.
-size_t DataBytes(const v1::ResultChunk& chunk) {
-  if (chunk.has_data()) return chunk.data().data().size();
-  if (chunk.has_complete()) return chunk.complete().data().size();
-  return 0;
+grpc::ByteBuffer HeaderMessage(const v1::ResultHeader& header) {
+  v1::ResultChunk message;
+  *message.mutable_header() = header;
+  return v1::wire::SerializedMessage(message);
 }
 
 }  // namespace
@@ -122,124 +123,146 @@ void ResultStreamReactor::Deliver(absl::StatusOr<StreamSource> source, absl::Tim
   }
   // A result of one chunk is copied out now, outside the lock (the copy may wait
   // for the memory budget), instead of in a continuation task.
-  ReadyMessage data;
-  absl::StatusOr<absl::Duration> copied = absl::ZeroDuration();
-  const bool copy_now = source.ok() && !keep && !in_region && source->array->bytes() > 0 &&
-                        source->array->bytes() <= chunk_bytes;
-  if (copy_now) {
-    const uint64_t n = source->array->bytes();
-    data.message.mutable_data()->set_offset(0);
-    copied = CopyOut(*source, 0, n, *data.message.mutable_data()->mutable_data(), data.charge);
+  uint64_t begin = 0;
+  uint64_t one_chunk = 0;  // the bytes of that chunk
+  if (source.ok()) {
+    begin = source->begin;
+    const uint64_t end = source->end != 0 ? source->end : source->array->bytes();
+    if (!keep && !in_region && end > begin && end - begin <= chunk_bytes) one_chunk = end - begin;
   }
+  absl::Duration copy_time = absl::ZeroDuration();
+  absl::StatusOr<grpc::Slice> payload = grpc::Slice();
+  if (one_chunk > 0) payload = CopyOut(*source, begin, one_chunk, copy_time);
   {
     // State change and the next decision in one critical section: once the
     // state leaves kOnExecutor another thread may finish the call and delete this.
     absl::ReleasableMutexLock lock(&mu_);
-    state_ = State::kChunksLeft;  // unless Fail or QueueTrailer below
+    state_ = State::kChunksLeft;  // unless Fail or the trailer below
     queue_time_ = started - accepted_;
     if (!source.ok()) {
       Fail(source.status());
-    } else if (!copied.ok()) {
-      Fail(copied.status());
+    } else if (!payload.ok()) {
+      Fail(payload.status());
     } else {
       times_ = source->times;
       result_ = std::move(source->array);
-      v1::ResultHeader* header = ready_.emplace_back().message.mutable_header();
-      header->set_dtype(DTypeToProto(result_->dtype()));
-      for (int64_t extent : result_->shape()) header->add_shape(extent);
-      header->set_total_bytes(result_->bytes());
+      next_offset_ = source->begin;
+      end_offset_ = source->end != 0 ? source->end : result_->bytes();
+      v1::ResultHeader header;
+      header.set_dtype(DTypeToProto(result_->dtype()));
+      for (int64_t extent : result_->shape()) header.add_shape(extent);
+      header.set_total_bytes(result_->bytes());
+      // Whether header, at most one data chunk and trailer are all there is.
+      bool whole = true;
+      std::optional<v1::BufferInfo> stored;
       if (output_.keep.has_value()) {
-        absl::StatusOr<StoredBuffer> stored = service_.store.Commit(
+        absl::StatusOr<StoredBuffer> committed = service_.store.Commit(
             *std::exchange(output_.keep, std::nullopt), output_.buffer_name, result_);
-        if (!stored.ok()) {
-          Fail(stored.status());
+        if (!committed.ok()) {
+          Fail(committed.status());
         } else {
-          v1::BufferInfo info;
-          ToBufferInfo(*stored, &info);
+          ToBufferInfo(*committed, &stored.emplace());
           result_.reset();
-          QueueTrailer(&info);
         }
-      } else if (!output_.shared_memory_region_id.empty()) {
+      } else if (in_region) {
         result_.reset();  // already in the client's region
         transfer_out_ = times_.transfer_out;
-        QueueTrailer(nullptr);
-      } else if (copy_now) {
-        transfer_out_ += *copied;
-        next_offset_ = result_->bytes();
-        ready_.push_back(std::move(data));
+      } else if (one_chunk > 0) {
+        transfer_out_ += copy_time;
+        next_offset_ = end_offset_;
         result_.reset();
-        QueueTrailer(nullptr);
-      } else if (result_->bytes() == 0) {
-        QueueTrailer(nullptr);
+      } else {
+        whole = next_offset_ == end_offset_;
       }
-      if (output_.accept_complete && state_ == State::kAllQueued && final_status_.ok()) {
-        MergeIntoComplete();
+      const bool failed = state_ == State::kAllQueued;
+      const v1::BufferInfo* stored_info = stored.has_value() ? &*stored : nullptr;
+      if (!failed && whole && output_.accept_complete) {
+        // #13's one-message result in #12's framing: the payload slice is
+        // referenced between the header's and the trailer's bytes.
+        ready_.push_back({v1::wire::ResultCompleteMessage(header, *std::move(payload),
+                                                          MakeTrailer(stored_info)),
+                          one_chunk, /*complete=*/true});
+        state_ = State::kAllQueued;
+      } else if (!failed) {
+        ready_.push_back({HeaderMessage(header)});
+        if (one_chunk > 0) {
+          ready_.push_back({v1::wire::ResultDataMessage(begin, *std::move(payload)), one_chunk});
+        }
+        if (whole) QueueTrailer(stored_info);
       }
     }
     PumpLocked(lock);
   }
 }
 
-absl::StatusOr<absl::Duration> ResultStreamReactor::CopyOut(const StreamSource& source,
-                                                            uint64_t offset, uint64_t n,
-                                                            std::string& bytes,
-                                                            MemoryBudget::Charge& charge) {
+absl::StatusOr<grpc::Slice> ResultStreamReactor::CopyOut(const StreamSource& source,
+                                                         uint64_t offset, uint64_t n,
+                                                         absl::Duration& elapsed) {
   const absl::Time start = absl::Now();
   if (cancelled_.load()) return absl::CancelledError("cancelled while streaming");
-  GC_RETURN_IF_ERROR(ChargeHostMemory(n, charge));
-  if (source.host != nullptr) {  // a batch's result, on the host already
-    bytes.assign(*source.host, source.host_offset + offset, n);
-    return absl::Now() - start;
+  if (source.host != nullptr) {
+    // A batch's result, on the host already (counted when the batch copied it
+    // out): the slice references it.
+    auto* owner = new std::shared_ptr<const std::string>(source.host);
+    return grpc::Slice(const_cast<char*>((*owner)->data()) + source.host_offset + offset, n,
+                       [](void* p) { delete static_cast<std::shared_ptr<const std::string>*>(p); },
+                       owner);
   }
-  bytes.resize(n);
-  GC_RETURN_IF_ERROR(service_.backend.CopyFromArray(*source.array, offset, n, bytes.data()));
-  const absl::Duration elapsed = absl::Now() - start;
-  service_.metrics.Transferred(Direction::kDeviceToHost, n, elapsed);
-  return elapsed;
-}
-
-void ResultStreamReactor::MergeIntoComplete() {
-  ReadyMessage merged;
-  v1::ResultComplete* complete = merged.message.mutable_complete();
-  for (ReadyMessage& part : ready_) {
-    v1::ResultChunk& chunk = part.message;
-    if (chunk.has_header()) *complete->mutable_header() = std::move(*chunk.mutable_header());
-    if (chunk.has_data()) {
-      *complete->mutable_data() = std::move(*chunk.mutable_data()->mutable_data());
-      merged.charge = std::move(part.charge);
-    }
-    if (chunk.has_trailer()) *complete->mutable_trailer() = std::move(*chunk.mutable_trailer());
+  const std::shared_ptr<Array>& array = source.array;
+  if (array->device() == kHostDevice) {
+    // gRPC writes straight from the array, which the slice keeps alive.
+    auto* owner = new std::shared_ptr<Array>(array);
+    const absl::Duration took = absl::Now() - start;
+    elapsed += took;
+    service_.metrics.Transferred(Direction::kDeviceToHost, n, took);
+    return grpc::Slice(static_cast<char*>((*owner)->data()) + offset, n,
+                       [](void* p) { delete static_cast<std::shared_ptr<Array>*>(p); }, owner);
   }
-  ready_.clear();
-  ready_.push_back(std::move(merged));
+  // The copy's memory (recycled) and its charge go back when gRPC drops the slice.
+  struct HostCopy {
+    std::unique_ptr<char[]> bytes;
+    size_t size;
+    MemoryBudget::Charge charge;
+    ~HostCopy() { ChunkMemory::Shared().Give(std::move(bytes), size); }
+  };
+  auto copy = std::make_unique<HostCopy>();
+  GC_RETURN_IF_ERROR(ChargeHostMemory(n, copy->charge));
+  copy->bytes = ChunkMemory::Shared().Take(n);
+  copy->size = n;
+  GC_RETURN_IF_ERROR(service_.backend.CopyFromArray(*array, offset, n, copy->bytes.get()));
+  const absl::Duration took = absl::Now() - start;
+  elapsed += took;
+  service_.metrics.Transferred(Direction::kDeviceToHost, n, took);
+  char* bytes = copy->bytes.get();
+  return grpc::Slice(bytes, n, [](void* p) { delete static_cast<HostCopy*>(p); },
+                     copy.release());
 }
 
 void ResultStreamReactor::ProduceChunk() {
   std::shared_ptr<Array> array;
   uint64_t offset;
+  uint64_t end;
   uint32_t chunk_bytes;
   {
     absl::MutexLock lock(&mu_);
     array = result_;
     offset = next_offset_;
+    end = end_offset_;
     chunk_bytes = output_.chunk_bytes;
   }
-  const uint64_t n = std::min<uint64_t>(chunk_bytes, array->bytes() - offset);
-  ReadyMessage chunk;
-  v1::ResultData* data = chunk.message.mutable_data();
-  data->set_offset(offset);
-  absl::StatusOr<absl::Duration> copied =
-      CopyOut(StreamSource{.array = array}, offset, n, *data->mutable_data(), chunk.charge);
+  const uint64_t n = std::min<uint64_t>(chunk_bytes, end - offset);
+  absl::Duration elapsed = absl::ZeroDuration();
+  absl::StatusOr<grpc::Slice> payload = CopyOut(StreamSource{.array = array}, offset, n, elapsed);
   {
     absl::ReleasableMutexLock lock(&mu_);
     state_ = State::kChunksLeft;  // unless Fail or QueueTrailer below
-    if (!copied.ok()) {
-      Fail(copied.status());
+    if (!payload.ok()) {
+      Fail(payload.status());
     } else {
-      transfer_out_ += *copied;
+      transfer_out_ += elapsed;
       next_offset_ = offset + n;
-      ready_.push_back(std::move(chunk));
-      if (next_offset_ == array->bytes()) {
+      ready_.push_back({v1::wire::ResultDataMessage(offset, *std::move(payload)), n});
+      if (next_offset_ == end) {
         result_.reset();  // free the result memory as soon as it is copied out
         QueueTrailer(nullptr);
       }
@@ -263,20 +286,27 @@ void ResultStreamReactor::Fail(const absl::Status& status) {
   state_ = State::kAllQueued;
 }
 
-void ResultStreamReactor::QueueTrailer(const v1::BufferInfo* stored) {
-  v1::ResultTrailer* trailer = ready_.emplace_back().message.mutable_trailer();
-  v1::Timing* timing = trailer->mutable_timing();
+v1::ResultTrailer ResultStreamReactor::MakeTrailer(const v1::BufferInfo* stored) {
+  v1::ResultTrailer trailer;
+  v1::Timing* timing = trailer.mutable_timing();
   timing->set_queue_us(Micros(queue_time_));
   timing->set_transfer_in_us(Micros(times_.transfer_in));
   timing->set_compute_us(Micros(times_.compute));
   timing->set_transfer_out_us(Micros(transfer_out_));
   timing->set_total_us(Micros(absl::Now() - accepted_));
-  trailer->set_backend(std::string(service_.backend.name()));
-  trailer->set_device(times_.device);
-  trailer->set_method(times_.method);
-  trailer->set_batch_size(static_cast<uint32_t>(times_.batch_size));
-  if (stored != nullptr) *trailer->mutable_stored_buffer() = *stored;
-  trailer->set_shared_memory_region_id(output_.shared_memory_region_id);
+  trailer.set_backend(std::string(service_.backend.name()));
+  trailer.set_device(times_.device);
+  trailer.set_method(times_.method);
+  trailer.set_batch_size(static_cast<uint32_t>(times_.batch_size));
+  if (stored != nullptr) *trailer.mutable_stored_buffer() = *stored;
+  trailer.set_shared_memory_region_id(output_.shared_memory_region_id);
+  return trailer;
+}
+
+void ResultStreamReactor::QueueTrailer(const v1::BufferInfo* stored) {
+  v1::ResultChunk message;
+  *message.mutable_trailer() = MakeTrailer(stored);
+  ready_.push_back({v1::wire::SerializedMessage(message)});
   state_ = State::kAllQueued;
 }
 
@@ -293,14 +323,11 @@ void ResultStreamReactor::PumpLocked(absl::ReleasableMutexLock& lock) {
   const bool cancelled = cancelled_.load();
   const bool write = !writing_ && !cancelled && !ready_.empty();
   // A complete result is the last message: it goes out with Finish, one step.
-  const bool write_and_finish = write && ready_.front().message.has_complete();
+  const bool write_and_finish = write && ready_.front().complete;
   if (write) {
     in_flight_ = std::move(ready_.front().message);
-    in_flight_charge_ = std::move(ready_.front().charge);
+    in_flight_data_bytes_ = ready_.front().data_bytes;
     ready_.pop_front();
-    if (host_budget_ != nullptr && DataBytes(in_flight_) > 0) {
-      serialized_charge_ = host_budget_->ChargeFixed(DataBytes(in_flight_));
-    }
     writing_ = true;
     write_started_ = absl::Now();
     if (write_and_finish) {
@@ -381,11 +408,10 @@ void ResultStreamReactor::OnWriteDone(bool ok) {
     absl::MutexLock lock(&mu_);
     stall_alarm_.reset();
     stream_write_ += absl::Now() - write_started_;
-    if (DataBytes(in_flight_) > 0) service_.metrics.NetworkSent(DataBytes(in_flight_));
-    // gRPC is done with the message: its memory goes back to the budget.
-    in_flight_ = v1::ResultChunk();
-    in_flight_charge_ = MemoryBudget::Charge();
-    serialized_charge_ = MemoryBudget::Charge();
+    if (in_flight_data_bytes_ > 0) service_.metrics.NetworkSent(in_flight_data_bytes_);
+    // Our reference to the message: its memory goes back once gRPC drops its own.
+    in_flight_.Clear();
+    in_flight_data_bytes_ = 0;
     if (!ok) cancelled_.store(true);  // the stream is broken: stop producing
     if (alarm_took_write && !stall_handled_) {
       write_done_waiting_ = true;  // OnStalled is running: it ends the write
@@ -445,7 +471,7 @@ void ResultStreamReactor::OnDone() {
       }
       // The write that went with Finish has no OnWriteDone: it ended here.
       service_.metrics.ObserveStage(op_, Stage::kStreamWrite, absl::Now() - write_started_);
-      service_.metrics.NetworkSent(DataBytes(in_flight_));
+      service_.metrics.NetworkSent(in_flight_data_bytes_);
     }
   }
   delete this;

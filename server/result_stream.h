@@ -8,10 +8,16 @@
 // examples, one write at most is in flight and no reaction ever blocks.
 // A write the client does not take within stream_idle_timeout cancels the call,
 // so that a stalled reader cannot hold its result (and its memory budget).
-// Each chunk copy is charged to the host memory budget before it is made, and
-// gRPC's serialized copy of the chunk being written when the write starts; both
-// are released when the write completes. A stream thus holds at most
-// kReadAhead + 2 chunks of host memory beyond its result, all of it counted.
+// Data chunks go out as raw bytes (proto/gpucompute/v1/bulk_wire.h), never
+// through a protobuf string: a host array's chunk references the array itself
+// (no copy: gRPC writes from the result's memory, which the chunk keeps alive);
+// a device array's chunk is copied once, into host memory charged to the host
+// budget before the copy and released when gRPC lets go of the chunk. A stream
+// thus holds at most kReadAhead + 1 chunks of host memory beyond its result.
+// A result that is one message (OutputOptions.accept_complete_result, and it fits
+// one chunk, is kept, or went into a shared-memory region) goes as
+// ResultChunk.complete in the same framing, its payload slice between the
+// header's and the trailer's bytes, written together with Finish.
 #pragma once
 
 #include <atomic>
@@ -37,7 +43,7 @@
 
 namespace gpucompute {
 
-class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChunk> {
+class ResultStreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   using ProduceFn = absl::AnyInvocable<absl::StatusOr<StreamSource>(OpContext& ctx)>;
 
@@ -73,10 +79,11 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
  private:
   static constexpr size_t kReadAhead = 2;
 
-  // A message waiting to be written, with the host memory its copy is charged.
+  // A message waiting to be written (it owns its payload's memory and charge).
   struct ReadyMessage {
-    v1::ResultChunk message;
-    MemoryBudget::Charge charge;
+    grpc::ByteBuffer message;
+    uint64_t data_bytes = 0;  // payload bytes of a data chunk or complete result
+    bool complete = false;    // ResultChunk.complete: the last message, sent with Finish
   };
 
   // Where the call is; it only moves down this list (kOnExecutor and kChunksLeft
@@ -96,16 +103,16 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
   // a result of one chunk is copied out right here, with no further executor hop.
   void Deliver(absl::StatusOr<StreamSource> source, absl::Time started);
   void ProduceChunk();
-  // Copies bytes [offset, offset + n) of the source's result into `bytes`,
-  // charged to `charge`; returns how long the copy took.
-  absl::StatusOr<absl::Duration> CopyOut(const StreamSource& source, uint64_t offset, uint64_t n,
-                                         std::string& bytes, MemoryBudget::Charge& charge);
-  // The header, data and trailer queued in ready_ as one ResultChunk.complete.
-  void MergeIntoComplete() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The payload of the chunk [offset, offset + n) of the source's result as a
+  // slice: the result's own host memory (the array, or a batch's host copy), else
+  // a charged host copy; `elapsed` grows by the time it took.
+  absl::StatusOr<grpc::Slice> CopyOut(const StreamSource& source, uint64_t offset, uint64_t n,
+                                      absl::Duration& elapsed);
   // Draws `bytes` of host memory from the budget into `charge` (waiting at
   // most --memory_budget_wait); nothing when the backend has no budgets.
   absl::Status ChargeHostMemory(uint64_t bytes, MemoryBudget::Charge& charge);
   void Fail(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::ResultTrailer MakeTrailer(const v1::BufferInfo* stored) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void QueueTrailer(const v1::BufferInfo* stored) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Decides the next write / chunk copy / Finish; never blocks. Finish only
   // outside kOnExecutor, so that no executor task can outlive this.
@@ -137,11 +144,10 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
   Output output_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<Array> result_ ABSL_GUARDED_BY(mu_);
   uint64_t next_offset_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t end_offset_ ABSL_GUARDED_BY(mu_) = 0;  // where the data chunks stop
   std::deque<ReadyMessage> ready_ ABSL_GUARDED_BY(mu_);
-  v1::ResultChunk in_flight_;  // owned by the write in flight
-  // The host memory of in_flight_ and of gRPC's serialized copy of it.
-  MemoryBudget::Charge in_flight_charge_ ABSL_GUARDED_BY(mu_);
-  MemoryBudget::Charge serialized_charge_ ABSL_GUARDED_BY(mu_);
+  grpc::ByteBuffer in_flight_;  // owned by the write in flight
+  uint64_t in_flight_data_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // The number of the write in flight, 0 when none. The stall alarm may fire
   // after this reactor is gone: it holds this marker, not the reactor, and
   // touches the reactor only when it takes the marker, which it can only do

@@ -155,6 +155,15 @@ class CudaBackend final : public Backend {
     return copies_->ToArray(*d, host_src, offset, bytes, dst);
   }
 
+  absl::Status CopyPiecesToArray(std::span<const HostPiece> pieces, size_t offset,
+                                 Array& dst) override {
+    size_t bytes = 0;
+    for (const HostPiece& piece : pieces) bytes += piece.bytes;
+    GC_RETURN_IF_ERROR(CheckCopyBounds(dst, offset, bytes, pieces.empty() ? nullptr : pieces[0].data));
+    GC_ASSIGN_OR_RETURN(DeviceState* const d, devices_.OperandDevice({{&dst, "array"}}));
+    return copies_->PiecesToArray(*d, pieces, offset, dst);
+  }
+
   absl::Status CopyFromArray(const Array& src, size_t offset, size_t bytes, void* host_dst) override {
     GC_RETURN_IF_ERROR(CheckCopyBounds(src, offset, bytes, host_dst));
     GC_ASSIGN_OR_RETURN(DeviceState* const d, devices_.OperandDevice({{&src, "array"}}));

@@ -67,6 +67,15 @@ absl::Status HostCopies::ToArray(DeviceState& d, const void* src, size_t offset,
   });
 }
 
+absl::Status HostCopies::PiecesToArray(DeviceState& d, std::span<const HostPiece> pieces,
+                                       size_t offset, Array& dst) {
+  size_t bytes = 0;
+  for (const HostPiece& piece : pieces) bytes += piece.bytes;
+  return OnCopyStream(d, bytes, "copy to device", [&](const StreamPool::Lease& lease) {
+    return PiecesToDevice(static_cast<char*>(dst.data()) + offset, pieces, lease.stream());
+  });
+}
+
 absl::Status HostCopies::FromArray(DeviceState& d, const Array& src, size_t offset, size_t bytes,
                                    void* dst) {
   return OnCopyStream(d, bytes, "copy from device", [&](const StreamPool::Lease& lease) {
@@ -79,21 +88,36 @@ absl::Status HostCopies::FromArray(DeviceState& d, const Array& src, size_t offs
   });
 }
 
-// Chunks alternate between the two pinned slots; the CPU fills one while the DMA
-// engine drains the other.
 cudaError_t HostCopies::HostToDevice(void* dst, const void* src, size_t bytes, cudaStream_t s) {
   if (IsPinnedHost(src)) return DirectCopy(dst, src, bytes, cudaMemcpyHostToDevice, s);
+  const HostPiece piece{src, bytes};
+  return PiecesToDevice(dst, std::span(&piece, 1), s);
+}
+
+// Chunks alternate between the two pinned slots; the CPU fills one (gathering
+// from the pieces) while the DMA engine drains the other.
+cudaError_t HostCopies::PiecesToDevice(void* dst, std::span<const HostPiece> pieces,
+                                       cudaStream_t s) {
+  size_t bytes = 0;
+  for (const HostPiece& piece : pieces) bytes += piece.bytes;
   std::unique_ptr<StagingPool::Pair> pair = staging_->AcquirePair();
   const size_t chunk = staging_->slot_bytes();
   Event drained[2];
   cudaError_t e = InitSlotEvents(drained);
+  size_t piece = 0, piece_offset = 0;  // the gather cursor
   for (size_t off = 0, c = 0; e == cudaSuccess && off < bytes; off += chunk, ++c) {
     const size_t n = std::min(chunk, bytes - off);
     if (c >= 2) e = cudaEventSynchronize(drained[c & 1].get());
     if (e != cudaSuccess) break;
-    std::memcpy(pair->slot(static_cast<int>(c)), static_cast<const char*>(src) + off, n);
-    e = cudaMemcpyAsync(static_cast<char*>(dst) + off, pair->slot(static_cast<int>(c)), n,
-                        cudaMemcpyHostToDevice, s);
+    char* slot = static_cast<char*>(pair->slot(static_cast<int>(c)));
+    for (size_t filled = 0; filled < n;) {
+      const size_t take = std::min(n - filled, pieces[piece].bytes - piece_offset);
+      std::memcpy(slot + filled, static_cast<const char*>(pieces[piece].data) + piece_offset, take);
+      filled += take;
+      piece_offset += take;
+      if (piece_offset == pieces[piece].bytes) ++piece, piece_offset = 0;
+    }
+    e = cudaMemcpyAsync(static_cast<char*>(dst) + off, slot, n, cudaMemcpyHostToDevice, s);
     if (e == cudaSuccess) e = cudaEventRecord(drained[c & 1].get(), s);
   }
   const cudaError_t w = cudaStreamSynchronize(s);  // before the slots go back to the pool

@@ -9,11 +9,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "kernels/array.h"
+#include "kernels/backend.h"
 #include "kernels/cuda/cuda_resources.h"
 #include "kernels/cuda/device.h"
 
@@ -28,10 +30,15 @@ class HostCopies {
   // Synchronous copies between host memory and an array on `d` (checked with
   // CheckCopyBounds), on one of the device's copy streams.
   absl::Status ToArray(DeviceState& d, const void* src, size_t offset, size_t bytes, Array& dst);
+  // The pieces, concatenated, to `dst` at `offset` (bounds checked by the caller).
+  absl::Status PiecesToArray(DeviceState& d, std::span<const HostPiece> pieces, size_t offset,
+                             Array& dst);
   absl::Status FromArray(DeviceState& d, const Array& src, size_t offset, size_t bytes, void* dst);
 
   // Synchronous copies on stream `s` of the current device.
   cudaError_t HostToDevice(void* dst, const void* src, size_t bytes, cudaStream_t s);
+  // The same from pieces gathered through the staging slots.
+  cudaError_t PiecesToDevice(void* dst, std::span<const HostPiece> pieces, cudaStream_t s);
   cudaError_t DeviceToHost(void* dst, const void* src, size_t bytes, cudaStream_t s);
 
   // One staging-chunk-sized round trip through a fresh array of the device, which

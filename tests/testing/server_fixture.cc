@@ -1,13 +1,29 @@
 #include "tests/testing/server_fixture.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "grpcpp/impl/codegen/grpc_library.h"
 
 namespace gpucompute::test {
+
+std::string DistinctBytes(uint64_t bytes) {
+  std::string data(bytes, '\0');
+  for (uint64_t i = 0; i < bytes / 4; ++i) {
+    const uint32_t v = static_cast<uint32_t>(i * 2654435761u);
+    std::memcpy(data.data() + i * 4, &v, 4);
+  }
+  return data;
+}
+
+void KeepGrpcInitialized() {
+  static const auto* const kept = new grpc::GrpcLibraryCodegen();
+  (void)kept;
+}
 
 ServerConfig LoopbackConfig() {
   ServerConfig config;

@@ -2,6 +2,7 @@
 // with a channel, the client and the raw stubs; shut down when it goes away.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -12,6 +13,15 @@
 #include "server/server.h"
 
 namespace gpucompute::test {
+
+// Bytes that differ at every 4-byte offset (a misplaced range of a striped
+// transfer shows).
+std::string DistinctBytes(uint64_t bytes);
+
+// Keeps gRPC initialized until the process exits. Otherwise the last server's
+// teardown runs grpc_shutdown, which in gRPC 1.51 can wait ~10 s for an executor
+// thread still polling after striped channels closed (1 run in 5 of the striped tests).
+void KeepGrpcInitialized();
 
 // Serves on 127.0.0.1:0 without a metrics endpoint, on the CPU backend; tests
 // change what they exercise.

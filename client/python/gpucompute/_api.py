@@ -5,6 +5,7 @@ themselves (it blocks), ``aio.Client`` binds awaitables of them.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import (Any, Callable, Dict, Generic, Iterator, List, Optional, Sequence, Tuple,
@@ -17,7 +18,7 @@ from ._device_array import DeviceArray
 from ._operands import (NORMS, ArrayLike, Operand, as_array, byte_view, haversine_request,
                         result_dtype, same_dtype, set_operand)
 from ._pb import pb
-from ._steps import Run, Steps, Stream, Unary, make_stubs
+from ._steps import Parallel, Run, Steps, Stream, Unary, make_stubs
 from ._stream import ResultOptions, ResultStream
 from ._types import (DEFAULT_RADIUS_KM, NP_TO_PB, Array, BufferList, FrequencyGrid, LatLonMesh,
                      ServerInfo)
@@ -56,6 +57,8 @@ def _ragged(x: Any, y: Sequence[ArrayLike], weights: Any) -> Tuple[Any, Any, Any
 
 #: default size of Upload data chunks (below any server's message limit)
 DEFAULT_UPLOAD_CHUNK = 2 << 20
+#: bytes of each ranged download of a striped download
+DEFAULT_STRIPE_BYTES = 64 << 20
 
 # What each kind of method returns (the value, or an awaitable of it).
 ResultT = TypeVar("ResultT")        # compute methods and download: _stream.Result
@@ -90,6 +93,10 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
         temporary buffers first (and deleted after the call); also whenever the inline
         operands together would pass the server's message limit.
     options: extra grpc channel options.
+    stripes: downloads and uploads larger than ``stripe_bytes`` run as ranges of that
+        size, this many at once, each on its own connection: downloads are written in
+        place into the result, uploads go into one upload session (a stripe whose
+        connection breaks is sent or fetched again); 1: one stream.
     """
 
     #: False where calls return awaitables (DeviceArray.__array__ cannot download then)
@@ -98,7 +105,8 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
     def __init__(self, target: str, *, credentials: Optional[Any] = None,
                  token: Optional[str] = None, timeout: Optional[float] = None,
                  upload_threshold: int = DEFAULT_UPLOAD_THRESHOLD,
-                 options: Sequence[Tuple[str, Any]] = ()):
+                 options: Sequence[Tuple[str, Any]] = (), stripes: int = 1,
+                 stripe_bytes: int = DEFAULT_STRIPE_BYTES):
         self.target = target
         self.timeout = timeout
         self.upload_threshold = int(upload_threshold)
@@ -107,14 +115,24 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
         self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         self._max_message: Optional[int] = None
         self._lock = threading.Lock()
-        self._channel = self._connect(credentials)
+        if int(stripes) < 1 or int(stripe_bytes) < 1:
+            raise ValueError(f"stripes {stripes} and stripe_bytes {stripe_bytes} must be >= 1")
+        self.stripes, self.stripe_bytes = int(stripes), int(stripe_bytes)
+        self._channel = self._connect(credentials, self._channel_options)
+        # Each stripe channel has its own connection (gRPC shares one between channels of
+        # equal options otherwise).
+        self._stripe_channels = [
+            self._connect(credentials, self._channel_options
+                          + [("grpc.use_local_subchannel_pool", 1)])
+            for _ in range(self.stripes - 1)]
         self._stubs = make_stubs(self._channel)
+        self._stripe_stubs = [self._stubs] + [make_stubs(c) for c in self._stripe_channels]
         self._shared = _shared_memory.SharedRegions()
 
     def __repr__(self) -> str:
         return f"{type(self).__module__}.{type(self).__name__}({self.target!r})"
 
-    def _connect(self, credentials: Optional[Any]) -> Any:
+    def _connect(self, credentials: Optional[Any], options: List[Tuple[str, Any]]) -> Any:
         """A grpc.Channel or a grpc.aio.Channel to self.target."""
         raise NotImplementedError
 
@@ -182,8 +200,39 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
             step = int(chunk_bytes)
         header = pb.UploadRequest(header=pb.UploadHeader(
             name=name, dtype=NP_TO_PB[arr.dtype], shape=[int(s) for s in arr.shape]))
-        info = yield Unary("Buffers.Upload", _upload_messages(header, byte_view(arr), step))
+        view = byte_view(arr)
+        if self.stripes > 1 and view.nbytes > self.stripe_bytes:
+            info = yield from self._striped_upload(header, view, step)
+        else:
+            info = yield Unary("Buffers.Upload", _upload_messages(header, view, step))
         return DeviceArray._from_info(self, info)
+
+    def _striped_upload(self, header: Any, view: memoryview, step: int) -> Steps[Any]:
+        """Ranges of stripe_bytes into one upload session (UploadHeader.session_token):
+        the first creates it, the others go at once; a range whose connection breaks is
+        sent again whole. The stream that completes the session answers the stored
+        buffer; if none could, an empty stream stores it."""
+        header.header.session_token = os.urandom(16).hex()
+        size, stripe = view.nbytes, self.stripe_bytes
+
+        def part(begin: int, end: int, channel: int) -> Unary:
+            ranged = pb.UploadRequest()
+            ranged.CopyFrom(header)
+            ranged.header.offset = begin
+            # A list (of views, no copies): a retry sends it again.
+            return Unary("Buffers.Upload", list(_upload_messages(ranged, view[begin:end], step)),
+                         channel=channel)
+
+        infos = [(yield part(0, min(stripe, size), 0))]
+        rest = [part(b, min(b + stripe, size), k % self.stripes)
+                for k, b in enumerate(range(stripe, size, stripe))]
+        if rest:
+            infos += yield Parallel(rest)
+        stored = next((info for info in infos if info.id), None)
+        if stored is None:
+            header.header.offset = size
+            stored = yield Unary("Buffers.Upload", [header])
+        return stored
 
     def download(self, buffer: Union[DeviceArray, str], *, out: Optional[Array] = None,
                  chunk_bytes: Optional[int] = None, return_timing: bool = False,
@@ -198,8 +247,26 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
 
     def _download(self, request: Any, options: ResultOptions) -> Steps[Any]:
         start = time.perf_counter()
-        sink = ResultStream(options)
+        if self.stripes == 1:
+            sink = ResultStream(options)
+            array = yield Stream("Buffers.Download", request, sink)
+            return options.deliver(array, sink.trailer, start)
+        # Striped: the first stripe's header gives the size and the array; the other
+        # stripes then fill it in place, at once.
+        step = self.stripe_bytes
+        request.length = step
+        sink = ResultStream(options, 0, step)
         array = yield Stream("Buffers.Download", request, sink)
+        stripes = []
+        for k, begin in enumerate(range(step, sink.total, step)):
+            ranged = pb.DownloadRequest()
+            ranged.CopyFrom(request)
+            ranged.offset, ranged.length = begin, step
+            stripes.append(Stream("Buffers.Download", ranged,
+                                  ResultStream(ResultOptions(out=array), begin, begin + step),
+                                  channel=k % self.stripes))
+        if stripes:
+            yield Parallel(stripes)
         return options.deliver(array, sink.trailer, start)
 
     def delete(self, buffer: Union[DeviceArray, str], *,

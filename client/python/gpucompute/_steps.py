@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Generator, Generic, Iterator, Optional, TypeVar, Union
+from typing import (Any, Callable, Dict, Generator, Generic, Iterator, Optional, Sequence,
+                    TypeVar, Union)
 
 import grpc
 
@@ -31,6 +32,8 @@ class Unary:
     #: runs under the client's own timeout, even after the call's deadline has passed
     #: (deleting temporary buffers)
     cleanup: bool = False
+    #: the stripe channel it runs on (0: the client's own)
+    channel: int = 0
 
 
 @dataclass
@@ -41,9 +44,26 @@ class Stream:
     request: Any
     sink: ResultStream
     cleanup: bool = False
+    #: the stripe channel it runs on (0: the client's own)
+    channel: int = 0
 
 
-Step = Union[Unary, Stream]
+@dataclass
+class Parallel:
+    """Steps run at once (the stripes of a transfer); the reply is the list of theirs. A
+    step whose connection breaks (UNAVAILABLE) runs again from its start, at most
+    ``retries`` times (an upload stripe's request must then be a list, not an iterator)."""
+
+    steps: Sequence[Union[Unary, Stream]]
+    retries: int = 2
+    cleanup: bool = False
+
+    @property
+    def rpc(self) -> str:
+        return self.steps[0].rpc
+
+
+Step = Union[Unary, Stream, Parallel]
 Steps = Generator[Step, Any, T]
 
 

@@ -76,17 +76,23 @@ class ResultOptions:
 
 
 class ResultStream:
-    """Assembles one header/data/trailer result stream."""
+    """Assembles one header/data/trailer result stream; with a range (a striped
+    download's stripe), only bytes [begin, end) of the result come, into ``options.out``."""
 
-    def __init__(self, options: ResultOptions):
+    def __init__(self, options: ResultOptions, begin: int = 0, end: Optional[int] = None):
         self.keep = options.keep_on_device
         self.out = options.out
         #: the server writes the result into ``out`` (shared memory): no data chunks
         self.shared_out = False
+        self.begin, self.end = begin, end
+        self.reset()
+
+    def reset(self) -> None:
+        """Back to before the header (a stripe fetched again)."""
         self.array: Optional[Array] = None
         self.view: Optional[memoryview] = None
         self.total = 0
-        self.received = 0
+        self.received = self.begin
         self.header: Any = None
         self.trailer: Any = None
 
@@ -108,6 +114,9 @@ class ResultStream:
             raise self._fail(f"header says {header.total_bytes} bytes but shape {shape} of "
                              f"{dtype.name} is {expected}")
         self.total = expected
+        self.end = expected if self.end is None else min(self.end, expected)
+        if self.begin > expected:
+            raise self._fail(f"range starts at {self.begin}, past the result's {expected} bytes")
         if self.keep:
             return
         if self.out is not None and (self.out.shape != shape or self.out.dtype != dtype):
@@ -127,9 +136,10 @@ class ResultStream:
         n = len(data) if isinstance(data, bytes) else data.nbytes
         if offset != self.received:
             raise self._fail(f"chunk at offset {offset}, expected {self.received}")
-        if offset + n > self.total:
+        assert self.end is not None  # set by the header
+        if offset + n > self.end:
             raise self._fail(f"chunk [{offset}, {offset + n}) runs past the result's "
-                             f"{self.total} bytes")
+                             f"{self.end} bytes")
         assert self.view is not None  # set by the header
         self.view[offset:offset + n] = data
         self.received += n
@@ -173,6 +183,6 @@ class ResultStream:
             if not self.trailer.shared_memory_region_id:
                 raise self._fail("result for shared memory without shared_memory_region_id")
             return self.array
-        if self.received != self.total:
-            raise self._fail(f"received {self.received} of {self.total} bytes")
+        if self.received != self.end:
+            raise self._fail(f"received {self.received} of {self.end} bytes")
         return self.array

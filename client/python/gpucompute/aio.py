@@ -8,14 +8,15 @@ signatures as ``gpucompute.Client``, each returning an awaitable.
 """
 from __future__ import annotations
 
-from typing import Any, Awaitable, Optional
+import asyncio
+from typing import Any, Awaitable, List, Optional, Tuple, Union
 
 import grpc
 import grpc.aio
 
 from ._api import ClientApi
 from ._device_array import DeviceArray
-from ._steps import Run, Step, Stream, cancel_on_error
+from ._steps import Parallel, Run, Step, Stream, Unary, cancel_on_error
 from ._stream import Result
 from ._types import BufferList, ServerInfo
 
@@ -29,18 +30,19 @@ class Client(ClientApi[Awaitable[Result], Awaitable[DeviceArray], Awaitable[str]
 
     blocking = False
 
-    def _connect(self, credentials: Optional[grpc.ChannelCredentials]) -> Any:
+    def _connect(self, credentials: Optional[grpc.ChannelCredentials],
+                 options: List[Tuple[str, Any]]) -> Any:
         if credentials is not None:
-            return grpc.aio.secure_channel(self.target, credentials,
-                                           options=self._channel_options)
-        return grpc.aio.insecure_channel(self.target, options=self._channel_options)
+            return grpc.aio.secure_channel(self.target, credentials, options=options)
+        return grpc.aio.insecure_channel(self.target, options=options)
 
     async def close(self) -> None:
-        """Unregisters this client's shared memory, then closes the channel."""
+        """Unregisters this client's shared memory, then closes the channels."""
         try:
             await self._call("close", None, self._free_all_shared())
         finally:
-            await self._channel.close()
+            for channel in [self._channel] + self._stripe_channels:
+                await channel.close()
 
     async def __aenter__(self) -> "Client":
         return self
@@ -55,10 +57,27 @@ class Client(ClientApi[Awaitable[Result], Awaitable[DeviceArray], Awaitable[str]
         return run.result
 
     async def _send(self, step: Step, timeout: Optional[float]) -> Any:
-        reply = self._stubs[step.rpc](step.request, timeout=timeout, metadata=self._metadata)
+        if isinstance(step, Parallel):
+            return list(await asyncio.gather(*(self._send_retrying(s, timeout, step.retries)
+                                               for s in step.steps)))
+        stubs = self._stripe_stubs[step.channel]
+        # A list of requests (an upload stripe, sent again on a retry) goes as an iterator.
+        request = iter(step.request) if isinstance(step.request, list) else step.request
+        reply = stubs[step.rpc](request, timeout=timeout, metadata=self._metadata)
         if not isinstance(step, Stream):
             return await reply
         with cancel_on_error(reply):
             async for message in reply:
                 step.sink.feed(message)
         return step.sink.finish()
+
+    async def _send_retrying(self, step: Union[Unary, Stream], timeout: Optional[float],
+                             retries: int) -> Any:
+        for attempt in range(retries + 1):
+            try:
+                return await self._send(step, timeout)
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE or attempt == retries:
+                    raise
+                if isinstance(step, Stream):
+                    step.sink.reset()

@@ -1,14 +1,15 @@
 """The gpucompute Python client: NumPy arrays in, NumPy arrays (or DeviceArrays) out."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, List, Optional, Tuple, Union
 
 import grpc
 import grpc.experimental
 
 from ._api import DEFAULT_UPLOAD_THRESHOLD, ClientApi
 from ._device_array import DeviceArray
-from ._steps import Run, Step, Stream, cancel_on_error
+from ._steps import Parallel, Run, Step, Stream, Unary, cancel_on_error
 from ._stream import Result
 from ._types import BufferList, ServerInfo
 
@@ -24,22 +25,23 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
     The client is thread-safe: one Client may serve concurrent calls from threads.
     """
 
-    def _connect(self, credentials: Optional[grpc.ChannelCredentials]) -> Any:
+    def _connect(self, credentials: Optional[grpc.ChannelCredentials],
+                 options: List[Tuple[str, Any]]) -> Any:
         # Result streams read on the calling thread: without this option grpc starts
         # a thread for every streaming call made while no other is open (about
         # 100 us of a small call's time).
-        options = [(grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1)]
-        options += self._channel_options
+        options = [(grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1)] + options
         if credentials is not None:
             return grpc.secure_channel(self.target, credentials, options=options)
         return grpc.insecure_channel(self.target, options=options)
 
     def close(self) -> None:
-        """Unregisters this client's shared memory, then closes the channel."""
+        """Unregisters this client's shared memory, then closes the channels."""
         try:
             self._call("close", None, self._free_all_shared())
         finally:
-            self._channel.close()
+            for channel in [self._channel] + self._stripe_channels:
+                channel.close()
 
     def __enter__(self) -> "Client":
         return self
@@ -54,10 +56,30 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
         return run.result
 
     def _send(self, step: Step, timeout: Optional[float]) -> Any:
-        reply = self._stubs[step.rpc](step.request, timeout=timeout, metadata=self._metadata)
+        if isinstance(step, Parallel):
+            with ThreadPoolExecutor(max_workers=self.stripes) as pool:
+                # The first failure is raised (after the others have ended).
+                return [done.result()
+                        for done in [pool.submit(self._send_retrying, s, timeout, step.retries)
+                                     for s in step.steps]]
+        stubs = self._stripe_stubs[step.channel]
+        # A list of requests (an upload stripe, sent again on a retry) goes as an iterator.
+        request = iter(step.request) if isinstance(step.request, list) else step.request
+        reply = stubs[step.rpc](request, timeout=timeout, metadata=self._metadata)
         if not isinstance(step, Stream):
             return reply
         with cancel_on_error(reply):
             for message in reply:
                 step.sink.feed(message)
         return step.sink.finish()
+
+    def _send_retrying(self, step: Union[Unary, Stream], timeout: Optional[float],
+                       retries: int) -> Any:
+        for attempt in range(retries + 1):
+            try:
+                return self._send(step, timeout)
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE or attempt == retries:
+                    raise
+                if isinstance(step, Stream):
+                    step.sink.reset()

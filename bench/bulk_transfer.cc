@@ -1,0 +1,136 @@
+// bulk-transfer-bench: one large Upload and Download through the C++ client
+// library, as a caller would use it, timed end to end (median of --repeat runs)
+// and checked byte-exact. With --server_pid it also reads the server's CPU time
+// (/proc/PID/stat) around each transfer: core-seconds per GB moved.
+//
+//   bulk-transfer-bench --target=127.0.0.1:50051 --bytes=2147483648 --stripes=1
+//
+// Prints one line per direction:  cpp stripes=N upload 2.00 GiB median 0.61 s 3.5 GB/s ...
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <numeric>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "client/bulk_memory.h"
+#include "client/client.h"
+
+ABSL_FLAG(std::string, target, "127.0.0.1:50051", "server address");
+ABSL_FLAG(uint64_t, bytes, uint64_t{2} << 30, "bytes per transfer (a float32 array)");
+ABSL_FLAG(int, repeat, 3, "transfers per direction; the median is reported");
+ABSL_FLAG(int, stripes, 1, "streams one transfer is split across (ClientOptions::stripes)");
+ABSL_FLAG(uint64_t, stripe_bytes, uint64_t{64} << 20, "bytes of each stripe (ClientOptions::stripe_bytes)");
+ABSL_FLAG(uint32_t, upload_chunk_bytes, 0, "Upload message size; 0: the client's default");
+ABSL_FLAG(uint32_t, download_chunk_bytes, 0, "Download chunk size; 0: the server's default");
+ABSL_FLAG(int, server_pid, 0, "the server's pid, to report its CPU time per GB moved");
+ABSL_FLAG(std::string, label, "cpp", "first column of the output lines");
+
+namespace gc = gpucompute::client;
+
+namespace {
+
+// utime + stime of `pid` in seconds; 0 when unknown.
+double CpuSeconds(int pid) {
+  if (pid <= 0) return 0;
+  std::ifstream stat(absl::StrFormat("/proc/%d/stat", pid));
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');
+  if (paren == std::string::npos) return 0;
+  // Fields after the command name: state is field 3, utime 14, stime 15.
+  std::vector<std::string> fields = absl::StrSplit(text.substr(paren + 2), ' ');
+  if (fields.size() < 13) return 0;
+  return (std::stod(fields[11]) + std::stod(fields[12])) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// This process's CPU time, all threads, in seconds.
+double OwnCpuSeconds() { return CpuSeconds(getpid()); }
+
+struct Sample {
+  double seconds = 0;
+  double server_cpu = 0;
+  double client_cpu = 0;
+};
+
+void Report(const std::string& what, uint64_t bytes, std::vector<Sample> samples) {
+  std::sort(samples.begin(), samples.end(),
+            [](const Sample& a, const Sample& b) { return a.seconds < b.seconds; });
+  const Sample& median = samples[samples.size() / 2];
+  const double gb = static_cast<double>(bytes) / 1e9;
+  std::cout << absl::StrFormat(
+      "%s stripes=%d %s %.2f GiB median %.3f s %.2f GB/s (best %.2f) server %.2f client %.2f "
+      "core-s/GB\n",
+      absl::GetFlag(FLAGS_label), absl::GetFlag(FLAGS_stripes), what,
+      static_cast<double>(bytes) / (1 << 30), median.seconds, gb / median.seconds,
+      gb / samples.front().seconds, median.server_cpu / gb, median.client_cpu / gb);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gc::TuneMallocForBulkTransfers();
+  absl::ParseCommandLine(argc, argv);
+  const uint64_t bytes = absl::GetFlag(FLAGS_bytes) / 4 * 4;
+  const int pid = absl::GetFlag(FLAGS_server_pid);
+  gc::ClientOptions options;
+  if (absl::GetFlag(FLAGS_upload_chunk_bytes) != 0) {
+    options.upload_chunk_bytes = absl::GetFlag(FLAGS_upload_chunk_bytes);
+  }
+  options.stripes = absl::GetFlag(FLAGS_stripes);
+  options.stripe_bytes = absl::GetFlag(FLAGS_stripe_bytes);
+  if (options.stripes > 1) {
+    options.stripe_channels = gc::MakeStripeChannels(absl::GetFlag(FLAGS_target), options.stripes - 1);
+  }
+  gc::Client client(gc::MakeChannel(absl::GetFlag(FLAGS_target)), options);
+
+  std::string data(bytes, '\0');
+  for (uint64_t i = 0; i < bytes / 4; ++i) {
+    const float v = static_cast<float>(i % 1000003) * 0.5f;
+    std::memcpy(data.data() + i * 4, &v, 4);
+  }
+  const int64_t shape[] = {static_cast<int64_t>(bytes / 4)};
+  std::vector<Sample> uploads, downloads;
+  for (int r = 0; r < absl::GetFlag(FLAGS_repeat); ++r) {
+    double cpu = CpuSeconds(pid), own = OwnCpuSeconds();
+    absl::Time start = absl::Now();
+    absl::StatusOr<gpucompute::v1::BufferInfo> info =
+        client.Upload("bulk", gpucompute::v1::FLOAT32, shape, data);
+    if (!info.ok()) {
+      std::cerr << "upload: " << info.status() << "\n";
+      return 1;
+    }
+    uploads.push_back({absl::ToDoubleSeconds(absl::Now() - start), CpuSeconds(pid) - cpu,
+                       OwnCpuSeconds() - own});
+
+    cpu = CpuSeconds(pid), own = OwnCpuSeconds();
+    start = absl::Now();
+    absl::StatusOr<gc::Result> result =
+        client.Download(info->id(), absl::GetFlag(FLAGS_download_chunk_bytes));
+    if (!result.ok()) {
+      std::cerr << "download: " << result.status() << "\n";
+      return 1;
+    }
+    downloads.push_back({absl::ToDoubleSeconds(absl::Now() - start), CpuSeconds(pid) - cpu,
+                         OwnCpuSeconds() - own});
+    if (result->data != data) {
+      std::cerr << "download differs from the upload\n";
+      return 1;
+    }
+    result = absl::UnknownError("freed");
+    if (absl::StatusOr<uint64_t> freed = client.Delete(info->id()); !freed.ok()) {
+      std::cerr << "delete: " << freed.status() << "\n";
+      return 1;
+    }
+  }
+  Report("upload", bytes, uploads);
+  Report("download", bytes, downloads);
+  return 0;
+}

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""One large upload and download through the Python client, as a caller uses it: timed
+end to end (median of --repeat), checked byte-exact; with --server-pid, the server's CPU
+time per GB moved. Prints the same line format as bulk-transfer-bench.
+
+    python3 bench/bulk_transfer.py --target 127.0.0.1:50051 --bytes 2147483648 [--stripes 4]
+"""
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "client" / "python"))
+import gpucompute  # noqa: E402
+
+
+def cpu_seconds(pid):
+    if not pid:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def report(label, stripes, what, nbytes, samples):
+    samples.sort()
+    seconds, cpu, own = samples[len(samples) // 2]
+    gb = nbytes / 1e9
+    print(f"{label} stripes={stripes} {what} {nbytes / 2**30:.2f} GiB median {seconds:.3f} s "
+          f"{gb / seconds:.2f} GB/s (best {gb / samples[0][0]:.2f}) server {cpu / gb:.2f} "
+          f"client {own / gb:.2f} core-s/GB",
+          flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--target", default="127.0.0.1:50051")
+    p.add_argument("--bytes", type=int, default=2 << 30)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--stripes", type=int, default=1)
+    p.add_argument("--server-pid", type=int, default=0)
+    p.add_argument("--label", default="python")
+    args = p.parse_args()
+    kwargs = {"stripes": args.stripes} if args.stripes != 1 else {}
+    client = gpucompute.Client(args.target, timeout=600, **kwargs)
+    data = (np.arange(args.bytes // 4, dtype=np.int64) % 1000003).astype(np.float32) * 0.5
+    ups, downs = [], []
+    for _ in range(args.repeat):
+        cpu, own, t0 = cpu_seconds(args.server_pid), time.process_time(), time.perf_counter()
+        buf = client.upload(data, "bulk")
+        ups.append((time.perf_counter() - t0, cpu_seconds(args.server_pid) - cpu,
+                    time.process_time() - own))
+        cpu, own, t0 = cpu_seconds(args.server_pid), time.process_time(), time.perf_counter()
+        back = client.download(buf)
+        downs.append((time.perf_counter() - t0, cpu_seconds(args.server_pid) - cpu,
+                      time.process_time() - own))
+        if not np.array_equal(back.view(np.uint32), data.view(np.uint32)):
+            sys.exit("download differs from the upload")
+        del back
+        client.delete(buf)
+    report(args.label, args.stripes, "upload", data.nbytes, ups)
+    report(args.label, args.stripes, "download", data.nbytes, downs)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Bulk transfer on a GPU machine (issue #12), in one device call: a CUDA server, then
+# 2 GiB uploads and downloads through the C++ client (bulk-transfer-bench) and the
+# Python client, one stream and striped, with server CPU per GB (bench/run_bulk.sh);
+# then the same on the CPU backend for comparison, and seed 000's full case.
+#
+# Here:   cmake --build build-cuda --target gpucompute-server bulk-transfer-bench
+#         /work/shared/tools/device-bundle .device/bulk build-cuda/server/gpucompute-server \
+#             build-cuda/bench/bulk-transfer-bench
+#         (cd client/python && /usr/bin/python3 -m gpucompute._build_proto --force)
+# There:  bash bench/run_gpu_bulk.sh   (carry .device and client/python/gpucompute/_proto)
+set -u
+BUNDLE=${BUNDLE:-.device/bulk}
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PYTHONPATH="$PWD/client/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+step() { echo; echo "=== $* ($(date +%T))"; }
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
+
+step "CUDA backend, 2 GiB, 1 and 8 stripes"
+OUT=$OUT/cuda T_STEP=100 timeout 200 bash bench/run_bulk.sh "$BUNDLE" cuda 2147483648 8
+step "CPU backend, 2 GiB, 1 and 8 stripes"
+OUT=$OUT/cpu T_STEP=60 REPEAT=2 PORT=50181 timeout 150 bash bench/run_bulk.sh "$BUNDLE" cpu 2147483648 8
+
+step "seed 000 full case (80 GB each way) through the Python client, 8 stripes"
+"$BUNDLE/gpucompute-server" --backend=cuda --address=127.0.0.1:50191 --metrics_address=127.0.0.1:0 \
+  --buffer_quota_bytes=100000000000 > "$OUT/seed000_server.log" 2>&1 &
+SERVER=$!
+sleep 3
+timeout 150 python3 examples/seed000_discount.py --target 127.0.0.1:50191 --stripes 8 2>&1 \
+  | tail -8 | tee "$OUT/seed000.txt"
+kill -TERM $SERVER; wait $SERVER
+
+step "summary"
+grep -h "GB/s" "$OUT"/cuda/bulk_cuda.txt "$OUT"/cpu/bulk_cpu.txt 2>/dev/null | sed 's/^/  /'
+grep -h "full case" "$OUT/seed000.txt" | sed 's/^/  /'

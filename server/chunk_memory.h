@@ -1,0 +1,37 @@
+// Host memory for result chunks copied off a device, recycled. A fresh
+// megabyte-sized block per chunk is mapped and page-faulted in by the kernel
+// (zeroed 4 KiB at a time: more CPU than the copy into it; bench/BULK_TRANSFER.md);
+// blocks given back are kept for the next chunk of the same size, up to
+// kMaxCachedBytes in all.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+
+namespace gpucompute {
+
+class ChunkMemory {
+ public:
+  // Kept outside the host memory budget, as gRPC's own buffers are (it is what
+  // the budget's chunk charges recently released).
+  static constexpr size_t kMaxCachedBytes = size_t{64} << 20;
+
+  // The process's pool (chunks may be released by gRPC after any server object
+  // is gone, so it lives as long as the process).
+  static ChunkMemory& Shared();
+
+  std::unique_ptr<char[]> Take(size_t bytes);
+  void Give(std::unique_ptr<char[]> block, size_t bytes);
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<size_t, std::vector<std::unique_ptr<char[]>>> free_ ABSL_GUARDED_BY(mu_);
+  size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace gpucompute
