@@ -1,6 +1,8 @@
 // Row normalization: out[r, :] = in[r, :] / norm(in[r, :]) for SUM, L1, L2 and
 // MAX_ABS norms, accumulated in float64 for both dtypes. All rows of a request are
 // handled by one or two launches, never one launch per row:
+//   rows that fit in one block's shared memory: TileKernel (normalize_tile.cuh), read
+//     once; the paths below serve longer rows and NormalizeVariant::kTwoReads:
 //   short rows (cols <= RowGroupPolicy::kMaxCols): RowGroupKernel, a group of lanes per
 //     row reduces it with shuffles and scales it; rows up to 8 elements per lane stay
 //     in registers (one read), longer ones are read twice (the second from L1/L2);
@@ -35,6 +37,8 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launchers.h"
 #include "kernels/cuda/normalize_ops.cuh"
+#include "kernels/cuda/normalize_tile.cuh"
+#include "kernels/cuda/normalize_variants.h"
 
 namespace gpucompute::cuda {
 
@@ -307,9 +311,10 @@ __global__ void __launch_bounds__(RescuePolicy::kThreads, RescuePolicy::kMinBloc
 }
 
 // ---- host ----------------------------------------------------------------------------
+// The paths that read each row twice (the second time mostly from L1/L2).
 template <typename T, NormKind kNorm>
-cudaError_t LaunchT(const T* in, T* out, int64_t rows, int64_t cols, NormalizeResult* result,
-                    const LaunchEnv& env) {
+cudaError_t LaunchTwoReads(const T* in, T* out, int64_t rows, int64_t cols, NormalizeResult* result,
+                           const LaunchEnv& env) {
   if (cols <= RowGroupPolicy::kMaxCols) {
     const int group = cols <= RowGroupPolicy::kSmallCols ? 4 : 32;
     const int64_t rows_per_block = RowGroupPolicy::kThreads / group;
@@ -353,14 +358,32 @@ cudaError_t LaunchT(const T* in, T* out, int64_t rows, int64_t cols, NormalizeRe
   return cudaSuccess;
 }
 
+// The policy: rows that fit in one block's shared memory are read once (TileKernel),
+// longer ones twice (chunks); kNormalizeTwoReads forces the older paths for every row.
+template <typename T, NormKind kNorm>
+cudaError_t LaunchT(const T* in, T* out, int64_t rows, int64_t cols, NormalizeResult* result,
+                    const LaunchEnv& env, NormalizeVariant variant) {
+  if (variant != NormalizeVariant::kTwoReads) {
+    int64_t limit = 0;
+    GC_TRY(TileSharedLimit(&limit));
+    if (TileFits<T>(cols, limit)) return LaunchTile<T, kNorm>(in, out, rows, cols, result, env);
+    bool clusters = false;
+    GC_TRY(HasClusters(&clusters));
+    int64_t slice = 0;
+    const int blocks = clusters && variant == NormalizeVariant::kCluster ? ClusterBlocksFor<T>(cols, limit, &slice) : 0;
+    if (blocks > 0) return LaunchClusterRows<T, kNorm>(in, out, rows, cols, blocks, slice, result, env);
+  }
+  return LaunchTwoReads<T, kNorm>(in, out, rows, cols, result, env);
+}
+
 template <typename T>
 cudaError_t DispatchNorm(const T* in, T* out, int64_t rows, int64_t cols, NormKind norm,
-                         NormalizeResult* result, const LaunchEnv& env) {
+                         NormalizeResult* result, const LaunchEnv& env, NormalizeVariant v) {
   switch (norm) {
-    case NormKind::kSum: return LaunchT<T, NormKind::kSum>(in, out, rows, cols, result, env);
-    case NormKind::kL1: return LaunchT<T, NormKind::kL1>(in, out, rows, cols, result, env);
-    case NormKind::kL2: return LaunchT<T, NormKind::kL2>(in, out, rows, cols, result, env);
-    case NormKind::kMaxAbs: return LaunchT<T, NormKind::kMaxAbs>(in, out, rows, cols, result, env);
+    case NormKind::kSum: return LaunchT<T, NormKind::kSum>(in, out, rows, cols, result, env, v);
+    case NormKind::kL1: return LaunchT<T, NormKind::kL1>(in, out, rows, cols, result, env, v);
+    case NormKind::kL2: return LaunchT<T, NormKind::kL2>(in, out, rows, cols, result, env, v);
+    case NormKind::kMaxAbs: return LaunchT<T, NormKind::kMaxAbs>(in, out, rows, cols, result, env, v);
   }
   return cudaErrorInvalidValue;
 }
@@ -386,6 +409,9 @@ void ListNormT(std::vector<KernelEntry>& out, const std::string& name) {
   out.push_back({"normalize.chunk_reduce<" + name + ",vec>", (const void*)&ChunkReduceKernel<T, kNorm, true>});
   out.push_back({"normalize.chunk_reduce<" + name + ">", (const void*)&ChunkReduceKernel<T, kNorm, false>});
   out.push_back({"normalize.bad_row_norm<" + name + ">", (const void*)&BadRowNormKernel<T, kNorm>});
+  out.push_back({"normalize.tile4<" + name + ">", (const void*)&TileKernel<T, kNorm, 4>});
+  out.push_back({"normalize.tile32<" + name + ">", (const void*)&TileKernel<T, kNorm, 32>});
+  out.push_back({"normalize.cluster_row<" + name + ">", (const void*)&ClusterRowKernel<T, kNorm>});
 }
 
 template <typename T>
@@ -400,8 +426,9 @@ void ListT(std::vector<KernelEntry>& out, const std::string& t) {
 
 }  // namespace
 
-cudaError_t LaunchNormalize(DType dtype, const void* in, void* out, int64_t rows, int64_t cols,
-                            NormKind norm, NormalizeResult* result, const LaunchEnv& env) {
+cudaError_t LaunchNormalizeVariant(DType dtype, const void* in, void* out, int64_t rows,
+                                   int64_t cols, NormKind norm, NormalizeResult* result,
+                                   const LaunchEnv& env, NormalizeVariant variant) {
   GC_REQUIRE(rows >= 0 && cols >= 1 && result != nullptr);
   GC_REQUIRE(static_cast<int>(norm) >= 0 && static_cast<int>(norm) <= 3);
   const NormalizeResult init{kNoIndex, 0.0};
@@ -412,10 +439,15 @@ cudaError_t LaunchNormalize(DType dtype, const void* in, void* out, int64_t rows
   GC_REQUIRE(in != nullptr && out != nullptr);
   if (dtype == DType::kFloat32) {
     return DispatchNorm<float>(static_cast<const float*>(in), static_cast<float*>(out), rows, cols,
-                               norm, result, env);
+                               norm, result, env, variant);
   }
   return DispatchNorm<double>(static_cast<const double*>(in), static_cast<double*>(out), rows, cols,
-                              norm, result, env);
+                              norm, result, env, variant);
+}
+
+cudaError_t LaunchNormalize(DType dtype, const void* in, void* out, int64_t rows, int64_t cols,
+                            NormKind norm, NormalizeResult* result, const LaunchEnv& env) {
+  return LaunchNormalizeVariant(dtype, in, out, rows, cols, norm, result, env, NormalizeVariant::kDefault);
 }
 
 cudaError_t LaunchNormalizeBadRowNorm(DType dtype, const void* in, int64_t rows, int64_t cols,
@@ -447,8 +479,9 @@ void ListNormalizeKernels(std::vector<KernelEntry>& out) {
 }
 
 cudaError_t WarmupNormalize(const LaunchEnv& env) {
-  // Rows of 8 (4-lane groups), 40 (warps) and 4097 columns (chunk path, vector and
-  // scalar), one row each, values 1.0; plus the error-path kernel.
+  // Rows of 8 (4-lane groups), 40 (warps) and 4097 columns (a tile of its own; chunk
+  // path, vector and scalar), one row each, values 1.0, on both policies; plus the
+  // error-path kernel.
   constexpr int64_t kLong = RowGroupPolicy::kMaxCols + 1;
   constexpr int64_t kOut = 4112;  // 16-byte aligned for both element sizes; kOut + 1 is not
   constexpr size_t elems = kOut + 1 + kLong + 7;
@@ -465,10 +498,12 @@ cudaError_t WarmupNormalize(const LaunchEnv& env) {
     void* out_unaligned = base + (kOut + 1) * es;
     for (int k = 0; k < 4; ++k) {
       const auto norm = static_cast<NormKind>(k);
-      GC_TRY(LaunchNormalize(t, in, out, 1, 8, norm, res, env));
-      GC_TRY(LaunchNormalize(t, in, out, 1, 40, norm, res, env));
-      GC_TRY(LaunchNormalize(t, in, out, 1, kLong, norm, res, env));
-      GC_TRY(LaunchNormalize(t, in, out_unaligned, 1, kLong, norm, res, env));
+      for (NormalizeVariant v : {NormalizeVariant::kDefault, NormalizeVariant::kTwoReads}) {
+        GC_TRY(LaunchNormalizeVariant(t, in, out, 1, 8, norm, res, env, v));
+        GC_TRY(LaunchNormalizeVariant(t, in, out, 1, 40, norm, res, env, v));
+        GC_TRY(LaunchNormalizeVariant(t, in, out, 1, kLong, norm, res, env, v));
+        GC_TRY(LaunchNormalizeVariant(t, in, out_unaligned, 1, kLong, norm, res, env, v));
+      }
       GC_TRY(LaunchNormalizeBadRowNorm(t, in, 1, 8, norm, res, env));
       GC_TRY(LaunchNormalizeRescue(t, in, out, 1, 8, norm, 0, res, env));
     }
