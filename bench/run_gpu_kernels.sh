@@ -65,8 +65,8 @@ if [ -n "${SAN:-}" ]; then
   san memcheck "$TEST" 'GpuBackendSmall.*' --leak-check full
   san memcheck "$CONFORMANCE" 'BackendConformance/cuda_*.Normalize*:BackendConformance/cuda_*.Haversine*' --leak-check full
   san memcheck "$VALUES" "$CUDA_SUITES" --leak-check full
-  san racecheck "$VARIANTS" 'GpuKernelVariants.NormalizeBadRowsOnEveryPath' --racecheck-report hazard
-  san synccheck "$VARIANTS" 'GpuKernelVariants.NormalizeBadRowsOnEveryPath'
+  san racecheck "$VARIANTS" 'GpuKernelVariants.NormalizeBadRowsUnderRacecheck' --racecheck-report hazard
+  san synccheck "$VARIANTS" 'GpuKernelVariants.NormalizeBadRowsUnderRacecheck'
   grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^rc=|Invalid|Race|Barrier' "$OUT/sanitizer.log" | head -30
 fi
 

@@ -158,15 +158,17 @@ TEST(GpuKernelVariants, NormalizeAroundEveryPolicySwitch) {
     CheckNormalizeVariants<double>(2, cols);
   }
   CheckNormalizeVariants<float>(9000, 7);  // several tiles of 2048 rows and a partial one
+  // Chunked rows in passes of half of L2 (25 MB on H100, 20 MB on A100): 2 or more.
+  CheckNormalizeVariants<float>(100, 65537);
+  CheckNormalizeVariants<double>(60, 65537);
 }
 
 // A zero row is never divided by: the lowest bad row is reported, the others are
-// normalized, on every path (rows 3 and 5 are zero).
+// normalized, on every path (rows `first` and `first` + 2 are zero).
 template <typename T>
-void CheckBadRows(int64_t cols) {
-  const int64_t rows = 7;
+void CheckBadRows(int64_t cols, int64_t rows = 7, int64_t first = 3) {
   std::vector<T> x = Uniform<T>(rows * cols, 0.5, 1.5, FreshSeed());
-  for (int64_t r : {3, 5}) std::fill(x.begin() + r * cols, x.begin() + (r + 1) * cols, T(0));
+  for (int64_t r : {first, first + 2}) std::fill(x.begin() + r * cols, x.begin() + (r + 1) * cols, T(0));
   for (NormKind norm : kAllNorms) {
     for (cuda::NormalizeVariant v : kNormalizeVariants) {
       SCOPED_TRACE(absl::StrCat(cols, " cols", sizeof(T) == 4 ? " f32" : " f64", " norm ", static_cast<int>(norm),
@@ -174,10 +176,11 @@ void CheckBadRows(int64_t cols) {
       cuda::NormalizeResult result{};
       std::vector<T> got;
       RunNormalize(x, rows, cols, norm, v, 0, 0, &result, &got);
-      EXPECT_EQ(result.bad_row, 3u);
+      EXPECT_EQ(result.bad_row, static_cast<unsigned long long>(first));
       for (int64_t c = 0; c < cols; ++c) {
         ASSERT_TRUE(std::isfinite(got[c])) << "row 0 was not normalized";
-        ASSERT_TRUE(std::isnan(got[3 * cols + c])) << "the zero row was written";
+        ASSERT_TRUE(std::isfinite(got[(rows - 1) * cols + c])) << "the last row was not normalized";
+        ASSERT_TRUE(std::isnan(got[first * cols + c])) << "the zero row was written";
       }
     }
   }
@@ -189,6 +192,12 @@ TEST(GpuKernelVariants, NormalizeBadRowsOnEveryPath) {
     CheckBadRows<float>(cols);
     CheckBadRows<double>(cols);
   }
+  CheckBadRows<float>(65537, 100, 96);  // in the second chunked pass
+}
+
+TEST(GpuKernelVariants, NormalizeBadRowsUnderRacecheck) {  // small: racecheck is slow
+  REQUIRE_GPU();
+  for (int64_t cols : {3, 100, 2000, 9000}) CheckBadRows<float>(cols);
 }
 
 // ---- haversine ----------------------------------------------------------------------------

@@ -112,7 +112,9 @@ __device__ __forceinline__ T HalfAngle(T h) {
   }
 }
 
-// The default per dtype (the float32 polynomial; float64: see bench/NOTES.md).
+// The default per dtype: the float32 polynomial; float64 asin on its short branch
+// (one sqrt, no division: atan2's two sqrt and division made the f64 mesh
+// compute-bound at 0.35 of the write bound). bench/run_gpu_kernels.sh times all three.
 template <typename T>
 constexpr HaversineAngle kDefaultAngle = sizeof(T) == 4 ? HaversineAngle::kAtan2 : HaversineAngle::kAsinSplit;
 

@@ -143,8 +143,9 @@ struct ChunkReduceAgent {
   using BlockReduce = BlockReduceFor<kNorm>;
   using Acc = typename Op::Acc;
   const T* in;
+  int64_t row_begin;           // this pass: rows [row_begin, row_begin + rows)
   int64_t rows, cols, chunks;  // chunks per row
-  Acc* partials;               // rows * chunks
+  Acc* partials;               // rows * chunks, of this pass
   unsigned* tickets;           // rows, zeroed by the launcher
   double* norms;               // rows
   NormalizeResult* result;
@@ -156,8 +157,8 @@ struct ChunkReduceAgent {
     for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {
       const int64_t row = w / chunks;
       const int64_t c = w - row * chunks;
-      const int64_t s = row * cols + c * ChunkPolicy::kChunk;
-      const int64_t e = row * cols + min(cols, (c + 1) * ChunkPolicy::kChunk);
+      const int64_t s = (row_begin + row) * cols + c * ChunkPolicy::kChunk;
+      const int64_t e = (row_begin + row) * cols + min(cols, (c + 1) * ChunkPolicy::kChunk);
       const Acc part = BlockRangeReduce<T, kNorm, kVec>(in, s, e, tmp);
       if (threadIdx.x == 0) {
         partials[w] = part;
@@ -176,7 +177,7 @@ struct ChunkReduceAgent {
           const double norm = Op::Finalize(acc);
           norms[row] = norm;
           if (!FastNorm<T, kNorm>(norm)) {
-            atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
+            atomicMin(&result->bad_row, static_cast<unsigned long long>(row_begin + row));
           }
         }
       }
@@ -187,10 +188,10 @@ struct ChunkReduceAgent {
 
 template <typename T, NormKind kNorm, bool kVec>
 __global__ void __launch_bounds__(ChunkPolicy::kThreads, ChunkPolicy::kMinBlocksPerSm)
-    ChunkReduceKernel(const T* in, int64_t rows, int64_t cols, int64_t chunks,
+    ChunkReduceKernel(const T* in, int64_t row_begin, int64_t rows, int64_t cols, int64_t chunks,
                       typename NormOp<kNorm>::Acc* partials, unsigned* tickets, double* norms,
                       NormalizeResult* result) {
-  ChunkReduceAgent<T, kNorm, kVec>{in, rows, cols, chunks, partials, tickets, norms, result}.Run();
+  ChunkReduceAgent<T, kNorm, kVec>{in, row_begin, rows, cols, chunks, partials, tickets, norms, result}.Run();
 }
 
 template <typename T, bool kVec>
@@ -198,8 +199,9 @@ struct ChunkScaleAgent {
   using VT = typename Vec16<T>::type;
   const T* in;
   T* out;
+  int64_t row_begin;  // this pass: rows [row_begin, row_begin + rows)
   int64_t rows, cols, chunks;
-  const double* norms;
+  const double* norms;  // of this pass
   NormalizeResult* result;
 
   template <typename Scale>
@@ -219,11 +221,11 @@ struct ChunkScaleAgent {
       const double norm = norms[row];
       if (!GoodNorm(norm)) continue;  // never divide by a bad norm
       const int64_t c = w - row * chunks;
-      const int64_t s = row * cols + c * ChunkPolicy::kChunk;
-      const int64_t e = row * cols + min(cols, (c + 1) * ChunkPolicy::kChunk);
+      const int64_t s = (row_begin + row) * cols + c * ChunkPolicy::kChunk;
+      const int64_t e = (row_begin + row) * cols + min(cols, (c + 1) * ChunkPolicy::kChunk);
       bool overflow = false;
       WithRowScale<T>(norm, [&](auto scale) { overflow = ScaleRange(s, e, scale); });
-      if (overflow) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
+      if (overflow) atomicMin(&result->bad_row, static_cast<unsigned long long>(row_begin + row));
     }
   }
 
@@ -248,9 +250,9 @@ struct ChunkScaleAgent {
 
 template <typename T, bool kVec>
 __global__ void __launch_bounds__(ChunkPolicy::kThreads, ChunkPolicy::kMinBlocksPerSm)
-    ChunkScaleKernel(const T* in, T* out, int64_t rows, int64_t cols, int64_t chunks,
+    ChunkScaleKernel(const T* in, T* out, int64_t row_begin, int64_t rows, int64_t cols, int64_t chunks,
                      const double* norms, NormalizeResult* result) {
-  ChunkScaleAgent<T, kVec>{in, out, rows, cols, chunks, norms, result}.Run();
+  ChunkScaleAgent<T, kVec>{in, out, row_begin, rows, cols, chunks, norms, result}.Run();
 }
 
 // ---- error path: the norm of result->bad_row, for the message ---------------------------
@@ -311,10 +313,12 @@ __global__ void __launch_bounds__(RescuePolicy::kThreads, RescuePolicy::kMinBloc
 }
 
 // ---- host ----------------------------------------------------------------------------
-// The paths that read each row twice (the second time mostly from L1/L2).
+// The paths that read each row twice (the second time mostly from L1/L2). Chunked
+// rows go in passes of rows_per_pass rows (reduce, then scale), so that a pass's
+// second read finds its rows in L2.
 template <typename T, NormKind kNorm>
 cudaError_t LaunchTwoReads(const T* in, T* out, int64_t rows, int64_t cols, NormalizeResult* result,
-                           const LaunchEnv& env) {
+                           const LaunchEnv& env, int64_t rows_per_pass) {
   if (cols <= RowGroupPolicy::kMaxCols) {
     const int group = cols <= RowGroupPolicy::kSmallCols ? 4 : 32;
     const int64_t rows_per_block = RowGroupPolicy::kThreads / group;
@@ -340,26 +344,46 @@ cudaError_t LaunchTwoReads(const T* in, T* out, int64_t rows, int64_t cols, Norm
   unsigned* tickets = reinterpret_cast<unsigned*>(norms + rows);
   GC_TRY(cudaMemsetAsync(tickets, 0, static_cast<size_t>(rows) * sizeof(unsigned), env.stream));
   const bool vec = Aligned16(in) && Aligned16(out);
-  const unsigned grid = GridFor(total, env.sm_count, ChunkPolicy::kMinBlocksPerSm * 2);
-  if (vec) {
-    ChunkReduceKernel<T, kNorm, true><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(
-        in, rows, cols, chunks, partials, tickets, norms, result);
-  } else {
-    ChunkReduceKernel<T, kNorm, false><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(
-        in, rows, cols, chunks, partials, tickets, norms, result);
+  for (int64_t begin = 0; begin < rows; begin += rows_per_pass) {
+    const int64_t n = std::min(rows_per_pass, rows - begin);
+    const unsigned grid = GridFor(n * chunks, env.sm_count, ChunkPolicy::kMinBlocksPerSm * 2);
+    Acc* pass_partials = partials + begin * chunks;
+    if (vec) {
+      ChunkReduceKernel<T, kNorm, true><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(
+          in, begin, n, cols, chunks, pass_partials, tickets + begin, norms + begin, result);
+    } else {
+      ChunkReduceKernel<T, kNorm, false><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(
+          in, begin, n, cols, chunks, pass_partials, tickets + begin, norms + begin, result);
+    }
+    GC_CHECK_LAUNCH();
+    if (vec) {
+      ChunkScaleKernel<T, true><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(in, out, begin, n, cols, chunks,
+                                                                                norms + begin, result);
+    } else {
+      ChunkScaleKernel<T, false><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(in, out, begin, n, cols, chunks,
+                                                                                 norms + begin, result);
+    }
+    GC_CHECK_LAUNCH();
   }
-  GC_CHECK_LAUNCH();
-  if (vec) {
-    ChunkScaleKernel<T, true><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(in, out, rows, cols, chunks, norms, result);
-  } else {
-    ChunkScaleKernel<T, false><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(in, out, rows, cols, chunks, norms, result);
-  }
-  GC_CHECK_LAUNCH();
+  return cudaSuccess;
+}
+
+// Rows per chunked pass: as many as fill half of L2 (at least one), or all of them.
+template <typename T>
+cudaError_t RowsPerPass(int64_t rows, int64_t cols, bool l2_passes, int64_t* rows_per_pass) {
+  *rows_per_pass = rows;
+  if (!l2_passes) return cudaSuccess;
+  int device = 0, l2 = 0;
+  GC_TRY(cudaGetDevice(&device));
+  GC_TRY(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+  const int64_t row_bytes = cols * static_cast<int64_t>(sizeof(T));
+  *rows_per_pass = std::clamp<int64_t>(l2 / 2 / row_bytes, 1, std::max<int64_t>(rows, 1));
   return cudaSuccess;
 }
 
 // The policy: rows that fit in one block's shared memory are read once (TileKernel),
-// longer ones twice (chunks); kNormalizeTwoReads forces the older paths for every row.
+// longer ones twice (chunks, in passes of half of L2); NormalizeVariant::kTwoReads
+// forces the older paths for every row (and chunks in one pass).
 template <typename T, NormKind kNorm>
 cudaError_t LaunchT(const T* in, T* out, int64_t rows, int64_t cols, NormalizeResult* result,
                     const LaunchEnv& env, NormalizeVariant variant) {
@@ -373,7 +397,9 @@ cudaError_t LaunchT(const T* in, T* out, int64_t rows, int64_t cols, NormalizeRe
     const int blocks = clusters && variant == NormalizeVariant::kCluster ? ClusterBlocksFor<T>(cols, limit, &slice) : 0;
     if (blocks > 0) return LaunchClusterRows<T, kNorm>(in, out, rows, cols, blocks, slice, result, env);
   }
-  return LaunchTwoReads<T, kNorm>(in, out, rows, cols, result, env);
+  int64_t rows_per_pass = rows;
+  GC_TRY(RowsPerPass<T>(rows, cols, variant != NormalizeVariant::kTwoReads, &rows_per_pass));
+  return LaunchTwoReads<T, kNorm>(in, out, rows, cols, result, env, rows_per_pass);
 }
 
 template <typename T>
