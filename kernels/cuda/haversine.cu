@@ -43,8 +43,11 @@ struct MeshPolicy {
 struct PointsPolicy {
   static constexpr int kThreads = 256;
   static constexpr int kMinBlocksPerSm = 4;
-  static constexpr int kPointsPerThread = 4;  // PointsSplitAgent: loads in flight per thread
 };
+// PointsSplitAgent: points loaded per thread before any is used (bytes in flight);
+// float64 keeps 2, so five terms per point fit the 64 registers of 4 blocks per SM.
+template <typename T>
+constexpr int kPointsPerThread = sizeof(T) == 4 ? 4 : 2;
 
 template <typename T>
 struct Pair;
@@ -279,7 +282,7 @@ __device__ __forceinline__ void SinCos(double x, double* s, double* c) { sincos(
 
 template <typename T>
 struct PointsSplitAgent {
-  static constexpr int K = PointsPolicy::kPointsPerThread;
+  static constexpr int K = kPointsPerThread<T>;
   const T* lat;
   const T* lon;
   int64_t n;
@@ -382,7 +385,7 @@ cudaError_t LaunchPointsT(const T* lat, const T* lon, int64_t n, const RefPoint*
                           int64_t n_ref, double radius, T* out, PointsResult* result,
                           const LaunchEnv& env, HaversinePointsVariant variant) {
   const bool split = variant == HaversinePointsVariant::kSplitTerms;
-  const int64_t per_thread = split ? PointsPolicy::kPointsPerThread : 1;
+  const int64_t per_thread = split ? kPointsPerThread<T> : 1;
   const int64_t want = static_cast<int64_t>(env.sm_count) * PointsPolicy::kMinBlocksPerSm * 2;
   const int64_t gx = std::min<int64_t>(CeilDiv(n, PointsPolicy::kThreads * per_thread), want);
   const int64_t gy = std::clamp<int64_t>(want / gx, 1, std::min<int64_t>(n_ref, 65535));

@@ -390,12 +390,12 @@ cudaError_t LaunchT(const T* in, T* out, int64_t rows, int64_t cols, NormalizeRe
   if (variant != NormalizeVariant::kTwoReads) {
     int64_t limit = 0;
     GC_TRY(TileSharedLimit(&limit));
-    if (TileFits<T>(cols, limit)) return LaunchTile<T, kNorm>(in, out, rows, cols, result, env);
+    if (TileFits<T>(cols, limit)) return LaunchTile<T, kNorm>(in, out, rows, cols, result, env, limit);
     bool clusters = false;
     GC_TRY(HasClusters(&clusters));
     int64_t slice = 0;
     const int blocks = clusters && variant == NormalizeVariant::kCluster ? ClusterBlocksFor<T>(cols, limit, &slice) : 0;
-    if (blocks > 0) return LaunchClusterRows<T, kNorm>(in, out, rows, cols, blocks, slice, result, env);
+    if (blocks > 0) return LaunchClusterRows<T, kNorm>(in, out, rows, cols, blocks, slice, result, env, limit);
   }
   int64_t rows_per_pass = rows;
   GC_TRY(RowsPerPass<T>(rows, cols, variant != NormalizeVariant::kTwoReads, &rows_per_pass));

@@ -244,17 +244,23 @@ inline bool TileFits(int64_t cols, int64_t limit) {
   return TileSharedBytes<T>(1, cols) <= limit;
 }
 
+// Kernels that may take more than 48 KiB of dynamic shared memory are allowed the
+// device's whole limit, always the same value: concurrent launches from several host
+// threads never lower it under one another.
+template <typename Kernel>
+cudaError_t AllowSharedLimit(Kernel kernel, int64_t limit) {
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(limit));
+}
+
 template <typename T, NormKind kNorm>
 cudaError_t LaunchTile(const T* in, T* out, int64_t rows, int64_t cols, NormalizeResult* result,
-                       const LaunchEnv& env) {
+                       const LaunchEnv& env, int64_t limit) {
   const int64_t tile_rows = TileRowsFor<T>(rows, cols);
   const int64_t smem = TileSharedBytes<T>(tile_rows, cols);
   const int64_t tiles = CeilDiv(rows, tile_rows);
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, int64_t{1} << 20));
   auto launch = [&](auto kernel) -> cudaError_t {
-    if (smem > 48 * 1024) {
-      GC_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    }
+    if (smem > 48 * 1024) GC_TRY(AllowSharedLimit(kernel, limit));
     kernel<<<grid, TilePolicy::kThreads, static_cast<size_t>(smem), env.stream>>>(in, out, rows, cols, tile_rows,
                                                                                  result);
     GC_CHECK_LAUNCH();
@@ -323,11 +329,11 @@ inline int ClusterBlocksFor(int64_t cols, int64_t limit, int64_t* slice) {
 
 template <typename T, NormKind kNorm>
 cudaError_t LaunchClusterRows(const T* in, T* out, int64_t rows, int64_t cols, int blocks, int64_t slice,
-                              NormalizeResult* result, const LaunchEnv& env) {
+                              NormalizeResult* result, const LaunchEnv& env, int64_t limit) {
   const int64_t smem = (slice + Vec16<T>::kCount) * static_cast<int64_t>(sizeof(T));
   GC_REQUIRE(rows * blocks <= 0x7fffffff);
   auto kernel = ClusterRowKernel<T, kNorm>;
-  GC_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  GC_TRY(AllowSharedLimit(kernel, limit));
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(rows * blocks));
   config.blockDim = dim3(ClusterPolicy::kThreads);
