@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -62,32 +61,38 @@ TEST(ExecutorTest, FullQueueRefusesRequestsButAcceptsContinuations) {
   EXPECT_TRUE(continued.load());
 }
 
+// What each request's task was told, in the order the tasks ran.
+class Outcomes {
+ public:
+  Executor::RequestTask Record(std::string name) {
+    return [this, name](absl::Status status) {
+      absl::MutexLock lock(&mu_);
+      outcomes_.push_back(absl::StrCat(name, ": ", status.ok() ? "ran" : status.message()));
+    };
+  }
+  std::vector<std::string> Await(size_t count) {
+    absl::MutexLock lock(&mu_);
+    const auto done = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return outcomes_.size() >= count; };
+    mu_.Await(absl::Condition(&done));
+    return outcomes_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::string> outcomes_ ABSL_GUARDED_BY(mu_);
+};
 TEST(ExecutorTest, ClientsTakeTurns) {
   Executor executor(1, 100);
   absl::Notification release;
   absl::Notification started;
   HoldTheOnlyThread(executor, started, release);
-  absl::Mutex mu;
-  std::vector<std::string> order;
-  const auto record = [&](std::string name) {
-    return [&, name](absl::Status status) {
-      EXPECT_TRUE(status.ok()) << status.message();
-      absl::MutexLock lock(&mu);
-      order.push_back(name);
-    };
-  };
+  Outcomes outcomes;
   for (const char* name : {"a1", "a2", "a3"}) {
-    ASSERT_TRUE(executor.SubmitRequest(record(name), "flooding client").ok());
+    ASSERT_TRUE(executor.SubmitRequest(outcomes.Record(name), "flooding client").ok());
   }
-  ASSERT_TRUE(executor.SubmitRequest(record("b1"), "other client").ok());
+  ASSERT_TRUE(executor.SubmitRequest(outcomes.Record("b1"), "other client").ok());
   release.Notify();
-  while (true) {
-    absl::SleepFor(absl::Milliseconds(1));
-    absl::MutexLock lock(&mu);
-    if (order.size() == 4) break;
-  }
-  absl::MutexLock lock(&mu);
-  EXPECT_THAT(order, ::testing::ElementsAre("a1", "b1", "a2", "a3"));
+  EXPECT_THAT(outcomes.Await(4), ::testing::ElementsAre("a1: ran", "b1: ran", "a2: ran", "a3: ran"));
 }
 
 TEST(ExecutorTest, FullQueueDropsTheNewestRequestOfTheClientWithTheMostWaiting) {
@@ -95,31 +100,18 @@ TEST(ExecutorTest, FullQueueDropsTheNewestRequestOfTheClientWithTheMostWaiting) 
   absl::Notification release;
   absl::Notification started;
   HoldTheOnlyThread(executor, started, release);
-  absl::Mutex mu;
-  std::vector<std::string> outcomes;
-  const auto record = [&](std::string name) {
-    return [&, name](absl::Status status) {
-      absl::MutexLock lock(&mu);
-      outcomes.push_back(absl::StrCat(name, ": ", status.ok() ? "ran" : status.message()));
-    };
-  };
+  Outcomes outcomes;
   for (const char* name : {"a1", "a2", "a3"}) {
-    ASSERT_TRUE(executor.SubmitRequest(record(name), "flooding client").ok());
+    ASSERT_TRUE(executor.SubmitRequest(outcomes.Record(name), "flooding client").ok());
   }
   // A client with none waiting gets in: a3 makes room.
-  ASSERT_TRUE(executor.SubmitRequest(record("b1"), "other client").ok());
+  ASSERT_TRUE(executor.SubmitRequest(outcomes.Record("b1"), "other client").ok());
   // Now b has 1 and a has 2: b's second would tie with a, so it is refused.
-  const absl::Status refused = executor.SubmitRequest(record("b2"), "other client");
+  const absl::Status refused = executor.SubmitRequest(outcomes.Record("b2"), "other client");
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(refused.message()), ::testing::HasSubstr("1 from this connection"));
   release.Notify();
-  while (true) {
-    absl::SleepFor(absl::Milliseconds(1));
-    absl::MutexLock lock(&mu);
-    if (outcomes.size() == 4) break;
-  }
-  absl::MutexLock lock(&mu);
-  EXPECT_THAT(outcomes,
+  EXPECT_THAT(outcomes.Await(4),
               ::testing::ElementsAre(
                   "a3: request queue is full (max_queue_depth 3): this request was dropped for "
                   "one from a connection with fewer waiting",
