@@ -262,7 +262,8 @@ void Haversine(Bench& b, bool quick) {
       const DeviceRefs d_refs(refs);
       for (auto [angle, name] : {std::pair{cuda::HaversineAngle::kAtan2, "  mesh atan2"},
                                  std::pair{cuda::HaversineAngle::kAsinSplit, "  mesh asin_split"},
-                                 std::pair{cuda::HaversineAngle::kAsin, "  mesh asin"}}) {
+                                 std::pair{cuda::HaversineAngle::kAsin, "  mesh asin"},
+                                 std::pair{cuda::HaversineAngle::kAsinPolynomial, "  mesh asin_poly"}}) {
         TimeLaunch(b, name, Short(dt), size, static_cast<double>(out->bytes()), 0, [&] {
           return cuda::LaunchHaversineMeshVariant(dt, {29, 31, n}, {99, 101, n}, d_refs.d, 1,
                                                   kDefaultEarthRadiusKm, out->data(), env, angle);

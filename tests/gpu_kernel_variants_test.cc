@@ -222,7 +222,8 @@ void CheckMeshAngles(const LatLonMesh& mesh, const std::vector<GeoPoint>& refs, 
   ASSERT_TRUE(Cpu()->HaversineMesh(mesh, refs, kDefaultEarthRadiusKm, *ref, ctx).ok());
   const std::vector<double> want = Read<double>(*Cpu(), *ref);
   const DeviceRefs d_refs(refs);
-  for (auto angle : {cuda::HaversineAngle::kAtan2, cuda::HaversineAngle::kAsinSplit, cuda::HaversineAngle::kAsin}) {
+  for (auto angle : {cuda::HaversineAngle::kAtan2, cuda::HaversineAngle::kAsinSplit, cuda::HaversineAngle::kAsin,
+                     cuda::HaversineAngle::kAsinPolynomial}) {
     for (int offset : {0, 1}) {  // vector stores, and scalar ones
       SCOPED_TRACE(absl::StrCat(mesh.lat.count, " x ", mesh.lon.count, sizeof(T) == 4 ? " f32" : " f64",
                                 " angle ", static_cast<int>(angle), " offset ", offset));
