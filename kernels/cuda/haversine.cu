@@ -117,12 +117,28 @@ __device__ __forceinline__ double AsinSqrtRatio(double m) {
   return p;
 }
 
-// HalfAngleByAsin with the polynomial above in float64 (float32 keeps its atan2
-// polynomial): a = x + x (ratio - 1), the ratio - 1 exact (the ratio is in [1, 1.11]).
+// The same ratio in float32: the interpolant at 8 nodes (fit error 1.8e-8), 7 FMAs.
+__device__ __forceinline__ float AsinSqrtRatio(float m) {
+  constexpr float kC[8] = {1.0f, 0.16666954671609344f, 0.07488114441822327f, 0.046480849462936874f,
+                           0.01673138895046739f, 0.07553975382221965f, -0.09008621671077405f,
+                           0.10967398323879114f};
+  float p = kC[7];
+#pragma unroll
+  for (int k = 6; k >= 0; --k) p = fmaf(p, m, kC[k]);
+  return p;
+}
+
+// HalfAngleByAsin with the polynomials above: a = x + x (ratio - 1), the ratio - 1
+// exact (the ratio is in [1, 1.11]). float32: x = m rsqrt(m) (2 ulp, no IEEE sqrt
+// slow path), ~4 ulp in all, ~16 instructions against the atan2 polynomial's ~25.
 template <typename T>
 __device__ __forceinline__ T HalfAngleByPolynomial(T h) {
   if constexpr (sizeof(T) == 4) {
-    return HalfCentralAngle(h);
+    const float g = 1.0f - h;
+    const float m = fminf(h, g);
+    const float x = m > 0.0f ? m * rsqrtf(m) : 0.0f;
+    const float a = fmaf(x, AsinSqrtRatio(m) - 1.0f, x);
+    return h <= g ? a : 1.57079632679489662f - a;
   } else {
     const double g = 1.0 - h;
     const double m = fmin(h, g);

@@ -14,8 +14,8 @@ enum class HaversineAngle {
   kAtan2 = 0,      // atan2(sqrt(h), sqrt(1 - h)); float32: a polynomial atan (default f32)
   kAsinSplit = 1,  // asin(sqrt(min(h, 1 - h))), reflected when h > 1/2 (default f64)
   kAsin = 2,       // asin(sqrt(h))
-  kAsinPolynomial = 3,  // kAsinSplit with a degree-19 float64 polynomial for asin(sqrt(m)) /
-                        // sqrt(m), m <= 1/2 (float32: the same as kAtan2)
+  kAsinPolynomial = 3,  // kAsinSplit with a polynomial for asin(sqrt(m)) / sqrt(m), m <= 1/2
+                        // (float64 degree 19, float32 degree 7)
 };
 
 enum class HaversinePointsVariant {
