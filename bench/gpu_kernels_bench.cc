@@ -324,6 +324,10 @@ void Normalize(Bench& b, bool quick) {
       CHECK_OK(b.backend->Normalize(*in, c.k, *out, ctx));
       return OpMs(ctx);
     });
+    std::printf("    policy: default = %s; two reads = %s; cluster = %s\n",
+                cuda::DescribeNormalizePolicy(c.dt, c.rows, c.cols, cuda::NormalizeVariant::kDefault).c_str(),
+                cuda::DescribeNormalizePolicy(c.dt, c.rows, c.cols, cuda::NormalizeVariant::kTwoReads).c_str(),
+                cuda::DescribeNormalizePolicy(c.dt, c.rows, c.cols, cuda::NormalizeVariant::kCluster).c_str());
     // Kernels only: the default policy, the two-read paths and clusters (normalize_variants.h).
     for (auto [variant, name] : {std::pair{cuda::NormalizeVariant::kDefault, "  default"},
                                  std::pair{cuda::NormalizeVariant::kTwoReads, "  two reads"},

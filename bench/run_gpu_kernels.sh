@@ -88,6 +88,9 @@ awk -F, 'NR > 1 && $7 > 0 {
   printf "%-24s %-4s %-20s %9.4f ms  %5.2f x %-5s goal %s%s\n", $1, $2, $3, $4, $12, $11, goal, mark
 }' "$OUT/bench.csv" | tee "$OUT/ratios.txt"
 echo
+echo "normalize: what each variant runs per shape on this device:"
+grep -B1 '    policy:' "$OUT/bench.log" | grep -v '^--$' | sed 's/^ */  /'
+echo
 echo "fastest normalize variant per shape (kernels only):"
 awk -F, 'NR > 1 && ($1 ~ /^  (default|two reads|cluster)/) {
   key = $2 " " $3; if (!(key in best) || $4 < best[key]) { best[key] = $4; name[key] = $1 }

@@ -33,6 +33,7 @@
 
 #include <cub/block/block_reduce.cuh>
 #include <cstdint>
+#include <string>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launchers.h"
@@ -469,6 +470,36 @@ cudaError_t LaunchNormalizeVariant(DType dtype, const void* in, void* out, int64
   }
   return DispatchNorm<double>(static_cast<const double*>(in), static_cast<double*>(out), rows, cols,
                               norm, result, env, variant);
+}
+
+namespace {
+template <typename T>
+std::string DescribeT(int64_t rows, int64_t cols, NormalizeVariant variant) {
+  int64_t limit = 0;
+  bool clusters = false;
+  if (TileSharedLimit(&limit) != cudaSuccess || HasClusters(&clusters) != cudaSuccess) return "no device";
+  if (variant != NormalizeVariant::kTwoReads && TileFits<T>(cols, limit)) {
+    const int64_t tile_rows = TileRowsFor<T>(rows, cols);
+    const char* lanes = cols <= TilePolicy::kSmallCols ? "4 lanes/row"
+                        : tile_rows >= TilePolicy::kWarps ? "a warp/row" : "the block/row";
+    return "tile, " + std::to_string(tile_rows) + " rows/tile, " + lanes + ", " +
+           std::to_string(TileSharedBytes<T>(tile_rows, cols) / 1024) + " KiB";
+  }
+  int64_t slice = 0;
+  if (variant == NormalizeVariant::kCluster && clusters) {
+    if (const int blocks = ClusterBlocksFor<T>(cols, limit, &slice); blocks > 0) {
+      return "cluster of " + std::to_string(blocks) + " blocks/row, " + std::to_string(slice) + " elements each";
+    }
+  }
+  if (cols <= RowGroupPolicy::kMaxCols) return cols <= RowGroupPolicy::kSmallCols ? "row groups of 4" : "row groups of 32";
+  int64_t rows_per_pass = rows;
+  if (RowsPerPass<T>(rows, cols, variant != NormalizeVariant::kTwoReads, &rows_per_pass) != cudaSuccess) return "no device";
+  return "chunks, " + std::to_string(rows_per_pass) + " rows/pass";
+}
+}  // namespace
+
+std::string DescribeNormalizePolicy(DType dtype, int64_t rows, int64_t cols, NormalizeVariant variant) {
+  return dtype == DType::kFloat32 ? DescribeT<float>(rows, cols, variant) : DescribeT<double>(rows, cols, variant);
 }
 
 cudaError_t LaunchNormalize(DType dtype, const void* in, void* out, int64_t rows, int64_t cols,

@@ -6,6 +6,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+#include <string>
+
 #include "kernels/cuda/launchers.h"
 
 namespace gpucompute::cuda {
@@ -16,6 +19,9 @@ enum class NormalizeVariant {
   kCluster = 2,   // kDefault, and on sm_90 rows up to 8 blocks' shared memory over a
                   // thread-block cluster (one read) instead of chunks
 };
+
+// What `variant` runs for this shape on the current device (for the benchmark's log).
+std::string DescribeNormalizePolicy(DType dtype, int64_t rows, int64_t cols, NormalizeVariant variant);
 
 cudaError_t LaunchNormalizeVariant(DType dtype, const void* in, void* out, int64_t rows,
                                    int64_t cols, NormKind norm, NormalizeResult* result,
