@@ -107,6 +107,10 @@ struct Bench {
   int device = 0;
   cudaStream_t stream = nullptr;
   int sm_count = 1;
+  // Scratch of the launches timed directly, kept mapped as the backend's pool keeps
+  // it: the default pool trims to 0 at every synchronization, and remapping the
+  // chunked paths' scratch cost ~0.1 ms inside the events.
+  cudaMemPool_t pool = nullptr;
 
   std::shared_ptr<Array> Alloc(DType dt, const Shape& shape, double lo, double hi, uint64_t seed) {
     absl::StatusOr<std::shared_ptr<Array>> a = backend->Allocate(dt, shape, device);
@@ -243,7 +247,7 @@ void Discount(Bench& b, bool quick) {
 
 void Haversine(Bench& b, bool quick) {
   std::printf("\n== haversine\n");
-  const cuda::LaunchEnv env{b.stream, nullptr, b.sm_count};
+  const cuda::LaunchEnv env{b.stream, b.pool, b.sm_count};
   for (int64_t n : {int64_t{1000}, int64_t{10000}}) {
     if (quick && n > 1000) break;
     for (DType dt : {DType::kFloat32, DType::kFloat64}) {
@@ -305,15 +309,17 @@ void Normalize(Bench& b, bool quick) {
                           {10, 10000000, DType::kFloat64, NormKind::kL2, "l2"},
                           {1000000, 100, DType::kFloat32, NormKind::kSum, "sum"},
                           {10000000, 10, DType::kFloat32, NormKind::kL1, "l1"}};
-  // Every row length from 1e3 to 1e6, 1e8 elements in all (float64: 5e7).
-  for (int64_t cols : {int64_t{1000}, int64_t{10000}, int64_t{100000}, int64_t{1000000}}) {
+  // Every row length from 1e3 to 1e6, 1e8 elements in all (float64: 5e7); and the
+  // short rows where lane groups and tiles trade places (64 .. 512 columns).
+  for (int64_t cols : {int64_t{64}, int64_t{128}, int64_t{256}, int64_t{512}, int64_t{1000}, int64_t{10000},
+                       int64_t{100000}, int64_t{1000000}}) {
     cases.push_back({100000000 / cols, cols, DType::kFloat32, NormKind::kSum, "sum"});
     cases.push_back({50000000 / cols, cols, DType::kFloat64, NormKind::kL2, "l2"});
   }
   if (quick) cases.resize(1);
   cuda::NormalizeResult* res = nullptr;
   CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&res), sizeof(*res)));
-  const cuda::LaunchEnv env{b.stream, nullptr, b.sm_count};
+  const cuda::LaunchEnv env{b.stream, b.pool, b.sm_count};
   for (const C& c : cases) {
     auto in = b.Alloc(c.dt, {c.rows, c.cols}, 0.5, 1.5, 31);
     auto out = b.Alloc(c.dt, {c.rows, c.cols}, 0, 1, 32);
@@ -324,14 +330,18 @@ void Normalize(Bench& b, bool quick) {
       CHECK_OK(b.backend->Normalize(*in, c.k, *out, ctx));
       return OpMs(ctx);
     });
-    std::printf("    policy: default = %s; two reads = %s; cluster = %s\n",
-                cuda::DescribeNormalizePolicy(c.dt, c.rows, c.cols, cuda::NormalizeVariant::kDefault).c_str(),
-                cuda::DescribeNormalizePolicy(c.dt, c.rows, c.cols, cuda::NormalizeVariant::kTwoReads).c_str(),
-                cuda::DescribeNormalizePolicy(c.dt, c.rows, c.cols, cuda::NormalizeVariant::kCluster).c_str());
-    // Kernels only: the default policy, the two-read paths and clusters (normalize_variants.h).
-    for (auto [variant, name] : {std::pair{cuda::NormalizeVariant::kDefault, "  default"},
-                                 std::pair{cuda::NormalizeVariant::kTwoReads, "  two reads"},
-                                 std::pair{cuda::NormalizeVariant::kCluster, "  cluster"}}) {
+    // Kernels only, every path (normalize_variants.h); the policy line says what each runs.
+    const std::pair<cuda::NormalizeVariant, const char*> variants[] = {
+        {cuda::NormalizeVariant::kDefault, "  default"}, {cuda::NormalizeVariant::kTwoReads, "  two reads"},
+        {cuda::NormalizeVariant::kTile, "  tile"}, {cuda::NormalizeVariant::kCluster, "  cluster"},
+        {cuda::NormalizeVariant::kNarrowGroups, "  narrow groups"}};
+    std::string policy;
+    for (const auto& [variant, name] : variants) {
+      absl::StrAppend(&policy, policy.empty() ? "" : "; ", std::string(name).substr(2), " = ",
+                      cuda::DescribeNormalizePolicy(c.dt, c.rows, c.cols, variant));
+    }
+    std::printf("    policy: %s\n", policy.c_str());
+    for (const auto& [variant, name] : variants) {
       TimeLaunch(b, absl::StrCat(name, " ", c.name), Short(c.dt), size, bytes, 0, [&] {
         return cuda::LaunchNormalizeVariant(c.dt, in->data(), out->data(), c.rows, c.cols, c.k, res, env,
                                             variant);
@@ -382,7 +392,7 @@ void LombScargle(Bench& b, bool quick) {
       cuda::LombScargleResult* res = nullptr;
       CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&res), sizeof(*res)));
       TimeLaunch(b, absl::StrCat("  launcher v", variant), t, size, 0, static_cast<double>(n) * m, [&] {
-        return cuda::LaunchLombScargleVariant(dt, a, res, cuda::LaunchEnv{b.stream, nullptr, b.sm_count}, variant);
+        return cuda::LaunchLombScargleVariant(dt, a, res, cuda::LaunchEnv{b.stream, b.pool, b.sm_count}, variant);
       });
       cudaFree(res);
     }
@@ -404,9 +414,11 @@ void PrintTable(FILE* f, bool csv) {
     const double ceiling = r.write_only ? g_write_gbs : g_d2d_gbs;
     const double of_ceiling = ceiling > 0 && r.bytes > 0 ? gbs / ceiling : 0;
     const char* ceiling_name = r.bytes == 0 ? "-" : r.write_only ? "write" : "d2d";
-    if (csv) {
+    if (csv) {  // sizes such as (100,4000,5) would split the column
+      std::string size = r.size;
+      std::replace(size.begin(), size.end(), ',', 'x');
       std::fprintf(f, "%s,%s,%s,%.5f,%.5f,%.4f,%.0f,%.1f,%.3f,%.4g,%s,%.3f\n", r.op.c_str(), r.dtype.c_str(),
-                   r.size.c_str(), r.ms, r.wall_ms, r.spread, r.bytes, gbs, ratio, pairs, ceiling_name, of_ceiling);
+                   size.c_str(), r.ms, r.wall_ms, r.spread, r.bytes, gbs, ratio, pairs, ceiling_name, of_ceiling);
     } else {
       std::fprintf(f, "%-24s %-4s %-20s %10.4f %10.3f %10.1f %9.0f %7.2f %12.1f %5.2f %s\n", r.op.c_str(),
                    r.dtype.c_str(), r.size.c_str(), r.ms, r.wall_ms, r.bytes / 1e6, gbs, ratio, pairs / 1e9,
@@ -436,6 +448,9 @@ int Main(int argc, char** argv) {
   const cuda::ScopedDevice on_device(b.device);  // for the benchmark's own streams and copies
   CHECK_CUDA(on_device.error());
   CHECK_CUDA(cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaDeviceGetDefaultMemPool(&b.pool, b.device));
+  uint64_t keep = UINT64_MAX;
+  CHECK_CUDA(cudaMemPoolSetAttribute(b.pool, cudaMemPoolAttrReleaseThreshold, &keep));
   cudaDeviceProp prop{};
   CHECK_CUDA(cudaGetDeviceProperties(&prop, b.device));
   b.sm_count = prop.multiProcessorCount;

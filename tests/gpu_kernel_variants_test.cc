@@ -87,7 +87,8 @@ constexpr DType kDType = sizeof(T) == 4 ? DType::kFloat32 : DType::kFloat64;
 
 constexpr NormKind kAllNorms[] = {NormKind::kSum, NormKind::kL1, NormKind::kL2, NormKind::kMaxAbs};
 constexpr cuda::NormalizeVariant kNormalizeVariants[] = {
-    cuda::NormalizeVariant::kDefault, cuda::NormalizeVariant::kTwoReads, cuda::NormalizeVariant::kCluster};
+    cuda::NormalizeVariant::kDefault, cuda::NormalizeVariant::kTwoReads, cuda::NormalizeVariant::kTile,
+    cuda::NormalizeVariant::kCluster, cuda::NormalizeVariant::kNarrowGroups};
 
 // Runs one variant on x (rows x cols) and returns the device's result struct and output.
 template <typename T>
@@ -136,11 +137,12 @@ void CheckNormalizeVariants(int64_t rows, int64_t cols) {
 // per-row slot cap (<= 4 columns in float32, 2 in float64), tiles of several rows (a
 // row <= 4 KiB: 1024 / 512 columns) and of one row (> 32 KiB: 8192 / 4096), the
 // shared-memory limit (~57848 / 28924 columns on sm_90, ~41k / 20.7k on sm_80,
-// ~24.5k / 12.2k on sm_86/89), the register rows of the lane groups (256), the
-// chunks (> 4096) and the clusters (kCluster, sm_90: up to 8 x ~57.8k float32).
+// ~24.5k / 12.2k on sm_86/89), the register rows of the lane groups (32 / 64 / 128 /
+// 256 columns for groups of 4 / 8 / 16 / 32), the chunks (> 4096) and the clusters
+// (kCluster, sm_90: 8 blocks of up to ~57.8k float32).
 TEST(GpuKernelVariants, NormalizeAroundEveryPolicySwitch) {
   REQUIRE_GPU();
-  for (int64_t cols : {1, 2, 3, 4, 5, 31, 32, 33, 256, 257, 1023, 1024, 1025}) {
+  for (int64_t cols : {1, 2, 3, 4, 5, 31, 32, 33, 64, 65, 100, 128, 129, 256, 257, 1023, 1024, 1025}) {
     CheckNormalizeVariants<float>(301, cols);
     CheckNormalizeVariants<double>(301, cols);
   }
@@ -152,13 +154,13 @@ TEST(GpuKernelVariants, NormalizeAroundEveryPolicySwitch) {
     CheckNormalizeVariants<float>(3, cols);
     CheckNormalizeVariants<double>(3, cols);
   }
-  // Clusters (sm_90): 2 .. 8 blocks per row, the last block's slice short; past 8, chunks.
+  // Clusters (sm_90): 8 blocks per row, the last slice short; past 8 slices of a tile, chunks.
   for (int64_t cols : {100003, 231429, 462851}) {
     CheckNormalizeVariants<float>(2, cols);
     CheckNormalizeVariants<double>(2, cols);
   }
   CheckNormalizeVariants<float>(9000, 7);  // several tiles of 2048 rows and a partial one
-  // Chunked rows in passes of half of L2 (25 MB on H100, 20 MB on A100): 2 or more.
+  // Many rows of chunks (one launch each for the reduction and the scaling).
   CheckNormalizeVariants<float>(100, 65537);
   CheckNormalizeVariants<double>(60, 65537);
 }
@@ -188,11 +190,11 @@ void CheckBadRows(int64_t cols, int64_t rows = 7, int64_t first = 3) {
 
 TEST(GpuKernelVariants, NormalizeBadRowsOnEveryPath) {
   REQUIRE_GPU();
-  for (int64_t cols : {3, 100, 2000, 9000, 70001}) {
+  for (int64_t cols : {3, 50, 100, 2000, 9000, 70001}) {
     CheckBadRows<float>(cols);
     CheckBadRows<double>(cols);
   }
-  CheckBadRows<float>(65537, 100, 96);  // in the second chunked pass
+  CheckBadRows<float>(65537, 100, 96);  // among many chunked rows
 }
 
 TEST(GpuKernelVariants, NormalizeBadRowsUnderRacecheck) {  // small: racecheck is slow

@@ -3,8 +3,8 @@
 //   B_i = cos(lat_i) cos(lat0),  C_j = sin^2((lon_j - lon0) / 2),
 // where the row terms (A, B) and column terms C are computed once per reference in
 // float64 by a small kernel (n_lat + n_lon sines), and every point then costs one
-// FMA and the last step, half the central angle: float32 a branch-free atan2 (see
-// HalfCentralAngle), float64 one square root and asin on its short branch
+// FMA and the last step, half the central angle: float32 a branch-free polynomial
+// asin (HalfAngleByPolynomial), float64 one square root and asin on its short branch
 // (HalfAngleByAsin); h clamped to [0, 1]. The mesh is generated on the device
 // (numpy.linspace semantics); nothing but the references is transferred. Points mode
 // is separable too: each point's half-angle sines and cosines are computed once and
@@ -167,11 +167,14 @@ __device__ __forceinline__ T HalfAngle(T h) {
   }
 }
 
-// The default per dtype: the float32 polynomial; float64 asin on its short branch
-// (one sqrt, no division: atan2's two sqrt and division made the f64 mesh
-// compute-bound at 0.35 of the write bound). bench/run_gpu_kernels.sh times all three.
+// The default per dtype: float32 the asin(sqrt(m)) polynomial (H100, 1e4 x 1e4 mesh,
+// kernels timed alike: 0.238 ms against the atan2 polynomial's 0.256); float64 asin
+// on its short branch (one sqrt, no division: atan2's two sqrt and division made the
+// f64 mesh compute-bound at 0.35 of the write bound). bench/run_gpu_kernels.sh times
+// every formulation.
 template <typename T>
-constexpr HaversineAngle kDefaultAngle = sizeof(T) == 4 ? HaversineAngle::kAtan2 : HaversineAngle::kAsinSplit;
+constexpr HaversineAngle kDefaultAngle =
+    sizeof(T) == 4 ? HaversineAngle::kAsinPolynomial : HaversineAngle::kAsinSplit;
 
 // d = 2 R asin(sqrt(h)), h clamped to [0, 1].
 template <typename T, HaversineAngle kAngle = kDefaultAngle<T>>

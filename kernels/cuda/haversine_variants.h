@@ -11,11 +11,11 @@ namespace gpucompute::cuda {
 
 // The last step, half the central angle from h = sin^2(dlat/2) + ... in [0, 1].
 enum class HaversineAngle {
-  kAtan2 = 0,      // atan2(sqrt(h), sqrt(1 - h)); float32: a polynomial atan (default f32)
+  kAtan2 = 0,      // atan2(sqrt(h), sqrt(1 - h)); float32: a polynomial atan
   kAsinSplit = 1,  // asin(sqrt(min(h, 1 - h))), reflected when h > 1/2 (default f64)
   kAsin = 2,       // asin(sqrt(h))
   kAsinPolynomial = 3,  // kAsinSplit with a polynomial for asin(sqrt(m)) / sqrt(m), m <= 1/2
-                        // (float64 degree 19, float32 degree 7)
+                        // (float64 degree 19, float32 degree 7; default f32)
 };
 
 enum class HaversinePointsVariant {

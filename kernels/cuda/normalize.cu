@@ -1,12 +1,13 @@
 // Row normalization: out[r, :] = in[r, :] / norm(in[r, :]) for SUM, L1, L2 and
 // MAX_ABS norms, accumulated in float64 for both dtypes. All rows of a request are
-// handled by one or two launches, never one launch per row:
-//   rows that fit in one block's shared memory: TileKernel (normalize_tile.cuh), read
-//     once; the paths below serve longer rows and NormalizeVariant::kTwoReads:
-//   short rows (cols <= RowGroupPolicy::kMaxCols): RowGroupKernel, a group of lanes per
-//     row reduces it with shuffles and scales it; rows up to 8 elements per lane stay
-//     in registers (one read), longer ones are read twice (the second from L1/L2);
-//   long rows: ChunkReduceKernel splits every row into chunks (one block each, block
+// handled by one or two launches, never one launch per row; PlanFor picks the path
+// per shape (NormalizeVariant forces one, for the benchmark and the tests):
+//   tiles (normalize_tile.cuh): rows that fit in one block's shared memory, read once;
+//   row groups: RowGroupKernel, a group of lanes per row reduces it with shuffles and
+//     scales it; rows up to 8 elements per lane stay in registers (one read), longer
+//     ones (kTwoReads only) are read twice (the second from L1/L2);
+//   clusters (sm_90, kCluster): a row over 8 blocks' shared memory, read once;
+//   chunks: ChunkReduceKernel splits every row into chunks (one block each, block
 //     reduction via cub::BlockReduce, 16-byte loads); the last block to finish a row
 //     (threadfence + ticket) sums that row's partials in a fixed order, so the norm is
 //     deterministic; then ChunkScaleKernel divides with 16-byte loads/stores, walking
@@ -144,9 +145,8 @@ struct ChunkReduceAgent {
   using BlockReduce = BlockReduceFor<kNorm>;
   using Acc = typename Op::Acc;
   const T* in;
-  int64_t row_begin;           // this pass: rows [row_begin, row_begin + rows)
   int64_t rows, cols, chunks;  // chunks per row
-  Acc* partials;               // rows * chunks, of this pass
+  Acc* partials;               // rows * chunks
   unsigned* tickets;           // rows, zeroed by the launcher
   double* norms;               // rows
   NormalizeResult* result;
@@ -158,8 +158,8 @@ struct ChunkReduceAgent {
     for (int64_t w = blockIdx.x; w < total; w += gridDim.x) {
       const int64_t row = w / chunks;
       const int64_t c = w - row * chunks;
-      const int64_t s = (row_begin + row) * cols + c * ChunkPolicy::kChunk;
-      const int64_t e = (row_begin + row) * cols + min(cols, (c + 1) * ChunkPolicy::kChunk);
+      const int64_t s = row * cols + c * ChunkPolicy::kChunk;
+      const int64_t e = row * cols + min(cols, (c + 1) * ChunkPolicy::kChunk);
       const Acc part = BlockRangeReduce<T, kNorm, kVec>(in, s, e, tmp);
       if (threadIdx.x == 0) {
         partials[w] = part;
@@ -178,7 +178,7 @@ struct ChunkReduceAgent {
           const double norm = Op::Finalize(acc);
           norms[row] = norm;
           if (!FastNorm<T, kNorm>(norm)) {
-            atomicMin(&result->bad_row, static_cast<unsigned long long>(row_begin + row));
+            atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
           }
         }
       }
@@ -189,10 +189,10 @@ struct ChunkReduceAgent {
 
 template <typename T, NormKind kNorm, bool kVec>
 __global__ void __launch_bounds__(ChunkPolicy::kThreads, ChunkPolicy::kMinBlocksPerSm)
-    ChunkReduceKernel(const T* in, int64_t row_begin, int64_t rows, int64_t cols, int64_t chunks,
+    ChunkReduceKernel(const T* in, int64_t rows, int64_t cols, int64_t chunks,
                       typename NormOp<kNorm>::Acc* partials, unsigned* tickets, double* norms,
                       NormalizeResult* result) {
-  ChunkReduceAgent<T, kNorm, kVec>{in, row_begin, rows, cols, chunks, partials, tickets, norms, result}.Run();
+  ChunkReduceAgent<T, kNorm, kVec>{in, rows, cols, chunks, partials, tickets, norms, result}.Run();
 }
 
 template <typename T, bool kVec>
@@ -200,9 +200,8 @@ struct ChunkScaleAgent {
   using VT = typename Vec16<T>::type;
   const T* in;
   T* out;
-  int64_t row_begin;  // this pass: rows [row_begin, row_begin + rows)
   int64_t rows, cols, chunks;
-  const double* norms;  // of this pass
+  const double* norms;
   NormalizeResult* result;
 
   template <typename Scale>
@@ -222,11 +221,11 @@ struct ChunkScaleAgent {
       const double norm = norms[row];
       if (!GoodNorm(norm)) continue;  // never divide by a bad norm
       const int64_t c = w - row * chunks;
-      const int64_t s = (row_begin + row) * cols + c * ChunkPolicy::kChunk;
-      const int64_t e = (row_begin + row) * cols + min(cols, (c + 1) * ChunkPolicy::kChunk);
+      const int64_t s = row * cols + c * ChunkPolicy::kChunk;
+      const int64_t e = row * cols + min(cols, (c + 1) * ChunkPolicy::kChunk);
       bool overflow = false;
       WithRowScale<T>(norm, [&](auto scale) { overflow = ScaleRange(s, e, scale); });
-      if (overflow) atomicMin(&result->bad_row, static_cast<unsigned long long>(row_begin + row));
+      if (overflow) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
     }
   }
 
@@ -251,9 +250,9 @@ struct ChunkScaleAgent {
 
 template <typename T, bool kVec>
 __global__ void __launch_bounds__(ChunkPolicy::kThreads, ChunkPolicy::kMinBlocksPerSm)
-    ChunkScaleKernel(const T* in, T* out, int64_t row_begin, int64_t rows, int64_t cols, int64_t chunks,
+    ChunkScaleKernel(const T* in, T* out, int64_t rows, int64_t cols, int64_t chunks,
                      const double* norms, NormalizeResult* result) {
-  ChunkScaleAgent<T, kVec>{in, out, row_begin, rows, cols, chunks, norms, result}.Run();
+  ChunkScaleAgent<T, kVec>{in, out, rows, cols, chunks, norms, result}.Run();
 }
 
 // ---- error path: the norm of result->bad_row, for the message ---------------------------
@@ -314,25 +313,95 @@ __global__ void __launch_bounds__(RescuePolicy::kThreads, RescuePolicy::kMinBloc
 }
 
 // ---- host ----------------------------------------------------------------------------
-// The paths that read each row twice (the second time mostly from L1/L2). Chunked
-// rows go in passes of rows_per_pass rows (reduce, then scale), so that a pass's
-// second read finds its rows in L2.
-template <typename T, NormKind kNorm>
-cudaError_t LaunchTwoReads(const T* in, T* out, int64_t rows, int64_t cols, NormalizeResult* result,
-                           const LaunchEnv& env, int64_t rows_per_pass) {
-  if (cols <= RowGroupPolicy::kMaxCols) {
-    const int group = cols <= RowGroupPolicy::kSmallCols ? 4 : 32;
-    const int64_t rows_per_block = RowGroupPolicy::kThreads / group;
-    const unsigned grid = GridFor(CeilDiv(rows, rows_per_block), env.sm_count,
-                                  RowGroupPolicy::kMinBlocksPerSm * 2);
-    if (group == 4) {
-      RowGroupKernel<T, kNorm, 4><<<grid, RowGroupPolicy::kThreads, 0, env.stream>>>(in, out, rows, cols, result);
-    } else {
-      RowGroupKernel<T, kNorm, 32><<<grid, RowGroupPolicy::kThreads, 0, env.stream>>>(in, out, rows, cols, result);
-    }
-    GC_CHECK_LAUNCH();
-    return cudaSuccess;
+// What runs for one shape. PlanFor is the policy; LaunchT runs a plan.
+enum class NormalizePath { kRowGroups, kTile, kCluster, kChunks };
+struct NormalizePlan {
+  NormalizePath path = NormalizePath::kChunks;
+  int group = 32;        // kRowGroups, kTile: lanes per row
+  int64_t limit = 0;     // kTile, kCluster: shared memory one block may have
+  int blocks = 0;        // kCluster: blocks per row
+  int64_t slice = 0;     // kCluster: elements per block
+};
+
+// The default, from the H100 run of bench/run_gpu_kernels.sh (kernels_run1, ms for
+// 800 MB of f32 in + out): rows <= 32 columns in tiles, 4 lanes a row (10 columns:
+// 0.336 against lane groups' 0.372); rows up to 256 in registers, a warp a row (100
+// columns: 0.430 against the tile's 0.584, whose per-element row lookup costs more
+// than the second read saves); longer rows that fit one block's shared memory in
+// tiles (1e3: 0.313 against 0.422; 1e4: 0.311 against 0.568); longer ones in chunks
+// (main's one pass: 1e7-long rows 0.431, where passes of half of L2 took 0.546).
+template <typename T>
+cudaError_t PlanFor(int64_t cols, NormalizeVariant variant, NormalizePlan* plan) {
+  *plan = NormalizePlan{};
+  GC_TRY(TileSharedLimit(&plan->limit));
+  const bool fits_tile = TileFits<T>(cols, plan->limit);
+  const int64_t register_cols = 32 * RowGroupPolicy::kPerLane;
+  switch (variant) {
+    case NormalizeVariant::kTwoReads:
+      if (cols <= RowGroupPolicy::kMaxCols) {
+        plan->path = NormalizePath::kRowGroups;
+        plan->group = cols <= RowGroupPolicy::kSmallCols ? 4 : 32;
+      }
+      return cudaSuccess;
+    case NormalizeVariant::kTile:
+      if (fits_tile) {
+        plan->path = NormalizePath::kTile;
+        plan->group = TileGroupFor(cols, true);
+      }
+      return cudaSuccess;
+    case NormalizeVariant::kNarrowGroups:
+      if (cols <= register_cols) {
+        plan->path = NormalizePath::kRowGroups;
+        plan->group = 4;
+        while (cols > plan->group * RowGroupPolicy::kPerLane) plan->group *= 2;
+        return cudaSuccess;
+      }
+      break;
+    case NormalizeVariant::kCluster:
+    case NormalizeVariant::kDefault:
+      break;
   }
+  if (cols <= TilePolicy::kSmallCols && fits_tile) {
+    plan->path = NormalizePath::kTile;
+    plan->group = TileGroupFor(cols, false);
+  } else if (cols <= register_cols) {
+    plan->path = NormalizePath::kRowGroups;
+    plan->group = cols <= RowGroupPolicy::kSmallCols ? 4 : 32;
+  } else if (fits_tile) {
+    plan->path = NormalizePath::kTile;
+    plan->group = TileGroupFor(cols, false);
+  } else if (variant == NormalizeVariant::kCluster) {
+    bool clusters = false;
+    GC_TRY(HasClusters(&clusters));
+    plan->blocks = clusters ? ClusterBlocksFor<T>(cols, plan->limit, &plan->slice) : 0;
+    if (plan->blocks > 0) plan->path = NormalizePath::kCluster;
+  }
+  return cudaSuccess;
+}
+
+template <typename T, NormKind kNorm>
+cudaError_t LaunchRowGroups(const T* in, T* out, int64_t rows, int64_t cols, int group, NormalizeResult* result,
+                            const LaunchEnv& env) {
+  const int64_t rows_per_block = RowGroupPolicy::kThreads / group;
+  const unsigned grid = GridFor(CeilDiv(rows, rows_per_block), env.sm_count, RowGroupPolicy::kMinBlocksPerSm * 2);
+  auto launch = [&](auto kernel) {
+    kernel<<<grid, RowGroupPolicy::kThreads, 0, env.stream>>>(in, out, rows, cols, result);
+  };
+  switch (group) {
+    case 4: launch(RowGroupKernel<T, kNorm, 4>); break;
+    case 8: launch(RowGroupKernel<T, kNorm, 8>); break;
+    case 16: launch(RowGroupKernel<T, kNorm, 16>); break;
+    default: launch(RowGroupKernel<T, kNorm, 32>); break;
+  }
+  GC_CHECK_LAUNCH();
+  return cudaSuccess;
+}
+
+// Every row read twice (the second time partly from L2): the reduction of all rows'
+// chunks, then the scaling in reverse order, each one launch over the whole GPU.
+template <typename T, NormKind kNorm>
+cudaError_t LaunchChunks(const T* in, T* out, int64_t rows, int64_t cols, NormalizeResult* result,
+                         const LaunchEnv& env) {
   const int64_t chunks = CeilDiv(cols, ChunkPolicy::kChunk);
   const int64_t total = rows * chunks;
   using Acc = typename NormOp<kNorm>::Acc;
@@ -345,62 +414,37 @@ cudaError_t LaunchTwoReads(const T* in, T* out, int64_t rows, int64_t cols, Norm
   unsigned* tickets = reinterpret_cast<unsigned*>(norms + rows);
   GC_TRY(cudaMemsetAsync(tickets, 0, static_cast<size_t>(rows) * sizeof(unsigned), env.stream));
   const bool vec = Aligned16(in) && Aligned16(out);
-  for (int64_t begin = 0; begin < rows; begin += rows_per_pass) {
-    const int64_t n = std::min(rows_per_pass, rows - begin);
-    const unsigned grid = GridFor(n * chunks, env.sm_count, ChunkPolicy::kMinBlocksPerSm * 2);
-    Acc* pass_partials = partials + begin * chunks;
-    if (vec) {
-      ChunkReduceKernel<T, kNorm, true><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(
-          in, begin, n, cols, chunks, pass_partials, tickets + begin, norms + begin, result);
-    } else {
-      ChunkReduceKernel<T, kNorm, false><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(
-          in, begin, n, cols, chunks, pass_partials, tickets + begin, norms + begin, result);
-    }
-    GC_CHECK_LAUNCH();
-    if (vec) {
-      ChunkScaleKernel<T, true><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(in, out, begin, n, cols, chunks,
-                                                                                norms + begin, result);
-    } else {
-      ChunkScaleKernel<T, false><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(in, out, begin, n, cols, chunks,
-                                                                                 norms + begin, result);
-    }
-    GC_CHECK_LAUNCH();
+  const unsigned grid = GridFor(total, env.sm_count, ChunkPolicy::kMinBlocksPerSm * 2);
+  if (vec) {
+    ChunkReduceKernel<T, kNorm, true><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(
+        in, rows, cols, chunks, partials, tickets, norms, result);
+  } else {
+    ChunkReduceKernel<T, kNorm, false><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(
+        in, rows, cols, chunks, partials, tickets, norms, result);
   }
+  GC_CHECK_LAUNCH();
+  if (vec) {
+    ChunkScaleKernel<T, true><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(in, out, rows, cols, chunks, norms, result);
+  } else {
+    ChunkScaleKernel<T, false><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(in, out, rows, cols, chunks, norms, result);
+  }
+  GC_CHECK_LAUNCH();
   return cudaSuccess;
 }
 
-// Rows per chunked pass: as many as fill half of L2 (at least one), or all of them.
-template <typename T>
-cudaError_t RowsPerPass(int64_t rows, int64_t cols, bool l2_passes, int64_t* rows_per_pass) {
-  *rows_per_pass = rows;
-  if (!l2_passes) return cudaSuccess;
-  int device = 0, l2 = 0;
-  GC_TRY(cudaGetDevice(&device));
-  GC_TRY(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
-  const int64_t row_bytes = cols * static_cast<int64_t>(sizeof(T));
-  *rows_per_pass = std::clamp<int64_t>(l2 / 2 / row_bytes, 1, std::max<int64_t>(rows, 1));
-  return cudaSuccess;
-}
-
-// The policy: rows that fit in one block's shared memory are read once (TileKernel),
-// longer ones twice (chunks, in passes of half of L2); NormalizeVariant::kTwoReads
-// forces the older paths for every row (and chunks in one pass).
 template <typename T, NormKind kNorm>
 cudaError_t LaunchT(const T* in, T* out, int64_t rows, int64_t cols, NormalizeResult* result,
                     const LaunchEnv& env, NormalizeVariant variant) {
-  if (variant != NormalizeVariant::kTwoReads) {
-    int64_t limit = 0;
-    GC_TRY(TileSharedLimit(&limit));
-    if (TileFits<T>(cols, limit)) return LaunchTile<T, kNorm>(in, out, rows, cols, result, env, limit);
-    bool clusters = false;
-    GC_TRY(HasClusters(&clusters));
-    int64_t slice = 0;
-    const int blocks = clusters && variant == NormalizeVariant::kCluster ? ClusterBlocksFor<T>(cols, limit, &slice) : 0;
-    if (blocks > 0) return LaunchClusterRows<T, kNorm>(in, out, rows, cols, blocks, slice, result, env, limit);
+  NormalizePlan plan;
+  GC_TRY(PlanFor<T>(cols, variant, &plan));
+  switch (plan.path) {
+    case NormalizePath::kRowGroups: return LaunchRowGroups<T, kNorm>(in, out, rows, cols, plan.group, result, env);
+    case NormalizePath::kTile: return LaunchTile<T, kNorm>(in, out, rows, cols, plan.group, result, env, plan.limit);
+    case NormalizePath::kCluster:
+      return LaunchClusterRows<T, kNorm>(in, out, rows, cols, plan.blocks, plan.slice, result, env, plan.limit);
+    case NormalizePath::kChunks: break;
   }
-  int64_t rows_per_pass = rows;
-  GC_TRY(RowsPerPass<T>(rows, cols, variant != NormalizeVariant::kTwoReads, &rows_per_pass));
-  return LaunchTwoReads<T, kNorm>(in, out, rows, cols, result, env, rows_per_pass);
+  return LaunchChunks<T, kNorm>(in, out, rows, cols, result, env);
 }
 
 template <typename T>
@@ -432,11 +476,15 @@ cudaError_t BadRowT(const T* in, int64_t rows, int64_t cols, NormKind norm, Norm
 template <typename T, NormKind kNorm>
 void ListNormT(std::vector<KernelEntry>& out, const std::string& name) {
   out.push_back({"normalize.row_group4<" + name + ">", (const void*)&RowGroupKernel<T, kNorm, 4>});
+  out.push_back({"normalize.row_group8<" + name + ">", (const void*)&RowGroupKernel<T, kNorm, 8>});
+  out.push_back({"normalize.row_group16<" + name + ">", (const void*)&RowGroupKernel<T, kNorm, 16>});
   out.push_back({"normalize.row_group32<" + name + ">", (const void*)&RowGroupKernel<T, kNorm, 32>});
   out.push_back({"normalize.chunk_reduce<" + name + ",vec>", (const void*)&ChunkReduceKernel<T, kNorm, true>});
   out.push_back({"normalize.chunk_reduce<" + name + ">", (const void*)&ChunkReduceKernel<T, kNorm, false>});
   out.push_back({"normalize.bad_row_norm<" + name + ">", (const void*)&BadRowNormKernel<T, kNorm>});
   out.push_back({"normalize.tile4<" + name + ">", (const void*)&TileKernel<T, kNorm, 4>});
+  out.push_back({"normalize.tile8<" + name + ">", (const void*)&TileKernel<T, kNorm, 8>});
+  out.push_back({"normalize.tile16<" + name + ">", (const void*)&TileKernel<T, kNorm, 16>});
   out.push_back({"normalize.tile32<" + name + ">", (const void*)&TileKernel<T, kNorm, 32>});
   out.push_back({"normalize.cluster_row<" + name + ">", (const void*)&ClusterRowKernel<T, kNorm>});
 }
@@ -475,26 +523,24 @@ cudaError_t LaunchNormalizeVariant(DType dtype, const void* in, void* out, int64
 namespace {
 template <typename T>
 std::string DescribeT(int64_t rows, int64_t cols, NormalizeVariant variant) {
-  int64_t limit = 0;
-  bool clusters = false;
-  if (TileSharedLimit(&limit) != cudaSuccess || HasClusters(&clusters) != cudaSuccess) return "no device";
-  if (variant != NormalizeVariant::kTwoReads && TileFits<T>(cols, limit)) {
-    const int64_t tile_rows = TileRowsFor<T>(rows, cols);
-    const char* lanes = cols <= TilePolicy::kSmallCols ? "4 lanes/row"
-                        : tile_rows >= TilePolicy::kWarps ? "a warp/row" : "the block/row";
-    return "tile, " + std::to_string(tile_rows) + " rows/tile, " + lanes + ", " +
-           std::to_string(TileSharedBytes<T>(tile_rows, cols) / 1024) + " KiB";
-  }
-  int64_t slice = 0;
-  if (variant == NormalizeVariant::kCluster && clusters) {
-    if (const int blocks = ClusterBlocksFor<T>(cols, limit, &slice); blocks > 0) {
-      return "cluster of " + std::to_string(blocks) + " blocks/row, " + std::to_string(slice) + " elements each";
+  NormalizePlan plan;
+  if (PlanFor<T>(cols, variant, &plan) != cudaSuccess) return "no device";
+  switch (plan.path) {
+    case NormalizePath::kRowGroups: return "row groups of " + std::to_string(plan.group);
+    case NormalizePath::kTile: {
+      const int64_t tile_rows = TileRowsFor<T>(rows, cols);
+      const std::string lanes = plan.group < 32 || tile_rows >= TilePolicy::kWarps
+                                    ? std::to_string(plan.group) + " lanes/row"
+                                    : std::string("the block/row");
+      return "tile, " + std::to_string(tile_rows) + " rows/tile, " + lanes + ", " +
+             std::to_string(TileSharedBytes<T>(tile_rows, cols) / 1024) + " KiB";
     }
+    case NormalizePath::kCluster:
+      return "cluster of " + std::to_string(plan.blocks) + " blocks/row, " + std::to_string(plan.slice) +
+             " elements each";
+    case NormalizePath::kChunks: break;
   }
-  if (cols <= RowGroupPolicy::kMaxCols) return cols <= RowGroupPolicy::kSmallCols ? "row groups of 4" : "row groups of 32";
-  int64_t rows_per_pass = rows;
-  if (RowsPerPass<T>(rows, cols, variant != NormalizeVariant::kTwoReads, &rows_per_pass) != cudaSuccess) return "no device";
-  return "chunks, " + std::to_string(rows_per_pass) + " rows/pass";
+  return "chunks of " + std::to_string(ChunkPolicy::kChunk) + ", one pass";
 }
 }  // namespace
 
@@ -536,9 +582,9 @@ void ListNormalizeKernels(std::vector<KernelEntry>& out) {
 }
 
 cudaError_t WarmupNormalize(const LaunchEnv& env) {
-  // Rows of 8 (4-lane groups), 40 (warps) and 4097 columns (a tile of its own; chunk
-  // path, vector and scalar), one row each, values 1.0, on both policies; plus the
-  // error-path kernel.
+  // Rows of 8, 40 and 4097 columns, one row each, on the default (tile of 4 lanes,
+  // warp-per-row group, tile of its own) and main's paths (4-lane group, the chunks,
+  // vector and scalar); plus the error-path kernel.
   constexpr int64_t kLong = RowGroupPolicy::kMaxCols + 1;
   constexpr int64_t kOut = 4112;  // 16-byte aligned for both element sizes; kOut + 1 is not
   constexpr size_t elems = kOut + 1 + kLong + 7;

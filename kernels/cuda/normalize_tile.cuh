@@ -2,7 +2,7 @@
 // of whole rows into shared memory (cp.async, 16-byte copies, the whole tile in flight
 // at once), reduces every row there in float64 and writes the scaled rows back with
 // 16-byte stores. Rows shorter than TilePolicy::kTileBytes share a tile (lane groups
-// of 4 or 32 per row); a longer row gets a tile of its own, reduced by the whole
+// of 4 to 32 per row, TileGroupFor); a longer row gets a tile of its own, reduced by the whole
 // block, up to the shared memory one block may have on the device (227 KiB on sm_90,
 // 163 KiB on sm_80, 99 KiB on sm_86/89: the limit is read at run time, so every
 // architecture gets the path its memory allows). Longer rows take the chunked path;
@@ -133,7 +133,7 @@ struct TileAgent {
 
   __device__ void Reduce(const T* rows_data, int nrows, int64_t row0, double* norms, T* invs,
                          typename BlockReduceFor<kNorm>::TempStorage& tmp) const {
-    if (kGroup == 4 || nrows >= TilePolicy::kWarps) {  // lane groups over the rows
+    if (kGroup < 32 || nrows >= TilePolicy::kWarps) {  // lane groups over the rows
       const int lane = threadIdx.x % kGroup;
       const unsigned mask =
           kGroup == 32 ? 0xffffffffu : (((1u << kGroup) - 1u) << (threadIdx.x % 32 / kGroup * kGroup));
@@ -252,8 +252,20 @@ cudaError_t AllowSharedLimit(Kernel kernel, int64_t limit) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(limit));
 }
 
+// Lanes per row in a tile of several rows: 4 for rows up to TilePolicy::kSmallCols,
+// else 32; `narrow` (NormalizeVariant::kTile) gives rows up to 512 the narrowest
+// group with at most 16 elements a lane (100 columns: 8 lanes, 4 rows a warp at once,
+// 3 shuffle rounds instead of 5; the warp per row left the tile latency-bound).
+inline int TileGroupFor(int64_t cols, bool narrow) {
+  if (cols <= TilePolicy::kSmallCols) return 4;
+  if (!narrow) return 32;
+  int group = 8;
+  while (group < 32 && cols > group * 16) group *= 2;
+  return group;
+}
+
 template <typename T, NormKind kNorm>
-cudaError_t LaunchTile(const T* in, T* out, int64_t rows, int64_t cols, NormalizeResult* result,
+cudaError_t LaunchTile(const T* in, T* out, int64_t rows, int64_t cols, int group, NormalizeResult* result,
                        const LaunchEnv& env, int64_t limit) {
   const int64_t tile_rows = TileRowsFor<T>(rows, cols);
   const int64_t smem = TileSharedBytes<T>(tile_rows, cols);
@@ -266,8 +278,12 @@ cudaError_t LaunchTile(const T* in, T* out, int64_t rows, int64_t cols, Normaliz
     GC_CHECK_LAUNCH();
     return cudaSuccess;
   };
-  if (cols <= TilePolicy::kSmallCols) return launch(TileKernel<T, kNorm, 4>);
-  return launch(TileKernel<T, kNorm, 32>);
+  switch (group) {
+    case 4: return launch(TileKernel<T, kNorm, 4>);
+    case 8: return launch(TileKernel<T, kNorm, 8>);
+    case 16: return launch(TileKernel<T, kNorm, 16>);
+    default: return launch(TileKernel<T, kNorm, 32>);
+  }
 }
 
 // ---- sm_90: one row over a cluster of up to ClusterPolicy::kMaxBlocks blocks --------------
@@ -317,14 +333,16 @@ __global__ void __launch_bounds__(ClusterPolicy::kThreads, 1)
 }
 
 // Blocks per row and the slice of each, if a row of `cols` fits in a cluster; 0 if not.
+// Always the most blocks (the row's smallest slices): a block of a long row holds one
+// slice through load, reduce, cluster sync and scale, so several clusters per SM in
+// flight overlap one's loads with another's scaling (a 400 KB row in 2 slices of
+// 200 KB left one block per SM and measured 0.42-0.63 of D2D).
 template <typename T>
 inline int ClusterBlocksFor(int64_t cols, int64_t limit, int64_t* slice) {
   constexpr int64_t V = Vec16<T>::kCount;
   const int64_t per_block = ((limit - 256) / static_cast<int64_t>(sizeof(T)) - V) / V * V;
-  const int64_t blocks = CeilDiv(cols, per_block);
-  if (blocks > ClusterPolicy::kMaxBlocks) return 0;
-  *slice = CeilDiv(CeilDiv(cols, blocks), V) * V;
-  return static_cast<int>(blocks);
+  *slice = CeilDiv(CeilDiv(cols, ClusterPolicy::kMaxBlocks), V) * V;
+  return *slice <= per_block ? ClusterPolicy::kMaxBlocks : 0;
 }
 
 template <typename T, NormKind kNorm>

@@ -1,7 +1,6 @@
-// The normalize launch with a forced policy, for the benchmark (to compare the
-// default, which reads rows that fit in shared memory once, with the paths that read
-// every row twice) and the tests (both policies against the reference). The backend
-// calls LaunchNormalize, which is kDefault.
+// The normalize launch with a forced policy, for the benchmark (every candidate path
+// timed per shape, so one run decides the default) and the tests (every path against
+// the reference). The backend calls LaunchNormalize, which is kDefault.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -14,10 +13,13 @@
 namespace gpucompute::cuda {
 
 enum class NormalizeVariant {
-  kDefault = 0,   // one read where the row fits in a block's shared memory, else chunks
-  kTwoReads = 1,  // lane groups (rows <= 4096) or chunks, every row read twice
-  kCluster = 2,   // kDefault, and on sm_90 rows up to 8 blocks' shared memory over a
-                  // thread-block cluster (one read) instead of chunks
+  kDefault = 0,       // per shape, the fastest measured (normalize.cu, LaunchT)
+  kTwoReads = 1,      // main's paths: lane groups of 4 / 32 (rows <= 4096), else chunks
+  kTile = 2,          // a shared-memory tile wherever the row fits one block (rows up to
+                      // 512 with narrower lane groups, TileGroupFor), else chunks
+  kCluster = 3,       // kDefault, and on sm_90 rows past a tile over a cluster of 8 blocks
+  kNarrowGroups = 4,  // rows up to 256: lane groups of 4 / 8 / 16 / 32, the narrowest
+                      // holding the row in registers (8 per lane); else kDefault
 };
 
 // What `variant` runs for this shape on the current device (for the benchmark's log).
