@@ -292,7 +292,8 @@ void Haversine(Bench& b, bool quick) {
     cuda::PointsResult* res = nullptr;
     CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&res), sizeof(*res)));
     for (auto [variant, name] : {std::pair{cuda::HaversinePointsVariant::kSplitTerms, "  points split"},
-                                 std::pair{cuda::HaversinePointsVariant::kDirect, "  points direct"}}) {
+                                 std::pair{cuda::HaversinePointsVariant::kDirect, "  points direct"},
+                                 std::pair{cuda::HaversinePointsVariant::kSplitPrefetch, "  points prefetch"}}) {
       TimeLaunch(b, name, Short(dt), "1e7 pts x 4 refs", bytes, 0, [&] {
         return cuda::LaunchHaversinePointsVariant(dt, lat->data(), lon->data(), n, d_refs.d, 4,
                                                   kDefaultEarthRadiusKm, out->data(), res, env, variant);

@@ -269,7 +269,8 @@ void CheckPointsVariants(int64_t n, int n_ref) {
                                      kDefaultEarthRadiusKm, *ref, ctx).ok());
   const std::vector<double> want = Read<double>(*Cpu(), *ref);
   const DeviceRefs d_refs(refs);
-  for (auto v : {cuda::HaversinePointsVariant::kSplitTerms, cuda::HaversinePointsVariant::kDirect}) {
+  for (auto v : {cuda::HaversinePointsVariant::kSplitTerms, cuda::HaversinePointsVariant::kDirect,
+                 cuda::HaversinePointsVariant::kSplitPrefetch}) {
     SCOPED_TRACE(absl::StrCat(n, " points x ", n_ref, sizeof(T) == 4 ? " f32" : " f64", " variant ",
                               static_cast<int>(v), " seed ", seed));
     DeviceBuffer<T> la(n, 1), lo(n, 0), out(n * n_ref, 1);

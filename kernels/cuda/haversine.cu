@@ -15,7 +15,7 @@
 //
 //   LaunchHaversineMesh -> MeshTermsKernel, MeshKernel -> MeshAgent
 //   LaunchHaversinePoints -> RefTermsKernel, PointsSplitKernel -> PointsSplitAgent
-//   (kDirect: PointsKernel -> PointsAgent)
+//   (kDirect: PointsKernel -> PointsAgent; kSplitPrefetch: PointsSplitKernel<T, true>)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -335,7 +335,11 @@ __global__ void __launch_bounds__(TermsPolicy::kThreads, TermsPolicy::kMinBlocks
 __device__ __forceinline__ void SinCos(float x, float* s, float* c) { sincosf(x, s, c); }
 __device__ __forceinline__ void SinCos(double x, double* s, double* c) { sincos(x, s, c); }
 
-template <typename T>
+// kPrefetch (HaversinePointsVariant::kSplitPrefetch): the next K points are loaded
+// before the current ones are computed, so a thread's loads overlap its arithmetic
+// (without it, each iteration waits for its loads with nothing else to do). float64
+// spills 16 bytes at the 64 registers of 4 blocks per SM; the benchmark decides.
+template <typename T, bool kPrefetch>
 struct PointsSplitAgent {
   static constexpr int K = kPointsPerThread<T>;
   const T* lat;
@@ -348,49 +352,71 @@ struct PointsSplitAgent {
   PointsResult* result;
 
   __device__ void Run() {
-    const T half_rad = static_cast<T>(0.5 * kDegToRad);
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    for (int64_t p0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p0 < n; p0 += K * stride) {
-      T la[K], lo[K];
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const int64_t p = p0 + k * stride;
-        la[k] = p < n ? lat[p] : T(0);
-        lo[k] = p < n ? lon[p] : T(0);
-      }
-      T sla[K], cla[K], slo[K], clo[K], cos_la[K];
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const int64_t p = p0 + k * stride;
-        if (blockIdx.y == 0 && p < n) {  // one check per point
-          if (!IsLatitude(la[k])) atomicMin(&result->bad_lat, static_cast<unsigned long long>(p));
-          if (!IsLongitude(lo[k])) atomicMin(&result->bad_lon, static_cast<unsigned long long>(p));
-        }
-        SinCos(la[k] * half_rad, &sla[k], &cla[k]);
-        SinCos(lo[k] * half_rad, &slo[k], &clo[k]);
-        cos_la[k] = (cla[k] - sla[k]) * (cla[k] + sla[k]);  // cos^2 - sin^2 of the half angle
-      }
-      for (int64_t r = blockIdx.y; r < n_ref; r += gridDim.y) {
-        const RefTerms<T> t = terms[r];  // warp-uniform
+    int64_t p0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    T la[K], lo[K];
+    if constexpr (kPrefetch) Load(p0, stride, la, lo);
+    for (; p0 < n; p0 += K * stride) {
+      if constexpr (kPrefetch) {
+        T next_la[K], next_lo[K];
+        Load(p0 + K * stride, stride, next_la, next_lo);
+        Points(p0, stride, la, lo);
 #pragma unroll
         for (int k = 0; k < K; ++k) {
-          const int64_t p = p0 + k * stride;
-          if (p >= n) break;
-          const T s1 = fma(sla[k], t.cos_half_lat, -cla[k] * t.sin_half_lat);
-          const T s2 = fma(slo[k], t.cos_half_lon, -clo[k] * t.sin_half_lon);
-          const T h = fma(cos_la[k] * t.cos_lat, s2 * s2, s1 * s1);
-          out[r * n + p] = DistanceFromH<T>(h, two_r);
+          la[k] = next_la[k];
+          lo[k] = next_lo[k];
         }
+      } else {
+        Load(p0, stride, la, lo);
+        Points(p0, stride, la, lo);
+      }
+    }
+  }
+
+  __device__ __forceinline__ void Load(int64_t p0, int64_t stride, T* la, T* lo) const {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t p = p0 + k * stride;
+      la[k] = p < n ? lat[p] : T(0);
+      lo[k] = p < n ? lon[p] : T(0);
+    }
+  }
+
+  // Points p0 + k * stride: checked, then their distances to every reference.
+  __device__ __forceinline__ void Points(int64_t p0, int64_t stride, const T* la, const T* lo) const {
+    const T half_rad = static_cast<T>(0.5 * kDegToRad);
+    T sla[K], cla[K], slo[K], clo[K], cos_la[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t p = p0 + k * stride;
+      if (blockIdx.y == 0 && p < n) {  // one check per point
+        if (!IsLatitude(la[k])) atomicMin(&result->bad_lat, static_cast<unsigned long long>(p));
+        if (!IsLongitude(lo[k])) atomicMin(&result->bad_lon, static_cast<unsigned long long>(p));
+      }
+      SinCos(la[k] * half_rad, &sla[k], &cla[k]);
+      SinCos(lo[k] * half_rad, &slo[k], &clo[k]);
+      cos_la[k] = (cla[k] - sla[k]) * (cla[k] + sla[k]);  // cos^2 - sin^2 of the half angle
+    }
+    for (int64_t r = blockIdx.y; r < n_ref; r += gridDim.y) {
+      const RefTerms<T> t = terms[r];  // warp-uniform
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int64_t p = p0 + k * stride;
+        if (p >= n) break;
+        const T s1 = fma(sla[k], t.cos_half_lat, -cla[k] * t.sin_half_lat);
+        const T s2 = fma(slo[k], t.cos_half_lon, -clo[k] * t.sin_half_lon);
+        const T h = fma(cos_la[k] * t.cos_lat, s2 * s2, s1 * s1);
+        out[r * n + p] = DistanceFromH<T>(h, two_r);
       }
     }
   }
 };
 
-template <typename T>
+template <typename T, bool kPrefetch>
 __global__ void __launch_bounds__(PointsPolicy::kThreads, PointsPolicy::kMinBlocksPerSm)
     PointsSplitKernel(const T* lat, const T* lon, int64_t n, const RefTerms<T>* terms, int64_t n_ref,
                       T two_r, T* out, PointsResult* result) {
-  PointsSplitAgent<T>{lat, lon, n, terms, n_ref, two_r, out, result}.Run();
+  PointsSplitAgent<T, kPrefetch>{lat, lon, n, terms, n_ref, two_r, out, result}.Run();
 }
 
 // ---- host ------------------------------------------------------------------------------
@@ -439,7 +465,7 @@ template <typename T>
 cudaError_t LaunchPointsT(const T* lat, const T* lon, int64_t n, const RefPoint* refs,
                           int64_t n_ref, double radius, T* out, PointsResult* result,
                           const LaunchEnv& env, HaversinePointsVariant variant) {
-  const bool split = variant == HaversinePointsVariant::kSplitTerms;
+  const bool split = variant != HaversinePointsVariant::kDirect;
   const int64_t per_thread = split ? kPointsPerThread<T> : 1;
   const int64_t want = static_cast<int64_t>(env.sm_count) * PointsPolicy::kMinBlocksPerSm * 2;
   const int64_t gx = std::min<int64_t>(CeilDiv(n, PointsPolicy::kThreads * per_thread), want);
@@ -456,8 +482,10 @@ cudaError_t LaunchPointsT(const T* lat, const T* lon, int64_t n, const RefPoint*
   const unsigned tgrid = GridFor(CeilDiv(n_ref, TermsPolicy::kThreads), env.sm_count, TermsPolicy::kMinBlocksPerSm);
   RefTermsKernel<T><<<tgrid, TermsPolicy::kThreads, 0, env.stream>>>(refs, n_ref, terms.as<RefTerms<T>>());
   GC_CHECK_LAUNCH();
-  PointsSplitKernel<T><<<grid, PointsPolicy::kThreads, 0, env.stream>>>(
-      lat, lon, n, terms.as<RefTerms<T>>(), n_ref, two_r, out, result);
+  auto kernel = variant == HaversinePointsVariant::kSplitPrefetch ? PointsSplitKernel<T, true>
+                                                                   : PointsSplitKernel<T, false>;
+  kernel<<<grid, PointsPolicy::kThreads, 0, env.stream>>>(lat, lon, n, terms.as<RefTerms<T>>(), n_ref, two_r, out,
+                                                           result);
   GC_CHECK_LAUNCH();
   return cudaSuccess;
 }
@@ -533,7 +561,8 @@ void ListMeshT(std::vector<KernelEntry>& out, const std::string& t) {
   ListMeshAngle<T, HaversineAngle::kAsinPolynomial>(out, t, "asin_polynomial");
   out.push_back({"haversine.points<" + t + ">", (const void*)&PointsKernel<T>});
   out.push_back({"haversine.ref_terms<" + t + ">", (const void*)&RefTermsKernel<T>});
-  out.push_back({"haversine.points_split<" + t + ">", (const void*)&PointsSplitKernel<T>});
+  out.push_back({"haversine.points_split<" + t + ">", (const void*)&PointsSplitKernel<T, false>});
+  out.push_back({"haversine.points_split<" + t + ",prefetch>", (const void*)&PointsSplitKernel<T, true>});
 }
 
 void ListHaversineKernels(std::vector<KernelEntry>& out) {
@@ -557,7 +586,8 @@ cudaError_t WarmupHaversine(const LaunchEnv& env) {
       GC_TRY(LaunchHaversineMeshVariant(t, lat, MeshAxis{99.0, 101.0, 4}, ref, 1, 6371.0, buf, env, a));
       GC_TRY(LaunchHaversineMeshVariant(t, lat, MeshAxis{99.0, 101.0, 3}, ref, 1, 6371.0, buf, env, a));
     }
-    for (HaversinePointsVariant v : {HaversinePointsVariant::kSplitTerms, HaversinePointsVariant::kDirect}) {
+    for (HaversinePointsVariant v : {HaversinePointsVariant::kSplitTerms, HaversinePointsVariant::kDirect,
+                                     HaversinePointsVariant::kSplitPrefetch}) {
       GC_TRY(LaunchHaversinePointsVariant(t, buf + 32, buf + 40, 4, ref, 1, 6371.0, buf, result, env, v));
     }
   }

@@ -21,6 +21,7 @@ enum class HaversineAngle {
 enum class HaversinePointsVariant {
   kSplitTerms = 0,  // per-point and per-reference half-angle terms (default)
   kDirect = 1,      // two sines per (reference, point)
+  kSplitPrefetch = 2,  // kSplitTerms, the next points loaded while these are computed
 };
 
 cudaError_t LaunchHaversineMeshVariant(DType dtype, const MeshAxis& lat, const MeshAxis& lon,
