@@ -139,7 +139,7 @@ void CheckNormalizeVariants(int64_t rows, int64_t cols) {
 // shared-memory limit (~57848 / 28924 columns on sm_90, ~41k / 20.7k on sm_80,
 // ~24.5k / 12.2k on sm_86/89), the register rows of the lane groups (32 / 64 / 128 /
 // 256 columns for groups of 4 / 8 / 16 / 32), the chunks (> 4096) and the clusters
-// (kCluster, sm_90: 8 blocks of up to ~57.8k float32).
+// (sm_90, the default and kCluster: 8 blocks of up to ~57.8k float32).
 TEST(GpuKernelVariants, NormalizeAroundEveryPolicySwitch) {
   REQUIRE_GPU();
   for (int64_t cols : {1, 2, 3, 4, 5, 31, 32, 33, 64, 65, 100, 128, 129, 256, 257, 1023, 1024, 1025}) {

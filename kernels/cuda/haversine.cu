@@ -3,9 +3,8 @@
 //   B_i = cos(lat_i) cos(lat0),  C_j = sin^2((lon_j - lon0) / 2),
 // where the row terms (A, B) and column terms C are computed once per reference in
 // float64 by a small kernel (n_lat + n_lon sines), and every point then costs one
-// FMA and the last step, half the central angle: float32 a branch-free polynomial
-// asin (HalfAngleByPolynomial), float64 one square root and asin on its short branch
-// (HalfAngleByAsin); h clamped to [0, 1]. The mesh is generated on the device
+// FMA and the last step, half the central angle (kDefaultAngle: float32 a branch-free
+// polynomial asin, float64 asin(sqrt(h))); h clamped to [0, 1]. The mesh is generated on the device
 // (numpy.linspace semantics); nothing but the references is transferred. Points mode
 // is separable too: each point's half-angle sines and cosines are computed once and
 // combined with each reference's (RefTermsKernel) by angle-difference identities; the
@@ -14,8 +13,8 @@
 // formulations stay for the benchmark (haversine_variants.h).
 //
 //   LaunchHaversineMesh -> MeshTermsKernel, MeshKernel -> MeshAgent
-//   LaunchHaversinePoints -> RefTermsKernel, PointsSplitKernel -> PointsSplitAgent
-//   (kDirect: PointsKernel -> PointsAgent; kSplitPrefetch: PointsSplitKernel<T, true>)
+//   LaunchHaversinePoints -> RefTermsKernel, PointsSplitKernel<T, prefetch if f32> -> PointsSplitAgent
+//   (kDirect: PointsKernel -> PointsAgent)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -150,8 +149,7 @@ __device__ __forceinline__ T HalfAngleByPolynomial(T h) {
 
 // The formulations of the last step the benchmark compares (haversine_variants.h):
 // kAtan2: atan2(sqrt(h), sqrt(1 - h)) (float32: the polynomial above); kAsinSplit:
-// HalfAngleByAsin; kAsin: asin(sqrt(h)), ill-conditioned near h = 1;
-// kAsinPolynomial: HalfAngleByPolynomial.
+// HalfAngleByAsin; kAsin: asin(sqrt(h)); kAsinPolynomial: HalfAngleByPolynomial.
 template <typename T, HaversineAngle kAngle>
 __device__ __forceinline__ T HalfAngle(T h) {
   if constexpr (kAngle == HaversineAngle::kAsinSplit) {
@@ -167,14 +165,19 @@ __device__ __forceinline__ T HalfAngle(T h) {
   }
 }
 
-// The default per dtype: float32 the asin(sqrt(m)) polynomial (H100, 1e4 x 1e4 mesh,
-// kernels timed alike: 0.238 ms against the atan2 polynomial's 0.256); float64 asin
-// on its short branch (one sqrt, no division: atan2's two sqrt and division made the
-// f64 mesh compute-bound at 0.35 of the write bound). bench/run_gpu_kernels.sh times
-// every formulation.
+// The defaults, the winners of bench/run_gpu_kernels.sh (H100, run 2 at 196d676, 1e4^2
+// mesh): float32 the asin(sqrt(m)) polynomial (0.158 ms); float64 asin(sqrt(h)) (0.405
+// against asin_split 0.474, polynomial 0.480, atan2 0.712), within 1e-9 of the CPU's
+// float64 near the antipode, itself that ill-conditioned (gpu_kernel_variants_test).
 template <typename T>
 constexpr HaversineAngle kDefaultAngle =
-    sizeof(T) == 4 ? HaversineAngle::kAsinPolynomial : HaversineAngle::kAsinSplit;
+    sizeof(T) == 4 ? HaversineAngle::kAsinPolynomial : HaversineAngle::kAsin;
+
+// Points (1e7 x 4 references): float32 prefetches (0.118 ms against 0.122), float64
+// does not (0.376: its prefetch spills at 64 registers).
+template <typename T>
+constexpr HaversinePointsVariant kDefaultPointsVariant =
+    sizeof(T) == 4 ? HaversinePointsVariant::kSplitPrefetch : HaversinePointsVariant::kSplitTerms;
 
 // d = 2 R asin(sqrt(h)), h clamped to [0, 1].
 template <typename T, HaversineAngle kAngle = kDefaultAngle<T>>
@@ -337,8 +340,7 @@ __device__ __forceinline__ void SinCos(double x, double* s, double* c) { sincos(
 
 // kPrefetch (HaversinePointsVariant::kSplitPrefetch): the next K points are loaded
 // before the current ones are computed, so a thread's loads overlap its arithmetic
-// (without it, each iteration waits for its loads with nothing else to do). float64
-// spills 16 bytes at the 64 registers of 4 blocks per SM; the benchmark decides.
+// (without it, each iteration waits for its loads); kDefaultPointsVariant picks it.
 template <typename T, bool kPrefetch>
 struct PointsSplitAgent {
   static constexpr int K = kPointsPerThread<T>;
@@ -542,8 +544,9 @@ cudaError_t LaunchHaversinePointsVariant(DType dtype, const void* lat, const voi
 cudaError_t LaunchHaversinePoints(DType dtype, const void* lat, const void* lon, int64_t n_points,
                                   const RefPoint* refs, int64_t n_ref, double radius, void* out,
                                   PointsResult* result, const LaunchEnv& env) {
-  return LaunchHaversinePointsVariant(dtype, lat, lon, n_points, refs, n_ref, radius, out, result, env,
-                                      HaversinePointsVariant::kSplitTerms);
+  const HaversinePointsVariant variant =
+      dtype == DType::kFloat32 ? kDefaultPointsVariant<float> : kDefaultPointsVariant<double>;
+  return LaunchHaversinePointsVariant(dtype, lat, lon, n_points, refs, n_ref, radius, out, result, env, variant);
 }
 
 template <typename T, HaversineAngle kAngle>

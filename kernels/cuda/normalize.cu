@@ -7,8 +7,8 @@
 //   row groups: RowGroupKernel, a group of lanes per row reduces it with shuffles and
 //     scales it; rows up to 8 elements per lane stay in registers (one read), longer
 //     ones (kTwoReads only) are read twice (the second from L1/L2);
-//   clusters (sm_90, kCluster): a row over 8 blocks' shared memory, read once;
-//   chunks: ChunkReduceKernel splits every row into chunks (one block each, block
+//   clusters (sm_90): a row past a tile over 8 blocks' shared memory, read once;
+//   chunks (sm_80/86/89 past a tile, or rows past a cluster): ChunkReduceKernel splits every row into chunks (one block each, block
 //     reduction via cub::BlockReduce, 16-byte loads); the last block to finish a row
 //     (threadfence + ticket) sums that row's partials in a fixed order, so the norm is
 //     deterministic; then ChunkScaleKernel divides with 16-byte loads/stores, walking
@@ -494,8 +494,8 @@ void ListNormalizeKernels(std::vector<KernelEntry>& out) {
 }
 
 cudaError_t WarmupNormalize(const LaunchEnv& env) {
-  // Rows of 8, 40 and 4097 columns, one row each, on the default (tile of 4 lanes,
-  // warp-per-row group, tile of its own) and main's paths (4-lane group, the chunks,
+  // Rows of 8, 40, 100 and 4097 columns, one row each, on the default (tile of 4
+  // lanes, 8- / 16-lane group or tile, tile of its own) and main's paths (4-lane group, the chunks,
   // vector and scalar); plus the error-path kernel.
   constexpr int64_t kLong = RowGroupPolicy::kMaxCols + 1;
   constexpr int64_t kOut = 4112;  // 16-byte aligned for both element sizes; kOut + 1 is not
@@ -516,6 +516,7 @@ cudaError_t WarmupNormalize(const LaunchEnv& env) {
       for (NormalizeVariant v : {NormalizeVariant::kDefault, NormalizeVariant::kTwoReads}) {
         GC_TRY(LaunchNormalizeVariant(t, in, out, 1, 8, norm, res, env, v));
         GC_TRY(LaunchNormalizeVariant(t, in, out, 1, 40, norm, res, env, v));
+        GC_TRY(LaunchNormalizeVariant(t, in, out, 1, 100, norm, res, env, v));
         GC_TRY(LaunchNormalizeVariant(t, in, out, 1, kLong, norm, res, env, v));
         GC_TRY(LaunchNormalizeVariant(t, in, out_unaligned, 1, kLong, norm, res, env, v));
       }

@@ -24,19 +24,51 @@ struct NormalizePlan {
   int64_t slice = 0;     // kCluster: elements per block
 };
 
-// The default, from the H100 run of bench/run_gpu_kernels.sh (kernels_run1, ms for
-// 800 MB of f32 in + out): rows <= 32 columns in tiles, 4 lanes a row (10 columns:
-// 0.336 against lane groups' 0.372); rows up to 256 in registers, a warp a row (100
-// columns: 0.430 against the tile's 0.584, whose per-element row lookup costs more
-// than the second read saves); longer rows that fit one block's shared memory in
-// tiles (1e3: 0.313 against 0.422; 1e4: 0.311 against 0.568); longer ones in chunks
-// (main's one pass: 1e7-long rows 0.431, where passes of half of L2 took 0.546).
+// The default per shape class, the winners of bench/run_gpu_kernels.sh (H100, run 2 at
+// 196d676; ms for 800 MB of float32 / 1.6 GB of float64 in + out):
+// - rows <= kLaneTileCols: a tile, 4 lanes a row (f32 1e7 x 10: 0.333);
+// - rows up to kRegisterCols: float32 the narrowest lane group holding the row in
+//   registers (64: 0.296 against a warp a row's 0.627; 100: 0.303 / 0.426; 128: 0.301 /
+//   0.349), float64 a tile with 8 / 16 lanes a row (64: 0.274 / 0.307; 128: 0.274 /
+//   0.294; 256: 0.276 / 0.290);
+// - rows that fit one block's shared memory: a tile (1e3, 1e4: ~0.31 f32, ~0.28 f64);
+// - longer rows: on sm_90 a cluster of 8 blocks where the row fits it (1e5: f32 0.339
+//   against the chunks' 0.442, f64 0.360 / 0.431), else (sm_80/86/89, rows past the
+//   cluster: 1e6, 1e7) main's chunks in one pass.
+template <typename T>
+struct DefaultNormalizePolicy {
+  static constexpr int64_t kLaneTileCols = TilePolicy::kSmallCols;
+  static constexpr int64_t kRegisterCols = 32 * RowGroupPolicy::kPerLane;
+  static constexpr bool kRegisterRowsInGroups = sizeof(T) == 4;  // else in narrow-lane tiles
+};
+
+inline void PlanNarrowGroups(int64_t cols, NormalizePlan* plan) {
+  plan->path = NormalizePath::kRowGroups;
+  plan->group = 4;
+  while (cols > plan->group * RowGroupPolicy::kPerLane) plan->group *= 2;
+}
+
+inline void PlanTile(int64_t cols, bool narrow, NormalizePlan* plan) {
+  plan->path = NormalizePath::kTile;
+  plan->group = TileGroupFor(cols, narrow);
+}
+
+// A cluster where the device has them (sm_90) and the row fits 8 blocks, else chunks.
+template <typename T>
+cudaError_t PlanCluster(int64_t cols, NormalizePlan* plan) {
+  bool clusters = false;
+  GC_TRY(HasClusters(&clusters));
+  plan->blocks = clusters ? ClusterBlocksFor<T>(cols, plan->limit, &plan->slice) : 0;
+  if (plan->blocks > 0) plan->path = NormalizePath::kCluster;
+  return cudaSuccess;
+}
+
 template <typename T>
 cudaError_t PlanFor(int64_t cols, NormalizeVariant variant, NormalizePlan* plan) {
+  using Policy = DefaultNormalizePolicy<T>;
   *plan = NormalizePlan{};
   GC_TRY(TileSharedLimit(&plan->limit));
   const bool fits_tile = TileFits<T>(cols, plan->limit);
-  const int64_t register_cols = 32 * RowGroupPolicy::kPerLane;
   switch (variant) {
     case NormalizeVariant::kTwoReads:
       if (cols <= RowGroupPolicy::kMaxCols) {
@@ -45,37 +77,28 @@ cudaError_t PlanFor(int64_t cols, NormalizeVariant variant, NormalizePlan* plan)
       }
       return cudaSuccess;
     case NormalizeVariant::kTile:
-      if (fits_tile) {
-        plan->path = NormalizePath::kTile;
-        plan->group = TileGroupFor(cols, true);
-      }
+      if (fits_tile) PlanTile(cols, true, plan);
       return cudaSuccess;
     case NormalizeVariant::kNarrowGroups:
-      if (cols <= register_cols) {
-        plan->path = NormalizePath::kRowGroups;
-        plan->group = 4;
-        while (cols > plan->group * RowGroupPolicy::kPerLane) plan->group *= 2;
+      if (cols <= Policy::kRegisterCols) {
+        PlanNarrowGroups(cols, plan);
         return cudaSuccess;
       }
       break;
     case NormalizeVariant::kCluster:
+      if (!fits_tile) return PlanCluster<T>(cols, plan);
+      break;
     case NormalizeVariant::kDefault:
       break;
   }
-  if (cols <= TilePolicy::kSmallCols && fits_tile) {
-    plan->path = NormalizePath::kTile;
-    plan->group = TileGroupFor(cols, false);
-  } else if (cols <= register_cols) {
-    plan->path = NormalizePath::kRowGroups;
-    plan->group = cols <= RowGroupPolicy::kSmallCols ? 4 : 32;
+  if (cols <= Policy::kLaneTileCols && fits_tile) {
+    PlanTile(cols, false, plan);
+  } else if (cols <= Policy::kRegisterCols && Policy::kRegisterRowsInGroups) {
+    PlanNarrowGroups(cols, plan);
   } else if (fits_tile) {
-    plan->path = NormalizePath::kTile;
-    plan->group = TileGroupFor(cols, false);
-  } else if (variant == NormalizeVariant::kCluster) {
-    bool clusters = false;
-    GC_TRY(HasClusters(&clusters));
-    plan->blocks = clusters ? ClusterBlocksFor<T>(cols, plan->limit, &plan->slice) : 0;
-    if (plan->blocks > 0) plan->path = NormalizePath::kCluster;
+    PlanTile(cols, cols <= Policy::kRegisterCols, plan);
+  } else {
+    return PlanCluster<T>(cols, plan);
   }
   return cudaSuccess;
 }

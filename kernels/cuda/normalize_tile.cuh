@@ -6,7 +6,7 @@
 // block, up to the shared memory one block may have on the device (227 KiB on sm_90,
 // 163 KiB on sm_80, 99 KiB on sm_86/89: the limit is read at run time, so every
 // architecture gets the path its memory allows). Longer rows take the chunked path;
-// on sm_90, NormalizeVariant::kCluster spreads such a row over a thread-block cluster
+// on sm_90 the default spreads such a row, if it fits, over a thread-block cluster
 // (ClusterRowKernel: each block holds a slice, the partial norms meet through
 // distributed shared memory), still one read.
 // Norms, the compensated SUM, the reciprocal rule and the bad rows are those of
@@ -253,9 +253,10 @@ cudaError_t AllowSharedLimit(Kernel kernel, int64_t limit) {
 }
 
 // Lanes per row in a tile of several rows: 4 for rows up to TilePolicy::kSmallCols,
-// else 32; `narrow` (NormalizeVariant::kTile) gives rows up to 512 the narrowest
-// group with at most 16 elements a lane (100 columns: 8 lanes, 4 rows a warp at once,
-// 3 shuffle rounds instead of 5; the warp per row left the tile latency-bound).
+// else 32; `narrow` (NormalizeVariant::kTile; float64's default up to 256 columns)
+// gives rows up to 512 the narrowest group with at most 16 elements a lane (100
+// columns: 8 lanes, 4 rows a warp at once, 3 shuffle rounds instead of 5; the warp
+// per row left the tile latency-bound).
 inline int TileGroupFor(int64_t cols, bool narrow) {
   if (cols <= TilePolicy::kSmallCols) return 4;
   if (!narrow) return 32;

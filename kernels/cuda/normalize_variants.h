@@ -15,11 +15,14 @@ namespace gpucompute::cuda {
 enum class NormalizeVariant {
   kDefault = 0,       // per shape, the fastest measured (normalize.cu, LaunchT)
   kTwoReads = 1,      // main's paths: lane groups of 4 / 32 (rows <= 4096), else chunks
+                      // (a warp a row up to 256 columns: main's and run 1's default)
   kTile = 2,          // a shared-memory tile wherever the row fits one block (rows up to
                       // 512 with narrower lane groups, TileGroupFor), else chunks
-  kCluster = 3,       // kDefault, and on sm_90 rows past a tile over a cluster of 8 blocks
+  kCluster = 3,       // rows past a tile over a cluster of 8 blocks where one fits (sm_90;
+                      // the default there too), else chunks; shorter rows as kDefault
   kNarrowGroups = 4,  // rows up to 256: lane groups of 4 / 8 / 16 / 32, the narrowest
-                      // holding the row in registers (8 per lane); else kDefault
+                      // holding the row in registers (8 per lane; the float32 default
+                      // from 33 columns); else kDefault
 };
 
 // What `variant` runs for this shape on the current device (for the benchmark's log).
