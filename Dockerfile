@@ -19,7 +19,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       ca-certificates cmake make g++ pkg-config \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
-      libabsl-dev prometheus-cpp-dev \
+      libabsl-dev prometheus-cpp-dev libfftw3-dev \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src

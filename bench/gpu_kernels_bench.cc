@@ -365,7 +365,7 @@ void LombScargle(Bench& b, bool quick) {
       Time(fm ? "lombscargle fm" : "lombscargle", t, size, 0, static_cast<double>(n) * m, [&] {
         OpContext ctx;
         CHECK_OK(b.backend->LombScargle(*x, *y, nullptr, nullptr, Linspace{0.01, 10.0, m},
-                                        LombScargleOptions{false, false, fm}, *out, ctx));
+                                        LombScargleOptions{false, false, fm, LombScargleMethod::kDirect}, *out, ctx));
         return OpMs(ctx);
       });
     }
@@ -375,7 +375,7 @@ void LombScargle(Bench& b, bool quick) {
       Time("lombscargle fm", t, absl::StrCat("N=", n, " M=", m2), 0, static_cast<double>(n) * m2, [&] {
         OpContext ctx;
         CHECK_OK(b.backend->LombScargle(*x, *y, nullptr, nullptr, Linspace{0.01, 10.0, m2},
-                                        LombScargleOptions{false, false, true}, *out2, ctx));
+                                        LombScargleOptions{false, false, true, LombScargleMethod::kDirect}, *out2, ctx));
         return OpMs(ctx);
       });
     }

@@ -58,12 +58,15 @@ Workload BuildWorkload(const BenchConfig& config) {
   std::mt19937_64 rng(config.seed);
   const int64_t size = static_cast<int64_t>(std::max<uint64_t>(config.size, 1));
   Workload workload;
+  v1::OutputOptions output;
+  output.set_chunk_bytes(config.chunk_bytes);
+  output.set_accept_complete_result(config.complete_results);
 
   const int64_t rows = std::max<int64_t>(1, size / kNormalizeRowLength);
   *workload.normalize.mutable_input() =
       TensorOperand(RandomTensor(config.dtype, {rows, kNormalizeRowLength}, 0.5, 1.5, rng));
   workload.normalize.set_norm(v1::NORM_L2);
-  workload.normalize.mutable_output()->set_chunk_bytes(config.chunk_bytes);
+  *workload.normalize.mutable_output() = output;
 
   v1::LatLonMesh& mesh = *workload.haversine.mutable_mesh();
   const auto n_lat = static_cast<uint64_t>(std::max<double>(1, std::sqrt(size)));
@@ -77,14 +80,14 @@ Workload BuildWorkload(const BenchConfig& config) {
   v1::GeoPoint& reference = *workload.haversine.add_references();
   reference.set_lat(48.8566);
   reference.set_lon(2.3522);
-  workload.haversine.mutable_output()->set_chunk_bytes(config.chunk_bytes);
+  *workload.haversine.mutable_output() = output;
 
   const int64_t columns = std::max<int64_t>(1, size / (kDiscountRows * kDiscountSlices));
   *workload.discount.mutable_factors() =
       TensorOperand(RandomTensor(config.dtype, {kDiscountRows, columns}, 0.9, 1.0, rng));
   *workload.discount.mutable_values() = TensorOperand(
       RandomTensor(config.dtype, {kDiscountSlices, kDiscountRows, columns}, 0, 100, rng));
-  workload.discount.mutable_output()->set_chunk_bytes(config.chunk_bytes);
+  *workload.discount.mutable_output() = output;
 
   const int64_t batch = std::max<int64_t>(1, size / kLombScargleFrequencies);
   *workload.lombscargle.mutable_x() =
@@ -96,7 +99,7 @@ Workload BuildWorkload(const BenchConfig& config) {
   grid.set_stop(10);
   grid.set_count(kLombScargleFrequencies);
   workload.lombscargle.set_precenter(true);
-  workload.lombscargle.mutable_output()->set_chunk_bytes(config.chunk_bytes);
+  *workload.lombscargle.mutable_output() = output;
   return workload;
 }
 

@@ -26,6 +26,8 @@ struct BenchConfig {
   uint64_t size = 1 << 16;
   v1::DType dtype = v1::FLOAT32;
   uint32_t chunk_bytes = 0;
+  // Ask for OutputOptions.accept_complete_result.
+  bool complete_results = true;
   uint64_t seed = 1;
 };
 

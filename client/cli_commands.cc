@@ -112,6 +112,7 @@ absl::StatusOr<v1::OutputOptions> OutputOptionsOf(const CliConfig& config) {
   output.set_chunk_bytes(config.chunk_bytes);
   output.set_keep_on_device(config.keep_on_device);
   output.set_buffer_name(config.name);
+  output.set_accept_complete_result(true);
   return output;
 }
 
@@ -146,7 +147,8 @@ absl::Status RunDiscountProduct(const CliConfig& config, Client& client, const A
   GC_RETURN_IF_ERROR(RequireFlags(config, {"factors", "values"}, "discount-product"));
   v1::DiscountProductRequest request;
   GC_ASSIGN_OR_RETURN(*request.mutable_output(), OutputOptionsOf(config));
-  OperandResolver operands(client, config.inline_limit_bytes, config.show_progress);
+  OperandResolver operands(client, config.inline_limit_bytes, config.show_progress,
+                           config.shared_memory);
   GC_ASSIGN_OR_RETURN(*request.mutable_factors(), operands.Resolve(config.factors, "factors"));
   GC_ASSIGN_OR_RETURN(*request.mutable_values(), operands.Resolve(config.values, "values"));
   return RunCompute(config, operands, [&](const ProgressCallback& progress) {
@@ -170,7 +172,8 @@ absl::Status RunHaversine(const CliConfig& config, Client& client, const Args&) 
   request.mutable_references()->Add(references.begin(), references.end());
   request.set_radius(config.radius);
 
-  OperandResolver operands(client, config.inline_limit_bytes, config.show_progress);
+  OperandResolver operands(client, config.inline_limit_bytes, config.show_progress,
+                           config.shared_memory);
   if (mesh) {
     GC_RETURN_IF_ERROR(RequireFlags(config, {"lat", "lon"}, "a haversine mesh"));
     GC_ASSIGN_OR_RETURN(const Linspace lat, AsUsageError(ParseLinspace(config.lat, "lat")));
@@ -207,7 +210,8 @@ absl::Status RunNormalize(const CliConfig& config, Client& client, const Args&) 
   GC_ASSIGN_OR_RETURN(*request.mutable_output(), OutputOptionsOf(config));
   GC_ASSIGN_OR_RETURN(const v1::Norm norm, AsUsageError(ParseNorm(config.norm)));
   request.set_norm(norm);
-  OperandResolver operands(client, config.inline_limit_bytes, config.show_progress);
+  OperandResolver operands(client, config.inline_limit_bytes, config.show_progress,
+                           config.shared_memory);
   GC_ASSIGN_OR_RETURN(*request.mutable_input(), operands.Resolve(config.input, "input"));
   return RunCompute(config, operands, [&](const ProgressCallback& progress) {
     return client.Normalize(request, progress);
@@ -231,7 +235,8 @@ absl::Status RunLombScargle(const CliConfig& config, Client& client, const Args&
     request.mutable_freq_grid()->set_stop(grid.stop);
     request.mutable_freq_grid()->set_count(grid.count);
   }
-  OperandResolver operands(client, config.inline_limit_bytes, config.show_progress);
+  OperandResolver operands(client, config.inline_limit_bytes, config.show_progress,
+                           config.shared_memory);
   GC_ASSIGN_OR_RETURN(*request.mutable_x(), operands.Resolve(config.x, "x"));
   GC_ASSIGN_OR_RETURN(*request.mutable_y(), operands.Resolve(config.y, "y"));
   if (config.Given("freqs")) {
@@ -253,6 +258,7 @@ absl::Status RunBenchCommand(const CliConfig& config, Client& client, const Args
   bench.count = config.count;
   bench.size = config.size;
   bench.chunk_bytes = config.chunk_bytes;
+  bench.complete_results = config.complete_results;
   GC_ASSIGN_OR_RETURN(bench.mix, AsUsageError(ParseMix(config.mix)));
   if (config.Given("dtype")) {
     GC_ASSIGN_OR_RETURN(bench.dtype, AsUsageError(ParseDTypeName(config.dtype)));
@@ -277,8 +283,8 @@ absl::Status RunBenchCommand(const CliConfig& config, Client& client, const Args
   return absl::OkStatus();
 }
 
-const std::vector<absl::string_view> kComputeFlags = {"out", "keep_on_device", "name",
-                                                      "chunk_bytes", "inline_limit_bytes"};
+const std::vector<absl::string_view> kComputeFlags = {
+    "out", "keep_on_device", "name", "chunk_bytes", "inline_limit_bytes", "shared_memory"};
 
 std::vector<absl::string_view> ComputeFlagsAnd(std::vector<absl::string_view> flags) {
   flags.insert(flags.end(), kComputeFlags.begin(), kComputeFlags.end());
@@ -314,8 +320,9 @@ const std::vector<Command>& Commands() {
       {"bench",
        "bench [--concurrency=8] [--duration=10s | --count=N] [--size=65536]\n"
        "                     [--mix=normalize:1,haversine:1,discount:1,lombscargle:1]\n"
-       "                     [--dtype=float32|float64] [--chunk_bytes=N]",
-       {"concurrency", "duration", "count", "mix", "size", "dtype", "chunk_bytes"},
+       "                     [--dtype=float32|float64] [--chunk_bytes=N] [--complete_results]",
+       {"concurrency", "duration", "count", "mix", "size", "dtype", "chunk_bytes",
+        "complete_results"},
        0,
        RunBenchCommand},
   };

@@ -26,6 +26,7 @@ struct CliConfig {
   uint64_t inline_limit_bytes = 0;
   std::string out;
   bool keep_on_device = false;
+  bool shared_memory = false;
   std::string factors, values;
   std::string lat, lon, lat_points, lon_points, ref;
   double radius = 0;
@@ -38,6 +39,7 @@ struct CliConfig {
   uint64_t count = 0;
   std::string mix;
   uint64_t size = 0;
+  bool complete_results = true;
   // Flags present on the command line, for "exactly one of" checks.
   std::set<std::string> given;
 

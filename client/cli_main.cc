@@ -46,6 +46,9 @@ ABSL_FLAG(uint64_t, inline_limit_bytes, uint64_t{8} << 20,
           "input files larger than this are uploaded first and deleted afterwards");
 ABSL_FLAG(std::string, out, "", "write the result to this .npy file");
 ABSL_FLAG(bool, keep_on_device, false, "store the result as a buffer on the server");
+ABSL_FLAG(bool, shared_memory, false,
+          "same host: map FILE.npy operands into shared-memory regions the server reads "
+          "directly (it needs --allow_shared_memory) instead of sending them");
 // Operations.
 ABSL_FLAG(std::string, factors, "", "discount-product factors: FILE.npy or buffer:ID");
 ABSL_FLAG(std::string, values, "", "discount-product values: FILE.npy or buffer:ID");
@@ -73,6 +76,9 @@ ABSL_FLAG(uint64_t, count, 0, "bench: stop after this many requests; 0: run for 
 ABSL_FLAG(std::string, mix, "normalize:1,haversine:1,discount:1,lombscargle:1",
           "bench: operations and their weights");
 ABSL_FLAG(uint64_t, size, uint64_t{1} << 16, "bench: elements in each result");
+ABSL_FLAG(bool, complete_results, true,
+          "bench: ask for results of one chunk as one message (false: header, data and "
+          "trailer as three)");
 
 namespace gpucompute::client {
 namespace {
@@ -90,6 +96,7 @@ CliConfig ReadConfig(std::set<std::string> given) {
   config.inline_limit_bytes = absl::GetFlag(FLAGS_inline_limit_bytes);
   config.out = absl::GetFlag(FLAGS_out);
   config.keep_on_device = absl::GetFlag(FLAGS_keep_on_device);
+  config.shared_memory = absl::GetFlag(FLAGS_shared_memory);
   config.factors = absl::GetFlag(FLAGS_factors);
   config.values = absl::GetFlag(FLAGS_values);
   config.lat = absl::GetFlag(FLAGS_lat);
@@ -114,6 +121,7 @@ CliConfig ReadConfig(std::set<std::string> given) {
   config.count = absl::GetFlag(FLAGS_count);
   config.mix = absl::GetFlag(FLAGS_mix);
   config.size = absl::GetFlag(FLAGS_size);
+  config.complete_results = absl::GetFlag(FLAGS_complete_results);
   config.given = std::move(given);
   return config;
 }
@@ -141,7 +149,8 @@ std::string UsageText() {
       &out,
       "\ncompute subcommands also take --out=OUT.npy or --keep_on_device [--name=NAME],\n"
       "--chunk_bytes=N and --inline_limit_bytes=N (default 8 MiB: larger input files are\n"
-      "uploaded first and deleted afterwards). SRC is a .npy file or buffer:ID.\n"
+      "uploaded first and deleted afterwards) or --shared_memory (on the server's host:\n"
+      ".npy inputs go through shared memory). SRC is a .npy file or buffer:ID.\n"
       "upload and --keep_on_device print the stored buffer's id alone on stdout\n"
       "(ID=$(gpucompute-cli upload data.npy)) and the details on stderr.\n"
       "Run with --help for every flag.\n");

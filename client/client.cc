@@ -31,6 +31,7 @@ Client::Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options)
       compute_(v1::Compute::NewStub(channel)),
       buffers_(v1::Buffers::NewStub(channel)),
       server_(v1::Server::NewStub(channel)),
+      shared_memory_(v1::SharedMemory::NewStub(channel)),
       health_(grpc::health::v1::Health::NewStub(channel)) {}
 
 void Client::SetDeadline(grpc::ClientContext& context) const {
@@ -137,6 +138,30 @@ absl::StatusOr<uint64_t> Client::Delete(const std::string& buffer_id) {
   return response.freed_bytes();
 }
 
+absl::StatusOr<v1::SharedMemoryRegionInfo> Client::RegisterSystemSharedMemory(
+    const std::string& name, const std::string& key, uint64_t offset, uint64_t byte_size) {
+  v1::RegisterSystemSharedMemoryRequest request;
+  request.set_name(name);
+  request.set_key(key);
+  request.set_offset(offset);
+  request.set_byte_size(byte_size);
+  return Unary(*shared_memory_, &v1::SharedMemory::Stub::RegisterSystemSharedMemory, request);
+}
+
+absl::StatusOr<uint64_t> Client::UnregisterSharedMemory(const std::string& region_id) {
+  v1::UnregisterSharedMemoryRequest request;
+  request.set_region_id(region_id);
+  GC_ASSIGN_OR_RETURN(
+      const v1::UnregisterSharedMemoryResponse response,
+      Unary(*shared_memory_, &v1::SharedMemory::Stub::UnregisterSharedMemory, request));
+  return response.freed_bytes();
+}
+
+absl::StatusOr<v1::SharedMemoryStatusResponse> Client::SharedMemoryStatus() {
+  return Unary(*shared_memory_, &v1::SharedMemory::Stub::SharedMemoryStatus,
+               v1::SharedMemoryStatusRequest());
+}
+
 absl::StatusOr<v1::ListResponse> Client::List() {
   // Every page, in one reply with the totals of the last.
   v1::ListRequest request;
@@ -158,7 +183,9 @@ absl::StatusOr<Result> Client::Compute(
     std::unique_ptr<grpc::ClientReader<v1::ResultChunk>> (v1::Compute::Stub::*rpc)(
         grpc::ClientContext*, const Request&),
     const Request& request, const ProgressCallback& progress) {
-  return ResultStream(*compute_, rpc, request, !request.output().keep_on_device(), progress);
+  const bool streamed =
+      !request.output().keep_on_device() && !request.output().has_shared_memory();
+  return ResultStream(*compute_, rpc, request, streamed, progress);
 }
 
 absl::StatusOr<Result> Client::DiscountProduct(const v1::DiscountProductRequest& request,

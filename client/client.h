@@ -80,8 +80,19 @@ class Client {
   // Every buffer of the caller, following List's pages.
   absl::StatusOr<v1::ListResponse> List();
 
+  // Same host (client/shared_memory.h): registers `byte_size` bytes from byte
+  // `offset` of the POSIX shared-memory object `key`; unregistering answers once no
+  // request uses the region.
+  absl::StatusOr<v1::SharedMemoryRegionInfo> RegisterSystemSharedMemory(const std::string& name,
+                                                                        const std::string& key,
+                                                                        uint64_t offset,
+                                                                        uint64_t byte_size);
+  absl::StatusOr<uint64_t> UnregisterSharedMemory(const std::string& region_id);
+  absl::StatusOr<v1::SharedMemoryStatusResponse> SharedMemoryStatus();
+
   // The compute operations. With request.output().keep_on_device() the Result
-  // has no data and trailer.stored_buffer() describes the stored result.
+  // has no data and trailer.stored_buffer() describes the stored result; with
+  // request.output().shared_memory() it has no data either: the result is there.
   absl::StatusOr<Result> DiscountProduct(const v1::DiscountProductRequest& request,
                                          const ProgressCallback& progress = {});
   absl::StatusOr<Result> HaversineGrid(const v1::HaversineGridRequest& request,
@@ -120,6 +131,7 @@ class Client {
   std::unique_ptr<v1::Compute::Stub> compute_;
   std::unique_ptr<v1::Buffers::Stub> buffers_;
   std::unique_ptr<v1::Server::Stub> server_;
+  std::unique_ptr<v1::SharedMemory::Stub> shared_memory_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
 };
 

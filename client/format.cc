@@ -39,6 +39,7 @@ std::string FormatBytes(uint64_t bytes) {
 
 std::string FormatServerInfo(const v1::ServerInfo& info) {
   std::string out = absl::StrFormat("version     %s\n", info.version());
+  absl::StrAppendFormat(&out, "instance    %s\n", info.instance_id());
   absl::StrAppendFormat(
       &out, "backend     %s%s\n", info.backend(),
       info.backend_note().empty() ? "" : absl::StrCat(" (", info.backend_note(), ")"));

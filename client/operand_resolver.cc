@@ -1,5 +1,7 @@
 #include "client/operand_resolver.h"
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <utility>
 
@@ -11,8 +13,12 @@
 
 namespace gpucompute::client {
 
-OperandResolver::OperandResolver(Client& client, uint64_t inline_limit_bytes, bool show_progress)
-    : client_(client), inline_limit_bytes_(inline_limit_bytes), show_progress_(show_progress) {}
+OperandResolver::OperandResolver(Client& client, uint64_t inline_limit_bytes, bool show_progress,
+                                 bool shared_memory)
+    : client_(client),
+      inline_limit_bytes_(inline_limit_bytes),
+      show_progress_(show_progress),
+      shared_memory_(shared_memory) {}
 
 OperandResolver::~OperandResolver() { Release().IgnoreError(); }
 
@@ -22,6 +28,18 @@ absl::StatusOr<v1::Operand> OperandResolver::Resolve(absl::string_view spec,
   if (parsed.kind == OperandSpec::Kind::kBuffer) return BufferOperand(std::move(parsed.value));
 
   GC_ASSIGN_OR_RETURN(NpyArray array, ReadNpyFile(parsed.value));
+  if (shared_memory_) {
+    absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(
+        client_, std::max<uint64_t>(array.data.size(), 1), parsed.value);
+    if (!region.ok()) {
+      return absl::Status(region.status().code(),
+                          absl::StrCat("--", flag, "=", parsed.value, " into shared memory: ",
+                                       region.status().message()));
+    }
+    std::memcpy((*region)->data(), array.data.data(), array.data.size());
+    regions_.push_back(*std::move(region));
+    return regions_.back()->Operand(0, array.dtype, array.shape);
+  }
   if (array.data.size() <= inline_limit_bytes_) {
     GC_ASSIGN_OR_RETURN(v1::Tensor tensor,
                         MakeTensor(array.dtype, array.shape, std::move(array.data)));
@@ -52,6 +70,7 @@ absl::Status OperandResolver::Release() {
     }
   }
   uploaded_ids_.clear();
+  regions_.clear();
   return first_error;
 }
 

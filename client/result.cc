@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/tensor.h"
+#include "common/status_macros.h"
 
 namespace gpucompute::client {
 
@@ -22,9 +23,11 @@ absl::Status ResultAssembler::Add(const v1::ResultChunk& chunk) {
     case v1::ResultChunk::kHeader:
       return AddHeader(chunk.header());
     case v1::ResultChunk::kData:
-      return AddData(chunk.data());
+      return AddData(chunk.data().offset(), chunk.data().data());
     case v1::ResultChunk::kTrailer:
       return AddTrailer(chunk.trailer());
+    case v1::ResultChunk::kComplete:
+      return AddComplete(chunk.complete());
     case v1::ResultChunk::KIND_NOT_SET:
       break;
   }
@@ -56,25 +59,34 @@ absl::Status ResultAssembler::AddHeader(const v1::ResultHeader& header) {
   return absl::OkStatus();
 }
 
-absl::Status ResultAssembler::AddData(const v1::ResultData& data) {
+absl::Status ResultAssembler::AddComplete(const v1::ResultComplete& complete) {
+  GC_RETURN_IF_ERROR(AddHeader(complete.header()));
+  // A kept result carries no data (and AddData refuses any).
+  if (options_.expect_data || !complete.data().empty()) {
+    GC_RETURN_IF_ERROR(AddData(0, complete.data()));
+  }
+  return AddTrailer(complete.trailer());
+}
+
+absl::Status ResultAssembler::AddData(uint64_t offset, const std::string& bytes) {
   if (!have_header_) return absl::DataLossError("result stream: data before the header");
   if (!options_.expect_data) {
     return absl::DataLossError("result stream: data chunk although the result was kept on device");
   }
-  if (data.offset() != received_bytes_) {
-    return absl::DataLossError(absl::StrCat("result stream: chunk at offset ", data.offset(),
+  if (offset != received_bytes_) {
+    return absl::DataLossError(absl::StrCat("result stream: chunk at offset ", offset,
                                             ", expected offset ", received_bytes_));
   }
   const uint64_t total = result_.header.total_bytes();
-  if (data.data().size() > total - received_bytes_) {
-    return absl::DataLossError(absl::StrCat("result stream: chunk of ", data.data().size(),
-                                            " bytes at offset ", data.offset(),
+  if (bytes.size() > total - received_bytes_) {
+    return absl::DataLossError(absl::StrCat("result stream: chunk of ", bytes.size(),
+                                            " bytes at offset ", offset,
                                             " overruns the declared ", total, " bytes"));
   }
-  if (!data.data().empty()) {
-    std::memcpy(result_.data.data() + received_bytes_, data.data().data(), data.data().size());
+  if (!bytes.empty()) {
+    std::memcpy(result_.data.data() + received_bytes_, bytes.data(), bytes.size());
   }
-  received_bytes_ += data.data().size();
+  received_bytes_ += bytes.size();
   if (options_.progress) options_.progress(received_bytes_, total);
   return absl::OkStatus();
 }
@@ -85,9 +97,11 @@ absl::Status ResultAssembler::AddTrailer(const v1::ResultTrailer& trailer) {
     return absl::DataLossError(absl::StrCat("result stream: short data: received ", received_bytes_,
                                             " of ", result_.header.total_bytes(), " bytes"));
   }
-  if (!options_.expect_data && !trailer.has_stored_buffer()) {
+  if (!options_.expect_data && !trailer.has_stored_buffer() &&
+      trailer.shared_memory_region_id().empty()) {
     return absl::DataLossError(
-        "result stream: keep_on_device was requested but the trailer names no stored buffer");
+        "result stream: the result was to be kept on the server or written into shared "
+        "memory, but the trailer names no stored buffer nor region");
   }
   have_trailer_ = true;
   result_.trailer = trailer;

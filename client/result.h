@@ -51,7 +51,8 @@ class ResultAssembler {
 
  private:
   absl::Status AddHeader(const v1::ResultHeader& header);
-  absl::Status AddData(const v1::ResultData& data);
+  absl::Status AddData(uint64_t offset, const std::string& bytes);
+  absl::Status AddComplete(const v1::ResultComplete& complete);
   absl::Status AddTrailer(const v1::ResultTrailer& trailer);
 
   Options options_;

@@ -73,6 +73,17 @@ class Checks:
         sys.exit(0)
 
 
+def shared_array(client, shape, dtype="float64"):
+    """Client.shared_array, or None (printing why) when this client cannot use the server's
+    shared memory: the server runs without --allow_shared_memory, or on another host."""
+    gc = import_gpucompute()
+    try:
+        return client.shared_array(shape, dtype)
+    except gc.FailedPrecondition as e:
+        print(f"shared-memory variant skipped: {e.message}")
+        return None
+
+
 def ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f} ms"
 

@@ -20,7 +20,8 @@ import time
 
 import numpy as np
 
-from _common import Checks, connect, gb, host_available_bytes, ms, parser, rate, timing_line
+from _common import (Checks, connect, gb, host_available_bytes, ms, parser, rate, shared_array,
+                     timing_line)
 
 
 def thread_case(client, checks):
@@ -40,6 +41,18 @@ def thread_case(client, checks):
           f"cv[99, 3999, 4] = {cv[99, 3999, 4]:.6g}")
     checks("thread case equals NumPy", np.array_equal(cv, expected),
            f"max |diff| {np.max(np.abs(cv - expected)):.3g}")
+
+    f_shared = shared_array(client, mult_by.shape)
+    if f_shared is not None:  # same host: operands and result in shared memory
+        d_shared = client.shared_array(discount.shape)
+        out = client.shared_array(discount.shape)
+        f_shared[...], d_shared[...] = mult_by, discount
+        client.discount_product(f_shared, d_shared, out=out)
+        _, t = client.discount_product(f_shared, d_shared, out=out, return_timing=True)
+        print(f"shared memory in and out:                                 {timing_line(t)}")
+        checks("shared-memory result equals NumPy", np.array_equal(out, expected))
+        for a in (f_shared, d_shared, out):
+            client.free_shared(a)
 
     with client.upload(mult_by, name="seed000 multBy") as f_dev, \
             client.upload(discount, name="seed000 discount") as d_dev:

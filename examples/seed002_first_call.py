@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 
-from _common import Checks, connect, ms, parser
+from _common import Checks, connect, ms, parser, shared_array
 
 
 def operations(gc, scale):
@@ -78,6 +78,20 @@ def main():
                    f"first {ms(first.total)}, later {ms(med)}, ratio {ratio:.2f}")
     print("(server time = accepted -> trailer sent, from each result's trailer; wall = as "
           "this client saw it, including the stream)")
+    rows = shared_array(client, (10, max(10, int(1_000_000 * args.scale)) // 10), np.float32)
+    if rows is not None:  # same host: the Normalize of the table, through shared memory
+        rows[...] = np.random.default_rng(2).random(rows.shape, dtype=np.float32)
+        out = client.shared_array(rows.shape, np.float32)
+        first = client.normalize(rows, out=out, return_timing=True)[1]
+        later = [client.normalize(rows, out=out, return_timing=True)[1]
+                 for _ in range(max(1, args.repeats))]
+        print(f"{'Normalize shm':<16} {'float32':<8} {ms(first.total):>15} "
+              f"{ms(statistics.median(t.total for t in later)):>13} {'':>6}   "
+              f"{ms(first.wall):>13} {ms(statistics.median(t.wall for t in later)):>13}")
+        checks("Normalize through shared memory: rows sum to 1",
+               bool(np.allclose(out.sum(axis=1, dtype=np.float64), 1, atol=1e-4)))
+        client.free_shared(rows)
+        client.free_shared(out)
     checks.exit()
 
 

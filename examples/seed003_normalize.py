@@ -6,7 +6,8 @@ The tutorial ran one CUDA stream per array so that the copies and kernels of dif
 arrays overlap, with pinned host memory for the copies and CUDA events for honest GPU
 timing (a host timer measures more than the GPU). Here the ten arrays go to the server
 (1) as one batched (10, 10M) Normalize request, whose rows are normalized along the
-last axis, and (2) as ten concurrent requests from ten threads, which the server's
+last axis, (1b) the same from and into Client.shared_array memory when the client
+runs on the server's host (nothing crosses gRPC), and (2) as ten concurrent requests from ten threads, which the server's
 executor runs side by side. Each result reports its own timing breakdown: queue,
 transfer in, compute (device time on a GPU), transfer out, the server's total, and the
 client's wall time.
@@ -22,7 +23,7 @@ import time
 
 import numpy as np
 
-from _common import Checks, connect, gb, ms, parser, rate, timing_line
+from _common import Checks, connect, gb, ms, parser, rate, shared_array, timing_line
 
 
 def check_rows(checks, label, out, arrays):
@@ -56,6 +57,19 @@ def main():
     print(f"  end to end {rate(2 * nbytes, t.wall)} (in and out)")
     check_rows(checks, "batched", out, arrays)
     del out
+
+    # 1b. the same from and into shared memory (same host: no bytes over gRPC)
+    shared = shared_array(client, batch.shape, np.float32)
+    if shared is not None:
+        shared[...] = batch
+        shared_out = client.shared_array(batch.shape, np.float32)
+        client.normalize(shared, out=shared_out)  # the first call pins nothing new: warm
+        _, t = client.normalize(shared, out=shared_out, return_timing=True)
+        print(f"batched, shared memory in and out: {timing_line(t)}")
+        check_rows(checks, "shared memory", shared_out, arrays)
+        client.free_shared(shared)
+        client.free_shared(shared_out)
+        del shared, shared_out
 
     # 2. ten concurrent requests
     results = [None] * args.count

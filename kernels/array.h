@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <utility>
 
 #include "kernels/dtype.h"
@@ -41,6 +42,21 @@ class Array {
   Shape shape_;
   int64_t size_;
   int device_;
+};
+
+// Elements [offset, offset + count of `shape`) of `parent`, contiguous, seen as
+// an array of `shape`: one request's part of a batch's result. Keeps the parent.
+class ArraySlice final : public Array {
+ public:
+  ArraySlice(std::shared_ptr<Array> parent, int64_t offset, Shape shape, int64_t count)
+      : Array(parent->dtype(), std::move(shape), count, parent->device()),
+        parent_(std::move(parent)),
+        byte_offset_(static_cast<size_t>(offset) * ElementSize(dtype())) {}
+  void* data() override { return static_cast<std::byte*>(parent_->data()) + byte_offset_; }
+
+ private:
+  std::shared_ptr<Array> parent_;
+  size_t byte_offset_;
 };
 
 }  // namespace gpucompute

@@ -10,8 +10,10 @@
 #include <optional>
 #include <span>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -59,6 +61,8 @@ struct OpContext {
   const std::atomic<bool>* cancelled = nullptr;
   // Time of the operation itself, measured by the backend (CUDA events on a GPU).
   absl::Duration compute_time = absl::ZeroDuration();
+  // The algorithm an operation with a choice of them ran ("direct", "nufft"); empty otherwise.
+  absl::string_view method;
 
   bool IsCancelled() const {
     return cancelled != nullptr && cancelled->load(std::memory_order_relaxed);
@@ -91,10 +95,30 @@ struct LatLonMesh {
 
 inline constexpr double kDefaultEarthRadiusKm = 6371.0088;
 
+// Device memory opened from another process's CUDA IPC handle; closed when
+// `mapping` (which points at the allocation's base) is dropped.
+struct IpcMemory {
+  std::shared_ptr<void> mapping;
+  size_t bytes = 0;  // the whole allocation, as the driver reports it
+  int device = 0;    // CUDA ordinal of this process
+};
+
+// How the sums are computed: direct sums over samples x frequencies, or (evenly
+// spaced frequencies only) type-1 non-uniform FFTs (kernels/lombscargle_nufft.h).
+enum class LombScargleMethod { kAuto, kDirect, kNufft };
+
+// The NUFFT's default accuracy: powers within this relative error of the direct
+// float64 sums, on the scale of the row's largest power.
+inline constexpr double kDefaultNufftAccuracy = 1e-9;
+
 struct LombScargleOptions {
   bool precenter = false;
   bool normalize = false;
   bool floating_mean = false;
+  LombScargleMethod method = LombScargleMethod::kAuto;
+  double accuracy = kDefaultNufftAccuracy;  // NUFFT only; [kMinNufftAccuracy, kMaxNufftAccuracy]
+  // Empty, or a ragged batch: B + 1 offsets of the rows in flat x, y, weights (LombScargleShapes).
+  std::vector<int64_t> row_offsets;
 };
 
 struct ValueRule;  // kernels/preconditions.h
@@ -129,6 +153,27 @@ class Backend {
   virtual absl::Status CheckValues(const Array& array, absl::string_view name,
                                    const ValueRule& rule) = 0;
 
+  // Same-host zero copy (server/shared_memory_*). Registers `bytes` of host memory
+  // at `data` with the device driver, so that copies to and from it run at pinned
+  // speed, until the returned handle is dropped; null where nothing needs it.
+  virtual absl::StatusOr<std::shared_ptr<void>> PinHostMemory(void* data, size_t bytes) {
+    (void)data;
+    (void)bytes;
+    return std::shared_ptr<void>();
+  }
+  // Opens the device memory of a CUDA IPC handle (cudaIpcMemHandle_t bytes) on the
+  // GPU with `pci_bus_id`. FAILED_PRECONDITION when this backend has no such GPU
+  // (another host, another GPU, or the CPU backend), INVALID_ARGUMENT for a
+  // malformed handle, NOT_FOUND when the handle's memory is gone.
+  virtual absl::StatusOr<IpcMemory> OpenIpcMemory(absl::string_view handle,
+                                                  absl::string_view pci_bus_id) {
+    (void)handle;
+    (void)pci_bus_id;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this server runs the ", name(),
+        " backend, which has no GPU memory: CUDA IPC regions need the CUDA backend"));
+  }
+
   // out = factors * values, NumPy broadcasting; out has the broadcast shape.
   virtual absl::Status DiscountProduct(const Array& factors, const Array& values, Array& out,
                                        OpContext& ctx) = 0;
@@ -145,7 +190,9 @@ class Backend {
                                  OpContext& ctx) = 0;
   // scipy.signal.lombscargle over angular frequencies `freqs` (an array of shape
   // (M)) or `grid` (generated on the device). x: (N) or (B, N); y: (N) or (B, N);
-  // weights: null or y's shape or (N); out: (M) or (B, M).
+  // weights: null or y's shape or (N); out: (M) or (B, M); or a ragged batch of
+  // flat x, y, weights with options.row_offsets, out (B, M). options.method kAuto
+  // picks direct or NUFFT (ChooseLombScargleMethod); ctx.method says which ran.
   virtual absl::Status LombScargle(const Array& x, const Array& y, const Array* weights,
                                    const Array* freqs, const Linspace& grid,
                                    const LombScargleOptions& options, Array& out,
@@ -154,10 +201,18 @@ class Backend {
 
 enum class BackendKind { kAuto, kCpu, kCuda };
 
+// How a CUDA host thread waits for the device: spinning (lowest latency, a core
+// each), spinning that yields the core to ready threads, or sleeping until the
+// device signals (cudaDeviceSchedule{Spin,Yield,BlockingSync}).
+enum class CudaSync { kSpin, kYield, kBlock };
+
 struct BackendOptions {
   BackendKind kind = BackendKind::kAuto;
   int cpu_threads = 0;            // 0: hardware concurrency
   std::vector<int> cuda_devices;  // empty: all visible
+  // Many executor threads wait at once: spinning ones would take the cores the
+  // gRPC threads need.
+  CudaSync cuda_sync = CudaSync::kYield;
   uint64_t pinned_staging_bytes = 64ull << 20;
   uint64_t pool_release_threshold_bytes = 0;  // 0: keep all freed memory cached
   // Device memory each pool reserves (allocates and frees) at start-up, so that the

@@ -68,6 +68,15 @@ class FaultInjectingBackend final : public Backend {
     GC_RETURN_IF_ERROR(Sticky());
     return inner_->CopyArray(src, dst);
   }
+  absl::StatusOr<std::shared_ptr<void>> PinHostMemory(void* data, size_t bytes) override {
+    GC_RETURN_IF_ERROR(Sticky());
+    return inner_->PinHostMemory(data, bytes);
+  }
+  absl::StatusOr<IpcMemory> OpenIpcMemory(absl::string_view handle,
+                                          absl::string_view pci_bus_id) override {
+    GC_RETURN_IF_ERROR(Sticky());
+    return inner_->OpenIpcMemory(handle, pci_bus_id);
+  }
   absl::Status DiscountProduct(const Array& f, const Array& v, Array& out, OpContext& ctx) override {
     GC_RETURN_IF_ERROR(Operation());
     return inner_->DiscountProduct(f, v, out, ctx);

@@ -220,6 +220,15 @@ class BudgetedBackend final : public Backend {
   absl::Status CopyArray(const Array& src, Array& dst) override {
     return inner_->CopyArray(src, dst);
   }
+  // Shared memory is the client's, not the server's: it is counted by the
+  // server's shared-memory limits, not by these budgets.
+  absl::StatusOr<std::shared_ptr<void>> PinHostMemory(void* data, size_t bytes) override {
+    return inner_->PinHostMemory(data, bytes);
+  }
+  absl::StatusOr<IpcMemory> OpenIpcMemory(absl::string_view handle,
+                                          absl::string_view pci_bus_id) override {
+    return inner_->OpenIpcMemory(handle, pci_bus_id);
+  }
   absl::Status DiscountProduct(const Array& f, const Array& v, Array& out, OpContext& ctx) override {
     return inner_->DiscountProduct(f, v, out, ctx);
   }

@@ -153,7 +153,8 @@ absl::Status CheckCopyBounds(const Array& array, size_t offset, size_t bytes, co
 
 absl::StatusOr<LombScargleShape> CheckLombScargleArrays(const Array& x, const Array& y,
                                                         const Array* weights, const Array* freqs,
-                                                        const Linspace& grid, const Array& out) {
+                                                        const Linspace& grid, const Array& out,
+                                                        std::span<const int64_t> row_offsets) {
   const DType dtype = y.dtype();
   GC_RETURN_IF_ERROR(CheckDType(x, "x", dtype));
   GC_RETURN_IF_ERROR(CheckDType(out, "out", dtype));
@@ -174,7 +175,7 @@ absl::StatusOr<LombScargleShape> CheckLombScargleArrays(const Array& x, const Ar
   GC_ASSIGN_OR_RETURN(
       LombScargleShape shape,
       LombScargleShapes(x.shape(), y.shape(), weights != nullptr ? &weights->shape() : nullptr,
-                        frequencies));
+                        frequencies, row_offsets));
   GC_RETURN_IF_ERROR(CheckShape(out, "out", shape.out));
   return shape;
 }

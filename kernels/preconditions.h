@@ -100,6 +100,7 @@ absl::Status BadRowError(int64_t row, NormKind kind, double norm, DType dtype);
 // Not the values of x and freqs, which may lie on a device.
 absl::StatusOr<LombScargleShape> CheckLombScargleArrays(const Array& x, const Array& y,
                                                         const Array* weights, const Array* freqs,
-                                                        const Linspace& grid, const Array& out);
+                                                        const Linspace& grid, const Array& out,
+                                                        std::span<const int64_t> row_offsets = {});
 
 }  // namespace gpucompute

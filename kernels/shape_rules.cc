@@ -66,8 +66,53 @@ absl::Status CheckRank12(const Shape& shape, absl::string_view name) {
 
 }  // namespace
 
+namespace {
+
+absl::StatusOr<LombScargleShape> RaggedShapes(const Shape& x, const Shape& y, const Shape* weights,
+                                              int64_t frequencies,
+                                              std::span<const int64_t> offsets) {
+  const int64_t rows = static_cast<int64_t>(offsets.size()) - 1;
+  if (rows < 1 || offsets[0] != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "row_offsets has ", offsets.size(), " entries", rows >= 1 ? " and starts at " : "",
+        rows >= 1 ? absl::StrCat(offsets[0]) : "", "; it must start at 0 and hold B + 1 >= 2"));
+  }
+  LombScargleShape result;
+  for (int64_t b = 0; b < rows; ++b) {
+    if (offsets[b + 1] <= offsets[b]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "row_offsets[", b + 1, "] is ", offsets[b + 1], ", not above row_offsets[", b, "] = ",
+          offsets[b], "; every row needs at least one sample"));
+    }
+    result.samples = std::max(result.samples, offsets[b + 1] - offsets[b]);
+  }
+  const Shape total = {offsets[rows]};
+  for (const auto& [shape, name] : {std::pair{&x, "x"}, std::pair{&y, "y"}, std::pair{weights, "weights"}}) {
+    if (shape != nullptr && *shape != total) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ".shape ", ShapeToString(*shape),
+                                                     " must be ", ShapeToString(total),
+                                                     ": a ragged batch is flat, row_offsets[",
+                                                     rows, "] samples"));
+    }
+  }
+  if (frequencies <= 0) {
+    return absl::InvalidArgumentError("frequencies are empty; need at least one");
+  }
+  result.batch = rows;
+  result.frequencies = frequencies;
+  result.x_batched = true;
+  result.weights_batched = weights != nullptr;
+  result.ragged = true;
+  result.out = {rows, frequencies};
+  return result;
+}
+
+}  // namespace
+
 absl::StatusOr<LombScargleShape> LombScargleShapes(const Shape& x, const Shape& y,
-                                                   const Shape* weights, int64_t frequencies) {
+                                                   const Shape* weights, int64_t frequencies,
+                                                   std::span<const int64_t> row_offsets) {
+  if (!row_offsets.empty()) return RaggedShapes(x, y, weights, frequencies, row_offsets);
   GC_RETURN_IF_ERROR(CheckRank12(x, "x"));
   GC_RETURN_IF_ERROR(CheckRank12(y, "y"));
   LombScargleShape result;

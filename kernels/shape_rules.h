@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include "absl/strings/string_view.h"
 #include <vector>
 
@@ -29,12 +30,16 @@ struct LombScargleShape {
   int64_t frequencies = 0;  // M
   bool x_batched = false;   // x is (B, N) rather than (N)
   bool weights_batched = false;
+  bool ragged = false;      // rows of their own lengths (row_offsets); samples is the longest
   Shape out;                // (M) or (B, M)
 };
 
 // x: (N) or (B, N); y: (N) or (B, N); weights: empty optional or like y or (N);
-// M frequencies >= 1. N >= 1.
+// M frequencies >= 1. N >= 1. With row_offsets (B + 1 of them), a ragged batch:
+// x, y (and weights) (T), row b their elements [row_offsets[b], row_offsets[b + 1]),
+// 0 = row_offsets[0] < row_offsets[1] < ... < row_offsets[B] = T; out (B, M).
 absl::StatusOr<LombScargleShape> LombScargleShapes(const Shape& x, const Shape& y,
-                                                   const Shape* weights, int64_t frequencies);
+                                                   const Shape* weights, int64_t frequencies,
+                                                   std::span<const int64_t> row_offsets = {});
 
 }  // namespace gpucompute

@@ -173,7 +173,7 @@ if [[ "$WITH_CUDA" == 1 ]]; then
   "${BUILDAH[@]}" run --isolation chroot "$ctr" -- sh -c 'apt-get update -q > /dev/null &&
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
       ca-certificates cmake make g++ pkg-config libgrpc++-dev protobuf-compiler-grpc \
-      libprotobuf-dev protobuf-compiler libabsl-dev prometheus-cpp-dev > /dev/null &&
+      libprotobuf-dev protobuf-compiler libabsl-dev prometheus-cpp-dev libfftw3-dev > /dev/null &&
     rm -rf /var/lib/apt/lists/*' || die "apt-get install in the build stand-in failed"
   mnt=$("${BUILDAH[@]}" mount "$ctr")
   for f in "$mnt"/usr/share/cmake-*/Modules/FindCUDAToolkit.cmake; do

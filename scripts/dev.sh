@@ -13,11 +13,16 @@ jobs=${GPUCOMPUTE_JOBS:-$(nproc)}
 packages=(
   build-essential cmake pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
+  prometheus-cpp-dev libfftw3-dev libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-protobuf python3-numpy python3-scipy python3-pytest
   python3-venv python3-pip python3-setuptools python3-wheel mypy
   python3-yaml yamllint prometheus curl libssl-dev openssl nodejs
 )
+# The Go client test (tests/go) builds against Debian 12's grpc-go 1.33 and its
+# protoc-gen-go 1.3 (whose grpc plugin makes the stubs); elsewhere it is skipped.
+if grep -qx 'VERSION_CODENAME=bookworm' /etc/os-release 2>/dev/null; then
+  packages+=(golang-go golang-google-grpc-dev protoc-gen-go-1-3)
+fi
 
 # shellcheck source=scripts/packages.sh
 source "$repo/scripts/packages.sh"

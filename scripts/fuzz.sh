@@ -23,7 +23,7 @@ source "$repo/scripts/packages.sh"
 
 # clang with the libFuzzer/sanitizer runtimes, plus the project's build dependencies.
 packages=(clang llvm libclang-rt-dev cmake pkg-config libgrpc++-dev protobuf-compiler-grpc
-          libprotobuf-dev protobuf-compiler libabsl-dev prometheus-cpp-dev libssl-dev)
+          libprotobuf-dev protobuf-compiler libabsl-dev prometheus-cpp-dev libfftw3-dev libssl-dev)
 install_missing_packages fuzz.sh "${packages[@]}"
 
 # One run at a time per build directory: runs share the build, corpus and log.

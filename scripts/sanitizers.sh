@@ -28,7 +28,7 @@ cxx=${CXX:-g++}
 source "$repo/scripts/packages.sh"
 
 packages=(build-essential cmake pkg-config libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
-          protobuf-compiler libabsl-dev prometheus-cpp-dev libssl-dev libgtest-dev libgmock-dev
+          protobuf-compiler libabsl-dev prometheus-cpp-dev libfftw3-dev libssl-dev libgtest-dev libgmock-dev
           libbenchmark-dev)
 case "$cxx" in
   *clang*) packages+=(clang libclang-rt-dev) ;;

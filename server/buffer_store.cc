@@ -120,7 +120,7 @@ absl::StatusOr<StoredBuffer> BufferStore::Commit(Reservation reservation, std::s
   if (reservation.store_ != this || reserved.data < kept.data) {
     return absl::InternalError("buffer committed without a matching quota reservation");
   }
-  StoredBuffer buffer{NewBufferId(), std::move(name), reservation.principal_, array,
+  StoredBuffer buffer{NewBufferId(instance_id_), std::move(name), reservation.principal_, array,
                       absl::Now()};
   // The stored entry and the copies Get hands out hold the charge; the caller's
   // copy does not, so the charge ends with the id and its readers.
@@ -135,9 +135,21 @@ absl::StatusOr<StoredBuffer> BufferStore::Commit(Reservation reservation, std::s
   return buffer;
 }
 
+absl::Status BufferStore::CheckIssuedHere(absl::string_view id, absl::string_view field) const {
+  const absl::string_view issuer = IssuingInstance(id);
+  if (issuer.empty() || issuer == instance_id_) return absl::OkStatus();
+  // Clients route by the id's prefix (ServerInfo.instance_id); only a stale route
+  // or a client that does not route lands here. Nothing is looked up or copied.
+  return absl::FailedPreconditionError(absl::StrCat(
+      field, " ", QuoteClientString(id), " was stored by replica instance ", issuer,
+      ", not by this one (instance ", instance_id_,
+      "); send calls naming it to that replica (ServerInfo.instance_id)"));
+}
+
 absl::StatusOr<StoredBuffer> BufferStore::Get(absl::string_view id, absl::string_view field,
                                               absl::string_view principal) const {
   GC_RETURN_IF_ERROR(CheckBufferId(id, field));
+  GC_RETURN_IF_ERROR(CheckIssuedHere(id, field));
   absl::MutexLock lock(&mu_);
   auto it = buffers_.find(id);
   if (it == buffers_.end() || it->second.owner != principal) {
@@ -151,6 +163,7 @@ absl::StatusOr<uint64_t> BufferStore::Delete(absl::string_view id, absl::string_
   // Dropped after the lock: the last holder of the array gives its charge back.
   std::shared_ptr<Array> released;
   GC_RETURN_IF_ERROR(CheckBufferId(id, "buffer_id"));
+  GC_RETURN_IF_ERROR(CheckIssuedHere(id, "buffer_id"));
   absl::MutexLock lock(&mu_);
   auto it = buffers_.find(id);
   if (it == buffers_.end() || it->second.owner != principal) {
@@ -205,14 +218,25 @@ bool IsBufferCountRefusal(const absl::Status& status) {
          absl::StrContains(status.message(), "(max_buffers_per_owner ");
 }
 
-std::string NewBufferId() {
+namespace {
+
+// `digits` lowercase hex digits (a multiple of 8) from the OS entropy source.
+std::string RandomHex(size_t digits) {
   std::random_device entropy;
-  std::string raw(kBufferIdLength / 2, '\0');
+  std::string raw(digits / 2, '\0');
   for (size_t i = 0; i < raw.size(); i += 4) {
     const uint32_t word = entropy();
     for (size_t b = 0; b < 4; ++b) raw[i + b] = static_cast<char>((word >> (8 * b)) & 0xff);
   }
   return absl::BytesToHexString(raw);
+}
+
+}  // namespace
+
+std::string NewInstanceId() { return RandomHex(kInstanceIdLength); }
+
+std::string NewBufferId(absl::string_view instance_id) {
+  return absl::StrCat(instance_id, RandomHex(kBufferIdLength - instance_id.size()));
 }
 
 }  // namespace gpucompute

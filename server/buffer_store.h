@@ -19,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/buffer_id.h"
 #include "kernels/array.h"
 
 namespace gpucompute {
@@ -33,8 +34,10 @@ inline constexpr uint64_t kBufferOverheadBytes = 128;
 // INVALID_ARGUMENT naming `field` when `name` is longer than kMaxBufferNameBytes.
 absl::Status CheckBufferName(absl::string_view name, absl::string_view field);
 
-// Every buffer id has this many characters (NewBufferId: 16 random bytes in hex).
-inline constexpr size_t kBufferIdLength = 32;
+// kInstanceIdLength lowercase hex digits from the OS entropy source.
+std::string NewInstanceId();
+// `instance_id` followed by 96 random bits in hex: kBufferIdLength digits.
+std::string NewBufferId(absl::string_view instance_id);
 
 // INVALID_ARGUMENT naming `field` when `id` is longer than any buffer id.
 absl::Status CheckBufferId(absl::string_view id, absl::string_view field);
@@ -78,12 +81,15 @@ class BufferStore {
 
   // principal_quota_bytes 0: no per-principal limit; max_buffers_per_owner 0: no
   // count limit; overhead_bytes: metadata charged per buffer on top of its name bytes.
+  // instance_id: this replica's (NewInstanceId), the prefix of every id it issues.
   explicit BufferStore(uint64_t quota_bytes, uint64_t principal_quota_bytes = 0,
-                       int64_t max_buffers_per_owner = 0, uint64_t overhead_bytes = 0)
+                       int64_t max_buffers_per_owner = 0, uint64_t overhead_bytes = 0,
+                       std::string instance_id = NewInstanceId())
       : quota_bytes_(quota_bytes),
         principal_quota_bytes_(principal_quota_bytes),
         max_buffers_per_owner_(max_buffers_per_owner),
-        overhead_bytes_(overhead_bytes) {}
+        overhead_bytes_(overhead_bytes),
+        instance_id_(std::move(instance_id)) {}
 
   // RESOURCE_EXHAUSTED naming the quota when `bytes` and the metadata of a buffer
   // do not fit in the global or the principal's quota, or when the principal
@@ -96,7 +102,8 @@ class BufferStore {
   absl::StatusOr<StoredBuffer> Commit(Reservation reservation, std::string name,
                                       std::shared_ptr<Array> array);
   // A buffer of `principal`. NOT_FOUND naming `field` when the id is unknown or
-  // belongs to another principal: ids must not be probeable.
+  // belongs to another principal: ids must not be probeable. FAILED_PRECONDITION
+  // naming the owner when another replica issued the id (ForeignBufferError).
   absl::StatusOr<StoredBuffer> Get(absl::string_view id, absl::string_view field,
                                    absl::string_view principal = "") const;
   // Removes the id at once; returns the data bytes that are freed once the last
@@ -122,6 +129,7 @@ class BufferStore {
   uint64_t metadata_bytes(absl::string_view principal) const;
   uint64_t quota_bytes() const { return quota_bytes_; }
   size_t count() const;
+  const std::string& instance_id() const { return instance_id_; }
 
  private:
   // The quota bytes left under `limit` with `used` charged.
@@ -129,6 +137,8 @@ class BufferStore {
     return limit - used.data - used.metadata;
   }
   std::string MetadataNote() const;
+  // FAILED_PRECONDITION when `id` is well formed but was issued by another instance.
+  absl::Status CheckIssuedHere(absl::string_view id, absl::string_view field) const;
   void Uncharge(const Charge& charge, const std::string& principal) ABSL_LOCKS_EXCLUDED(mu_);
   void ChargeLocked(const Charge& charge, const std::string& principal)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -142,6 +152,7 @@ class BufferStore {
   const uint64_t principal_quota_bytes_;
   const int64_t max_buffers_per_owner_;
   const uint64_t overhead_bytes_;
+  const std::string instance_id_;
   mutable absl::Mutex mu_;
   // Stored buffers (also deleted ones still read) plus outstanding reservations.
   Charge used_ ABSL_GUARDED_BY(mu_);
@@ -152,8 +163,5 @@ class BufferStore {
 // Whether `status` is Reserve's refusal over max_buffers_per_owner (counted apart
 // from the byte quotas in the rejection metrics).
 bool IsBufferCountRefusal(const absl::Status& status);
-
-// 128 random bits as 32 lowercase hex digits, from the OS entropy source.
-std::string NewBufferId();
 
 }  // namespace gpucompute

@@ -8,6 +8,7 @@
 #include "server/operations.h"
 #include "server/result_stream.h"
 #include "server/security.h"
+#include "server/shared_memory_service.h"
 
 namespace gpucompute {
 namespace {
@@ -34,9 +35,24 @@ absl::StatusOr<Accepted<Request>> Accept(ServiceContext& service,
   GC_ASSIGN_OR_RETURN(accepted.output,
                       AdmitStream(service, context, options.chunk_bytes(), "output.chunk_bytes"));
   GC_RETURN_IF_ERROR(CheckBufferName(options.buffer_name(), "output.buffer_name"));
-  const RequestScope scope{service.store, PrincipalOf(context), service.config.max_elements};
+  accepted.output.accept_complete = options.accept_complete_result();
+  RequestScope scope{service.store, PrincipalOf(context), service.config.max_elements};
+  if (absl::StatusOr<const SharedMemoryRegistry*> regions = SharedMemoryFor(service, context);
+      regions.ok()) {
+    scope.regions = *regions;
+  } else {
+    scope.regions_refusal = regions.status();
+  }
   GC_ASSIGN_OR_RETURN(accepted.prepared, prepare(request, scope));
   GC_ASSIGN_OR_RETURN(accepted.output.lane, service.LaneFor(op, accepted.prepared.work));
+  if (options.has_shared_memory()) {
+    if (options.keep_on_device()) {
+      return absl::InvalidArgumentError(
+          "output.shared_memory and output.keep_on_device are both set; choose one");
+    }
+    GC_RETURN_IF_ERROR(ResolveOutputSlice(options.shared_memory(), scope, accepted.prepared));
+    accepted.output.shared_memory_region_id = options.shared_memory().region_id();
+  }
   if (options.keep_on_device()) {
     // The output shape was checked against max_elements, so this cannot overflow.
     uint64_t bytes = ElementSize(accepted.prepared.out_dtype);
@@ -52,7 +68,7 @@ absl::StatusOr<Accepted<Request>> Accept(ServiceContext& service,
 
 }  // namespace
 
-ComputeService::ComputeService(ServiceContext& service) : service_(service) {
+ComputeService::ComputeService(ServiceContext& service) : service_(service), batcher_(service) {
   Serve<v1::DiscountProductRequest>("DiscountProduct", Operation::kDiscountProduct,
                                     PrepareDiscountProduct);
   Serve<v1::HaversineGridRequest>("HaversineGrid", Operation::kHaversineGrid,
@@ -71,6 +87,13 @@ void ComputeService::Serve(absl::string_view method, Operation op, PrepareFn pre
         Accept<Request>(service_, *context, *bytes, op, prepare);
     if (!accepted.ok()) {
       reactor->Reject(accepted.status());
+      return reactor;
+    }
+    if (batcher_.Accepts(accepted->prepared, accepted->output.keep.has_value())) {
+      reactor->StartInBatch(std::move(accepted->output), absl::Now() - start, batcher_,
+                            BatchMember{.op = op,
+                                        .prepared = std::move(accepted->prepared),
+                                        .request = std::move(accepted->request)});
       return reactor;
     }
     reactor->Start(std::move(accepted->output), absl::Now() - start,

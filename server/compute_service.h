@@ -3,6 +3,7 @@
 #pragma once
 
 #include "gpucompute/v1/gpucompute.grpc.pb.h"
+#include "server/dynamic_batcher.h"
 #include "server/request_parse.h"
 #include "server/service_context.h"
 
@@ -11,12 +12,15 @@ namespace gpucompute {
 class ComputeService final : public ParsingService<v1::Compute> {
  public:
   explicit ComputeService(ServiceContext& service);
+  // Requests waiting in the dynamic batcher for a thread.
+  size_t batching() const { return batcher_.waiting(); }
 
  private:
   template <typename Request, typename PrepareFn>
   void Serve(absl::string_view method, Operation op, PrepareFn prepare);
 
   ServiceContext& service_;
+  DynamicBatcher batcher_;
 };
 
 }  // namespace gpucompute

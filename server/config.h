@@ -27,6 +27,12 @@ struct ServerConfig {
   int max_queue_depth = 256;  // admitted requests waiting for an executor thread
   // Small requests waiting, counted apart so that general work cannot fill their queue.
   int max_small_queue_depth = 256;
+  // Dynamic batching of small requests (server/dynamic_batcher.h): at most
+  // max_batch_size in one launch, gathered for batch_window after the first
+  // (0: the requests that queued while the executor was busy).
+  bool batching = true;
+  int max_batch_size = 64;
+  absl::Duration batch_window = absl::ZeroDuration();
   // Client metadata (header names and values) one call may send; more get
   // RESOURCE_EXHAUSTED. gRPC's own, connection-level limit is set higher
   // (server.cc) so that an oversized header fails its call, not the connection.
@@ -64,6 +70,13 @@ struct ServerConfig {
   absl::Duration max_connection_idle = absl::InfiniteDuration();
   absl::Duration max_connection_age = absl::InfiniteDuration();
   absl::Duration max_connection_age_grace = absl::InfiniteDuration();
+
+  // Same-host zero copy (the SharedMemory service): off unless set, and only ever
+  // for local connections.
+  bool allow_shared_memory = false;
+  uint64_t shared_memory_quota_bytes = 64ull << 30;     // all registered regions
+  uint64_t shared_memory_principal_quota_bytes = 0;     // per caller; 0: only the global quota
+  int64_t max_shared_memory_regions_per_owner = 64;     // 0: no limit
 
   SecurityConfig security;
   bool enable_reflection = true;

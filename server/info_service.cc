@@ -1,6 +1,7 @@
 #include "server/info_service.h"
 
 #include "common/status_macros.h"
+#include "server/shared_memory_service.h"
 #include "server/status_convert.h"
 
 namespace gpucompute {
@@ -28,6 +29,7 @@ void InfoService::Describe(v1::ServerInfo* response) const {
   response->set_version(kVersion);
   response->set_backend(std::string(service_.backend.name()));
   response->set_backend_note(backend_note_);
+  response->set_instance_id(service_.store.instance_id());
   for (const DeviceDescription& device : service_.backend.Devices()) {
     v1::DeviceInfo* info = response->add_devices();
     info->set_name(device.name);
@@ -67,6 +69,8 @@ void InfoService::Describe(v1::ServerInfo* response) const {
   limits->set_resource_quota_bytes(config.resource_quota_bytes);
   limits->set_tls(!config.security.tls_cert_file.empty());
   limits->set_mutual_tls(!config.security.tls_client_ca_file.empty());
+  limits->set_max_batch_size(config.batching ? static_cast<uint32_t>(config.max_batch_size) : 0);
+  limits->set_batch_window_us(static_cast<uint64_t>(absl::ToInt64Microseconds(config.batch_window)));
   limits->set_token_auth(!config.security.auth_tokens_file.empty());
   for (const MemoryBudgetStats& budget : service_.backend.Stats().memory_budgets) {
     if (budget.memory == "host") limits->set_host_memory_budget_bytes(budget.capacity_bytes);
@@ -76,6 +80,12 @@ void InfoService::Describe(v1::ServerInfo* response) const {
       }
     }
   }
+  limits->set_shared_memory(config.allow_shared_memory);
+  limits->set_shared_memory_quota_bytes(config.shared_memory_quota_bytes);
+  limits->set_shared_memory_principal_quota_bytes(config.shared_memory_principal_quota_bytes);
+  limits->set_max_shared_memory_regions_per_owner(
+      static_cast<uint32_t>(config.max_shared_memory_regions_per_owner));
+  response->set_host_boot_id(HostBootId());
   limits->set_memory_budget_wait_ms(absl::ToInt64Milliseconds(config.backend.memory_budget_wait));
 }
 

@@ -38,6 +38,12 @@ ABSL_FLAG(int64_t, max_work_per_request, int64_t{1} << 40,
           "work units one request may ask for (see --small_request_work); more get "
           "INVALID_ARGUMENT");
 ABSL_FLAG(int32_t, cpu_threads, 0, "CPU backend worker threads; 0 = hardware concurrency");
+ABSL_FLAG(bool, batching, true,
+          "run small requests of one operation and shape that wait together as one launch");
+ABSL_FLAG(int32_t, max_batch_size, 64, "most requests in one batched launch");
+ABSL_FLAG(absl::Duration, batch_window, absl::ZeroDuration(),
+          "how long the first request of a batch waits for others (0: a batch is the "
+          "requests that queued while the executor was busy)");
 ABSL_FLAG(int32_t, max_queue_depth, 256,
           "admitted requests that may wait for an executor thread; more get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int32_t, max_small_queue_depth, 256,
@@ -64,6 +70,9 @@ ABSL_FLAG(uint32_t, default_chunk_bytes, 1u << 20, "chunk size when a request gi
 ABSL_FLAG(uint64_t, buffer_quota_bytes, 8ull << 30,
           "total bytes of stored buffers (uploads and keep_on_device results)");
 ABSL_FLAG(int64_t, max_elements, int64_t{1} << 34, "largest element count of one tensor");
+ABSL_FLAG(std::string, cuda_sync, "yield",
+          "how CUDA host threads wait for the GPU: spin, yield (spin, giving the core to "
+          "ready threads) or block (sleep until the GPU signals)");
 ABSL_FLAG(uint64_t, pinned_staging_bytes, 64ull << 20,
           "CUDA: pinned host staging memory for host<->device copies");
 ABSL_FLAG(uint64_t, pool_release_threshold_bytes, 0,
@@ -112,6 +121,17 @@ ABSL_FLAG(absl::Duration, memory_budget_wait, absl::Seconds(1),
 ABSL_FLAG(int64_t, inject_sticky_error_after, -1,
           "TESTING ONLY, for restart drills: after this many operations the backend fails as "
           "after a sticky device error (health NOT_SERVING, drain, exit status 3); -1 = off");
+ABSL_FLAG(bool, allow_shared_memory, false,
+          "serve the SharedMemory service: clients on this host (loopback or Unix-socket "
+          "connections only) register POSIX shared memory or CUDA IPC memory and pass operands "
+          "and results through it without a copy over gRPC");
+ABSL_FLAG(uint64_t, shared_memory_quota_bytes, 64ull << 30,
+          "bytes of shared memory all callers together may register (the server maps and pins "
+          "them); more get RESOURCE_EXHAUSTED");
+ABSL_FLAG(uint64_t, shared_memory_principal_quota_bytes, 0,
+          "bytes of shared memory one caller may register; 0 = only --shared_memory_quota_bytes");
+ABSL_FLAG(int64_t, max_shared_memory_regions_per_owner, 64,
+          "shared-memory regions one caller may have registered; 0 = no limit");
 ABSL_FLAG(absl::Duration, grace_period, absl::Seconds(30),
           "on SIGTERM/SIGINT, how long in-flight requests may run before they are cancelled");
 ABSL_FLAG(absl::Duration, drain_delay, absl::ZeroDuration(),
@@ -189,6 +209,17 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
     }
     config.backend.cuda_devices.push_back(device);
   }
+  const std::string cuda_sync = absl::GetFlag(FLAGS_cuda_sync);
+  if (cuda_sync == "spin") {
+    config.backend.cuda_sync = gpucompute::CudaSync::kSpin;
+  } else if (cuda_sync == "yield") {
+    config.backend.cuda_sync = gpucompute::CudaSync::kYield;
+  } else if (cuda_sync == "block") {
+    config.backend.cuda_sync = gpucompute::CudaSync::kBlock;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cuda_sync=", cuda_sync, " is not one of spin, yield, block"));
+  }
   config.backend.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   config.backend.pinned_staging_bytes = absl::GetFlag(FLAGS_pinned_staging_bytes);
   config.backend.pool_release_threshold_bytes = absl::GetFlag(FLAGS_pool_release_threshold_bytes);
@@ -199,6 +230,9 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
   config.backend.inject_sticky_error_after_operations =
       absl::GetFlag(FLAGS_inject_sticky_error_after);
   config.executor_threads = absl::GetFlag(FLAGS_threads);
+  config.batching = absl::GetFlag(FLAGS_batching);
+  config.max_batch_size = std::max(1, absl::GetFlag(FLAGS_max_batch_size));
+  config.batch_window = absl::GetFlag(FLAGS_batch_window);
   config.small_request_threads = absl::GetFlag(FLAGS_small_request_threads);
   config.small_request_work = absl::GetFlag(FLAGS_small_request_work);
   config.max_work_per_request = absl::GetFlag(FLAGS_max_work_per_request);
@@ -234,6 +268,15 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
   config.security.auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file);
   config.metrics_basic_auth_file = absl::GetFlag(FLAGS_metrics_basic_auth_file);
   config.enable_reflection = absl::GetFlag(FLAGS_reflection);
+  config.allow_shared_memory = absl::GetFlag(FLAGS_allow_shared_memory);
+  config.shared_memory_quota_bytes = absl::GetFlag(FLAGS_shared_memory_quota_bytes);
+  config.shared_memory_principal_quota_bytes =
+      absl::GetFlag(FLAGS_shared_memory_principal_quota_bytes);
+  config.max_shared_memory_regions_per_owner =
+      absl::GetFlag(FLAGS_max_shared_memory_regions_per_owner);
+  if (config.max_shared_memory_regions_per_owner < 0) {
+    return absl::InvalidArgumentError("--max_shared_memory_regions_per_owner must be >= 0");
+  }
   if (config.min_chunk_bytes == 0 || config.min_chunk_bytes > config.default_chunk_bytes ||
       config.default_chunk_bytes > config.max_chunk_bytes) {
     return absl::InvalidArgumentError(
@@ -307,7 +350,8 @@ int main(int argc, char** argv) {
                                        ? std::string("(disabled)")
                                        : absl::StrCat("http://", config->metrics_address,
                                                       "/metrics (port ",
-                                                      (*server)->metrics_port(), ")")));
+                                                      (*server)->metrics_port(), ")"),
+                                   ", instance ", (*server)->instance_id()));
 
   // Serve until a stop signal, or until no healthy device is left (then drain
   // and exit non-zero so that a supervisor restarts the process).

@@ -49,6 +49,10 @@ constexpr std::array<RpcName, kRpcMethodCount> kRpcNames = {{
     {"gpucompute.v1.Server", "GetInfo", "unary"},
     {"grpc.health.v1.Health", "Check", "unary"},
     {"grpc.health.v1.Health", "Watch", "server_stream"},
+    {"gpucompute.v1.SharedMemory", "RegisterSystemSharedMemory", "unary"},
+    {"gpucompute.v1.SharedMemory", "RegisterCudaSharedMemory", "unary"},
+    {"gpucompute.v1.SharedMemory", "UnregisterSharedMemory", "unary"},
+    {"gpucompute.v1.SharedMemory", "SharedMemoryStatus", "unary"},
 }};
 
 // One health call: recorded when its status is sent, or as cancelled when it
@@ -135,6 +139,12 @@ class Metrics::LiveStateCollector final : public prometheus::Collectable {
     auto buffer_bytes =
         GaugeFamily("gpucompute_stored_buffer_bytes", "Bytes in stored buffers and reservations.");
     AddGauge(buffer_bytes, state.stored_buffer_bytes);
+    auto regions = GaugeFamily("gpucompute_shared_memory_regions",
+                               "Shared-memory regions registered by same-host clients.");
+    AddGauge(regions, state.shared_memory_regions);
+    auto region_bytes = GaugeFamily("gpucompute_shared_memory_bytes",
+                                    "Bytes of the registered shared-memory regions.");
+    AddGauge(region_bytes, state.shared_memory_bytes);
     auto pinned = GaugeFamily("gpucompute_pinned_pool_bytes", "Pinned host staging bytes.");
     AddGauge(pinned, state.backend.pinned_staging_bytes);
     auto kernels = GaugeFamily("gpucompute_kernels_loaded",
@@ -152,7 +162,8 @@ class Metrics::LiveStateCollector final : public prometheus::Collectable {
       AddGauge(budget_capacity, budget.capacity_bytes, {{"memory", budget.memory}});
     }
     return {std::move(reserved), std::move(used), std::move(queue), std::move(info),
-            std::move(healthy), std::move(buffers), std::move(buffer_bytes), std::move(pinned),
+            std::move(healthy), std::move(buffers), std::move(buffer_bytes), std::move(regions),
+            std::move(region_bytes), std::move(pinned),
             std::move(kernels), std::move(warmup), std::move(budget_used),
             std::move(budget_capacity)};
   }
@@ -199,6 +210,10 @@ Metrics::Metrics(const BuildInfo& build) : registry_(std::make_shared<prometheus
                             .Name("gpucompute_stage_duration_seconds")
                             .Help("Time per stage of an operation.")
                             .Register(*registry_);
+  auto& batch_size = prometheus::BuildHistogram()
+                        .Name("gpucompute_batch_size")
+                        .Help("Requests per launch of the dynamic batcher (1: alone).")
+                        .Register(*registry_);
   auto& in_flight = prometheus::BuildGauge()
                         .Name("gpucompute_requests_in_flight")
                         .Help("Operation requests accepted and not yet finished.")
@@ -219,6 +234,9 @@ Metrics::Metrics(const BuildInfo& build) : registry_(std::make_shared<prometheus
       stage_seconds_[op][stage] = &stage_seconds.Add(
           {{"operation", label}, {"stage", S(kStageLabels[stage])}}, LatencyBuckets());
     }
+    batch_size_[op] = &batch_size.Add({{"operation", label}},
+                                      prometheus::Histogram::BucketBoundaries{
+                                          1, 2, 4, 8, 16, 32, 64, 128, 256});
     in_flight_[op] = &in_flight.Add({{"operation", label}});
     first_request_seconds_[op] = &first_request.Add({{"operation", label}});
   }
@@ -359,6 +377,10 @@ void Metrics::RequestDone(Operation op, grpc::StatusCode code, absl::Duration to
 void Metrics::ObserveStage(Operation op, Stage stage, absl::Duration elapsed) {
   stage_seconds_[static_cast<int>(op)][static_cast<int>(stage)]->Observe(
       absl::ToDoubleSeconds(elapsed));
+}
+
+void Metrics::ObserveBatch(Operation op, int size) {
+  batch_size_[static_cast<int>(op)]->Observe(size);
 }
 
 void Metrics::AddInFlight(Operation op, double delta) {

@@ -51,6 +51,8 @@ struct LiveState {
   std::vector<DeviceDescription> devices;
   uint64_t stored_buffers = 0;
   uint64_t stored_buffer_bytes = 0;
+  uint64_t shared_memory_regions = 0;
+  uint64_t shared_memory_bytes = 0;
   uint64_t queued_requests = 0;
 };
 
@@ -71,6 +73,8 @@ class Metrics {
 
   void RequestDone(Operation op, grpc::StatusCode code, absl::Duration total);
   void ObserveStage(Operation op, Stage stage, absl::Duration elapsed);
+  // Requests that ran in one launch of `op` (1: alone; server/dynamic_batcher.h).
+  void ObserveBatch(Operation op, int size);
   void AddInFlight(Operation op, double delta);
   void Rejected(Rejection reason);
   void Transferred(Direction direction, uint64_t bytes, absl::Duration elapsed);
@@ -91,6 +95,7 @@ class Metrics {
   std::array<std::array<prometheus::Counter*, 17>, kOperationCount> requests_{};
   std::array<prometheus::Histogram*, kOperationCount> request_seconds_{};
   std::array<std::array<prometheus::Histogram*, kStageCount>, kOperationCount> stage_seconds_{};
+  std::array<prometheus::Histogram*, kOperationCount> batch_size_{};
   std::array<prometheus::Gauge*, kOperationCount> in_flight_{};
   std::array<prometheus::Gauge*, kOperationCount> first_request_seconds_{};
   std::array<std::atomic<bool>, kOperationCount> first_request_seen_{};

@@ -29,8 +29,10 @@ inline absl::string_view OperationLabel(Operation op) {
 enum class RpcMethod {
   kDiscountProduct, kHaversineGrid, kNormalize, kLombScargle,
   kUpload, kDownload, kDelete, kList, kGetInfo, kHealthCheck, kHealthWatch,
+  kRegisterSystemSharedMemory, kRegisterCudaSharedMemory, kUnregisterSharedMemory,
+  kSharedMemoryStatus,
 };
-inline constexpr int kRpcMethodCount = 11;
+inline constexpr int kRpcMethodCount = 15;
 
 // The RPC that carries `op`.
 constexpr RpcMethod RpcMethodOf(Operation op) { return static_cast<RpcMethod>(op); }

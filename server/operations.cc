@@ -1,14 +1,17 @@
 #include "server/operations.h"
 
+#include <algorithm>
 #include <cstring>
 #include <initializer_list>
 #include <limits>
 #include <string>
 #include <utility>
 
+#include "absl/base/casts.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/lombscargle_nufft.h"
 #include "kernels/preconditions.h"
 #include "kernels/shape_rules.h"
 #include "server/proto_convert.h"
@@ -87,6 +90,45 @@ absl::Status CheckInlineValues(const OperandSpec& operand, const ValueRule& rule
                        rule);
 }
 
+// The region a slice names, when this call may use shared memory.
+absl::StatusOr<std::shared_ptr<SharedMemoryRegion>> RegionOf(const v1::SharedMemorySlice& slice,
+                                                             absl::string_view field,
+                                                             const RequestScope& scope) {
+  if (scope.regions == nullptr) {
+    return absl::Status(scope.regions_refusal.code(),
+                        absl::StrCat(field, ": ", scope.regions_refusal.message()));
+  }
+  return scope.regions->Get(slice.region_id(), absl::StrCat(field, ".region_id"), scope.principal);
+}
+
+// Whether two arrays on one device share a byte.
+bool Overlap(const Array& a, const Array& b) {
+  if (a.device() != b.device() || a.bytes() == 0 || b.bytes() == 0) return false;
+  const char* pa = static_cast<const char*>(a.data());
+  const char* pb = static_cast<const char*>(b.data());
+  return pa < pb + b.bytes() && pb < pa + a.bytes();
+}
+
+// `source` (stored, or a shared-memory slice) as an array on `device`: itself
+// when it lives there, else a copy.
+absl::StatusOr<std::shared_ptr<Array>> OnDevice(const std::shared_ptr<Array>& source, int device,
+                                                Backend& backend, Metrics& metrics,
+                                                ExecutionTimes& times) {
+  if (source->device() == device) return source;
+  GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> copy,
+                      backend.Allocate(source->dtype(), source->shape(), device));
+  const absl::Time start = absl::Now();
+  if (source->device() == kHostDevice) {
+    GC_RETURN_IF_ERROR(backend.CopyToArray(source->data(), 0, source->bytes(), *copy));
+    metrics.Transferred(Direction::kHostToDevice, source->bytes(), absl::Now() - start);
+  } else {
+    // Stored on (or shared from) another GPU.
+    GC_RETURN_IF_ERROR(backend.CopyArray(*source, *copy));
+  }
+  times.transfer_in += absl::Now() - start;
+  return copy;
+}
+
 // Every value of `operand` follows `rule`: inline data now, stored data on the
 // backend before the run.
 absl::Status RequireValues(OperandSpec& operand, const ValueRule& rule) {
@@ -103,6 +145,70 @@ absl::StatusOr<int64_t> CheckCount(uint64_t count, absl::string_view field, int6
                                                    max_elements, " (max_elements)"));
   }
   return static_cast<int64_t>(count);
+}
+
+
+// Shared operands of a batch larger than this are not batched (their bytes are
+// part of the key).
+constexpr size_t kMaxSharedBatchBytes = 64 << 10;
+
+std::string KeyPart(const Shape& shape) { return ShapeToString(shape); }
+
+// `shape` with the leading extent `rows` in front.
+Shape WithRows(int64_t rows, const Shape& shape) {
+  Shape out = {rows};
+  out.insert(out.end(), shape.begin(), shape.end());
+  return out;
+}
+
+bool AllInline(const std::vector<OperandSpec>& operands) {
+  for (const OperandSpec& operand : operands) {
+    if (operand.tensor == nullptr) return false;
+  }
+  return true;
+}
+
+// Appends a shared operand to `key`: its shape and bytes. False when too large.
+bool AppendShared(std::string& key, const OperandSpec& operand) {
+  const std::string& data = operand.tensor->data();
+  if (data.size() > kMaxSharedBatchBytes) return false;
+  absl::StrAppend(&key, "|", KeyPart(operand.shape), ":", data.size(), ":");
+  key.append(data);
+  return true;
+}
+
+// Normalize rows of one length and norm stack along the rows.
+std::optional<BatchPlan> NormalizeBatch(const PreparedOperation& prepared, NormKind norm) {
+  if (!AllInline(prepared.operands)) return std::nullopt;
+  const Shape& shape = prepared.operands[0].shape;
+  const int64_t cols = shape.back();
+  const int64_t rows = ElementsOf(shape) / cols;
+  BatchPlan plan;
+  plan.key = absl::StrCat("normalize|", DTypeName(prepared.out_dtype), "|", static_cast<int>(norm),
+                          "|", cols);
+  plan.stacked = {{rows, cols}};
+  plan.out = {rows, cols};
+  return plan;
+}
+
+// Discount products of the same operand shapes stack along a new leading axis.
+std::optional<BatchPlan> DiscountBatch(const PreparedOperation& prepared) {
+  if (!AllInline(prepared.operands)) return std::nullopt;
+  const Shape& factors = prepared.operands[0].shape;
+  const Shape& values = prepared.operands[1].shape;
+  const size_t rank = std::max(factors.size(), values.size());
+  if (rank + 1 > static_cast<size_t>(kMaxRank)) return std::nullopt;
+  const auto padded = [rank](const Shape& shape) {
+    Shape out(rank - shape.size(), 1);
+    out.insert(out.end(), shape.begin(), shape.end());
+    return WithRows(1, out);
+  };
+  BatchPlan plan;
+  plan.key = absl::StrCat("discount|", DTypeName(prepared.out_dtype), "|", KeyPart(factors), "|",
+                          KeyPart(values));
+  plan.stacked = {padded(factors), padded(values)};
+  plan.out = WithRows(1, prepared.out_shape);
+  return plan;
 }
 
 }  // namespace
@@ -137,11 +243,45 @@ absl::StatusOr<OperandSpec> ResolveOperand(const v1::Operand& operand, absl::str
       spec.stored = std::move(buffer.array);
       return spec;
     }
+    case v1::Operand::kSharedMemory: {
+      const v1::SharedMemorySlice& slice = operand.shared_memory();
+      const std::string slice_field = absl::StrCat(field, ".shared_memory");
+      GC_ASSIGN_OR_RETURN(spec.region, RegionOf(slice, slice_field, scope));
+      GC_ASSIGN_OR_RETURN(spec.dtype,
+                          DTypeFromProto(slice.dtype(), absl::StrCat(slice_field, ".dtype")));
+      spec.shape.assign(slice.shape().begin(), slice.shape().end());
+      GC_ASSIGN_OR_RETURN(spec.view, spec.region->View(spec.dtype, spec.shape, slice.offset(),
+                                                       scope.max_elements, slice_field));
+      return spec;
+    }
     case v1::Operand::SOURCE_NOT_SET:
       break;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat(field, " is not set; give a tensor or a buffer_id"));
+      absl::StrCat(field, " is not set; give a tensor, a buffer_id or a shared_memory slice"));
+}
+
+absl::Status ResolveOutputSlice(const v1::SharedMemorySlice& slice, const RequestScope& scope,
+                                PreparedOperation& prepared) {
+  constexpr absl::string_view kField = "output.shared_memory";
+  GC_ASSIGN_OR_RETURN(prepared.output_region, RegionOf(slice, kField, scope));
+  if (slice.dtype() != v1::DTYPE_UNSPECIFIED &&
+      slice.dtype() != DTypeToProto(prepared.out_dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(kField, ".dtype is ",
+                                                   v1::DType_Name(slice.dtype()),
+                                                   " but the result is ",
+                                                   DTypeName(prepared.out_dtype)));
+  }
+  const Shape shape(slice.shape().begin(), slice.shape().end());
+  if (!shape.empty() && shape != prepared.out_shape) {
+    return absl::InvalidArgumentError(absl::StrCat(kField, ".shape ", ShapeToString(shape),
+                                                   " differs from the result's ",
+                                                   ShapeToString(prepared.out_shape)));
+  }
+  GC_ASSIGN_OR_RETURN(prepared.output_view,
+                      prepared.output_region->View(prepared.out_dtype, prepared.out_shape,
+                                                   slice.offset(), scope.max_elements, kField));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<PreparedOperation> PrepareDiscountProduct(const v1::DiscountProductRequest& request,
@@ -160,6 +300,7 @@ absl::StatusOr<PreparedOperation> PrepareDiscountProduct(const v1::DiscountProdu
   prepared.operands = {std::move(factors), std::move(values)};
   prepared.run = [](Backend& backend, std::span<const std::shared_ptr<Array>> in, Array& out,
                     OpContext& ctx) { return backend.DiscountProduct(*in[0], *in[1], out, ctx); };
+  prepared.batch = DiscountBatch(prepared);
   return prepared;
 }
 
@@ -250,6 +391,7 @@ absl::StatusOr<PreparedOperation> PrepareNormalize(const v1::NormalizeRequest& r
   prepared.operands = {std::move(input)};
   prepared.run = [norm](Backend& backend, std::span<const std::shared_ptr<Array>> in, Array& out,
                         OpContext& ctx) { return backend.Normalize(*in[0], norm, out, ctx); };
+  prepared.batch = NormalizeBatch(prepared, norm);
   return prepared;
 }
 
@@ -299,16 +441,43 @@ absl::StatusOr<PreparedOperation> PrepareLombScargle(const v1::LombScargleReques
   }
 
   const Shape* weights_shape = has_weights ? &prepared.operands[2].shape : nullptr;
-  GC_ASSIGN_OR_RETURN(const LombScargleShape shapes,
-                      LombScargleShapes(x.shape, y.shape, weights_shape, frequencies));
+  LombScargleOptions options{request.precenter(), request.normalize(), request.floating_mean()};
+  options.row_offsets.assign(request.row_offsets().begin(), request.row_offsets().end());
+  GC_ASSIGN_OR_RETURN(
+      const LombScargleShape shapes,
+      LombScargleShapes(x.shape, y.shape, weights_shape, frequencies, options.row_offsets));
   prepared.out_dtype = y.dtype;
   prepared.out_shape = shapes.out;
   GC_RETURN_IF_ERROR(CheckOutputSize(prepared.out_shape, max_elements));
-  prepared.work = SaturatingProduct({shapes.batch, shapes.samples, shapes.frequencies});
+  prepared.work = shapes.ragged
+                      ? SaturatingProduct({y.shape[0], shapes.frequencies})
+                      : SaturatingProduct({shapes.batch, shapes.samples, shapes.frequencies});
 
-  const LombScargleOptions options{request.precenter(), request.normalize(),
-                                   request.floating_mean()};
-  prepared.run = [has_weights, has_freqs, grid, options](
+  GC_ASSIGN_OR_RETURN(options.method, LombScargleMethodFromProto(request.method(), "method"));
+  if (request.accuracy() != 0) options.accuracy = request.accuracy();
+  GC_RETURN_IF_ERROR(CheckNufftAccuracy(options.accuracy, "accuracy"));
+  // Series of one x, frequencies and options stack along the batch axis of y.
+  // (Under method auto a batch may run the other method than one series would:
+  // the trailer says which ran, and both agree within the accuracy.)
+  if (!has_weights && !shapes.x_batched && !shapes.ragged && AllInline(prepared.operands)) {
+    BatchPlan plan;
+    plan.key = absl::StrCat("lombscargle|", DTypeName(y.dtype), "|", options.precenter,
+                            options.normalize, options.floating_mean, "|",
+                            static_cast<int>(options.method), ":", options.accuracy, "|",
+                            shapes.samples, "|", shapes.frequencies);
+    bool shared_fits = AppendShared(plan.key, prepared.operands[0]);
+    if (has_freqs) {
+      shared_fits = shared_fits && AppendShared(plan.key, prepared.operands.back());
+    } else {
+      absl::StrAppend(&plan.key, "|grid:", absl::Hex(absl::bit_cast<uint64_t>(grid.start)), ":",
+                      absl::Hex(absl::bit_cast<uint64_t>(grid.stop)));
+    }
+    plan.stacked.resize(prepared.operands.size());
+    plan.stacked[1] = {shapes.batch, shapes.samples};
+    plan.out = {shapes.batch, shapes.frequencies};
+    if (shared_fits) prepared.batch = std::move(plan);
+  }
+  prepared.run = [has_weights, has_freqs, grid, options = std::move(options)](
                      Backend& backend, std::span<const std::shared_ptr<Array>> in, Array& out,
                      OpContext& ctx) {
     const Array* weights = has_weights ? in[2].get() : nullptr;
@@ -324,8 +493,10 @@ absl::StatusOr<std::shared_ptr<Array>> Execute(PreparedOperation& prepared, Back
   int device = kHostDevice;
   bool placed = false;
   for (const OperandSpec& operand : prepared.operands) {
-    if (operand.stored != nullptr) {
-      device = operand.stored->device();
+    const Array* held = operand.stored != nullptr ? operand.stored.get() : operand.view.get();
+    // Host slices of shared memory do not place the work; GPU-resident data does.
+    if (held != nullptr && (operand.stored != nullptr || held->device() != kHostDevice)) {
+      device = held->device();
       placed = true;
       break;
     }
@@ -341,21 +512,14 @@ absl::StatusOr<std::shared_ptr<Array>> Execute(PreparedOperation& prepared, Back
   std::vector<std::shared_ptr<Array>> arrays;
   arrays.reserve(prepared.operands.size());
   for (const OperandSpec& operand : prepared.operands) {
-    if (operand.stored != nullptr && operand.stored_rule != nullptr) {
-      GC_RETURN_IF_ERROR(backend.CheckValues(*operand.stored, operand.field, *operand.stored_rule));
-    }
-    if (operand.stored != nullptr && operand.stored->device() == device) {
-      arrays.push_back(operand.stored);
-      continue;
-    }
-    if (operand.stored != nullptr) {
-      // Stored on another GPU: bring a copy to the device the operation runs on.
-      GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> copy,
-                          backend.Allocate(operand.dtype, operand.shape, device));
-      const absl::Time start = absl::Now();
-      GC_RETURN_IF_ERROR(backend.CopyArray(*operand.stored, *copy));
-      times.transfer_in += absl::Now() - start;
-      arrays.push_back(std::move(copy));
+    const std::shared_ptr<Array>& held = operand.stored != nullptr ? operand.stored : operand.view;
+    if (held != nullptr) {
+      GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> array,
+                          OnDevice(held, device, backend, metrics, times));
+      if (operand.stored_rule != nullptr) {
+        GC_RETURN_IF_ERROR(backend.CheckValues(*array, operand.field, *operand.stored_rule));
+      }
+      arrays.push_back(std::move(array));
       continue;
     }
     GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> array,
@@ -371,10 +535,36 @@ absl::StatusOr<std::shared_ptr<Array>> Execute(PreparedOperation& prepared, Back
   }
   if (ctx.IsCancelled()) return absl::CancelledError("request cancelled before it ran");
 
-  GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> out,
-                      backend.Allocate(prepared.out_dtype, prepared.out_shape, device));
+  const std::shared_ptr<Array>& slice = prepared.output_view;
+  const bool in_place =
+      slice != nullptr && slice->device() == device &&
+      std::none_of(arrays.begin(), arrays.end(),
+                   [&](const std::shared_ptr<Array>& in) { return Overlap(*in, *slice); });
+  std::shared_ptr<Array> out = slice;
+  if (!in_place) {
+    GC_ASSIGN_OR_RETURN(out, backend.Allocate(prepared.out_dtype, prepared.out_shape, device));
+  }
   GC_RETURN_IF_ERROR(prepared.run(backend, arrays, *out, ctx));
   times.compute = ctx.compute_time;
+  times.method = std::string(ctx.method);
+  if (slice != nullptr && !in_place) {
+    const absl::Time start = absl::Now();
+    if (slice->device() == kHostDevice) {
+      GC_RETURN_IF_ERROR(backend.CopyFromArray(*out, 0, out->bytes(), slice->data()));
+      metrics.Transferred(Direction::kDeviceToHost, out->bytes(), absl::Now() - start);
+    } else {
+      GC_RETURN_IF_ERROR(backend.CopyArray(*out, *slice));
+    }
+    times.transfer_out = absl::Now() - start;
+    out = slice;
+  }
+  // A shared-memory object shrunk under the work made it read zeros.
+  for (const OperandSpec& operand : prepared.operands) {
+    if (operand.region != nullptr) GC_RETURN_IF_ERROR(operand.region->CheckIntact(operand.field));
+  }
+  if (prepared.output_region != nullptr) {
+    GC_RETURN_IF_ERROR(prepared.output_region->CheckIntact("output.shared_memory"));
+  }
   return out;
 }
 

@@ -38,6 +38,19 @@ absl::StatusOr<NormKind> NormFromProto(v1::Norm norm, absl::string_view field) {
   }
 }
 
+absl::StatusOr<LombScargleMethod> LombScargleMethodFromProto(v1::LombScargleMethod method,
+                                                             absl::string_view field) {
+  switch (method) {
+    case v1::LOMB_SCARGLE_METHOD_AUTO: return LombScargleMethod::kAuto;
+    case v1::LOMB_SCARGLE_METHOD_DIRECT: return LombScargleMethod::kDirect;
+    case v1::LOMB_SCARGLE_METHOD_NUFFT: return LombScargleMethod::kNufft;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " has unknown value ", static_cast<int>(method),
+          "; use LOMB_SCARGLE_METHOD_AUTO, LOMB_SCARGLE_METHOD_DIRECT or LOMB_SCARGLE_METHOD_NUFFT"));
+  }
+}
+
 std::string DeviceLabel(int device) {
   return device == kHostDevice ? "cpu" : absl::StrCat("cuda:", device);
 }

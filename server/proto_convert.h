@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "gpucompute/v1/gpucompute.pb.h"
+#include "kernels/backend.h"
 #include "kernels/dtype.h"
 #include "kernels/norm.h"
 #include "server/buffer_store.h"
@@ -20,6 +21,10 @@ v1::DType DTypeToProto(DType dtype);
 
 // NORM_SUM, ... as the backends' NormKind.
 absl::StatusOr<NormKind> NormFromProto(v1::Norm norm, absl::string_view field);
+
+// LOMB_SCARGLE_METHOD_AUTO, ... as the backends' LombScargleMethod.
+absl::StatusOr<LombScargleMethod> LombScargleMethodFromProto(v1::LombScargleMethod method,
+                                                             absl::string_view field);
 
 // Where an array lives, as the API names it: "cpu" for host arrays, "cuda:N" otherwise.
 std::string DeviceLabel(int device);

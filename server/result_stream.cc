@@ -15,6 +15,13 @@ namespace {
 
 uint64_t Micros(absl::Duration d) { return static_cast<uint64_t>(absl::ToInt64Microseconds(d)); }
 
+// The result bytes a message carries.
+size_t DataBytes(const v1::ResultChunk& chunk) {
+  if (chunk.has_data()) return chunk.data().data().size();
+  if (chunk.has_complete()) return chunk.complete().data().size();
+  return 0;
+}
+
 }  // namespace
 
 absl::StatusOr<ResultStreamReactor::Output> AdmitStream(const ServiceContext& service,
@@ -63,6 +70,28 @@ void ResultStreamReactor::Start(Output output, absl::Duration prepare_time, Prod
   Pump();
 }
 
+void ResultStreamReactor::StartInBatch(Output output, absl::Duration prepare_time,
+                                       DynamicBatcher& batcher, BatchMember member) {
+  {
+    absl::MutexLock lock(&mu_);
+    output_ = std::move(output);
+    prepare_time_ = prepare_time;
+    state_ = State::kOnExecutor;
+  }
+  member.cancelled = &cancelled_;
+  member.deadline = absl::FromChrono(context_->deadline());
+  member.client = context_->peer();
+  member.deliver = [this](absl::StatusOr<StreamSource> source, absl::Time started) {
+    Deliver(std::move(source), started);
+  };
+  absl::Status admitted = batcher.Submit(std::move(member));
+  if (!admitted.ok()) {
+    absl::MutexLock lock(&mu_);
+    Fail(admitted);
+  }
+  Pump();
+}
+
 void ResultStreamReactor::RunProduce(ProduceFn produce, absl::Status admitted) {
   const absl::Time started = absl::Now();
   absl::StatusOr<StreamSource> source;
@@ -78,6 +107,30 @@ void ResultStreamReactor::RunProduce(ProduceFn produce, absl::Status admitted) {
     ctx.cancelled = &cancelled_;
     source = produce(ctx);
   }
+  Deliver(std::move(source), started);
+}
+
+void ResultStreamReactor::Deliver(absl::StatusOr<StreamSource> source, absl::Time started) {
+  uint32_t chunk_bytes;
+  bool keep;
+  bool in_region;
+  {
+    absl::MutexLock lock(&mu_);
+    chunk_bytes = output_.chunk_bytes;
+    keep = output_.keep.has_value();
+    in_region = !output_.shared_memory_region_id.empty();
+  }
+  // A result of one chunk is copied out now, outside the lock (the copy may wait
+  // for the memory budget), instead of in a continuation task.
+  ReadyMessage data;
+  absl::StatusOr<absl::Duration> copied = absl::ZeroDuration();
+  const bool copy_now = source.ok() && !keep && !in_region && source->array->bytes() > 0 &&
+                        source->array->bytes() <= chunk_bytes;
+  if (copy_now) {
+    const uint64_t n = source->array->bytes();
+    data.message.mutable_data()->set_offset(0);
+    copied = CopyOut(*source, 0, n, *data.message.mutable_data()->mutable_data(), data.charge);
+  }
   {
     // State change and the next decision in one critical section: once the
     // state leaves kOnExecutor another thread may finish the call and delete this.
@@ -86,6 +139,8 @@ void ResultStreamReactor::RunProduce(ProduceFn produce, absl::Status admitted) {
     queue_time_ = started - accepted_;
     if (!source.ok()) {
       Fail(source.status());
+    } else if (!copied.ok()) {
+      Fail(copied.status());
     } else {
       times_ = source->times;
       result_ = std::move(source->array);
@@ -104,12 +159,59 @@ void ResultStreamReactor::RunProduce(ProduceFn produce, absl::Status admitted) {
           result_.reset();
           QueueTrailer(&info);
         }
+      } else if (!output_.shared_memory_region_id.empty()) {
+        result_.reset();  // already in the client's region
+        transfer_out_ = times_.transfer_out;
+        QueueTrailer(nullptr);
+      } else if (copy_now) {
+        transfer_out_ += *copied;
+        next_offset_ = result_->bytes();
+        ready_.push_back(std::move(data));
+        result_.reset();
+        QueueTrailer(nullptr);
       } else if (result_->bytes() == 0) {
         QueueTrailer(nullptr);
+      }
+      if (output_.accept_complete && state_ == State::kAllQueued && final_status_.ok()) {
+        MergeIntoComplete();
       }
     }
     PumpLocked(lock);
   }
+}
+
+absl::StatusOr<absl::Duration> ResultStreamReactor::CopyOut(const StreamSource& source,
+                                                            uint64_t offset, uint64_t n,
+                                                            std::string& bytes,
+                                                            MemoryBudget::Charge& charge) {
+  const absl::Time start = absl::Now();
+  if (cancelled_.load()) return absl::CancelledError("cancelled while streaming");
+  GC_RETURN_IF_ERROR(ChargeHostMemory(n, charge));
+  if (source.host != nullptr) {  // a batch's result, on the host already
+    bytes.assign(*source.host, source.host_offset + offset, n);
+    return absl::Now() - start;
+  }
+  bytes.resize(n);
+  GC_RETURN_IF_ERROR(service_.backend.CopyFromArray(*source.array, offset, n, bytes.data()));
+  const absl::Duration elapsed = absl::Now() - start;
+  service_.metrics.Transferred(Direction::kDeviceToHost, n, elapsed);
+  return elapsed;
+}
+
+void ResultStreamReactor::MergeIntoComplete() {
+  ReadyMessage merged;
+  v1::ResultComplete* complete = merged.message.mutable_complete();
+  for (ReadyMessage& part : ready_) {
+    v1::ResultChunk& chunk = part.message;
+    if (chunk.has_header()) *complete->mutable_header() = std::move(*chunk.mutable_header());
+    if (chunk.has_data()) {
+      *complete->mutable_data() = std::move(*chunk.mutable_data()->mutable_data());
+      merged.charge = std::move(part.charge);
+    }
+    if (chunk.has_trailer()) *complete->mutable_trailer() = std::move(*chunk.mutable_trailer());
+  }
+  ready_.clear();
+  ready_.push_back(std::move(merged));
 }
 
 void ResultStreamReactor::ProduceChunk() {
@@ -126,23 +228,15 @@ void ResultStreamReactor::ProduceChunk() {
   ReadyMessage chunk;
   v1::ResultData* data = chunk.message.mutable_data();
   data->set_offset(offset);
-  std::string* bytes = data->mutable_data();
-  const absl::Time start = absl::Now();
-  absl::Status copied = cancelled_.load() ? absl::CancelledError("cancelled while streaming")
-                                          : ChargeHostMemory(n, chunk.charge);
-  if (copied.ok()) {
-    bytes->resize(n);
-    copied = service_.backend.CopyFromArray(*array, offset, n, bytes->data());
-  }
-  const absl::Duration elapsed = absl::Now() - start;
-  if (copied.ok()) service_.metrics.Transferred(Direction::kDeviceToHost, n, elapsed);
+  absl::StatusOr<absl::Duration> copied =
+      CopyOut(StreamSource{.array = array}, offset, n, *data->mutable_data(), chunk.charge);
   {
     absl::ReleasableMutexLock lock(&mu_);
     state_ = State::kChunksLeft;  // unless Fail or QueueTrailer below
     if (!copied.ok()) {
-      Fail(copied);
+      Fail(copied.status());
     } else {
-      transfer_out_ += elapsed;
+      transfer_out_ += *copied;
       next_offset_ = offset + n;
       ready_.push_back(std::move(chunk));
       if (next_offset_ == array->bytes()) {
@@ -179,7 +273,10 @@ void ResultStreamReactor::QueueTrailer(const v1::BufferInfo* stored) {
   timing->set_total_us(Micros(absl::Now() - accepted_));
   trailer->set_backend(std::string(service_.backend.name()));
   trailer->set_device(times_.device);
+  trailer->set_method(times_.method);
+  trailer->set_batch_size(static_cast<uint32_t>(times_.batch_size));
   if (stored != nullptr) *trailer->mutable_stored_buffer() = *stored;
+  trailer->set_shared_memory_region_id(output_.shared_memory_region_id);
   state_ = State::kAllQueued;
 }
 
@@ -195,19 +292,29 @@ void ResultStreamReactor::PumpLocked(absl::ReleasableMutexLock& lock) {
   }
   const bool cancelled = cancelled_.load();
   const bool write = !writing_ && !cancelled && !ready_.empty();
+  // A complete result is the last message: it goes out with Finish, one step.
+  const bool write_and_finish = write && ready_.front().message.has_complete();
   if (write) {
     in_flight_ = std::move(ready_.front().message);
     in_flight_charge_ = std::move(ready_.front().charge);
     ready_.pop_front();
-    if (host_budget_ != nullptr && in_flight_.has_data()) {
-      serialized_charge_ = host_budget_->ChargeFixed(in_flight_.data().data().size());
+    if (host_budget_ != nullptr && DataBytes(in_flight_) > 0) {
+      serialized_charge_ = host_budget_->ChargeFixed(DataBytes(in_flight_));
     }
     writing_ = true;
     write_started_ = absl::Now();
-    ArmStallAlarm();
+    if (write_and_finish) {
+      ArmLastWriteAlarm();
+    } else {
+      ArmStallAlarm();
+    }
   }
   std::optional<grpc::Status> finish;
-  if (!writing_ && state_ != State::kOnExecutor &&
+  if (write_and_finish) {
+    state_ = State::kFinished;
+    output_ = Output{};  // the admission ticket goes before the client hears the status
+    finish = final_status_;
+  } else if (!writing_ && state_ != State::kOnExecutor &&
       (cancelled || (state_ == State::kAllQueued && ready_.empty()))) {
     state_ = State::kFinished;
     // Memory, quota and the admission ticket are released before the client
@@ -223,6 +330,11 @@ void ResultStreamReactor::PumpLocked(absl::ReleasableMutexLock& lock) {
       state_ == State::kChunksLeft && !cancelled && ready_.size() < kReadAhead;
   if (copy_chunk) state_ = State::kOnExecutor;
   lock.Release();
+  if (write_and_finish) {
+    RecordFinish(*finish);
+    StartWriteAndFinish(&in_flight_, grpc::WriteOptions(), *finish);
+    return;
+  }
   if (write) StartWrite(&in_flight_);
   if (copy_chunk) service_.executor.SubmitContinuation([this] { ProduceChunk(); });
   if (finish.has_value()) {
@@ -269,7 +381,7 @@ void ResultStreamReactor::OnWriteDone(bool ok) {
     absl::MutexLock lock(&mu_);
     stall_alarm_.reset();
     stream_write_ += absl::Now() - write_started_;
-    if (in_flight_.has_data()) service_.metrics.NetworkSent(in_flight_.data().data().size());
+    if (DataBytes(in_flight_) > 0) service_.metrics.NetworkSent(DataBytes(in_flight_));
     // gRPC is done with the message: its memory goes back to the budget.
     in_flight_ = v1::ResultChunk();
     in_flight_charge_ = MemoryBudget::Charge();
@@ -301,11 +413,42 @@ void ResultStreamReactor::RecordFinish(const grpc::Status& status) {
     metrics.ObserveStage(op_, Stage::kTransferIn, times_.transfer_in);
     metrics.ObserveStage(op_, Stage::kCompute, times_.compute);
     metrics.ObserveStage(op_, Stage::kTransferOut, transfer_out_);
-    metrics.ObserveStage(op_, Stage::kStreamWrite, stream_write_);
+    if (last_write_guard_ == nullptr) metrics.ObserveStage(op_, Stage::kStreamWrite, stream_write_);
     if (times_.bytes_in > 0) metrics.NetworkReceived(times_.bytes_in);
   }
 }
 
-void ResultStreamReactor::OnDone() { delete this; }
+void ResultStreamReactor::ArmLastWriteAlarm() {
+  last_write_guard_ = std::make_shared<LastWriteGuard>();
+  {
+    absl::MutexLock lock(&last_write_guard_->mu);
+    last_write_guard_->context = context_;
+  }
+  stall_alarm_ = std::make_unique<grpc::Alarm>();
+  stall_alarm_->Set(absl::ToChronoTime(absl::Now() + service_.config.stream_idle_timeout),
+                    [guard = last_write_guard_, metrics = &service_.metrics](bool fired) {
+                      if (!fired) return;
+                      absl::MutexLock lock(&guard->mu);
+                      if (guard->context == nullptr) return;  // the call ended
+                      metrics->Rejected(Rejection::kStreamIdle);
+                      guard->context->TryCancel();
+                    });
+}
+
+void ResultStreamReactor::OnDone() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (last_write_guard_ != nullptr) {
+      {
+        absl::MutexLock guard_lock(&last_write_guard_->mu);
+        last_write_guard_->context = nullptr;
+      }
+      // The write that went with Finish has no OnWriteDone: it ended here.
+      service_.metrics.ObserveStage(op_, Stage::kStreamWrite, absl::Now() - write_started_);
+      service_.metrics.NetworkSent(DataBytes(in_flight_));
+    }
+  }
+  delete this;
+}
 
 }  // namespace gpucompute

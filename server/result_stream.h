@@ -31,15 +31,11 @@
 #include "grpcpp/grpcpp.h"
 #include "kernels/memory_budget.h"
 #include "server/operation.h"
+#include "server/dynamic_batcher.h"
 #include "server/operations.h"
 #include "server/service_context.h"
 
 namespace gpucompute {
-
-struct StreamSource {
-  std::shared_ptr<Array> array;
-  ExecutionTimes times;
-};
 
 class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChunk> {
  public:
@@ -51,8 +47,12 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
     // Set for keep_on_device: the result is stored under this reservation.
     std::optional<BufferStore::Reservation> keep;
     std::string buffer_name;
+    // Set for output.shared_memory: the result is written into this region, not streamed.
+    std::string shared_memory_region_id;
     // The executor lane the work runs on (ServiceContext::LaneFor).
     Executor::Lane lane = Executor::Lane::kGeneral;
+    // OutputOptions.accept_complete_result: a result of one chunk goes as one message.
+    bool accept_complete = false;
   };
 
   ResultStreamReactor(ServiceContext& service, grpc::CallbackServerContext* context,
@@ -60,6 +60,10 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
 
   // Exactly one of these, once, right after construction.
   void Start(Output output, absl::Duration prepare_time, ProduceFn produce);
+  // Start, with the work joining `batcher` (which fills in the member's
+  // cancellation, deadline and delivery).
+  void StartInBatch(Output output, absl::Duration prepare_time, DynamicBatcher& batcher,
+                    BatchMember member);
   void Reject(const absl::Status& status);
 
   void OnWriteDone(bool ok) override;
@@ -88,7 +92,16 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
 
   // `admitted`: OK, or why the executor dropped the queued request.
   void RunProduce(ProduceFn produce, absl::Status admitted);
+  // Takes the outcome of the work that started at `started` (on the executor):
+  // a result of one chunk is copied out right here, with no further executor hop.
+  void Deliver(absl::StatusOr<StreamSource> source, absl::Time started);
   void ProduceChunk();
+  // Copies bytes [offset, offset + n) of the source's result into `bytes`,
+  // charged to `charge`; returns how long the copy took.
+  absl::StatusOr<absl::Duration> CopyOut(const StreamSource& source, uint64_t offset, uint64_t n,
+                                         std::string& bytes, MemoryBudget::Charge& charge);
+  // The header, data and trailer queued in ready_ as one ResultChunk.complete.
+  void MergeIntoComplete() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Draws `bytes` of host memory from the budget into `charge` (waiting at
   // most --memory_budget_wait); nothing when the backend has no budgets.
   absl::Status ChargeHostMemory(uint64_t bytes, MemoryBudget::Charge& charge);
@@ -102,6 +115,10 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
   // section: after it, another thread may finish the call and delete this.
   void PumpLocked(absl::ReleasableMutexLock& lock);
   void RecordFinish(const grpc::Status& status);
+  // Arms the stall limit of a complete result written together with Finish
+  // (StartWriteAndFinish): the call may end while the alarm is pending, so the
+  // alarm reaches the call only through last_write_guard_, which OnDone closes.
+  void ArmLastWriteAlarm() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Arms the stall limit of the write about to start.
   void ArmStallAlarm() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The write in flight outlived stream_idle_timeout: cancels the call.
@@ -133,6 +150,12 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::ResultChun
       std::make_shared<std::atomic<uint64_t>>(0);
   uint64_t writes_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<grpc::Alarm> stall_alarm_ ABSL_GUARDED_BY(mu_);
+  struct LastWriteGuard {
+    absl::Mutex mu;
+    grpc::CallbackServerContext* context ABSL_GUARDED_BY(mu) = nullptr;  // null once done
+  };
+  // Set when the last message went out with Finish.
+  std::shared_ptr<LastWriteGuard> last_write_guard_;
   // When the alarm takes a write, OnStalled and OnWriteDone both run; the later
   // one clears writing_, so that the call cannot finish under the other.
   bool stall_handled_ ABSL_GUARDED_BY(mu_) = false;

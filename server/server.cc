@@ -22,6 +22,8 @@
 #include "server/reflection.h"
 #include "server/security.h"
 #include "server/service_context.h"
+#include "server/shared_memory_registry.h"
+#include "server/shared_memory_service.h"
 
 #ifndef GPUCOMPUTE_GIT_COMMIT
 #define GPUCOMPUTE_GIT_COMMIT "unknown"
@@ -95,15 +97,19 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
                           ? config.executor_threads
                           : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
   server->device_queues_ = std::make_unique<DeviceQueues>(config.max_device_queue_depth);
+  server->shared_memory_ = std::make_unique<SharedMemoryRegistry>(SharedMemoryLimits{
+      config.shared_memory_quota_bytes, config.shared_memory_principal_quota_bytes,
+      config.max_shared_memory_regions_per_owner}, server->store_->instance_id());
   server->executor_ =
       std::make_unique<Executor>(threads, config.max_queue_depth, config.small_request_threads,
                                  config.max_small_queue_depth);
   server->context_ = std::unique_ptr<ServiceContext>(new ServiceContext{
       server->config_, *server->backend_, *server->store_, *server->executor_, *server->metrics_,
-      *server->admission_, *server->device_queues_, server->draining_});
+      *server->admission_, *server->device_queues_, *server->shared_memory_, server->draining_});
   server->compute_service_ = std::make_unique<ComputeService>(*server->context_);
   server->buffers_service_ = std::make_unique<BuffersService>(*server->context_);
   server->info_service_ = std::make_unique<InfoService>(*server->context_, server->backend_note_);
+  server->shared_memory_service_ = std::make_unique<SharedMemoryService>(*server->context_);
 
   GpuComputeServer* self = server.get();
   auto live_state = [self] {
@@ -112,7 +118,10 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
     state.devices = self->backend_->Devices();
     state.stored_buffers = self->store_->count();
     state.stored_buffer_bytes = self->store_->used_bytes();
-    state.queued_requests = self->executor_->queued_requests();
+    state.shared_memory_regions = self->shared_memory_->count();
+    state.shared_memory_bytes = self->shared_memory_->used_bytes();
+    state.queued_requests =
+        self->executor_->queued_requests() + self->compute_service_->batching();
     return state;
   };
   GC_RETURN_IF_ERROR(server->metrics_->StartExposer(
@@ -150,11 +159,13 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
   builder.RegisterService(server->compute_service_.get());
   builder.RegisterService(server->buffers_service_.get());
   builder.RegisterService(server->info_service_.get());
+  builder.RegisterService(server->shared_memory_service_.get());
   if (config.enable_reflection) {
     GC_ASSIGN_OR_RETURN(std::vector<std::string> services,
                         ReflectedServices({v1::Compute::service_full_name(),
                                            v1::Buffers::service_full_name(),
-                                           v1::Server::service_full_name()}));
+                                           v1::Server::service_full_name(),
+                                           v1::SharedMemory::service_full_name()}));
     server->reflection_v1_ = std::make_unique<ReflectionV1>(services);
     server->reflection_v1alpha_ = std::make_unique<ReflectionV1Alpha>(std::move(services));
     builder.RegisterService(server->reflection_v1_.get());
@@ -197,6 +208,8 @@ GpuComputeServer::~GpuComputeServer() {
 }
 
 int GpuComputeServer::metrics_port() const { return metrics_->port(); }
+
+const std::string& GpuComputeServer::instance_id() const { return store_->instance_id(); }
 
 std::string GpuComputeServer::backend_name() const { return std::string(backend_->name()); }
 

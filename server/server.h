@@ -26,6 +26,8 @@ struct ServiceContext;
 class ComputeService;
 class BuffersService;
 class InfoService;
+class SharedMemoryRegistry;
+class SharedMemoryService;
 
 class GpuComputeServer {
  public:
@@ -40,6 +42,8 @@ class GpuComputeServer {
   int metrics_port() const;
   const std::string& backend_note() const { return backend_note_; }
   std::string backend_name() const;
+  // Prefix of every buffer id this server issues (ServerInfo.instance_id).
+  const std::string& instance_id() const;
 
   // Health NOT_SERVING and new requests UNAVAILABLE while the port still
   // accepts, so that probes on new connections read NOT_SERVING (--drain_delay).
@@ -71,11 +75,13 @@ class GpuComputeServer {
   std::unique_ptr<BufferStore> store_;
   std::unique_ptr<Admission> admission_;
   std::unique_ptr<DeviceQueues> device_queues_;
+  std::unique_ptr<SharedMemoryRegistry> shared_memory_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<ServiceContext> context_;
   std::unique_ptr<ComputeService> compute_service_;
   std::unique_ptr<BuffersService> buffers_service_;
   std::unique_ptr<InfoService> info_service_;
+  std::unique_ptr<SharedMemoryService> shared_memory_service_;
   std::unique_ptr<grpc::Service> reflection_v1_;
   std::unique_ptr<grpc::Service> reflection_v1alpha_;
   std::unique_ptr<grpc::Server> server_;

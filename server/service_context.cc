@@ -68,12 +68,17 @@ absl::StatusOr<BufferStore::Reservation> ServiceContext::Reserve(
 absl::Status ServiceContext::SubmitRequest(Executor::RequestTask task,
                                            const grpc::CallbackServerContext& context,
                                            Executor::Lane lane) const {
+  return SubmitRequest(std::move(task), context.peer(), lane);
+}
+
+absl::Status ServiceContext::SubmitRequest(Executor::RequestTask task, absl::string_view client,
+                                           Executor::Lane lane) const {
   absl::Status submitted = executor.SubmitRequest(
       [this, task = std::move(task)](absl::Status admitted) mutable {
         if (!admitted.ok()) metrics.Rejected(Rejection::kQueueFull);
         std::move(task)(std::move(admitted));
       },
-      context.peer(), lane);
+      client, lane);
   if (!submitted.ok()) metrics.Rejected(Rejection::kQueueFull);
   return submitted;
 }

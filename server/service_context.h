@@ -13,6 +13,7 @@
 #include "server/config.h"
 #include "server/executor.h"
 #include "server/metrics.h"
+#include "server/shared_memory_registry.h"
 #include "server/status_convert.h"
 
 namespace gpucompute {
@@ -25,6 +26,7 @@ struct ServiceContext {
   Metrics& metrics;
   Admission& admission;
   DeviceQueues& device_queues;
+  SharedMemoryRegistry& shared_memory;
   // Set when the server starts draining: new work gets UNAVAILABLE.
   const std::atomic<bool>& draining;
 
@@ -58,6 +60,9 @@ struct ServiceContext {
   absl::StatusOr<BufferStore::Reservation> Reserve(uint64_t bytes, absl::string_view what,
                                                    absl::string_view principal) const;
   absl::Status SubmitRequest(Executor::RequestTask task, const grpc::CallbackServerContext& context,
+                             Executor::Lane lane) const;
+  // The same for a task of `client` (a connection's peer string).
+  absl::Status SubmitRequest(Executor::RequestTask task, absl::string_view client,
                              Executor::Lane lane) const;
   // The lane for `work` units of `op` (operations.h's PreparedOperation::work):
   // small work may use the reserved lane. Over --max_work_per_request:

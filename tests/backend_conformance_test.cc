@@ -420,11 +420,15 @@ TYPED_TEST(LombScargleConformance, EveryOptionCombination) {
       for (Weights weights : {Weights::kNone, Weights::kShared, Weights::kPerRow}) {
         if (weights == Weights::kPerRow && batching == Batching::kNone) continue;
         for (Freqs freqs : kAllFreqs) {
-          for (int options = 0; options < 8; ++options) {
-            const LombScargleOptions o = {.precenter = (options & 1) != 0,
-                                          .normalize = (options & 2) != 0,
-                                          .floating_mean = (options & 4) != 0};
-            this->Check({61, 150, batching, weights, freqs, o});
+          for (LombScargleMethod method : {LombScargleMethod::kDirect, LombScargleMethod::kNufft}) {
+            if (method == LombScargleMethod::kNufft && freqs == Freqs::kRandomArray) continue;
+            for (int options = 0; options < 8; ++options) {
+              const LombScargleOptions o = {.precenter = (options & 1) != 0,
+                                            .normalize = (options & 2) != 0,
+                                            .floating_mean = (options & 4) != 0,
+                                            .method = method};
+              this->Check({61, 150, batching, weights, freqs, o});
+            }
           }
         }
       }

@@ -39,7 +39,7 @@ TEST_F(BufferStoreTest, CommitStoresUnderAFreshUnguessableId) {
 
 TEST_F(BufferStoreTest, IdsDoNotRepeat) {
   std::set<std::string> ids;
-  for (int i = 0; i < 1000; ++i) ids.insert(NewBufferId());
+  for (int i = 0; i < 1000; ++i) ids.insert(NewBufferId("0a1b2c3d"));
   EXPECT_EQ(ids.size(), 1000u);
 }
 
@@ -75,6 +75,30 @@ TEST_F(BufferStoreTest, DeleteFreesAndUnknownIdsAreNotFound) {
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(missing.status().message()),
               HasSubstr("values.buffer_id 'feed' is not a stored buffer"));
+}
+
+TEST_F(BufferStoreTest, IdsCarryTheInstanceAndForeignIdsNameTheirOwner) {
+  BufferStore here(1 << 20, 0, 0, 0, "0a1b2c3d");
+  BufferStore other(1 << 20, 0, 0, 0, "ffee0011");
+  auto mine = here.Commit(*here.Reserve(40, "a"), "a", Make(10));
+  ASSERT_TRUE(mine.ok()) << mine.status().message();
+  EXPECT_EQ(mine->id.substr(0, kInstanceIdLength), "0a1b2c3d");
+  EXPECT_EQ(mine->id.size(), kBufferIdLength);
+  EXPECT_EQ(IssuingInstance(mine->id), "0a1b2c3d");
+  EXPECT_EQ(IssuingInstance("feed"), "");
+  EXPECT_EQ(IssuingInstance(std::string(32, 'G')), "");
+  for (const absl::Status& status :
+       {other.Get(mine->id, "input.buffer_id").status(), other.Delete(mine->id).status()}) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status.message();
+    EXPECT_THAT(std::string(status.message()),
+                HasSubstr("was stored by replica instance 0a1b2c3d, not by this one (instance "
+                          "ffee0011)"));
+  }
+  EXPECT_TRUE(here.Get(mine->id, "id").ok());  // the owner still has it
+  // A well-formed id of this instance that was never issued is simply unknown.
+  EXPECT_EQ(here.Get("0a1b2c3d" + std::string(24, '0'), "id").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_NE(NewInstanceId(), NewInstanceId());
 }
 
 TEST_F(BufferStoreTest, ArrayOutlivesDeleteWhileARequestHoldsIt) {

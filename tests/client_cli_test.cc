@@ -41,8 +41,9 @@ std::string ReadAll(const std::filesystem::path& path) {
 class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<test::TestServer>> server =
-        test::TestServer::Start(test::LoopbackConfig());
+    ServerConfig config = test::LoopbackConfig();
+    config.allow_shared_memory = true;
+    absl::StatusOr<std::unique_ptr<test::TestServer>> server = test::TestServer::Start(config);
     ASSERT_TRUE(server.ok()) << server.status().message();
     server_ = *std::move(server);
     dir_ = std::filesystem::temp_directory_path() /
@@ -157,6 +158,13 @@ TEST_F(CliTest, KeepOnDevicePrintsTheStoredIdAloneOnStdout) {
   EXPECT_THAT(Download(id), ElementsAre(0.125, 0.25, 0.625, 0.4, 0.4, 0.2));
 }
 
+// The instance id names the replica that `info` reached: buffer ids begin with it.
+TEST_F(CliTest, InfoShowsTheInstanceId) {
+  const CliRun info = Cli({"info"});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_THAT(info.out, HasSubstr(absl::StrCat("instance    ", server_->server().instance_id(), "\n")));
+}
+
 // Without a stored buffer there is nothing to capture: the report is the output.
 TEST_F(CliTest, ComputeReportStaysOnStdout) {
   WriteRows(PathOf("data.npy"));
@@ -164,6 +172,20 @@ TEST_F(CliTest, ComputeReportStaysOnStdout) {
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("values      [0.125, 0.25, 0.625, 0.4, 0.4, 0.2]"));
   EXPECT_THAT(run.out, HasSubstr("total"));
+}
+
+// Same host: the file is read into a shared-memory region, unregistered afterwards.
+TEST_F(CliTest, SharedMemoryOperandsSkipTheWire) {
+  WriteRows(PathOf("data.npy"));
+  const CliRun run = Cli({"normalize", absl::StrCat("--input=", PathOf("data.npy")),
+                          "--shared_memory"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("values      [0.125, 0.25, 0.625, 0.4, 0.4, 0.2]"));
+  EXPECT_THAT(run.out, HasSubstr("transfer in 0,"));  // the CPU backend reads the region
+  absl::StatusOr<v1::SharedMemoryStatusResponse> status =
+      server_->client().SharedMemoryStatus();
+  ASSERT_TRUE(status.ok()) << status.status().message();
+  EXPECT_EQ(status->regions_size(), 0);
 }
 
 // A big-endian, Fortran-ordered (2, 3) file holding the same rows as WriteRows.

@@ -37,6 +37,16 @@ v1::ResultChunk Trailer(bool with_stored_buffer = false) {
   return chunk;
 }
 
+// Header, data and trailer in one ResultChunk.complete.
+v1::ResultChunk Complete(const v1::ResultChunk& header, std::string bytes,
+                         const v1::ResultChunk& trailer) {
+  v1::ResultChunk chunk;
+  *chunk.mutable_complete()->mutable_header() = header.header();
+  chunk.mutable_complete()->set_data(std::move(bytes));
+  *chunk.mutable_complete()->mutable_trailer() = trailer.trailer();
+  return chunk;
+}
+
 std::string DoubleBytes(std::vector<double> values) {
   return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(double));
 }
@@ -82,6 +92,30 @@ TEST_F(ResultAssemblerTest, ReassemblesChunksInOrder) {
       progress_,
       ElementsAre(std::pair<uint64_t, uint64_t>{0, 48}, std::pair<uint64_t, uint64_t>{16, 48},
                   std::pair<uint64_t, uint64_t>{40, 48}, std::pair<uint64_t, uint64_t>{48, 48}));
+}
+
+TEST_F(ResultAssemblerTest, OneCompleteMessageIsAWholeResult) {
+  const std::string bytes = DoubleBytes({1.0, 2.5, -3.0});
+  absl::StatusOr<Result> result = Assemble({Complete(Header(v1::FLOAT64, {3}, 24), bytes, Trailer())});
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  EXPECT_EQ(result->data, bytes);
+  EXPECT_EQ(result->trailer.timing().compute_us(), 42u);
+
+  absl::StatusOr<Result> kept = Assemble(
+      {Complete(Header(v1::FLOAT32, {1000}, 4000), "", Trailer(true))}, /*expect_data=*/false);
+  ASSERT_TRUE(kept.ok()) << kept.status().message();
+  EXPECT_EQ(kept->trailer.stored_buffer().id(), "abc");
+}
+
+TEST_F(ResultAssemblerTest, CompleteMessageIsCheckedLikeThreeMessages) {
+  ExpectDataLoss(Assemble({Complete(Header(v1::FLOAT32, {4}, 16), std::string(12, 'a'), Trailer())}),
+                 "short data: received 12 of 16 bytes");
+  ExpectDataLoss(Assemble({Complete(Header(v1::FLOAT32, {2}, 8), std::string(8, 'a'), Trailer(true))},
+                          /*expect_data=*/false),
+                 "kept on device");
+  ExpectDataLoss(Assemble({Header(v1::FLOAT32, {0}, 0),
+                           Complete(Header(v1::FLOAT32, {0}, 0), "", Trailer())}),
+                 "second header");
 }
 
 TEST_F(ResultAssemblerTest, EmptyResultNeedsNoDataChunks) {

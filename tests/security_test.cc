@@ -3,6 +3,7 @@
 #include "server/security.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -10,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "client/shared_memory.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -76,6 +78,7 @@ class SecurityTest : public ::testing::Test {
   void Start(bool mutual, bool tokens) {
     ServerConfig config = test::LoopbackConfig();
     config.principal_quota_bytes = 1000;
+    config.allow_shared_memory = true;
     config.security.tls_cert_file = certs_->path("server.pem");
     config.security.tls_key_file = certs_->path("server.key");
     if (mutual) config.security.tls_client_ca_file = certs_->path("ca.pem");
@@ -175,6 +178,32 @@ TEST_F(SecurityTest, BuffersBelongToTheirPrincipal) {
   ASSERT_TRUE(normalized.ok()) << normalized.status().message();
   EXPECT_THAT(*normalized->AsDoubles(), ::testing::ElementsAre(0.25, 0.75));
   EXPECT_EQ(alice->List()->buffers_size(), 1);
+}
+
+// Shared-memory regions too: another principal can neither use nor unregister
+// one by its id, nor register its key.
+TEST_F(SecurityTest, SharedMemoryRegionsBelongToTheirPrincipal) {
+  Start(/*mutual=*/false, /*tokens=*/true);
+  auto alice = TlsClient("", "alice-token");
+  auto bob = TlsClient("", "bob-token");
+  auto region = client::SharedRegion::Create(*alice, 2 * sizeof(double), "alice's");
+  ASSERT_TRUE(region.ok()) << region.status().message();
+  const double row[] = {1, 3};
+  std::memcpy((*region)->data(), row, sizeof(row));
+  v1::NormalizeRequest request;
+  *request.mutable_input() = (*region)->Operand(0, v1::FLOAT64, {2});
+
+  EXPECT_EQ(bob->Normalize(request).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(bob->UnregisterSharedMemory((*region)->id()).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(bob->SharedMemoryStatus()->regions_size(), 0);
+  EXPECT_EQ(bob->RegisterSystemSharedMemory("mine now", (*region)->key(), 0, 16).status().code(),
+            absl::StatusCode::kPermissionDenied);
+
+  auto normalized = alice->Normalize(request);
+  ASSERT_TRUE(normalized.ok()) << normalized.status().message();
+  EXPECT_THAT(*normalized->AsDoubles(), ::testing::ElementsAre(0.25, 0.75));
+  EXPECT_EQ(alice->SharedMemoryStatus()->regions_size(), 1);
 }
 
 TEST_F(SecurityTest, PerPrincipalQuota) {

@@ -24,12 +24,8 @@ namespace v1 = ::gpucompute::v1;
 
 class ServerTest : public ::testing::Test {
  protected:
-  // GPUCOMPUTE_TEST_BACKEND=cuda runs the same suite on the CUDA backend (ctest
-  // label gpu); it skips where no GPU is usable.
-  static bool OnCuda() {
-    const char* backend = std::getenv("GPUCOMPUTE_TEST_BACKEND");
-    return backend != nullptr && std::string(backend) == "cuda";
-  }
+  // test::OnCuda(): the same suite on the CUDA backend; it skips where no GPU is usable.
+  static bool OnCuda() { return test::OnCuda(); }
   static std::string ExpectedBackend() { return OnCuda() ? "cuda" : "cpu"; }
 
   static ServerConfig TestConfig() {

@@ -33,7 +33,7 @@ absl::Status Normalize(ThreadPool& pool, const Array& in, NormKind norm, Array& 
 
 absl::Status LombScargle(ThreadPool& pool, const Array& x, const Array& y, const Array* weights,
                          const Array* freqs, const Linspace& grid,
-                         const LombScargleOptions& options, Array& out, const OpContext& ctx);
+                         const LombScargleOptions& options, Array& out, OpContext& ctx);
 
 // Elements (or rows, points...) per ParallelFor block so that one block holds
 // about `target` units of work: large enough to hide scheduling, small enough

@@ -13,7 +13,8 @@
 // are advanced from one frequency to the next by a rotation through gap * x,
 // recomputed exactly at each block start: a few multiply-adds per (frequency,
 // sample) instead of a sin and a cos. Other frequencies call sin and cos for
-// every (frequency, sample).
+// every (frequency, sample). Evenly spaced frequencies may go through the NUFFT
+// instead (lombscargle_nufft.cc; ChooseLombScargleMethod decides).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -23,21 +24,13 @@
 
 #include "common/status_macros.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/lombscargle_rows.h"
+#include "kernels/lombscargle_nufft.h"
 #include "kernels/preconditions.h"
 #include "kernels/shape_rules.h"
 
 namespace gpucompute::cpu {
 namespace {
-
-// Samples per vector; rows are padded with zero-weight samples to whole vectors.
-// Four with AVX's 256-bit registers; two on plain SSE2, where four would spill
-// the seven accumulators of Accumulate out of its sixteen registers.
-#ifdef __AVX__
-constexpr int64_t kLanes = 4;
-#else
-constexpr int64_t kLanes = 2;
-#endif
-using Lanes = double __attribute__((vector_size(kLanes * sizeof(double))));
 
 // Frequencies per task. The rotation's error grows by about one rounding per
 // frequency: after 128, ~1e-14, as large as the rounding of the phase f x
@@ -54,21 +47,6 @@ constexpr int kMaxGaps = 4;
 // Largest |angle| whose cos and sin are taken from their Taylor series to the
 // fifth power: the first term left out is below 1e-17.
 constexpr double kSmallAngle = 1.0 / 256;
-
-// Weighted sums over one row at one frequency.
-struct Sums {
-  double cc, ss, cs, yc, ys, c, s;
-};
-
-// Row data in float64, each row `vectors` Lanes long.
-struct PreparedRows {
-  int64_t vectors = 0;
-  std::vector<Lanes> x;        // one row, or one per batch row when x is batched
-  std::vector<Lanes> w;        // normalized weights, per batch row
-  std::vector<Lanes> wy;       // w * y (y centered when precenter), per batch row
-  std::vector<double> y_sum;   // Y = sum w y
-  std::vector<double> yy_sum;  // YY = sum w y y
-};
 
 // Sample `index` of padded rows stored back to back.
 void SetSample(std::vector<Lanes>& rows, int64_t index, double value) {
@@ -133,35 +111,6 @@ void RotateBySmallAngle(double delta, const Lanes* x, const Lanes* c0, const Lan
   }
 }
 
-double Power(Sums sums, double y_sum, double yy_sum, int64_t samples,
-             const LombScargleOptions& options) {
-  if (options.floating_mean) {
-    sums.yc -= y_sum * sums.c;
-    sums.ys -= y_sum * sums.s;
-    sums.cc -= sums.c * sums.c;
-    sums.ss -= sums.s * sums.s;
-    sums.cs -= sums.c * sums.s;
-  }
-  const double d = sums.cc * sums.ss - sums.cs * sums.cs;
-  const double a = (sums.yc * sums.ss - sums.ys * sums.cs) / d;
-  const double b = (sums.ys * sums.cc - sums.yc * sums.cs) / d;
-  const double p = 2 * (a * sums.yc + b * sums.ys);
-  if (options.normalize) {
-    return p / (2 * (options.floating_mean ? yy_sum - y_sum * y_sum : yy_sum));
-  }
-  return p * (static_cast<double>(samples) / 4);
-}
-
-// Weight rows must be >= 0 with a positive, finite sum; returns the sums.
-template <typename T>
-absl::StatusOr<std::vector<double>> WeightSums(const T* weights, int64_t rows, int64_t samples) {
-  std::vector<double> sums(rows);
-  for (int64_t row = 0; row < rows; ++row) {
-    GC_ASSIGN_OR_RETURN(sums[row], CheckWeightsRow(weights + row * samples, row, samples));
-  }
-  return sums;
-}
-
 // Fills batch row b of `rows`: its weights normalized to sum 1, y centered when
 // precenter (plain mean, as SciPy), w * y, Y and YY. `x_row` is null when the
 // row shares x with row 0; `weights` null means equal weights.
@@ -190,42 +139,6 @@ void PrepareRow(int64_t b, const T* x_row, const T* y_row, const T* weights, dou
   }
   rows.y_sum[b] = y_sum;
   rows.yy_sum[b] = yy_sum;
-}
-
-template <typename T>
-absl::StatusOr<PreparedRows> Prepare(ThreadPool& pool, const LombScargleShape& shape,
-                                     const Array& x_array, const Array& y_array,
-                                     const Array* weights_array, const LombScargleOptions& options,
-                                     const OpContext& ctx) {
-  const int64_t batch = shape.batch;
-  const int64_t samples = shape.samples;
-  const T* weights = weights_array != nullptr ? weights_array->data_as<T>() : nullptr;
-  std::vector<double> weight_sums;
-  if (weights != nullptr) {
-    GC_ASSIGN_OR_RETURN(weight_sums,
-                        WeightSums(weights, shape.weights_batched ? batch : 1, samples));
-  }
-
-  PreparedRows rows;
-  rows.vectors = (samples + kLanes - 1) / kLanes;
-  rows.x.assign((shape.x_batched ? batch : 1) * rows.vectors, Lanes{});
-  rows.w.assign(batch * rows.vectors, Lanes{});
-  rows.wy.assign(batch * rows.vectors, Lanes{});
-  rows.y_sum.resize(batch);
-  rows.yy_sum.resize(batch);
-  const T* x = x_array.data_as<T>();
-  const T* y = y_array.data_as<T>();
-  GC_RETURN_IF_ERROR(
-      pool.ParallelFor(batch, GrainFor(samples), ctx, [&](int64_t begin, int64_t end) {
-        for (int64_t b = begin; b < end; ++b) {
-          const bool own_x = shape.x_batched || b == 0;
-          const int64_t w_row = shape.weights_batched ? b : 0;
-          PrepareRow(b, own_x ? x + b * samples : nullptr, y + b * samples,
-                     weights != nullptr ? weights + w_row * samples : nullptr,
-                     weights != nullptr ? weight_sums[w_row] : 0, samples, options.precenter, rows);
-        }
-      }));
-  return rows;
 }
 
 // Angular frequency k: from the array, or the grid generated here.
@@ -296,12 +209,11 @@ std::optional<Rotations> RotationsFor(const double* f, int64_t count, const Lane
   return rotations;
 }
 
+// The direct sums over every (sample, frequency).
 template <typename T>
-absl::Status Run(ThreadPool& pool, const LombScargleShape& shape, const Array& x, const Array& y,
-                 const Array* weights, const Frequencies& freqs, const LombScargleOptions& options,
-                 Array& out, const OpContext& ctx) {
-  GC_ASSIGN_OR_RETURN(const PreparedRows rows,
-                      Prepare<T>(pool, shape, x, y, weights, options, ctx));
+absl::Status DirectSums(ThreadPool& pool, const LombScargleShape& shape, const PreparedRows& rows,
+                        const Frequencies& freqs, const LombScargleOptions& options, T* result,
+                        const OpContext& ctx) {
   const int64_t vectors = rows.vectors;
   const int64_t m = shape.frequencies;
   // Enough blocks for every thread, each long enough to amortize its start.
@@ -309,7 +221,6 @@ absl::Status Run(ThreadPool& pool, const LombScargleShape& shape, const Array& x
       std::clamp<int64_t>((shape.batch * m + 4 * pool.threads() - 1) / (4 * pool.threads()),
                           kMinFrequencyBlock, kMaxFrequencyBlock);
   const int64_t blocks = (m + block_size - 1) / block_size;
-  T* result = out.data_as<T>();
   const auto run_block = [&](int64_t task) {
     const int64_t b = task / blocks;
     const int64_t first = (task % blocks) * block_size;
@@ -317,6 +228,7 @@ absl::Status Run(ThreadPool& pool, const LombScargleShape& shape, const Array& x
     const Lanes* x_row = rows.x.data() + (shape.x_batched ? b * vectors : 0);
     const Lanes* w = rows.w.data() + b * vectors;
     const Lanes* wy = rows.wy.data() + b * vectors;
+    const PowerSettings settings = SettingsFor(rows, shape, b, options);
     std::array<double, kMaxFrequencyBlock> f{};
     for (int64_t k = 0; k < count; ++k) f[k] = freqs.At<T>(first + k);
     const std::optional<Rotations> rotations = RotationsFor(f.data(), count, x_row, vectors);
@@ -333,8 +245,7 @@ absl::Status Run(ThreadPool& pool, const LombScargleShape& shape, const Array& x
       } else {
         sums = Accumulate<false>(w, wy, c.data(), s.data(), nullptr, nullptr, vectors);
       }
-      result[b * m + first + k] =
-          static_cast<T>(Power(sums, rows.y_sum[b], rows.yy_sum[b], shape.samples, options));
+      result[b * m + first + k] = static_cast<T>(Power(sums, settings));
     }
   };
   return pool.ParallelFor(shape.batch * blocks, GrainFor(block_size * shape.samples, 1 << 18), ctx,
@@ -345,17 +256,108 @@ absl::Status Run(ThreadPool& pool, const LombScargleShape& shape, const Array& x
 
 }  // namespace
 
+PowerSettings SettingsFor(const PreparedRows& rows, const LombScargleShape& shape, int64_t b,
+                          const LombScargleOptions& options) {
+  return {rows.y_sum[b], rows.yy_sum[b], rows.samples[b], options.normalize, options.floating_mean};
+}
+
+double DirectPower(const PreparedRows& rows, const LombScargleShape& shape, int64_t b, double f,
+                   const LombScargleOptions& options) {
+  const int64_t vectors = rows.vectors;
+  std::vector<Lanes> c(vectors), s(vectors);
+  const Lanes* x = rows.x.data() + (shape.x_batched ? b * vectors : 0);
+  SinCos(f, x, c.data(), s.data(), vectors);
+  const Sums sums = Accumulate<false>(rows.w.data() + b * vectors, rows.wy.data() + b * vectors,
+                                      c.data(), s.data(), nullptr, nullptr, vectors);
+  return Power(sums, SettingsFor(rows, shape, b, options));
+}
+
+template <typename T>
+absl::StatusOr<PreparedRows> PrepareRows(ThreadPool& pool, const LombScargleShape& shape,
+                                         const Array& x_array, const Array& y_array,
+                                         const Array* weights_array,
+                                         const LombScargleOptions& options, const OpContext& ctx) {
+  const int64_t batch = shape.batch;
+  const int64_t samples = shape.samples;
+  // Row b's first element and length in the flat (ragged) or rectangular arrays.
+  const std::vector<int64_t>& offsets = options.row_offsets;
+  const auto start = [&](int64_t b) { return shape.ragged ? offsets[b] : b * samples; };
+  const auto length = [&](int64_t b) { return shape.ragged ? offsets[b + 1] - offsets[b] : samples; };
+  const T* weights = weights_array != nullptr ? weights_array->data_as<T>() : nullptr;
+  const int64_t weight_rows = shape.weights_batched ? batch : 1;
+  std::vector<double> weight_sums(weight_rows);
+  for (int64_t r = 0; weights != nullptr && r < weight_rows; ++r) {
+    GC_ASSIGN_OR_RETURN(weight_sums[r], CheckWeightsRow(weights + start(r), r, length(r)));
+  }
+
+  PreparedRows rows;
+  rows.vectors = (samples + kLanes - 1) / kLanes;
+  rows.x.assign((shape.x_batched ? batch : 1) * rows.vectors, Lanes{});
+  rows.w.assign(batch * rows.vectors, Lanes{});
+  rows.wy.assign(batch * rows.vectors, Lanes{});
+  rows.y_sum.resize(batch);
+  rows.yy_sum.resize(batch);
+  rows.samples.resize(batch);
+  const T* x = x_array.data_as<T>();
+  const T* y = y_array.data_as<T>();
+  GC_RETURN_IF_ERROR(
+      pool.ParallelFor(batch, GrainFor(samples), ctx, [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) {
+          const bool own_x = shape.x_batched || b == 0;
+          const int64_t w_row = shape.weights_batched ? b : 0;
+          rows.samples[b] = length(b);
+          PrepareRow(b, own_x ? x + start(b) : nullptr, y + start(b),
+                     weights != nullptr ? weights + start(w_row) : nullptr,
+                     weights != nullptr ? weight_sums[w_row] : 0, length(b), options.precenter,
+                     rows);
+        }
+      }));
+  return rows;
+}
+
+template absl::StatusOr<PreparedRows> PrepareRows<float>(ThreadPool&, const LombScargleShape&,
+                                                        const Array&, const Array&, const Array*,
+                                                        const LombScargleOptions&,
+                                                        const OpContext&);
+template absl::StatusOr<PreparedRows> PrepareRows<double>(ThreadPool&, const LombScargleShape&,
+                                                         const Array&, const Array&, const Array*,
+                                                         const LombScargleOptions&,
+                                                         const OpContext&);
+
+namespace {
+
+// Prepares the rows once, then runs the method ChooseLombScargleMethod picks.
+template <typename T>
+absl::Status Run(ThreadPool& pool, const LombScargleShape& shape, const Array& x, const Array& y,
+                 const Array* weights, const Array* freqs, const Linspace& grid,
+                 const LombScargleOptions& options, Array& out, OpContext& ctx) {
+  GC_RETURN_IF_ERROR(CheckNufftAccuracy(options.accuracy, "accuracy"));
+  absl::StatusOr<EvenFrequencies> even =
+      freqs == nullptr ? EvenGrid(grid)
+                       : EvenlySpaced(freqs->data_as<T>(), shape.frequencies,
+                                      EvenSpacingTolerance(freqs->dtype(), options.method));
+  GC_ASSIGN_OR_RETURN(const LombScargleMethod method,
+                      ChooseLombScargleMethod(options, shape, even.status()));
+  GC_ASSIGN_OR_RETURN(const PreparedRows rows,
+                      PrepareRows<T>(pool, shape, x, y, weights, options, ctx));
+  ctx.method = LombScargleMethodName(method);
+  if (method == LombScargleMethod::kNufft) {
+    return LombScargleNufft(pool, shape, rows, *even, options, out.data_as<T>(), ctx);
+  }
+  return DirectSums(pool, shape, rows, Frequencies{freqs, grid}, options, out.data_as<T>(), ctx);
+}
+
+}  // namespace
+
 absl::Status LombScargle(ThreadPool& pool, const Array& x, const Array& y, const Array* weights,
                          const Array* freqs, const Linspace& grid,
-                         const LombScargleOptions& options, Array& out, const OpContext& ctx) {
+                         const LombScargleOptions& options, Array& out, OpContext& ctx) {
   GC_ASSIGN_OR_RETURN(const LombScargleShape shape,
-                      CheckLombScargleArrays(x, y, weights, freqs, grid, out));
-
-  const Frequencies frequency_source{freqs, grid};
+                      CheckLombScargleArrays(x, y, weights, freqs, grid, out, options.row_offsets));
   if (y.dtype() == DType::kFloat32) {
-    return Run<float>(pool, shape, x, y, weights, frequency_source, options, out, ctx);
+    return Run<float>(pool, shape, x, y, weights, freqs, grid, options, out, ctx);
   }
-  return Run<double>(pool, shape, x, y, weights, frequency_source, options, out, ctx);
+  return Run<double>(pool, shape, x, y, weights, freqs, grid, options, out, ctx);
 }
 
 }  // namespace gpucompute::cpu

@@ -127,10 +127,12 @@ class PinnedBuffer {
 };
 
 // A stream with a small pinned host buffer of its own (for staging request
-// constants in and reading result flags back on that stream).
+// constants and small copies in, and reading result flags back, on that stream)
+// and the two events that time an operation on it, made once with the stream.
 struct PooledStream {
   cudaStream_t stream = nullptr;
   PinnedBuffer small;  // kSmallPinnedBytes
+  Event start, stop;
 };
 
 // Streams of one device, lent one per call; grows on demand. Thread-safe.
@@ -171,6 +173,8 @@ class StreamPool {
     }
     cudaStream_t stream() const { return s_->stream; }
     void* small() const { return s_->small.data(); }
+    const Event& start() const { return s_->start; }
+    const Event& stop() const { return s_->stop; }
     // After a sticky error the stream is not handed to anyone again.
     void Discard() { s_ = nullptr; }
 
@@ -213,6 +217,13 @@ class StreamPool {
       return small.status();
     }
     s->small = *std::move(small);
+    cudaError_t timing = s->start.Init(cudaEventDefault);
+    if (timing == cudaSuccess) timing = s->stop.Init(cudaEventDefault);
+    if (timing != cudaSuccess) {
+      (void)cudaStreamDestroy(s->stream);
+      delete s;
+      return CudaStatus(timing, absl::StrCat("cuda:", device_, " cudaEventCreate"));
+    }
     std::lock_guard<std::mutex> lock(mu_);
     all_.push_back(s);
     return s;

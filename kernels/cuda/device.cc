@@ -13,17 +13,19 @@ namespace {
 
 constexpr int kComputeStreams = 8;  // created up front per device; more on demand
 constexpr int kCopyStreams = 4;
+constexpr int kAllocStreams = 4;
 
 class CudaArray final : public Array {
  public:
   CudaArray(DType dtype, Shape shape, int64_t count, std::shared_ptr<DeviceState> dev, void* ptr)
       : Array(dtype, std::move(shape), count, dev->ordinal), dev_(std::move(dev)), ptr_(ptr) {}
-  // Freed in stream order on the device's allocation stream, from whatever thread
-  // drops the last reference. Operations are synchronous, so no kernel still uses it.
+  // Freed in stream order on an allocation stream, from whatever thread drops the
+  // last reference. Operations are synchronous, so no kernel still uses it.
   ~CudaArray() override {
     if (ptr_ != nullptr) {
       ScopedDevice on_device(dev_->ordinal);
-      (void)cudaFreeAsync(ptr_, dev_->alloc_stream);
+      absl::StatusOr<StreamPool::Lease> lease = dev_->alloc->Acquire();
+      if (lease.ok()) (void)cudaFreeAsync(ptr_, lease->stream());
       (void)cudaGetLastError();
     }
   }
@@ -40,10 +42,8 @@ DeviceState::~DeviceState() {
   ScopedDevice on_device(ordinal);
   compute.reset();
   copy.reset();
-  if (alloc_stream != nullptr) {
-    (void)cudaStreamSynchronize(alloc_stream);
-    (void)cudaStreamDestroy(alloc_stream);
-  }
+  if (alloc != nullptr) (void)cudaDeviceSynchronize();  // every free done
+  alloc.reset();
   if (pool != nullptr) (void)cudaMemPoolDestroy(pool);
   (void)cudaGetLastError();
 }
@@ -124,11 +124,12 @@ absl::StatusOr<std::shared_ptr<DeviceState>> OpenDevice(int ordinal,
                                                          : pool_release_threshold_bytes;
   GC_DEV_TRY(*d, cudaMemPoolSetAttribute(d->pool, cudaMemPoolAttrReleaseThreshold, &threshold),
              "cudaMemPoolSetAttribute");
-  GC_DEV_TRY(*d, cudaStreamCreateWithFlags(&d->alloc_stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  d->alloc = std::make_unique<StreamPool>(ordinal);
   d->compute = std::make_unique<StreamPool>(ordinal);
   d->copy = std::make_unique<StreamPool>(ordinal);
   GC_RETURN_IF_ERROR(d->compute->Reserve(kComputeStreams));
   GC_RETURN_IF_ERROR(d->copy->Reserve(kCopyStreams));
+  GC_RETURN_IF_ERROR(d->alloc->Reserve(kAllocStreams));
   return d;
 }
 
@@ -161,16 +162,17 @@ absl::StatusOr<std::shared_ptr<Array>> AllocateArray(const std::shared_ptr<Devic
   ScopedDevice on_device(dev->ordinal);
   GC_DEV_TRY(*dev, on_device.error(), "cudaSetDevice");
   void* ptr = nullptr;
-  const cudaError_t e = cudaMallocFromPoolAsync(&ptr, bytes, dev->pool, dev->alloc_stream);
+  GC_ASSIGN_OR_RETURN(const StreamPool::Lease lease, dev->alloc->Acquire());
+  const cudaError_t e = cudaMallocFromPoolAsync(&ptr, bytes, dev->pool, lease.stream());
   if (e == cudaErrorMemoryAllocation || e == cudaErrorInvalidValue) {
     (void)cudaGetLastError();
     return no_room(cudaGetErrorString(e));
   }
   GC_DEV_TRY(*dev, e, "cudaMallocFromPoolAsync");
   // Usable from any stream once the allocation stream has passed it.
-  const cudaError_t s = cudaStreamSynchronize(dev->alloc_stream);
+  const cudaError_t s = cudaStreamSynchronize(lease.stream());
   if (s != cudaSuccess) {
-    (void)cudaFreeAsync(ptr, dev->alloc_stream);
+    (void)cudaFreeAsync(ptr, lease.stream());
     return dev->Fail(s, "allocation stream");
   }
   return std::make_shared<CudaArray>(dtype, std::move(shape), count, dev, ptr);

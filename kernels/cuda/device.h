@@ -43,7 +43,9 @@ struct DeviceState {
   uint64_t memory_bytes = 0;
   int sm_count = 1;
   cudaMemPool_t pool = nullptr;
-  cudaStream_t alloc_stream = nullptr;
+  // Allocations and frees, each on a lent stream: one shared stream would make
+  // every allocation wait for all the others.
+  std::unique_ptr<StreamPool> alloc;
   std::unique_ptr<StreamPool> compute;
   std::unique_ptr<StreamPool> copy;
   std::atomic<bool> healthy{true};

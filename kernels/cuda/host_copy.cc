@@ -51,21 +51,31 @@ absl::Status HostCopies::OnCopyStream(DeviceState& d, size_t bytes, absl::string
   ScopedDevice on_device(d.ordinal);
   GC_DEV_TRY(d, on_device.error(), "cudaSetDevice");
   GC_ASSIGN_OR_RETURN(const StreamPool::Lease lease, d.copy->Acquire());
-  GC_DEV_TRY(d, copy(lease.stream()), what);
+  GC_DEV_TRY(d, copy(lease), what);
   return absl::OkStatus();
 }
 
+// A small copy goes through the lent stream's own pinned bytes: no staging slots
+// (shared by every copy of the server) and no events to create.
 absl::Status HostCopies::ToArray(DeviceState& d, const void* src, size_t offset, size_t bytes,
                                  Array& dst) {
-  return OnCopyStream(d, bytes, "copy to device", [&](cudaStream_t stream) {
-    return HostToDevice(static_cast<char*>(dst.data()) + offset, src, bytes, stream);
+  return OnCopyStream(d, bytes, "copy to device", [&](const StreamPool::Lease& lease) {
+    void* to = static_cast<char*>(dst.data()) + offset;
+    if (bytes > StreamPool::kSmallPinnedBytes) return HostToDevice(to, src, bytes, lease.stream());
+    std::memcpy(lease.small(), src, bytes);
+    return DirectCopy(to, lease.small(), bytes, cudaMemcpyHostToDevice, lease.stream());
   });
 }
 
 absl::Status HostCopies::FromArray(DeviceState& d, const Array& src, size_t offset, size_t bytes,
                                    void* dst) {
-  return OnCopyStream(d, bytes, "copy from device", [&](cudaStream_t stream) {
-    return DeviceToHost(dst, static_cast<const char*>(src.data()) + offset, bytes, stream);
+  return OnCopyStream(d, bytes, "copy from device", [&](const StreamPool::Lease& lease) {
+    const void* from = static_cast<const char*>(src.data()) + offset;
+    if (bytes > StreamPool::kSmallPinnedBytes) return DeviceToHost(dst, from, bytes, lease.stream());
+    const cudaError_t e =
+        DirectCopy(lease.small(), from, bytes, cudaMemcpyDeviceToHost, lease.stream());
+    if (e == cudaSuccess) std::memcpy(dst, lease.small(), bytes);
+    return e;
   });
 }
 

@@ -44,7 +44,7 @@ class HostCopies {
  private:
   explicit HostCopies(std::unique_ptr<StagingPool> staging) : staging_(std::move(staging)) {}
 
-  // Runs `copy(stream)` on one of the copy streams of `d`; `what` names it in errors.
+  // Runs `copy(lease)` on one of the copy streams of `d`; `what` names it in errors.
   template <typename Copy>
   absl::Status OnCopyStream(DeviceState& d, size_t bytes, absl::string_view what, Copy copy);
 

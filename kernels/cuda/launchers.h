@@ -133,6 +133,82 @@ struct LombScargleResult {
 cudaError_t LaunchLombScargle(DType dtype, const LombScargleArgs& args, LombScargleResult* result,
                               const LaunchEnv& env);
 
+// Per batch row, in float64.
+struct LombScargleRowStats {
+  double y_sum;   // Y  = sum w' y   (w' = w / sum w)
+  double yy_sum;  // YY = sum w' y^2
+};
+
+// The direct kernel's first step, as the NUFFT takes it: per row, w' = w / sum w and
+// w' (y - mean) into wn, wy (B x N, float64 whatever y's dtype: float32 weights would
+// not sum to 1, an error a floating mean amplifies at low frequencies), Y and YY into
+// stats; flags bad weights in result (initialized here).
+cudaError_t LaunchLombScarglePrep(DType dtype, const LombScargleArgs& args, double* wn, double* wy,
+                                  LombScargleRowStats* stats, LombScargleResult* result,
+                                  const LaunchEnv& env);
+
+// ---- ragged Lomb-Scargle batches (row_offsets) --------------------------------
+struct LombScargleRaggedArgs {
+  const void* x = nullptr;        // flat (T)
+  const void* y = nullptr;        // flat (T)
+  const void* weights = nullptr;  // flat (T) or null
+  const int64_t* offsets = nullptr;  // device, B + 1
+  int64_t batch = 0;
+  int64_t padded = 0;             // N_max
+  bool precenter = false;
+  void* x_out = nullptr;          // (B, N_max) each
+  void* y_out = nullptr;
+  void* weights_out = nullptr;
+};
+
+// The rows into (B, N_max): y centred when precenter, weights 1 where none are
+// given, and weight 0 past each row's end.
+cudaError_t LaunchLombScargleRaggedGather(DType dtype, const LombScargleRaggedArgs& args,
+                                          const LaunchEnv& env);
+// out (B, M) row b times N_b / N_max: the "power" scale N / 4 of each row's own N.
+cudaError_t LaunchLombScargleRaggedScale(DType dtype, const LombScargleRaggedArgs& args, void* out,
+                                         int64_t m, const LaunchEnv& env);
+
+// ---- Lomb-Scargle by NUFFT (kernels/lombscargle_nufft.h) -----------------------
+inline constexpr int kNufftMaxNodes = 40;
+
+// The transform's size and the frequencies f_k = f_start + k f_step.
+struct LombScargleNufftArgs {
+  int width = 0;
+  double beta = 0;
+  int64_t half = 0;
+  int64_t grid = 0;           // n
+  int64_t chunk_rows = 1;     // rows per pass (the FFT plan's batch is 3 x chunk_rows)
+  int64_t largest_mode = 0;   // |m| <= largest_mode
+  double f_start = 0, f_step = 0;
+  double sum_error = 0;       // NufftSumError
+  double redo_threshold = 0;  // redo where bound > redo_threshold * the row's largest power
+  int nodes = 0;              // quadrature of the kernel's transform
+  double node_weight[kNufftMaxNodes] = {};
+  double node_angle[kNufftMaxNodes] = {};
+};
+
+// Scratch bytes LaunchLombScargleNufft needs besides the FFT's work area, for
+// nufft.chunk_rows rows.
+size_t LombScargleNufftScratchBytes(const LombScargleArgs& args,
+                                    const LombScargleNufftArgs& nufft);
+
+// The periodogram of args at the even frequencies of `nufft`, chunk_rows rows at a
+// time, through `fft` (a cuFFT plan of chunk_rows * 3 double-complex inverse
+// transforms of nufft.grid points,
+// set to env.stream and given its work area) and `scratch` of
+// LombScargleNufftScratchBytes. Frequencies whose error bound passes the accuracy
+// are computed again by direct sums (one warp each).
+cudaError_t LaunchLombScargleNufft(DType dtype, const LombScargleArgs& args,
+                                   const LombScargleNufftArgs& nufft, int fft, void* scratch,
+                                   LombScargleResult* result, const LaunchEnv& env);
+
+// EvenlySpaced on the device: the first k in (0, M - 1) whose freqs[k] departs from
+// the even spacing through freqs[0] and freqs[M - 1] by more than EvenSpacingAllowed
+// (kNoIndex when none), into *first (device memory, initialized here).
+cudaError_t LaunchLombScargleEvenCheck(DType dtype, const void* freqs, int64_t m, double tolerance,
+                                       unsigned long long* first, const LaunchEnv& env);
+
 // ---- value check --------------------------------------------------------------
 // A ValueRule (kernels/preconditions.h) as the device reads it.
 struct ValueBounds {
@@ -159,6 +235,9 @@ void ListDiscountProductKernels(std::vector<KernelEntry>& out);
 void ListHaversineKernels(std::vector<KernelEntry>& out);
 void ListNormalizeKernels(std::vector<KernelEntry>& out);
 void ListLombScargleKernels(std::vector<KernelEntry>& out);
+// Loaded, not warmed up: the NUFFT's kernels run after a cuFFT plan is made.
+void ListLombScargleNufftKernels(std::vector<KernelEntry>& out);
+void ListLombScargleRaggedKernels(std::vector<KernelEntry>& out);
 void ListValueCheckKernels(std::vector<KernelEntry>& out);
 cudaError_t WarmupDiscountProduct(const LaunchEnv& env);
 cudaError_t WarmupHaversine(const LaunchEnv& env);

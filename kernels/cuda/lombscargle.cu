@@ -3,7 +3,7 @@
 // optional floating mean, "power" (x N/4) or "normalize" output.
 //
 //   LaunchLombScargle
-//     -> PrepKernel<T>: one block per batch row; float64 sums of the weights and y,
+//     -> PrepKernel<T, T>: one block per batch row; float64 sums of the weights and y,
 //        writes w_i / sum(w) and w_i y_i (as T) and Y = sum w y, YY = sum w y^2
 //        (float64) per batch; flags negative weights or a non-positive sum.
 //     -> PeriodogramKernel<T, kVariant, kFloatingMean, kGrid>: the fused kernel, one per dtype
@@ -79,13 +79,12 @@ struct PeriodogramPolicy<double, 1> {
   static constexpr int kTile = 128;
 };
 
-struct BatchStats {
-  double y_sum;   // Y  = sum w' y   (w' = w / sum w)
-  double yy_sum;  // YY = sum w' y^2
-};
+using BatchStats = LombScargleRowStats;
 
 // ---- prep ----------------------------------------------------------------------------
-template <typename T>
+// Inputs of T; normalized weights written as W: T for the direct kernel, double for
+// the NUFFT, whose sums must see weights summing to 1 in float64.
+template <typename T, typename W>
 struct PrepAgent {
   using BlockReduce = cub::BlockReduce<double, PrepPolicy::kThreads>;
   const T* y;
@@ -93,8 +92,8 @@ struct PrepAgent {
   bool w_batched;
   int64_t batch, n;
   bool precenter;
-  T* wn;   // (B, N) w / sum w
-  T* wy;   // (B, N) (w / sum w) * (y - mean)
+  W* wn;   // (B, N) w / sum w
+  W* wy;   // (B, N) (w / sum w) * (y - mean)
   BatchStats* stats;
   LombScargleResult* result;
 
@@ -136,8 +135,8 @@ struct PrepAgent {
       for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         const double wi = (wb == nullptr ? 1.0 : static_cast<double>(wb[i])) / wsum;
         const double yc = static_cast<double>(yb[i]) - ymean;
-        wn[b * n + i] = static_cast<T>(wi);
-        wy[b * n + i] = static_cast<T>(wi * yc);
+        wn[b * n + i] = static_cast<W>(wi);
+        wy[b * n + i] = static_cast<W>(wi * yc);
         y1 += wi * yc;
         y2 += wi * yc * yc;
       }
@@ -150,11 +149,11 @@ struct PrepAgent {
   }
 };
 
-template <typename T>
+template <typename T, typename W>
 __global__ void __launch_bounds__(PrepPolicy::kThreads)
     PrepKernel(const T* y, const T* w, bool w_batched, int64_t batch, int64_t n, bool precenter,
-               T* wn, T* wy, BatchStats* stats, LombScargleResult* result) {
-  PrepAgent<T>{y, w, w_batched, batch, n, precenter, wn, wy, stats, result}.Run();
+               W* wn, W* wy, BatchStats* stats, LombScargleResult* result) {
+  PrepAgent<T, W>{y, w, w_batched, batch, n, precenter, wn, wy, stats, result}.Run();
 }
 
 // ---- phase -------------------------------------------------------------------------------
@@ -351,7 +350,7 @@ cudaError_t LaunchT(const LombScargleArgs& a, LombScargleResult* result, const L
   T* wy = wn + bn;
   {
     const unsigned grid = static_cast<unsigned>(std::min<int64_t>(a.batch, 65535));
-    PrepKernel<T><<<grid, PrepPolicy::kThreads, 0, env.stream>>>(
+    PrepKernel<T, T><<<grid, PrepPolicy::kThreads, 0, env.stream>>>(
         static_cast<const T*>(a.y), static_cast<const T*>(a.weights), a.weights_batched, a.batch,
         a.samples, a.precenter, wn, wy, stats, result);
     GC_CHECK_LAUNCH();
@@ -398,7 +397,7 @@ void ListVariant(std::vector<KernelEntry>& out, const std::string& t) {
 
 template <typename T>
 void ListT(std::vector<KernelEntry>& out, const std::string& t) {
-  out.push_back({"lombscargle.prep<" + t + ">", (const void*)&PrepKernel<T>});
+  out.push_back({"lombscargle.prep<" + t + ">", (const void*)&PrepKernel<T, T>});
   ListVariant<T, 0>(out, t);
   if constexpr (std::is_same_v<T, float>) ListVariant<T, 1>(out, t);  // small-M float32
 }
@@ -418,6 +417,25 @@ cudaError_t LaunchVariant(DType dtype, const LombScargleArgs& a, LombScargleResu
 
 }  // namespace
 
+cudaError_t LaunchLombScarglePrep(DType dtype, const LombScargleArgs& a, double* wn, double* wy,
+                                  LombScargleRowStats* stats, LombScargleResult* result,
+                                  const LaunchEnv& env) {
+  GC_REQUIRE(result != nullptr && a.batch >= 1 && a.samples >= 1 && a.y != nullptr);
+  GC_TRY(cudaMemsetAsync(result, 0xff, sizeof(LombScargleResult), env.stream));
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(a.batch, 65535));
+  if (dtype == DType::kFloat32) {
+    PrepKernel<float, double><<<grid, PrepPolicy::kThreads, 0, env.stream>>>(
+        static_cast<const float*>(a.y), static_cast<const float*>(a.weights), a.weights_batched,
+        a.batch, a.samples, a.precenter, wn, wy, stats, result);
+  } else {
+    PrepKernel<double, double><<<grid, PrepPolicy::kThreads, 0, env.stream>>>(
+        static_cast<const double*>(a.y), static_cast<const double*>(a.weights), a.weights_batched,
+        a.batch, a.samples, a.precenter, wn, wy, stats, result);
+  }
+  GC_CHECK_LAUNCH();
+  return cudaSuccess;
+}
+
 cudaError_t LaunchLombScargle(DType dtype, const LombScargleArgs& a, LombScargleResult* result,
                               const LaunchEnv& env) {
   // float32: 8 frequencies per thread where that still gives every SM two blocks,
@@ -436,6 +454,7 @@ cudaError_t LaunchLombScargleVariant(DType dtype, const LombScargleArgs& a,
 void ListLombScargleKernels(std::vector<KernelEntry>& out) {
   ListT<float>(out, "f32");
   ListT<double>(out, "f64");
+  out.push_back({"lombscargle.prep<f32,f64 weights>", (const void*)&PrepKernel<float, double>});
 }
 
 cudaError_t WarmupLombScargle(const LaunchEnv& env) {

@@ -56,16 +56,17 @@ absl::Status RunOp(DeviceState& d, HostCopies& copies, absl::string_view op, OpC
   ScopedDevice on_device(d.ordinal);
   GC_DEV_TRY(d, on_device.error(), "cudaSetDevice");
   GC_ASSIGN_OR_RETURN(StreamPool::Lease lease, d.compute->Acquire());
-  GC_ASSIGN_OR_RETURN(const Event start, Event::Create(cudaEventDefault));
-  GC_ASSIGN_OR_RETURN(const Event stop, Event::Create(cudaEventDefault));
   const cudaStream_t stream = lease.stream();
   absl::Status status;
   {
     OpScratch scratch(stream, d.pool);
     const OpEnv env{LaunchEnv{stream, d.pool, d.sm_count}, lease.small(), &scratch, &copies};
-    status = RunSteps(d, op, ctx, steps, env, start, stop);
+    status = RunSteps(d, op, ctx, steps, env, lease.start(), lease.stop());
   }  // scratch freed in stream order
-  // Leave nothing running on the stream before it is lent again.
+  // A clean run synchronized the stream after its last kernel: only the scratch
+  // frees follow, in stream order. After a failure, leave nothing running on the
+  // stream before it is lent again.
+  if (status.ok()) return status;
   const cudaError_t drained = cudaStreamSynchronize(stream);
   if (drained != cudaSuccess) {
     (void)cudaGetLastError();

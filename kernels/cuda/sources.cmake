@@ -7,14 +7,18 @@ target_sources(gpucompute_kernels PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/device.cc
   ${CMAKE_CURRENT_LIST_DIR}/host_copy.cc
   ${CMAKE_CURRENT_LIST_DIR}/op_runner.cc
+  ${CMAKE_CURRENT_LIST_DIR}/shared_memory.cc
   ${CMAKE_CURRENT_LIST_DIR}/discount_product.cu
   ${CMAKE_CURRENT_LIST_DIR}/haversine.cu
   ${CMAKE_CURRENT_LIST_DIR}/normalize.cu
   ${CMAKE_CURRENT_LIST_DIR}/lombscargle.cu
+  ${CMAKE_CURRENT_LIST_DIR}/lombscargle_nufft.cu
+  ${CMAKE_CURRENT_LIST_DIR}/lombscargle_ragged.cu
+  ${CMAKE_CURRENT_LIST_DIR}/cufft_plans.cc
   ${CMAKE_CURRENT_LIST_DIR}/support.cu
   ${CMAKE_CURRENT_LIST_DIR}/value_check.cu)
 target_compile_definitions(gpucompute_kernels PUBLIC GPUCOMPUTE_HAVE_CUDA)
-target_link_libraries(gpucompute_kernels PUBLIC CUDA::cudart_static)
+target_link_libraries(gpucompute_kernels PUBLIC CUDA::cudart_static CUDA::cufft)
 # -lineinfo: source lines for compute-sanitizer and ncu, no effect on the code.
 target_compile_options(gpucompute_kernels PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo --expt-relaxed-constexpr -Xptxas=-warn-spills>)

@@ -55,6 +55,8 @@ void ListKernels(std::vector<KernelEntry>& out) {
   ListHaversineKernels(out);
   ListNormalizeKernels(out);
   ListLombScargleKernels(out);
+  ListLombScargleNufftKernels(out);
+  ListLombScargleRaggedKernels(out);
   ListValueCheckKernels(out);
   out.push_back({"support.fill_uniform<f32>", (const void*)&FillUniformKernel<float>});
   out.push_back({"support.fill_uniform<f64>", (const void*)&FillUniformKernel<double>});

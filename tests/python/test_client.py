@@ -404,11 +404,14 @@ def test_invalid_argument_from_server(client):
 
 
 def test_not_found(client):
+    # Ids of this server's instance that it never issued (another instance's ids are
+    # FailedPrecondition: test_replicas.py).
+    instance = client.info().instance_id
     with pytest.raises(gc.NotFound) as e:
-        client.normalize(gc.DeviceArray(client, "0" * 32, (3,), np.float64, 24, "cpu"))
+        client.normalize(gc.DeviceArray(client, instance + "0" * 24, (3,), np.float64, 24, "cpu"))
     assert e.value.code == grpc.StatusCode.NOT_FOUND
     with pytest.raises(gc.NotFound):
-        client.delete("f" * 32)
+        client.delete(instance + "f" * 24)
 
 
 def test_resource_exhausted(tight_server):
@@ -523,6 +526,6 @@ def test_errors_name_the_call_made(client, tight_server):
     assert e.value.call == "normalize" and e.value.method == "Buffers.Upload"
     assert str(e.value).startswith("normalize: RESOURCE_EXHAUSTED: ")
     with pytest.raises(gc.NotFound) as e:
-        c.download("0" * 32)
+        c.download(c.info().instance_id + "0" * 24)
     assert str(e.value).startswith("download: NOT_FOUND: ")
     c.close()

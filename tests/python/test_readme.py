@@ -139,6 +139,7 @@ def test_quick_start_commands_exist():
 _LOG_VARIES = (
     (re.escape("2026-01-05T09:30:00.125Z"), r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"),
     (re.escape("ready in 2.913ms"), r"ready in [0-9.]+(?:us|ms|s)"),
+    (re.escape("instance 5f3a9c21"), r"instance [0-9a-f]{8}"),
     (re.escape("backend cpu (cpu: auto, this build has no CUDA backend)"),
      r"backend \w+ \(.*\)"),
 )

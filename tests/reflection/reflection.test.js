@@ -5,15 +5,16 @@
 'use strict';
 
 const assert = require('node:assert');
-const { spawn } = require('node:child_process');
 const { after, before, test } = require('node:test');
 const grpc = require('@grpc/grpc-js');
 const { GrpcReflection } = require('grpc-js-reflection-client');
+const { startServer } = require('./server');
 
 const SERVICES = [
   'gpucompute.v1.Buffers',
   'gpucompute.v1.Compute',
   'gpucompute.v1.Server',
+  'gpucompute.v1.SharedMemory',
   'grpc.health.v1.Health',
   'grpc.reflection.v1.ServerReflection',
   'grpc.reflection.v1alpha.ServerReflection',
@@ -22,21 +23,8 @@ const SERVICES = [
 let server;
 let address;
 
-// Starts the server on a port of the kernel's choosing and reads it from the log.
 before(async () => {
-  const binary = process.env.GPUCOMPUTE_SERVER;
-  assert.ok(binary, 'set GPUCOMPUTE_SERVER to the gpucompute-server binary');
-  server = spawn(binary, ['--address=127.0.0.1:0', '--metrics_address=', '--backend=cpu'],
-                 { stdio: ['ignore', 'ignore', 'pipe'] });
-  address = await new Promise((resolve, reject) => {
-    let log = '';
-    server.stderr.on('data', (data) => {
-      log += data;
-      const serving = /serving gRPC on \S+ \(port (\d+)\)/.exec(log);
-      if (serving) resolve(`127.0.0.1:${serving[1]}`);
-    });
-    server.on('exit', (code) => reject(new Error(`server exited with ${code}:\n${log}`)));
-  });
+  ({ process: server, address } = await startServer());
 });
 
 after(() => server.kill('SIGKILL'));

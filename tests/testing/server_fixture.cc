@@ -1,5 +1,7 @@
 #include "tests/testing/server_fixture.h"
 
+#include <cstdlib>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +17,11 @@ ServerConfig LoopbackConfig() {
   return config;
 }
 
+bool OnCuda() {
+  const char* backend = std::getenv("GPUCOMPUTE_TEST_BACKEND");
+  return backend != nullptr && std::string(backend) == "cuda";
+}
+
 ServerConfig LoopbackConfigWithMetrics() {
   ServerConfig config = LoopbackConfig();
   config.metrics_address = "127.0.0.1:0";
@@ -26,16 +33,18 @@ absl::StatusOr<std::unique_ptr<TestServer>> TestServer::Start(
   GC_ASSIGN_OR_RETURN(std::unique_ptr<GpuComputeServer> server,
                       backend.has_value() ? GpuComputeServer::Start(config, *std::move(backend))
                                           : GpuComputeServer::Start(config));
-  return std::unique_ptr<TestServer>(new TestServer(std::move(server)));
+  const std::string host = config.address.substr(0, config.address.rfind(':'));
+  return std::unique_ptr<TestServer>(new TestServer(std::move(server), host));
 }
 
-TestServer::TestServer(std::unique_ptr<GpuComputeServer> server)
+TestServer::TestServer(std::unique_ptr<GpuComputeServer> server, std::string host)
     : server_(std::move(server)),
+      host_(std::move(host)),
       channel_(client::MakeChannel(target())),
       client_(std::make_unique<client::Client>(channel_)),
       compute_(v1::Compute::NewStub(channel_)),
       buffers_(v1::Buffers::NewStub(channel_)) {}
 
-std::string TestServer::target() const { return absl::StrCat("127.0.0.1:", server_->port()); }
+std::string TestServer::target() const { return absl::StrCat(host_, ":", server_->port()); }
 
 }  // namespace gpucompute::test

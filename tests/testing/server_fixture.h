@@ -18,6 +18,9 @@ namespace gpucompute::test {
 ServerConfig LoopbackConfig();
 // LoopbackConfig with a /metrics endpoint on 127.0.0.1 and a port of the kernel's choosing.
 ServerConfig LoopbackConfigWithMetrics();
+// GPUCOMPUTE_TEST_BACKEND=cuda runs a suite that asks on the CUDA backend (ctest
+// label gpu); otherwise its servers use the CPU backend.
+bool OnCuda();
 
 class TestServer {
  public:
@@ -27,7 +30,7 @@ class TestServer {
 
   GpuComputeServer& server() { return *server_; }
   int port() const { return server_->port(); }
-  std::string target() const;  // "127.0.0.1:<port>"
+  std::string target() const;  // "<config.address's host>:<port>", e.g. "127.0.0.1:50123"
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
   client::Client& client() { return *client_; }
   v1::Compute::Stub& compute() { return *compute_; }
@@ -35,9 +38,10 @@ class TestServer {
   uint64_t PoolUsedBytes() const { return server_->backend_stats().devices.at(0).pool_used_bytes; }
 
  private:
-  explicit TestServer(std::unique_ptr<GpuComputeServer> server);
+  TestServer(std::unique_ptr<GpuComputeServer> server, std::string host);
 
   std::unique_ptr<GpuComputeServer> server_;
+  std::string host_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<client::Client> client_;
   std::unique_ptr<v1::Compute::Stub> compute_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <numbers>
 #include <random>
@@ -43,6 +44,8 @@ void ParallelFor(int64_t n, F f) {
 }  // namespace
 
 uint64_t FreshSeed() {
+  // GPUCOMPUTE_SEED=<a seed a failure printed>: every test draws from it, to reproduce.
+  if (const char* fixed = std::getenv("GPUCOMPUTE_SEED")) return std::strtoull(fixed, nullptr, 10);
   static std::atomic<uint64_t> counter{0};
   static const uint64_t base =
       std::random_device{}() ^

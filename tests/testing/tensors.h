@@ -20,7 +20,8 @@ namespace v1 = ::gpucompute::v1;
 
 // ---- random inputs --------------------------------------------------------------
 
-// A new seed on every call and every run; tests print it (SCOPED_TRACE) to reproduce.
+// A new seed on every call and every run; tests print it (SCOPED_TRACE) to reproduce
+// with GPUCOMPUTE_SEED=<seed>, which every call then returns.
 uint64_t FreshSeed();
 
 // n draws from U[lo, hi), rounded to T. Element i depends only on (seed, i), so

@@ -9,8 +9,11 @@
         out = await gc.normalize(x)
 
 Modules: _types (value types), _device_array (DeviceArray), _operands (operand checks),
+_shared_memory (same-host regions: shared_array, CUDA IPC), _cuda_arrays (device arrays of
+other libraries, the CUDA driver through ctypes),
 _stream (result options and stream assembly), _steps (a call as RPC steps), _api (every
-public method, written once), client (Client, blocking), aio (Client, asyncio), errors.
+public method, written once), client (Client, blocking), aio (Client, asyncio), replicas
+(ReplicatedClient: several replicas behind one name), errors.
 Everything is imported lazily, so ``python -m gpucompute._build_proto`` runs before the
 generated protobuf module (or grpc/numpy) exists.
 """
@@ -26,7 +29,7 @@ _ERROR_NAMES = ("GpuComputeError", "Cancelled", "Unknown", "InvalidArgument",
                 "ProtocolError")
 # public name -> the module that defines it
 _HOMES = {
-    "Client": "client", "DEFAULT_UPLOAD_THRESHOLD": "_api",
+    "Client": "client", "DEFAULT_UPLOAD_THRESHOLD": "_api", "ReplicatedClient": "replicas",
     "DeviceArray": "_device_array",
     **{name: "_types" for name in ("FrequencyGrid", "LatLonMesh", "Timing", "ServerInfo",
                                    "DeviceInfo", "Limits", "BufferList", "DEFAULT_RADIUS_KM")},
@@ -42,6 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from . import aio  # noqa: F401
     from ._api import DEFAULT_UPLOAD_THRESHOLD  # noqa: F401
     from .client import Client  # noqa: F401
+    from .replicas import ReplicatedClient  # noqa: F401
     from .errors import *  # noqa: F401,F403
 
 

@@ -12,7 +12,7 @@ from typing import (Any, Callable, Dict, Generic, Iterator, List, Optional, Sequ
 
 import numpy as np
 
-from . import _wire
+from . import _shared_memory, _wire
 from ._device_array import DeviceArray
 from ._operands import (NORMS, ArrayLike, Operand, as_array, byte_view, haversine_request,
                         result_dtype, same_dtype, set_operand)
@@ -32,6 +32,28 @@ _SAFE_MESSAGE_BYTES = 4 << 20
 _UNASKED_INLINE_BYTES = 256 << 10
 #: room for the request's other fields and framing
 _MESSAGE_MARGIN = 64 << 10
+#: lombscargle's method names
+_LOMB_SCARGLE_METHODS = {"auto": pb.LOMB_SCARGLE_METHOD_AUTO,
+                         "direct": pb.LOMB_SCARGLE_METHOD_DIRECT,
+                         "nufft": pb.LOMB_SCARGLE_METHOD_NUFFT}
+
+
+def _ragged(x: Any, y: Sequence[ArrayLike], weights: Any) -> Tuple[Any, Any, Any, List[int]]:
+    """Series of their own lengths as flat x, y, weights and their row offsets."""
+    if not isinstance(x, (list, tuple)) or len(x) != len(y) or not y:
+        raise ValueError("a ragged batch needs x and y as lists of equal, non-zero length")
+    if weights is not None and (not isinstance(weights, (list, tuple)) or len(weights) != len(y)):
+        raise ValueError("weights of a ragged batch must be a list like y (or None)")
+    ys = [np.asarray(v) for v in y]
+    xs = [np.asarray(v, dtype=ys[0].dtype) for v in x]
+    if any(a.ndim != 1 or b.shape != a.shape for a, b in zip(xs, ys)):
+        raise ValueError("each series of a ragged batch needs 1-D x and y of one length")
+    offsets = [0] + [int(v) for v in np.cumsum([len(v) for v in ys])]
+    flat_w = None if weights is None else np.concatenate(
+        [np.asarray(w, dtype=ys[0].dtype) for w in weights])
+    return np.concatenate(xs), np.concatenate(ys), flat_w, offsets
+
+
 #: default size of Upload data chunks (below any server's message limit)
 DEFAULT_UPLOAD_CHUNK = 2 << 20
 
@@ -87,6 +109,7 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
         self._lock = threading.Lock()
         self._channel = self._connect(credentials)
         self._stubs = make_stubs(self._channel)
+        self._shared = _shared_memory.SharedRegions()
 
     def __repr__(self) -> str:
         return f"{type(self).__module__}.{type(self).__name__}({self.target!r})"
@@ -212,6 +235,35 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
         out.quota_bytes = int(reply.quota_bytes)
         return out
 
+    # -- shared memory (same host) ---------------------------------------------------
+
+    def shared_array(self, shape: Any, dtype: Any = np.float64, *, name: str = "",
+                     timeout: Optional[float] = None) -> Any:
+        """A NumPy array in POSIX shared memory that the server has mapped (the fastest
+        path for a client on the server's host; the server needs --allow_shared_memory).
+
+        Fill it and pass it (or any C-contiguous slice of it) to any method: the request
+        names where it lies and no bytes cross gRPC; as ``out=`` the server writes the
+        result into it. Freed by ``free_shared`` or when the client closes.
+        """
+        return self._call("shared_array", timeout,
+                          _shared_memory.new_shared_array(self, shape, dtype, name))
+
+    def free_shared(self, array: Any, *, timeout: Optional[float] = None) -> Any:
+        """Unregisters the shared memory holding ``array`` (a shared_array, or a device
+        array passed before); returns the bytes freed (0 when none was registered). The
+        server answers once no request uses the memory any more."""
+        return self._call("free_shared", timeout, _shared_memory.free(self, array))
+
+    def shared_memory_status(self, *, timeout: Optional[float] = None) -> Any:
+        """The caller's registered regions (pb.SharedMemoryStatusResponse)."""
+        return self._call("shared_memory_status", timeout,
+                          self._unary("SharedMemory.SharedMemoryStatus",
+                                      pb.SharedMemoryStatusRequest()))
+
+    def _free_all_shared(self) -> Steps[None]:
+        return (yield from _shared_memory.free_all(self))
+
     # -- compute plumbing ------------------------------------------------------------
 
     def _place(self, named: Named) -> Steps[Tuple[Placed, List[DeviceArray], float]]:
@@ -219,6 +271,7 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
 
         Returns ({field: ndarray or DeviceArray}, [temporary DeviceArrays], seconds).
         """
+        named = yield from _shared_memory.place_shared(self, named)
         placed: Placed = dict(named)
         inline = [(n, v) for n, v in named if isinstance(v, np.ndarray)]
         total = sum(v.nbytes for _, v in inline)
@@ -263,8 +316,12 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
         placed, temps, upload_s = yield from self._place(named)
         sink = ResultStream(options)
         try:
+            out_slice = yield from _shared_memory.shared_output(self, options.out)
             request = make_request(placed)
             options.fill(request.output)
+            if out_slice is not None:
+                out_slice.fill(request.output.shared_memory)
+                sink.shared_out = True
             array = yield Stream("Compute." + method, request, sink)
         finally:
             yield from self._drop(temps)
@@ -361,6 +418,7 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
     def lombscargle(self, x: ArrayLike, y: ArrayLike, freqs: Union[ArrayLike, FrequencyGrid],
                     *, precenter: bool = False, normalize: Union[bool, str] = False,
                     weights: Optional[ArrayLike] = None, floating_mean: bool = False,
+                    method: str = "auto", accuracy: Optional[float] = None,
                     out: Optional[Array] = None, keep_on_device: bool = False,
                     chunk_bytes: Optional[int] = None, return_timing: bool = False,
                     buffer_name: Optional[str] = None,
@@ -372,12 +430,26 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
         frequencies (M,) as an array or DeviceArray of y's dtype, or a FrequencyGrid
         generated on the server. normalize: False/"power" or True/"normalize" ("amplitude"
         is not offered). Result (M,) or (B, M), dtype of y.
+
+        method: "direct" (sums over every sample and frequency), "nufft" (non-uniform
+        FFTs, evenly spaced frequencies only: a FrequencyGrid, or freqs evenly spaced
+        within rounding) or "auto" (the server picks; Timing.method says which ran).
+        accuracy: the NUFFT's bound on each power's error relative to the row's
+        largest power, in [1e-14, 1e-2]; None means the server's default, 1e-9.
+
+        Series of different lengths in one request: x and y (and weights) as lists of
+        1-D arrays, one per series; the result is (B, M).
         """
+        if method not in _LOMB_SCARGLE_METHODS:
+            raise ValueError(f"method is {method!r}; use one of {sorted(_LOMB_SCARGLE_METHODS)}")
         if isinstance(normalize, str):
             if normalize not in ("power", "normalize"):
                 raise ValueError(f"normalize is {normalize!r}; gpucompute offers False/'power' "
                                  "and True/'normalize'")
             normalize = normalize == "normalize"
+        row_offsets: List[int] = []
+        if isinstance(y, (list, tuple)):
+            x, y, weights, row_offsets = _ragged(x, y, weights)
         named: Named = [("y", as_array(y, "y")), ("x", as_array(x, "x"))]
         if weights is not None:
             named.append(("weights", as_array(weights, "weights")))
@@ -387,7 +459,10 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
 
         def make(p: Placed) -> Any:
             req = pb.LombScargleRequest(precenter=bool(precenter), normalize=bool(normalize),
-                                        floating_mean=bool(floating_mean))
+                                        floating_mean=bool(floating_mean),
+                                        method=_LOMB_SCARGLE_METHODS[method],
+                                        accuracy=0.0 if accuracy is None else float(accuracy),
+                                        row_offsets=row_offsets)
             set_operand(req.x, p["x"])
             set_operand(req.y, p["y"])
             if "weights" in p:

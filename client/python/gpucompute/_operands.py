@@ -8,10 +8,12 @@ import numpy.typing as npt
 
 from ._device_array import DeviceArray
 from ._pb import pb
+from ._cuda_arrays import CudaArray, is_cuda_array
+from ._shared_memory import SharedSlice
 from ._types import Array, NP_TO_PB
 
 ArrayLike = Any
-Operand = Union[Array, DeviceArray]
+Operand = Union[Array, DeviceArray, CudaArray, SharedSlice]
 
 NORMS = {
     "sum": pb.NORM_SUM,
@@ -24,11 +26,14 @@ NORMS = {
 
 
 def as_array(value: ArrayLike, field_name: str) -> Operand:
-    """A C-contiguous little-endian float32/float64 array (or the DeviceArray itself)."""
+    """A C-contiguous little-endian float32/float64 array (or the DeviceArray itself, or a
+    device array through __cuda_array_interface__)."""
     if isinstance(value, DeviceArray):
         if value.deleted:
             raise ValueError(f"{field_name}: {value!r} was deleted")
         return value
+    if is_cuda_array(value):
+        return CudaArray(value, field_name)
     arr: Array = np.asarray(value)
     if arr.dtype.kind != "f" or arr.dtype.itemsize not in (4, 8):
         raise TypeError(f"{field_name}: dtype {arr.dtype} is not supported; "
@@ -60,6 +65,10 @@ def set_operand(operand: Any, value: Operand) -> None:
     if isinstance(value, DeviceArray):
         operand.buffer_id = value.id
         return
+    if isinstance(value, SharedSlice):
+        value.fill(operand.shared_memory)
+        return
+    assert isinstance(value, np.ndarray)
     tensor = operand.tensor
     tensor.dtype = NP_TO_PB[value.dtype]
     tensor.shape.extend(int(s) for s in value.shape)

@@ -66,6 +66,12 @@ _RPCS: Dict[str, Any] = {
                      pb.ListResponse.FromString),
     "Server.GetInfo": ("unary_unary", "/gpucompute.v1.Server/GetInfo", _serialize,
                        pb.ServerInfo.FromString),
+    **{"SharedMemory." + name: ("unary_unary", "/gpucompute.v1.SharedMemory/" + name,
+                                _serialize, reply.FromString)
+       for name, reply in (("RegisterSystemSharedMemory", pb.SharedMemoryRegionInfo),
+                           ("RegisterCudaSharedMemory", pb.SharedMemoryRegionInfo),
+                           ("UnregisterSharedMemory", pb.UnregisterSharedMemoryResponse),
+                           ("SharedMemoryStatus", pb.SharedMemoryStatusResponse))},
     "Health.Check": ("unary_unary", "/grpc.health.v1.Health/Check",
                      _wire.encode_health_request, _wire.decode_health_response),
 }

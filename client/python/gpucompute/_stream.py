@@ -11,6 +11,7 @@ import numpy as np
 from . import _wire
 from ._device_array import DeviceArray
 from ._operands import byte_view
+from ._cuda_arrays import CudaArray, is_cuda_array
 from ._types import Array, PB_TO_NP, Timing
 from .errors import ProtocolError
 
@@ -25,7 +26,8 @@ class ResultOptions:
 
     keep_on_device: store the result on the server and return its DeviceArray;
     out: a C-contiguous, writeable NumPy array of the result's shape and dtype to write the
-    result into (and return);
+    result into (and return); when it lies in Client.shared_array memory, or is a device
+    array (CuPy, PyTorch, ...), the server writes it there itself and nothing is streamed;
     chunk_bytes: size of the result stream's data chunks (None: the server's default);
     return_timing: return (result, Timing); buffer_name: the stored result's name
     (keep_on_device only); timeout: this call's deadline in seconds (None: the client's).
@@ -45,13 +47,18 @@ class ResultOptions:
             return
         if self.keep_on_device:
             raise ValueError("out and keep_on_device=True exclude each other")
+        if is_cuda_array(self.out):
+            CudaArray(self.out, "out")  # checks dtype and layout
+            return
         if not isinstance(self.out, np.ndarray):
-            raise TypeError(f"out is a {type(self.out).__name__}; give a NumPy array")
+            raise TypeError(f"out is a {type(self.out).__name__}; give a NumPy array (or a "
+                            "device array with __cuda_array_interface__)")
         if not (self.out.flags.c_contiguous and self.out.flags.writeable):
             raise ValueError("out must be a C-contiguous, writeable NumPy array")
 
     def fill(self, output: Any) -> None:
         """Sets a request's pb.OutputOptions."""
+        output.accept_complete_result = True  # ResultStream.feed reads `complete`
         if self.chunk_bytes:
             output.chunk_bytes = int(self.chunk_bytes)
         if self.keep_on_device:
@@ -74,6 +81,8 @@ class ResultStream:
     def __init__(self, options: ResultOptions):
         self.keep = options.keep_on_device
         self.out = options.out
+        #: the server writes the result into ``out`` (shared memory): no data chunks
+        self.shared_out = False
         self.array: Optional[Array] = None
         self.view: Optional[memoryview] = None
         self.total = 0
@@ -105,15 +114,16 @@ class ResultStream:
             raise ValueError(f"out has shape {self.out.shape} and dtype {self.out.dtype}; "
                              f"the result has shape {shape} and dtype {dtype}")
         self.array = np.empty(shape, dtype) if self.out is None else self.out
-        self.view = byte_view(self.array)
+        if not self.shared_out:
+            self.view = byte_view(self.array)
 
     def on_data(self, offset: int, data: Union[bytes, memoryview]) -> None:
         if self.header is None:
             raise self._fail("data before the header")
         if self.trailer is not None:
             raise self._fail("data after the trailer")
-        if self.keep:
-            raise self._fail("data chunk for a keep_on_device result")
+        if self.keep or self.shared_out:
+            raise self._fail("data chunk for a result kept on the server or in shared memory")
         n = len(data) if isinstance(data, bytes) else data.nbytes
         if offset != self.received:
             raise self._fail(f"chunk at offset {offset}, expected {self.received}")
@@ -140,6 +150,13 @@ class ResultStream:
             self.on_data(message.data.offset, message.data.data)
         elif kind == "trailer":
             self.on_trailer(message.trailer)
+        elif kind == "complete":
+            complete = message.complete
+            self.on_header(complete.header)
+            # No data for a kept result or one written into shared memory.
+            if not (self.keep or self.shared_out) or complete.data:
+                self.on_data(0, complete.data)
+            self.on_trailer(complete.trailer)
         else:
             raise self._fail("a ResultChunk with no kind set")
 
@@ -152,6 +169,10 @@ class ResultStream:
             return None
         if self.header is None:
             raise self._fail("ended without a header")
+        if self.shared_out:
+            if not self.trailer.shared_memory_region_id:
+                raise self._fail("result for shared memory without shared_memory_region_id")
+            return self.array
         if self.received != self.total:
             raise self._fail(f"received {self.received} of {self.total} bytes")
         return self.array

@@ -29,7 +29,8 @@ class Timing:
     compute: the operation (device time on a GPU); transfer_out: the result copied back,
     all chunks; total: accepted -> trailer sent. Client-side: upload is the time spent
     uploading large operands before the call (0 when none), wall the whole call as the
-    client saw it (upload, request, stream, assembly).
+    client saw it (upload, request, stream, assembly). method: the algorithm an operation
+    with a choice ran (lombscargle: "direct" or "nufft"), else "".
     """
 
     queue: float
@@ -41,6 +42,7 @@ class Timing:
     device: str
     upload: float = 0.0
     wall: float = 0.0
+    method: str = ""
 
     @classmethod
     def _from_trailer(cls, trailer: Any, *, upload: float = 0.0, wall: float = 0.0) -> "Timing":
@@ -48,7 +50,7 @@ class Timing:
         return cls(queue=t.queue_us / 1e6, transfer_in=t.transfer_in_us / 1e6,
                    compute=t.compute_us / 1e6, transfer_out=t.transfer_out_us / 1e6,
                    total=t.total_us / 1e6, backend=trailer.backend, device=trailer.device,
-                   upload=upload, wall=wall)
+                   upload=upload, wall=wall, method=trailer.method)
 
     def __str__(self) -> str:
         def ms(seconds: float) -> str:
@@ -61,7 +63,8 @@ class Timing:
             parts.append(f"upload {ms(self.upload)}")
         if self.wall:
             parts.append(f"wall {ms(self.wall)}")
-        return f"[{self.backend} {self.device}] " + ", ".join(parts)
+        where = f"{self.backend} {self.device}" + (f" {self.method}" if self.method else "")
+        return f"[{where}] " + ", ".join(parts)
 
 
 def _check_count(name: str, value: float, message: str) -> None:
@@ -144,6 +147,8 @@ class ServerInfo:
     operations: Dict[str, Tuple[np.dtype[Any], ...]]
     limits: Limits
     raw: Any = field(repr=False, compare=False, default=None)
+    #: this replica's id, the first 8 hex digits of every buffer id it issues
+    instance_id: str = ""
 
     @classmethod
     def _from_proto(cls, raw: Any) -> "ServerInfo":
@@ -161,7 +166,7 @@ class ServerInfo:
                           for d in raw.devices),
             operations={op.name: tuple(PB_TO_NP[d] for d in op.dtypes if d in PB_TO_NP)
                         for op in raw.operations},
-            limits=limits, raw=raw)
+            limits=limits, raw=raw, instance_id=raw.instance_id)
 
 
 class BufferList(List["DeviceArray"]):

@@ -36,7 +36,11 @@ class Client(ClientApi[Awaitable[Result], Awaitable[DeviceArray], Awaitable[str]
         return grpc.aio.insecure_channel(self.target, options=self._channel_options)
 
     async def close(self) -> None:
-        await self._channel.close()
+        """Unregisters this client's shared memory, then closes the channel."""
+        try:
+            await self._call("close", None, self._free_all_shared())
+        finally:
+            await self._channel.close()
 
     async def __aenter__(self) -> "Client":
         return self

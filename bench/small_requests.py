@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Small requests, measured from Python (issue 13): the client's round trip and
+where a request spends its time on the server.
+
+  python-latency  1 in flight normalize of ROWSx256 float32 through gpucompute.Client:
+                  p50/p99 of the call, next to a bare gRPC health check (the floor
+                  of any call) and the client's own per-call work (request building
+                  and result assembly, no RPC).
+  stages          the server's per-stage means (gpucompute_stage_duration_seconds)
+                  between two scrapes of /metrics, for each operation seen: where a
+                  request's server time goes (prepare, queue = the executor hop,
+                  transfer_in, compute, transfer_out, stream_write).
+  batches         the dynamic batcher's batch sizes from /metrics.
+
+  python3 bench/small_requests.py python-latency --target 127.0.0.1:50051 --seconds 4
+  python3 bench/small_requests.py stages --metrics http://127.0.0.1:9464/metrics -- CMD...
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import defaultdict
+from typing import Dict, List, Tuple
+
+import numpy as np
+
+
+def percentile(sorted_values: List[float], p: float) -> float:
+    rank = max(1, int(np.ceil(p * len(sorted_values))))
+    return sorted_values[rank - 1]
+
+
+def time_calls(call, seconds: float) -> List[float]:
+    for _ in range(200):  # warm the channel, the server and the caches
+        call()
+    out: List[float] = []
+    stop = time.perf_counter() + seconds
+    while time.perf_counter() < stop:
+        t0 = time.perf_counter()
+        call()
+        out.append(time.perf_counter() - t0)
+    out.sort()
+    return out
+
+
+def python_latency(args: argparse.Namespace) -> int:
+    import gpucompute
+    from gpucompute._pb import pb
+
+    rng = np.random.default_rng(1)
+    a = rng.uniform(0.5, 1.5, size=(args.rows, 256)).astype(np.float32)
+    expected = a / np.linalg.norm(a.astype(np.float64), axis=1, keepdims=True)
+    with gpucompute.Client(args.target, timeout=30) as client:
+        got = client.normalize(a, norm="l2")
+        np.testing.assert_allclose(got, expected, rtol=1e-5)
+        health = time_calls(lambda: client.health(), args.seconds / 2)
+        calls = time_calls(lambda: client.normalize(a, norm="l2"), args.seconds)
+
+        # The client's own work per call, without the RPC: building the request
+        # and assembling a one-message result (a client that predates it: none).
+        if "complete" not in pb.ResultChunk.DESCRIPTOR.fields_by_name:
+            own = []
+        else:
+            own = client_work(a, args.seconds / 4)
+    report(args, calls, health, own)
+    return 0
+
+
+def client_work(a: np.ndarray, seconds: float) -> List[float]:
+    """Times building a request and assembling a one-message result, no RPC."""
+    from gpucompute import _wire
+    from gpucompute._pb import pb
+    from gpucompute._stream import ResultOptions, ResultStream
+
+    reply = pb.ResultChunk()
+    reply.complete.header.dtype = pb.FLOAT32
+    reply.complete.header.shape.extend(a.shape)
+    reply.complete.header.total_bytes = a.nbytes
+    reply.complete.data = a.tobytes()
+    raw = reply.SerializeToString()
+
+    def local() -> None:
+        request = pb.NormalizeRequest()
+        request.input.tensor.dtype = pb.FLOAT32
+        request.input.tensor.shape.extend(a.shape)
+        request.input.tensor.data = a.tobytes()
+        request.norm = pb.NORM_L2
+        options = ResultOptions()
+        options.fill(request.output)
+        request.SerializeToString()
+        sink = ResultStream(options)
+        sink.feed(_wire.decode_result_chunk(raw))
+        sink.finish()
+    return time_calls(local, seconds)
+
+
+def report(args: argparse.Namespace, calls: List[float], health: List[float],
+           own: List[float]) -> None:
+    us = 1e6
+    print(f"python client, {args.rows}x256 float32 normalize, 1 in flight, {len(calls)} calls")
+    print(f"  normalize      p50 {percentile(calls, .5) * us:7.0f} us  p99 {percentile(calls, .99) * us:7.0f} us")
+    print(f"  health check   p50 {percentile(health, .5) * us:7.0f} us  p99 {percentile(health, .99) * us:7.0f} us")
+    if own:
+        print(f"  client's work  p50 {percentile(own, .5) * us:7.0f} us  (request + result, no RPC)")
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return r.read().decode()
+
+
+_SAMPLE = re.compile(r'^(\w+)\{([^}]*)\} ([0-9.eE+-]+)$')
+
+
+def families(text: str, name: str) -> Dict[Tuple[str, ...], float]:
+    out: Dict[Tuple[str, ...], float] = {}
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        if m and m.group(1) == name:
+            labels = tuple(sorted(kv for kv in m.group(2).split(",") if not kv.startswith("le=")))
+            out[labels] = float(m.group(3))
+    return out
+
+
+def stages(args: argparse.Namespace) -> int:
+    before = scrape(args.metrics)
+    rc = subprocess.call(args.command) if args.command else 0
+    after = scrape(args.metrics)
+    name = "gpucompute_stage_duration_seconds"
+    sums = {k: v - families(before, name + "_sum").get(k, 0)
+            for k, v in families(after, name + "_sum").items()}
+    counts = {k: v - families(before, name + "_count").get(k, 0)
+              for k, v in families(after, name + "_count").items()}
+    table: Dict[str, Dict[str, float]] = defaultdict(dict)
+    for k, n in counts.items():
+        if n <= 0:
+            continue
+        labels = dict(kv.split("=", 1) for kv in k)
+        table[labels["operation"].strip('"')][labels["stage"].strip('"')] = sums[k] / n * 1e6
+    order = ["prepare", "queue", "transfer_in", "compute", "transfer_out", "stream_write"]
+    print("server stage means, us per request  " + " ".join(f"{s:>12}" for s in order))
+    for op, row in sorted(table.items()):
+        print(f"  {op:<34}" + " ".join(f"{row.get(s, 0):12.1f}" for s in order))
+    return rc
+
+
+def batches(args: argparse.Namespace) -> int:
+    text = scrape(args.metrics)
+    for line in text.splitlines():
+        if line.startswith("gpucompute_batch_size") and ("_sum" in line or "_count" in line):
+            print(line)
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="mode", required=True)
+    p = sub.add_parser("python-latency")
+    p.add_argument("--target", default="127.0.0.1:50051")
+    p.add_argument("--seconds", type=float, default=4.0)
+    p.add_argument("--rows", type=int, default=4, help="rows of 256: 4 makes 1024 elements")
+    p.set_defaults(run=python_latency)
+    s = sub.add_parser("stages")
+    s.add_argument("--metrics", default="http://127.0.0.1:9464/metrics")
+    s.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS: the load to measure")
+    s.set_defaults(run=stages)
+    b = sub.add_parser("batches")
+    b.add_argument("--metrics", default="http://127.0.0.1:9464/metrics")
+    b.set_defaults(run=batches)
+    args = parser.parse_args()
+    if getattr(args, "command", None) and args.command[0] == "--":
+        args.command = args.command[1:]
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+#include "server/shared_memory_registry.h"
+
+#include <algorithm>
+#include <iterator>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/buffer_store.h"
+#include "server/echo.h"
+
+namespace gpucompute {
+
+absl::Status SharedMemoryRegistry::CheckRoom(absl::string_view owner, uint64_t bytes,
+                                             absl::string_view key) {
+  absl::MutexLock lock(&mu_);
+  DropOrphansLocked();
+  return CheckRoomLocked(owner, bytes, key);
+}
+
+void SharedMemoryRegistry::DropOrphansLocked() {
+  for (auto it = regions_.begin(); it != regions_.end();) {
+    auto next = std::next(it);
+    if (it->second.region->Orphaned()) EraseLocked(it);
+    it = next;
+  }
+}
+
+void SharedMemoryRegistry::EraseLocked(
+    absl::flat_hash_map<std::string, RegisteredRegion>::iterator it) {
+  const std::string owner = it->second.owner;
+  const uint64_t bytes = it->second.region->byte_size();
+  used_bytes_ -= bytes;
+  if ((used_by_owner_[owner] -= bytes) == 0) used_by_owner_.erase(owner);
+  if (--count_by_owner_[owner] == 0) count_by_owner_.erase(owner);
+  regions_.erase(it);
+}
+
+absl::Status SharedMemoryRegistry::CheckRoomLocked(absl::string_view owner, uint64_t bytes,
+                                                   absl::string_view key) const {
+  if (!key.empty()) {
+    for (const auto& [id, entry] : regions_) {
+      if (entry.key == key && entry.owner != owner) {
+        return absl::PermissionDeniedError(absl::StrCat(
+            "key ", QuoteClientString(key), " is registered by another principal"));
+      }
+    }
+  }
+  const auto count = count_by_owner_.find(owner);
+  if (limits_.max_regions_per_owner > 0 && count != count_by_owner_.end() &&
+      count->second >= limits_.max_regions_per_owner) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the caller has ", count->second, " shared-memory regions registered, the limit "
+        "(--max_shared_memory_regions_per_owner); unregister some first"));
+  }
+  if (bytes > limits_.quota_bytes - std::min(used_bytes_, limits_.quota_bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "byte_size ", bytes, " does not fit the shared-memory quota: ", used_bytes_, " of ",
+        limits_.quota_bytes, " bytes registered (--shared_memory_quota_bytes)"));
+  }
+  const auto used = used_by_owner_.find(owner);
+  const uint64_t owner_used = used == used_by_owner_.end() ? 0 : used->second;
+  if (limits_.principal_quota_bytes > 0 &&
+      bytes > limits_.principal_quota_bytes - std::min(owner_used, limits_.principal_quota_bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "byte_size ", bytes, " does not fit the caller's shared-memory quota: ", owner_used,
+        " of ", limits_.principal_quota_bytes,
+        " bytes registered (--shared_memory_principal_quota_bytes)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RegisteredRegion> SharedMemoryRegistry::Add(RegisteredRegion entry) {
+  const uint64_t bytes = entry.region->byte_size();
+  absl::MutexLock lock(&mu_);
+  if (absl::Status room = CheckRoomLocked(entry.owner, bytes, entry.key); !room.ok()) return room;
+  entry.id = NewBufferId(instance_id_);
+  entry.created = absl::Now();
+  used_bytes_ += bytes;
+  used_by_owner_[entry.owner] += bytes;
+  ++count_by_owner_[entry.owner];
+  regions_.emplace(entry.id, entry);
+  return entry;
+}
+
+absl::StatusOr<std::shared_ptr<SharedMemoryRegion>> SharedMemoryRegistry::Get(
+    absl::string_view id, absl::string_view field, absl::string_view owner) const {
+  absl::ReaderMutexLock lock(&mu_);
+  const auto it = regions_.find(id);
+  if (it == regions_.end() || it->second.owner != owner) {
+    return absl::NotFoundError(absl::StrCat(field, ": no shared-memory region ",
+                                            QuoteClientString(id),
+                                            " of this caller (never registered, unregistered, "
+                                            "or another principal's)"));
+  }
+  return it->second.region;
+}
+
+absl::StatusOr<std::shared_ptr<SharedMemoryRegion>> SharedMemoryRegistry::Remove(
+    absl::string_view id, absl::string_view owner) {
+  absl::MutexLock lock(&mu_);
+  const auto it = regions_.find(id);
+  if (it == regions_.end() || it->second.owner != owner) {
+    return absl::NotFoundError(absl::StrCat("region_id: no shared-memory region ",
+                                            QuoteClientString(id), " of this caller"));
+  }
+  std::shared_ptr<SharedMemoryRegion> region = it->second.region;
+  EraseLocked(it);
+  return region;
+}
+
+std::vector<RegisteredRegion> SharedMemoryRegistry::List(absl::string_view owner) const {
+  std::vector<RegisteredRegion> out;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    for (const auto& [id, entry] : regions_) {
+      if (entry.owner == owner) out.push_back(entry);
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const RegisteredRegion& a, const RegisteredRegion& b) {
+    return a.created != b.created ? a.created < b.created : a.id < b.id;
+  });
+  return out;
+}
+
+uint64_t SharedMemoryRegistry::used_bytes(absl::string_view owner) const {
+  absl::ReaderMutexLock lock(&mu_);
+  const auto it = used_by_owner_.find(owner);
+  return it == used_by_owner_.end() ? 0 : it->second;
+}
+
+uint64_t SharedMemoryRegistry::used_bytes() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return used_bytes_;
+}
+
+size_t SharedMemoryRegistry::count() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return regions_.size();
+}
+
+uint64_t SharedMemoryRegistry::principal_limit_bytes() const {
+  return limits_.principal_quota_bytes > 0
+             ? std::min(limits_.principal_quota_bytes, limits_.quota_bytes)
+             : limits_.quota_bytes;
+}
+
+}  // namespace gpucompute

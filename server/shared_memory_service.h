@@ -1,0 +1,51 @@
+// gpucompute.v1.SharedMemory: registering, unregistering and listing the
+// shared-memory regions of same-host clients (server/shared_memory_registry.h).
+// Registration maps and pins memory, which may take long for a large region, so
+// it runs on the executor (as does the unmapping); Unregister answers once no
+// request uses the region.
+#pragma once
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "gpucompute/v1/gpucompute.grpc.pb.h"
+#include "server/request_parse.h"
+#include "server/service_context.h"
+#include "server/shared_memory_registry.h"
+
+namespace gpucompute {
+
+// Whether a gRPC peer ("ipv4:127.0.0.1:5000", "ipv6:[::1]:5000", "unix:/run/s")
+// is on this host.
+bool IsLocalPeer(absl::string_view peer);
+
+// The registry, when the call may use shared memory: FAILED_PRECONDITION when the
+// server runs without --allow_shared_memory, PERMISSION_DENIED on a connection
+// that is not local.
+absl::StatusOr<const SharedMemoryRegistry*> SharedMemoryFor(
+    const ServiceContext& service, const grpc::CallbackServerContext& context);
+
+// /proc/sys/kernel/random/boot_id, "" where the system has none.
+std::string HostBootId();
+
+class SharedMemoryService final : public ParsingService<v1::SharedMemory> {
+ public:
+  explicit SharedMemoryService(ServiceContext& service);
+
+ private:
+  // Parses and checks a registration on the gRPC thread; `open` then maps the
+  // region on the executor and the call finishes from there.
+  template <typename Request, typename Open>
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
+                                     const grpc::ByteBuffer* bytes,
+                                     v1::SharedMemoryRegionInfo* response, RpcMethod method,
+                                     Open open);
+  grpc::ServerUnaryReactor* Unregister(grpc::CallbackServerContext* context,
+                                       const grpc::ByteBuffer* bytes,
+                                       v1::UnregisterSharedMemoryResponse* response);
+  absl::Status Status(const grpc::ByteBuffer& bytes, const std::string& principal,
+                      v1::SharedMemoryStatusResponse* response) const;
+
+  ServiceContext& service_;
+};
+
+}  // namespace gpucompute

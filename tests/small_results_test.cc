@@ -1,0 +1,153 @@
+// Small results over the wire: with OutputOptions.accept_complete_result a result
+// of one chunk (or one kept on device) comes as a single ResultChunk.complete
+// whose bytes equal those of the header/data/trailer stream; a larger result,
+// or a client that does not ask, still gets the three kinds. A complete result
+// goes out with the call's status, in one step: one its client does not read
+// holds nothing on the server (or is cancelled after stream_idle_timeout).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/scrape.h"
+#include "tests/testing/server_fixture.h"
+#include "tests/testing/tensors.h"
+
+namespace gpucompute {
+namespace {
+
+class SmallResultsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerConfig config = test::LoopbackConfig();
+    if (test::OnCuda()) config.backend.kind = BackendKind::kCuda;
+    auto server = test::TestServer::Start(config);
+    if (test::OnCuda() && !server.ok()) GTEST_SKIP() << server.status().message();
+    ASSERT_TRUE(server.ok()) << server.status().message();
+    server_ = *std::move(server);
+  }
+
+  // Every message of one Normalize call, and its status.
+  std::vector<v1::ResultChunk> Call(const v1::NormalizeRequest& request, grpc::Status& status) {
+    grpc::ClientContext context;
+    auto reader = server_->compute().Normalize(&context, request);
+    std::vector<v1::ResultChunk> messages;
+    v1::ResultChunk chunk;
+    while (reader->Read(&chunk)) messages.push_back(chunk);
+    status = reader->Finish();
+    return messages;
+  }
+
+  static v1::NormalizeRequest Rows(int64_t rows, int64_t cols) {
+    v1::NormalizeRequest request;
+    *request.mutable_input() = test::Operand(
+        test::F32(test::Uniform<double>(rows * cols, 0.5, 1.5, test::FreshSeed()), {rows, cols}));
+    request.set_norm(v1::NORM_L2);
+    return request;
+  }
+
+  std::unique_ptr<test::TestServer> server_;
+};
+
+TEST_F(SmallResultsTest, OneChunkResultComesAsOneCompleteMessage) {
+  v1::NormalizeRequest request = Rows(4, 256);
+  grpc::Status three_status;
+  const std::vector<v1::ResultChunk> three = Call(request, three_status);
+  ASSERT_TRUE(three_status.ok()) << three_status.error_message();
+  ASSERT_EQ(three.size(), 3u);
+
+  request.mutable_output()->set_accept_complete_result(true);
+  grpc::Status status;
+  const std::vector<v1::ResultChunk> one = Call(request, status);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(one.size(), 1u);
+  ASSERT_TRUE(one[0].has_complete());
+  const v1::ResultComplete& complete = one[0].complete();
+  EXPECT_EQ(complete.header().SerializeAsString(), three[0].header().SerializeAsString());
+  EXPECT_EQ(complete.data(), three[1].data().data());
+  EXPECT_EQ(complete.trailer().backend(), three[2].trailer().backend());
+  EXPECT_GT(complete.trailer().timing().total_us(), 0u);
+}
+
+TEST_F(SmallResultsTest, KeptResultComesAsOneMessageNamingTheBuffer) {
+  v1::NormalizeRequest request = Rows(2, 8);
+  request.mutable_output()->set_accept_complete_result(true);
+  request.mutable_output()->set_keep_on_device(true);
+  grpc::Status status;
+  const std::vector<v1::ResultChunk> one = Call(request, status);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_TRUE(one[0].complete().data().empty());
+  EXPECT_FALSE(one[0].complete().trailer().stored_buffer().id().empty());
+}
+
+TEST_F(SmallResultsTest, ResultOfSeveralChunksStillStreams) {
+  v1::NormalizeRequest request = Rows(8, 1024);  // 32 KiB in 4 KiB chunks
+  request.mutable_output()->set_accept_complete_result(true);
+  request.mutable_output()->set_chunk_bytes(4096);
+  grpc::Status status;
+  const std::vector<v1::ResultChunk> messages = Call(request, status);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(messages.size(), 10u);
+  EXPECT_TRUE(messages.front().has_header());
+  EXPECT_TRUE(messages.back().has_trailer());
+}
+
+TEST_F(SmallResultsTest, AnErrorIsAStatusNotAMessage) {
+  v1::NormalizeRequest request;
+  *request.mutable_input() = test::Operand(test::F32({0.0, 0.0, 1.0, 2.0}, {2, 2}));
+  request.mutable_output()->set_accept_complete_result(true);
+  grpc::Status status;
+  EXPECT_TRUE(Call(request, status).empty());
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+}
+
+TEST(SmallResultsStallTest, UnreadCompleteResultsHoldNothingOnTheServer) {
+  ServerConfig config = test::LoopbackConfigWithMetrics();
+  config.stream_idle_timeout = absl::Milliseconds(300);
+  auto server = test::TestServer::Start(config);
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  // 4,000,000-byte results in one message each, 32 MB that the client never reads.
+  v1::HaversineGridRequest request;
+  v1::LatLonMesh& mesh = *request.mutable_mesh();
+  mesh.set_lat_start(-60);
+  mesh.set_lat_stop(60);
+  mesh.set_n_lat(1000);
+  mesh.set_lon_start(-180);
+  mesh.set_lon_stop(180);
+  mesh.set_n_lon(1000);
+  mesh.set_dtype(v1::FLOAT32);
+  request.add_references()->set_lat(10);
+  request.mutable_output()->set_chunk_bytes(4u << 20);
+  request.mutable_output()->set_accept_complete_result(true);
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::ResultChunk>>> unread;
+  for (int i = 0; i < 8; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    unread.push_back((*server)->compute().HaversineGrid(contexts.back().get(), request));
+  }
+  // Each call ended on the server, written out or cancelled by the stall limit:
+  // none holds its result or its place.
+  std::string metrics;
+  for (const absl::Time end = absl::Now() + absl::Seconds(5); absl::Now() < end;) {
+    metrics = test::ScrapeMetrics((*server)->server().metrics_port());
+    if (metrics.find("gpucompute_memory_budget_used_bytes{memory=\"host\"} 0\n") != std::string::npos &&
+        metrics.find("gpucompute_requests_in_flight{operation=\"haversine_grid\"} 0\n") !=
+            std::string::npos) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_THAT(metrics, ::testing::HasSubstr(
+                           "gpucompute_requests_in_flight{operation=\"haversine_grid\"} 0\n"));
+  EXPECT_THAT(metrics, ::testing::HasSubstr("gpucompute_memory_budget_used_bytes{memory=\"host\"} 0\n"));
+  for (auto& context : contexts) context->TryCancel();
+  for (auto& reader : unread) reader->Finish();
+  auto next = (*server)->client().HaversineGrid(request);
+  EXPECT_TRUE(next.ok()) << next.status().message();
+}
+
+}  // namespace
+}  // namespace gpucompute
