@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -29,7 +30,9 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_resources.h"
 #include "kernels/cuda/launchers.h"
+#include "kernels/cuda/haversine_variants.h"
 #include "kernels/cuda/lombscargle_variants.h"
+#include "kernels/cuda/normalize_variants.h"
 
 namespace gpucompute {
 namespace {
@@ -63,11 +66,12 @@ struct Row {
   double ms = 0, wall_ms = 0, spread = 0;  // spread: (p90 - p10) / median
   double bytes = 0;                        // counted bytes (0: compute-bound row)
   double work = 0;                         // pairs for LS
-  std::string note;
+  bool write_only = false;                 // bound by writes alone (ratio to memset)
 };
 
 std::vector<Row> g_rows;
 double g_d2d_gbs = 0;
+double g_write_gbs = 0;
 int g_reps = 20;
 
 double Spread(std::vector<double> v) {
@@ -86,7 +90,7 @@ Row Time(const std::string& op, const std::string& dtype, const std::string& siz
     ms.push_back(run());
     wall.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
-  Row r{op, dtype, size, Median(ms), Median(wall), Spread(ms), bytes, work, ""};
+  Row r{op, dtype, size, Median(ms), Median(wall), Spread(ms), bytes, work, false};
   g_rows.push_back(r);
   std::printf("  %-22s %-4s %-26s %9.4f ms (wall %8.3f ms, spread %.1f%%)\n", op.c_str(), dtype.c_str(),
               size.c_str(), r.ms, r.wall_ms, 100 * r.spread);
@@ -103,6 +107,10 @@ struct Bench {
   int device = 0;
   cudaStream_t stream = nullptr;
   int sm_count = 1;
+  // Scratch of the launches timed directly, kept mapped as the backend's pool keeps
+  // it: the default pool trims to 0 at every synchronization, and remapping the
+  // chunked paths' scratch cost ~0.1 ms inside the events.
+  cudaMemPool_t pool = nullptr;
 
   std::shared_ptr<Array> Alloc(DType dt, const Shape& shape, double lo, double hi, uint64_t seed) {
     absl::StatusOr<std::shared_ptr<Array>> a = backend->Allocate(dt, shape, device);
@@ -112,6 +120,42 @@ struct Bench {
     CHECK_CUDA(cudaStreamSynchronize(stream));
     return *a;
   }
+};
+
+// Times `launch` (kernels only, between two events on the benchmark's stream).
+Row TimeLaunch(Bench& b, const std::string& op, const std::string& dtype, const std::string& size,
+               double bytes, double work, const std::function<cudaError_t()>& launch) {
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  Row r = Time(op, dtype, size, bytes, work, [&] {
+    CHECK_CUDA(cudaEventRecord(e0, b.stream));
+    CHECK_CUDA(launch());
+    CHECK_CUDA(cudaEventRecord(e1, b.stream));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    return static_cast<double>(ms);
+  });
+  CHECK_CUDA(cudaEventDestroy(e0));
+  CHECK_CUDA(cudaEventDestroy(e1));
+  return r;
+}
+
+void MarkWriteOnly() { g_rows.back().write_only = true; }
+
+// Device copies of the references, as the backend stages them.
+struct DeviceRefs {
+  cuda::RefPoint* d = nullptr;
+  explicit DeviceRefs(const std::vector<GeoPoint>& refs) {
+    std::vector<cuda::RefPoint> h(refs.size());
+    for (size_t i = 0; i < refs.size(); ++i) {
+      h[i] = {refs[i].lat, refs[i].lon, std::cos(refs[i].lat * 0.017453292519943295), 0};
+    }
+    CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&d), h.size() * sizeof(h[0])));
+    CHECK_CUDA(cudaMemcpy(d, h.data(), h.size() * sizeof(h[0]), cudaMemcpyHostToDevice));
+  }
+  ~DeviceRefs() { cudaFree(d); }
 };
 
 void Ceilings(Bench& b) {
@@ -147,7 +191,8 @@ void Ceilings(Bench& b) {
     CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
     return static_cast<double>(t);
   });
-  std::printf("  write-only bandwidth: %.0f GB/s\n", ms.bytes / (ms.ms * 1e6));
+  g_write_gbs = ms.bytes / (ms.ms * 1e6);
+  std::printf("  write-only bandwidth: %.0f GB/s\n", g_write_gbs);
   const size_t pinned_bytes = size_t{512} << 20;
   void* pinned = nullptr;
   CHECK_CUDA(cudaHostAlloc(&pinned, pinned_bytes, cudaHostAllocPortable));
@@ -202,17 +247,33 @@ void Discount(Bench& b, bool quick) {
 
 void Haversine(Bench& b, bool quick) {
   std::printf("\n== haversine\n");
+  const cuda::LaunchEnv env{b.stream, b.pool, b.sm_count};
   for (int64_t n : {int64_t{1000}, int64_t{10000}}) {
     if (quick && n > 1000) break;
     for (DType dt : {DType::kFloat32, DType::kFloat64}) {
       auto out = b.Alloc(dt, {1, n, n}, 0, 1, 21);
       const std::vector<GeoPoint> refs = {{30, 101}};
       const LatLonMesh mesh{{29, 31, n}, {99, 101, n}};
-      Time("haversine mesh", Short(dt), absl::StrCat(n, "x", n), static_cast<double>(out->bytes()), 0, [&] {
+      const std::string size = absl::StrCat(n, "x", n);
+      Time("haversine mesh", Short(dt), size, static_cast<double>(out->bytes()), 0, [&] {
         OpContext ctx;
         CHECK_OK(b.backend->HaversineMesh(mesh, refs, kDefaultEarthRadiusKm, *out, ctx));
         return OpMs(ctx);
       });
+      MarkWriteOnly();
+      if (n < 10000) continue;
+      // The last step's formulations (haversine_variants.h), kernels only.
+      const DeviceRefs d_refs(refs);
+      for (auto [angle, name] : {std::pair{cuda::HaversineAngle::kAtan2, "  mesh atan2"},
+                                 std::pair{cuda::HaversineAngle::kAsinSplit, "  mesh asin_split"},
+                                 std::pair{cuda::HaversineAngle::kAsin, "  mesh asin"},
+                                 std::pair{cuda::HaversineAngle::kAsinPolynomial, "  mesh asin_poly"}}) {
+        TimeLaunch(b, name, Short(dt), size, static_cast<double>(out->bytes()), 0, [&] {
+          return cuda::LaunchHaversineMeshVariant(dt, {29, 31, n}, {99, 101, n}, d_refs.d, 1,
+                                                  kDefaultEarthRadiusKm, out->data(), env, angle);
+        });
+        MarkWriteOnly();
+      }
     }
   }
   if (quick) return;
@@ -221,12 +282,24 @@ void Haversine(Bench& b, bool quick) {
     auto lat = b.Alloc(dt, {n}, -89, 89, 22), lon = b.Alloc(dt, {n}, -180, 180, 23);
     auto out = b.Alloc(dt, {4, n}, 0, 1, 24);
     const std::vector<GeoPoint> refs = {{30, 101}, {-12, 40}, {51, 0}, {0, -170}};
-    Time("haversine points", Short(dt), "1e7 pts x 4 refs",
-         static_cast<double>(lat->bytes() + lon->bytes() + out->bytes()), 0, [&] {
-           OpContext ctx;
-           CHECK_OK(b.backend->HaversinePoints(*lat, *lon, refs, kDefaultEarthRadiusKm, *out, ctx));
-           return OpMs(ctx);
-         });
+    const double bytes = static_cast<double>(lat->bytes() + lon->bytes() + out->bytes());
+    Time("haversine points", Short(dt), "1e7 pts x 4 refs", bytes, 0, [&] {
+      OpContext ctx;
+      CHECK_OK(b.backend->HaversinePoints(*lat, *lon, refs, kDefaultEarthRadiusKm, *out, ctx));
+      return OpMs(ctx);
+    });
+    const DeviceRefs d_refs(refs);
+    cuda::PointsResult* res = nullptr;
+    CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&res), sizeof(*res)));
+    for (auto [variant, name] : {std::pair{cuda::HaversinePointsVariant::kSplitTerms, "  points split"},
+                                 std::pair{cuda::HaversinePointsVariant::kDirect, "  points direct"},
+                                 std::pair{cuda::HaversinePointsVariant::kSplitPrefetch, "  points prefetch"}}) {
+      TimeLaunch(b, name, Short(dt), "1e7 pts x 4 refs", bytes, 0, [&] {
+        return cuda::LaunchHaversinePointsVariant(dt, lat->data(), lon->data(), n, d_refs.d, 4,
+                                                  kDefaultEarthRadiusKm, out->data(), res, env, variant);
+      });
+    }
+    cudaFree(res);
   }
 }
 
@@ -237,17 +310,46 @@ void Normalize(Bench& b, bool quick) {
                           {10, 10000000, DType::kFloat64, NormKind::kL2, "l2"},
                           {1000000, 100, DType::kFloat32, NormKind::kSum, "sum"},
                           {10000000, 10, DType::kFloat32, NormKind::kL1, "l1"}};
+  // Every row length from 1e3 to 1e6, 1e8 elements in all (float64: 5e7); and the
+  // short rows where lane groups and tiles trade places (64 .. 512 columns).
+  for (int64_t cols : {int64_t{64}, int64_t{128}, int64_t{256}, int64_t{512}, int64_t{1000}, int64_t{10000},
+                       int64_t{100000}, int64_t{1000000}}) {
+    cases.push_back({100000000 / cols, cols, DType::kFloat32, NormKind::kSum, "sum"});
+    cases.push_back({50000000 / cols, cols, DType::kFloat64, NormKind::kL2, "l2"});
+  }
   if (quick) cases.resize(1);
+  cuda::NormalizeResult* res = nullptr;
+  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&res), sizeof(*res)));
+  const cuda::LaunchEnv env{b.stream, b.pool, b.sm_count};
   for (const C& c : cases) {
     auto in = b.Alloc(c.dt, {c.rows, c.cols}, 0.5, 1.5, 31);
     auto out = b.Alloc(c.dt, {c.rows, c.cols}, 0, 1, 32);
-    Time(absl::StrCat("normalize ", c.name), Short(c.dt),
-         absl::StrCat(c.rows, "x", c.cols), static_cast<double>(in->bytes() + out->bytes()), 0, [&] {
-           OpContext ctx;
-           CHECK_OK(b.backend->Normalize(*in, c.k, *out, ctx));
-           return OpMs(ctx);
-         });
+    const std::string size = absl::StrCat(c.rows, "x", c.cols);
+    const double bytes = static_cast<double>(in->bytes() + out->bytes());
+    Time(absl::StrCat("normalize ", c.name), Short(c.dt), size, bytes, 0, [&] {
+      OpContext ctx;
+      CHECK_OK(b.backend->Normalize(*in, c.k, *out, ctx));
+      return OpMs(ctx);
+    });
+    // Kernels only, every path (normalize_variants.h); the policy line says what each runs.
+    const std::pair<cuda::NormalizeVariant, const char*> variants[] = {
+        {cuda::NormalizeVariant::kDefault, "  default"}, {cuda::NormalizeVariant::kTwoReads, "  two reads"},
+        {cuda::NormalizeVariant::kTile, "  tile"}, {cuda::NormalizeVariant::kCluster, "  cluster"},
+        {cuda::NormalizeVariant::kNarrowGroups, "  narrow groups"}};
+    std::string policy;
+    for (const auto& [variant, name] : variants) {
+      absl::StrAppend(&policy, policy.empty() ? "" : "; ", std::string(name).substr(2), " = ",
+                      cuda::DescribeNormalizePolicy(c.dt, c.rows, c.cols, variant));
+    }
+    std::printf("    policy: %s\n", policy.c_str());
+    for (const auto& [variant, name] : variants) {
+      TimeLaunch(b, absl::StrCat(name, " ", c.name), Short(c.dt), size, bytes, 0, [&] {
+        return cuda::LaunchNormalizeVariant(c.dt, in->data(), out->data(), c.rows, c.cols, c.k, res, env,
+                                            variant);
+      });
+    }
   }
+  cudaFree(res);
 }
 
 void LombScargle(Bench& b, bool quick) {
@@ -290,42 +392,38 @@ void LombScargle(Bench& b, bool quick) {
       a.out = out->data();
       cuda::LombScargleResult* res = nullptr;
       CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&res), sizeof(*res)));
-      cudaEvent_t e0, e1;
-      CHECK_CUDA(cudaEventCreate(&e0));
-      CHECK_CUDA(cudaEventCreate(&e1));
-      Time(absl::StrCat("  launcher v", variant), t, size, 0, static_cast<double>(n) * m, [&] {
-        CHECK_CUDA(cudaEventRecord(e0, b.stream));
-        CHECK_CUDA(cuda::LaunchLombScargleVariant(dt, a, res, cuda::LaunchEnv{b.stream, nullptr, b.sm_count}, variant));
-        CHECK_CUDA(cudaEventRecord(e1, b.stream));
-        CHECK_CUDA(cudaEventSynchronize(e1));
-        float ms = 0;
-        CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-        return static_cast<double>(ms);
+      TimeLaunch(b, absl::StrCat("  launcher v", variant), t, size, 0, static_cast<double>(n) * m, [&] {
+        return cuda::LaunchLombScargleVariant(dt, a, res, cuda::LaunchEnv{b.stream, b.pool, b.sm_count}, variant);
       });
       cudaFree(res);
-      cudaEventDestroy(e0);
-      cudaEventDestroy(e1);
     }
   }
 }
 
 void PrintTable(FILE* f, bool csv) {
   if (csv) {
-    std::fprintf(f, "op,dtype,size,median_ms,wall_ms,spread,bytes,GBps,ratio_to_d2d,pairs_per_s\n");
+    std::fprintf(f, "op,dtype,size,median_ms,wall_ms,spread,bytes,GBps,ratio_to_d2d,pairs_per_s,ceiling,ratio_to_ceiling\n");
   } else {
-    std::fprintf(f, "\n%-24s %-4s %-20s %10s %10s %10s %9s %7s %12s\n", "op", "type", "size", "median ms",
-                 "wall ms", "MB counted", "GB/s", "x D2D", "Gpairs/s");
+    std::fprintf(f, "\n%-24s %-4s %-20s %10s %10s %10s %9s %7s %12s %8s\n", "op", "type", "size", "median ms",
+                 "wall ms", "MB counted", "GB/s", "x D2D", "Gpairs/s", "x ceil");
   }
   for (const Row& r : g_rows) {
     const double gbs = r.bytes > 0 ? r.bytes / (r.ms * 1e6) : 0;
     const double ratio = g_d2d_gbs > 0 && r.bytes > 0 ? gbs / g_d2d_gbs : 0;
     const double pairs = r.work > 0 ? r.work / (r.ms * 1e-3) : 0;
-    if (csv) {
-      std::fprintf(f, "%s,%s,%s,%.5f,%.5f,%.4f,%.0f,%.1f,%.3f,%.4g\n", r.op.c_str(), r.dtype.c_str(),
-                   r.size.c_str(), r.ms, r.wall_ms, r.spread, r.bytes, gbs, ratio, pairs);
+    // The ceiling of the row: write-only (memset) for rows that only write, else D2D.
+    const double ceiling = r.write_only ? g_write_gbs : g_d2d_gbs;
+    const double of_ceiling = ceiling > 0 && r.bytes > 0 ? gbs / ceiling : 0;
+    const char* ceiling_name = r.bytes == 0 ? "-" : r.write_only ? "write" : "d2d";
+    if (csv) {  // sizes such as (100,4000,5) would split the column
+      std::string size = r.size;
+      std::replace(size.begin(), size.end(), ',', 'x');
+      std::fprintf(f, "%s,%s,%s,%.5f,%.5f,%.4f,%.0f,%.1f,%.3f,%.4g,%s,%.3f\n", r.op.c_str(), r.dtype.c_str(),
+                   size.c_str(), r.ms, r.wall_ms, r.spread, r.bytes, gbs, ratio, pairs, ceiling_name, of_ceiling);
     } else {
-      std::fprintf(f, "%-24s %-4s %-20s %10.4f %10.3f %10.1f %9.0f %7.2f %12.1f\n", r.op.c_str(),
-                   r.dtype.c_str(), r.size.c_str(), r.ms, r.wall_ms, r.bytes / 1e6, gbs, ratio, pairs / 1e9);
+      std::fprintf(f, "%-24s %-4s %-20s %10.4f %10.3f %10.1f %9.0f %7.2f %12.1f %5.2f %s\n", r.op.c_str(),
+                   r.dtype.c_str(), r.size.c_str(), r.ms, r.wall_ms, r.bytes / 1e6, gbs, ratio, pairs / 1e9,
+                   of_ceiling, ceiling_name);
     }
   }
 }
@@ -351,6 +449,9 @@ int Main(int argc, char** argv) {
   const cuda::ScopedDevice on_device(b.device);  // for the benchmark's own streams and copies
   CHECK_CUDA(on_device.error());
   CHECK_CUDA(cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaDeviceGetDefaultMemPool(&b.pool, b.device));
+  uint64_t keep = UINT64_MAX;
+  CHECK_CUDA(cudaMemPoolSetAttribute(b.pool, cudaMemPoolAttrReleaseThreshold, &keep));
   cudaDeviceProp prop{};
   CHECK_CUDA(cudaGetDeviceProperties(&prop, b.device));
   b.sm_count = prop.multiProcessorCount;

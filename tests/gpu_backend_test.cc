@@ -32,6 +32,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/dtype.h"
 #include "tests/testing/arrays.h"
+#include "tests/testing/gpu_present.h"
 #include "tests/testing/tensors.h"
 
 namespace gpucompute {
@@ -46,12 +47,7 @@ using test::Read;
 using test::ToDoubles;
 using test::Uniform;
 
-bool GpuPresent() {
-  int n = 0;
-  const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-  (void)cudaGetLastError();
-  return ok;
-}
+using test::GpuPresent;
 
 Backend* Gpu() {
   static std::unique_ptr<Backend> backend = [] {

@@ -3,22 +3,27 @@
 //   B_i = cos(lat_i) cos(lat0),  C_j = sin^2((lon_j - lon0) / 2),
 // where the row terms (A, B) and column terms C are computed once per reference in
 // float64 by a small kernel (n_lat + n_lon sines), and every point then costs one
-// FMA, two square roots and an atan2: d = 2 R atan2(sqrt(h), sqrt(1 - h)), h clamped
-// to [0, 1] (float32: a branch-free atan2 for this argument range, see
-// HalfCentralAngle). The mesh is generated on the device (numpy.linspace semantics); nothing
-// but the references is transferred. Points mode evaluates the full formula per
-// (reference, point), with cos(lat) of the point computed once per thread; the
+// FMA and the last step, half the central angle (kDefaultAngle: float32 a branch-free
+// polynomial asin, float64 asin(sqrt(h))); h clamped to [0, 1]. The mesh is generated on the device
+// (numpy.linspace semantics); nothing but the references is transferred. Points mode
+// is separable too: each point's half-angle sines and cosines are computed once and
+// combined with each reference's (RefTermsKernel) by angle-difference identities; the
 // first point outside the latitude or longitude rule goes to the result (atomicMin),
-// so stored points are checked in the same pass at no measurable cost.
+// so stored points are checked in the same pass at no measurable cost. The other
+// formulations stay for the benchmark (haversine_variants.h).
 //
 //   LaunchHaversineMesh -> MeshTermsKernel, MeshKernel -> MeshAgent
-//   LaunchHaversinePoints -> PointsKernel -> PointsAgent
+//   LaunchHaversinePoints -> RefTermsKernel, PointsSplitKernel<T, prefetch if f32> -> PointsSplitAgent
+//   (kDirect: PointsKernel -> PointsAgent)
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
+#include <utility>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/haversine_variants.h"
 #include "kernels/cuda/launchers.h"
 
 namespace gpucompute::cuda {
@@ -38,6 +43,10 @@ struct PointsPolicy {
   static constexpr int kThreads = 256;
   static constexpr int kMinBlocksPerSm = 4;
 };
+// PointsSplitAgent: points loaded per thread before any is used (bytes in flight);
+// float64 keeps 2, so five terms per point fit the 64 registers of 4 blocks per SM.
+template <typename T>
+constexpr int kPointsPerThread = sizeof(T) == 4 ? 4 : 2;
 
 template <typename T>
 struct Pair;
@@ -78,15 +87,103 @@ __device__ __forceinline__ float HalfCentralAngle(float h) {
   return h <= g ? a : 1.57079632679489662f - a;
 }
 
-__device__ __forceinline__ double HalfCentralAngle(double h) {
-  return atan2(sqrt(h), sqrt(1.0 - h));
+// asin(sqrt(h)) as asin(sqrt(m)), m = min(h, 1 - h) <= 1/2, and pi/2 minus that when
+// h > 1/2 (asin(sqrt(h)) + asin(sqrt(1 - h)) = pi/2; 1 - h is exact there): the
+// library asin stays on its short polynomial branch and one square root replaces
+// atan2's two and its division.
+template <typename T>
+__device__ __forceinline__ T HalfAngleByAsin(T h) {
+  const T g = T(1) - h;
+  const T a = asin(sqrt(fmin(h, g)));
+  return h <= g ? a : static_cast<T>(1.5707963267948966192) - a;
 }
 
-// d = 2 R atan2(sqrt(h), sqrt(1 - h)), h clamped to [0, 1].
+// asin(sqrt(m)) / sqrt(m) for m in [0, 1/2], in float64: the Chebyshev interpolant at
+// 20 nodes (computed in 60-digit arithmetic from the series sum (2k)! m^k /
+// (4^k (k!)^2 (2k + 1)), converted to monomials and rounded): fit error 8e-18, about
+// 1 ulp with Horner. 19 FMAs, no branch, no division.
+__device__ __forceinline__ double AsinSqrtRatio(double m) {
+  constexpr double kC[20] = {
+      1.0, 0.16666666666666963, 0.07499999999921603, 0.044642857225197834,
+      0.030381939881673394, 0.022372313172485805, 0.017349310327158196, 0.01401917204006966,
+      0.01092934906491237, 0.015091795028583365, -0.026316324552338826, 0.1809574620911065,
+      -0.6641236302549411, 2.0016041109291547, -4.535791802822955, 7.768165374555008,
+      -9.669659398550623, 8.32498352944691, -4.438816692066939, 1.1264192878807509,
+  };
+  double p = kC[19];
+#pragma unroll
+  for (int k = 18; k >= 0; --k) p = fma(p, m, kC[k]);
+  return p;
+}
+
+// The same ratio in float32: the interpolant at 8 nodes (fit error 1.8e-8), 7 FMAs.
+__device__ __forceinline__ float AsinSqrtRatio(float m) {
+  constexpr float kC[8] = {1.0f, 0.16666954671609344f, 0.07488114441822327f, 0.046480849462936874f,
+                           0.01673138895046739f, 0.07553975382221965f, -0.09008621671077405f,
+                           0.10967398323879114f};
+  float p = kC[7];
+#pragma unroll
+  for (int k = 6; k >= 0; --k) p = fmaf(p, m, kC[k]);
+  return p;
+}
+
+// HalfAngleByAsin with the polynomials above: a = x + x (ratio - 1), the ratio - 1
+// exact (the ratio is in [1, 1.11]). float32: x = m rsqrt(m) (2 ulp, no IEEE sqrt
+// slow path), ~4 ulp in all, ~16 instructions against the atan2 polynomial's ~25.
 template <typename T>
+__device__ __forceinline__ T HalfAngleByPolynomial(T h) {
+  if constexpr (sizeof(T) == 4) {
+    const float g = 1.0f - h;
+    const float m = fminf(h, g);
+    const float x = m > 0.0f ? m * rsqrtf(m) : 0.0f;
+    const float a = fmaf(x, AsinSqrtRatio(m) - 1.0f, x);
+    return h <= g ? a : 1.57079632679489662f - a;
+  } else {
+    const double g = 1.0 - h;
+    const double m = fmin(h, g);
+    const double x = sqrt(m);
+    const double a = fma(x, AsinSqrtRatio(m) - 1.0, x);
+    return h <= g ? a : 1.5707963267948966192 - a;
+  }
+}
+
+// The formulations of the last step the benchmark compares (haversine_variants.h):
+// kAtan2: atan2(sqrt(h), sqrt(1 - h)) (float32: the polynomial above); kAsinSplit:
+// HalfAngleByAsin; kAsin: asin(sqrt(h)); kAsinPolynomial: HalfAngleByPolynomial.
+template <typename T, HaversineAngle kAngle>
+__device__ __forceinline__ T HalfAngle(T h) {
+  if constexpr (kAngle == HaversineAngle::kAsinSplit) {
+    return HalfAngleByAsin(h);
+  } else if constexpr (kAngle == HaversineAngle::kAsin) {
+    return asin(sqrt(h));
+  } else if constexpr (kAngle == HaversineAngle::kAsinPolynomial) {
+    return HalfAngleByPolynomial(h);
+  } else if constexpr (sizeof(T) == 4) {
+    return HalfCentralAngle(h);
+  } else {
+    return atan2(sqrt(h), sqrt(1.0 - h));
+  }
+}
+
+// The defaults, the winners of bench/run_gpu_kernels.sh (H100, run 2 at 196d676, 1e4^2
+// mesh): float32 the asin(sqrt(m)) polynomial (0.158 ms); float64 asin(sqrt(h)) (0.405
+// against asin_split 0.474, polynomial 0.480, atan2 0.712), within 1e-9 of the CPU's
+// float64 near the antipode, itself that ill-conditioned (gpu_kernel_variants_test).
+template <typename T>
+constexpr HaversineAngle kDefaultAngle =
+    sizeof(T) == 4 ? HaversineAngle::kAsinPolynomial : HaversineAngle::kAsin;
+
+// Points (1e7 x 4 references): float32 prefetches (0.118 ms against 0.122), float64
+// does not (0.376: its prefetch spills at 64 registers).
+template <typename T>
+constexpr HaversinePointsVariant kDefaultPointsVariant =
+    sizeof(T) == 4 ? HaversinePointsVariant::kSplitPrefetch : HaversinePointsVariant::kSplitTerms;
+
+// d = 2 R asin(sqrt(h)), h clamped to [0, 1].
+template <typename T, HaversineAngle kAngle = kDefaultAngle<T>>
 __device__ __forceinline__ T DistanceFromH(T h, T two_r) {
   h = fmin(fmax(h, T(0)), T(1));
-  return two_r * HalfCentralAngle(h);
+  return two_r * HalfAngle<T, kAngle>(h);
 }
 
 // ---- per-reference row and column terms (float64, stored as T) ---------------------
@@ -118,7 +215,7 @@ __global__ void __launch_bounds__(TermsPolicy::kThreads, TermsPolicy::kMinBlocks
 }
 
 // ---- the mesh: each thread owns a vector of columns, walks rows ---------------------
-template <typename T, bool kVec>
+template <typename T, bool kVec, HaversineAngle kAngle>
 struct MeshAgent {
   static constexpr int kV = kVec ? Vec16<T>::kCount : 1;
   const typename Pair<T>::type* row_terms;
@@ -142,7 +239,7 @@ struct MeshAgent {
         const typename Pair<T>::type ab = row_terms[r * n_lat + i];  // warp-uniform
         T d[kV];
 #pragma unroll
-        for (int v = 0; v < kV; ++v) d[v] = DistanceFromH<T>(fma(ab.y, c[v], ab.x), two_r);
+        for (int v = 0; v < kV; ++v) d[v] = DistanceFromH<T, kAngle>(fma(ab.y, c[v], ab.x), two_r);
         T* dst = out + (r * n_lat + i) * n_lon + unit * kV;
         if constexpr (kVec) {
           if constexpr (kV == 4) {
@@ -158,11 +255,11 @@ struct MeshAgent {
   }
 };
 
-template <typename T, bool kVec>
+template <typename T, bool kVec, HaversineAngle kAngle = kDefaultAngle<T>>
 __global__ void __launch_bounds__(MeshPolicy::kThreads, MeshPolicy::kMinBlocksPerSm)
     MeshKernel(const typename Pair<T>::type* row_terms, const T* col_terms, int64_t n_lat,
                int64_t n_lon, int64_t n_ref, T two_r, T* out) {
-  MeshAgent<T, kVec>{row_terms, col_terms, n_lat, n_lon, n_ref, two_r, out}.Run();
+  MeshAgent<T, kVec, kAngle>{row_terms, col_terms, n_lat, n_lon, n_ref, two_r, out}.Run();
 }
 
 // ---- points: lat/lon arrays -----------------------------------------------------------
@@ -216,8 +313,116 @@ __global__ void __launch_bounds__(PointsPolicy::kThreads, PointsPolicy::kMinBloc
   PointsAgent<T>{lat, lon, n, refs, n_ref, two_r, out, result}.Run();
 }
 
-// ---- host ------------------------------------------------------------------------------
+// Points, separable: sin((a - b) / 2) = sin(a/2) cos(b/2) - cos(a/2) sin(b/2), so a
+// point's half-angle sines and cosines (two sincos) serve every reference, whose own
+// come from RefTermsKernel; a (reference, point) pair then costs a few FMAs and the
+// last step. kPointsPerThread points are loaded before any is used (bytes in flight).
 template <typename T>
+struct RefTerms {
+  T sin_half_lat, cos_half_lat, sin_half_lon, cos_half_lon, cos_lat;
+};
+
+template <typename T>
+__global__ void __launch_bounds__(TermsPolicy::kThreads, TermsPolicy::kMinBlocksPerSm)
+    RefTermsKernel(const RefPoint* refs, int64_t n_ref, RefTerms<T>* terms) {
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < n_ref;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    double sla, cla, slo, clo;
+    sincos(refs[r].lat_deg * (0.5 * kDegToRad), &sla, &cla);
+    sincos(refs[r].lon_deg * (0.5 * kDegToRad), &slo, &clo);
+    terms[r] = {static_cast<T>(sla), static_cast<T>(cla), static_cast<T>(slo), static_cast<T>(clo),
+                static_cast<T>(refs[r].cos_lat)};
+  }
+}
+
+__device__ __forceinline__ void SinCos(float x, float* s, float* c) { sincosf(x, s, c); }
+__device__ __forceinline__ void SinCos(double x, double* s, double* c) { sincos(x, s, c); }
+
+// kPrefetch (HaversinePointsVariant::kSplitPrefetch): the next K points are loaded
+// before the current ones are computed, so a thread's loads overlap its arithmetic
+// (without it, each iteration waits for its loads); kDefaultPointsVariant picks it.
+template <typename T, bool kPrefetch>
+struct PointsSplitAgent {
+  static constexpr int K = kPointsPerThread<T>;
+  const T* lat;
+  const T* lon;
+  int64_t n;
+  const RefTerms<T>* terms;
+  int64_t n_ref;
+  T two_r;
+  T* out;
+  PointsResult* result;
+
+  __device__ void Run() {
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    int64_t p0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    T la[K], lo[K];
+    if constexpr (kPrefetch) Load(p0, stride, la, lo);
+    for (; p0 < n; p0 += K * stride) {
+      if constexpr (kPrefetch) {
+        T next_la[K], next_lo[K];
+        Load(p0 + K * stride, stride, next_la, next_lo);
+        Points(p0, stride, la, lo);
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+          la[k] = next_la[k];
+          lo[k] = next_lo[k];
+        }
+      } else {
+        Load(p0, stride, la, lo);
+        Points(p0, stride, la, lo);
+      }
+    }
+  }
+
+  __device__ __forceinline__ void Load(int64_t p0, int64_t stride, T* la, T* lo) const {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t p = p0 + k * stride;
+      la[k] = p < n ? lat[p] : T(0);
+      lo[k] = p < n ? lon[p] : T(0);
+    }
+  }
+
+  // Points p0 + k * stride: checked, then their distances to every reference.
+  __device__ __forceinline__ void Points(int64_t p0, int64_t stride, const T* la, const T* lo) const {
+    const T half_rad = static_cast<T>(0.5 * kDegToRad);
+    T sla[K], cla[K], slo[K], clo[K], cos_la[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t p = p0 + k * stride;
+      if (blockIdx.y == 0 && p < n) {  // one check per point
+        if (!IsLatitude(la[k])) atomicMin(&result->bad_lat, static_cast<unsigned long long>(p));
+        if (!IsLongitude(lo[k])) atomicMin(&result->bad_lon, static_cast<unsigned long long>(p));
+      }
+      SinCos(la[k] * half_rad, &sla[k], &cla[k]);
+      SinCos(lo[k] * half_rad, &slo[k], &clo[k]);
+      cos_la[k] = (cla[k] - sla[k]) * (cla[k] + sla[k]);  // cos^2 - sin^2 of the half angle
+    }
+    for (int64_t r = blockIdx.y; r < n_ref; r += gridDim.y) {
+      const RefTerms<T> t = terms[r];  // warp-uniform
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int64_t p = p0 + k * stride;
+        if (p >= n) break;
+        const T s1 = fma(sla[k], t.cos_half_lat, -cla[k] * t.sin_half_lat);
+        const T s2 = fma(slo[k], t.cos_half_lon, -clo[k] * t.sin_half_lon);
+        const T h = fma(cos_la[k] * t.cos_lat, s2 * s2, s1 * s1);
+        out[r * n + p] = DistanceFromH<T>(h, two_r);
+      }
+    }
+  }
+};
+
+template <typename T, bool kPrefetch>
+__global__ void __launch_bounds__(PointsPolicy::kThreads, PointsPolicy::kMinBlocksPerSm)
+    PointsSplitKernel(const T* lat, const T* lon, int64_t n, const RefTerms<T>* terms, int64_t n_ref,
+                      T two_r, T* out, PointsResult* result) {
+  PointsSplitAgent<T, kPrefetch>{lat, lon, n, terms, n_ref, two_r, out, result}.Run();
+}
+
+// ---- host ------------------------------------------------------------------------------
+template <typename T, HaversineAngle kAngle>
 cudaError_t LaunchMeshT(const MeshAxis& lat, const MeshAxis& lon, const RefPoint* refs,
                         int64_t n_ref, double radius, T* out, const LaunchEnv& env) {
   using P = typename Pair<T>::type;
@@ -248,11 +453,11 @@ cudaError_t LaunchMeshT(const MeshAxis& lat, const MeshAxis& lon, const RefPoint
   const dim3 block(bx, by);
   const T two_r = static_cast<T>(2.0 * radius);
   if (vec) {
-    MeshKernel<T, true><<<grid, block, 0, env.stream>>>(rows.as<P>(), cols.as<T>(), lat.count,
-                                                        lon.count, n_ref, two_r, out);
+    MeshKernel<T, true, kAngle><<<grid, block, 0, env.stream>>>(rows.as<P>(), cols.as<T>(), lat.count,
+                                                                lon.count, n_ref, two_r, out);
   } else {
-    MeshKernel<T, false><<<grid, block, 0, env.stream>>>(rows.as<P>(), cols.as<T>(), lat.count,
-                                                         lon.count, n_ref, two_r, out);
+    MeshKernel<T, false, kAngle><<<grid, block, 0, env.stream>>>(rows.as<P>(), cols.as<T>(), lat.count,
+                                                                 lon.count, n_ref, two_r, out);
   }
   GC_CHECK_LAUNCH();
   return cudaSuccess;
@@ -261,35 +466,66 @@ cudaError_t LaunchMeshT(const MeshAxis& lat, const MeshAxis& lon, const RefPoint
 template <typename T>
 cudaError_t LaunchPointsT(const T* lat, const T* lon, int64_t n, const RefPoint* refs,
                           int64_t n_ref, double radius, T* out, PointsResult* result,
-                          const LaunchEnv& env) {
-  const int64_t gx = std::min<int64_t>(CeilDiv(n, PointsPolicy::kThreads),
-                                       static_cast<int64_t>(env.sm_count) * PointsPolicy::kMinBlocksPerSm * 2);
+                          const LaunchEnv& env, HaversinePointsVariant variant) {
+  const bool split = variant != HaversinePointsVariant::kDirect;
+  const int64_t per_thread = split ? kPointsPerThread<T> : 1;
   const int64_t want = static_cast<int64_t>(env.sm_count) * PointsPolicy::kMinBlocksPerSm * 2;
+  const int64_t gx = std::min<int64_t>(CeilDiv(n, PointsPolicy::kThreads * per_thread), want);
   const int64_t gy = std::clamp<int64_t>(want / gx, 1, std::min<int64_t>(n_ref, 65535));
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
-  PointsKernel<T><<<grid, PointsPolicy::kThreads, 0, env.stream>>>(
-      lat, lon, n, refs, n_ref, static_cast<T>(2.0 * radius), out, result);
+  const T two_r = static_cast<T>(2.0 * radius);
+  if (!split) {
+    PointsKernel<T><<<grid, PointsPolicy::kThreads, 0, env.stream>>>(lat, lon, n, refs, n_ref, two_r, out, result);
+    GC_CHECK_LAUNCH();
+    return cudaSuccess;
+  }
+  Scratch terms;
+  GC_TRY(terms.Allocate(static_cast<size_t>(n_ref) * sizeof(RefTerms<T>), env));
+  const unsigned tgrid = GridFor(CeilDiv(n_ref, TermsPolicy::kThreads), env.sm_count, TermsPolicy::kMinBlocksPerSm);
+  RefTermsKernel<T><<<tgrid, TermsPolicy::kThreads, 0, env.stream>>>(refs, n_ref, terms.as<RefTerms<T>>());
+  GC_CHECK_LAUNCH();
+  auto kernel = variant == HaversinePointsVariant::kSplitPrefetch ? PointsSplitKernel<T, true>
+                                                                   : PointsSplitKernel<T, false>;
+  kernel<<<grid, PointsPolicy::kThreads, 0, env.stream>>>(lat, lon, n, terms.as<RefTerms<T>>(), n_ref, two_r, out,
+                                                           result);
   GC_CHECK_LAUNCH();
   return cudaSuccess;
 }
 
 }  // namespace
 
-cudaError_t LaunchHaversineMesh(DType dtype, const MeshAxis& lat, const MeshAxis& lon,
-                                const RefPoint* refs, int64_t n_ref, double radius, void* out,
-                                const LaunchEnv& env) {
+cudaError_t LaunchHaversineMeshVariant(DType dtype, const MeshAxis& lat, const MeshAxis& lon,
+                                       const RefPoint* refs, int64_t n_ref, double radius, void* out,
+                                       const LaunchEnv& env, HaversineAngle angle) {
   GC_REQUIRE(lat.count >= 0 && lon.count >= 0 && n_ref >= 0);
   if (lat.count == 0 || lon.count == 0 || n_ref == 0) return cudaSuccess;
   GC_REQUIRE(refs != nullptr && out != nullptr);
-  if (dtype == DType::kFloat32) {
-    return LaunchMeshT<float>(lat, lon, refs, n_ref, radius, static_cast<float*>(out), env);
-  }
-  return LaunchMeshT<double>(lat, lon, refs, n_ref, radius, static_cast<double*>(out), env);
+  auto run = [&](auto tag) -> cudaError_t {
+    using T = decltype(tag);
+    T* o = static_cast<T*>(out);
+    switch (angle) {
+      case HaversineAngle::kAtan2: return LaunchMeshT<T, HaversineAngle::kAtan2>(lat, lon, refs, n_ref, radius, o, env);
+      case HaversineAngle::kAsinSplit: return LaunchMeshT<T, HaversineAngle::kAsinSplit>(lat, lon, refs, n_ref, radius, o, env);
+      case HaversineAngle::kAsin: return LaunchMeshT<T, HaversineAngle::kAsin>(lat, lon, refs, n_ref, radius, o, env);
+      case HaversineAngle::kAsinPolynomial:
+        return LaunchMeshT<T, HaversineAngle::kAsinPolynomial>(lat, lon, refs, n_ref, radius, o, env);
+    }
+    return cudaErrorInvalidValue;
+  };
+  return dtype == DType::kFloat32 ? run(float{}) : run(double{});
 }
 
-cudaError_t LaunchHaversinePoints(DType dtype, const void* lat, const void* lon, int64_t n_points,
-                                  const RefPoint* refs, int64_t n_ref, double radius, void* out,
-                                  PointsResult* result, const LaunchEnv& env) {
+cudaError_t LaunchHaversineMesh(DType dtype, const MeshAxis& lat, const MeshAxis& lon,
+                                const RefPoint* refs, int64_t n_ref, double radius, void* out,
+                                const LaunchEnv& env) {
+  const HaversineAngle angle = dtype == DType::kFloat32 ? kDefaultAngle<float> : kDefaultAngle<double>;
+  return LaunchHaversineMeshVariant(dtype, lat, lon, refs, n_ref, radius, out, env, angle);
+}
+
+cudaError_t LaunchHaversinePointsVariant(DType dtype, const void* lat, const void* lon, int64_t n_points,
+                                         const RefPoint* refs, int64_t n_ref, double radius, void* out,
+                                         PointsResult* result, const LaunchEnv& env,
+                                         HaversinePointsVariant variant) {
   GC_REQUIRE(n_points >= 0 && n_ref >= 0 && result != nullptr);
   // 0xff bytes: both indices kNoIndex.
   GC_TRY(cudaMemsetAsync(result, 0xff, sizeof(PointsResult), env.stream));
@@ -298,22 +534,43 @@ cudaError_t LaunchHaversinePoints(DType dtype, const void* lat, const void* lon,
   if (dtype == DType::kFloat32) {
     return LaunchPointsT<float>(static_cast<const float*>(lat), static_cast<const float*>(lon),
                                 n_points, refs, n_ref, radius, static_cast<float*>(out), result,
-                                env);
+                                env, variant);
   }
   return LaunchPointsT<double>(static_cast<const double*>(lat), static_cast<const double*>(lon),
                                n_points, refs, n_ref, radius, static_cast<double*>(out), result,
-                               env);
+                               env, variant);
+}
+
+cudaError_t LaunchHaversinePoints(DType dtype, const void* lat, const void* lon, int64_t n_points,
+                                  const RefPoint* refs, int64_t n_ref, double radius, void* out,
+                                  PointsResult* result, const LaunchEnv& env) {
+  const HaversinePointsVariant variant =
+      dtype == DType::kFloat32 ? kDefaultPointsVariant<float> : kDefaultPointsVariant<double>;
+  return LaunchHaversinePointsVariant(dtype, lat, lon, n_points, refs, n_ref, radius, out, result, env, variant);
+}
+
+template <typename T, HaversineAngle kAngle>
+void ListMeshAngle(std::vector<KernelEntry>& out, const std::string& t, const std::string& name) {
+  out.push_back({"haversine.mesh<" + t + ",vec," + name + ">", (const void*)&MeshKernel<T, true, kAngle>});
+  out.push_back({"haversine.mesh<" + t + "," + name + ">", (const void*)&MeshKernel<T, false, kAngle>});
+}
+
+template <typename T>
+void ListMeshT(std::vector<KernelEntry>& out, const std::string& t) {
+  out.push_back({"haversine.mesh_terms<" + t + ">", (const void*)&MeshTermsKernel<T>});
+  ListMeshAngle<T, HaversineAngle::kAtan2>(out, t, "atan2");
+  ListMeshAngle<T, HaversineAngle::kAsinSplit>(out, t, "asin_split");
+  ListMeshAngle<T, HaversineAngle::kAsin>(out, t, "asin");
+  ListMeshAngle<T, HaversineAngle::kAsinPolynomial>(out, t, "asin_polynomial");
+  out.push_back({"haversine.points<" + t + ">", (const void*)&PointsKernel<T>});
+  out.push_back({"haversine.ref_terms<" + t + ">", (const void*)&RefTermsKernel<T>});
+  out.push_back({"haversine.points_split<" + t + ">", (const void*)&PointsSplitKernel<T, false>});
+  out.push_back({"haversine.points_split<" + t + ",prefetch>", (const void*)&PointsSplitKernel<T, true>});
 }
 
 void ListHaversineKernels(std::vector<KernelEntry>& out) {
-  out.push_back({"haversine.mesh_terms<f32>", (const void*)&MeshTermsKernel<float>});
-  out.push_back({"haversine.mesh_terms<f64>", (const void*)&MeshTermsKernel<double>});
-  out.push_back({"haversine.mesh<f32,vec>", (const void*)&MeshKernel<float, true>});
-  out.push_back({"haversine.mesh<f32>", (const void*)&MeshKernel<float, false>});
-  out.push_back({"haversine.mesh<f64,vec>", (const void*)&MeshKernel<double, true>});
-  out.push_back({"haversine.mesh<f64>", (const void*)&MeshKernel<double, false>});
-  out.push_back({"haversine.points<f32>", (const void*)&PointsKernel<float>});
-  out.push_back({"haversine.points<f64>", (const void*)&PointsKernel<double>});
+  ListMeshT<float>(out, "f32");
+  ListMeshT<double>(out, "f64");
 }
 
 cudaError_t WarmupHaversine(const LaunchEnv& env) {
@@ -327,9 +584,15 @@ cudaError_t WarmupHaversine(const LaunchEnv& env) {
   GC_TRY(cudaMemsetAsync(s.as<void>(), 0, bytes, env.stream));
   const MeshAxis lat{29.0, 31.0, 2};
   for (DType t : {DType::kFloat32, DType::kFloat64}) {
-    GC_TRY(LaunchHaversineMesh(t, lat, MeshAxis{99.0, 101.0, 4}, ref, 1, 6371.0, buf, env));
-    GC_TRY(LaunchHaversineMesh(t, lat, MeshAxis{99.0, 101.0, 3}, ref, 1, 6371.0, buf, env));
-    GC_TRY(LaunchHaversinePoints(t, buf + 32, buf + 40, 4, ref, 1, 6371.0, buf, result, env));
+    for (HaversineAngle a : {HaversineAngle::kAtan2, HaversineAngle::kAsinSplit, HaversineAngle::kAsin,
+                             HaversineAngle::kAsinPolynomial}) {
+      GC_TRY(LaunchHaversineMeshVariant(t, lat, MeshAxis{99.0, 101.0, 4}, ref, 1, 6371.0, buf, env, a));
+      GC_TRY(LaunchHaversineMeshVariant(t, lat, MeshAxis{99.0, 101.0, 3}, ref, 1, 6371.0, buf, env, a));
+    }
+    for (HaversinePointsVariant v : {HaversinePointsVariant::kSplitTerms, HaversinePointsVariant::kDirect,
+                                     HaversinePointsVariant::kSplitPrefetch}) {
+      GC_TRY(LaunchHaversinePointsVariant(t, buf + 32, buf + 40, 4, ref, 1, 6371.0, buf, result, env, v));
+    }
   }
   return cudaSuccess;
 }

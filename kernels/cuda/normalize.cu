@@ -1,10 +1,14 @@
 // Row normalization: out[r, :] = in[r, :] / norm(in[r, :]) for SUM, L1, L2 and
 // MAX_ABS norms, accumulated in float64 for both dtypes. All rows of a request are
-// handled by one or two launches, never one launch per row:
-//   short rows (cols <= RowGroupPolicy::kMaxCols): RowGroupKernel, a group of lanes per
-//     row reduces it with shuffles and scales it; rows up to 8 elements per lane stay
-//     in registers (one read), longer ones are read twice (the second from L1/L2);
-//   long rows: ChunkReduceKernel splits every row into chunks (one block each, block
+// handled by one or two launches, never one launch per row; PlanFor picks the path
+// per shape (normalize_plan.cuh; NormalizeVariant forces one, for the benchmark and
+// the tests):
+//   tiles (normalize_tile.cuh): rows that fit in one block's shared memory, read once;
+//   row groups: RowGroupKernel, a group of lanes per row reduces it with shuffles and
+//     scales it; rows up to 8 elements per lane stay in registers (one read), longer
+//     ones (kTwoReads only) are read twice (the second from L1/L2);
+//   clusters (sm_90): a row past a tile over 8 blocks' shared memory, read once;
+//   chunks (sm_80/86/89 past a tile, or rows past a cluster): ChunkReduceKernel splits every row into chunks (one block each, block
 //     reduction via cub::BlockReduce, 16-byte loads); the last block to finish a row
 //     (threadfence + ticket) sums that row's partials in a fixed order, so the norm is
 //     deterministic; then ChunkScaleKernel divides with 16-byte loads/stores, walking
@@ -31,10 +35,14 @@
 
 #include <cub/block/block_reduce.cuh>
 #include <cstdint>
+#include <string>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launchers.h"
 #include "kernels/cuda/normalize_ops.cuh"
+#include "kernels/cuda/normalize_plan.cuh"
+#include "kernels/cuda/normalize_tile.cuh"
+#include "kernels/cuda/normalize_variants.h"
 
 namespace gpucompute::cuda {
 
@@ -308,21 +316,28 @@ __global__ void __launch_bounds__(RescuePolicy::kThreads, RescuePolicy::kMinBloc
 
 // ---- host ----------------------------------------------------------------------------
 template <typename T, NormKind kNorm>
-cudaError_t LaunchT(const T* in, T* out, int64_t rows, int64_t cols, NormalizeResult* result,
-                    const LaunchEnv& env) {
-  if (cols <= RowGroupPolicy::kMaxCols) {
-    const int group = cols <= RowGroupPolicy::kSmallCols ? 4 : 32;
-    const int64_t rows_per_block = RowGroupPolicy::kThreads / group;
-    const unsigned grid = GridFor(CeilDiv(rows, rows_per_block), env.sm_count,
-                                  RowGroupPolicy::kMinBlocksPerSm * 2);
-    if (group == 4) {
-      RowGroupKernel<T, kNorm, 4><<<grid, RowGroupPolicy::kThreads, 0, env.stream>>>(in, out, rows, cols, result);
-    } else {
-      RowGroupKernel<T, kNorm, 32><<<grid, RowGroupPolicy::kThreads, 0, env.stream>>>(in, out, rows, cols, result);
-    }
-    GC_CHECK_LAUNCH();
-    return cudaSuccess;
+cudaError_t LaunchRowGroups(const T* in, T* out, int64_t rows, int64_t cols, int group, NormalizeResult* result,
+                            const LaunchEnv& env) {
+  const int64_t rows_per_block = RowGroupPolicy::kThreads / group;
+  const unsigned grid = GridFor(CeilDiv(rows, rows_per_block), env.sm_count, RowGroupPolicy::kMinBlocksPerSm * 2);
+  auto launch = [&](auto kernel) {
+    kernel<<<grid, RowGroupPolicy::kThreads, 0, env.stream>>>(in, out, rows, cols, result);
+  };
+  switch (group) {
+    case 4: launch(RowGroupKernel<T, kNorm, 4>); break;
+    case 8: launch(RowGroupKernel<T, kNorm, 8>); break;
+    case 16: launch(RowGroupKernel<T, kNorm, 16>); break;
+    default: launch(RowGroupKernel<T, kNorm, 32>); break;
   }
+  GC_CHECK_LAUNCH();
+  return cudaSuccess;
+}
+
+// Every row read twice (the second time partly from L2): the reduction of all rows'
+// chunks, then the scaling in reverse order, each one launch over the whole GPU.
+template <typename T, NormKind kNorm>
+cudaError_t LaunchChunks(const T* in, T* out, int64_t rows, int64_t cols, NormalizeResult* result,
+                         const LaunchEnv& env) {
   const int64_t chunks = CeilDiv(cols, ChunkPolicy::kChunk);
   const int64_t total = rows * chunks;
   using Acc = typename NormOp<kNorm>::Acc;
@@ -353,14 +368,29 @@ cudaError_t LaunchT(const T* in, T* out, int64_t rows, int64_t cols, NormalizeRe
   return cudaSuccess;
 }
 
+template <typename T, NormKind kNorm>
+cudaError_t LaunchT(const T* in, T* out, int64_t rows, int64_t cols, NormalizeResult* result,
+                    const LaunchEnv& env, NormalizeVariant variant) {
+  NormalizePlan plan;
+  GC_TRY(PlanFor<T>(cols, variant, &plan));
+  switch (plan.path) {
+    case NormalizePath::kRowGroups: return LaunchRowGroups<T, kNorm>(in, out, rows, cols, plan.group, result, env);
+    case NormalizePath::kTile: return LaunchTile<T, kNorm>(in, out, rows, cols, plan.group, result, env, plan.limit);
+    case NormalizePath::kCluster:
+      return LaunchClusterRows<T, kNorm>(in, out, rows, cols, plan.blocks, plan.slice, result, env, plan.limit);
+    case NormalizePath::kChunks: break;
+  }
+  return LaunchChunks<T, kNorm>(in, out, rows, cols, result, env);
+}
+
 template <typename T>
 cudaError_t DispatchNorm(const T* in, T* out, int64_t rows, int64_t cols, NormKind norm,
-                         NormalizeResult* result, const LaunchEnv& env) {
+                         NormalizeResult* result, const LaunchEnv& env, NormalizeVariant v) {
   switch (norm) {
-    case NormKind::kSum: return LaunchT<T, NormKind::kSum>(in, out, rows, cols, result, env);
-    case NormKind::kL1: return LaunchT<T, NormKind::kL1>(in, out, rows, cols, result, env);
-    case NormKind::kL2: return LaunchT<T, NormKind::kL2>(in, out, rows, cols, result, env);
-    case NormKind::kMaxAbs: return LaunchT<T, NormKind::kMaxAbs>(in, out, rows, cols, result, env);
+    case NormKind::kSum: return LaunchT<T, NormKind::kSum>(in, out, rows, cols, result, env, v);
+    case NormKind::kL1: return LaunchT<T, NormKind::kL1>(in, out, rows, cols, result, env, v);
+    case NormKind::kL2: return LaunchT<T, NormKind::kL2>(in, out, rows, cols, result, env, v);
+    case NormKind::kMaxAbs: return LaunchT<T, NormKind::kMaxAbs>(in, out, rows, cols, result, env, v);
   }
   return cudaErrorInvalidValue;
 }
@@ -382,10 +412,17 @@ cudaError_t BadRowT(const T* in, int64_t rows, int64_t cols, NormKind norm, Norm
 template <typename T, NormKind kNorm>
 void ListNormT(std::vector<KernelEntry>& out, const std::string& name) {
   out.push_back({"normalize.row_group4<" + name + ">", (const void*)&RowGroupKernel<T, kNorm, 4>});
+  out.push_back({"normalize.row_group8<" + name + ">", (const void*)&RowGroupKernel<T, kNorm, 8>});
+  out.push_back({"normalize.row_group16<" + name + ">", (const void*)&RowGroupKernel<T, kNorm, 16>});
   out.push_back({"normalize.row_group32<" + name + ">", (const void*)&RowGroupKernel<T, kNorm, 32>});
   out.push_back({"normalize.chunk_reduce<" + name + ",vec>", (const void*)&ChunkReduceKernel<T, kNorm, true>});
   out.push_back({"normalize.chunk_reduce<" + name + ">", (const void*)&ChunkReduceKernel<T, kNorm, false>});
   out.push_back({"normalize.bad_row_norm<" + name + ">", (const void*)&BadRowNormKernel<T, kNorm>});
+  out.push_back({"normalize.tile4<" + name + ">", (const void*)&TileKernel<T, kNorm, 4>});
+  out.push_back({"normalize.tile8<" + name + ">", (const void*)&TileKernel<T, kNorm, 8>});
+  out.push_back({"normalize.tile16<" + name + ">", (const void*)&TileKernel<T, kNorm, 16>});
+  out.push_back({"normalize.tile32<" + name + ">", (const void*)&TileKernel<T, kNorm, 32>});
+  out.push_back({"normalize.cluster_row<" + name + ">", (const void*)&ClusterRowKernel<T, kNorm>});
 }
 
 template <typename T>
@@ -400,8 +437,9 @@ void ListT(std::vector<KernelEntry>& out, const std::string& t) {
 
 }  // namespace
 
-cudaError_t LaunchNormalize(DType dtype, const void* in, void* out, int64_t rows, int64_t cols,
-                            NormKind norm, NormalizeResult* result, const LaunchEnv& env) {
+cudaError_t LaunchNormalizeVariant(DType dtype, const void* in, void* out, int64_t rows,
+                                   int64_t cols, NormKind norm, NormalizeResult* result,
+                                   const LaunchEnv& env, NormalizeVariant variant) {
   GC_REQUIRE(rows >= 0 && cols >= 1 && result != nullptr);
   GC_REQUIRE(static_cast<int>(norm) >= 0 && static_cast<int>(norm) <= 3);
   const NormalizeResult init{kNoIndex, 0.0};
@@ -412,10 +450,19 @@ cudaError_t LaunchNormalize(DType dtype, const void* in, void* out, int64_t rows
   GC_REQUIRE(in != nullptr && out != nullptr);
   if (dtype == DType::kFloat32) {
     return DispatchNorm<float>(static_cast<const float*>(in), static_cast<float*>(out), rows, cols,
-                               norm, result, env);
+                               norm, result, env, variant);
   }
   return DispatchNorm<double>(static_cast<const double*>(in), static_cast<double*>(out), rows, cols,
-                              norm, result, env);
+                              norm, result, env, variant);
+}
+
+std::string DescribeNormalizePolicy(DType dtype, int64_t rows, int64_t cols, NormalizeVariant variant) {
+  return dtype == DType::kFloat32 ? DescribePlan<float>(rows, cols, variant) : DescribePlan<double>(rows, cols, variant);
+}
+
+cudaError_t LaunchNormalize(DType dtype, const void* in, void* out, int64_t rows, int64_t cols,
+                            NormKind norm, NormalizeResult* result, const LaunchEnv& env) {
+  return LaunchNormalizeVariant(dtype, in, out, rows, cols, norm, result, env, NormalizeVariant::kDefault);
 }
 
 cudaError_t LaunchNormalizeBadRowNorm(DType dtype, const void* in, int64_t rows, int64_t cols,
@@ -447,8 +494,9 @@ void ListNormalizeKernels(std::vector<KernelEntry>& out) {
 }
 
 cudaError_t WarmupNormalize(const LaunchEnv& env) {
-  // Rows of 8 (4-lane groups), 40 (warps) and 4097 columns (chunk path, vector and
-  // scalar), one row each, values 1.0; plus the error-path kernel.
+  // Rows of 8, 40, 100 and 4097 columns, one row each, on the default (tile of 4
+  // lanes, 8- / 16-lane group or tile, tile of its own) and main's paths (4-lane group, the chunks,
+  // vector and scalar); plus the error-path kernel.
   constexpr int64_t kLong = RowGroupPolicy::kMaxCols + 1;
   constexpr int64_t kOut = 4112;  // 16-byte aligned for both element sizes; kOut + 1 is not
   constexpr size_t elems = kOut + 1 + kLong + 7;
@@ -465,10 +513,13 @@ cudaError_t WarmupNormalize(const LaunchEnv& env) {
     void* out_unaligned = base + (kOut + 1) * es;
     for (int k = 0; k < 4; ++k) {
       const auto norm = static_cast<NormKind>(k);
-      GC_TRY(LaunchNormalize(t, in, out, 1, 8, norm, res, env));
-      GC_TRY(LaunchNormalize(t, in, out, 1, 40, norm, res, env));
-      GC_TRY(LaunchNormalize(t, in, out, 1, kLong, norm, res, env));
-      GC_TRY(LaunchNormalize(t, in, out_unaligned, 1, kLong, norm, res, env));
+      for (NormalizeVariant v : {NormalizeVariant::kDefault, NormalizeVariant::kTwoReads}) {
+        GC_TRY(LaunchNormalizeVariant(t, in, out, 1, 8, norm, res, env, v));
+        GC_TRY(LaunchNormalizeVariant(t, in, out, 1, 40, norm, res, env, v));
+        GC_TRY(LaunchNormalizeVariant(t, in, out, 1, 100, norm, res, env, v));
+        GC_TRY(LaunchNormalizeVariant(t, in, out, 1, kLong, norm, res, env, v));
+        GC_TRY(LaunchNormalizeVariant(t, in, out_unaligned, 1, kLong, norm, res, env, v));
+      }
       GC_TRY(LaunchNormalizeBadRowNorm(t, in, 1, 8, norm, res, env));
       GC_TRY(LaunchNormalizeRescue(t, in, out, 1, 8, norm, 0, res, env));
     }

@@ -1,0 +1,36 @@
+// Haversine launches with a forced formulation, for the benchmark (one GPU run times
+// every candidate) and the tests (each against the float64 reference). The backend
+// calls LaunchHaversineMesh / LaunchHaversinePoints, which use the defaults.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/launchers.h"
+
+namespace gpucompute::cuda {
+
+// The last step, half the central angle from h = sin^2(dlat/2) + ... in [0, 1].
+enum class HaversineAngle {
+  kAtan2 = 0,      // atan2(sqrt(h), sqrt(1 - h)); float32: a polynomial atan
+  kAsinSplit = 1,  // asin(sqrt(min(h, 1 - h))), reflected when h > 1/2
+  kAsin = 2,       // asin(sqrt(h)) (default f64)
+  kAsinPolynomial = 3,  // kAsinSplit with a polynomial for asin(sqrt(m)) / sqrt(m), m <= 1/2
+                        // (float64 degree 19, float32 degree 7; default f32)
+};
+
+enum class HaversinePointsVariant {
+  kSplitTerms = 0,  // per-point and per-reference half-angle terms (default f64)
+  kDirect = 1,      // two sines per (reference, point)
+  kSplitPrefetch = 2,  // kSplitTerms, the next points loaded while these are computed
+                       // (default f32)
+};
+
+cudaError_t LaunchHaversineMeshVariant(DType dtype, const MeshAxis& lat, const MeshAxis& lon,
+                                       const RefPoint* refs, int64_t n_ref, double radius, void* out,
+                                       const LaunchEnv& env, HaversineAngle angle);
+cudaError_t LaunchHaversinePointsVariant(DType dtype, const void* lat, const void* lon, int64_t n_points,
+                                         const RefPoint* refs, int64_t n_ref, double radius, void* out,
+                                         PointsResult* result, const LaunchEnv& env,
+                                         HaversinePointsVariant variant);
+
+}  // namespace gpucompute::cuda

@@ -1,0 +1,129 @@
+// The normalize policy (normalize.cu, its only includer): which path runs a shape
+// (PlanFor), and its description for the benchmark's log (DescribePlan).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/cuda/normalize_ops.cuh"
+#include "kernels/cuda/normalize_tile.cuh"
+#include "kernels/cuda/normalize_variants.h"
+
+namespace gpucompute::cuda {
+namespace {
+
+// What runs for one shape (LaunchT in normalize.cu runs it).
+enum class NormalizePath { kRowGroups, kTile, kCluster, kChunks };
+struct NormalizePlan {
+  NormalizePath path = NormalizePath::kChunks;
+  int group = 32;        // kRowGroups, kTile: lanes per row
+  int64_t limit = 0;     // kTile, kCluster: shared memory one block may have
+  int blocks = 0;        // kCluster: blocks per row
+  int64_t slice = 0;     // kCluster: elements per block
+};
+
+// The default per shape class, the winners of bench/run_gpu_kernels.sh (H100, run 2 at
+// 196d676; ms for 800 MB of float32 / 1.6 GB of float64 in + out):
+// - rows <= kLaneTileCols: a tile, 4 lanes a row (f32 1e7 x 10: 0.333);
+// - rows up to kRegisterCols: float32 the narrowest lane group holding the row in
+//   registers (64: 0.296 against a warp a row's 0.627; 100: 0.303 / 0.426; 128: 0.301 /
+//   0.349), float64 a tile with 8 / 16 lanes a row (64: 0.274 / 0.307; 128: 0.274 /
+//   0.294; 256: 0.276 / 0.290);
+// - rows that fit one block's shared memory: a tile (1e3, 1e4: ~0.31 f32, ~0.28 f64);
+// - longer rows: on sm_90 a cluster of 8 blocks where the row fits it (1e5: f32 0.339
+//   against the chunks' 0.442, f64 0.360 / 0.431), else (sm_80/86/89, rows past the
+//   cluster: 1e6, 1e7) main's chunks in one pass.
+template <typename T>
+struct DefaultNormalizePolicy {
+  static constexpr int64_t kLaneTileCols = TilePolicy::kSmallCols;
+  static constexpr int64_t kRegisterCols = 32 * RowGroupPolicy::kPerLane;
+  static constexpr bool kRegisterRowsInGroups = sizeof(T) == 4;  // else in narrow-lane tiles
+};
+
+inline void PlanNarrowGroups(int64_t cols, NormalizePlan* plan) {
+  plan->path = NormalizePath::kRowGroups;
+  plan->group = 4;
+  while (cols > plan->group * RowGroupPolicy::kPerLane) plan->group *= 2;
+}
+
+inline void PlanTile(int64_t cols, bool narrow, NormalizePlan* plan) {
+  plan->path = NormalizePath::kTile;
+  plan->group = TileGroupFor(cols, narrow);
+}
+
+// A cluster where the device has them (sm_90) and the row fits 8 blocks, else chunks.
+template <typename T>
+cudaError_t PlanCluster(int64_t cols, NormalizePlan* plan) {
+  bool clusters = false;
+  GC_TRY(HasClusters(&clusters));
+  plan->blocks = clusters ? ClusterBlocksFor<T>(cols, plan->limit, &plan->slice) : 0;
+  if (plan->blocks > 0) plan->path = NormalizePath::kCluster;
+  return cudaSuccess;
+}
+
+template <typename T>
+cudaError_t PlanFor(int64_t cols, NormalizeVariant variant, NormalizePlan* plan) {
+  using Policy = DefaultNormalizePolicy<T>;
+  *plan = NormalizePlan{};
+  GC_TRY(TileSharedLimit(&plan->limit));
+  const bool fits_tile = TileFits<T>(cols, plan->limit);
+  switch (variant) {
+    case NormalizeVariant::kTwoReads:
+      if (cols <= RowGroupPolicy::kMaxCols) {
+        plan->path = NormalizePath::kRowGroups;
+        plan->group = cols <= RowGroupPolicy::kSmallCols ? 4 : 32;
+      }
+      return cudaSuccess;
+    case NormalizeVariant::kTile:
+      if (fits_tile) PlanTile(cols, true, plan);
+      return cudaSuccess;
+    case NormalizeVariant::kNarrowGroups:
+      if (cols <= Policy::kRegisterCols) {
+        PlanNarrowGroups(cols, plan);
+        return cudaSuccess;
+      }
+      break;
+    case NormalizeVariant::kCluster:
+      if (!fits_tile) return PlanCluster<T>(cols, plan);
+      break;
+    case NormalizeVariant::kDefault:
+      break;
+  }
+  if (cols <= Policy::kLaneTileCols && fits_tile) {
+    PlanTile(cols, false, plan);
+  } else if (cols <= Policy::kRegisterCols && Policy::kRegisterRowsInGroups) {
+    PlanNarrowGroups(cols, plan);
+  } else if (fits_tile) {
+    PlanTile(cols, cols <= Policy::kRegisterCols, plan);
+  } else {
+    return PlanCluster<T>(cols, plan);
+  }
+  return cudaSuccess;
+}
+
+template <typename T>
+std::string DescribePlan(int64_t rows, int64_t cols, NormalizeVariant variant) {
+  NormalizePlan plan;
+  if (PlanFor<T>(cols, variant, &plan) != cudaSuccess) return "no device";
+  switch (plan.path) {
+    case NormalizePath::kRowGroups: return "row groups of " + std::to_string(plan.group);
+    case NormalizePath::kTile: {
+      const int64_t tile_rows = TileRowsFor<T>(rows, cols);
+      const std::string lanes = plan.group < 32 || tile_rows >= TilePolicy::kWarps
+                                    ? std::to_string(plan.group) + " lanes/row"
+                                    : std::string("the block/row");
+      return "tile, " + std::to_string(tile_rows) + " rows/tile, " + lanes + ", " +
+             std::to_string(TileSharedBytes<T>(tile_rows, cols) / 1024) + " KiB";
+    }
+    case NormalizePath::kCluster:
+      return "cluster of " + std::to_string(plan.blocks) + " blocks/row, " + std::to_string(plan.slice) +
+             " elements each";
+    case NormalizePath::kChunks: break;
+  }
+  return "chunks of " + std::to_string(ChunkPolicy::kChunk) + ", one pass";
+}
+
+}  // namespace
+}  // namespace gpucompute::cuda

@@ -1,0 +1,35 @@
+// The normalize launch with a forced policy, for the benchmark (every candidate path
+// timed per shape, so one run decides the default) and the tests (every path against
+// the reference). The backend calls LaunchNormalize, which is kDefault.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/cuda/launchers.h"
+
+namespace gpucompute::cuda {
+
+enum class NormalizeVariant {
+  kDefault = 0,       // per shape, the fastest measured (normalize.cu, LaunchT)
+  kTwoReads = 1,      // main's paths: lane groups of 4 / 32 (rows <= 4096), else chunks
+                      // (a warp a row up to 256 columns: main's and run 1's default)
+  kTile = 2,          // a shared-memory tile wherever the row fits one block (rows up to
+                      // 512 with narrower lane groups, TileGroupFor), else chunks
+  kCluster = 3,       // rows past a tile over a cluster of 8 blocks where one fits (sm_90;
+                      // the default there too), else chunks; shorter rows as kDefault
+  kNarrowGroups = 4,  // rows up to 256: lane groups of 4 / 8 / 16 / 32, the narrowest
+                      // holding the row in registers (8 per lane; the float32 default
+                      // from 33 columns); else kDefault
+};
+
+// What `variant` runs for this shape on the current device (for the benchmark's log).
+std::string DescribeNormalizePolicy(DType dtype, int64_t rows, int64_t cols, NormalizeVariant variant);
+
+cudaError_t LaunchNormalizeVariant(DType dtype, const void* in, void* out, int64_t rows,
+                                   int64_t cols, NormKind norm, NormalizeResult* result,
+                                   const LaunchEnv& env, NormalizeVariant variant);
+
+}  // namespace gpucompute::cuda

@@ -1,0 +1,302 @@
+// Every launch policy and formulation of the normalize and haversine kernels (the
+// defaults and the variants the benchmark times, normalize_variants.h and
+// haversine_variants.h) against the CPU backend in float64: row lengths on both sides
+// of each policy switch, pointers off 16-byte alignment, odd sizes, poisoned outputs
+// that must all be overwritten, and bad rows on every path. Launchers are called
+// directly (raw device memory, so pointers can be offset).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cuda/haversine_variants.h"
+#include "kernels/cuda/launchers.h"
+#include "kernels/cuda/normalize_variants.h"
+#include "tests/testing/arrays.h"
+#include "tests/testing/gpu_present.h"
+#include "tests/testing/tensors.h"
+
+namespace gpucompute {
+namespace {
+
+using test::ExpectRelativeL2;
+using test::FreshSeed;
+using test::Poisoned;
+using test::Put;
+using test::Read;
+using test::ToDoubles;
+using test::Uniform;
+
+using test::GpuPresent;
+
+#define REQUIRE_GPU()                                                    \
+  do {                                                                   \
+    if (!GpuPresent()) GTEST_SKIP() << "no CUDA device present";         \
+  } while (0)
+
+#define ASSERT_CUDA(expr)                                                \
+  do {                                                                   \
+    const cudaError_t _e = (expr);                                       \
+    ASSERT_EQ(_e, cudaSuccess) << #expr << ": " << cudaGetErrorString(_e); \
+  } while (0)
+
+Backend* Cpu() {
+  static std::unique_ptr<Backend> backend = CreateCpuBackend(0);
+  return backend.get();
+}
+
+cuda::LaunchEnv Env() {
+  int device = 0, sms = 1;
+  (void)cudaGetDevice(&device);
+  (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  return cuda::LaunchEnv{nullptr, nullptr, sms};
+}
+
+// Device memory for n elements of T at `offset` elements past a 256-byte boundary,
+// every byte 0xff (NaN) until written.
+template <typename T>
+struct DeviceBuffer {
+  void* base = nullptr;
+  T* p = nullptr;
+  DeviceBuffer(int64_t n, int offset) {
+    if (cudaMalloc(&base, (n + offset + 1) * sizeof(T)) != cudaSuccess) return;
+    p = static_cast<T*>(base) + offset;
+    (void)cudaMemset(base, 0xff, (n + offset + 1) * sizeof(T));
+  }
+  ~DeviceBuffer() { cudaFree(base); }
+  void Upload(const std::vector<T>& v) { (void)cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice); }
+  std::vector<T> Download(int64_t n) const {
+    std::vector<T> v(n);
+    (void)cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
+    return v;
+  }
+};
+
+template <typename T>
+constexpr DType kDType = sizeof(T) == 4 ? DType::kFloat32 : DType::kFloat64;
+
+constexpr NormKind kAllNorms[] = {NormKind::kSum, NormKind::kL1, NormKind::kL2, NormKind::kMaxAbs};
+constexpr cuda::NormalizeVariant kNormalizeVariants[] = {
+    cuda::NormalizeVariant::kDefault, cuda::NormalizeVariant::kTwoReads, cuda::NormalizeVariant::kTile,
+    cuda::NormalizeVariant::kCluster, cuda::NormalizeVariant::kNarrowGroups};
+
+// Runs one variant on x (rows x cols) and returns the device's result struct and output.
+template <typename T>
+void RunNormalize(const std::vector<T>& x, int64_t rows, int64_t cols, NormKind norm, cuda::NormalizeVariant v,
+                  int in_offset, int out_offset, cuda::NormalizeResult* host_result, std::vector<T>* out) {
+  const int64_t n = rows * cols;
+  DeviceBuffer<T> in(n, in_offset), o(n, out_offset);
+  DeviceBuffer<cuda::NormalizeResult> res(1, 0);
+  ASSERT_NE(in.p, nullptr);
+  ASSERT_NE(o.p, nullptr);
+  in.Upload(x);
+  ASSERT_CUDA(cuda::LaunchNormalizeVariant(kDType<T>, in.p, o.p, rows, cols, norm, res.p, Env(), v));
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  *host_result = res.Download(1)[0];
+  *out = o.Download(n);
+}
+
+template <typename T>
+void CheckNormalizeVariants(int64_t rows, int64_t cols) {
+  const uint64_t seed = FreshSeed();
+  const Shape shape = {rows, cols};
+  for (NormKind norm : kAllNorms) {
+    const std::vector<T> x = Uniform<T>(rows * cols, norm == NormKind::kSum ? 0.1 : -1.0, 1.0, seed);
+    OpContext ctx;
+    auto ref = Poisoned(*Cpu(), kDType<T>, shape);
+    ASSERT_TRUE(Cpu()->Normalize(*Put(*Cpu(), shape, x), norm, *ref, ctx).ok());
+    const std::vector<double> want = ToDoubles(Read<T>(*Cpu(), *ref));
+    for (cuda::NormalizeVariant v : kNormalizeVariants) {
+      // Aligned, input off by one element, output off by one element.
+      for (const auto [in_off, out_off] : {std::pair{0, 0}, std::pair{1, 0}, std::pair{0, 1}}) {
+        SCOPED_TRACE(absl::StrCat(rows, " x ", cols, sizeof(T) == 4 ? " f32" : " f64", " norm ",
+                                  static_cast<int>(norm), " variant ", static_cast<int>(v), " offsets ",
+                                  in_off, "/", out_off, " seed ", seed));
+        cuda::NormalizeResult result{};
+        std::vector<T> got;
+        RunNormalize(x, rows, cols, norm, v, in_off, out_off, &result, &got);
+        ASSERT_EQ(result.bad_row, cuda::kNoIndex);
+        for (T g : got) ASSERT_TRUE(std::isfinite(g)) << "an output element was left unwritten";
+        ExpectRelativeL2(ToDoubles(got), want, sizeof(T) == 4 ? 1e-6 : 1e-14);
+      }
+    }
+  }
+}
+
+// Row lengths around every switch of the policy: 4-lane groups (<= 32 columns), the
+// per-row slot cap (<= 4 columns in float32, 2 in float64), tiles of several rows (a
+// row <= 4 KiB: 1024 / 512 columns) and of one row (> 32 KiB: 8192 / 4096), the
+// shared-memory limit (~57848 / 28924 columns on sm_90, ~41k / 20.7k on sm_80,
+// ~24.5k / 12.2k on sm_86/89), the register rows of the lane groups (32 / 64 / 128 /
+// 256 columns for groups of 4 / 8 / 16 / 32), the chunks (> 4096) and the clusters
+// (sm_90, the default and kCluster: 8 blocks of up to ~57.8k float32).
+TEST(GpuKernelVariants, NormalizeAroundEveryPolicySwitch) {
+  REQUIRE_GPU();
+  for (int64_t cols : {1, 2, 3, 4, 5, 31, 32, 33, 64, 65, 100, 128, 129, 256, 257, 1023, 1024, 1025}) {
+    CheckNormalizeVariants<float>(301, cols);
+    CheckNormalizeVariants<double>(301, cols);
+  }
+  for (int64_t cols : {511, 512, 513, 4095, 4096, 4097, 8191, 8192, 8193}) {
+    CheckNormalizeVariants<float>(13, cols);
+    CheckNormalizeVariants<double>(13, cols);
+  }
+  for (int64_t cols : {12287, 12289, 20700, 24577, 28924, 28925, 41471, 41473, 57848, 57849, 65537}) {
+    CheckNormalizeVariants<float>(3, cols);
+    CheckNormalizeVariants<double>(3, cols);
+  }
+  // Clusters (sm_90): 8 blocks per row, the last slice short; past 8 slices of a tile, chunks.
+  for (int64_t cols : {100003, 231429, 462851}) {
+    CheckNormalizeVariants<float>(2, cols);
+    CheckNormalizeVariants<double>(2, cols);
+  }
+  CheckNormalizeVariants<float>(9000, 7);  // several tiles of 2048 rows and a partial one
+  // Many rows of chunks (one launch each for the reduction and the scaling).
+  CheckNormalizeVariants<float>(100, 65537);
+  CheckNormalizeVariants<double>(60, 65537);
+}
+
+// A zero row is never divided by: the lowest bad row is reported, the others are
+// normalized, on every path (rows `first` and `first` + 2 are zero).
+template <typename T>
+void CheckBadRows(int64_t cols, int64_t rows = 7, int64_t first = 3) {
+  std::vector<T> x = Uniform<T>(rows * cols, 0.5, 1.5, FreshSeed());
+  for (int64_t r : {first, first + 2}) std::fill(x.begin() + r * cols, x.begin() + (r + 1) * cols, T(0));
+  for (NormKind norm : kAllNorms) {
+    for (cuda::NormalizeVariant v : kNormalizeVariants) {
+      SCOPED_TRACE(absl::StrCat(cols, " cols", sizeof(T) == 4 ? " f32" : " f64", " norm ", static_cast<int>(norm),
+                                " variant ", static_cast<int>(v)));
+      cuda::NormalizeResult result{};
+      std::vector<T> got;
+      RunNormalize(x, rows, cols, norm, v, 0, 0, &result, &got);
+      EXPECT_EQ(result.bad_row, static_cast<unsigned long long>(first));
+      for (int64_t c = 0; c < cols; ++c) {
+        ASSERT_TRUE(std::isfinite(got[c])) << "row 0 was not normalized";
+        ASSERT_TRUE(std::isfinite(got[(rows - 1) * cols + c])) << "the last row was not normalized";
+        ASSERT_TRUE(std::isnan(got[first * cols + c])) << "the zero row was written";
+      }
+    }
+  }
+}
+
+TEST(GpuKernelVariants, NormalizeBadRowsOnEveryPath) {
+  REQUIRE_GPU();
+  for (int64_t cols : {3, 50, 100, 2000, 9000, 70001}) {
+    CheckBadRows<float>(cols);
+    CheckBadRows<double>(cols);
+  }
+  CheckBadRows<float>(65537, 100, 96);  // among many chunked rows
+}
+
+TEST(GpuKernelVariants, NormalizeBadRowsUnderRacecheck) {  // small: racecheck is slow
+  REQUIRE_GPU();
+  for (int64_t cols : {3, 100, 2000, 9000}) CheckBadRows<float>(cols);
+}
+
+// ---- haversine ----------------------------------------------------------------------------
+struct DeviceRefs {
+  DeviceBuffer<cuda::RefPoint> buffer;
+  explicit DeviceRefs(const std::vector<GeoPoint>& refs) : buffer(static_cast<int64_t>(refs.size()), 0) {
+    std::vector<cuda::RefPoint> h(refs.size());
+    for (size_t i = 0; i < refs.size(); ++i) {
+      h[i] = {refs[i].lat, refs[i].lon, std::cos(refs[i].lat * 0.017453292519943295769), 0};
+    }
+    buffer.Upload(h);
+  }
+};
+
+template <typename T>
+void CheckMeshAngles(const LatLonMesh& mesh, const std::vector<GeoPoint>& refs, double rel_l2) {
+  const int64_t n_ref = static_cast<int64_t>(refs.size());
+  const Shape shape = {n_ref, mesh.lat.count, mesh.lon.count};
+  const int64_t n = n_ref * mesh.lat.count * mesh.lon.count;
+  OpContext ctx;
+  auto ref = Poisoned(*Cpu(), DType::kFloat64, shape);
+  ASSERT_TRUE(Cpu()->HaversineMesh(mesh, refs, kDefaultEarthRadiusKm, *ref, ctx).ok());
+  const std::vector<double> want = Read<double>(*Cpu(), *ref);
+  const DeviceRefs d_refs(refs);
+  for (auto angle : {cuda::HaversineAngle::kAtan2, cuda::HaversineAngle::kAsinSplit, cuda::HaversineAngle::kAsin,
+                     cuda::HaversineAngle::kAsinPolynomial}) {
+    for (int offset : {0, 1}) {  // vector stores, and scalar ones
+      SCOPED_TRACE(absl::StrCat(mesh.lat.count, " x ", mesh.lon.count, sizeof(T) == 4 ? " f32" : " f64",
+                                " angle ", static_cast<int>(angle), " offset ", offset));
+      DeviceBuffer<T> out(n, offset);
+      ASSERT_CUDA(cuda::LaunchHaversineMeshVariant(
+          kDType<T>, {mesh.lat.start, mesh.lat.stop, mesh.lat.count}, {mesh.lon.start, mesh.lon.stop, mesh.lon.count},
+          d_refs.buffer.p, n_ref, kDefaultEarthRadiusKm, out.p, Env(), angle));
+      ASSERT_CUDA(cudaDeviceSynchronize());
+      const std::vector<T> got = out.Download(n);
+      for (T g : got) ASSERT_TRUE(std::isfinite(g)) << "an output element was left unwritten";
+      ExpectRelativeL2(ToDoubles(got), want, rel_l2);
+    }
+  }
+}
+
+TEST(GpuKernelVariants, HaversineMeshEveryAngleFormulation) {
+  REQUIRE_GPU();
+  const std::vector<GeoPoint> refs = {{30, 101}, {-12.5, 40}, {89.9, -170}};
+  // Across the globe, including points near each reference's antipode (h near 1).
+  const LatLonMesh globe{{-89.5, 89.5, 181}, {-179, 181, 363}};
+  CheckMeshAngles<float>(globe, refs, 2e-6);
+  CheckMeshAngles<double>(globe, refs, 1e-12);
+  // Around the first reference's antipode (-30, -79), where 1 - h is ~1e-11 and the
+  // distance is that ill-conditioned in h itself (the CPU reference included).
+  const LatLonMesh antipode{{-30.01, -29.99, 34}, {-79.01, -78.99, 36}};
+  CheckMeshAngles<double>(antipode, refs, 1e-9);
+  CheckMeshAngles<float>({{29, 31, 7}, {99, 101, 9}}, refs, 2e-6);  // odd sizes, tiny
+}
+
+template <typename T>
+void CheckPointsVariants(int64_t n, int n_ref) {
+  const uint64_t seed = FreshSeed();
+  std::vector<GeoPoint> refs;
+  const std::vector<double> rl = Uniform<double>(n_ref, -89, 89, seed + 7), ro = Uniform<double>(n_ref, -180, 180, seed + 8);
+  for (int r = 0; r < n_ref; ++r) refs.push_back({rl[r], ro[r]});
+  const std::vector<T> lat = Uniform<T>(n, -90, 90, seed), lon = Uniform<T>(n, -540, 540, seed + 1);
+  const std::vector<double> lat64(lat.begin(), lat.end()), lon64(lon.begin(), lon.end());
+  OpContext ctx;
+  auto ref = Poisoned(*Cpu(), DType::kFloat64, {n_ref, n});
+  ASSERT_TRUE(Cpu()->HaversinePoints(*Put(*Cpu(), {n}, lat64), *Put(*Cpu(), {n}, lon64), refs,
+                                     kDefaultEarthRadiusKm, *ref, ctx).ok());
+  const std::vector<double> want = Read<double>(*Cpu(), *ref);
+  const DeviceRefs d_refs(refs);
+  for (auto v : {cuda::HaversinePointsVariant::kSplitTerms, cuda::HaversinePointsVariant::kDirect,
+                 cuda::HaversinePointsVariant::kSplitPrefetch}) {
+    SCOPED_TRACE(absl::StrCat(n, " points x ", n_ref, sizeof(T) == 4 ? " f32" : " f64", " variant ",
+                              static_cast<int>(v), " seed ", seed));
+    DeviceBuffer<T> la(n, 1), lo(n, 0), out(n * n_ref, 1);
+    DeviceBuffer<cuda::PointsResult> res(1, 0);
+    la.Upload(lat);
+    lo.Upload(lon);
+    ASSERT_CUDA(cuda::LaunchHaversinePointsVariant(kDType<T>, la.p, lo.p, n, d_refs.buffer.p, n_ref,
+                                                   kDefaultEarthRadiusKm, out.p, res.p, Env(), v));
+    ASSERT_CUDA(cudaDeviceSynchronize());
+    const cuda::PointsResult r = res.Download(1)[0];
+    EXPECT_EQ(r.bad_lat, cuda::kNoIndex);
+    EXPECT_EQ(r.bad_lon, cuda::kNoIndex);
+    const std::vector<T> got = out.Download(n * n_ref);
+    for (T g : got) ASSERT_TRUE(std::isfinite(g)) << "an output element was left unwritten";
+    ExpectRelativeL2(ToDoubles(got), want, sizeof(T) == 4 ? 1e-5 : 1e-12);
+  }
+}
+
+TEST(GpuKernelVariants, HaversinePointsEveryVariant) {
+  REQUIRE_GPU();
+  for (int64_t n : {1, 5, 1023, 300007}) {  // fewer points than one thread's share, odd tails
+    CheckPointsVariants<float>(n, 3);
+    CheckPointsVariants<double>(n, 3);
+  }
+  CheckPointsVariants<double>(4099, 70);  // more references than blocks in y
+}
+
+}  // namespace
+}  // namespace gpucompute
