@@ -74,15 +74,19 @@ def plan_batches(info, n, d, forced_batch, kept):
     factors = per_slice
     device = info.devices[0] if info.devices else None
     dev_mem = device.memory_bytes if device and device.memory_bytes else 0
+    # The server's memory budget, where smaller: allocations over 1/16 of it may
+    # together fill only 3/4 of it (the rest is kept for small requests).
+    if device and device.memory_budget_bytes:
+        dev_mem = min(dev_mem or device.memory_budget_bytes, device.memory_budget_bytes)
     quota = info.limits.buffer_quota_bytes
     host = host_available_bytes()
     # Stored on the server: factors + values batch (quota and device memory); the
     # device also holds the batch's result while it streams back.
     by_quota = (quota - factors) // (per_slice * (2 if kept else 1)) if quota > factors else 0
-    by_device = int(0.85 * dev_mem - factors) // (2 * per_slice) if dev_mem else d
+    by_device = int(0.7 * dev_mem - factors) // (2 * per_slice) if dev_mem else d
     # This host holds the values batch, the streamed result and one slice of check.
     by_host = int(0.6 * host - factors) // (2 * per_slice + 1)
-    fits_whole = factors + 2 * d * per_slice <= 0.85 * dev_mem and factors + d * per_slice <= quota
+    fits_whole = factors + 2 * d * per_slice <= 0.7 * dev_mem and factors + d * per_slice <= quota
     batch = forced_batch or max(0, min(d, by_quota, by_device, by_host))
     print(f"plan: factors {gb(factors)}, values and result {gb(d * per_slice)} each; "
           f"device {device.name if device else '?'} memory {gb(dev_mem)}, buffer quota "

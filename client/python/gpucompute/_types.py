@@ -122,6 +122,7 @@ class DeviceInfo:
     description: str
     memory_bytes: int
     healthy: bool
+    memory_budget_bytes: int = 0  # what all arrays on it may take (0: no budget reported)
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,8 @@ class ServerInfo:
             max_device_queue_depth=lim.max_device_queue_depth)
         return cls(
             version=raw.version, backend=raw.backend, backend_note=raw.backend_note,
-            devices=tuple(DeviceInfo(d.name, d.description, d.memory_bytes, d.healthy)
+            devices=tuple(DeviceInfo(d.name, d.description, d.memory_bytes, d.healthy,
+                                    d.memory_budget_bytes)
                           for d in raw.devices),
             operations={op.name: tuple(PB_TO_NP[d] for d in op.dtypes if d in PB_TO_NP)
                         for op in raw.operations},
