@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/check_or_exit.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_resources.h"
@@ -36,24 +37,6 @@
 
 namespace gpucompute {
 namespace {
-
-#define CHECK_CUDA(expr)                                                                   \
-  do {                                                                                     \
-    cudaError_t _e = (expr);                                                               \
-    if (_e != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(_e)); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
-
-#define CHECK_OK(expr)                                                                     \
-  do {                                                                                     \
-    absl::Status _s = (expr);                                                              \
-    if (!_s.ok()) {                                                                        \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, _s.ToString().c_str()); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

@@ -23,21 +23,13 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "bench/check_or_exit.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/lombscargle_nufft.h"
 
 namespace gpucompute {
 namespace {
-
-#define CHECK_OK(expr)                                                                     \
-  do {                                                                                     \
-    absl::Status _s = (expr);                                                              \
-    if (!_s.ok()) {                                                                        \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, _s.ToString().c_str()); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
 
 struct Case {
   std::string name;
