@@ -17,8 +17,9 @@ namespace gpucompute {
 
 class ChunkMemory {
  public:
-  // Kept outside the host memory budget, as gRPC's own buffers are (it is what
-  // the budget's chunk charges recently released).
+  // Not charged block by block (it is what the budget's chunk charges recently
+  // released): the server binary charges this cap once at start, with gRPC's
+  // resource quota (ServerConfig::charge_process_memory).
   static constexpr size_t kMaxCachedBytes = size_t{64} << 20;
 
   // The process's pool (chunks may be released by gRPC after any server object

@@ -14,6 +14,7 @@
 #include "server/admission.h"
 #include "server/buffer_store.h"
 #include "server/buffers_service.h"
+#include "server/chunk_memory.h"
 #include "server/compute_service.h"
 #include "server/executor.h"
 #include "server/info_service.h"
@@ -80,11 +81,12 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
   server->config_.resource_quota_bytes =
       ResourceQuotaBytes(config.resource_quota_bytes, host_budget.get());
   if (config.charge_process_memory && host_budget != nullptr) {
-    // The resident set the budget does not count yet (it counts pinned staging).
+    // The resident set the budget does not count yet (it counts pinned staging),
+    // what gRPC may take, and the recycled result-chunk memory kept for reuse.
     const uint64_t resident = ResidentSetBytes();
     server->process_memory_ = host_budget->ChargeFixed(
         resident - std::min(resident, host_budget->used_bytes()) +
-        server->config_.resource_quota_bytes);
+        server->config_.resource_quota_bytes + ChunkMemory::kMaxCachedBytes);
   }
 
   server->metrics_ = std::make_unique<Metrics>(BuildInfo{kVersion, GPUCOMPUTE_GIT_COMMIT,
