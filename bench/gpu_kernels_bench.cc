@@ -362,23 +362,29 @@ void LombScargle(Bench& b, bool quick) {
         return OpMs(ctx);
       });
     }
-    // Launch-policy variants, straight through the launcher (kernels only).
-    for (int variant : {0, 1}) {
-      cuda::LombScargleArgs a;
-      a.samples = n;
-      a.frequencies = m;
-      a.x = x->data();
-      a.y = y->data();
-      a.grid_start = 0.01;
-      a.grid_stop = 10.0;
-      a.floating_mean = true;
-      a.out = out->data();
-      cuda::LombScargleResult* res = nullptr;
-      CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&res), sizeof(*res)));
-      TimeLaunch(b, absl::StrCat("  launcher v", variant), t, size, 0, static_cast<double>(n) * m, [&] {
-        return cuda::LaunchLombScargleVariant(dt, a, res, cuda::LaunchEnv{b.stream, b.pool, b.sm_count}, variant);
-      });
-      cudaFree(res);
+    // Launch-policy variants, straight through the launcher (kernels only), on the grid
+    // and on explicit random frequencies.
+    auto freqs = b.Alloc(dt, {m}, 0.01, 10, 45);
+    for (int variant = 0; variant < cuda::LombScargleVariantCount(dt); ++variant) {
+      for (bool explicit_freqs : {false, true}) {
+        cuda::LombScargleArgs a;
+        if (explicit_freqs) a.freqs = freqs->data();
+        a.samples = n;
+        a.frequencies = m;
+        a.x = x->data();
+        a.y = y->data();
+        a.grid_start = 0.01;
+        a.grid_stop = 10.0;
+        a.floating_mean = true;
+        a.out = out->data();
+        cuda::LombScargleResult* res = nullptr;
+        CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&res), sizeof(*res)));
+        TimeLaunch(b, absl::StrCat("  launcher v", variant, explicit_freqs ? " freqs" : ""), t, size, 0,
+                   static_cast<double>(n) * m, [&] {
+          return cuda::LaunchLombScargleVariant(dt, a, res, cuda::LaunchEnv{b.stream, b.pool, b.sm_count}, variant);
+        });
+        cudaFree(res);
+      }
     }
   }
 }

@@ -25,7 +25,8 @@
 #   3b. where nsys is installed, its per-kernel sums for the 3000 x 1e6 case;
 #   4. cupyx.scipy.signal.lombscargle on the same cases in the same run (explicit freqs);
 #   5. seed 004 end to end from host arrays: the Python client against a fresh CUDA
-#      server, and cupyx from the same numpy arrays (copy in, periodogram, copy out).
+#      server (result over gRPC, and into a shared array on the same host), and cupyx
+#      from the same numpy arrays (copy in, periodogram, copy out).
 set -u
 BUNDLE=${BUNDLE:-.device/ls}
 OUT=${OUT:-gpu-out}
@@ -120,7 +121,8 @@ PY
 
 step "5. seed 004 end to end from host arrays (limit 60 s)"
 PORT=50161
-"$BUNDLE/gpucompute-server" --backend=cuda --address=127.0.0.1:$PORT --metrics_address=127.0.0.1:9575 > "$OUT/ls_server.log" 2>&1 &
+"$BUNDLE/gpucompute-server" --backend=cuda --address=127.0.0.1:$PORT --metrics_address=127.0.0.1:9575 \
+  --allow_shared_memory > "$OUT/ls_server.log" 2>&1 &
 SERVER=$!
 for _ in $(seq 100); do
   "$BUNDLE/gpucompute-cli" --target=127.0.0.1:$PORT --timeout=1s health > /dev/null 2>&1 && break
@@ -150,6 +152,11 @@ for dt in (np.float32, np.float64):
         wall = med(lambda: client.lombscargle(xs, ys, grid, method=method))
         print(f"gpucompute {np.dtype(dt).name:8s} {method:6s} -> {timing.method:6s} end to end {wall:9.3f} ms "
               f"(compute {timing.compute * 1e3:.3f} ms)")
+    # Same host: the result lands in a shared array the server maps (out=), no gRPC bytes.
+    out = client.shared_array((m,), dt)
+    wall = med(lambda: client.lombscargle(xs, ys, grid, out=out))
+    print(f"gpucompute {np.dtype(dt).name:8s} auto   out=shared_array  end to end {wall:9.3f} ms")
+    client.free_shared(out)
     try:
         import cupy as cp
         from cupyx.scipy.signal import lombscargle

@@ -478,6 +478,25 @@ TYPED_TEST(LombScargleConformance, SinusoidsOverALongBaseline) {
   });
 }
 
+// float64 phases f x past the CUDA kernel's sin/cos table bound (1e12) take libdevice's
+// exact reduction, thread by thread: with f up to 10 and x up to 2e11 both kinds of
+// thread share warps. Explicit frequencies only: at such phases a 1-ulp difference in
+// how a grid point is computed moves the phase by 1e-4 rad. (float32 x cannot carry
+// such times.)
+TYPED_TEST(LombScargleConformance, PhasesPastTheTableBound) {
+  if constexpr (sizeof(typename TypeParam::Element) == 8) {
+    const LombScargleOptions direct{.method = LombScargleMethod::kDirect};
+    const LombScargleOptions normalized_fm{
+        .normalize = true, .floating_mean = true, .method = LombScargleMethod::kDirect};
+    const auto freqs = Freqs::kRandomArray;
+    this->ForEachSeed([&] {
+      this->Check({300, 3000, Batching::kNone, Weights::kNone, freqs, direct, 3, false, 2e11});
+      this->Check({300, 3000, Batching::kSharedX, Weights::kShared, freqs, normalized_fm, 3, false,
+                   2e11});
+    });
+  }
+}
+
 TYPED_TEST(LombScargleConformance, SingleSampleRuns) {
   std::vector<double> one = {1.0}, two = {2.0};
   auto x = this->Upload({1}, one);

@@ -25,11 +25,14 @@
 #include <cuda_runtime.h>
 
 #include <cub/block/block_reduce.cuh>
+#include <cuda/functional>
 #include <cstdint>
+#include <utility>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launchers.h"
 #include "kernels/cuda/lombscargle_variants.h"
+#include "kernels/cuda/sincos_table.cuh"
 
 namespace gpucompute::cuda {
 namespace {
@@ -38,7 +41,7 @@ struct PrepPolicy {
   static constexpr int kThreads = 256;
 };
 
-// LaunchLombScargle picks variant 0 or 1 by size; the benchmark times each
+// LaunchLombScargle picks a variant by dtype and size; the benchmark times each
 // (lombscargle_variants.h).
 // kInnerUnroll > 1 interleaves samples on top of the kFreqsPerThread independent
 // chains; it costs registers (f32: ~60 -> ~120 at 4 freqs/thread).
@@ -68,8 +71,6 @@ struct PeriodogramPolicy<double, 0> {
   static constexpr int kInnerUnroll = 1;
   static constexpr int kTile = 256;
 };
-// Bench run 3 (H200, 2^10 x 2^20): 2.02 ms against variant 0's 2.41 ms, but no GPU
-// test has run it yet: make it the float64 default in LaunchLombScargle after one.
 template <>
 struct PeriodogramPolicy<double, 1> {
   static constexpr int kThreads = 128;
@@ -78,6 +79,27 @@ struct PeriodogramPolicy<double, 1> {
   static constexpr int kInnerUnroll = 1;
   static constexpr int kTile = 128;
 };
+// 3 and 5 frequencies per thread: with 4, M = 1e6 makes 977 chunks for 264 resident
+// blocks (3.7 waves, the last 70% full); LaunchLombScargle picks the count that fills
+// the last wave best.
+template <>
+struct PeriodogramPolicy<double, 2> {
+  static constexpr int kThreads = 256;
+  static constexpr int kMinBlocksPerSm = 2;
+  static constexpr int kFreqsPerThread = 3;
+  static constexpr int kInnerUnroll = 1;
+  static constexpr int kTile = 256;
+};
+template <>
+struct PeriodogramPolicy<double, 3> {
+  static constexpr int kThreads = 256;
+  static constexpr int kMinBlocksPerSm = 2;
+  static constexpr int kFreqsPerThread = 5;
+  static constexpr int kInnerUnroll = 1;
+  static constexpr int kTile = 256;
+};
+template <typename T>
+constexpr int kPeriodogramVariants = std::is_same_v<T, float> ? 2 : 4;
 
 using BatchStats = LombScargleRowStats;
 
@@ -182,9 +204,21 @@ __device__ __forceinline__ void SinCosPhase(const Freq<float>& f, float x, float
   __sincosf(r, s, c);
 }
 
-template <bool kHasLo>
-__device__ __forceinline__ void SinCosPhase(const Freq<double>& f, double x, double* s, double* c) {
-  sincos(f.hi * x, s, c);
+// float64: the table's reduction where the thread's largest |f x| allows it (kFast),
+// else libdevice's sincos with its exact reduction of any phase.
+template <bool kHasLo, bool kFast>
+__device__ __forceinline__ void SinCosPhase(const Freq<double>& f, double x,
+                                            const double2* lane_table, double* s, double* c) {
+  if constexpr (kFast) {
+    TableSinCos(lane_table, f.hi * x, s, c);
+  } else {
+    sincos(f.hi * x, s, c);
+  }
+}
+template <bool kHasLo, bool kFast>
+__device__ __forceinline__ void SinCosPhase(const Freq<float>& f, float x, const double2*,
+                                            float* s, float* c) {
+  SinCosPhase<kHasLo>(f, x, s, c);
 }
 
 __device__ __forceinline__ double GridAt(double start, double stop, int64_t count, int64_t i) {
@@ -208,31 +242,101 @@ struct PeriodogramParams {
 };
 
 // ---- the fused periodogram -------------------------------------------------------------
+// Shared memory of a block: the staged samples, and for float64 the sin/cos table
+// (float32 phases use __sincosf).
+struct NoTable {};
+template <typename T, int kTile>
+struct PeriodogramStorage {
+  struct alignas(4 * sizeof(T)) Sample {  // one 16-byte (f32) or two (f64) broadcast loads
+    T x, w, wy, pad;
+  };
+  Sample tile[kTile];
+  double abs_x_max;  // the row's largest |x|: whether the table's phase bound holds
+  std::conditional_t<std::is_same_v<T, double>, SinCosTable, NoTable> table;
+};
+
 template <typename T, typename Policy, bool kFloatingMean, bool kGrid>
 struct PeriodogramAgent {
   static constexpr int F = Policy::kFreqsPerThread;
   static constexpr int kTile = Policy::kTile;
-  struct alignas(4 * sizeof(T)) Sample {  // one 16-byte (f32) or two (f64) broadcast loads
-    T x, w, wy, pad;
+  using TempStorage = PeriodogramStorage<T, kTile>;
+  using Sample = typename TempStorage::Sample;
+
+  // Per-frequency sums of this thread's F frequencies.
+  struct Sums {
+    T c[F] = {}, s[F] = {}, cc[F] = {}, cs[F] = {}, yc[F] = {}, ys[F] = {};
   };
-  using TempStorage = Sample[kTile];
 
   const PeriodogramParams<T>& p;
-  TempStorage& tile;
+  TempStorage& storage;
+
+  // The sums over one staged tile. kFast: float64 phases through the table.
+  template <bool kFast>
+  __device__ __forceinline__ void AccumulateTile(int nt, const Freq<T> (&f)[F], const Freq<T>& delta,
+                                                 Sums& sums) const {
+    const double2* lane_table = nullptr;
+    if constexpr (std::is_same_v<T, double>) lane_table = storage.table.LaneCopy();
+#pragma unroll(Policy::kInnerUnroll)
+    for (int i = 0; i < nt; ++i) {
+      const Sample smp = storage.tile[i];  // broadcast read
+      T sn[F], cn[F];
+      if constexpr (kGrid && F > 1) {
+        SinCosPhase<true, kFast>(f[0], smp.x, lane_table, &sn[0], &cn[0]);
+        T sd, cd;
+        SinCosPhase<true, kFast>(delta, smp.x, lane_table, &sd, &cd);
+#pragma unroll
+        for (int j = 1; j < F; ++j) {
+          cn[j] = fma(cn[j - 1], cd, -(sn[j - 1] * sd));
+          sn[j] = fma(sn[j - 1], cd, cn[j - 1] * sd);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < F; ++j) SinCosPhase<kGrid, kFast>(f[j], smp.x, lane_table, &sn[j], &cn[j]);
+      }
+#pragma unroll
+      for (int j = 0; j < F; ++j) {
+        const T c = cn[j], s = sn[j];
+        const T wc = smp.w * c;
+        if constexpr (kFloatingMean) {
+          sums.c[j] += wc;
+          sums.s[j] = fma(smp.w, s, sums.s[j]);
+        }
+        sums.cc[j] = fma(wc, c, sums.cc[j]);
+        sums.cs[j] = fma(wc, s, sums.cs[j]);
+        sums.yc[j] = fma(smp.wy, c, sums.yc[j]);
+        sums.ys[j] = fma(smp.wy, s, sums.ys[j]);
+      }
+    }
+  }
+
+  // float64 only: the row's largest |x|, for the table's phase bound.
+  __device__ void FindAbsXMax(const T* xb) {
+    using BlockReduce = cub::BlockReduce<double, Policy::kThreads>;
+    __shared__ typename BlockReduce::TempStorage reduce;
+    double m = 0;
+    for (int64_t i = threadIdx.x; i < p.n; i += Policy::kThreads) m = fmax(m, fabs(xb[i]));
+    __syncthreads();  // the previous row's abs_x_max is read
+    m = BlockReduce(reduce).Reduce(m, ::cuda::maximum<>{});
+    if (threadIdx.x == 0) storage.abs_x_max = m;
+    __syncthreads();
+  }
 
   __device__ void Run() {
+    if constexpr (std::is_same_v<T, double>) storage.table.Fill();  // synchronized below
     const int64_t per_block = static_cast<int64_t>(Policy::kThreads) * F;
     for (int64_t b = blockIdx.y; b < p.batch; b += gridDim.y) {
       const T* xb = p.x + b * p.x_batch_stride;
       const T* wb = p.wn + b * p.n;
       const T* wyb = p.wy + b * p.n;
       const BatchStats st = p.stats[b];
+      if constexpr (std::is_same_v<T, double>) FindAbsXMax(xb);
       for (int64_t base = blockIdx.x * per_block; base < p.m; base += gridDim.x * per_block) {
         // Frequencies of this thread: k_j = base + j * kThreads + tid (coalesced stores).
         // On a grid they are evenly spaced by delta = kThreads * step, so only f_0 and
         // delta need sin/cos per sample; f_1.. follow by rotation (4 FMAs each).
         Freq<T> f[F];
         Freq<T> delta{T(0), T(0)};
+        double abs_f_max = 0;
 #pragma unroll
         for (int j = 0; j < F; ++j) {
           const int64_t k = base + j * Policy::kThreads + threadIdx.x;
@@ -244,6 +348,7 @@ struct PeriodogramAgent {
             f[j].hi = k < p.m ? p.freqs[k] : T(0);
             f[j].lo = T(0);
           }
+          abs_f_max = fmax(abs_f_max, fabs(static_cast<double>(f[j].hi)));
         }
         if constexpr (kGrid && F > 1) {
           const double step = p.m > 1 ? (p.grid_stop - p.grid_start) / static_cast<double>(p.m - 1) : 0.0;
@@ -255,45 +360,24 @@ struct PeriodogramAgent {
           const double f0 = k0 < p.m ? p.grid_start + static_cast<double>(k0) * step : 0.0;
           f[0].hi = static_cast<T>(f0);
           f[0].lo = static_cast<T>(f0 - static_cast<double>(f[0].hi));
+          abs_f_max = fmax(abs_f_max, fmax(fabs(f0), fabs(dd)));
         }
-        T c_s[F] = {}, s_s[F] = {}, cc[F] = {}, cs[F] = {}, yc[F] = {}, ys[F] = {};
+        bool fast = false;
+        if constexpr (std::is_same_v<T, double>) {
+          fast = abs_f_max * storage.abs_x_max <= SinCosTable::kMaxPhase;
+        }
+        Sums sums;
         for (int64_t t0 = 0; t0 < p.n; t0 += kTile) {
           const int nt = p.n - t0 < kTile ? static_cast<int>(p.n - t0) : kTile;
-          __syncthreads();  // the previous tile is consumed
+          __syncthreads();  // the previous tile is consumed (and the table filled)
           for (int i = threadIdx.x; i < nt; i += Policy::kThreads) {
-            tile[i] = Sample{xb[t0 + i], wb[t0 + i], wyb[t0 + i], T(0)};
+            storage.tile[i] = Sample{xb[t0 + i], wb[t0 + i], wyb[t0 + i], T(0)};
           }
           __syncthreads();
-#pragma unroll(Policy::kInnerUnroll)
-          for (int i = 0; i < nt; ++i) {
-            const Sample smp = tile[i];  // broadcast read
-            T sn[F], cn[F];
-            if constexpr (kGrid && F > 1) {
-              SinCosPhase<true>(f[0], smp.x, &sn[0], &cn[0]);
-              T sd, cd;
-              SinCosPhase<true>(delta, smp.x, &sd, &cd);
-#pragma unroll
-              for (int j = 1; j < F; ++j) {
-                cn[j] = fma(cn[j - 1], cd, -(sn[j - 1] * sd));
-                sn[j] = fma(sn[j - 1], cd, cn[j - 1] * sd);
-              }
-            } else {
-#pragma unroll
-              for (int j = 0; j < F; ++j) SinCosPhase<kGrid>(f[j], smp.x, &sn[j], &cn[j]);
-            }
-#pragma unroll
-            for (int j = 0; j < F; ++j) {
-              const T c = cn[j], s = sn[j];
-              const T wc = smp.w * c;
-              if constexpr (kFloatingMean) {
-                c_s[j] += wc;
-                s_s[j] = fma(smp.w, s, s_s[j]);
-              }
-              cc[j] = fma(wc, c, cc[j]);
-              cs[j] = fma(wc, s, cs[j]);
-              yc[j] = fma(smp.wy, c, yc[j]);
-              ys[j] = fma(smp.wy, s, ys[j]);
-            }
+          if (fast) {
+            AccumulateTile<true>(nt, f, delta, sums);
+          } else {
+            AccumulateTile<false>(nt, f, delta, sums);
           }
         }
         // The O(1) combination per frequency runs in float64 for both dtypes: in
@@ -308,9 +392,9 @@ struct PeriodogramAgent {
         for (int j = 0; j < F; ++j) {
           const int64_t k = base + j * Policy::kThreads + threadIdx.x;
           if (k >= p.m) continue;
-          double CC = cc[j], SS = 1.0 - CC, CS = cs[j], YC = yc[j], YS = ys[j];
+          double CC = sums.cc[j], SS = 1.0 - CC, CS = sums.cs[j], YC = sums.yc[j], YS = sums.ys[j];
           if constexpr (kFloatingMean) {
-            const double C = c_s[j], S = s_s[j];
+            const double C = sums.c[j], S = sums.s[j];
             YC -= y_sum * C;
             YS -= y_sum * S;
             CC -= C * C;
@@ -326,14 +410,13 @@ struct PeriodogramAgent {
     }
   }
 };
-
 template <typename T, int kVariant, bool kFloatingMean, bool kGrid>
 __global__ void __launch_bounds__(PeriodogramPolicy<T, kVariant>::kThreads,
                                   PeriodogramPolicy<T, kVariant>::kMinBlocksPerSm)
     PeriodogramKernel(const __grid_constant__ PeriodogramParams<T> p) {
   using Agent = PeriodogramAgent<T, PeriodogramPolicy<T, kVariant>, kFloatingMean, kGrid>;
-  __shared__ typename Agent::TempStorage tile;
-  Agent{p, tile}.Run();
+  __shared__ typename Agent::TempStorage storage;
+  Agent{p, storage}.Run();
 }
 
 // ---- host --------------------------------------------------------------------------------
@@ -398,8 +481,20 @@ void ListVariant(std::vector<KernelEntry>& out, const std::string& t) {
 template <typename T>
 void ListT(std::vector<KernelEntry>& out, const std::string& t) {
   out.push_back({"lombscargle.prep<" + t + ">", (const void*)&PrepKernel<T, T>});
-  ListVariant<T, 0>(out, t);
-  if constexpr (std::is_same_v<T, float>) ListVariant<T, 1>(out, t);  // small-M float32
+  [&]<int... V>(std::integer_sequence<int, V...>) {
+    (ListVariant<T, V>(out, t), ...);
+  }(std::make_integer_sequence<int, kPeriodogramVariants<T>>{});
+}
+
+template <typename T, int V = 0>
+cudaError_t LaunchTVariant(const LombScargleArgs& a, LombScargleResult* result,
+                           const LaunchEnv& env, int variant) {
+  if constexpr (V < kPeriodogramVariants<T>) {
+    if (variant == V) return LaunchT<T, V>(a, result, env);
+    return LaunchTVariant<T, V + 1>(a, result, env, variant);
+  } else {
+    return cudaErrorInvalidValue;
+  }
 }
 
 cudaError_t LaunchVariant(DType dtype, const LombScargleArgs& a, LombScargleResult* result,
@@ -407,12 +502,10 @@ cudaError_t LaunchVariant(DType dtype, const LombScargleArgs& a, LombScargleResu
   GC_REQUIRE(result != nullptr);
   GC_REQUIRE(a.batch >= 1 && a.samples >= 1 && a.frequencies >= 1);
   GC_REQUIRE(a.x != nullptr && a.y != nullptr && a.out != nullptr);
-  GC_REQUIRE(variant == 0 || variant == 1);
+  GC_REQUIRE(variant >= 0 && variant < LombScargleVariantCount(dtype));
   GC_TRY(cudaMemsetAsync(result, 0xff, sizeof(LombScargleResult), env.stream));
-  if (dtype == DType::kFloat32) {
-    return variant == 0 ? LaunchT<float, 0>(a, result, env) : LaunchT<float, 1>(a, result, env);
-  }
-  return variant == 0 ? LaunchT<double, 0>(a, result, env) : LaunchT<double, 1>(a, result, env);
+  if (dtype == DType::kFloat32) return LaunchTVariant<float>(a, result, env, variant);
+  return LaunchTVariant<double>(a, result, env, variant);
 }
 
 }  // namespace
@@ -436,19 +529,50 @@ cudaError_t LaunchLombScarglePrep(DType dtype, const LombScargleArgs& a, double*
   return cudaSuccess;
 }
 
+// float64 on explicit frequencies: the variant whose last wave of blocks is fullest, as
+// (waves rounded up) x (frequencies per thread), the time in units of one tile of pairs.
+template <int... V>
+int FullestWavesVariant(const LombScargleArgs& a, const LaunchEnv& env) {
+  int best = 0;
+  int64_t best_cost = INT64_MAX;
+  const auto consider = [&]<int kV>() {
+    using P = PeriodogramPolicy<double, kV>;
+    const int64_t blocks = CeilDiv(a.frequencies, int64_t{P::kThreads} * P::kFreqsPerThread) * a.batch;
+    const int64_t cost = CeilDiv(blocks, int64_t{env.sm_count} * P::kMinBlocksPerSm) * P::kFreqsPerThread;
+    if (cost < best_cost) best = kV, best_cost = cost;
+  };
+  (consider.template operator()<V>(), ...);
+  return best;
+}
+
 cudaError_t LaunchLombScargle(DType dtype, const LombScargleArgs& a, LombScargleResult* result,
                               const LaunchEnv& env) {
+  if (dtype == DType::kFloat64) {
+    // A grid with blocks for every SM twice: 8 frequencies per thread, 2 sincos + 7
+    // rotations per 8 pairs (H100: 1.29 ms against 1.59 ms with 4, 2^10 x 2^20).
+    // Explicit: 4, or 3 / 5 where they fill the last wave better (bench/run_gpu_kernels.sh
+    // times each).
+    using P1 = PeriodogramPolicy<double, 1>;
+    const int64_t grid_blocks = CeilDiv(a.frequencies, int64_t{P1::kThreads} * P1::kFreqsPerThread) * a.batch;
+    if (a.freqs == nullptr) {
+      return LaunchVariant(dtype, a, result, env, grid_blocks >= 2 * int64_t{env.sm_count} ? 1 : 0);
+    }
+    return LaunchVariant(dtype, a, result, env, FullestWavesVariant<0, 2, 3>(a, env));
+  }
   // float32: 8 frequencies per thread where that still gives every SM two blocks,
-  // else 4 (twice the blocks). float64: 4.
+  // else 4 (twice the blocks).
   using P0 = PeriodogramPolicy<float, 0>;
   const int64_t blocks = CeilDiv(a.frequencies, int64_t{P0::kThreads} * P0::kFreqsPerThread) * a.batch;
-  const int variant = dtype == DType::kFloat64 || blocks >= 2 * int64_t{env.sm_count} ? 0 : 1;
-  return LaunchVariant(dtype, a, result, env, variant);
+  return LaunchVariant(dtype, a, result, env, blocks >= 2 * int64_t{env.sm_count} ? 0 : 1);
 }
 
 cudaError_t LaunchLombScargleVariant(DType dtype, const LombScargleArgs& a,
                                      LombScargleResult* result, const LaunchEnv& env, int variant) {
   return LaunchVariant(dtype, a, result, env, variant);
+}
+
+int LombScargleVariantCount(DType dtype) {
+  return dtype == DType::kFloat32 ? kPeriodogramVariants<float> : kPeriodogramVariants<double>;
 }
 
 void ListLombScargleKernels(std::vector<KernelEntry>& out) {
@@ -474,7 +598,7 @@ cudaError_t WarmupLombScargle(const LaunchEnv& env) {
     a.y = base + 4 * es;
     a.weights = base + 8 * es;
     a.out = base + 16 * es;
-    for (int variant = 0; variant < (t == DType::kFloat32 ? 2 : 1); ++variant) {
+    for (int variant = 0; variant < LombScargleVariantCount(t); ++variant) {
       for (int fm = 0; fm < 2; ++fm) {
         a.floating_mean = fm == 1;
         a.freqs = base + 24 * es;

@@ -9,9 +9,11 @@
 
 namespace gpucompute::cuda {
 
-// `variant` 0 or 1. float32: 0 = 8 frequencies per thread, 1 = 4; float64: 0 = 4 per
-// thread, 1 = 8 on 128-thread blocks.
+// `variant` in [0, LombScargleVariantCount(dtype)). float32: 0 = 8 frequencies per
+// thread, 1 = 4; float64: 0 = 4 per thread, 1 = 8 on 128-thread blocks, 2 = 4 with three
+// blocks per SM, 3 = 2 with four.
 cudaError_t LaunchLombScargleVariant(DType dtype, const LombScargleArgs& args,
                                      LombScargleResult* result, const LaunchEnv& env, int variant);
+int LombScargleVariantCount(DType dtype);
 
 }  // namespace gpucompute::cuda

@@ -231,6 +231,7 @@ struct LombScargleCase {
   LombScargleOptions options;
   int64_t batch = 3;       // rows when batched
   bool sinusoid = false;   // x over [0, 1000), y a noisy sine per row; else uniform noise
+  double x_span = 0;       // x over [0, x_span) where non-zero
 };
 
 // The NUFFT keeps its promise: powers within options.accuracy of the float64
@@ -266,7 +267,8 @@ class LombScargleConformance : public BackendConformance<P> {
     const bool x_batched = c.batching == Batching::kBatchedX;
     const Shape x_shape = x_batched ? Shape{batch, n} : Shape{n};
     const Shape y_shape = c.batching == Batching::kNone ? Shape{n} : Shape{batch, n};
-    std::vector<double> x = this->Uniform(ElementCount(x_shape), 0, c.sinusoid ? 1000 : 100);
+    const double x_span = c.x_span > 0 ? c.x_span : c.sinusoid ? 1000 : 100;
+    std::vector<double> x = this->Uniform(ElementCount(x_shape), 0, x_span);
     std::vector<double> y = this->Uniform(ElementCount(y_shape), c.sinusoid ? -0.5 : -1, c.sinusoid ? 0.5 : 3);
     if (c.sinusoid) {
       for (int64_t b = 0; b < batch; ++b) {
