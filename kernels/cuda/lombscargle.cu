@@ -1,6 +1,7 @@
 // Generalized Lomb-Scargle periodogram, scipy.signal.lombscargle (SciPy >= 1.15)
 // semantics: weights normalized to sum 1, optional precentering (unweighted mean),
-// optional floating mean, "power" (x N/4) or "normalize" output.
+// optional floating mean, "power" (x N/4), "normalize" or "amplitude" (complex, as
+// (real, imaginary) pairs; lombscargle_power.h Amplitude) output.
 //
 //   LaunchLombScargle
 //     -> PrepKernel<T, T>: one block per batch row; float64 sums of the weights and y,
@@ -30,6 +31,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launchers.h"
 #include "kernels/cuda/lombscargle_variants.h"
+#include "kernels/lombscargle_power.h"
 
 namespace gpucompute::cuda {
 namespace {
@@ -204,6 +206,7 @@ struct PeriodogramParams {
   double grid_start, grid_stop;
   int64_t batch, n, m;
   bool normalize;
+  bool amplitude;  // out (B, M, 2)
   T* out;
 };
 
@@ -308,6 +311,12 @@ struct PeriodogramAgent {
         for (int j = 0; j < F; ++j) {
           const int64_t k = base + j * Policy::kThreads + threadIdx.x;
           if (k >= p.m) continue;
+          if (p.amplitude) {
+            const Sums sums{cc[j], 1.0 - cc[j], cs[j], yc[j], ys[j], c_s[j], s_s[j]};
+            const PowerSettings settings{y_sum, st.yy_sum, p.n, false, kFloatingMean, true};
+            StoreValue(Amplitude(sums, settings), true, b * p.m + k, p.out);
+            continue;
+          }
           double CC = cc[j], SS = 1.0 - CC, CS = cs[j], YC = yc[j], YS = ys[j];
           if constexpr (kFloatingMean) {
             const double C = c_s[j], S = s_s[j];
@@ -368,6 +377,7 @@ cudaError_t LaunchT(const LombScargleArgs& a, LombScargleResult* result, const L
   p.n = a.samples;
   p.m = a.frequencies;
   p.normalize = a.normalize;
+  p.amplitude = a.amplitude;
   p.out = static_cast<T*>(a.out);
   const int64_t per_block = static_cast<int64_t>(Policy::kThreads) * Policy::kFreqsPerThread;
   const int64_t gx = std::min<int64_t>(CeilDiv(a.frequencies, per_block),
