@@ -155,6 +155,9 @@ TEST(FormatTest, TrailerShowsEveryTiming) {
   EXPECT_EQ(FormatTrailer(trailer),
             "backend     cuda on cuda:0 (NVIDIA H100)\n"
             "timing (us) queue 1, transfer in 2, compute 3, transfer out 4, total 10\n");
+  trailer.set_method("nufft");
+  EXPECT_THAT(FormatTrailer(trailer),
+              ::testing::StartsWith("backend     cuda on cuda:0 (NVIDIA H100), method nufft\n"));
 }
 
 TEST(FormatTest, PreviewTruncates) {
