@@ -73,7 +73,8 @@ ABSL_FLAG(bool, floating_mean, false, "lombscargle: fit a constant offset too");
 ABSL_FLAG(std::string, normalization, "",
           "lombscargle output: power, normalize (as --normalize) or amplitude (complex, written "
           "as (..., M, 2) pairs of real and imaginary parts)");
-ABSL_FLAG(std::string, method, "auto", "lombscargle: auto, direct or nufft (evenly spaced frequencies)");
+ABSL_FLAG(std::string, method, "auto",
+          "lombscargle: auto, direct or nufft (evenly spaced frequencies)");
 ABSL_FLAG(double, accuracy, 0,
           "lombscargle NUFFT: relative error bound in [1e-14, 1e-2]; 0: the server's default");
 // Load test.

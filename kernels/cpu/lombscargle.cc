@@ -260,12 +260,12 @@ absl::Status DirectSums(ThreadPool& pool, const LombScargleShape& shape, const P
 
 PowerSettings SettingsFor(const PreparedRows& rows, const LombScargleShape& shape, int64_t b,
                           const LombScargleOptions& options) {
-  return {rows.y_sum[b],  rows.yy_sum[b],        rows.samples[b],
+  return {rows.y_sum[b],     rows.yy_sum[b],        rows.samples[b],
           options.normalize, options.floating_mean, options.amplitude};
 }
 
-PeriodogramValue DirectValue(const PreparedRows& rows, const LombScargleShape& shape, int64_t b, double f,
-                   const LombScargleOptions& options) {
+PeriodogramValue DirectValue(const PreparedRows& rows, const LombScargleShape& shape, int64_t b,
+                             double f, const LombScargleOptions& options) {
   const int64_t vectors = rows.vectors;
   std::vector<Lanes> c(vectors), s(vectors);
   const Lanes* x = rows.x.data() + (shape.x_batched ? b * vectors : 0);

@@ -183,9 +183,8 @@ absl::Status LombScargleNufft(ThreadPool& pool, const LombScargleShape& shape,
     std::vector<int64_t> redo;
     for (int64_t r = 0; r < count; ++r) {
       double largest = 0;
-      for (int64_t k = 0; k < m; ++k) {
-        largest = std::max(largest,
-                           ResolvedMagnitude(value[r * m + k], options.amplitude, bound[r * m + k]));
+      for (int64_t i = r * m; i < (r + 1) * m; ++i) {
+        largest = std::max(largest, ResolvedMagnitude(value[i], options.amplitude, bound[i]));
       }
       for (int64_t k = 0; k < m; ++k) {
         if (!(bound[r * m + k] <= kNufftRedoFraction * options.accuracy * largest)) {
@@ -201,7 +200,9 @@ absl::Status LombScargleNufft(ThreadPool& pool, const LombScargleShape& shape,
                                          freqs.start + static_cast<double>(k) * freqs.step, options);
           }
         }));
-    for (int64_t i = 0; i < count * m; ++i) StoreValue(value[i], options.amplitude, first * m + i, out);
+    for (int64_t i = 0; i < count * m; ++i) {
+      StoreValue(value[i], options.amplitude, first * m + i, out);
+    }
   }
   return absl::OkStatus();
 }

@@ -58,8 +58,8 @@ PowerSettings SettingsFor(const PreparedRows& rows, const LombScargleShape& shap
                           const LombScargleOptions& options);
 
 // The value at frequency f of batch row b by the direct sums.
-PeriodogramValue DirectValue(const PreparedRows& rows, const LombScargleShape& shape, int64_t b, double f,
-                   const LombScargleOptions& options);
+PeriodogramValue DirectValue(const PreparedRows& rows, const LombScargleShape& shape, int64_t b,
+                             double f, const LombScargleOptions& options);
 
 // The NUFFT method: out (T, B x M, or B x M x 2 for an amplitude) at the evenly
 // spaced frequencies.
