@@ -14,8 +14,8 @@
 #
 # Steps, each with its own time limit (about 6 minutes in all):
 #   1. the cuda_* instances of lombscargle_methods_test (NUFFT vs float64 direct reference,
-#      method choice, refusals) and of backend_conformance_test's Lomb-Scargle suite
-#      (every option combination on both methods);
+#      method choice, refusals, amplitudes, ragged batches) and of backend_conformance_test's
+#      Lomb-Scargle suite (every option combination, amplitude included, on both methods);
 #   1b. the NUFFT's small ill-conditioned rows (and the option sweep's small cases) over
 #      SWEEP_SEEDS fresh seeds (default 2000; 0 skips), GPUCOMPUTE_SEED_SWEEP; with
 #      SWEEP_ONLY=1 the script stops after it (to keep each device call under 10 minutes:
@@ -26,7 +26,9 @@
 #   4. cupyx.scipy.signal.lombscargle on the same cases in the same run (explicit freqs);
 #   5. seed 004 end to end from host arrays: the Python client against a fresh CUDA
 #      server (result over gRPC, and into a shared array on the same host), and cupyx
-#      from the same numpy arrays (copy in, periodogram, copy out).
+#      from the same numpy arrays (copy in, periodogram, copy out);
+#   5b. normalize="amplitude" through that server, both methods and dtypes, against
+#      tests/python/reference.py and (SciPy >= 1.15) scipy.signal.lombscargle.
 set -u
 BUNDLE=${BUNDLE:-.device/ls}
 OUT=${OUT:-gpu-out}
@@ -168,9 +170,53 @@ for dt in (np.float32, np.float64):
     except Exception as e:
         print("no cupyx:", e)
 PY
+step "5b. normalize='amplitude' through the CUDA server against the float64 reference and SciPy (limit 60 s)"
+timeout 60 python3 - "$PORT" <<'PY' 2>&1 | tee "$OUT/ls_amplitude.log"
+import sys
+import numpy as np
+import gpucompute as gc
+sys.path.insert(0, "tests/python")
+import reference as ref
+from scipy import signal
+# SciPy < 1.15 reads normalize as a bool: "amplitude" gives a real normalized power.
+probe = signal.lombscargle(np.arange(3.0), np.arange(3.0), np.ones(1), normalize="amplitude")
+scipy_amplitude = signal.lombscargle if np.iscomplexobj(probe) else None
+if scipy_amplitude is None:
+    print("SciPy", __import__("scipy").__version__, "has no normalize='amplitude'")
+client = gc.Client(f"127.0.0.1:{sys.argv[1]}", timeout=60)
+rng = np.random.default_rng(15)
+grid = gc.FrequencyGrid(0.05, 12.0, 20000)
+freqs = grid.numpy(np.float64)
+failed = 0
+for dt in (np.float32, np.float64):
+    for method in ("direct", "nufft"):
+        for fm in (False, True):
+            x = np.sort(rng.uniform(0, 200, 2000)).astype(dt)
+            y = (1.5 * np.sin(0.7 * x) + 0.3 + 0.5 * rng.standard_normal(2000)).astype(dt)
+            w = rng.uniform(0.5, 2.0, 2000).astype(dt)
+            got = client.lombscargle(x, y, grid, normalize="amplitude", weights=w,
+                                     floating_mean=fm, method=method)
+            want = ref.lombscargle_1_15(x, y, freqs, normalize="amplitude", weights=w,
+                                        floating_mean=fm)
+            err = np.abs(got - want).max() / np.abs(want).max()
+            bound = 1e-9 if dt == np.float64 else 1e-4
+            line = (f"amplitude {np.dtype(dt).name:8s} {method:6s} floating_mean={fm!s:5s} "
+                    f"error/row max {err:.2e} (bound {bound:.0e})")
+            if scipy_amplitude is not None:
+                s = scipy_amplitude(x.astype(np.float64), y.astype(np.float64), freqs,
+                                    normalize="amplitude", weights=w.astype(np.float64),
+                                    floating_mean=fm)
+                line += f", vs SciPy {np.abs(got - s).max() / np.abs(s).max():.2e}"
+            ok = err <= bound
+            failed += not ok
+            print(line, "ok" if ok else "FAILED", flush=True)
+print("amplitude: all within bounds" if failed == 0 else f"amplitude: {failed} FAILED")
+PY
+
 kill "$SERVER" 2>/dev/null; wait "$SERVER" 2>/dev/null
 
 step "summary"
 grep -E '^\[  (PASSED|FAILED) |^rc=' "$OUT/ls_test.log" | tr '\n' ' '; echo
 [ -f "$OUT/ls_sweep.log" ] && grep -E '^rc=' "$OUT/ls_sweep.log" | tr '\n' ' ' && echo
 [ -f "$OUT/ls_memcheck.log" ] && grep -E 'ERROR SUMMARY' "$OUT/ls_memcheck.log" | tail -1
+[ -f "$OUT/ls_amplitude.log" ] && tail -1 "$OUT/ls_amplitude.log"

@@ -243,6 +243,15 @@ absl::Status RunLombScargle(const CliConfig& config, Client& client, const Args&
   request.set_precenter(config.precenter);
   request.set_normalize(config.normalize);
   request.set_floating_mean(config.floating_mean);
+  if (config.Given("normalization")) {
+    GC_ASSIGN_OR_RETURN(const v1::LombScargleNormalization normalization,
+                        AsUsageError(ParseLombScargleNormalization(config.normalization)));
+    request.set_normalization(normalization);
+  }
+  GC_ASSIGN_OR_RETURN(const v1::LombScargleMethod method,
+                      AsUsageError(ParseLombScargleMethod(config.method)));
+  request.set_method(method);
+  request.set_accuracy(config.accuracy);
   if (config.Given("freq_grid")) {
     GC_ASSIGN_OR_RETURN(const Linspace grid,
                         AsUsageError(ParseLinspace(config.freq_grid, "freq_grid")));
@@ -328,9 +337,12 @@ const std::vector<Command>& Commands() {
        ComputeFlagsAnd({"input", "norm"}), 0, RunNormalize},
       {"lombscargle",
        "lombscargle --x=SRC --y=SRC (--freqs=SRC | --freq_grid=START:STOP:COUNT)\n"
-       "                     [--weights=SRC] [--precenter] [--normalize] [--floating_mean]",
+       "                     [--weights=SRC] [--precenter] [--normalize] [--floating_mean]\n"
+       "                     [--normalization=power|normalize|amplitude]\n"
+       "                     [--method=auto|direct|nufft] [--accuracy=A]",
        ComputeFlagsAnd(
-           {"x", "y", "freqs", "freq_grid", "weights", "precenter", "normalize", "floating_mean"}),
+           {"x", "y", "freqs", "freq_grid", "weights", "precenter", "normalize", "floating_mean",
+            "normalization", "method", "accuracy"}),
        0, RunLombScargle},
       {"bench",
        "bench [--concurrency=8] [--duration=10s | --count=N] [--size=65536]\n"

@@ -34,6 +34,8 @@ struct CliConfig {
   std::string input, norm;
   std::string x, y, freqs, freq_grid, weights;
   bool precenter = false, normalize = false, floating_mean = false;
+  std::string normalization, method;
+  double accuracy = 0;
   int32_t concurrency = 0;
   absl::Duration duration;
   uint64_t count = 0;

@@ -70,6 +70,13 @@ ABSL_FLAG(std::string, weights, "", "lombscargle weights: FILE.npy or buffer:ID"
 ABSL_FLAG(bool, precenter, false, "lombscargle: subtract the mean of y first");
 ABSL_FLAG(bool, normalize, false, "lombscargle: normalize by the variance of y");
 ABSL_FLAG(bool, floating_mean, false, "lombscargle: fit a constant offset too");
+ABSL_FLAG(std::string, normalization, "",
+          "lombscargle output: power, normalize (as --normalize) or amplitude (complex, written "
+          "as (..., M, 2) pairs of real and imaginary parts)");
+ABSL_FLAG(std::string, method, "auto",
+          "lombscargle: auto, direct or nufft (evenly spaced frequencies)");
+ABSL_FLAG(double, accuracy, 0,
+          "lombscargle NUFFT: relative error bound in [1e-14, 1e-2]; 0: the server's default");
 // Load test.
 ABSL_FLAG(int32_t, concurrency, 8, "bench: requests in flight");
 ABSL_FLAG(absl::Duration, duration, absl::Seconds(10), "bench: how long to run");
@@ -117,6 +124,9 @@ CliConfig ReadConfig(std::set<std::string> given) {
   config.precenter = absl::GetFlag(FLAGS_precenter);
   config.normalize = absl::GetFlag(FLAGS_normalize);
   config.floating_mean = absl::GetFlag(FLAGS_floating_mean);
+  config.normalization = absl::GetFlag(FLAGS_normalization);
+  config.method = absl::GetFlag(FLAGS_method);
+  config.accuracy = absl::GetFlag(FLAGS_accuracy);
   config.concurrency = absl::GetFlag(FLAGS_concurrency);
   config.duration = absl::GetFlag(FLAGS_duration);
   config.count = absl::GetFlag(FLAGS_count);

@@ -159,6 +159,24 @@ absl::StatusOr<v1::Norm> ParseNorm(absl::string_view text) {
       absl::StrCat("--norm='", text, "': expected sum, l1, l2 or max_abs"));
 }
 
+absl::StatusOr<v1::LombScargleNormalization> ParseLombScargleNormalization(absl::string_view text) {
+  const std::string lower = absl::AsciiStrToLower(text);
+  if (lower == "power") return v1::LOMB_SCARGLE_NORMALIZATION_POWER;
+  if (lower == "normalize") return v1::LOMB_SCARGLE_NORMALIZATION_NORMALIZE;
+  if (lower == "amplitude") return v1::LOMB_SCARGLE_NORMALIZATION_AMPLITUDE;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--normalization='", text, "': expected power, normalize or amplitude"));
+}
+
+absl::StatusOr<v1::LombScargleMethod> ParseLombScargleMethod(absl::string_view text) {
+  const std::string lower = absl::AsciiStrToLower(text);
+  if (lower == "auto") return v1::LOMB_SCARGLE_METHOD_AUTO;
+  if (lower == "direct") return v1::LOMB_SCARGLE_METHOD_DIRECT;
+  if (lower == "nufft") return v1::LOMB_SCARGLE_METHOD_NUFFT;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--method='", text, "': expected auto, direct or nufft"));
+}
+
 absl::StatusOr<OperandSpec> ParseOperandSpec(absl::string_view text, absl::string_view flag) {
   if (text.empty()) return absl::InvalidArgumentError(absl::StrCat("--", flag, " is empty"));
   absl::string_view id = text;

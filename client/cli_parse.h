@@ -65,6 +65,11 @@ absl::StatusOr<std::vector<v1::GeoPoint>> ParseGeoPoints(absl::string_view text,
 // "sum", "l1", "l2", "max_abs".
 absl::StatusOr<v1::Norm> ParseNorm(absl::string_view text);
 
+// Lomb-Scargle's --normalization: "power", "normalize", "amplitude" (SciPy's names).
+absl::StatusOr<v1::LombScargleNormalization> ParseLombScargleNormalization(absl::string_view text);
+// Lomb-Scargle's --method: "auto", "direct", "nufft".
+absl::StatusOr<v1::LombScargleMethod> ParseLombScargleMethod(absl::string_view text);
+
 // An operand argument: "buffer:ID" names a stored buffer, anything else a .npy file.
 struct OperandSpec {
   enum class Kind { kFile, kBuffer };

@@ -100,10 +100,13 @@ std::string FormatBufferList(const v1::ListResponse& list) {
 
 std::string FormatTrailer(const v1::ResultTrailer& trailer) {
   const v1::Timing& timing = trailer.timing();
+  // The algorithm, where the operation had a choice (LombScargle's direct or nufft).
+  const std::string method =
+      trailer.method().empty() ? "" : absl::StrCat(", method ", trailer.method());
   return absl::StrFormat(
-      "backend     %s on %s\n"
+      "backend     %s on %s%s\n"
       "timing (us) queue %d, transfer in %d, compute %d, transfer out %d, total %d\n",
-      trailer.backend(), trailer.device(), timing.queue_us(), timing.transfer_in_us(),
+      trailer.backend(), trailer.device(), method, timing.queue_us(), timing.transfer_in_us(),
       timing.compute_us(), timing.transfer_out_us(), timing.total_us());
 }
 

@@ -126,6 +126,9 @@ struct LombScargleOptions {
   double accuracy = kDefaultNufftAccuracy;  // NUFFT only; [kMinNufftAccuracy, kMaxNufftAccuracy]
   // Empty, or a ragged batch: B + 1 offsets of the rows in flat x, y, weights (LombScargleShapes).
   std::vector<int64_t> row_offsets;
+  // SciPy's normalize="amplitude" (normalize false): per frequency the complex amplitude
+  // (lombscargle_power.h Amplitude) as (real, imaginary); out gains a trailing axis of 2.
+  bool amplitude = false;
 };
 
 struct ValueRule;  // kernels/preconditions.h
@@ -210,7 +213,8 @@ class Backend {
   // scipy.signal.lombscargle over angular frequencies `freqs` (an array of shape
   // (M)) or `grid` (generated on the device). x: (N) or (B, N); y: (N) or (B, N);
   // weights: null or y's shape or (N); out: (M) or (B, M); or a ragged batch of
-  // flat x, y, weights with options.row_offsets, out (B, M). options.method kAuto
+  // flat x, y, weights with options.row_offsets, out (B, M); options.amplitude: out
+  // (..., M, 2). options.method kAuto
   // picks direct or NUFFT (ChooseLombScargleMethod); ctx.method says which ran.
   virtual absl::Status LombScargle(const Array& x, const Array& y, const Array* weights,
                                    const Array* freqs, const Linspace& grid,

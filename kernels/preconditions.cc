@@ -154,7 +154,12 @@ absl::Status CheckCopyBounds(const Array& array, size_t offset, size_t bytes, co
 absl::StatusOr<LombScargleShape> CheckLombScargleArrays(const Array& x, const Array& y,
                                                         const Array* weights, const Array* freqs,
                                                         const Linspace& grid, const Array& out,
-                                                        std::span<const int64_t> row_offsets) {
+                                                        const LombScargleOptions& options) {
+  if (options.normalize && options.amplitude) {
+    return absl::InvalidArgumentError(
+        "normalize and amplitude exclude each other (SciPy's normalize is one of \"power\", "
+        "\"normalize\" and \"amplitude\")");
+  }
   const DType dtype = y.dtype();
   GC_RETURN_IF_ERROR(CheckDType(x, "x", dtype));
   GC_RETURN_IF_ERROR(CheckDType(out, "out", dtype));
@@ -175,8 +180,8 @@ absl::StatusOr<LombScargleShape> CheckLombScargleArrays(const Array& x, const Ar
   GC_ASSIGN_OR_RETURN(
       LombScargleShape shape,
       LombScargleShapes(x.shape(), y.shape(), weights != nullptr ? &weights->shape() : nullptr,
-                        frequencies, row_offsets));
-  GC_RETURN_IF_ERROR(CheckShape(out, "out", shape.out));
+                        frequencies, options.row_offsets));
+  GC_RETURN_IF_ERROR(CheckShape(out, "out", LombScargleOutShape(shape, options.amplitude)));
   return shape;
 }
 

@@ -95,12 +95,13 @@ absl::Status WeightsSumError(int64_t row, double sum);
 // dividing by it overflows `dtype`. Both backends report it in these words.
 absl::Status BadRowError(int64_t row, NormKind kind, double norm, DType dtype);
 
-// dtypes (all of y's), shapes (LombScargleShapes), out's shape for a periodogram
-// over `freqs` (M,) or, when freqs is null, the `grid` (CheckFrequencyGrid).
+// dtypes (all of y's), shapes (LombScargleShapes with options.row_offsets), out's
+// shape (LombScargleOutShape) for a periodogram over `freqs` (M,) or, when freqs is
+// null, the `grid` (CheckFrequencyGrid); normalize and amplitude not both.
 // Not the values of x and freqs, which may lie on a device.
 absl::StatusOr<LombScargleShape> CheckLombScargleArrays(const Array& x, const Array& y,
                                                         const Array* weights, const Array* freqs,
                                                         const Linspace& grid, const Array& out,
-                                                        std::span<const int64_t> row_offsets = {});
+                                                        const LombScargleOptions& options);
 
 }  // namespace gpucompute

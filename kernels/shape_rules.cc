@@ -152,4 +152,10 @@ absl::StatusOr<LombScargleShape> LombScargleShapes(const Shape& x, const Shape& 
   return result;
 }
 
+Shape LombScargleOutShape(const LombScargleShape& shape, bool amplitude) {
+  Shape out = shape.out;
+  if (amplitude) out.push_back(2);
+  return out;
+}
+
 }  // namespace gpucompute

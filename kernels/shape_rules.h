@@ -42,4 +42,7 @@ absl::StatusOr<LombScargleShape> LombScargleShapes(const Shape& x, const Shape& 
                                                    const Shape* weights, int64_t frequencies,
                                                    std::span<const int64_t> row_offsets = {});
 
+// The output: shape.out, with a trailing axis of 2 (real, imaginary) for an amplitude.
+Shape LombScargleOutShape(const LombScargleShape& shape, bool amplitude);
+
 }  // namespace gpucompute

@@ -441,13 +441,15 @@ absl::StatusOr<PreparedOperation> PrepareLombScargle(const v1::LombScargleReques
   }
 
   const Shape* weights_shape = has_weights ? &prepared.operands[2].shape : nullptr;
-  LombScargleOptions options{request.precenter(), request.normalize(), request.floating_mean()};
+  LombScargleOptions options{.precenter = request.precenter(),
+                             .floating_mean = request.floating_mean()};
+  GC_RETURN_IF_ERROR(LombScargleNormalizationFromProto(request, options));
   options.row_offsets.assign(request.row_offsets().begin(), request.row_offsets().end());
   GC_ASSIGN_OR_RETURN(
       const LombScargleShape shapes,
       LombScargleShapes(x.shape, y.shape, weights_shape, frequencies, options.row_offsets));
   prepared.out_dtype = y.dtype;
-  prepared.out_shape = shapes.out;
+  prepared.out_shape = LombScargleOutShape(shapes, options.amplitude);
   GC_RETURN_IF_ERROR(CheckOutputSize(prepared.out_shape, max_elements));
   prepared.work = shapes.ragged
                       ? SaturatingProduct({y.shape[0], shapes.frequencies})
@@ -462,7 +464,7 @@ absl::StatusOr<PreparedOperation> PrepareLombScargle(const v1::LombScargleReques
   if (!has_weights && !shapes.x_batched && !shapes.ragged && AllInline(prepared.operands)) {
     BatchPlan plan;
     plan.key = absl::StrCat("lombscargle|", DTypeName(y.dtype), "|", options.precenter,
-                            options.normalize, options.floating_mean, "|",
+                            options.normalize, options.floating_mean, options.amplitude, "|",
                             static_cast<int>(options.method), ":", options.accuracy, "|",
                             shapes.samples, "|", shapes.frequencies);
     bool shared_fits = AppendShared(plan.key, prepared.operands[0]);
@@ -475,6 +477,7 @@ absl::StatusOr<PreparedOperation> PrepareLombScargle(const v1::LombScargleReques
     plan.stacked.resize(prepared.operands.size());
     plan.stacked[1] = {shapes.batch, shapes.samples};
     plan.out = {shapes.batch, shapes.frequencies};
+    if (options.amplitude) plan.out.push_back(2);
     if (shared_fits) prepared.batch = std::move(plan);
   }
   prepared.run = [has_weights, has_freqs, grid, options = std::move(options)](

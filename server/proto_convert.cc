@@ -51,6 +51,34 @@ absl::StatusOr<LombScargleMethod> LombScargleMethodFromProto(v1::LombScargleMeth
   }
 }
 
+absl::Status LombScargleNormalizationFromProto(const v1::LombScargleRequest& request,
+                                               LombScargleOptions& options) {
+  const v1::LombScargleNormalization normalization = request.normalization();
+  switch (normalization) {
+    case v1::LOMB_SCARGLE_NORMALIZATION_UNSPECIFIED:
+    case v1::LOMB_SCARGLE_NORMALIZATION_NORMALIZE:
+      options.normalize = request.normalize() ||
+                          normalization == v1::LOMB_SCARGLE_NORMALIZATION_NORMALIZE;
+      return absl::OkStatus();
+    case v1::LOMB_SCARGLE_NORMALIZATION_POWER:
+    case v1::LOMB_SCARGLE_NORMALIZATION_AMPLITUDE:
+      if (request.normalize()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "normalize is true but normalization is ",
+            v1::LombScargleNormalization_Name(normalization),
+            "; leave normalize false, or ask for LOMB_SCARGLE_NORMALIZATION_NORMALIZE"));
+      }
+      options.normalize = false;
+      options.amplitude = normalization == v1::LOMB_SCARGLE_NORMALIZATION_AMPLITUDE;
+      return absl::OkStatus();
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "normalization has unknown value ", static_cast<int>(normalization),
+          "; use LOMB_SCARGLE_NORMALIZATION_POWER, LOMB_SCARGLE_NORMALIZATION_NORMALIZE or "
+          "LOMB_SCARGLE_NORMALIZATION_AMPLITUDE"));
+  }
+}
+
 std::string DeviceLabel(int device) {
   return device == kHostDevice ? "cpu" : absl::StrCat("cuda:", device);
 }

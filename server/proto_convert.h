@@ -26,6 +26,12 @@ absl::StatusOr<NormKind> NormFromProto(v1::Norm norm, absl::string_view field);
 absl::StatusOr<LombScargleMethod> LombScargleMethodFromProto(v1::LombScargleMethod method,
                                                              absl::string_view field);
 
+// A request's normalization and its older bool normalize as options.normalize and
+// options.amplitude: INVALID_ARGUMENT for an unknown value, or normalize true beside
+// a normalization other than NORMALIZE.
+absl::Status LombScargleNormalizationFromProto(const v1::LombScargleRequest& request,
+                                               LombScargleOptions& options);
+
 // Where an array lives, as the API names it: "cpu" for host arrays, "cuda:N" otherwise.
 std::string DeviceLabel(int device);
 

@@ -422,11 +422,14 @@ TYPED_TEST(LombScargleConformance, EveryOptionCombination) {
         for (Freqs freqs : kAllFreqs) {
           for (LombScargleMethod method : {LombScargleMethod::kDirect, LombScargleMethod::kNufft}) {
             if (method == LombScargleMethod::kNufft && freqs == Freqs::kRandomArray) continue;
-            for (int options = 0; options < 8; ++options) {
+            // Output power, normalize or amplitude (options / 4), each with and
+            // without precenter and floating_mean.
+            for (int options = 0; options < 12; ++options) {
               const LombScargleOptions o = {.precenter = (options & 1) != 0,
-                                            .normalize = (options & 2) != 0,
-                                            .floating_mean = (options & 4) != 0,
-                                            .method = method};
+                                            .normalize = options / 4 == 1,
+                                            .floating_mean = (options & 2) != 0,
+                                            .method = method,
+                                            .amplitude = options / 4 == 2};
               this->Check({61, 150, batching, weights, freqs, o});
             }
           }

@@ -64,6 +64,17 @@ TEST_F(CliParseTest, Norm) {
   ExpectInvalid(ParseNorm("linf"), "expected sum, l1, l2 or max_abs");
 }
 
+TEST_F(CliParseTest, LombScargleNormalizationAndMethod) {
+  EXPECT_EQ(*ParseLombScargleNormalization("power"), v1::LOMB_SCARGLE_NORMALIZATION_POWER);
+  EXPECT_EQ(*ParseLombScargleNormalization("Normalize"), v1::LOMB_SCARGLE_NORMALIZATION_NORMALIZE);
+  EXPECT_EQ(*ParseLombScargleNormalization("amplitude"), v1::LOMB_SCARGLE_NORMALIZATION_AMPLITUDE);
+  ExpectInvalid(ParseLombScargleNormalization("psd"), "expected power, normalize or amplitude");
+  EXPECT_EQ(*ParseLombScargleMethod("auto"), v1::LOMB_SCARGLE_METHOD_AUTO);
+  EXPECT_EQ(*ParseLombScargleMethod("direct"), v1::LOMB_SCARGLE_METHOD_DIRECT);
+  EXPECT_EQ(*ParseLombScargleMethod("NUFFT"), v1::LOMB_SCARGLE_METHOD_NUFFT);
+  ExpectInvalid(ParseLombScargleMethod("fast"), "expected auto, direct or nufft");
+}
+
 TEST_F(CliParseTest, OperandSpec) {
   absl::StatusOr<OperandSpec> buffer = ParseOperandSpec("buffer:0123abcd", "values");
   ASSERT_TRUE(buffer.ok()) << buffer.status().message();
@@ -144,6 +155,9 @@ TEST(FormatTest, TrailerShowsEveryTiming) {
   EXPECT_EQ(FormatTrailer(trailer),
             "backend     cuda on cuda:0 (NVIDIA H100)\n"
             "timing (us) queue 1, transfer in 2, compute 3, transfer out 4, total 10\n");
+  trailer.set_method("nufft");
+  EXPECT_THAT(FormatTrailer(trailer),
+              ::testing::StartsWith("backend     cuda on cuda:0 (NVIDIA H100), method nufft\n"));
 }
 
 TEST(FormatTest, PreviewTruncates) {

@@ -123,8 +123,8 @@ TEST_F(DynamicBatchingTest, DiscountProductBatchEqualsEachAlone) {
   ExpectBatchEqualsAlone(&v1::Compute::Stub::DiscountProduct, requests);
 }
 
-TEST_F(DynamicBatchingTest, LombScargleSeriesOfOneSamplingBatch) {
-  const uint64_t seed = test::FreshSeed();
+// Series (40), (2, 40), (3, 40) of one sampling x.
+std::vector<v1::LombScargleRequest> SeriesOfOneSampling(uint64_t seed) {
   std::vector<double> x(40);
   for (size_t i = 0; i < x.size(); ++i) x[i] = 0.37 * static_cast<double>(i) + 0.01 * (i % 3);
   std::vector<v1::LombScargleRequest> requests(3);
@@ -138,6 +138,19 @@ TEST_F(DynamicBatchingTest, LombScargleSeriesOfOneSamplingBatch) {
     requests[i].mutable_freq_grid()->set_stop(3.0);
     requests[i].mutable_freq_grid()->set_count(32);
     requests[i].set_precenter(true);
+  }
+  return requests;
+}
+
+TEST_F(DynamicBatchingTest, LombScargleSeriesOfOneSamplingBatch) {
+  ExpectBatchEqualsAlone(&v1::Compute::Stub::LombScargle, SeriesOfOneSampling(test::FreshSeed()));
+}
+
+// Amplitudes batch too, their (real, imaginary) pairs stacked whole.
+TEST_F(DynamicBatchingTest, LombScargleAmplitudesBatch) {
+  std::vector<v1::LombScargleRequest> requests = SeriesOfOneSampling(test::FreshSeed());
+  for (v1::LombScargleRequest& request : requests) {
+    request.set_normalization(v1::LOMB_SCARGLE_NORMALIZATION_AMPLITUDE);
   }
   ExpectBatchEqualsAlone(&v1::Compute::Stub::LombScargle, requests);
 }

@@ -46,6 +46,9 @@ TYPED_TEST(LombScargleMethods, NufftAtSizesAndEdges) {
                  true});
     this->Check({300, 5000, Batching::kBatchedX, Weights::kShared, Freqs::kLinspaceArray,
                  nufft_fm, 3, true});
+    const LombScargleOptions amplitude_fm{.floating_mean = true, .method = kNufft, .amplitude = true};
+    this->Check({2000, 6000, Batching::kSharedX, Weights::kPerRow, Freqs::kGrid, amplitude_fm, 2,
+                 true});
   });
 }
 
@@ -100,9 +103,10 @@ TYPED_TEST(LombScargleMethods, NufftOnIllConditionedSmallRows) {
   };
   this->ForEachSeed([&] {
     for (const Shape& s : shapes) {
-      for (int flags = 0; flags < 8; ++flags) {
-        const LombScargleOptions o{.precenter = (flags & 1) != 0, .normalize = (flags & 2) != 0,
-                                   .floating_mean = (flags & 4) != 0, .method = kNufft};
+      for (int flags = 0; flags < 12; ++flags) {  // flags / 4: power, normalize, amplitude
+        const LombScargleOptions o{.precenter = (flags & 1) != 0, .normalize = flags / 4 == 1,
+                                   .floating_mean = (flags & 2) != 0, .method = kNufft,
+                                   .amplitude = flags / 4 == 2};
         this->Check({s.samples, s.frequencies, s.batching, s.weights, s.freqs, o});
       }
     }
@@ -165,13 +169,15 @@ TYPED_TEST(LombScargleMethods, RaggedBatchesMatchEachSeriesAlone) {
   std::vector<double> freqs(m);
   for (int64_t k = 0; k < m; ++k) freqs[k] = grid.At(k);
   for (LombScargleMethod method : {LombScargleMethod::kDirect, kNufft}) {
-    for (int flags = 0; flags < 16; ++flags) {
-      LombScargleOptions o{.precenter = (flags & 1) != 0, .normalize = (flags & 2) != 0,
-                           .floating_mean = (flags & 4) != 0, .method = method};
+    for (int flags = 0; flags < 24; ++flags) {  // flags / 8: power, normalize, amplitude
+      LombScargleOptions o{.precenter = (flags & 1) != 0, .normalize = flags / 8 == 1,
+                           .floating_mean = (flags & 2) != 0, .method = method,
+                           .amplitude = flags / 8 == 2};
       o.row_offsets = offsets;
-      const bool weighted = (flags & 8) != 0;
+      const bool weighted = (flags & 4) != 0;
+      const int64_t values = o.amplitude ? 2 : 1;  // per frequency
       SCOPED_TRACE(absl::StrCat(LombScargleMethodName(method), " flags ", flags));
-      auto out = this->Poisoned({4, m});
+      auto out = this->Poisoned(o.amplitude ? Shape{4, m, 2} : Shape{4, m});
       const absl::Status status = this->backend_->LombScargle(
           *x_array, *y_array, weighted ? w_array.get() : nullptr, nullptr, grid, o, *out, this->ctx_);
       ASSERT_TRUE(status.ok()) << status.message();
@@ -181,18 +187,69 @@ TYPED_TEST(LombScargleMethods, RaggedBatchesMatchEachSeriesAlone) {
           return std::vector<double>(v.begin() + offsets[b], v.begin() + offsets[b + 1]);
         };
         const std::vector<double> row_w = slice(w);
-        const std::vector<double> want = test::LombScarglePowers(
-            slice(x), false, slice(y), weighted ? &row_w : nullptr, false, freqs, 1, lengths[b], o);
+        std::vector<test::LombScargleConditioning> conditioning;
+        const std::vector<double> want =
+            test::Reference(slice(x), false, slice(y), weighted ? &row_w : nullptr, false, freqs, 1,
+                            lengths[b], o, conditioning);
         double largest = 0;
-        for (double v : want) largest = std::max(largest, std::abs(v));
+        for (int64_t k = 0; k < m; ++k) {
+          largest = std::max(largest, values == 2 ? std::hypot(want[2 * k], want[2 * k + 1])
+                                                  : std::abs(want[k]));
+        }
         // float32: the output's rounding; float64: the CPU's direct bound, or the NUFFT's.
         const double bound = (sizeof(T) == 4 ? 1e-5 : method == kNufft ? o.accuracy : 1e-9) * largest;
-        for (int64_t k = 0; k < m; ++k) {
-          ASSERT_NEAR(got[b * m + k], want[k], bound) << "row " << b << " frequency " << k;
+        for (int64_t i = 0; i < m * values; ++i) {
+          ASSERT_NEAR(got[b * m * values + i], want[i], bound)
+              << "row " << b << " frequency " << i / values;
         }
       }
     }
   }
+}
+
+// SciPy's "amplitude" of a clean sinusoid y = A cos(f0 x) + B sin(f0 x) + c at f0: the
+// fit's A + iB, on both methods.
+TYPED_TEST(LombScargleMethods, AmplitudeOfASinusoid) {
+  using T = typename TypeParam::Element;
+  const double tolerance = sizeof(T) == 4 ? 1e-4 : 1e-9;
+  std::vector<double> x = this->Uniform(500, 0, 50), y(500);
+  auto x_array = this->Upload({500}, x);  // rounds x to T first
+  for (size_t i = 0; i < x.size(); ++i) {
+    y[i] = 1.5 * std::cos(2 * x[i]) - 0.5 * std::sin(2 * x[i]) + 0.25;
+  }
+  auto y_array = this->Upload({500}, y);
+  const Linspace grid{0.02, 4, 200};  // f0 = 2 is point 99
+  for (LombScargleMethod method : {LombScargleMethod::kDirect, kNufft}) {
+    SCOPED_TRACE(LombScargleMethodName(method));
+    for (bool floating_mean : {false, true}) {
+      auto out = this->Poisoned({200, 2});
+      const LombScargleOptions o{.floating_mean = floating_mean, .method = method, .amplitude = true};
+      const absl::Status status =
+          this->backend_->LombScargle(*x_array, *y_array, nullptr, nullptr, grid, o, *out, this->ctx_);
+      ASSERT_TRUE(status.ok()) << status.message();
+      const std::vector<double> got = this->Download(*out);
+      // The floating mean's fit is exact; without it, near (c leaks in as C = sum w cos).
+      const double fit_tolerance = floating_mean ? tolerance : 0.1;
+      EXPECT_NEAR(got[2 * 99], 1.5, fit_tolerance);
+      EXPECT_NEAR(got[2 * 99 + 1], -0.5, fit_tolerance);
+    }
+  }
+}
+
+TYPED_TEST(LombScargleMethods, RefusesNormalizeWithAmplitude) {
+  std::vector<double> v = this->Uniform(10, 0, 1);
+  auto a = this->Upload({10}, v);
+  auto out = this->Poisoned({5, 2});
+  const absl::Status status = this->backend_->LombScargle(
+      *a, *a, nullptr, nullptr, {1, 2, 5}, {.normalize = true, .amplitude = true}, *out, this->ctx_);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status.message();
+  EXPECT_THAT(std::string(status.message()), HasSubstr("normalize and amplitude"));
+  // An amplitude's out needs the trailing axis of 2.
+  auto flat = this->Poisoned({5});
+  const absl::Status shape = this->backend_->LombScargle(*a, *a, nullptr, nullptr, {1, 2, 5},
+                                                         {.amplitude = true}, *flat, this->ctx_);
+  EXPECT_EQ(shape.code(), absl::StatusCode::kInvalidArgument) << shape.message();
+  EXPECT_THAT(std::string(shape.message()), HasSubstr("out"));
 }
 
 TYPED_TEST(LombScargleMethods, RefusesBadRowOffsets) {

@@ -385,6 +385,14 @@ TEST_F(MalformedRequestsTest, EveryCaseGetsItsCodeAndMessageAndTheServerKeepsSer
        [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_freqs() = Operand(F64({1, 2}, {1, 2})); })); }},
       {"lombscargle freqs dtype", INVALID, "y is float64 but freqs is float32",
        [&] { return Lomb(With(GoodLomb(), [](auto& r) { *r.mutable_freqs() = Operand(F32({1, 2}, {2})); })); }},
+      {"lombscargle normalize with amplitude", INVALID,
+       "normalize is true but normalization is LOMB_SCARGLE_NORMALIZATION_AMPLITUDE",
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) {
+          r.set_normalize(true);
+          r.set_normalization(v1::LOMB_SCARGLE_NORMALIZATION_AMPLITUDE); })); }},
+      {"lombscargle normalization unknown", INVALID, "normalization has unknown value 9",
+       [&] { return Lomb(With(GoodLomb(), [](auto& r) {
+          r.set_normalization(static_cast<v1::LombScargleNormalization>(9)); })); }},
       {"lombscargle empty", INVALID, "y.shape (0,) is empty",
        [&] { return Lomb(With(GoodLomb(), [](auto& r) {
           *r.mutable_x() = Operand(F64({}, {0}));

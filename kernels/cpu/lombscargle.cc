@@ -5,7 +5,9 @@
 //   (minus the products of the means C = sum w c, S = sum w s, Y = sum w y
 //    when floating_mean), c = cos(f x), s = sin(f x)
 //   D = CC SS - CS^2, a = (YC SS - YS CS) / D, b = (YS CC - YC CS) / D
-//   p = 2 (a YC + b YS), then scaled by N/4, or by 1 / (2 weighted variance).
+//   p = 2 (a YC + b YS), then scaled by N/4, or by 1 / (2 weighted variance);
+//   or SciPy's "amplitude", a + ib turned back from the frame where CS = 0
+//   (lombscargle_power.h Amplitude), stored as two values.
 //
 // The work is split over (batch row, block of up to 128 frequencies). When the
 // gaps between a block's consecutive frequencies take a few distinct values (a
@@ -245,7 +247,7 @@ absl::Status DirectSums(ThreadPool& pool, const LombScargleShape& shape, const P
       } else {
         sums = Accumulate<false>(w, wy, c.data(), s.data(), nullptr, nullptr, vectors);
       }
-      result[b * m + first + k] = static_cast<T>(Power(sums, settings));
+      StoreValue(ValueOf(sums, settings), options.amplitude, b * m + first + k, result);
     }
   };
   return pool.ParallelFor(shape.batch * blocks, GrainFor(block_size * shape.samples, 1 << 18), ctx,
@@ -258,18 +260,19 @@ absl::Status DirectSums(ThreadPool& pool, const LombScargleShape& shape, const P
 
 PowerSettings SettingsFor(const PreparedRows& rows, const LombScargleShape& shape, int64_t b,
                           const LombScargleOptions& options) {
-  return {rows.y_sum[b], rows.yy_sum[b], rows.samples[b], options.normalize, options.floating_mean};
+  return {rows.y_sum[b],     rows.yy_sum[b],        rows.samples[b],
+          options.normalize, options.floating_mean, options.amplitude};
 }
 
-double DirectPower(const PreparedRows& rows, const LombScargleShape& shape, int64_t b, double f,
-                   const LombScargleOptions& options) {
+PeriodogramValue DirectValue(const PreparedRows& rows, const LombScargleShape& shape, int64_t b,
+                             double f, const LombScargleOptions& options) {
   const int64_t vectors = rows.vectors;
   std::vector<Lanes> c(vectors), s(vectors);
   const Lanes* x = rows.x.data() + (shape.x_batched ? b * vectors : 0);
   SinCos(f, x, c.data(), s.data(), vectors);
   const Sums sums = Accumulate<false>(rows.w.data() + b * vectors, rows.wy.data() + b * vectors,
                                       c.data(), s.data(), nullptr, nullptr, vectors);
-  return Power(sums, SettingsFor(rows, shape, b, options));
+  return ValueOf(sums, SettingsFor(rows, shape, b, options));
 }
 
 template <typename T>
@@ -353,7 +356,7 @@ absl::Status LombScargle(ThreadPool& pool, const Array& x, const Array& y, const
                          const Array* freqs, const Linspace& grid,
                          const LombScargleOptions& options, Array& out, OpContext& ctx) {
   GC_ASSIGN_OR_RETURN(const LombScargleShape shape,
-                      CheckLombScargleArrays(x, y, weights, freqs, grid, out, options.row_offsets));
+                      CheckLombScargleArrays(x, y, weights, freqs, grid, out, options));
   if (y.dtype() == DType::kFloat32) {
     return Run<float>(pool, shape, x, y, weights, freqs, grid, options, out, ctx);
   }

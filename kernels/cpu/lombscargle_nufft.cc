@@ -1,7 +1,7 @@
 // Lomb-Scargle's NUFFT method on the CPU (kernels/lombscargle_nufft.h has the
 // algorithm): per batch row three type-1 transforms, each a task that spreads
-// the row's samples onto its own grid and runs FFTW on it; then the powers from
-// the deconvolved modes. Everything in float64.
+// the row's samples onto its own grid and runs FFTW on it; then the powers (or
+// amplitudes) from the deconvolved modes. Everything in float64.
 #include <fftw3.h>
 
 #include <algorithm>
@@ -132,12 +132,14 @@ absl::Status LombScargleNufft(ThreadPool& pool, const LombScargleShape& shape,
   // Rows in chunks, so that the modes of a large batch never need more than about
   // kChunkBytes at once.
   const int64_t chunk_rows =
-      std::clamp<int64_t>(kChunkBytes / (m * (kTransforms * sizeof(Complex) + 2 * sizeof(double))),
+      std::clamp<int64_t>(kChunkBytes / (m * (kTransforms * sizeof(Complex) +
+                                              sizeof(PeriodogramValue) + sizeof(double))),
                           1, shape.batch);
-  // modes[(row * 3 + transform) * M + k]: that transform's sum at frequency k; power and
+  // modes[(row * 3 + transform) * M + k]: that transform's sum at frequency k; value and
   // bound per (row, k); rows of the chunk from `first`.
   std::vector<Complex> modes(chunk_rows * kTransforms * m);
-  std::vector<double> power(chunk_rows * m), bound(chunk_rows * m);
+  std::vector<PeriodogramValue> value(chunk_rows * m);
+  std::vector<double> bound(chunk_rows * m);
   for (int64_t first = 0; first < shape.batch; first += chunk_rows) {
     const int64_t count = std::min(chunk_rows, shape.batch - first);
     std::atomic<bool> out_of_memory = false;
@@ -173,15 +175,17 @@ absl::Status LombScargleNufft(ThreadPool& pool, const LombScargleShape& shape,
         const Sums sums = SumsFromTransforms(sum_w.real(), sum_w.imag(), sum_wy.real(),
                                              sum_wy.imag(), sum_w2.real(), sum_w2.imag());
         const SumErrors errors{sum_error, sum_error * wy_abs_sum[r]};
-        power[i] = Power(sums, SettingsFor(rows, shape, first + r, options), &errors, &bound[i]);
+        value[i] = ValueOf(sums, SettingsFor(rows, shape, first + r, options), &errors, &bound[i]);
       }
     }));
     // Frequencies whose bound passes the accuracy, on the scale of the row's largest
-    // power, again by the direct sums.
+    // resolved power (or amplitude), again by the direct sums.
     std::vector<int64_t> redo;
     for (int64_t r = 0; r < count; ++r) {
       double largest = 0;
-      for (int64_t k = 0; k < m; ++k) largest = std::max(largest, std::abs(power[r * m + k]));
+      for (int64_t i = r * m; i < (r + 1) * m; ++i) {
+        largest = std::max(largest, ResolvedMagnitude(value[i], options.amplitude, bound[i]));
+      }
       for (int64_t k = 0; k < m; ++k) {
         if (!(bound[r * m + k] <= kNufftRedoFraction * options.accuracy * largest)) {
           redo.push_back(r * m + k);
@@ -192,11 +196,13 @@ absl::Status LombScargleNufft(ThreadPool& pool, const LombScargleShape& shape,
         static_cast<int64_t>(redo.size()), GrainFor(padded), ctx, [&](int64_t begin, int64_t end) {
           for (int64_t e = begin; e < end; ++e) {
             const int64_t r = redo[e] / m, k = redo[e] % m;
-            power[redo[e]] = DirectPower(rows, shape, first + r,
+            value[redo[e]] = DirectValue(rows, shape, first + r,
                                          freqs.start + static_cast<double>(k) * freqs.step, options);
           }
         }));
-    for (int64_t i = 0; i < count * m; ++i) out[first * m + i] = static_cast<T>(power[i]);
+    for (int64_t i = 0; i < count * m; ++i) {
+      StoreValue(value[i], options.amplitude, first * m + i, out);
+    }
   }
   return absl::OkStatus();
 }

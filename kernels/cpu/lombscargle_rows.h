@@ -58,10 +58,11 @@ PowerSettings SettingsFor(const PreparedRows& rows, const LombScargleShape& shap
                           const LombScargleOptions& options);
 
 // The value at frequency f of batch row b by the direct sums.
-double DirectPower(const PreparedRows& rows, const LombScargleShape& shape, int64_t b, double f,
-                   const LombScargleOptions& options);
+PeriodogramValue DirectValue(const PreparedRows& rows, const LombScargleShape& shape, int64_t b,
+                             double f, const LombScargleOptions& options);
 
-// The NUFFT method: out (T, B x M) at the evenly spaced frequencies.
+// The NUFFT method: out (T, B x M, or B x M x 2 for an amplitude) at the evenly
+// spaced frequencies.
 template <typename T>
 absl::Status LombScargleNufft(ThreadPool& pool, const LombScargleShape& shape,
                               const PreparedRows& rows, const EvenFrequencies& freqs,

@@ -359,7 +359,7 @@ class CudaBackend final : public Backend {
     operands.push_back({&out, "out"});
     GC_ASSIGN_OR_RETURN(DeviceState* const d, devices_.OperandDevice(operands));
     GC_ASSIGN_OR_RETURN(const LombScargleShape shape,
-                        CheckLombScargleArrays(x, y, weights, freqs, grid, out, options.row_offsets));
+                        CheckLombScargleArrays(x, y, weights, freqs, grid, out, options));
     GC_RETURN_IF_ERROR(CheckNufftAccuracy(options.accuracy, "accuracy"));
     const DType dtype = y.dtype();
     absl::StatusOr<EvenFrequencies> even = EvenGrid(grid);
@@ -387,6 +387,7 @@ class CudaBackend final : public Backend {
     // A ragged batch runs as the rectangular one RaggedGather makes (centred already).
     args.precenter = options.precenter && !shape.ragged;
     args.normalize = options.normalize;
+    args.amplitude = options.amplitude;
     args.floating_mean = options.floating_mean;
     args.out = out.data();
     cuda::LombScargleResult* d_result = nullptr;
@@ -434,7 +435,8 @@ class CudaBackend final : public Backend {
           fft.has_value() ? cuda::LaunchLombScargleNufft(dtype, args, nufft, fft->handle(), nufft_scratch,
                                                          d_result, env.launch)
                           : cuda::LaunchLombScargle(dtype, args, d_result, env.launch);
-      if (e != cudaSuccess || !shape.ragged || options.normalize) return e;
+      // Only the "power" scale depends on a row's N.
+      if (e != cudaSuccess || !shape.ragged || options.normalize || options.amplitude) return e;
       return cuda::LaunchLombScargleRaggedScale(dtype, ragged, out.data(), shape.frequencies, env.launch);
     };
     steps.readback = [&](const OpEnv& env) {

@@ -119,7 +119,8 @@ struct LombScargleArgs {
   bool precenter = false;
   bool normalize = false;
   bool floating_mean = false;
-  void* out = nullptr;             // (B, M)
+  bool amplitude = false;          // SciPy's "amplitude": (real, imaginary) per frequency
+  void* out = nullptr;             // (B, M), amplitude (B, M, 2)
 };
 
 // Device flag written by the launch: first batch whose weights are negative or do

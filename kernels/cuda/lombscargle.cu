@@ -1,6 +1,7 @@
 // Generalized Lomb-Scargle periodogram, scipy.signal.lombscargle (SciPy >= 1.15)
 // semantics: weights normalized to sum 1, optional precentering (unweighted mean),
-// optional floating mean, "power" (x N/4) or "normalize" output.
+// optional floating mean, "power" (x N/4), "normalize" or "amplitude" (complex, as
+// (real, imaginary) pairs; lombscargle_power.h Amplitude) output.
 //
 //   LaunchLombScargle
 //     -> PrepKernel<T, T>: one block per batch row; float64 sums of the weights and y,
@@ -33,6 +34,7 @@
 #include "kernels/cuda/launchers.h"
 #include "kernels/cuda/lombscargle_variants.h"
 #include "kernels/cuda/sincos_table.cuh"
+#include "kernels/lombscargle_power.h"
 
 namespace gpucompute::cuda {
 namespace {
@@ -238,6 +240,7 @@ struct PeriodogramParams {
   double grid_start, grid_stop;
   int64_t batch, n, m;
   bool normalize;
+  bool amplitude;  // out (B, M, 2)
   T* out;
 };
 
@@ -263,7 +266,7 @@ struct PeriodogramAgent {
   using Sample = typename TempStorage::Sample;
 
   // Per-frequency sums of this thread's F frequencies.
-  struct Sums {
+  struct FreqSums {
     T c[F] = {}, s[F] = {}, cc[F] = {}, cs[F] = {}, yc[F] = {}, ys[F] = {};
   };
 
@@ -273,7 +276,7 @@ struct PeriodogramAgent {
   // The sums over one staged tile. kFast: float64 phases through the table.
   template <bool kFast>
   __device__ __forceinline__ void AccumulateTile(int nt, const Freq<T> (&f)[F], const Freq<T>& delta,
-                                                 Sums& sums) const {
+                                                 FreqSums& acc) const {
     const double2* lane_table = nullptr;
     if constexpr (std::is_same_v<T, double>) lane_table = storage.table.LaneCopy();
 #pragma unroll(Policy::kInnerUnroll)
@@ -298,13 +301,13 @@ struct PeriodogramAgent {
         const T c = cn[j], s = sn[j];
         const T wc = smp.w * c;
         if constexpr (kFloatingMean) {
-          sums.c[j] += wc;
-          sums.s[j] = fma(smp.w, s, sums.s[j]);
+          acc.c[j] += wc;
+          acc.s[j] = fma(smp.w, s, acc.s[j]);
         }
-        sums.cc[j] = fma(wc, c, sums.cc[j]);
-        sums.cs[j] = fma(wc, s, sums.cs[j]);
-        sums.yc[j] = fma(smp.wy, c, sums.yc[j]);
-        sums.ys[j] = fma(smp.wy, s, sums.ys[j]);
+        acc.cc[j] = fma(wc, c, acc.cc[j]);
+        acc.cs[j] = fma(wc, s, acc.cs[j]);
+        acc.yc[j] = fma(smp.wy, c, acc.yc[j]);
+        acc.ys[j] = fma(smp.wy, s, acc.ys[j]);
       }
     }
   }
@@ -366,7 +369,7 @@ struct PeriodogramAgent {
         if constexpr (std::is_same_v<T, double>) {
           fast = abs_f_max * storage.abs_x_max <= SinCosTable::kMaxPhase;
         }
-        Sums sums;
+        FreqSums acc;
         for (int64_t t0 = 0; t0 < p.n; t0 += kTile) {
           const int nt = p.n - t0 < kTile ? static_cast<int>(p.n - t0) : kTile;
           __syncthreads();  // the previous tile is consumed (and the table filled)
@@ -375,9 +378,9 @@ struct PeriodogramAgent {
           }
           __syncthreads();
           if (fast) {
-            AccumulateTile<true>(nt, f, delta, sums);
+            AccumulateTile<true>(nt, f, delta, acc);
           } else {
-            AccumulateTile<false>(nt, f, delta, sums);
+            AccumulateTile<false>(nt, f, delta, acc);
           }
         }
         // The O(1) combination per frequency runs in float64 for both dtypes: in
@@ -392,9 +395,16 @@ struct PeriodogramAgent {
         for (int j = 0; j < F; ++j) {
           const int64_t k = base + j * Policy::kThreads + threadIdx.x;
           if (k >= p.m) continue;
-          double CC = sums.cc[j], SS = 1.0 - CC, CS = sums.cs[j], YC = sums.yc[j], YS = sums.ys[j];
+          if (p.amplitude) {
+            const Sums row_sums{acc.cc[j], 1.0 - acc.cc[j], acc.cs[j], acc.yc[j],
+                                acc.ys[j], acc.c[j],        acc.s[j]};
+            const PowerSettings settings{y_sum, st.yy_sum, p.n, false, kFloatingMean, true};
+            StoreValue(Amplitude(row_sums, settings), true, b * p.m + k, p.out);
+            continue;
+          }
+          double CC = acc.cc[j], SS = 1.0 - CC, CS = acc.cs[j], YC = acc.yc[j], YS = acc.ys[j];
           if constexpr (kFloatingMean) {
-            const double C = sums.c[j], S = sums.s[j];
+            const double C = acc.c[j], S = acc.s[j];
             YC -= y_sum * C;
             YS -= y_sum * S;
             CC -= C * C;
@@ -451,6 +461,7 @@ cudaError_t LaunchT(const LombScargleArgs& a, LombScargleResult* result, const L
   p.n = a.samples;
   p.m = a.frequencies;
   p.normalize = a.normalize;
+  p.amplitude = a.amplitude;
   p.out = static_cast<T*>(a.out);
   const int64_t per_block = static_cast<int64_t>(Policy::kThreads) * Policy::kFreqsPerThread;
   const int64_t gx = std::min<int64_t>(CeilDiv(a.frequencies, per_block),

@@ -8,9 +8,10 @@
 //        and sums |w y| per row for the error bound
 //     -> DeconvolveKernel: 1 / p(|m|) by the kernel's quadrature
 //     -> cuFFT: batch x 3 inverse double-complex transforms in place
-//     -> PowerKernel<T>: per (row, frequency) the modes, the power, its error bound,
-//        and the row's largest power (atomicMax on the bits of non-negative doubles,
-//        one per thread and row, one per warp where the warp shares the row)
+//     -> PowerKernel<T>: per (row, frequency) the modes, the power (or amplitude), its
+//        error bound, and the row's largest |value| (atomicMax on the bits of
+//        non-negative doubles, one per thread and row, one per warp where the warp
+//        shares the row)
 //     -> FlagKernel: frequencies whose bound passes the accuracy, into a list
 //     -> RedoKernel<T>: one warp per listed frequency, the direct sums in float64
 #include <cuda_runtime.h>
@@ -36,7 +37,7 @@ struct NufftScratch {
   double2* grids;               // (B * 3, n)
   double* inverse_p;            // largest_mode + 1
   double* bound;                // (B, M)
-  unsigned long long* largest;  // (B): bits of the row's largest |power|
+  unsigned long long* largest;  // (B): bits of the row's largest |power| or |amplitude|
   double* wy_abs_sum;           // (B)
   LombScargleRowStats* stats;   // (B)
   double* wn;                   // (B, N)
@@ -149,10 +150,10 @@ __global__ void __launch_bounds__(NufftPolicy::kThreads)
 }
 
 struct PowerOptions {
-  bool normalize, floating_mean;
+  bool normalize, floating_mean, amplitude;
 };
 
-// The row's largest |power| as the bits of a non-negative double (ordered as the
+// The row's largest |value| as the bits of a non-negative double (ordered as the
 // doubles are, NaN above all): each thread keeps its current row's, and a warp
 // whose threads share one row adds one atomicMax for all. One per frequency, all
 // on one address, serialized in L2 (~0.6 ms at 1e6 frequencies).
@@ -172,7 +173,7 @@ __device__ __forceinline__ void AddLargest(int64_t row, unsigned long long bits,
 template <typename T>
 __global__ void __launch_bounds__(NufftPolicy::kThreads)
     PowerKernel(const __grid_constant__ NufftParams<T> p, NufftScratch s, PowerOptions o, T* out) {
-  int64_t held_row = -1;  // the row whose largest |power| this thread holds, if any
+  int64_t held_row = -1;  // the row whose largest |value| this thread holds, if any
   unsigned long long held = 0;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < p.batch * p.m;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -185,13 +186,14 @@ __global__ void __launch_bounds__(NufftPolicy::kThreads)
     const Sums sums = SumsFromTransforms(f1.x * inverse, f1.y * inverse, f2.x * inverse,
                                          f2.y * inverse, f3.x * inverse, f3.y * inverse);
     const PowerSettings settings{s.stats[row].y_sum, s.stats[row].yy_sum, p.n, o.normalize,
-                                 o.floating_mean};
+                                 o.floating_mean, o.amplitude};
     const SumErrors errors{p.u.sum_error, p.u.sum_error * s.wy_abs_sum[row]};
     double bound;
-    const double power = Power(sums, settings, &errors, &bound);
-    out[i] = static_cast<T>(power);
+    const PeriodogramValue value = ValueOf(sums, settings, &errors, &bound);
+    StoreValue(value, o.amplitude, i, out);
     s.bound[i] = bound;
-    const auto bits = static_cast<unsigned long long>(__double_as_longlong(fabs(power)));
+    const auto bits = static_cast<unsigned long long>(
+        __double_as_longlong(ResolvedMagnitude(value, o.amplitude, bound)));
     if (row != held_row) {
       if (held_row >= 0) atomicMax(&s.largest[held_row], held);
       held_row = row;
@@ -243,8 +245,9 @@ __global__ void __launch_bounds__(NufftPolicy::kThreads)
     }
     if (lane == 0) {
       const PowerSettings settings{s.stats[row].y_sum, s.stats[row].yy_sum, p.n, o.normalize,
-                                   o.floating_mean};
-      out[i] = static_cast<T>(Power({sum[0], sum[1], sum[2], sum[3], sum[4], sum[5], sum[6]}, settings));
+                                   o.floating_mean, o.amplitude};
+      const Sums sums{sum[0], sum[1], sum[2], sum[3], sum[4], sum[5], sum[6]};
+      StoreValue(ValueOf(sums, settings), o.amplitude, i, out);
     }
   }
 }
@@ -282,7 +285,8 @@ LombScargleArgs ChunkOf(DType dtype, const LombScargleArgs& a, int64_t first, in
   if (a.weights != nullptr) {
     c.weights = static_cast<const char*>(a.weights) + (a.weights_batched ? first * row_bytes : 0);
   }
-  c.out = static_cast<char*>(a.out) + first * a.frequencies * static_cast<int64_t>(es);
+  const int64_t values = a.amplitude ? 2 : 1;  // per frequency
+  c.out = static_cast<char*>(a.out) + first * a.frequencies * values * static_cast<int64_t>(es);
   return c;
 }
 
@@ -315,7 +319,7 @@ cudaError_t LaunchT(const LombScargleArgs& a, const LombScargleNufftArgs& u, cuf
                    reinterpret_cast<cufftDoubleComplex*>(s.grids), CUFFT_INVERSE) != CUFFT_SUCCESS) {
     return cudaErrorUnknown;  // cuFFT refused to enqueue: not a sticky device error
   }
-  const PowerOptions o{a.normalize, a.floating_mean};
+  const PowerOptions o{a.normalize, a.floating_mean, a.amplitude};
   const unsigned blocks = GridFor(CeilDiv(a.batch * a.frequencies, kThreads), env.sm_count,
                                   NufftPolicy::kBlocksPerSm);
   PowerKernel<T><<<blocks, kThreads, 0, env.stream>>>(p, s, o, static_cast<T*>(a.out));

@@ -33,7 +33,8 @@ def lombscargle_1_15(x, y, freqs, precenter=False, normalize=False, weights=None
                      floating_mean=False):
     """scipy.signal.lombscargle as of SciPy 1.15 (weights, floating_mean), in float64,
     written out from the SciPy 1.15 formulation (phase offset tau that removes CS):
-    Eq. numbers of Zechmeister & Kuerster (2009). Rows of a (B, N) y one by one."""
+    Eq. numbers of Zechmeister & Kuerster (2009). Rows of a (B, N) y one by one.
+    normalize: False, True or "amplitude" (complex)."""
     x = np.asarray(x, np.float64)
     y = np.asarray(y, np.float64)
     freqs = np.asarray(freqs, np.float64)
@@ -83,6 +84,8 @@ def lombscargle_1_15(x, y, freqs, precenter=False, normalize=False, weights=None
     SS = np.maximum(SS, eps)
     a = YC / CC
     b = YS / SS
+    if normalize == "amplitude":                  # the fit's amplitude and phase
+        return (a + 1j * b) * np.exp(1j * tau)
     p = 2.0 * (a * YC + b * YS)
     if normalize:
         YY = float(np.sum(w * y * y))             # Eq. 10

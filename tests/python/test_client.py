@@ -379,7 +379,7 @@ def test_client_side_value_errors(client):
     with pytest.raises(ValueError, match="radius"):
         client.haversine_grid(gc.LatLonMesh(0, 1, 2, 0, 1, 2), refs=(0, 0), radius=0)
     with pytest.raises(ValueError, match="amplitude"):
-        client.lombscargle(np.ones(5), np.ones(5), np.ones(3), normalize="amplitude")
+        client.lombscargle(np.ones(5), np.ones(5), np.ones(3), normalize="psd")
     with pytest.raises(TypeError):
         client.haversine_grid(gc.LatLonMesh(0, 1, 2, 0, 1, 2), refs=(0, 0), dtype=np.int32)
 

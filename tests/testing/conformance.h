@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <complex>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -249,6 +250,28 @@ inline Tolerance NufftTolerance(const LombScargleOptions& options, bool float32)
   return {.atol = NufftBound(options, float32), .conditioned = 64, .roundoff = kFloat64Roundoff};
 }
 
+// The float64 reference of a case: powers, or (options.amplitude) the amplitudes as
+// (real, imaginary) pairs with each frequency's conditioning given to both.
+inline std::vector<double> Reference(const std::vector<double>& x, bool x_batched,
+                                     const std::vector<double>& y, const std::vector<double>* w,
+                                     bool w_batched, const std::vector<double>& freqs,
+                                     int64_t batch, int64_t n, const LombScargleOptions& options,
+                                     std::vector<LombScargleConditioning>& conditioning) {
+  if (!options.amplitude) {
+    return LombScarglePowers(x, x_batched, y, w, w_batched, freqs, batch, n, options, &conditioning);
+  }
+  std::vector<LombScargleConditioning> per_frequency;
+  const std::vector<std::complex<double>> amplitudes =
+      LombScargleAmplitudes(x, x_batched, y, w, w_batched, freqs, batch, n, options, &per_frequency);
+  std::vector<double> pairs;
+  conditioning.clear();
+  for (size_t i = 0; i < amplitudes.size(); ++i) {
+    pairs.insert(pairs.end(), {amplitudes[i].real(), amplitudes[i].imag()});
+    conditioning.insert(conditioning.end(), {per_frequency[i], per_frequency[i]});
+  }
+  return pairs;
+}
+
 template <typename P>
 class LombScargleConformance : public BackendConformance<P> {
  protected:
@@ -257,7 +280,8 @@ class LombScargleConformance : public BackendConformance<P> {
         "method=", LombScargleMethodName(c.options.method), " N=", c.samples, " M=", c.frequencies, " batching=", static_cast<int>(c.batching),
         " weights=", static_cast<int>(c.weights), " freqs=", static_cast<int>(c.freqs),
         " precenter=", c.options.precenter, " normalize=", c.options.normalize,
-        " floating_mean=", c.options.floating_mean, " sinusoid=", c.sinusoid);
+        " amplitude=", c.options.amplitude, " floating_mean=", c.options.floating_mean,
+        " sinusoid=", c.sinusoid);
     SCOPED_TRACE(what);
     if (c.options.method == LombScargleMethod::kNufft && !P::Subject::kHasNufft) return;
     const int64_t batch = c.batching == Batching::kNone ? 1 : c.batch;
@@ -298,7 +322,9 @@ class LombScargleConformance : public BackendConformance<P> {
         freqs[k] = freqs[0] + static_cast<double>(k) * ((freqs[m - 1] - freqs[0]) / (m - 1));
       }
     }
-    auto out = this->Poisoned(c.batching == Batching::kNone ? Shape{m} : Shape{batch, m});
+    Shape out_shape = c.batching == Batching::kNone ? Shape{m} : Shape{batch, m};
+    if (c.options.amplitude) out_shape.push_back(2);  // (real, imaginary)
+    auto out = this->Poisoned(out_shape);
     absl::Status status = this->backend_->LombScargle(*x_array, *y_array, w_array.get(),
                                                       freq_array.get(), grid, c.options, *out, this->ctx_);
     ASSERT_TRUE(status.ok()) << status.message();
@@ -308,9 +334,19 @@ class LombScargleConformance : public BackendConformance<P> {
     }
     std::vector<LombScargleConditioning> conditioning;
     const std::vector<double> expected =
-        LombScarglePowers(x, x_batched, y, w_array ? &w : nullptr, c.weights == Weights::kPerRow,
-                          freqs, batch, n, c.options, &conditioning);
+        Reference(x, x_batched, y, w_array ? &w : nullptr, c.weights == Weights::kPerRow, freqs,
+                  batch, n, c.options, conditioning);
     const std::vector<double> actual = this->Download(*out);
+    // A row's values: M powers, or M (real, imaginary) pairs, on the scale of its largest.
+    const int64_t values = c.options.amplitude ? 2 : 1, row = m * values;
+    const auto largest_in_row = [&](int64_t b) {
+      double largest = 0;
+      for (int64_t k = 0; k < m; ++k) {
+        const double* v = expected.data() + (b * m + k) * values;
+        largest = std::max(largest, values == 2 ? std::hypot(v[0], v[1]) : std::abs(v[0]));
+      }
+      return largest;
+    };
     const Tolerance tolerance = nufft ? NufftTolerance(c.options, sizeof(typename P::Element) == 4)
                                       : this->ToleranceFor(Check::kLombScargle);
     if (tolerance.conditioned >= 0) {
@@ -323,9 +359,8 @@ class LombScargleConformance : public BackendConformance<P> {
       }
       if (tolerance.atol > 0) {
         for (int64_t b = 0; b < batch; ++b) {
-          double largest = 0;
-          for (int64_t k = 0; k < m; ++k) largest = std::max(largest, std::abs(expected[b * m + k]));
-          for (int64_t k = 0; k < m; ++k) bounds[b * m + k] += tolerance.atol * largest;
+          const double largest = largest_in_row(b);
+          for (int64_t k = 0; k < row; ++k) bounds[b * row + k] += tolerance.atol * largest;
         }
       }
       for (size_t k = 0; k < bounds.size(); ++k) {
@@ -345,13 +380,12 @@ class LombScargleConformance : public BackendConformance<P> {
     // recurrence, libm) amplified by D.
     std::vector<double> scaled_actual(actual.size()), scaled_expected(expected.size());
     for (int64_t b = 0; b < batch; ++b) {
-      double scale = 0;
-      for (int64_t k = 0; k < m; ++k) scale = std::max(scale, std::abs(expected[b * m + k]));
-      for (int64_t k = 0; k < m; ++k) {
-        scaled_actual[b * m + k] = actual[b * m + k] / scale;
-        scaled_expected[b * m + k] = expected[b * m + k] / scale;
-        this->Record(std::abs(scaled_actual[b * m + k] - scaled_expected[b * m + k]),
-                     tolerance.atol + tolerance.rtol * std::abs(scaled_expected[b * m + k]), what);
+      const double scale = largest_in_row(b);
+      for (int64_t i = b * row; i < (b + 1) * row; ++i) {
+        scaled_actual[i] = actual[i] / scale;
+        scaled_expected[i] = expected[i] / scale;
+        this->Record(std::abs(scaled_actual[i] - scaled_expected[i]),
+                     tolerance.atol + tolerance.rtol * std::abs(scaled_expected[i]), what);
       }
     }
     ExpectWithin(scaled_actual, scaled_expected, tolerance);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cmath>
+#include <complex>
 #include <numbers>
 #include <random>
 #include <thread>
@@ -159,6 +160,78 @@ std::vector<double> NormalizeRows(const std::vector<double>& in, int64_t length,
   return out;
 }
 
+namespace {
+
+// One row of a Lomb-Scargle reference: weights normalized to sum 1, y centred when
+// precenter (plain mean), Y = sum w y, YY = sum w y^2, sum w |y|.
+struct ReferenceRow {
+  const double* x;
+  std::vector<double> w, y;
+  double Y = 0, YY = 0, y_abs = 0;
+};
+
+ReferenceRow PrepareReferenceRow(const std::vector<double>& x, bool x_batched,
+                                 const std::vector<double>& y, const std::vector<double>* weights,
+                                 bool weights_batched, int64_t b, int64_t n, bool precenter) {
+  ReferenceRow row{x.data() + (x_batched ? b * n : 0), std::vector<double>(n, 1.0),
+                   std::vector<double>(y.begin() + b * n, y.begin() + (b + 1) * n)};
+  if (weights != nullptr) {
+    for (int64_t i = 0; i < n; ++i) row.w[i] = (*weights)[(weights_batched ? b * n : 0) + i];
+  }
+  double w_total = 0;
+  for (double v : row.w) w_total += v;
+  for (double& v : row.w) v /= w_total;
+  if (precenter) {
+    double mean = 0;
+    for (double v : row.y) mean += v;
+    mean /= n;
+    for (double& v : row.y) v -= mean;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    row.Y += row.w[i] * row.y[i];
+    row.YY += row.w[i] * row.y[i] * row.y[i];
+    row.y_abs += row.w[i] * std::abs(row.y[i]);
+  }
+  return row;
+}
+
+// The weighted moments of one row at phases f x - shift: C, S, CC, SS, CS, YC, YS,
+// centred (the products of the means taken off) when floating_mean.
+struct Moments {
+  double C = 0, S = 0, CC = 0, SS = 0, CS = 0, YC = 0, YS = 0;
+};
+
+Moments MomentsAt(const ReferenceRow& row, int64_t n, double f, double shift, bool floating_mean) {
+  Moments m;
+  for (int64_t i = 0; i < n; ++i) {
+    const double c = std::cos(f * row.x[i] - shift);
+    const double s = std::sin(f * row.x[i] - shift);
+    m.CC += row.w[i] * c * c;
+    m.SS += row.w[i] * s * s;
+    m.CS += row.w[i] * c * s;
+    m.YC += row.w[i] * row.y[i] * c;
+    m.YS += row.w[i] * row.y[i] * s;
+    m.C += row.w[i] * c;
+    m.S += row.w[i] * s;
+  }
+  if (floating_mean) {
+    m.YC -= row.Y * m.C;
+    m.YS -= row.Y * m.S;
+    m.CC -= m.C * m.C;
+    m.SS -= m.S * m.S;
+    m.CS -= m.C * m.S;
+  }
+  return m;
+}
+
+// G's smaller eigenvalue, G = [[CC, CS], [CS, SS]].
+double SmallerEigenvalue(const Moments& m) {
+  const double D = m.CC * m.SS - m.CS * m.CS, trace = m.CC + m.SS;
+  return 2 * D / (trace + std::sqrt(std::max(0.0, trace * trace - 4 * D)));
+}
+
+}  // namespace
+
 std::vector<double> LombScarglePowers(const std::vector<double>& x, bool x_batched,
                                       const std::vector<double>& y,
                                       const std::vector<double>* weights, bool weights_batched,
@@ -169,66 +242,62 @@ std::vector<double> LombScarglePowers(const std::vector<double>& x, bool x_batch
   std::vector<double> p(batch * m);
   if (conditioning != nullptr) conditioning->assign(batch * m, {});
   for (int64_t b = 0; b < batch; ++b) {
-    const double* xb = x.data() + (x_batched ? b * n : 0);
-    std::vector<double> w(n, 1.0);
-    if (weights != nullptr) {
-      for (int64_t i = 0; i < n; ++i) w[i] = (*weights)[(weights_batched ? b * n : 0) + i];
-    }
-    double w_total = 0;
-    for (double v : w) w_total += v;
-    for (double& v : w) v /= w_total;
-    std::vector<double> yb(y.begin() + b * n, y.begin() + (b + 1) * n);
-    if (options.precenter) {
-      double mean = 0;
-      for (double v : yb) mean += v;
-      mean /= n;
-      for (double& v : yb) v -= mean;
-    }
-    double Y = 0, YY = 0, y_abs = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      Y += w[i] * yb[i];
-      YY += w[i] * yb[i] * yb[i];
-      y_abs += w[i] * std::abs(yb[i]);
-    }
+    const ReferenceRow row =
+        PrepareReferenceRow(x, x_batched, y, weights, weights_batched, b, n, options.precenter);
+    const double Y = row.Y, YY = row.YY;
     ParallelFor(m, [&](int64_t begin, int64_t end) {
       for (int64_t k = begin; k < end; ++k) {
-        double CC = 0, SS = 0, CS = 0, YC = 0, YS = 0, C = 0, S = 0;
-        for (int64_t i = 0; i < n; ++i) {
-          const double c = std::cos(freqs[k] * xb[i]);
-          const double s = std::sin(freqs[k] * xb[i]);
-          CC += w[i] * c * c;
-          SS += w[i] * s * s;
-          CS += w[i] * c * s;
-          YC += w[i] * yb[i] * c;
-          YS += w[i] * yb[i] * s;
-          C += w[i] * c;
-          S += w[i] * s;
-        }
-        if (options.floating_mean) {
-          YC -= Y * C;
-          YS -= Y * S;
-          CC -= C * C;
-          SS -= S * S;
-          CS -= C * S;
-        }
-        const double D = CC * SS - CS * CS;
-        const double a = (YC * SS - YS * CS) / D;
-        const double bb = (YS * CC - YC * CS) / D;
-        const double power = 2 * (a * YC + bb * YS);
+        const Moments g = MomentsAt(row, n, freqs[k], 0, options.floating_mean);
+        const double D = g.CC * g.SS - g.CS * g.CS;
+        const double a = (g.YC * g.SS - g.YS * g.CS) / D;
+        const double bb = (g.YS * g.CC - g.YC * g.CS) / D;
+        const double power = 2 * (a * g.YC + bb * g.YS);
         const double scale =
             options.normalize ? 1 / (2 * (options.floating_mean ? YY - Y * Y : YY)) : n / 4.0;
         p[b * m + k] = power * scale;
         if (conditioning != nullptr) {
           const double ab = std::abs(a) + std::abs(bb);
-          const double trace = CC + SS;
           (*conditioning)[b * m + k] = {
-              .first_order = (4 * ab * y_abs + 2 * ab * ab + std::abs(power)) * scale,
-              .lambda_min = 2 * D / (trace + std::sqrt(std::max(0.0, trace * trace - 4 * D)))};
+              .first_order = (4 * ab * row.y_abs + 2 * ab * ab + std::abs(power)) * scale,
+              .lambda_min = SmallerEigenvalue(g)};
         }
       }
     });
   }
   return p;
+}
+
+std::vector<std::complex<double>> LombScargleAmplitudes(
+    const std::vector<double>& x, bool x_batched, const std::vector<double>& y,
+    const std::vector<double>* weights, bool weights_batched, const std::vector<double>& freqs,
+    int64_t batch, int64_t n, const LombScargleOptions& options,
+    std::vector<LombScargleConditioning>* conditioning) {
+  const int64_t m = static_cast<int64_t>(freqs.size());
+  std::vector<std::complex<double>> out(batch * m);
+  if (conditioning != nullptr) conditioning->assign(batch * m, {});
+  constexpr double kEpsNeg = 0x1.0p-53;  // numpy.finfo(float64).epsneg
+  for (int64_t b = 0; b < batch; ++b) {
+    const ReferenceRow row =
+        PrepareReferenceRow(x, x_batched, y, weights, weights_batched, b, n, options.precenter);
+    ParallelFor(m, [&](int64_t begin, int64_t end) {
+      for (int64_t k = begin; k < end; ++k) {
+        const Moments g = MomentsAt(row, n, freqs[k], 0, options.floating_mean);
+        const double tau = 0.5 * std::atan2(2 * g.CS, g.CC - g.SS);
+        // Summed again at the phases turned by tau, where CS vanishes.
+        const Moments t = MomentsAt(row, n, freqs[k], tau, options.floating_mean);
+        const double a = t.YC / std::max(t.CC, kEpsNeg);
+        const double bb = t.YS / std::max(t.SS, kEpsNeg);
+        out[b * m + k] = std::complex<double>(a, bb) * std::polar(1.0, tau);
+        if (conditioning != nullptr) {
+          // dv = G^-1 (dr - dG v): |dr| <= sqrt(2) u sum w |y|, |dG| <= 2 u.
+          const double lambda_min = SmallerEigenvalue(g), v = std::abs(out[b * m + k]);
+          (*conditioning)[b * m + k] = {
+              .first_order = (2 * row.y_abs + 2 * v) / lambda_min + v, .lambda_min = lambda_min};
+        }
+      }
+    });
+  }
+  return out;
 }
 
 std::vector<double> ClassicLombScargle(const std::vector<double>& x, std::vector<double> y,

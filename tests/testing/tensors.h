@@ -3,6 +3,7 @@
 // and closeness checks whose tolerance each call states.
 #pragma once
 
+#include <complex>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -85,6 +86,17 @@ std::vector<double> LombScarglePowers(const std::vector<double>& x, bool x_batch
                                       const std::vector<double>& freqs, int64_t batch, int64_t n,
                                       const LombScargleOptions& options,
                                       std::vector<LombScargleConditioning>* conditioning = nullptr);
+
+// SciPy 1.15's normalize="amplitude" as SciPy computes it: tau from the moments, then
+// the moments summed again at the phases f x - tau, where CS vanishes; a = YC / CC,
+// b = YS / SS (CC and SS floored at float64's epsneg), (a + ib) e^{i tau}. options.normalize
+// and amplitude are not read. conditioning: the first-order error of the amplitude
+// for unit errors in the sums, and G's smaller eigenvalue, as for the powers.
+std::vector<std::complex<double>> LombScargleAmplitudes(
+    const std::vector<double>& x, bool x_batched, const std::vector<double>& y,
+    const std::vector<double>* weights, bool weights_batched, const std::vector<double>& freqs,
+    int64_t batch, int64_t n, const LombScargleOptions& options,
+    std::vector<LombScargleConditioning>* conditioning = nullptr);
 
 // SciPy 1.10's classic formula (tau form): independent of the generalized form,
 // and equal to it without weights and floating mean.

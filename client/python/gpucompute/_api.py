@@ -37,6 +37,18 @@ _MESSAGE_MARGIN = 64 << 10
 _LOMB_SCARGLE_METHODS = {"auto": pb.LOMB_SCARGLE_METHOD_AUTO,
                          "direct": pb.LOMB_SCARGLE_METHOD_DIRECT,
                          "nufft": pb.LOMB_SCARGLE_METHOD_NUFFT}
+#: lombscargle's normalize values as SciPy spells them
+_LOMB_SCARGLE_NORMALIZATIONS = ("power", "normalize", "amplitude")
+
+
+def _normalization(normalize: Union[bool, str]) -> str:
+    """SciPy's normalize argument (False/"power", True/"normalize", "amplitude") by name."""
+    if isinstance(normalize, (bool, np.bool_)):
+        return "normalize" if normalize else "power"
+    if isinstance(normalize, str) and normalize in _LOMB_SCARGLE_NORMALIZATIONS:
+        return normalize
+    raise ValueError(f"normalize is {normalize!r}; use False (or 'power'), True (or 'normalize'), "
+                     "or 'amplitude'")
 
 
 def _ragged(x: Any, y: Sequence[ArrayLike], weights: Any) -> Tuple[Any, Any, Any, List[int]]:
@@ -495,8 +507,12 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
 
         x, y (and weights): (N,) or a batch (B, N) (x may stay (N,)); freqs: angular
         frequencies (M,) as an array or DeviceArray of y's dtype, or a FrequencyGrid
-        generated on the server. normalize: False/"power" or True/"normalize" ("amplitude"
-        is not offered). Result (M,) or (B, M), dtype of y.
+        generated on the server. normalize: False/"power", True/"normalize" or "amplitude".
+        Result (M,) or (B, M), dtype of y; "amplitude": complex (complex64 for float32,
+        complex128 for float64), SciPy 1.15's (a + 1j b) exp(1j tau), the best-fit A + iB of
+        y ~ A cos(f x) + B sin(f x) (+ c). The server sends it as (real, imaginary) pairs,
+        shape (..., M, 2): a keep_on_device result stays so; out= takes a complex array of
+        the result's shape (or real pairs).
 
         method: "direct" (sums over every sample and frequency), "nufft" (non-uniform
         FFTs, evenly spaced frequencies only: a FrequencyGrid, or freqs evenly spaced
@@ -509,11 +525,7 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
         """
         if method not in _LOMB_SCARGLE_METHODS:
             raise ValueError(f"method is {method!r}; use one of {sorted(_LOMB_SCARGLE_METHODS)}")
-        if isinstance(normalize, str):
-            if normalize not in ("power", "normalize"):
-                raise ValueError(f"normalize is {normalize!r}; gpucompute offers False/'power' "
-                                 "and True/'normalize'")
-            normalize = normalize == "normalize"
+        normalization = _normalization(normalize)
         row_offsets: List[int] = []
         if isinstance(y, (list, tuple)):
             x, y, weights, row_offsets = _ragged(x, y, weights)
@@ -525,11 +537,15 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
         same_dtype(named)
 
         def make(p: Placed) -> Any:
-            req = pb.LombScargleRequest(precenter=bool(precenter), normalize=bool(normalize),
+            # "amplitude" by the enum; the others by the bool every server reads.
+            req = pb.LombScargleRequest(precenter=bool(precenter),
+                                        normalize=normalization == "normalize",
                                         floating_mean=bool(floating_mean),
                                         method=_LOMB_SCARGLE_METHODS[method],
                                         accuracy=0.0 if accuracy is None else float(accuracy),
                                         row_offsets=row_offsets)
+            if normalization == "amplitude":
+                req.normalization = pb.LOMB_SCARGLE_NORMALIZATION_AMPLITUDE
             set_operand(req.x, p["x"])
             set_operand(req.y, p["y"])
             if "weights" in p:
@@ -541,4 +557,5 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
             return req
 
         return self._run("lombscargle", "LombScargle", make, named, ResultOptions(
-            keep_on_device, chunk_bytes, return_timing, buffer_name, timeout, out))
+            keep_on_device, chunk_bytes, return_timing, buffer_name, timeout, out,
+            complex_pairs=normalization == "amplitude"))

@@ -13,7 +13,7 @@ from ._device_array import DeviceArray
 from ._operands import byte_view
 from ._cuda_arrays import CudaArray, is_cuda_array
 from ._types import Array, PB_TO_NP, Timing
-from .errors import ProtocolError
+from .errors import ProtocolError, Unimplemented
 
 #: what a compute method (or download) returns: the array (``out`` itself when given),
 #: the DeviceArray of a keep_on_device result, or either with its Timing
@@ -39,8 +39,14 @@ class ResultOptions:
     buffer_name: Optional[str] = None
     timeout: Optional[float] = None
     out: Optional[Array] = None
+    #: the result is complex as (..., 2) pairs (real, imaginary): delivered as a complex
+    #: view of them, and a complex ``out`` is written through its pairs
+    complex_pairs: bool = False
 
     def __post_init__(self) -> None:
+        if self.complex_pairs and self.out is not None and np.dtype(self.out.dtype).kind == "c":
+            pairs = self.out.view(self.out.real.dtype).reshape(tuple(self.out.shape) + (2,))
+            object.__setattr__(self, "out", pairs)  # frozen: set once, here
         if self.buffer_name and not self.keep_on_device:
             raise ValueError("buffer_name is only meaningful with keep_on_device=True")
         if self.out is None:
@@ -69,10 +75,22 @@ class ResultOptions:
     def deliver(self, value: Union[Array, DeviceArray], trailer: Any, start: float,
                 upload: float = 0.0) -> Result:
         """value, or (value, Timing) when return_timing; start: the call's perf_counter."""
+        if self.complex_pairs and not isinstance(value, DeviceArray):
+            value = _complex_view(value)
         if not self.return_timing:
             return value
         return value, Timing._from_trailer(trailer, upload=upload,
                                            wall=time.perf_counter() - start)
+
+
+def _complex_view(pairs: Any) -> Any:
+    """(..., 2) real pairs as the complex (...) array sharing their memory."""
+    if pairs.ndim == 0 or pairs.shape[-1] != 2:
+        raise Unimplemented(grpc.StatusCode.UNIMPLEMENTED,
+                            f"a complex result came as shape {tuple(pairs.shape)}, not (..., 2): "
+                            "the server predates normalize='amplitude'")
+    complex_dtype = np.result_type(pairs.dtype, np.complex64)
+    return pairs.view(complex_dtype).reshape(pairs.shape[:-1])
 
 
 class ResultStream:
