@@ -170,8 +170,8 @@ for dt in (np.float32, np.float64):
     except Exception as e:
         print("no cupyx:", e)
 PY
-step "5b. normalize='amplitude' through the CUDA server against the float64 reference and SciPy (limit 60 s)"
-timeout 60 python3 - "$PORT" <<'PY' 2>&1 | tee "$OUT/ls_amplitude.log"
+step "5b. normalize='amplitude' through the CUDA server against the float64 reference and SciPy (limit 120 s)"
+timeout 120 python3 - "$PORT" <<'PY' 2>&1 | tee "$OUT/ls_amplitude.log"
 import sys
 import numpy as np
 import gpucompute as gc
@@ -185,15 +185,15 @@ if scipy_amplitude is None:
     print("SciPy", __import__("scipy").__version__, "has no normalize='amplitude'")
 client = gc.Client(f"127.0.0.1:{sys.argv[1]}", timeout=60)
 rng = np.random.default_rng(15)
-grid = gc.FrequencyGrid(0.05, 12.0, 20000)
+grid = gc.FrequencyGrid(0.05, 12.0, 10000)  # the references run on the CPU
 freqs = grid.numpy(np.float64)
 failed = 0
 for dt in (np.float32, np.float64):
     for method in ("direct", "nufft"):
         for fm in (False, True):
-            x = np.sort(rng.uniform(0, 200, 2000)).astype(dt)
-            y = (1.5 * np.sin(0.7 * x) + 0.3 + 0.5 * rng.standard_normal(2000)).astype(dt)
-            w = rng.uniform(0.5, 2.0, 2000).astype(dt)
+            x = np.sort(rng.uniform(0, 200, 1000)).astype(dt)
+            y = (1.5 * np.sin(0.7 * x) + 0.3 + 0.5 * rng.standard_normal(1000)).astype(dt)
+            w = rng.uniform(0.5, 2.0, 1000).astype(dt)
             got = client.lombscargle(x, y, grid, normalize="amplitude", weights=w,
                                      floating_mean=fm, method=method)
             want = ref.lombscargle_1_15(x, y, freqs, normalize="amplitude", weights=w,
