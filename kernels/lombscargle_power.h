@@ -72,6 +72,17 @@ GC_HOST_DEVICE inline CenteredErrors CenteredErrorsOf(const SumErrors& errors,
   return {(1 + mean_g) * errors.g, sqrt(2.0) * (errors.r + mean_r)};
 }
 
+// a b - c d within about 1.5 ulp (Kahan's algorithm, one fma for each product).
+// The determinant CC SS - CS^2 and the numerators of G^-1 r cancel where G is
+// nearly singular; the plain products' rounding would then reach the power as
+// u / lambda_min(G) (1e-8 of it at lambda_min = 5e-9), while the power itself
+// moves by only 2 |G^-1 r|^2 u when the sums do (PowerErrorBound).
+GC_HOST_DEVICE inline double DifferenceOfProducts(double a, double b, double c, double d) {
+  const double cd = c * d;
+  const double cd_error = fma(-c, d, cd);  // cd - c d, exactly
+  return fma(a, b, -cd) + cd_error;
+}
+
 // SciPy 1.15's generalized periodogram at one frequency. With `errors`, also
 // *error_bound (PowerErrorBound through the floating mean and the output scale).
 GC_HOST_DEVICE inline double Power(Sums sums, const PowerSettings& settings,
@@ -79,9 +90,9 @@ GC_HOST_DEVICE inline double Power(Sums sums, const PowerSettings& settings,
                                    double* error_bound = nullptr) {
   const double y_sum = settings.y_sum;
   sums = CenteredSums(sums, settings);
-  const double d = sums.cc * sums.ss - sums.cs * sums.cs;
-  const double a = (sums.yc * sums.ss - sums.ys * sums.cs) / d;
-  const double b = (sums.ys * sums.cc - sums.yc * sums.cs) / d;
+  const double d = DifferenceOfProducts(sums.cc, sums.ss, sums.cs, sums.cs);
+  const double a = DifferenceOfProducts(sums.yc, sums.ss, sums.ys, sums.cs) / d;
+  const double b = DifferenceOfProducts(sums.ys, sums.cc, sums.yc, sums.cs) / d;
   const double p = 2 * (a * sums.yc + b * sums.ys);
   const double variance = settings.floating_mean ? settings.yy_sum - y_sum * y_sum : settings.yy_sum;
   const double scale =

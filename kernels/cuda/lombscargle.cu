@@ -386,35 +386,15 @@ struct PeriodogramAgent {
         // The O(1) combination per frequency runs in float64 for both dtypes: in
         // float32 its own roundings (centring, D, the products of r and G) are
         // amplified by 1 / D, up to ~100x the error the float32 sums carry.
-        const double y_sum = st.y_sum;
-        // 1 / (2 weighted variance) or N / 4.
-        const double scale =
-            p.normalize ? 0.5 / (kFloatingMean ? st.yy_sum - y_sum * y_sum : st.yy_sum)
-                        : static_cast<double>(p.n) / 4.0;
+        const PowerSettings settings{st.y_sum, st.yy_sum,    p.n,
+                                     p.normalize, kFloatingMean, p.amplitude};
 #pragma unroll
         for (int j = 0; j < F; ++j) {
           const int64_t k = base + j * Policy::kThreads + threadIdx.x;
           if (k >= p.m) continue;
-          if (p.amplitude) {
-            const Sums row_sums{acc.cc[j], 1.0 - acc.cc[j], acc.cs[j], acc.yc[j],
-                                acc.ys[j], acc.c[j],        acc.s[j]};
-            const PowerSettings settings{y_sum, st.yy_sum, p.n, false, kFloatingMean, true};
-            StoreValue(Amplitude(row_sums, settings), true, b * p.m + k, p.out);
-            continue;
-          }
-          double CC = acc.cc[j], SS = 1.0 - CC, CS = acc.cs[j], YC = acc.yc[j], YS = acc.ys[j];
-          if constexpr (kFloatingMean) {
-            const double C = acc.c[j], S = acc.s[j];
-            YC -= y_sum * C;
-            YS -= y_sum * S;
-            CC -= C * C;
-            SS -= S * S;
-            CS -= C * S;
-          }
-          // p = 2 r' G^-1 r with G = [[CC, CS], [CS, SS]], r = (YC, YS): one division.
-          const double D = CC * SS - CS * CS;
-          const double fit = YC * YC * SS - 2.0 * YC * YS * CS + YS * YS * CC;
-          p.out[b * p.m + k] = static_cast<T>(2.0 * scale * fit / D);
+          const Sums sums{acc.cc[j], 1.0 - acc.cc[j], acc.cs[j], acc.yc[j],
+                          acc.ys[j], acc.c[j],        acc.s[j]};
+          StoreValue(ValueOf(sums, settings), p.amplitude, b * p.m + k, p.out);
         }
       }
     }

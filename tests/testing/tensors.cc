@@ -12,6 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/lombscargle_power.h"
 
 namespace gpucompute::test {
 namespace {
@@ -248,9 +249,11 @@ std::vector<double> LombScarglePowers(const std::vector<double>& x, bool x_batch
     ParallelFor(m, [&](int64_t begin, int64_t end) {
       for (int64_t k = begin; k < end; ++k) {
         const Moments g = MomentsAt(row, n, freqs[k], 0, options.floating_mean);
-        const double D = g.CC * g.SS - g.CS * g.CS;
-        const double a = (g.YC * g.SS - g.YS * g.CS) / D;
-        const double bb = (g.YS * g.CC - g.YC * g.CS) / D;
+        // Without the fma's exact products, rounding in D and the numerators would
+        // reach the power as u / lambda_min: beyond the bound `conditioning` gives.
+        const double D = DifferenceOfProducts(g.CC, g.SS, g.CS, g.CS);
+        const double a = DifferenceOfProducts(g.YC, g.SS, g.YS, g.CS) / D;
+        const double bb = DifferenceOfProducts(g.YS, g.CC, g.YC, g.CS) / D;
         const double power = 2 * (a * g.YC + bb * g.YS);
         const double scale =
             options.normalize ? 1 / (2 * (options.floating_mean ? YY - Y * Y : YY)) : n / 4.0;
