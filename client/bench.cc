@@ -113,6 +113,11 @@ absl::StatusOr<Result> Send(Client& client, const Workload& workload, BenchOp op
       return client.DiscountProduct(workload.discount);
     case BenchOp::kLombScargle:
       return client.LombScargle(workload.lombscargle);
+    case BenchOp::kHealth: {
+      absl::Status checked = client.Health().status();
+      if (!checked.ok()) return checked;
+      return Result{};
+    }
   }
   return absl::InternalError("unknown operation");
 }
