@@ -20,6 +20,8 @@ struct ServerConfig {
   // Of those, the threads that take only small requests (work up to
   // small_request_work) and continuations; at least one thread stays general.
   int small_request_threads = 1;
+  // How long a small-lane thread out of work watches for more before it sleeps.
+  absl::Duration small_lane_spin = absl::ZeroDuration();
   int64_t small_request_work = int64_t{1} << 20;
   // Work units (result elements; batch x samples x frequencies for Lomb-Scargle)
   // one request may ask for; more get INVALID_ARGUMENT.

@@ -32,6 +32,10 @@ ABSL_FLAG(int32_t, small_request_threads, 1,
           "of the --threads executor threads, how many take only small requests (work up to "
           "--small_request_work) and result chunks, so long operations cannot hold them all; "
           "at least one thread stays general");
+ABSL_FLAG(absl::Duration, small_lane_spin, absl::ZeroDuration(),
+          "how long a small-request thread that ran out of work watches for more before it "
+          "sleeps (0: it sleeps at once); a request arriving meanwhile skips a thread's wake-up "
+          "at the cost of that much CPU after each burst");
 ABSL_FLAG(int64_t, small_request_work, int64_t{1} << 20,
           "work units (result elements; batch x samples x frequencies for Lomb-Scargle) up to "
           "which a request counts as small");
@@ -245,6 +249,7 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
   config.max_batch_size = std::max(1, absl::GetFlag(FLAGS_max_batch_size));
   config.batch_window = absl::GetFlag(FLAGS_batch_window);
   config.small_request_threads = absl::GetFlag(FLAGS_small_request_threads);
+  config.small_lane_spin = absl::GetFlag(FLAGS_small_lane_spin);
   config.small_request_work = absl::GetFlag(FLAGS_small_request_work);
   config.max_work_per_request = absl::GetFlag(FLAGS_max_work_per_request);
   config.drain_delay = absl::GetFlag(FLAGS_drain_delay);
@@ -312,10 +317,11 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
         "--stream_idle_timeout must be >= 1ms and --max_buffers_per_owner >= 0");
   }
   if (config.small_request_threads < 0 || config.small_request_work < 0 ||
-      config.max_work_per_request < 1 || config.drain_delay < absl::ZeroDuration()) {
+      config.max_work_per_request < 1 || config.drain_delay < absl::ZeroDuration() ||
+      config.small_lane_spin < absl::ZeroDuration() || config.small_lane_spin > absl::Seconds(1)) {
     return absl::InvalidArgumentError(
         "--small_request_threads and --small_request_work must be >= 0, "
-        "--max_work_per_request >= 1 and --drain_delay >= 0");
+        "--max_work_per_request >= 1, --drain_delay >= 0 and --small_lane_spin in [0, 1s]");
   }
   return config;
 }
