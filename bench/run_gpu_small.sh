@@ -15,10 +15,10 @@
 # The CPU table (no GPU): BACKEND=cpu BUNDLE=DIR bash bench/run_gpu_small.sh, DIR
 # holding gpucompute-server and gpucompute-cli.
 #
-# 1. 1 in flight, unbatched (--batching=false) and adaptive (the defaults)
-#    side by side: both servers up at once and measured in alternate rounds, so
-#    that drift of the machine falls on both; next to the floor, a health check
-#    on the same channel (C++ and Python).
+# 1. 1 in flight, unbatched (--batching=false), adaptive (the defaults) and
+#    adaptive with --small_lane_spin=200us side by side: the servers up at once
+#    and measured in alternate rounds, so that drift of the machine falls on all;
+#    next to the floor, a health check on the same channel (C++ and Python).
 # 2. Each mode on a fresh server, the four-op mix at 4, 16, 64 and 128 in flight:
 #      before     --batching=false, three messages per result (bench
 #                 --complete_results=false), and on CUDA --cuda_sync=spin
@@ -39,8 +39,8 @@ mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONPATH="$PWD/client/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 CLI="$BUNDLE/gpucompute-cli"
-PORT=50161 PORT_B=50162
-METRICS=9571 METRICS_B=9572
+PORT=50161 PORT_B=50162 PORT_C=50163
+METRICS=9571 METRICS_B=9572 METRICS_C=9573
 MIX=normalize:1,haversine:1,discount:1,lombscargle:1
 TICKS=$(getconf CLK_TCK)
 NPROC=$(nproc)
@@ -110,23 +110,28 @@ step "small_results_test and dynamic_batching_test on the CUDA backend"
 done
 
 : > "$OUT/table.txt"
-step "1 in flight: unbatched and adaptive side by side, alternate rounds"
-start_server unbatched1 $PORT $METRICS --batching=false; A=$SERVER
-start_server after1 $PORT_B $METRICS_B; B=$SERVER
-stages unbatched $METRICS 1 normalize:1 $PORT
-stages after $METRICS_B 1 normalize:1 $PORT_B
+step "1 in flight: unbatched, adaptive and adaptive with a spinning small lane side by side"
+# name port metrics flags: all up at once, measured in alternate rounds.
+SIDE=("unbatched $PORT $METRICS --batching=false" "after $PORT_B $METRICS_B"
+      "spin $PORT_C $METRICS_C --small_lane_spin=200us")
+PIDS=()
+for s in "${SIDE[@]}"; do
+  set -- $s; name=$1 port=$2 metrics=$3; shift 3
+  start_server ${name}1 $port $metrics "$@"; PIDS+=($SERVER)
+  stages $name $metrics 1 normalize:1 $port
+done
 for round in 1 2 3; do
   bench floor $PORT 1 health:1
-  bench unbatched $PORT 1 normalize:1
-  bench after $PORT_B 1 normalize:1
+  for s in "${SIDE[@]}"; do set -- $s; bench $1 $2 1 normalize:1; done
 done
-for m in unbatched:$PORT after:$PORT_B; do
-  timeout 60 $PYTHON bench/small_requests.py python-latency --target 127.0.0.1:${m#*:} \
-    --seconds $SECONDS_PER_RUN 2>&1 | tee "$OUT/python_${m%%:*}.txt" | sed "s/^/${m%%:*} python: /" | tee -a "$OUT/table.txt"
+for s in "${SIDE[@]}"; do
+  set -- $s
+  timeout 60 $PYTHON bench/small_requests.py python-latency --target 127.0.0.1:$2 \
+    --seconds $SECONDS_PER_RUN 2>&1 | tee "$OUT/python_$1.txt" | sed "s/^/$1 python: /" | tee -a "$OUT/table.txt"
 done
 $PYTHON bench/small_requests.py batches --metrics http://127.0.0.1:$METRICS_B/metrics 2>/dev/null \
   | sed 's/^/after c1: /' | tee -a "$OUT/table.txt"
-stop_server $A; stop_server $B
+for pid in "${PIDS[@]}"; do stop_server $pid; done
 
 run_mode() {  # MODE SERVER_FLAGS CLI_FLAGS: the mix at 4..128 in flight on a fresh server
   local mode=$1 server_flags=$2 cli_flags=$3

@@ -31,7 +31,8 @@ struct ServerConfig {
   int max_small_queue_depth = 256;
   // Dynamic batching of small requests (server/dynamic_batcher.h): at most
   // max_batch_size in one launch, gathered for batch_window after the first
-  // (0: the requests that queued while the executor was busy).
+  // while another of its kind runs (0: the requests that queued while the
+  // executor was busy).
   bool batching = true;
   int max_batch_size = 64;
   absl::Duration batch_window = absl::ZeroDuration();

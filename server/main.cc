@@ -47,8 +47,9 @@ ABSL_FLAG(bool, batching, true,
           "run small requests of one operation and shape that wait together as one launch");
 ABSL_FLAG(int32_t, max_batch_size, 64, "most requests in one batched launch");
 ABSL_FLAG(absl::Duration, batch_window, absl::ZeroDuration(),
-          "how long the first request of a batch waits for others (0: a batch is the "
-          "requests that queued while the executor was busy)");
+          "how long the first request of a batch waits for others, only while another request "
+          "of its kind runs (a lone request never waits; 0: a batch is the requests that "
+          "queued while the executor was busy)");
 ABSL_FLAG(int32_t, max_queue_depth, 256,
           "admitted requests that may wait for an executor thread; more get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int32_t, max_small_queue_depth, 256,
