@@ -120,7 +120,7 @@ for s in "${SIDE[@]}"; do
   start_server ${name}1 $port $metrics "$@"; PIDS+=($SERVER)
   stages $name $metrics 1 normalize:1 $port
 done
-for round in 1 2 3; do
+for round in 1 2; do
   bench floor $PORT 1 health:1
   for s in "${SIDE[@]}"; do set -- $s; bench $1 $2 1 normalize:1; done
 done
