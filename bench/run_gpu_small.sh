@@ -18,7 +18,9 @@
 # 1. 1 in flight, unbatched (--batching=false), adaptive (the defaults) and
 #    adaptive with --small_lane_spin=200us side by side: the servers up at once
 #    and measured in alternate rounds, so that drift of the machine falls on all;
-#    next to the floor, a health check on the same channel (C++ and Python).
+#    next to the floor, a health check on the same channel (C++ and Python), and
+#    the adaptive server's results read as streams (bench --unary_results=false)
+#    rather than as unary calls.
 # 2. Each mode on a fresh server, the four-op mix at 4, 16, 64 and 128 in flight:
 #      before     --batching=false, three messages per result (bench
 #                 --complete_results=false), and on CUDA --cuda_sync=spin
@@ -123,6 +125,7 @@ done
 for round in 1 2; do
   bench floor $PORT 1 health:1
   for s in "${SIDE[@]}"; do set -- $s; bench $1 $2 1 normalize:1; done
+  bench streamed $PORT_B 1 normalize:1 --unary_results=false  # after, read as a stream
 done
 for s in "${SIDE[@]}"; do
   set -- $s

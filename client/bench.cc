@@ -61,6 +61,7 @@ Workload BuildWorkload(const BenchConfig& config) {
   v1::OutputOptions output;
   output.set_chunk_bytes(config.chunk_bytes);
   output.set_accept_complete_result(config.complete_results);
+  output.set_single_message(config.complete_results && config.unary_results);
 
   const int64_t rows = std::max<int64_t>(1, size / kNormalizeRowLength);
   *workload.normalize.mutable_input() =

@@ -126,6 +126,20 @@ TEST_F(SmallResultsTest, SingleMessageIsOneMessageOrARefusalBeforeTheRun) {
   EXPECT_FALSE(messages[0].complete().trailer().stored_buffer().id().empty());
 }
 
+TEST_F(SmallResultsTest, TheClientReadsSingleMessagesAsUnaryAndStreamsWhatIsRefused) {
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{4, 256}, {8, 1024}}) {
+    v1::NormalizeRequest request = Rows(rows, cols);
+    request.mutable_output()->set_chunk_bytes(4096);  // the 32 KiB result is refused as one
+    absl::StatusOr<client::Result> streamed = server_->client().Normalize(request);
+    ASSERT_TRUE(streamed.ok()) << streamed.status().message();
+    request.mutable_output()->set_single_message(true);
+    absl::StatusOr<client::Result> single = server_->client().Normalize(request);
+    ASSERT_TRUE(single.ok()) << single.status().message();
+    EXPECT_EQ(single->data.size(), static_cast<size_t>(rows * cols) * sizeof(float));
+    EXPECT_EQ(single->data, streamed->data) << rows << " x " << cols;
+  }
+}
+
 TEST_F(SmallResultsTest, AnErrorIsAStatusNotAMessage) {
   v1::NormalizeRequest request;
   *request.mutable_input() = test::Operand(test::F32({0.0, 0.0, 1.0, 2.0}, {2, 2}));
