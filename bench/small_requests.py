@@ -120,7 +120,8 @@ def report(args: argparse.Namespace, calls: List[float], health: List[float],
     print(f"  normalize      p50 {percentile(calls, .5) * us:7.0f} us  p99 {percentile(calls, .99) * us:7.0f} us")
     print(f"  health check   p50 {percentile(health, .5) * us:7.0f} us  p99 {percentile(health, .99) * us:7.0f} us")
     if own:
-        print(f"  client's work  p50 {percentile(own, .5) * us:7.0f} us  (the whole call but the RPC)")
+        print(f"  client's work  p50 {percentile(own, .5) * us:7.0f} us  "
+              "(the whole call but the RPC)")
 
 
 def scrape(url: str) -> str:

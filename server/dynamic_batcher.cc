@@ -13,7 +13,8 @@ namespace {
 // The operation the requests of one key run as together: stacked operands
 // concatenated (owned by `tensors`), shared ones those of the first request, the
 // result stacked likewise, and the first request's run (one key: same options).
-PreparedOperation Stack(const std::vector<BatchMember*>& members, std::vector<v1::Tensor>& tensors) {
+PreparedOperation Stack(const std::vector<BatchMember*>& members,
+                        std::vector<v1::Tensor>& tensors) {
   PreparedOperation& first = members.front()->prepared;
   const BatchPlan& plan = *first.batch;
   PreparedOperation stacked;

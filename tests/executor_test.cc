@@ -127,7 +127,10 @@ TEST(ExecutorTest, SpinningSmallLaneRunsEveryTask) {
     for (int t = 0; t < 2; ++t) {
       submitters.emplace_back([&] {
         for (int i = 0; i < 300; ++i) {
-          ASSERT_TRUE(executor.SubmitRequest([&](absl::Status) { ran++; }, "c", Executor::Lane::kSmall).ok());
+          ASSERT_TRUE(executor
+                          .SubmitRequest([&](absl::Status) { ran++; }, "c",
+                                         Executor::Lane::kSmall)
+                          .ok());
           ASSERT_TRUE(executor.SubmitRequest([&](absl::Status) { ran++; }, "c").ok());
           executor.SubmitContinuation([&] { ran++; });
           if (i % 50 == 0) absl::SleepFor(absl::Milliseconds(3));  // past the spin: threads sleep
