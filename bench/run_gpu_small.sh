@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Small requests on the GPU (issue 13), in one device call: round trip and
 # throughput of 1024-element float32 requests through the C++ CLI bench and the
-# Python client, and where a request spends its time on the server.
+# Python client, where a request spends its time on the server, and the CPU a
+# request costs.
 #
 # Here:   cmake --build build-cuda -j2 --target gpucompute-server gpucompute-cli \
 #             small_results_test dynamic_batching_test
@@ -12,48 +13,60 @@
 # There:  BUNDLE=.device/small bash bench/run_gpu_small.sh
 #         (carry .device and client/python/gpucompute/_proto)
 # The CPU table (no GPU): BACKEND=cpu BUNDLE=DIR bash bench/run_gpu_small.sh, DIR
-# holding gpucompute-server and gpucompute-cli; BEFORE_BUNDLE=DIR2 and
-# BEFORE_PYTHONPATH=SRC/client/python run the before mode on an older build
-# instead (with no flags).
+# holding gpucompute-server and gpucompute-cli.
 #
-# Modes, each on a fresh CUDA server:
-#   before  --cuda_sync=spin --batching=false and the bench's
-#           --complete_results=false: the old synchronization, no batching and
-#           three messages per result (the rest of the server as it is now).
-#   unbatched  the defaults but --batching=false.
-#   after   the defaults.
-# For each: 1 in flight normalize (C++ and Python), then the four-op mix at 4,
-# 16, 64 and 128 in flight; the server's stage means around the 1 and 64 runs.
+# 1. 1 in flight, unbatched (--batching=false), adaptive (the defaults) and
+#    adaptive with --small_lane_spin=200us side by side: the servers up at once
+#    and measured in alternate rounds, so that drift of the machine falls on all;
+#    next to the floor, a health check on the same channel (C++ and Python), and
+#    the adaptive server's results read as streams (bench --unary_results=false)
+#    rather than as unary calls.
+# 2. Each mode on a fresh server, the four-op mix at 4, 16, 64 and 128 in flight:
+#      before     --batching=false, three messages per result (bench
+#                 --complete_results=false), and on CUDA --cuda_sync=spin
+#      unbatched  the defaults but --batching=false
+#      after      the defaults (adaptive batching)
+#    with the server's stage means and its CPU per request at 64 in flight.
+# 3. What would free executor threads pay? The after mode at 64 in flight with
+#    --cuda_sync=block (waiting threads sleep instead of spinning) and with twice
+#    the executor threads: if neither moves throughput, threads blocked in a
+#    CUDA synchronize are not what limits it.
 set -u
 BUNDLE=${BUNDLE:-.device/small}
 BACKEND=${BACKEND:-cuda}
-BEFORE_BUNDLE=${BEFORE_BUNDLE:-}
 PYTHON=${PYTHON:-python3}
 OUT=${OUT:-gpu-out}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-4}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONPATH="$PWD/client/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-PORT=50161
-METRICS=9571
+CLI="$BUNDLE/gpucompute-cli"
+PORT=50161 PORT_B=50162 PORT_C=50163
+METRICS=9571 METRICS_B=9572 METRICS_C=9573
 MIX=normalize:1,haversine:1,discount:1,lombscargle:1
+TICKS=$(getconf CLK_TCK)
+NPROC=$(nproc)
 step() { echo; echo "=== $* ($(date +%T))"; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # user + system
 
-step "device"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
-nproc
+start_server() {  # NAME PORT METRICS FLAGS...: starts it, waits until it serves; sets SERVER
+  local name=$1 port=$2 metrics=$3; shift 3
+  "$BUNDLE/gpucompute-server" --backend=$BACKEND --address=127.0.0.1:$port \
+    --metrics_address=127.0.0.1:$metrics "$@" > "$OUT/server_$name.log" 2>&1 &
+  SERVER=$!
+  for _ in $(seq 150); do
+    "$CLI" --target=127.0.0.1:$port --timeout=1s health > /dev/null 2>&1 && return
+    sleep 0.1
+  done
+  echo "server $name did not start"; tail -5 "$OUT/server_$name.log"
+}
 
-step "small_results_test and dynamic_batching_test on the CUDA backend"
-[ "$BACKEND" = cuda ] && for t in small_results_test dynamic_batching_test; do
-  GPUCOMPUTE_TEST_BACKEND=cuda timeout 90 "$BUNDLE/$t" --gtest_color=no > "$OUT/$t.log" 2>&1
-  echo "$t rc=$?"; grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]' "$OUT/$t.log"
-  grep -A8 'Failure' "$OUT/$t.log" | head -30
-done
+stop_server() { kill -TERM "$1"; wait "$1"; }
 
-bench() {  # MODE IN_FLIGHT MIX EXTRA...: one C++ bench run, its lines into the table
-  local mode=$1 c=$2 mix=$3; shift 3
+bench() {  # MODE PORT IN_FLIGHT MIX EXTRA...: one C++ bench run, its line into the table
+  local mode=$1 port=$2 c=$3 mix=$4; shift 4
   local log="$OUT/bench_${mode}_c${c}_${mix%%:*}.txt"
-  timeout 60 "$CLI" --target=127.0.0.1:$PORT bench --concurrency=$c --duration=${SECONDS_PER_RUN}s \
+  timeout 60 "$CLI" --target=127.0.0.1:$port bench --concurrency=$c --duration=${SECONDS_PER_RUN}s \
     --size=1024 --dtype=float32 --mix=$mix "$@" > "$log" 2>&1
   local tput lat label=${mix%%:*}
   [[ $mix == *,* ]] && label=mix
@@ -62,45 +75,95 @@ bench() {  # MODE IN_FLIGHT MIX EXTRA...: one C++ bench run, its lines into the 
   printf '%-9s %-9s %4d %10s req/s  p50/p90/p99 ms %s\n' "$mode" "$label" "$c" "${tput:-FAIL}" "${lat:-}" | tee -a "$OUT/table.txt"
 }
 
-run_mode() {  # MODE SERVER_FLAGS CLI_FLAGS [BINARIES [PYTHONPATH]]
-  local mode=$1 server_flags=$2 cli_flags=$3 bin=${4:-$BUNDLE} pythonpath=${5:-$PYTHONPATH}
-  CLI="$bin/gpucompute-cli"
-  step "$mode: $bin, server $server_flags, bench $cli_flags"
-  "$bin/gpucompute-server" --backend=$BACKEND --address=127.0.0.1:$PORT \
-    --metrics_address=127.0.0.1:$METRICS $server_flags > "$OUT/server_$mode.log" 2>&1 &
-  local server=$!
-  for _ in $(seq 150); do
-    "$CLI" --target=127.0.0.1:$PORT --timeout=1s health > /dev/null 2>&1 && break
-    sleep 0.1
-  done
-  $PYTHON bench/small_requests.py stages --metrics http://127.0.0.1:$METRICS/metrics -- \
-    "$CLI" --target=127.0.0.1:$PORT bench --concurrency=1 --duration=${SECONDS_PER_RUN}s \
-    --size=1024 --dtype=float32 --mix=normalize:1 $cli_flags > "$OUT/stages_${mode}_c1.txt" 2>&1
-  bench "$mode" 1 normalize:1 $cli_flags
-  PYTHONPATH=$pythonpath timeout 60 $PYTHON bench/small_requests.py python-latency --target 127.0.0.1:$PORT \
-    --seconds $SECONDS_PER_RUN 2>&1 | tee "$OUT/python_$mode.txt" | sed "s/^/$mode python: /" | tee -a "$OUT/table.txt"
-  for c in 4 16; do bench "$mode" $c $MIX $cli_flags; done
-  $PYTHON bench/small_requests.py stages --metrics http://127.0.0.1:$METRICS/metrics -- \
-    "$CLI" --target=127.0.0.1:$PORT bench --concurrency=64 --duration=${SECONDS_PER_RUN}s \
-    --size=1024 --dtype=float32 --mix=$MIX $cli_flags > "$OUT/stages_${mode}_c64.txt" 2>&1
-  awk -v m="$mode" '/^throughput/ {printf "%-9s mix         64 %10s req/s  (under the stage scrape)\n", m, $2}' \
-    "$OUT/stages_${mode}_c64.txt" | tee -a "$OUT/table.txt"
-  bench "$mode" 128 $MIX $cli_flags
-  curl -s http://127.0.0.1:$METRICS/metrics > "$OUT/metrics_$mode.txt" 2>/dev/null
-  $PYTHON bench/small_requests.py batches --metrics http://127.0.0.1:$METRICS/metrics 2>/dev/null | tee -a "$OUT/table.txt"
-  kill -TERM $server; wait $server
+stages() {  # MODE METRICS IN_FLIGHT MIX PORT EXTRA...: stage means around one bench run
+  local mode=$1 metrics=$2 c=$3 mix=$4 port=$5; shift 5
+  $PYTHON bench/small_requests.py stages --metrics http://127.0.0.1:$metrics/metrics -- \
+    "$CLI" --target=127.0.0.1:$port bench --concurrency=$c --duration=${SECONDS_PER_RUN}s \
+    --size=1024 --dtype=float32 --mix=$mix "$@" > "$OUT/stages_${mode}_c${c}.txt" 2>&1
 }
 
+costed() {  # MODE PORT IN_FLIGHT EXTRA...: the mix with the server's and the client's CPU per request
+  local mode=$1 port=$2 c=$3; shift 3
+  local log="$OUT/bench_${mode}_c${c}_costed.txt" before after client
+  before=$(cpu_ticks "$SERVER")
+  client=$( { TIMEFORMAT='%U %S'; time timeout 60 "$CLI" --target=127.0.0.1:$port bench --concurrency=$c \
+    --duration=${SECONDS_PER_RUN}s --size=1024 --dtype=float32 --mix=$MIX "$@" > "$log" 2>&1; } 2>&1 )
+  after=$(cpu_ticks "$SERVER")
+  local tput lat n
+  tput=$(awk '/^throughput/ {print $2}' "$log")
+  lat=$(awk '/^latency/ {print $3, $6, $9}' "$log")
+  n=$(awk '/^requests/ {print $2}' "$log")
+  printf '%-9s %-9s %4d %10s req/s  p50/p90/p99 ms %s\n' "$mode" "mix" "$c" "${tput:-FAIL}" "${lat:-}" | tee -a "$OUT/table.txt"
+  awk -v m="$mode" -v s=$((after - before)) -v t=$TICKS -v c="$client" -v n="${n:-0}" -v p=$NPROC 'BEGIN {
+    split(c, u, " "); if (n == 0) exit
+    printf "%-9s cpu per request: server %.0f us, client %.0f us (of %d cores)\n", m, s / t / n * 1e6, (u[1] + u[2]) / n * 1e6, p
+  }' | tee -a "$OUT/table.txt"
+}
+
+step "device"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
+echo "$NPROC cores"
+
+step "small_results_test and dynamic_batching_test on the CUDA backend"
+[ "$BACKEND" = cuda ] && for t in small_results_test dynamic_batching_test; do
+  GPUCOMPUTE_TEST_BACKEND=cuda timeout 120 "$BUNDLE/$t" --gtest_color=no > "$OUT/$t.log" 2>&1
+  echo "$t rc=$?"; grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]' "$OUT/$t.log"
+  grep -A8 'Failure' "$OUT/$t.log" | head -30
+done
+
 : > "$OUT/table.txt"
-if [ -n "$BEFORE_BUNDLE" ]; then
-  run_mode before "" "" "$BEFORE_BUNDLE" "${BEFORE_PYTHONPATH:-$PYTHONPATH}"
-elif [ "$BACKEND" = cuda ]; then
+step "1 in flight: unbatched, adaptive and adaptive with a spinning small lane side by side"
+# name port metrics flags: all up at once, measured in alternate rounds.
+SIDE=("unbatched $PORT $METRICS --batching=false" "after $PORT_B $METRICS_B"
+      "spin $PORT_C $METRICS_C --small_lane_spin=200us")
+PIDS=()
+for s in "${SIDE[@]}"; do
+  set -- $s; name=$1 port=$2 metrics=$3; shift 3
+  start_server ${name}1 $port $metrics "$@"; PIDS+=($SERVER)
+  stages $name $metrics 1 normalize:1 $port
+done
+for round in 1 2; do
+  bench floor $PORT 1 health:1
+  for s in "${SIDE[@]}"; do set -- $s; bench $1 $2 1 normalize:1; done
+  bench streamed $PORT_B 1 normalize:1 --unary_results=false  # after, read as a stream
+done
+for s in "${SIDE[@]}"; do
+  set -- $s
+  timeout 60 $PYTHON bench/small_requests.py python-latency --target 127.0.0.1:$2 \
+    --seconds $SECONDS_PER_RUN 2>&1 | tee "$OUT/python_$1.txt" | sed "s/^/$1 python: /" | tee -a "$OUT/table.txt"
+done
+$PYTHON bench/small_requests.py batches --metrics http://127.0.0.1:$METRICS_B/metrics 2>/dev/null \
+  | sed 's/^/after c1: /' | tee -a "$OUT/table.txt"
+for pid in "${PIDS[@]}"; do stop_server $pid; done
+
+run_mode() {  # MODE SERVER_FLAGS CLI_FLAGS: the mix at 4..128 in flight on a fresh server
+  local mode=$1 server_flags=$2 cli_flags=$3
+  step "$mode: server $server_flags, bench $cli_flags"
+  start_server $mode $PORT $METRICS $server_flags
+  for c in 4 16; do bench "$mode" $PORT $c $MIX $cli_flags; done
+  stages "$mode" $METRICS 64 $MIX $PORT $cli_flags
+  costed "$mode" $PORT 64 $cli_flags
+  bench "$mode" $PORT 128 $MIX $cli_flags
+  $PYTHON bench/small_requests.py batches --metrics http://127.0.0.1:$METRICS/metrics 2>/dev/null | tee -a "$OUT/table.txt"
+  stop_server $SERVER
+}
+
+if [ "$BACKEND" = cuda ]; then
   run_mode before "--cuda_sync=spin --batching=false" "--complete_results=false"
 else
   run_mode before "--batching=false" "--complete_results=false"
 fi
 run_mode unbatched "--batching=false" ""
 run_mode after "" ""
+
+if [ "$BACKEND" = cuda ]; then
+  step "after at 64 in flight: waiting threads asleep, twice the executor threads"
+  for v in "block:--cuda_sync=block" "threads2x:--threads=$((2 * NPROC))"; do
+    start_server "${v%%:*}" $PORT $METRICS "${v#*:}"
+    costed "after-${v%%:*}" $PORT 64
+    stop_server $SERVER
+  done
+fi
 
 step "stage means (us per request; queue = the executor hop)"
 for f in "$OUT"/stages_*.txt; do echo "-- $(basename "$f" .txt)"; grep -A8 '^server stage' "$f"; done

@@ -60,42 +60,57 @@ def python_latency(args: argparse.Namespace) -> int:
         health = time_calls(lambda: client.health(), args.seconds / 2)
         calls = time_calls(lambda: client.normalize(a, norm="l2"), args.seconds)
 
-        # The client's own work per call, without the RPC: building the request
-        # and assembling a one-message result (a client that predates it: none).
+        # The client's own work per call: the whole call with the RPC answered
+        # from memory (a client that predates one-message results: none).
         if "complete" not in pb.ResultChunk.DESCRIPTOR.fields_by_name:
             own = []
         else:
-            own = client_work(a, args.seconds / 4)
+            own = client_work(client, a, args.seconds / 4)
     report(args, calls, health, own)
     return 0
 
 
-def client_work(a: np.ndarray, seconds: float) -> List[float]:
-    """Times building a request and assembling a one-message result, no RPC."""
+def client_work(client, a: np.ndarray, seconds: float) -> List[float]:
+    """Times client.normalize with its stub answering a recorded one-message reply:
+    everything the client does per call but the RPC."""
     from gpucompute import _wire
-    from gpucompute._pb import pb
-    from gpucompute._stream import ResultOptions, ResultStream
 
-    reply = pb.ResultChunk()
-    reply.complete.header.dtype = pb.FLOAT32
-    reply.complete.header.shape.extend(a.shape)
-    reply.complete.header.total_bytes = a.nbytes
-    reply.complete.data = a.tobytes()
-    raw = reply.SerializeToString()
+    stubs = client._stripe_stubs[0]
+    real = {key: stubs[key] for key in ("Compute.Normalize", "Compute.Normalize/unary")
+            if key in stubs}  # a client without unary reads has only the first
+    raw = b"".join(m.SerializeToString()
+                   for m in real["Compute.Normalize"](_normalize_request(a), timeout=30))
 
-    def local() -> None:
-        request = pb.NormalizeRequest()
-        request.input.tensor.dtype = pb.FLOAT32
-        request.input.tensor.shape.extend(a.shape)
-        request.input.tensor.data = a.tobytes()
-        request.norm = pb.NORM_L2
-        options = ResultOptions()
-        options.fill(request.output)
+    class Reply:
+        def __iter__(self):
+            return iter([_wire.decode_result_chunk(raw)])
+
+        def cancel(self) -> None:
+            pass
+
+    def streamed(request, timeout=None, metadata=None):
         request.SerializeToString()
-        sink = ResultStream(options)
-        sink.feed(_wire.decode_result_chunk(raw))
-        sink.finish()
-    return time_calls(local, seconds)
+        return Reply()
+
+    def unary(request, timeout=None, metadata=None):
+        request.SerializeToString()
+        return _wire.decode_result_chunk(raw)
+
+    stubs.update({key: streamed if key == "Compute.Normalize" else unary for key in real})
+    try:
+        return time_calls(lambda: client.normalize(a, norm="l2"), seconds)
+    finally:
+        stubs.update(real)
+
+
+def _normalize_request(a: np.ndarray):
+    from gpucompute._pb import pb
+    request = pb.NormalizeRequest(norm=pb.NORM_L2)
+    request.input.tensor.dtype = pb.FLOAT32
+    request.input.tensor.shape.extend(a.shape)
+    request.input.tensor.data = a.tobytes()
+    request.output.accept_complete_result = True
+    return request
 
 
 def report(args: argparse.Namespace, calls: List[float], health: List[float],
@@ -105,7 +120,8 @@ def report(args: argparse.Namespace, calls: List[float], health: List[float],
     print(f"  normalize      p50 {percentile(calls, .5) * us:7.0f} us  p99 {percentile(calls, .99) * us:7.0f} us")
     print(f"  health check   p50 {percentile(health, .5) * us:7.0f} us  p99 {percentile(health, .99) * us:7.0f} us")
     if own:
-        print(f"  client's work  p50 {percentile(own, .5) * us:7.0f} us  (request + result, no RPC)")
+        print(f"  client's work  p50 {percentile(own, .5) * us:7.0f} us  "
+              "(the whole call but the RPC)")
 
 
 def scrape(url: str) -> str:
@@ -149,10 +165,15 @@ def stages(args: argparse.Namespace) -> int:
 
 
 def batches(args: argparse.Namespace) -> int:
+    """Per operation that batched: launches, requests and the mean batch size."""
     text = scrape(args.metrics)
-    for line in text.splitlines():
-        if line.startswith("gpucompute_batch_size") and ("_sum" in line or "_count" in line):
-            print(line)
+    sums = families(text, "gpucompute_batch_size_sum")
+    for labels, count in sorted(families(text, "gpucompute_batch_size_count").items()):
+        if count > 0:
+            op = dict(kv.split("=", 1) for kv in labels)["operation"].strip('"')
+            requests = sums.get(labels, 0)
+            print(f"batches  {op:<17} {count:8.0f} launches {requests:8.0f} requests  "
+                  f"mean {requests / count:5.2f}")
     return 0
 
 

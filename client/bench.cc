@@ -61,6 +61,7 @@ Workload BuildWorkload(const BenchConfig& config) {
   v1::OutputOptions output;
   output.set_chunk_bytes(config.chunk_bytes);
   output.set_accept_complete_result(config.complete_results);
+  output.set_single_message(config.complete_results && config.unary_results);
 
   const int64_t rows = std::max<int64_t>(1, size / kNormalizeRowLength);
   *workload.normalize.mutable_input() =
@@ -113,6 +114,11 @@ absl::StatusOr<Result> Send(Client& client, const Workload& workload, BenchOp op
       return client.DiscountProduct(workload.discount);
     case BenchOp::kLombScargle:
       return client.LombScargle(workload.lombscargle);
+    case BenchOp::kHealth: {
+      absl::Status checked = client.Health().status();
+      if (!checked.ok()) return checked;
+      return Result{};
+    }
   }
   return absl::InternalError("unknown operation");
 }

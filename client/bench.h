@@ -28,6 +28,9 @@ struct BenchConfig {
   uint32_t chunk_bytes = 0;
   // Ask for OutputOptions.accept_complete_result.
   bool complete_results = true;
+  // With complete_results: ask for OutputOptions.single_message and read each
+  // call as a unary call (a server with Limits.single_message_results).
+  bool unary_results = true;
   uint64_t seed = 1;
 };
 

@@ -42,6 +42,7 @@ struct CliConfig {
   std::string mix;
   uint64_t size = 0;
   bool complete_results = true;
+  bool unary_results = true;
   // Flags present on the command line, for "exactly one of" checks.
   std::set<std::string> given;
 

@@ -82,8 +82,12 @@ ABSL_FLAG(int32_t, concurrency, 8, "bench: requests in flight");
 ABSL_FLAG(absl::Duration, duration, absl::Seconds(10), "bench: how long to run");
 ABSL_FLAG(uint64_t, count, 0, "bench: stop after this many requests; 0: run for --duration");
 ABSL_FLAG(std::string, mix, "normalize:1,haversine:1,discount:1,lombscargle:1",
-          "bench: operations and their weights");
+          "bench: operations and their weights (health: health checks, the round trip of "
+          "a call with no work)");
 ABSL_FLAG(uint64_t, size, uint64_t{1} << 16, "bench: elements in each result");
+ABSL_FLAG(bool, unary_results, true,
+          "bench: with --complete_results, ask for single-message results and read each call "
+          "as a unary call (a larger result is refused and streamed)");
 ABSL_FLAG(bool, complete_results, true,
           "bench: ask for results of one chunk as one message (false: header, data and "
           "trailer as three)");
@@ -133,6 +137,7 @@ CliConfig ReadConfig(std::set<std::string> given) {
   config.mix = absl::GetFlag(FLAGS_mix);
   config.size = absl::GetFlag(FLAGS_size);
   config.complete_results = absl::GetFlag(FLAGS_complete_results);
+  config.unary_results = absl::GetFlag(FLAGS_unary_results);
   config.given = std::move(given);
   return config;
 }

@@ -199,13 +199,15 @@ absl::string_view BenchOpName(BenchOp op) {
       return "discount";
     case BenchOp::kLombScargle:
       return "lombscargle";
+    case BenchOp::kHealth:
+      return "health";
   }
   return "unknown";
 }
 
 absl::StatusOr<std::vector<MixEntry>> ParseMix(absl::string_view text) {
   constexpr BenchOp kOps[] = {BenchOp::kNormalize, BenchOp::kHaversine, BenchOp::kDiscount,
-                              BenchOp::kLombScargle};
+                              BenchOp::kLombScargle, BenchOp::kHealth};
   std::vector<MixEntry> mix;
   for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
     const std::pair<absl::string_view, absl::string_view> name_weight =
@@ -221,7 +223,7 @@ absl::StatusOr<std::vector<MixEntry>> ParseMix(absl::string_view text) {
     if (!known) {
       return absl::InvalidArgumentError(
           absl::StrCat("--mix: unknown operation '", name_weight.first,
-                       "' (expected normalize, haversine, discount, lombscargle)"));
+                       "' (expected normalize, haversine, discount, lombscargle, health)"));
     }
     for (const MixEntry& seen : mix) {
       if (seen.op == entry.op) {

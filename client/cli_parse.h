@@ -79,7 +79,8 @@ struct OperandSpec {
 absl::StatusOr<OperandSpec> ParseOperandSpec(absl::string_view text, absl::string_view flag);
 
 // The compute operations a load test can mix.
-enum class BenchOp { kNormalize, kHaversine, kDiscount, kLombScargle };
+// kHealth: a health check, the round trip of a call with no work (the floor).
+enum class BenchOp { kNormalize, kHaversine, kDiscount, kLombScargle, kHealth };
 absl::string_view BenchOpName(BenchOp op);
 
 struct MixEntry {

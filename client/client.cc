@@ -4,10 +4,12 @@
 #include <chrono>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "gpucompute/v1/bulk_wire.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/impl/client_unary_call.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 
@@ -266,11 +268,49 @@ absl::StatusOr<v1::ListResponse> Client::List() {
   return all;
 }
 
+std::optional<absl::StatusOr<Result>> Client::SingleMessage(
+    const RpcMethod& method, const google::protobuf::MessageLite& request,
+    ResultAssembler::Options options) const {
+  if (single_message_results_.load() < 0) {
+    grpc::ClientContext ask;
+    SetDeadline(ask);
+    v1::ServerInfo info;
+    // Not known after a failed GetInfo: the next request asks again.
+    if (server_->GetInfo(&ask, v1::GetInfoRequest(), &info).ok()) {
+      single_message_results_.store(info.limits().single_message_results() ? 1 : 0);
+    }
+  }
+  if (single_message_results_.load() != 1) return std::nullopt;
+  grpc::ClientContext context;
+  SetDeadline(context);
+  grpc::ByteBuffer reply;
+  // The server-streaming method read as unary: one batch of operations, one wait.
+  const grpc::Status status = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+      channel_.get(), RpcMethod(method.name(), RpcMethod::NORMAL_RPC), &context,
+      v1::wire::SerializedMessage(request), &reply);
+  if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+      absl::StartsWith(status.error_message(), "output.single_message")) {
+    return std::nullopt;
+  }
+  if (!status.ok()) return ToAbslStatus(status);
+  ResultAssembler assembler(std::move(options));
+  if (absl::Status framing = assembler.AddBytes(reply); !framing.ok()) return framing;
+  return std::move(assembler).Finish();
+}
+
 template <typename Request>
 absl::StatusOr<Result> Client::Compute(const RpcMethod& method, const Request& request,
                                        const ProgressCallback& progress) const {
   const bool streamed =
       !request.output().keep_on_device() && !request.output().has_shared_memory();
+  if (request.output().single_message()) {
+    std::optional<absl::StatusOr<Result>> one =
+        SingleMessage(method, request, AssemblerOptions(streamed, progress));
+    if (one.has_value()) return *std::move(one);
+    Request as_stream = request;
+    as_stream.mutable_output()->set_single_message(false);
+    return ResultStream(method, as_stream, AssemblerOptions(streamed, progress));
+  }
   return ResultStream(method, request, AssemblerOptions(streamed, progress));
 }
 

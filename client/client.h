@@ -12,8 +12,10 @@
 // A Client is safe to use from several threads at once.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -144,7 +146,15 @@ class Client {
                                       const google::protobuf::MessageLite& request,
                                       ResultAssembler::Options options,
                                       grpc::Channel* channel = nullptr) const;
-  // One Compute RPC: data is expected unless the request keeps its result on the device.
+  // A Compute RPC whose request sets output.single_message, read as a unary call
+  // (one message, or the status); nullopt when the server refused the promise
+  // (the result is larger than one chunk) or does not make it (an older server,
+  // which would stream a large result into a unary read): the caller streams it.
+  std::optional<absl::StatusOr<Result>> SingleMessage(const grpc::internal::RpcMethod& method,
+                                                      const google::protobuf::MessageLite& request,
+                                                      ResultAssembler::Options options) const;
+  // One Compute RPC: data is expected unless the request keeps its result on the
+  // device; read as a unary call when the request sets output.single_message.
   template <typename Request>
   absl::StatusOr<Result> Compute(const grpc::internal::RpcMethod& method, const Request& request,
                                  const ProgressCallback& progress) const;
@@ -187,6 +197,9 @@ class Client {
   std::unique_ptr<v1::Server::Stub> server_;
   std::unique_ptr<v1::SharedMemory::Stub> shared_memory_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+  // Whether the server honours OutputOptions.single_message (ServerInfo.limits),
+  // asked at the first request that sets it: -1 not known yet, else 0 or 1.
+  mutable std::atomic<int> single_message_results_{-1};
 };
 
 }  // namespace gpucompute::client

@@ -53,13 +53,24 @@ absl::StatusOr<Accepted<Request>> Accept(ServiceContext& service,
     GC_RETURN_IF_ERROR(ResolveOutputSlice(options.shared_memory(), scope, accepted.prepared));
     accepted.output.shared_memory_region_id = options.shared_memory().region_id();
   }
+  // The output shape was checked against max_elements, so this cannot overflow.
+  uint64_t result_bytes = ElementSize(accepted.prepared.out_dtype);
+  for (int64_t extent : accepted.prepared.out_shape) result_bytes *= static_cast<uint64_t>(extent);
+  if (options.single_message()) {
+    accepted.output.accept_complete = true;
+    // Kept and shared-memory results are one message whatever their size.
+    if (!options.keep_on_device() && !options.has_shared_memory() &&
+        result_bytes > accepted.output.chunk_bytes) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "output.single_message: the result is ", result_bytes, " bytes, more than one chunk of ",
+          accepted.output.chunk_bytes, " (output.chunk_bytes, else --default_chunk_bytes); "
+          "read it as a stream"));
+    }
+  }
   if (options.keep_on_device()) {
-    // The output shape was checked against max_elements, so this cannot overflow.
-    uint64_t bytes = ElementSize(accepted.prepared.out_dtype);
-    for (int64_t extent : accepted.prepared.out_shape) bytes *= static_cast<uint64_t>(extent);
     GC_ASSIGN_OR_RETURN(
         accepted.output.keep,
-        service.Reserve(bytes, absl::StrCat(OperationLabel(op), " result kept on device"),
+        service.Reserve(result_bytes, absl::StrCat(OperationLabel(op), " result kept on device"),
                         scope.principal));
     accepted.output.buffer_name = options.buffer_name();
   }

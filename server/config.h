@@ -20,6 +20,8 @@ struct ServerConfig {
   // Of those, the threads that take only small requests (work up to
   // small_request_work) and continuations; at least one thread stays general.
   int small_request_threads = 1;
+  // How long a small-lane thread out of work watches for more before it sleeps.
+  absl::Duration small_lane_spin = absl::ZeroDuration();
   int64_t small_request_work = int64_t{1} << 20;
   // Work units (result elements; batch x samples x frequencies for Lomb-Scargle)
   // one request may ask for; more get INVALID_ARGUMENT.
@@ -29,7 +31,8 @@ struct ServerConfig {
   int max_small_queue_depth = 256;
   // Dynamic batching of small requests (server/dynamic_batcher.h): at most
   // max_batch_size in one launch, gathered for batch_window after the first
-  // (0: the requests that queued while the executor was busy).
+  // while another of its kind runs (0: the requests that queued while the
+  // executor was busy).
   bool batching = true;
   int max_batch_size = 64;
   absl::Duration batch_window = absl::ZeroDuration();

@@ -13,15 +13,16 @@ namespace {
 // The operation the requests of one key run as together: stacked operands
 // concatenated (owned by `tensors`), shared ones those of the first request, the
 // result stacked likewise, and the first request's run (one key: same options).
-PreparedOperation Stack(std::vector<BatchMember>& members, std::vector<v1::Tensor>& tensors) {
-  PreparedOperation& first = members.front().prepared;
+PreparedOperation Stack(const std::vector<BatchMember*>& members,
+                        std::vector<v1::Tensor>& tensors) {
+  PreparedOperation& first = members.front()->prepared;
   const BatchPlan& plan = *first.batch;
   PreparedOperation stacked;
   stacked.out_dtype = first.out_dtype;
   int64_t rows = 0;
-  for (const BatchMember& member : members) {
-    rows += member.prepared.batch->out[0];
-    stacked.work += member.prepared.work;
+  for (const BatchMember* member : members) {
+    rows += member->prepared.batch->out[0];
+    stacked.work += member->prepared.work;
   }
   stacked.out_shape = plan.out;
   stacked.out_shape[0] = rows;
@@ -33,9 +34,9 @@ PreparedOperation Stack(std::vector<BatchMember>& members, std::vector<v1::Tenso
       operand.shape = plan.stacked[i];
       operand.shape[0] = 0;
       std::string* data = tensor.mutable_data();
-      for (const BatchMember& member : members) {
-        operand.shape[0] += member.prepared.batch->stacked[i][0];
-        data->append(member.prepared.operands[i].tensor->data());
+      for (const BatchMember* member : members) {
+        operand.shape[0] += member->prepared.batch->stacked[i][0];
+        data->append(member->prepared.operands[i].tensor->data());
       }
       tensor.mutable_shape()->Add(operand.shape.begin(), operand.shape.end());
       operand.tensor = &tensor;
@@ -99,7 +100,9 @@ absl::Status DynamicBatcher::Submit(BatchMember member) {
   State::Group& group = state.groups[key];
   if (!group.drain_scheduled) {  // the group is empty: this request opens it
     group.client = member.client;
-    if (timer_ == nullptr) {
+    // The window only pays off while others of this key are in flight: a lone
+    // request goes at once.
+    if (timer_ == nullptr || !state.running.contains(key)) {
       // In turn with every other small request of this client (drains of the
       // rest of a batch are continuations: they waited their turn).
       absl::Status queued =
@@ -191,45 +194,55 @@ void DynamicBatcher::Drain(const std::shared_ptr<State>& state, const std::strin
     } else {  // the rest make the next batch, at once: they waited their window
       state->service.executor.SubmitContinuation([state, key] { Drain(state, key); });
     }
+    ++state->running[key];
   }
-  if (!batch.empty()) Run(state->service, std::move(batch));
+  const absl::Time started = absl::Now();
+  std::vector<Outcome> outcomes = Run(state->service, batch, started);
+  {
+    // No longer running before anyone hears back: a caller's next request must
+    // not find its own finished one still running (and wait for a window).
+    absl::MutexLock lock(&state->mu);
+    auto it = state->running.find(key);
+    if (--it->second == 0) state->running.erase(it);
+  }
+  for (Outcome& outcome : outcomes) {
+    std::move(outcome.member->deliver)(std::move(outcome.source), started);
+  }
 }
 
-void DynamicBatcher::RunAlone(ServiceContext& service, BatchMember& member, absl::Time started) {
+absl::StatusOr<StreamSource> DynamicBatcher::RunAlone(ServiceContext& service,
+                                                      BatchMember& member) {
   OpContext ctx;
   ctx.cancelled = member.cancelled;
   StreamSource source;
   absl::StatusOr<std::shared_ptr<Array>> out = Execute(
       member.prepared, service.backend, service.device_queues, service.metrics, ctx, source.times);
   service.metrics.ObserveBatch(member.op, 1);
-  if (!out.ok()) {
-    std::move(member.deliver)(out.status(), started);
-    return;
-  }
+  if (!out.ok()) return out.status();
   source.array = *std::move(out);
-  std::move(member.deliver)(std::move(source), started);
+  return source;
 }
 
-void DynamicBatcher::Run(ServiceContext& service, std::vector<BatchMember> members) {
-  const absl::Time started = absl::Now();
-  // Requests that left before the launch get their own status now.
-  std::vector<BatchMember> live;
+std::vector<DynamicBatcher::Outcome> DynamicBatcher::Run(ServiceContext& service,
+                                                         std::vector<BatchMember>& members,
+                                                         absl::Time started) {
+  std::vector<Outcome> outcomes;
+  outcomes.reserve(members.size());
+  // Requests that left before the launch get their own status.
+  std::vector<BatchMember*> live;
   for (BatchMember& member : members) {
     if (member.cancelled != nullptr && member.cancelled->load()) {
-      std::move(member.deliver)(absl::CancelledError("cancelled while queued"), started);
+      outcomes.push_back({&member, absl::CancelledError("cancelled while queued")});
     } else if (member.deadline < started) {
       service.metrics.Rejected(Rejection::kDeadlineExceeded);
-      std::move(member.deliver)(
-          absl::DeadlineExceededError("deadline passed while the request was queued"), started);
+      outcomes.push_back(
+          {&member, absl::DeadlineExceededError("deadline passed while the request was queued")});
     } else {
-      live.push_back(std::move(member));
+      live.push_back(&member);
     }
   }
-  if (live.empty()) return;
-  if (live.size() == 1) {
-    RunAlone(service, live.front(), started);
-    return;
-  }
+  if (live.size() == 1) outcomes.push_back({live.front(), RunAlone(service, *live.front())});
+  if (live.size() <= 1) return outcomes;
 
   std::vector<v1::Tensor> tensors;
   PreparedOperation stacked = Stack(live, tensors);
@@ -237,15 +250,20 @@ void DynamicBatcher::Run(ServiceContext& service, std::vector<BatchMember> membe
   ExecutionTimes times;
   absl::StatusOr<std::shared_ptr<Array>> out =
       Execute(stacked, service.backend, service.device_queues, service.metrics, ctx, times);
-  // The whole result to the host in one copy, charged while it lives.
-  auto host = std::make_shared<std::string>();
-  MemoryBudget::Charge charge;
+  // The whole result to the host in one copy, charged while it lives (the
+  // members' slices share it).
+  struct HostResult {
+    std::string bytes;
+    MemoryBudget::Charge charge;
+  };
+  auto owner = std::make_shared<HostResult>();
+  std::shared_ptr<std::string> host(owner, &owner->bytes);
   if (out.ok()) {
     const absl::Time copy_start = absl::Now();
     absl::Status copied = absl::OkStatus();
     if (std::shared_ptr<MemoryBudget> budget = HostMemoryBudget(service.backend)) {
       absl::StatusOr<MemoryBudget::Charge> reserved = budget->Reserve((*out)->bytes());
-      if (reserved.ok()) charge = *std::move(reserved);
+      if (reserved.ok()) owner->charge = *std::move(reserved);
       copied = reserved.status();
     }
     if (copied.ok()) {
@@ -260,22 +278,23 @@ void DynamicBatcher::Run(ServiceContext& service, std::vector<BatchMember> membe
   }
   if (!out.ok()) {
     // Each request alone: a bad one fails with its own message, the others run.
-    for (BatchMember& member : live) RunAlone(service, member, started);
-    return;
+    for (BatchMember* member : live) outcomes.push_back({member, RunAlone(service, *member)});
+    return outcomes;
   }
-  service.metrics.ObserveBatch(live.front().op, static_cast<int>(live.size()));
+  service.metrics.ObserveBatch(live.front()->op, static_cast<int>(live.size()));
   times.batch_size = static_cast<int>(live.size());
   int64_t offset = 0;  // elements
-  for (BatchMember& member : live) {
-    const int64_t count = ElementCount(member.prepared.out_shape);
+  for (BatchMember* member : live) {
+    const int64_t count = ElementCount(member->prepared.out_shape);
     StreamSource source;
-    source.array = std::make_shared<ArraySlice>(*out, offset, member.prepared.out_shape, count);
+    source.array = std::make_shared<ArraySlice>(*out, offset, member->prepared.out_shape, count);
     source.times = times;
     source.host = host;
     source.host_offset = static_cast<uint64_t>(offset) * ElementSize(stacked.out_dtype);
     offset += count;
-    std::move(member.deliver)(std::move(source), started);
+    outcomes.push_back({member, std::move(source)});
   }
+  return outcomes;
 }
 
 }  // namespace gpucompute

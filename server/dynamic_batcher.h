@@ -4,7 +4,10 @@
 // own part of the result, a batch being at most --max_batch_size requests and
 // --small_request_work units. A batch is what arrived while its first request
 // waited for a small-lane executor thread (in turn with the other small
-// requests), or, with a window, what arrived within it after the first. Each request keeps its own status,
+// requests), or, with a window, what arrived within it after the first. The
+// window only holds requests while others of their key are running: a request
+// with none of its kind queued or running goes to the executor at once, so
+// batching costs a lone caller nothing. Each request keeps its own status,
 // timing and cancellation: one cancelled or past its deadline before the launch
 // leaves the batch; when the batched launch fails, each request runs alone, so
 // that a bad one fails alone with its own message.
@@ -76,6 +79,8 @@ class DynamicBatcher {
       bool drain_scheduled = false;
     };
     absl::flat_hash_map<std::string, Group> groups ABSL_GUARDED_BY(mu);
+    // Per key: the batches (lone requests included) running now.
+    absl::flat_hash_map<std::string, int> running ABSL_GUARDED_BY(mu);
     absl::flat_hash_map<std::string, size_t> waiting_by_client ABSL_GUARDED_BY(mu);
     size_t waiting ABSL_GUARDED_BY(mu) = 0;
 
@@ -90,11 +95,18 @@ class DynamicBatcher {
   void ScheduleWindow(const std::string& key, const std::string& client);
   // The requests of `key` get `status` (the executor refused their drain).
   static void Refuse(State& state, const std::string& key, const absl::Status& status);
-  // On an executor thread: takes up to max_batch_size requests of `key` and runs them.
+  // On an executor thread: takes up to max_batch_size requests of `key`, runs
+  // them (counted as running meanwhile) and delivers each its outcome.
   static void Drain(const std::shared_ptr<State>& state, const std::string& key);
-  // Runs `members` (one key) as one launch and delivers each its part.
-  static void Run(ServiceContext& service, std::vector<BatchMember> members);
-  static void RunAlone(ServiceContext& service, BatchMember& member, absl::Time started);
+  // What one member gets.
+  struct Outcome {
+    BatchMember* member;
+    absl::StatusOr<StreamSource> source;
+  };
+  // Runs `members` (one key) as one launch: each member's part, or its own error.
+  static std::vector<Outcome> Run(ServiceContext& service, std::vector<BatchMember>& members,
+                                  absl::Time started);
+  static absl::StatusOr<StreamSource> RunAlone(ServiceContext& service, BatchMember& member);
 
   std::shared_ptr<State> state_;
   // Only with a window: fires each batch's drain when its window ends. Its

@@ -1,6 +1,7 @@
 #include "server/executor.h"
 
 #include <algorithm>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -8,9 +9,10 @@
 namespace gpucompute {
 
 Executor::Executor(int threads, size_t max_queued_requests, int small_lane_threads,
-                   size_t max_queued_small_requests)
+                   size_t max_queued_small_requests, absl::Duration small_lane_spin)
     : max_queued_requests_(max_queued_requests),
-      max_queued_small_requests_(max_queued_small_requests) {
+      max_queued_small_requests_(max_queued_small_requests),
+      small_lane_spin_(small_lane_spin) {
   const int count = std::max(threads, 1);
   small_lane_threads_ = std::clamp(small_lane_threads, 0, count - 1);
   workers_.reserve(count);
@@ -54,13 +56,17 @@ absl::Status Executor::SubmitRequest(RequestTask task, absl::string_view client,
         });
   }
   queue.Push(client, {std::move(task), next_sequence_++});
+  Submitted();
   return absl::OkStatus();
 }
 
 void Executor::SubmitContinuation(Task task) {
   absl::MutexLock lock(&mu_);
   continuations_.push_back(std::move(task));
+  Submitted();
 }
+
+void Executor::Submitted() { submissions_.fetch_add(1, std::memory_order_release); }
 
 size_t Executor::queued_requests() const {
   absl::MutexLock lock(&mu_);
@@ -69,6 +75,12 @@ size_t Executor::queued_requests() const {
 
 bool Executor::HasWork(bool small_lane_only) const {
   return !continuations_.empty() || small_.size > 0 || (!small_lane_only && general_.size > 0);
+}
+
+bool Executor::Ready(bool small_lane_only) const {
+  if (stopping_) return true;
+  if (small_lane_only) return HasWork(true);
+  return general_.size > 0 || continuations_.size() + small_.size > spinners_;
 }
 
 Executor::Task Executor::Take(bool small_lane_only) {
@@ -134,20 +146,38 @@ uint64_t Executor::LaneQueue::NextSequence() const {
   return by_client.find(turns.front())->second.front().sequence;
 }
 
-void Executor::WorkerLoop(bool small_lane_only) {
-  while (true) {
-    Task task;
-    {
-      absl::MutexLock lock(&mu_);
-      const auto ready = [this, small_lane_only]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        return stopping_ || HasWork(small_lane_only);
-      };
-      mu_.Await(absl::Condition(&ready));
-      if (!HasWork(small_lane_only)) return;  // stopping and drained
-      task = Take(small_lane_only);
-    }
-    std::move(task)();
+void Executor::SpinForWork() {
+  ++spinners_;
+  const uint64_t seen = submissions_.load(std::memory_order_acquire);
+  mu_.Unlock();
+  const absl::Time until = absl::Now() + small_lane_spin_;
+  while (submissions_.load(std::memory_order_acquire) == seen && absl::Now() < until) {
+    std::this_thread::yield();
   }
+  mu_.Lock();
+  // Cleared in the critical section that takes the work, so that no general
+  // thread is woken for it in between.
+  --spinners_;
+}
+
+void Executor::WorkerLoop(bool small_lane_only) {
+  const bool spin = small_lane_only && small_lane_spin_ > absl::ZeroDuration();
+  const auto ready = [this, small_lane_only]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return Ready(small_lane_only);
+  };
+  mu_.Lock();
+  while (true) {
+    if (spin && !stopping_ && !HasWork(small_lane_only)) SpinForWork();
+    mu_.Await(absl::Condition(&ready));
+    if (!HasWork(small_lane_only)) break;  // stopping and drained
+    {
+      Task task = Take(small_lane_only);
+      mu_.Unlock();
+      std::move(task)();
+    }  // the task's captures go before the lock is taken again
+    mu_.Lock();
+  }
+  mu_.Unlock();
 }
 
 Timer::Timer() : thread_([this] { Loop(); }) {}

@@ -1,8 +1,9 @@
 // Dynamic batching over the wire: small requests of one operation and shape
-// that arrive within --batch_window run as one launch (the trailer and the
-// gpucompute_batch_size metric say how many) and give byte for byte the results
-// they give alone; a bad request in a batch fails alone with its own message;
-// a request cancelled while it waits leaves the batch, the others intact.
+// that arrive within --batch_window while another of their kind runs make one
+// launch (the trailer and the gpucompute_batch_size metric say how many) and
+// give byte for byte the results they give alone; a bad request in a batch
+// fails alone with its own message; a request cancelled while it waits leaves
+// the batch, the others intact; a lone request is never held for the window.
 #include <memory>
 #include <string>
 #include <thread>
@@ -13,6 +14,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/fault_injection.h"
 #include "tests/testing/scrape.h"
 #include "tests/testing/server_fixture.h"
 #include "tests/testing/tensors.h"
@@ -49,11 +51,43 @@ class DynamicBatchingTest : public ::testing::Test {
     alone_ = *std::move(reference);
 
     ServerConfig config = test::LoopbackConfigWithMetrics();
-    config.batch_window = absl::Milliseconds(700);  // every call below joins one batch
+    // Every call a test starts while its opener runs joins one batch.
+    config.batch_window = absl::Milliseconds(700);
     if (test::OnCuda()) config.backend.kind = BackendKind::kCuda;
-    auto batched = test::TestServer::Start(config);
+    // Paused operations hold an opener running for as long as a test needs.
+    absl::StatusOr<BackendSelection> backend = CreateBackend(config.backend);
+    ASSERT_TRUE(backend.ok()) << backend.status().message();
+    auto batched = test::TestServer::Start(
+        config, BackendSelection{WithInjectedFaults(std::move(backend->backend), faults_),
+                                 "fault injection over " + backend->note});
     ASSERT_TRUE(batched.ok()) << batched.status().message();
     batched_ = *std::move(batched);
+  }
+
+  void TearDown() override { faults_->ResumeOperations(); }
+
+  // Starts `opener` on the batched server and holds it running (the device
+  // paused): requests of its kind started now wait for the window and make one
+  // batch, which runs once Release() lets the device go on.
+  template <typename Request>
+  std::unique_ptr<Call> Open(Rpc<Request> rpc, const Request& opener) {
+    faults_->PauseOperations();
+    auto call = Start(*batched_, rpc, opener);
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (faults_->PausedOperations() < 1 && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    EXPECT_EQ(faults_->PausedOperations(), 1) << "the opener did not start";
+    return call;
+  }
+  // Lets the calls started after Open reach the batcher, then the device go on;
+  // the opener ran alone.
+  void Release(Call& opener) {
+    absl::SleepFor(absl::Milliseconds(200));  // well within the window
+    faults_->ResumeOperations();
+    opener.reader.join();
+    ASSERT_TRUE(opener.status.ok()) << opener.status.error_message();
+    EXPECT_EQ(opener.complete().trailer().batch_size(), 1u);
   }
 
   // Starts `request` on `server`, one-message results asked for.
@@ -82,8 +116,10 @@ class DynamicBatchingTest : public ::testing::Test {
       EXPECT_EQ(call->complete().trailer().batch_size(), 1u);
       expected.push_back(call->complete().data());
     }
+    std::unique_ptr<Call> opener = Open(rpc, requests.front());
     std::vector<std::unique_ptr<Call>> calls;
     for (const Request& request : requests) calls.push_back(Start(*batched_, rpc, request));
+    Release(*opener);
     for (size_t i = 0; i < calls.size(); ++i) {
       calls[i]->reader.join();
       ASSERT_TRUE(calls[i]->status.ok()) << calls[i]->status.error_message();
@@ -100,6 +136,7 @@ class DynamicBatchingTest : public ::testing::Test {
     return request;
   }
 
+  std::shared_ptr<InjectedFaults> faults_ = std::make_shared<InjectedFaults>();
   std::unique_ptr<test::TestServer> alone_;
   std::unique_ptr<test::TestServer> batched_;
 };
@@ -161,10 +198,12 @@ TEST_F(DynamicBatchingTest, ABadRequestInABatchFailsAlone) {
   // Row 1 of this request is all zeros: no L2 norm to divide by.
   *bad.mutable_input() = test::Operand(
       test::F32({1, 2, 3, 4, 0, 0, 0, 0, 5, 6, 7, 8}, {3, 4}));
+  std::unique_ptr<Call> opener = Open(&v1::Compute::Stub::Normalize, Rows(1, 4, seed + 3));
   std::vector<std::unique_ptr<Call>> calls;
   calls.push_back(Start(*batched_, &v1::Compute::Stub::Normalize, Rows(2, 4, seed + 1)));
   calls.push_back(Start(*batched_, &v1::Compute::Stub::Normalize, bad));
   calls.push_back(Start(*batched_, &v1::Compute::Stub::Normalize, Rows(4, 4, seed + 2)));
+  Release(*opener);
   for (auto& call : calls) call->reader.join();
   EXPECT_EQ(calls[1]->status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(calls[1]->status.error_message(), HasSubstr("row 1"));
@@ -179,12 +218,14 @@ TEST_F(DynamicBatchingTest, ABadRequestInABatchFailsAlone) {
 
 TEST_F(DynamicBatchingTest, CancellingOneLeavesTheOthersIntact) {
   const uint64_t seed = test::FreshSeed();
+  std::unique_ptr<Call> opener = Open(&v1::Compute::Stub::Normalize, Rows(1, 32, seed + 4));
   std::vector<std::unique_ptr<Call>> calls;
   for (int i = 0; i < 4; ++i) {
     calls.push_back(Start(*batched_, &v1::Compute::Stub::Normalize, Rows(2, 32, seed + i)));
   }
   absl::SleepFor(absl::Milliseconds(200));  // all four wait in the window
   calls[2]->context.TryCancel();
+  Release(*opener);
   for (auto& call : calls) call->reader.join();
   EXPECT_EQ(calls[2]->status.error_code(), grpc::StatusCode::CANCELLED);
   for (int i : {0, 1, 3}) {
@@ -192,10 +233,32 @@ TEST_F(DynamicBatchingTest, CancellingOneLeavesTheOthersIntact) {
     EXPECT_EQ(calls[i]->complete().trailer().batch_size(), 3u);
   }
   const std::string metrics = test::ScrapeMetrics(batched_->server().metrics_port());
+  // The opener alone (1), then the three left of the four (3).
   EXPECT_THAT(metrics,
-              HasSubstr("gpucompute_batch_size_bucket{operation=\"normalize\",le=\"2\"} 0"));
+              HasSubstr("gpucompute_batch_size_bucket{operation=\"normalize\",le=\"2\"} 1"));
   EXPECT_THAT(metrics,
-              HasSubstr("gpucompute_batch_size_bucket{operation=\"normalize\",le=\"4\"} 1"));
+              HasSubstr("gpucompute_batch_size_bucket{operation=\"normalize\",le=\"4\"} 2"));
+}
+
+TEST_F(DynamicBatchingTest, LoneRequestsAreNotHeldForTheWindow) {
+  // Each call waits for the last: none has another of its kind in flight, so
+  // each runs at once, alone, instead of waiting out the window.
+  ServerConfig config = test::LoopbackConfigWithMetrics();
+  config.batch_window = absl::Seconds(30);
+  if (test::OnCuda()) config.backend.kind = BackendKind::kCuda;
+  auto server = test::TestServer::Start(config);
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  const uint64_t seed = test::FreshSeed();
+  for (int i = 0; i < 3; ++i) {
+    const absl::Time start = absl::Now();
+    auto call = Start(**server, &v1::Compute::Stub::Normalize, Rows(2, 16, seed + i));
+    call->reader.join();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(15)) << "call " << i << " waited for the window";
+    ASSERT_TRUE(call->status.ok()) << call->status.error_message();
+    EXPECT_EQ(call->complete().trailer().batch_size(), 1u);
+  }
+  EXPECT_THAT(test::ScrapeMetrics((*server)->server().metrics_port()),
+              HasSubstr("gpucompute_batch_size_bucket{operation=\"normalize\",le=\"1\"} 3"));
 }
 
 TEST_F(DynamicBatchingTest, KeptResultsRunAlone) {

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -116,6 +117,51 @@ TEST(ExecutorTest, FullQueueDropsTheNewestRequestOfTheClientWithTheMostWaiting) 
                   "a3: request queue is full (max_queue_depth 3): this request was dropped for "
                   "one from a connection with fewer waiting",
                   "a1: ran", "b1: ran", "a2: ran"));
+}
+
+TEST(ExecutorTest, SpinningSmallLaneRunsEveryTask) {
+  std::atomic<int> ran{0};
+  {
+    Executor executor(3, 1000, 1, 1000, absl::Milliseconds(2));
+    std::vector<std::thread> submitters;
+    for (int t = 0; t < 2; ++t) {
+      submitters.emplace_back([&] {
+        for (int i = 0; i < 300; ++i) {
+          ASSERT_TRUE(executor
+                          .SubmitRequest([&](absl::Status) { ran++; }, "c",
+                                         Executor::Lane::kSmall)
+                          .ok());
+          ASSERT_TRUE(executor.SubmitRequest([&](absl::Status) { ran++; }, "c").ok());
+          executor.SubmitContinuation([&] { ran++; });
+          if (i % 50 == 0) absl::SleepFor(absl::Milliseconds(3));  // past the spin: threads sleep
+        }
+      });
+    }
+    for (std::thread& submitter : submitters) submitter.join();
+  }  // the destructor drains the queues
+  EXPECT_EQ(ran.load(), 1800);
+}
+
+TEST(ExecutorTest, SmallWorkTheSpinningThreadCannotTakeWakesAGeneralThread) {
+  // The small-lane thread spins (for up to a second) and takes the first
+  // request, which holds it; the second must not wait for it.
+  Executor executor(2, 100, 1, 100, absl::Seconds(1));
+  absl::Notification first_started, second_started, release;
+  ASSERT_TRUE(executor
+                  .SubmitRequest(
+                      [&](absl::Status) {
+                        first_started.Notify();
+                        release.WaitForNotification();
+                      },
+                      "a", Executor::Lane::kSmall)
+                  .ok());
+  ASSERT_TRUE(first_started.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(executor
+                  .SubmitRequest([&](absl::Status) { second_started.Notify(); }, "b",
+                                 Executor::Lane::kSmall)
+                  .ok());
+  EXPECT_TRUE(second_started.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  release.Notify();
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 // or a client that does not ask, still gets the three kinds. A complete result
 // goes out with the call's status, in one step: one its client does not read
 // holds nothing on the server (or is cancelled after stream_idle_timeout).
+// OutputOptions.single_message makes one message a promise: a larger streamed
+// result is refused before it runs, so that a client may read the call as unary.
 #include <memory>
 #include <string>
 #include <vector>
@@ -93,6 +95,49 @@ TEST_F(SmallResultsTest, ResultOfSeveralChunksStillStreams) {
   ASSERT_EQ(messages.size(), 10u);
   EXPECT_TRUE(messages.front().has_header());
   EXPECT_TRUE(messages.back().has_trailer());
+}
+
+TEST_F(SmallResultsTest, SingleMessageIsOneMessageOrARefusalBeforeTheRun) {
+  v1::NormalizeRequest request = Rows(4, 256);
+  request.mutable_output()->set_single_message(true);  // no accept_complete_result: implied
+  grpc::Status status;
+  std::vector<v1::ResultChunk> messages = Call(request, status);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(messages.size(), 1u);
+  EXPECT_EQ(messages[0].complete().data().size(), 4u * 256 * sizeof(float));
+
+  request.mutable_output()->set_chunk_bytes(4096);  // the 4 KiB result still fits one chunk
+  messages = Call(request, status);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(messages.size(), 1u);
+
+  v1::NormalizeRequest large = Rows(8, 1024);  // 32 KiB in 4 KiB chunks
+  large.mutable_output()->set_single_message(true);
+  large.mutable_output()->set_chunk_bytes(4096);
+  EXPECT_TRUE(Call(large, status).empty());
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(),
+              ::testing::StartsWith("output.single_message: the result is 32768 bytes"));
+
+  large.mutable_output()->set_keep_on_device(true);  // kept: one message whatever its size
+  messages = Call(large, status);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(messages.size(), 1u);
+  EXPECT_FALSE(messages[0].complete().trailer().stored_buffer().id().empty());
+}
+
+TEST_F(SmallResultsTest, TheClientReadsSingleMessagesAsUnaryAndStreamsWhatIsRefused) {
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{4, 256}, {8, 1024}}) {
+    v1::NormalizeRequest request = Rows(rows, cols);
+    request.mutable_output()->set_chunk_bytes(4096);  // the 32 KiB result is refused as one
+    absl::StatusOr<client::Result> streamed = server_->client().Normalize(request);
+    ASSERT_TRUE(streamed.ok()) << streamed.status().message();
+    request.mutable_output()->set_single_message(true);
+    absl::StatusOr<client::Result> single = server_->client().Normalize(request);
+    ASSERT_TRUE(single.ok()) << single.status().message();
+    EXPECT_EQ(single->data.size(), static_cast<size_t>(rows * cols) * sizeof(float));
+    EXPECT_EQ(single->data, streamed->data) << rows << " x " << cols;
+  }
 }
 
 TEST_F(SmallResultsTest, AnErrorIsAStatusNotAMessage) {

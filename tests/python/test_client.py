@@ -240,6 +240,33 @@ def test_return_timing(client, rng):
     assert "compute" in str(t)
 
 
+def test_one_message_results_are_read_as_unary_calls(server, rng):
+    """A result the server promises as one message is read as a unary call; a larger
+    one is refused before it runs and read as a stream; an older server (no promise)
+    is only ever read as streams."""
+    with server.client(timeout=30) as c:
+        stubs = c._stripe_stubs[0]
+        called = []
+        for key in ("Compute.Normalize", "Compute.Normalize/unary"):
+            def spy(*args, _real=stubs[key], _key=key, **kwargs):
+                called.append(_key)
+                return _real(*args, **kwargs)
+            stubs[key] = spy
+        small = rng.uniform(0.5, 1.5, (4, 256))
+        np.testing.assert_allclose(c.normalize(small), small / small.sum(1, keepdims=True),
+                                   rtol=1e-12)
+        assert called == ["Compute.Normalize/unary"]
+        called.clear()
+        large = rng.uniform(0.5, 1.5, (8, 1024))
+        np.testing.assert_allclose(c.normalize(large, chunk_bytes=4096),
+                                   large / large.sum(1, keepdims=True), rtol=1e-12)
+        assert called == ["Compute.Normalize/unary", "Compute.Normalize"]
+        called.clear()
+        c._single_message = False
+        c.normalize(small)
+        assert called == ["Compute.Normalize"]
+
+
 @pytest.mark.parametrize("chunk_bytes", [4096, 10000, 4 << 20])
 def test_chunk_bytes(client, rng, chunk_bytes):
     a = rng.uniform(1, 2, (7, 12345)).astype(np.float32)  # 345,660 bytes of result

@@ -22,7 +22,7 @@ from ._steps import Parallel, Run, Steps, Stream, Unary, make_stubs
 from ._stream import ResultOptions, ResultStream
 from ._types import (DEFAULT_RADIUS_KM, NP_TO_PB, Array, BufferList, FrequencyGrid, LatLonMesh,
                      ServerInfo)
-from .errors import GpuComputeError
+from .errors import FailedPrecondition, GpuComputeError
 
 #: inline operands larger than this go through Buffers.Upload automatically
 DEFAULT_UPLOAD_THRESHOLD = 8 << 20
@@ -126,6 +126,8 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
                                  ("grpc.max_send_message_length", -1)] + list(options)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         self._max_message: Optional[int] = None
+        #: whether the server honours OutputOptions.single_message (None: not asked yet)
+        self._single_message: Optional[bool] = None
         self._lock = threading.Lock()
         if int(stripes) < 1 or int(stripe_bytes) < 1:
             raise ValueError(f"stripes {stripes} and stripe_bytes {stripe_bytes} must be >= 1")
@@ -172,6 +174,7 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
         with self._lock:
             if raw.limits.max_receive_message_bytes:
                 self._max_message = int(raw.limits.max_receive_message_bytes)
+            self._single_message = bool(raw.limits.single_message_results)
         return ServerInfo._from_proto(raw)
 
     def _known_max_message(self) -> Optional[int]:
@@ -187,6 +190,18 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
         except GpuComputeError:
             return _SAFE_MESSAGE_BYTES  # not cached: the next call asks again
         return self._known_max_message() or _SAFE_MESSAGE_BYTES
+
+    def _single_message_results(self) -> Steps[bool]:
+        """Whether compute calls may be read as unary calls (asked once per client)."""
+        with self._lock:
+            known = self._single_message
+        if known is not None:
+            return known
+        try:
+            yield from self._info()
+        except GpuComputeError:
+            return False  # not cached: the next call asks again
+        return bool(self._single_message)
 
     # -- buffers -------------------------------------------------------------------
 
@@ -401,12 +416,27 @@ class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferLi
             if out_slice is not None:
                 out_slice.fill(request.output.shared_memory)
                 sink.shared_out = True
-            array = yield Stream("Compute." + method, request, sink)
+            array = yield from self._result(method, request, sink)
         finally:
             yield from self._drop(temps)
         value = (DeviceArray._from_info(self, sink.trailer.stored_buffer)
                  if options.keep_on_device else array)
         return options.deliver(value, sink.trailer, start, upload=upload_s)
+
+    def _result(self, method: str, request: Any, sink: ResultStream) -> Steps[Any]:
+        """The call as one message read as a unary call (cheaper per call) where the
+        server promises one; as a stream when it has none or refuses (a result larger
+        than one chunk is refused before it runs)."""
+        if (yield from self._single_message_results()):
+            request.output.single_message = True
+            try:
+                return (yield Stream("Compute." + method, request, sink, unary=True))
+            except FailedPrecondition as e:
+                if not e.message.startswith("output.single_message"):
+                    raise
+            request.output.single_message = False
+            sink.reset()
+        return (yield Stream("Compute." + method, request, sink))
 
     def _run(self, name: str, method: str, make_request: Callable[[Placed], Any],
              named: Named, options: ResultOptions) -> ResultT:

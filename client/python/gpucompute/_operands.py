@@ -1,7 +1,7 @@
 """Operand helpers: NumPy inputs checked, cast and written into request messages."""
 from __future__ import annotations
 
-from typing import Any, Sequence, Tuple, Union
+from typing import Any, Dict, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -25,6 +25,10 @@ NORMS = {
 }
 
 
+# float32 and float64 as the wire carries them, by item size (made once, not per call).
+_LITTLE_ENDIAN: Dict[int, np.dtype[Any]] = {4: np.dtype("<f4"), 8: np.dtype("<f8")}
+
+
 def as_array(value: ArrayLike, field_name: str) -> Operand:
     """A C-contiguous little-endian float32/float64 array (or the DeviceArray itself, or a
     device array through __cuda_array_interface__)."""
@@ -38,7 +42,7 @@ def as_array(value: ArrayLike, field_name: str) -> Operand:
     if arr.dtype.kind != "f" or arr.dtype.itemsize not in (4, 8):
         raise TypeError(f"{field_name}: dtype {arr.dtype} is not supported; "
                         "gpucompute computes in float32 or float64 (cast with .astype)")
-    want = np.dtype(np.float32 if arr.dtype.itemsize == 4 else np.float64).newbyteorder("<")
+    want = _LITTLE_ENDIAN[arr.dtype.itemsize]
     if arr.dtype != want:
         arr = arr.astype(want)
     if not arr.flags.c_contiguous:
@@ -71,7 +75,7 @@ def set_operand(operand: Any, value: Operand) -> None:
     assert isinstance(value, np.ndarray)
     tensor = operand.tensor
     tensor.dtype = NP_TO_PB[value.dtype]
-    tensor.shape.extend(int(s) for s in value.shape)
+    tensor.shape.extend(value.shape)
     tensor.data = value.tobytes()
 
 

@@ -110,6 +110,8 @@ class SharedRegions:
         return regions
 
     def find(self, kind: str, ptr: int, nbytes: int, handle: bytes = b"") -> Optional[Region]:
+        if not self._regions:  # the usual case, checked without the lock on every call
+            return None
         with self._lock:
             for region in self._regions:
                 if (region.kind == kind and region.base <= ptr
@@ -119,7 +121,7 @@ class SharedRegions:
         return None
 
     def host_slice(self, arr: np.ndarray) -> Optional[SharedSlice]:  # type: ignore[type-arg]
-        if not arr.flags.c_contiguous:
+        if not self._regions or not arr.flags.c_contiguous:
             return None
         ptr = int(arr.__array_interface__["data"][0])
         region = self.find("host", ptr, arr.nbytes)

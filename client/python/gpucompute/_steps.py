@@ -46,6 +46,13 @@ class Stream:
     cleanup: bool = False
     #: the stripe channel it runs on (0: the client's own)
     channel: int = 0
+    #: read as a unary call (``rpc + UNARY``): the request asks for a single-message
+    #: result (OutputOptions.single_message), so one message or a status is all there is
+    unary: bool = False
+
+
+#: the suffix of a compute RPC's unary stub (the same method, read as one message)
+UNARY = "/unary"
 
 
 @dataclass
@@ -73,9 +80,10 @@ def _serialize(message: Any) -> bytes:
 
 # rpc -> (channel factory method, path, request serializer, response deserializer)
 _RPCS: Dict[str, Any] = {
-    **{"Compute." + name: ("unary_stream", "/gpucompute.v1.Compute/" + name, _serialize,
-                           _wire.decode_result_chunk)
-       for name in ("DiscountProduct", "HaversineGrid", "Normalize", "LombScargle")},
+    **{"Compute." + name + suffix: (kind, "/gpucompute.v1.Compute/" + name, _serialize,
+                                    _wire.decode_result_chunk)
+       for name in ("DiscountProduct", "HaversineGrid", "Normalize", "LombScargle")
+       for suffix, kind in (("", "unary_stream"), ("/unary", "unary_unary"))},
     "Buffers.Upload": ("stream_unary", "/gpucompute.v1.Buffers/Upload",
                        _wire.encode_upload_request, pb.BufferInfo.FromString),
     "Buffers.Download": ("unary_stream", "/gpucompute.v1.Buffers/Download", _serialize,

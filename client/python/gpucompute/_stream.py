@@ -1,6 +1,7 @@
 """What a caller asks of a result (ResultOptions) and the assembly of its stream."""
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple, Union
@@ -124,10 +125,10 @@ class ResultStream:
         if header.dtype not in PB_TO_NP:
             raise self._fail(f"header has unknown dtype {header.dtype}")
         dtype: np.dtype[Any] = PB_TO_NP[header.dtype]
-        shape = tuple(int(s) for s in header.shape)
-        if any(s < 0 for s in shape):
+        shape = tuple(header.shape)  # ints already; per call, so no np.prod (~5 us)
+        if shape and min(shape) < 0:
             raise self._fail(f"header has negative extent in shape {shape}")
-        expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        expected = math.prod(shape) * dtype.itemsize
         if header.total_bytes != expected:
             raise self._fail(f"header says {header.total_bytes} bytes but shape {shape} of "
                              f"{dtype.name} is {expected}")

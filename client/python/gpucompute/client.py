@@ -9,7 +9,7 @@ import grpc.experimental
 
 from ._api import DEFAULT_UPLOAD_THRESHOLD, ClientApi
 from ._device_array import DeviceArray
-from ._steps import Parallel, Run, Step, Stream, Unary, cancel_on_error
+from ._steps import UNARY, Parallel, Run, Step, Stream, Unary, cancel_on_error
 from ._stream import Result
 from ._types import BufferList, ServerInfo
 
@@ -65,9 +65,14 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
         stubs = self._stripe_stubs[step.channel]
         # A list of requests (an upload stripe, sent again on a retry) goes as an iterator.
         request = iter(step.request) if isinstance(step.request, list) else step.request
-        reply = stubs[step.rpc](request, timeout=timeout, metadata=self._metadata)
+        unary = isinstance(step, Stream) and step.unary
+        reply = stubs[step.rpc + UNARY if unary else step.rpc](request, timeout=timeout,
+                                                               metadata=self._metadata)
         if not isinstance(step, Stream):
             return reply
+        if unary:
+            step.sink.feed(reply)
+            return step.sink.finish()
         with cancel_on_error(reply):
             for message in reply:
                 step.sink.feed(message)
