@@ -60,6 +60,8 @@ Client::Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options)
       normalize_method_("/gpucompute.v1.Compute/Normalize", RpcMethod::SERVER_STREAMING, channel),
       lomb_scargle_method_("/gpucompute.v1.Compute/LombScargle", RpcMethod::SERVER_STREAMING,
                            channel),
+      streaming_compute_method_("/gpucompute.v1.Compute/StreamingCompute",
+                                RpcMethod::BIDI_STREAMING, channel),
       buffers_(v1::Buffers::NewStub(channel)),
       server_(v1::Server::NewStub(channel)),
       shared_memory_(v1::SharedMemory::NewStub(channel)),
