@@ -1,0 +1,351 @@
+// Compute.StreamingCompute (issue #12, inputs larger than the GPU): results byte
+// for byte the unary operation's for each operation and dtype, an input larger
+// than the server's memory budget streamed through with bounded memory, a client
+// that stops reading held back at the chunk bound, cancellation freeing every
+// charged byte, and bad headers and chunks refused naming the field and the limit.
+// GPUCOMPUTE_TEST_BACKEND=cuda runs it on the CUDA backend.
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "grpcpp/grpcpp.h"
+#include "tests/testing/server_fixture.h"
+
+namespace gpucompute {
+namespace {
+
+using ::testing::HasSubstr;
+using test::TestServer;
+
+constexpr uint64_t kMiB = 1 << 20;
+constexpr uint64_t kBudget = 64 * kMiB;
+constexpr int kChunksInFlight = 4;
+
+ServerConfig StreamingConfig() {
+  ServerConfig config = test::LoopbackConfig();
+  if (test::OnCuda()) config.backend.kind = BackendKind::kCuda;
+  // The CUDA backend charges its pinned staging to the host budget at start.
+  config.backend.host_memory_budget_bytes =
+      kBudget + (test::OnCuda() ? config.backend.pinned_staging_bytes : 0);
+  config.backend.memory_budget_wait = absl::Milliseconds(200);
+  config.streaming_chunks_in_flight = kChunksInFlight;
+  return config;
+}
+
+uint64_t HostBudgetUsed(TestServer& server) {
+  return server.server().backend_stats().memory_budgets.at(0).used_bytes;
+}
+
+uint64_t AwaitHostBudgetUsed(TestServer& server, uint64_t bytes) {
+  uint64_t used = HostBudgetUsed(server);
+  for (const absl::Time end = absl::Now() + absl::Seconds(10); used != bytes && absl::Now() < end;) {
+    absl::SleepFor(absl::Milliseconds(20));
+    used = HostBudgetUsed(server);
+  }
+  return used;
+}
+
+template <typename T>
+std::string RandomBytes(size_t count, double lo, double hi, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::string bytes(count * sizeof(T), '\0');
+  for (size_t i = 0; i < count; ++i) {
+    const T value = static_cast<T>(dist(rng));
+    std::memcpy(bytes.data() + i * sizeof(T), &value, sizeof(T));
+  }
+  return bytes;
+}
+
+v1::Tensor TensorOf(v1::DType dtype, const std::vector<int64_t>& shape, std::string data) {
+  v1::Tensor tensor;
+  tensor.set_dtype(dtype);
+  tensor.mutable_shape()->Add(shape.begin(), shape.end());
+  tensor.set_data(std::move(data));
+  return tensor;
+}
+
+// A client sending chunks of about 24 KiB (many chunks per stream).
+std::unique_ptr<client::Client> SmallChunkClient(TestServer& server) {
+  client::ClientOptions options;
+  options.upload_chunk_bytes = 24 << 10;
+  return std::make_unique<client::Client>(server.channel(), options);
+}
+
+class StreamingComputeTest : public ::testing::TestWithParam<v1::DType> {
+ protected:
+  void SetUp() override {
+    auto started = TestServer::Start(StreamingConfig());
+    ASSERT_TRUE(started.ok()) << started.status().message();
+    server_ = *std::move(started);
+    client_ = SmallChunkClient(*server_);
+  }
+  v1::DType dtype() const { return GetParam(); }
+  std::string Random(size_t count, double lo, double hi, uint32_t seed) const {
+    return dtype() == v1::FLOAT32 ? RandomBytes<float>(count, lo, hi, seed)
+                                  : RandomBytes<double>(count, lo, hi, seed);
+  }
+
+  std::unique_ptr<TestServer> server_;
+  std::unique_ptr<client::Client> client_;
+};
+
+TEST_P(StreamingComputeTest, DiscountProductMatchesTheUnaryOperationByteForByte) {
+  const std::vector<int64_t> shape = {301, 24, 7};
+  const std::string factors = Random(24 * 7, 0.5, 1.0, 1);
+  const std::string values = Random(301 * 24 * 7, -100, 100, 2);
+  v1::DiscountProductRequest unary;
+  *unary.mutable_factors()->mutable_tensor() = TensorOf(dtype(), {24, 7}, factors);
+  *unary.mutable_values()->mutable_tensor() = TensorOf(dtype(), shape, values);
+  absl::StatusOr<client::Result> expected = client_->DiscountProduct(unary);
+  ASSERT_TRUE(expected.ok()) << expected.status().message();
+
+  v1::StreamingComputeHeader header;
+  header.set_operation(v1::STREAMING_DISCOUNT_PRODUCT);
+  header.set_dtype(dtype());
+  header.mutable_shape()->Add(shape.begin(), shape.end());
+  *header.mutable_factors()->mutable_tensor() = TensorOf(dtype(), {24, 7}, factors);
+  const absl::string_view operands[] = {values};
+  absl::StatusOr<client::Result> streamed = client_->StreamingCompute(header, operands);
+  ASSERT_TRUE(streamed.ok()) << streamed.status().message();
+  EXPECT_EQ(streamed->header.SerializeAsString(), expected->header.SerializeAsString());
+  EXPECT_TRUE(streamed->data == expected->data);
+  EXPECT_GT(streamed->trailer.streamed_chunks(), 3u);
+}
+
+TEST_P(StreamingComputeTest, HaversinePointsMatchTheUnaryOperationByteForByte) {
+  const std::vector<int64_t> shape = {4003, 3};
+  const std::string lat = Random(4003 * 3, -90, 90, 3);
+  const std::string lon = Random(4003 * 3, -180, 180, 4);
+  v1::HaversineGridRequest unary;
+  *unary.mutable_points()->mutable_lat()->mutable_tensor() = TensorOf(dtype(), shape, lat);
+  *unary.mutable_points()->mutable_lon()->mutable_tensor() = TensorOf(dtype(), shape, lon);
+  v1::StreamingComputeHeader header;
+  for (auto [la, lo] : {std::pair{10.0, 20.0}, {-45.5, 170.0}, {89.0, -3.0}}) {
+    v1::GeoPoint* ref = unary.add_references();
+    ref->set_lat(la);
+    ref->set_lon(lo);
+    *header.add_references() = *ref;
+  }
+  absl::StatusOr<client::Result> expected = client_->HaversineGrid(unary);
+  ASSERT_TRUE(expected.ok()) << expected.status().message();
+
+  header.set_operation(v1::STREAMING_HAVERSINE_POINTS);
+  header.set_dtype(dtype());
+  header.mutable_shape()->Add(shape.begin(), shape.end());
+  header.set_chunk_bytes(4096);  // several result messages per reference and chunk
+  const absl::string_view operands[] = {lat, lon};
+  absl::StatusOr<client::Result> streamed = client_->StreamingCompute(header, operands);
+  ASSERT_TRUE(streamed.ok()) << streamed.status().message();
+  EXPECT_EQ(streamed->header.SerializeAsString(), expected->header.SerializeAsString());
+  EXPECT_TRUE(streamed->data == expected->data);
+  EXPECT_GT(streamed->trailer.streamed_chunks(), 3u);
+}
+
+TEST_P(StreamingComputeTest, NormalizeMatchesTheUnaryOperationByteForByte) {
+  const std::vector<int64_t> shape = {7, 131, 37};
+  const std::string input = Random(7 * 131 * 37, 0.1, 10, 5);
+  for (v1::Norm norm : {v1::NORM_SUM, v1::NORM_L2, v1::NORM_MAX_ABS}) {
+    v1::NormalizeRequest unary;
+    *unary.mutable_input()->mutable_tensor() = TensorOf(dtype(), shape, input);
+    unary.set_norm(norm);
+    absl::StatusOr<client::Result> expected = client_->Normalize(unary);
+    ASSERT_TRUE(expected.ok()) << expected.status().message();
+    v1::StreamingComputeHeader header;
+    header.set_operation(v1::STREAMING_NORMALIZE);
+    header.set_dtype(dtype());
+    header.mutable_shape()->Add(shape.begin(), shape.end());
+    header.set_norm(norm);
+    const absl::string_view operands[] = {input};
+    absl::StatusOr<client::Result> streamed = client_->StreamingCompute(header, operands);
+    ASSERT_TRUE(streamed.ok()) << streamed.status().message();
+    EXPECT_TRUE(streamed->data == expected->data) << v1::Norm_Name(norm);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, StreamingComputeTest, ::testing::Values(v1::FLOAT32, v1::FLOAT64),
+                         [](const auto& info) { return v1::DType_Name(info.param); });
+
+// 160 MiB streamed through a server whose host budget is 64 MiB: the call
+// succeeds, the budget's use stays within the chunk bound, and returns to where
+// it was.
+TEST(StreamingComputeMemoryTest, InputLargerThanTheBudgetStreamsWithBoundedMemory) {
+  auto started = TestServer::Start(StreamingConfig());
+  ASSERT_TRUE(started.ok()) << started.status().message();
+  TestServer& server = **started;
+  const uint64_t baseline = HostBudgetUsed(server);
+  constexpr int64_t kRows = 40 * 1024;  // rows of 1024 float32: 160 MiB
+  constexpr int64_t kRow = 1024;
+  std::string values(kRows * kRow * sizeof(float), '\0');
+  float* v = reinterpret_cast<float*>(values.data());
+  for (int64_t i = 0; i < kRows * kRow; ++i) v[i] = static_cast<float>(i % 1000) * 0.5f;
+  std::vector<float> f(kRow);
+  for (int64_t i = 0; i < kRow; ++i) f[i] = 1.0f + static_cast<float>(i) / 1024.0f;
+  v1::StreamingComputeHeader header;
+  header.set_operation(v1::STREAMING_DISCOUNT_PRODUCT);
+  header.set_dtype(v1::FLOAT32);
+  header.add_shape(kRows);
+  header.add_shape(kRow);
+  *header.mutable_factors()->mutable_tensor() =
+      TensorOf(v1::FLOAT32, {kRow}, std::string(reinterpret_cast<const char*>(f.data()),
+                                                f.size() * sizeof(float)));
+
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> peak{0};
+  std::thread sampler([&] {
+    while (!done.load()) {
+      peak.store(std::max(peak.load(), HostBudgetUsed(server)));
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+  });
+  const absl::string_view operands[] = {values};
+  absl::StatusOr<client::Result> streamed = server.client().StreamingCompute(header, operands);
+  done.store(true);
+  sampler.join();
+  ASSERT_TRUE(streamed.ok()) << streamed.status().message();
+  ASSERT_EQ(streamed->data.size(), values.size());
+  const float* out = reinterpret_cast<const float*>(streamed->data.data());
+  for (int64_t i = 0; i < kRows * kRow; ++i) {
+    ASSERT_EQ(out[i], f[i % kRow] * v[i]) << "element " << i;
+  }
+  // Per chunk in flight: the received message, its input and output arrays and
+  // (on a GPU) the result copy, each about a 4 MiB message.
+  const uint64_t chunk = client::kDefaultUploadChunkBytes + 64 * 1024;
+  EXPECT_LE(peak.load() - baseline, kChunksInFlight * 4 * chunk) << "peak " << peak.load();
+  EXPECT_EQ(AwaitHostBudgetUsed(server, baseline), baseline);
+}
+
+using RawStream = grpc::ClientReaderWriter<v1::StreamingComputeRequest, v1::ResultChunk>;
+
+v1::StreamingComputeRequest HeaderMessage(v1::StreamingOperation op, std::vector<int64_t> shape) {
+  v1::StreamingComputeRequest message;
+  v1::StreamingComputeHeader* header = message.mutable_header();
+  header->set_operation(op);
+  header->set_dtype(v1::FLOAT64);
+  header->mutable_shape()->Add(shape.begin(), shape.end());
+  if (op == v1::STREAMING_HAVERSINE_POINTS) header->add_references();
+  return message;
+}
+
+// `bytes` bytes of float64 `value`s (the last one cut short if they do not divide).
+v1::StreamingComputeRequest DataMessage(size_t bytes, double value = 1.0) {
+  std::string data(bytes, '\0');
+  for (size_t at = 0; at + sizeof(double) <= bytes; at += sizeof(double)) {
+    std::memcpy(data.data() + at, &value, sizeof(double));
+  }
+  v1::StreamingComputeRequest message;
+  message.set_data(std::move(data));
+  return message;
+}
+
+// Writes `messages` (then closes the sending side) and reads to the end: the status.
+grpc::Status Exchange(TestServer& server, const std::vector<v1::StreamingComputeRequest>& messages) {
+  grpc::ClientContext context;
+  std::unique_ptr<RawStream> stream = server.compute().StreamingCompute(&context);
+  for (const v1::StreamingComputeRequest& message : messages) {
+    if (!stream->Write(message)) break;
+  }
+  stream->WritesDone();
+  v1::ResultChunk chunk;
+  while (stream->Read(&chunk)) {
+  }
+  return stream->Finish();
+}
+
+// A client that sends without reading holds at most the chunk bound on the
+// server; cancelling it frees every charged byte.
+TEST(StreamingComputeMemoryTest, StalledReaderIsHeldAtTheChunkBoundAndCancelFreesEverything) {
+  auto started = TestServer::Start(StreamingConfig());
+  ASSERT_TRUE(started.ok()) << started.status().message();
+  TestServer& server = **started;
+  const uint64_t baseline = HostBudgetUsed(server);
+  grpc::ClientContext context;
+  std::unique_ptr<RawStream> stream = server.compute().StreamingCompute(&context);
+  constexpr int64_t kRowsPerChunk = 2048;  // 2048 x 256 float64: 4 MiB
+  constexpr int kChunks = 64;
+  std::atomic<int> written{0};
+  std::thread writer([&] {
+    if (!stream->Write(HeaderMessage(v1::STREAMING_NORMALIZE, {kRowsPerChunk * kChunks, 256}))) {
+      return;
+    }
+    const v1::StreamingComputeRequest chunk = [&] {
+      v1::StreamingComputeRequest message;
+      std::vector<double> ones(kRowsPerChunk * 256, 1.0);
+      message.set_data(std::string(reinterpret_cast<const char*>(ones.data()),
+                                   ones.size() * sizeof(double)));
+      return message;
+    }();
+    for (int i = 0; i < kChunks && stream->Write(chunk); ++i) written.fetch_add(1);
+  });
+  absl::SleepFor(absl::Seconds(1));
+  EXPECT_LT(written.load(), kChunks);  // flow control holds the writer back
+  const uint64_t held = HostBudgetUsed(server) - baseline;
+  EXPECT_LE(held, kChunksInFlight * 3 * 4 * kMiB + kMiB) << held;
+  context.TryCancel();
+  writer.join();
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(AwaitHostBudgetUsed(server, baseline), baseline);
+}
+
+TEST(StreamingComputeErrorsTest, BadHeadersAndChunksNameTheFieldAndTheLimit) {
+  auto started = TestServer::Start(StreamingConfig());
+  ASSERT_TRUE(started.ok()) << started.status().message();
+  TestServer& server = **started;
+  const uint64_t baseline = HostBudgetUsed(server);
+  struct Case {
+    std::vector<v1::StreamingComputeRequest> messages;
+    grpc::StatusCode code;
+    std::string message;
+  };
+  v1::StreamingComputeRequest wide_factors = HeaderMessage(v1::STREAMING_DISCOUNT_PRODUCT, {10, 4});
+  *wide_factors.mutable_header()->mutable_factors()->mutable_tensor() =
+      TensorOf(v1::FLOAT64, {2, 4}, std::string(64, '\0'));
+  v1::StreamingComputeRequest f32_factors = HeaderMessage(v1::STREAMING_DISCOUNT_PRODUCT, {10, 4});
+  *f32_factors.mutable_header()->mutable_factors()->mutable_tensor() =
+      TensorOf(v1::FLOAT32, {4}, std::string(16, '\0'));
+  const std::vector<Case> cases = {
+      {{DataMessage(8)}, grpc::INVALID_ARGUMENT, "the first message must be the header"},
+      {{}, grpc::INVALID_ARGUMENT, "stream ended before a header"},
+      {{HeaderMessage(v1::STREAMING_OPERATION_UNSPECIFIED, {4})}, grpc::INVALID_ARGUMENT,
+       "header.operation 0 is not a streaming operation"},
+      {{HeaderMessage(v1::STREAMING_NORMALIZE, {})}, grpc::INVALID_ARGUMENT,
+       "header.shape is ()"},
+      {{HeaderMessage(v1::STREAMING_NORMALIZE, {4, 0})}, grpc::INVALID_ARGUMENT,
+       "header.shape (4, 0) is empty"},
+      {{HeaderMessage(v1::STREAMING_DISCOUNT_PRODUCT, {10, 4})}, grpc::INVALID_ARGUMENT,
+       "header.factors is not set"},
+      {{wide_factors}, grpc::INVALID_ARGUMENT, "header.factors.shape (2, 4) must broadcast"},
+      {{f32_factors}, grpc::INVALID_ARGUMENT, "header.factors is float32 but header.dtype is float64"},
+      {{HeaderMessage(v1::STREAMING_NORMALIZE, {10, 50}), DataMessage(50 * 8 + 8)},
+       grpc::INVALID_ARGUMENT, "a positive multiple of 400 bytes (50 float64 elements per row)"},
+      {{HeaderMessage(v1::STREAMING_HAVERSINE_POINTS, {10}), DataMessage(8)},
+       grpc::INVALID_ARGUMENT, "a positive multiple of 16 bytes (1 float64 elements per row, lat then lon)"},
+      {{HeaderMessage(v1::STREAMING_NORMALIZE, {10, 50}), DataMessage(400 * 8),
+        DataMessage(400 * 3)},
+       grpc::INVALID_ARGUMENT, "data message 2 carries 3 rows past row 8; header.shape (10, 50) declares 10 rows"},
+      {{HeaderMessage(v1::STREAMING_NORMALIZE, {10, 50}), DataMessage(400 * 4)},
+       grpc::INVALID_ARGUMENT, "stream ended after 4 of the 10 rows"},
+      {{HeaderMessage(v1::STREAMING_NORMALIZE, {10, 50}), HeaderMessage(v1::STREAMING_NORMALIZE, {10, 50})},
+       grpc::INVALID_ARGUMENT, "message 2 is not a data chunk"},
+      // Zero rows have a zero sum: the kernel's error names the chunk.
+      {{HeaderMessage(v1::STREAMING_NORMALIZE, {10, 50}), DataMessage(400 * 10, 0.0)},
+       grpc::INVALID_ARGUMENT, "chunk 0 (rows 0 to 9): "},
+  };
+  for (const Case& c : cases) {
+    const grpc::Status status = Exchange(server, c.messages);
+    EXPECT_EQ(status.error_code(), c.code) << c.message << ": " << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr(c.message));
+  }
+  EXPECT_EQ(AwaitHostBudgetUsed(server, baseline), baseline);
+}
+
+}  // namespace
+}  // namespace gpucompute
