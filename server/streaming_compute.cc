@@ -57,11 +57,13 @@ class StreamingComputeReactor final
         }
         return PumpAndUnlock();
       }
+      read_busy_ = true;  // no other read, and no Finish, until this message is handled
       mu_.Unlock();
     }
     ++messages_;
     const absl::Status handled = header_ == nullptr ? OnHeader() : OnData();
     mu_.Lock();
+    read_busy_ = false;
     if (!handled.ok()) Fail(handled);
     PumpAndUnlock();
   }
@@ -332,11 +334,11 @@ class StreamingComputeReactor final
         ready_.pop_front();
         writing_ = true;
       }
-      const bool read = !stop && setup_done_ && !reading_ && !read_ended_ &&
+      const bool read = !stop && setup_done_ && !reading_ && !read_busy_ && !read_ended_ &&
                         chunks_in_flight_ < max_chunks_in_flight_;
-      if (read) reading_ = read_starting_ = true;
+      if (read) reading_ = read_busy_ = true;
       std::optional<grpc::Status> finish;
-      if (!writing_ && !read_starting_ && tasks_ == 0 &&
+      if (!writing_ && !read_busy_ && tasks_ == 0 &&
           (stop || (trailer_queued_ && ready_.empty()))) {
         finished_ = true;
         finish = ToGrpcStatus(error_.has_value() ? *error_
@@ -358,7 +360,7 @@ class StreamingComputeReactor final
       StartRead(&read_bytes_);
       // A Finish may have waited for this read to start: decide again.
       mu_.Lock();
-      read_starting_ = false;
+      read_busy_ = false;
     }
   }
 
@@ -396,7 +398,9 @@ class StreamingComputeReactor final
 
   absl::Mutex mu_;
   bool reading_ ABSL_GUARDED_BY(mu_) = false;
-  bool read_starting_ ABSL_GUARDED_BY(mu_) = false;  // StartRead is being called
+  // A read is being started, or its message handled (outside mu_): no other read
+  // starts and the call does not finish meanwhile.
+  bool read_busy_ ABSL_GUARDED_BY(mu_) = false;
   bool read_ended_ ABSL_GUARDED_BY(mu_) = false;     // the client sent everything
   bool setup_done_ ABSL_GUARDED_BY(mu_) = false;
   int tasks_ ABSL_GUARDED_BY(mu_) = 0;               // executor tasks pending

@@ -30,6 +30,7 @@ constexpr uint64_t kBudget = 64 * kMiB;
 constexpr int kChunksInFlight = 4;
 
 ServerConfig StreamingConfig() {
+  test::KeepGrpcInitialized();  // a server's teardown can otherwise wait ~10 s (see there)
   ServerConfig config = test::LoopbackConfig();
   if (test::OnCuda()) config.backend.kind = BackendKind::kCuda;
   // The CUDA backend charges its pinned staging to the host budget at start.
@@ -169,6 +170,29 @@ TEST_P(StreamingComputeTest, NormalizeMatchesTheUnaryOperationByteForByte) {
     ASSERT_TRUE(streamed.ok()) << streamed.status().message();
     EXPECT_TRUE(streamed->data == expected->data) << v1::Norm_Name(norm);
   }
+}
+
+// Hundreds of small chunks: reads, chunk tasks and writes all interleave.
+TEST_P(StreamingComputeTest, ManySmallChunksKeepTheirOrder) {
+  client::ClientOptions options;
+  options.upload_chunk_bytes = 2048;
+  client::Client tiny(server_->channel(), options);
+  const std::vector<int64_t> shape = {8192, 16};
+  const std::string input = Random(8192 * 16, 0.1, 10, 6);
+  v1::NormalizeRequest unary;
+  *unary.mutable_input()->mutable_tensor() = TensorOf(dtype(), shape, input);
+  absl::StatusOr<client::Result> expected = client_->Normalize(unary);
+  ASSERT_TRUE(expected.ok()) << expected.status().message();
+  v1::StreamingComputeHeader header;
+  header.set_operation(v1::STREAMING_NORMALIZE);
+  header.set_dtype(dtype());
+  header.mutable_shape()->Add(shape.begin(), shape.end());
+  header.set_chunk_bytes(4096);
+  const absl::string_view operands[] = {input};
+  absl::StatusOr<client::Result> streamed = tiny.StreamingCompute(header, operands);
+  ASSERT_TRUE(streamed.ok()) << streamed.status().message();
+  EXPECT_TRUE(streamed->data == expected->data);
+  EXPECT_GE(streamed->trailer.streamed_chunks(), 256u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, StreamingComputeTest, ::testing::Values(v1::FLOAT32, v1::FLOAT64),
