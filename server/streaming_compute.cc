@@ -146,6 +146,10 @@ class StreamingComputeReactor final
     if (status.ok()) {
       device_ = factors != nullptr && factors->stored != nullptr ? factors->stored->device()
                                                                   : service_.backend.PickDevice();
+      // Per chunk in flight its inputs and its result, and one chunk's more: a
+      // result's arrays come back once gRPC has sent its last slice.
+      arrays_ = std::make_unique<ChunkArrays>(
+          service_.backend, device_, (plan_.streamed_operands + 1) * (max_chunks_in_flight_ + 1));
       if (factors != nullptr) {
         absl::StatusOr<std::shared_ptr<Array>> placed =
             PrepareFixedOperand(*factors, device_, service_.backend);
@@ -257,7 +261,7 @@ class StreamingComputeReactor final
                           service_.device_queues.Enter(device_, DeviceLabel(device_)));
       OpContext ctx;
       ctx.cancelled = &cancelled_;
-      GC_ASSIGN_OR_RETURN(result, RunStreamingChunk(plan_, factors_, device_, service_.backend,
+      GC_ASSIGN_OR_RETURN(result, RunStreamingChunk(plan_, factors_, *arrays_, service_.backend,
                                                     pieces, chunk.rows, ctx, times));
     }
     service_.metrics.Transferred(Direction::kHostToDevice, chunk.payload.size, times.transfer_in);
@@ -347,6 +351,7 @@ class StreamingComputeReactor final
         // Memory and the admission ticket go back before the client hears the status.
         factors_.reset();
         plan_.factors.reset();
+        if (arrays_ != nullptr) arrays_->Clear();
         ticket_ = Admission::Ticket();
       }
       mu_.Unlock();
@@ -395,6 +400,7 @@ class StreamingComputeReactor final
   Admission::Ticket ticket_;
   int device_ = kHostDevice;
   std::shared_ptr<Array> factors_;
+  std::unique_ptr<ChunkArrays> arrays_;  // set up with the device
 
   absl::Mutex mu_;
   bool reading_ ABSL_GUARDED_BY(mu_) = false;

@@ -198,9 +198,35 @@ std::vector<HostPiece> PiecesWithin(std::span<const HostPiece> pieces, uint64_t 
 
 }  // namespace
 
+absl::StatusOr<std::shared_ptr<Array>> ChunkArrays::Take(DType dtype, const Shape& shape) {
+  absl::MutexLock lock(&mu_);
+  for (const std::shared_ptr<Array>& array : arrays_) {
+    // Only the pool holds it (and mu_ keeps another Take from it).
+    if (array.use_count() == 1 && array->dtype() == dtype && array->shape() == shape) return array;
+  }
+  GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> array, backend_.Allocate(dtype, shape, device_));
+  if (arrays_.size() < capacity_) {
+    arrays_.push_back(array);
+  } else {
+    // Full: make room by dropping one no one uses (e.g. of another shape).
+    for (std::shared_ptr<Array>& held : arrays_) {
+      if (held.use_count() == 1) {
+        held = array;
+        break;
+      }
+    }
+  }
+  return array;
+}
+
+void ChunkArrays::Clear() {
+  absl::MutexLock lock(&mu_);
+  arrays_.clear();
+}
+
 absl::StatusOr<std::shared_ptr<Array>> RunStreamingChunk(const StreamingPlan& plan,
                                                          const std::shared_ptr<Array>& factors,
-                                                         int device, Backend& backend,
+                                                         ChunkArrays& arrays, Backend& backend,
                                                          std::span<const HostPiece> pieces,
                                                          int64_t rows, OpContext& ctx,
                                                          ExecutionTimes& times) {
@@ -211,8 +237,7 @@ absl::StatusOr<std::shared_ptr<Array>> RunStreamingChunk(const StreamingPlan& pl
   std::vector<std::shared_ptr<Array>> inputs;
   const absl::Time copy_start = absl::Now();
   for (int i = 0; i < plan.streamed_operands; ++i) {
-    GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> input,
-                        backend.Allocate(plan.dtype, chunk_shape, device));
+    GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> input, arrays.Take(plan.dtype, chunk_shape));
     const std::vector<HostPiece> within =
         PiecesWithin(pieces, i * operand_bytes, (i + 1) * operand_bytes);
     GC_RETURN_IF_ERROR(backend.CopyPiecesToArray(within, 0, *input));
@@ -222,7 +247,7 @@ absl::StatusOr<std::shared_ptr<Array>> RunStreamingChunk(const StreamingPlan& pl
   times.bytes_in += operand_bytes * plan.streamed_operands;
   Shape out_shape = chunk_shape;
   if (plan.op == v1::STREAMING_HAVERSINE_POINTS) out_shape.insert(out_shape.begin(), plan.result_runs);
-  GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> out, backend.Allocate(plan.dtype, out_shape, device));
+  GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> out, arrays.Take(plan.dtype, out_shape));
   ctx.compute_time = absl::ZeroDuration();
   switch (plan.op) {
     case v1::STREAMING_DISCOUNT_PRODUCT:

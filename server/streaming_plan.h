@@ -10,7 +10,9 @@
 #include <span>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "gpucompute/v1/gpucompute.pb.h"
 #include "kernels/backend.h"
 #include "server/operations.h"
@@ -57,11 +59,31 @@ absl::StatusOr<int64_t> ChunkRows(const StreamingPlan& plan, uint64_t bytes,
 absl::StatusOr<std::shared_ptr<Array>> PrepareFixedOperand(const OperandSpec& operand,
                                                             int device, Backend& backend);
 
+// Arrays of a call's chunks, recycled: a fresh multi-megabyte block per chunk
+// costs more page faults than the copy into it (bench/BULK_TRANSFER.md). Holds at
+// most `capacity` arrays (all charged to the budgets while held), each handed out
+// again once no one else holds it (a result's payload slices hold theirs until
+// gRPC has sent them).
+class ChunkArrays {
+ public:
+  ChunkArrays(Backend& backend, int device, size_t capacity)
+      : backend_(backend), device_(device), capacity_(capacity) {}
+  absl::StatusOr<std::shared_ptr<Array>> Take(DType dtype, const Shape& shape);
+  void Clear();
+
+ private:
+  Backend& backend_;
+  const int device_;
+  const size_t capacity_;
+  absl::Mutex mu_;
+  std::vector<std::shared_ptr<Array>> arrays_ ABSL_GUARDED_BY(mu_);
+};
+
 // One chunk of `rows` rows (its payload `pieces`) through the device: the
 // operands copied in, the operation run, the chunk's result array returned.
 absl::StatusOr<std::shared_ptr<Array>> RunStreamingChunk(const StreamingPlan& plan,
                                                          const std::shared_ptr<Array>& factors,
-                                                         int device, Backend& backend,
+                                                         ChunkArrays& arrays, Backend& backend,
                                                          std::span<const HostPiece> pieces,
                                                          int64_t rows, OpContext& ctx,
                                                          ExecutionTimes& times);
