@@ -77,7 +77,7 @@ ComputeService::ComputeService(ServiceContext& service) : service_(service), bat
   Serve<v1::NormalizeRequest>("Normalize", Operation::kNormalize, PrepareNormalize);
   Serve<v1::LombScargleRequest>("LombScargle", Operation::kLombScargle, PrepareLombScargle);
   BidiStreaming("StreamingCompute", [this](grpc::CallbackServerContext* context) {
-    return StartStreamingCompute(service_, context);
+    return StartStreamingCompute(service_, idle_timer_, context);
   });
 }
 

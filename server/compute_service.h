@@ -22,6 +22,7 @@ class ComputeService final : public ParsingService<v1::Compute> {
 
   ServiceContext& service_;
   DynamicBatcher batcher_;
+  Timer idle_timer_;  // StreamingCompute calls' stream_idle_timeout
 };
 
 }  // namespace gpucompute

@@ -35,13 +35,21 @@ grpc::ByteBuffer ChunkMessage(const v1::ResultChunk& message) {
 class StreamingComputeReactor final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  StreamingComputeReactor(ServiceContext& service, grpc::CallbackServerContext* context)
-      : service_(service), context_(context),
+  StreamingComputeReactor(ServiceContext& service, Timer& idle_timer,
+                          grpc::CallbackServerContext* context)
+      : service_(service), idle_timer_(idle_timer), context_(context),
         rpc_(service.metrics, RpcMethod::kStreamingCompute, *context),
         host_budget_(HostMemoryBudget(service.backend)),
         max_chunks_in_flight_(service.config.streaming_chunks_in_flight) {
     service_.metrics.AddInFlight(Operation::kStreamingCompute, 1);
+    {
+      absl::MutexLock lock(&guard_->mu);
+      guard_->reactor = this;
+    }
+    mu_.Lock();
     reading_ = true;
+    ArmIdleAlarm(absl::Now() + service_.config.stream_idle_timeout);
+    mu_.Unlock();
     StartRead(&read_bytes_);
   }
 
@@ -49,6 +57,7 @@ class StreamingComputeReactor final
     {
       mu_.Lock();
       reading_ = false;
+      last_progress_ = absl::Now();
       if (finished_) return mu_.Unlock();
       if (!ok || Stopping()) {
         if (!ok) read_ended_ = true;
@@ -71,6 +80,7 @@ class StreamingComputeReactor final
   void OnWriteDone(bool ok) override {
     mu_.Lock();
     writing_ = false;
+    last_progress_ = absl::Now();
     if (in_flight_data_bytes_ > 0) service_.metrics.NetworkSent(in_flight_data_bytes_);
     if (in_flight_ends_chunk_) --chunks_in_flight_;
     in_flight_.Clear();
@@ -84,9 +94,79 @@ class StreamingComputeReactor final
     PumpAndUnlock();
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    {
+      // An idle alarm firing from now on finds no reactor.
+      absl::MutexLock lock(&guard_->mu);
+      guard_->reactor = nullptr;
+    }
+    Timer::Id alarm;
+    {
+      absl::MutexLock lock(&mu_);
+      alarm = idle_alarm_;
+    }
+    idle_timer_.Cancel(alarm);
+    delete this;
+  }
 
  private:
+  // The idle alarm reaches the reactor only through this, which OnDone closes; it
+  // holds the call open (HoldForIdleCheck) before it lets go of the guard.
+  struct Guard {
+    absl::Mutex mu;
+    StreamingComputeReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
+  };
+
+  void ArmIdleAlarm(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    idle_alarm_ = idle_timer_.Schedule(deadline, [guard = guard_] {
+      StreamingComputeReactor* reactor;
+      {
+        absl::MutexLock lock(&guard->mu);
+        reactor = guard->reactor;
+        if (reactor == nullptr || !reactor->HoldForIdleCheck()) return;
+      }
+      reactor->CheckIdle();
+    });
+  }
+
+  // Counts the idle check as a task, so that the call cannot finish (and OnDone
+  // delete this) under it; false once the call has finished.
+  bool HoldForIdleCheck() {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return false;
+    ++tasks_;
+    return true;
+  }
+
+  // The client has had stream_idle_timeout to send or take a message while the
+  // server waited on it (no chunk on the executor): the call ends.
+  void CheckIdle() {
+    const absl::Duration timeout = service_.config.stream_idle_timeout;
+    mu_.Lock();
+    --tasks_;  // the check's own hold; it ends with the PumpAndUnlock below
+    const absl::Time now = absl::Now();
+    if (Stopping() || tasks_ > 0 || now - last_progress_ < timeout) {
+      // Busy on the executor: a full period from now; else from the last progress.
+      if (!Stopping()) ArmIdleAlarm(tasks_ > 0 ? now + timeout : last_progress_ + timeout);
+      return PumpAndUnlock();
+    }
+    service_.metrics.Rejected(Rejection::kStreamIdle);
+    Fail(absl::DeadlineExceededError(absl::StrCat(
+        "StreamingCompute: the client sent and took no message for ",
+        absl::FormatDuration(timeout),
+        " (stream_idle_timeout); the stream is closed and its chunks freed")));
+    // A pending read does not hold the call: it finishes now. A write the client
+    // does not take does: cancelling ends it (ok = false), and the call with it.
+    if (writing_) {
+      ++tasks_;  // TryCancel may run OnCancel right here, which must not finish yet
+      mu_.Unlock();
+      context_->TryCancel();
+      mu_.Lock();
+      --tasks_;
+    }
+    PumpAndUnlock();
+  }
+
   // A received data message: the slices gRPC holds, referenced until copied in.
   struct Chunk {
     uint64_t sequence = 0;
@@ -162,6 +242,7 @@ class StreamingComputeReactor final
     }
     mu_.Lock();
     --tasks_;
+    last_progress_ = absl::Now();
     queue_time_ = started - rpc_.start();
     if (!status.ok()) {
       Fail(status);
@@ -229,6 +310,7 @@ class StreamingComputeReactor final
     }
     mu_.Lock();
     --tasks_;
+    last_progress_ = absl::Now();
     transfer_in_ += times.transfer_in;
     compute_ += times.compute;
     transfer_out_ += copy_out;
@@ -383,8 +465,10 @@ class StreamingComputeReactor final
   }
 
   ServiceContext& service_;
+  Timer& idle_timer_;
   grpc::CallbackServerContext* const context_;
   RpcRecorder rpc_;
+  const std::shared_ptr<Guard> guard_ = std::make_shared<Guard>();
   // Null when the backend has no budgets.
   const std::shared_ptr<MemoryBudget> host_budget_;
   const int max_chunks_in_flight_;
@@ -403,13 +487,15 @@ class StreamingComputeReactor final
   std::unique_ptr<ChunkArrays> arrays_;  // set up with the device
 
   absl::Mutex mu_;
+  Timer::Id idle_alarm_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time last_progress_ ABSL_GUARDED_BY(mu_) = absl::Now();  // a message, or a chunk done
   bool reading_ ABSL_GUARDED_BY(mu_) = false;
   // A read is being started, or its message handled (outside mu_): no other read
   // starts and the call does not finish meanwhile.
   bool read_busy_ ABSL_GUARDED_BY(mu_) = false;
   bool read_ended_ ABSL_GUARDED_BY(mu_) = false;     // the client sent everything
   bool setup_done_ ABSL_GUARDED_BY(mu_) = false;
-  int tasks_ ABSL_GUARDED_BY(mu_) = 0;               // executor tasks pending
+  int tasks_ ABSL_GUARDED_BY(mu_) = 0;  // executor tasks (and an idle check) pending
   uint64_t chunks_ ABSL_GUARDED_BY(mu_) = 0;         // chunks received
   int chunks_in_flight_ ABSL_GUARDED_BY(mu_) = 0;    // received, result not all written
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 0;  // the next chunk whose result goes out
@@ -431,8 +517,8 @@ class StreamingComputeReactor final
 }  // namespace
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartStreamingCompute(
-    ServiceContext& service, grpc::CallbackServerContext* context) {
-  return new StreamingComputeReactor(service, context);
+    ServiceContext& service, Timer& idle_timer, grpc::CallbackServerContext* context) {
+  return new StreamingComputeReactor(service, idle_timer, context);
 }
 
 }  // namespace gpucompute

@@ -18,7 +18,9 @@
 //
 // Finish is called exactly once, when no executor task and no write is pending
 // (a read may be: gRPC ends it). A cancelled or failed call drops its chunks and
-// results at once; a reaction never blocks.
+// results at once; a reaction never blocks. A call whose client neither sends nor
+// takes a message for --stream_idle_timeout while the server waits on it is
+// cancelled (DEADLINE_EXCEEDED), so a silent or stalled client holds nothing.
 #pragma once
 
 #include "grpcpp/grpcpp.h"
@@ -27,6 +29,6 @@
 namespace gpucompute {
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartStreamingCompute(
-    ServiceContext& service, grpc::CallbackServerContext* context);
+    ServiceContext& service, Timer& idle_timer, grpc::CallbackServerContext* context);
 
 }  // namespace gpucompute

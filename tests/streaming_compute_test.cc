@@ -319,6 +319,45 @@ TEST(StreamingComputeMemoryTest, StalledReaderIsHeldAtTheChunkBoundAndCancelFree
   EXPECT_EQ(AwaitHostBudgetUsed(server, baseline), baseline);
 }
 
+// A client that sends a header and then nothing, or stops taking results, is
+// cancelled after --stream_idle_timeout and holds nothing.
+TEST(StreamingComputeMemoryTest, SilentOrStalledClientsAreCancelledAfterTheIdleTimeout) {
+  ServerConfig config = StreamingConfig();
+  config.stream_idle_timeout = absl::Milliseconds(300);
+  auto started = TestServer::Start(config);
+  ASSERT_TRUE(started.ok()) << started.status().message();
+  TestServer& server = **started;
+  const uint64_t baseline = HostBudgetUsed(server);
+  {
+    grpc::ClientContext context;
+    std::unique_ptr<RawStream> stream = server.compute().StreamingCompute(&context);
+    ASSERT_TRUE(stream->Write(HeaderMessage(v1::STREAMING_NORMALIZE, {1000, 50})));
+    v1::ResultChunk header;
+    EXPECT_TRUE(stream->Read(&header) && header.has_header());
+    v1::ResultChunk more;
+    EXPECT_FALSE(stream->Read(&more));  // ended by the server after 300 ms
+    const grpc::Status status = stream->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+    EXPECT_THAT(status.error_message(), HasSubstr("no message for 300ms (stream_idle_timeout)"));
+  }
+  {
+    // 64 MiB of results the client never takes.
+    grpc::ClientContext context;
+    std::unique_ptr<RawStream> stream = server.compute().StreamingCompute(&context);
+    constexpr int64_t kRows = 8192;
+    ASSERT_TRUE(stream->Write(HeaderMessage(v1::STREAMING_NORMALIZE, {kRows * 32, 64})));
+    const v1::StreamingComputeRequest chunk = DataMessage(kRows * 64 * 8);
+    for (int i = 0; i < 32 && stream->Write(chunk); ++i) {
+    }
+    EXPECT_EQ(AwaitHostBudgetUsed(server, baseline), baseline);  // before the client reads
+    v1::ResultChunk result;
+    while (stream->Read(&result)) {  // what its transport had taken in
+    }
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  EXPECT_EQ(AwaitHostBudgetUsed(server, baseline), baseline);
+}
+
 TEST(StreamingComputeErrorsTest, BadHeadersAndChunksNameTheFieldAndTheLimit) {
   auto started = TestServer::Start(StreamingConfig());
   ASSERT_TRUE(started.ok()) << started.status().message();
