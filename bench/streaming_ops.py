@@ -15,7 +15,6 @@ server's CPU time per GB of input.
     python3 bench/streaming_ops.py --target 127.0.0.1:50051 --bytes 8589934592 --server-pid PID
 """
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -24,14 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "client" / "python"))
 import gpucompute  # noqa: E402
-
-
-def cpu_seconds(pid):
-    if not pid:
-        return 0.0
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from bulk_transfer import cpu_seconds  # noqa: E402
 
 
 def timed(fn, pid):

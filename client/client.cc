@@ -104,18 +104,7 @@ absl::StatusOr<Result> Client::ResultStream(const RpcMethod& method,
           channel != nullptr ? RpcMethod(method.name(), method.method_type()) : method, &context,
           v1::wire::SerializedMessage(request)));
   ResultAssembler assembler(std::move(options));
-  grpc::ByteBuffer message;
-  absl::Status framing = absl::OkStatus();
-  while (reader->Read(&message)) {
-    framing = assembler.AddBytes(message);
-    if (!framing.ok()) {
-      // Stop the server streaming the rest; Read returns false once cancelled.
-      context.TryCancel();
-      while (reader->Read(&message)) {
-      }
-      break;
-    }
-  }
+  const absl::Status framing = ReadResultStream(*reader, context, assembler);
   const grpc::Status status = reader->Finish();
   GC_RETURN_IF_ERROR(framing);
   GC_RETURN_IF_ERROR(ToAbslStatus(status));

@@ -77,17 +77,7 @@ absl::StatusOr<Result> Client::StreamingCompute(const v1::StreamingComputeHeader
     options.result_runs = std::max(1, header.references_size());
   }
   ResultAssembler assembler(std::move(options));
-  grpc::ByteBuffer message;
-  absl::Status framing = absl::OkStatus();
-  while (stream->Read(&message)) {
-    framing = assembler.AddBytes(message);
-    if (!framing.ok()) {
-      context.TryCancel();
-      while (stream->Read(&message)) {
-      }
-      break;
-    }
-  }
+  const absl::Status framing = ReadResultStream(*stream, context, assembler);
   writer.join();
   const grpc::Status status = stream->Finish();
   GC_RETURN_IF_ERROR(framing);

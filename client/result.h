@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "gpucompute/v1/gpucompute.pb.h"
+#include "grpcpp/client_context.h"
 #include "grpcpp/support/byte_buffer.h"
 
 namespace gpucompute::client {
@@ -87,5 +88,25 @@ class ResultAssembler {
   char* destination_ = nullptr;
   Result result_;
 };
+
+// Reads a result stream's messages (from a grpc::ClientReader or ReaderWriter of
+// raw messages) into `assembler`; a framing error cancels the call, whose rest is
+// read and dropped. The framing's status; the call's comes from the reader's Finish.
+template <typename Reader>
+absl::Status ReadResultStream(Reader& reader, grpc::ClientContext& context,
+                              ResultAssembler& assembler) {
+  grpc::ByteBuffer message;
+  while (reader.Read(&message)) {
+    absl::Status framing = assembler.AddBytes(message);
+    if (!framing.ok()) {
+      // Stop the server streaming the rest; Read returns false once cancelled.
+      context.TryCancel();
+      while (reader.Read(&message)) {
+      }
+      return framing;
+    }
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace gpucompute::client

@@ -41,19 +41,6 @@ ServerConfig StreamingConfig() {
   return config;
 }
 
-uint64_t HostBudgetUsed(TestServer& server) {
-  return server.server().backend_stats().memory_budgets.at(0).used_bytes;
-}
-
-uint64_t AwaitHostBudgetUsed(TestServer& server, uint64_t bytes) {
-  uint64_t used = HostBudgetUsed(server);
-  for (const absl::Time end = absl::Now() + absl::Seconds(10); used != bytes && absl::Now() < end;) {
-    absl::SleepFor(absl::Milliseconds(20));
-    used = HostBudgetUsed(server);
-  }
-  return used;
-}
-
 template <typename T>
 std::string RandomBytes(size_t count, double lo, double hi, uint32_t seed) {
   std::mt19937_64 rng(seed);
@@ -72,6 +59,15 @@ v1::Tensor TensorOf(v1::DType dtype, const std::vector<int64_t>& shape, std::str
   tensor.mutable_shape()->Add(shape.begin(), shape.end());
   tensor.set_data(std::move(data));
   return tensor;
+}
+
+v1::StreamingComputeHeader Header(v1::StreamingOperation op, v1::DType dtype,
+                                  const std::vector<int64_t>& shape) {
+  v1::StreamingComputeHeader header;
+  header.set_operation(op);
+  header.set_dtype(dtype);
+  header.mutable_shape()->Add(shape.begin(), shape.end());
+  return header;
 }
 
 // A client sending chunks of about 24 KiB (many chunks per stream).
@@ -109,10 +105,7 @@ TEST_P(StreamingComputeTest, DiscountProductMatchesTheUnaryOperationByteForByte)
   absl::StatusOr<client::Result> expected = client_->DiscountProduct(unary);
   ASSERT_TRUE(expected.ok()) << expected.status().message();
 
-  v1::StreamingComputeHeader header;
-  header.set_operation(v1::STREAMING_DISCOUNT_PRODUCT);
-  header.set_dtype(dtype());
-  header.mutable_shape()->Add(shape.begin(), shape.end());
+  v1::StreamingComputeHeader header = Header(v1::STREAMING_DISCOUNT_PRODUCT, dtype(), shape);
   *header.mutable_factors()->mutable_tensor() = TensorOf(dtype(), {24, 7}, factors);
   const absl::string_view operands[] = {values};
   absl::StatusOr<client::Result> streamed = client_->StreamingCompute(header, operands);
@@ -160,10 +153,7 @@ TEST_P(StreamingComputeTest, NormalizeMatchesTheUnaryOperationByteForByte) {
     unary.set_norm(norm);
     absl::StatusOr<client::Result> expected = client_->Normalize(unary);
     ASSERT_TRUE(expected.ok()) << expected.status().message();
-    v1::StreamingComputeHeader header;
-    header.set_operation(v1::STREAMING_NORMALIZE);
-    header.set_dtype(dtype());
-    header.mutable_shape()->Add(shape.begin(), shape.end());
+    v1::StreamingComputeHeader header = Header(v1::STREAMING_NORMALIZE, dtype(), shape);
     header.set_norm(norm);
     const absl::string_view operands[] = {input};
     absl::StatusOr<client::Result> streamed = client_->StreamingCompute(header, operands);
@@ -183,10 +173,7 @@ TEST_P(StreamingComputeTest, ManySmallChunksKeepTheirOrder) {
   *unary.mutable_input()->mutable_tensor() = TensorOf(dtype(), shape, input);
   absl::StatusOr<client::Result> expected = client_->Normalize(unary);
   ASSERT_TRUE(expected.ok()) << expected.status().message();
-  v1::StreamingComputeHeader header;
-  header.set_operation(v1::STREAMING_NORMALIZE);
-  header.set_dtype(dtype());
-  header.mutable_shape()->Add(shape.begin(), shape.end());
+  v1::StreamingComputeHeader header = Header(v1::STREAMING_NORMALIZE, dtype(), shape);
   header.set_chunk_bytes(4096);
   const absl::string_view operands[] = {input};
   absl::StatusOr<client::Result> streamed = tiny.StreamingCompute(header, operands);
@@ -205,7 +192,7 @@ TEST(StreamingComputeMemoryTest, InputLargerThanTheBudgetStreamsWithBoundedMemor
   auto started = TestServer::Start(StreamingConfig());
   ASSERT_TRUE(started.ok()) << started.status().message();
   TestServer& server = **started;
-  const uint64_t baseline = HostBudgetUsed(server);
+  const uint64_t baseline = server.HostBudgetUsed();
   constexpr int64_t kRows = 40 * 1024;  // rows of 1024 float32: 160 MiB
   constexpr int64_t kRow = 1024;
   std::string values(kRows * kRow * sizeof(float), '\0');
@@ -226,7 +213,7 @@ TEST(StreamingComputeMemoryTest, InputLargerThanTheBudgetStreamsWithBoundedMemor
   std::atomic<uint64_t> peak{0};
   std::thread sampler([&] {
     while (!done.load()) {
-      peak.store(std::max(peak.load(), HostBudgetUsed(server)));
+      peak.store(std::max(peak.load(), server.HostBudgetUsed()));
       absl::SleepFor(absl::Milliseconds(2));
     }
   });
@@ -244,7 +231,7 @@ TEST(StreamingComputeMemoryTest, InputLargerThanTheBudgetStreamsWithBoundedMemor
   // (on a GPU) the result copy, each about a 4 MiB message.
   const uint64_t chunk = client::kDefaultUploadChunkBytes + 64 * 1024;
   EXPECT_LE(peak.load() - baseline, kChunksInFlight * 4 * chunk) << "peak " << peak.load();
-  EXPECT_EQ(AwaitHostBudgetUsed(server, baseline), baseline);
+  EXPECT_EQ(server.AwaitHostBudgetUsed(baseline), baseline);
 }
 
 using RawStream = grpc::ClientReaderWriter<v1::StreamingComputeRequest, v1::ResultChunk>;
@@ -290,7 +277,7 @@ TEST(StreamingComputeMemoryTest, StalledReaderIsHeldAtTheChunkBoundAndCancelFree
   auto started = TestServer::Start(StreamingConfig());
   ASSERT_TRUE(started.ok()) << started.status().message();
   TestServer& server = **started;
-  const uint64_t baseline = HostBudgetUsed(server);
+  const uint64_t baseline = server.HostBudgetUsed();
   grpc::ClientContext context;
   std::unique_ptr<RawStream> stream = server.compute().StreamingCompute(&context);
   constexpr int64_t kRowsPerChunk = 2048;  // 2048 x 256 float64: 4 MiB
@@ -311,12 +298,12 @@ TEST(StreamingComputeMemoryTest, StalledReaderIsHeldAtTheChunkBoundAndCancelFree
   });
   absl::SleepFor(absl::Seconds(1));
   EXPECT_LT(written.load(), kChunks);  // flow control holds the writer back
-  const uint64_t held = HostBudgetUsed(server) - baseline;
+  const uint64_t held = server.HostBudgetUsed() - baseline;
   EXPECT_LE(held, kChunksInFlight * 3 * 4 * kMiB + kMiB) << held;
   context.TryCancel();
   writer.join();
   EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
-  EXPECT_EQ(AwaitHostBudgetUsed(server, baseline), baseline);
+  EXPECT_EQ(server.AwaitHostBudgetUsed(baseline), baseline);
 }
 
 // A client that sends a header and then nothing, or stops taking results, is
@@ -327,7 +314,7 @@ TEST(StreamingComputeMemoryTest, SilentOrStalledClientsAreCancelledAfterTheIdleT
   auto started = TestServer::Start(config);
   ASSERT_TRUE(started.ok()) << started.status().message();
   TestServer& server = **started;
-  const uint64_t baseline = HostBudgetUsed(server);
+  const uint64_t baseline = server.HostBudgetUsed();
   {
     grpc::ClientContext context;
     std::unique_ptr<RawStream> stream = server.compute().StreamingCompute(&context);
@@ -349,20 +336,20 @@ TEST(StreamingComputeMemoryTest, SilentOrStalledClientsAreCancelledAfterTheIdleT
     const v1::StreamingComputeRequest chunk = DataMessage(kRows * 64 * 8);
     for (int i = 0; i < 32 && stream->Write(chunk); ++i) {
     }
-    EXPECT_EQ(AwaitHostBudgetUsed(server, baseline), baseline);  // before the client reads
+    EXPECT_EQ(server.AwaitHostBudgetUsed(baseline), baseline);  // before the client reads
     v1::ResultChunk result;
     while (stream->Read(&result)) {  // what its transport had taken in
     }
     EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
   }
-  EXPECT_EQ(AwaitHostBudgetUsed(server, baseline), baseline);
+  EXPECT_EQ(server.AwaitHostBudgetUsed(baseline), baseline);
 }
 
 TEST(StreamingComputeErrorsTest, BadHeadersAndChunksNameTheFieldAndTheLimit) {
   auto started = TestServer::Start(StreamingConfig());
   ASSERT_TRUE(started.ok()) << started.status().message();
   TestServer& server = **started;
-  const uint64_t baseline = HostBudgetUsed(server);
+  const uint64_t baseline = server.HostBudgetUsed();
   struct Case {
     std::vector<v1::StreamingComputeRequest> messages;
     grpc::StatusCode code;
@@ -407,7 +394,7 @@ TEST(StreamingComputeErrorsTest, BadHeadersAndChunksNameTheFieldAndTheLimit) {
     EXPECT_EQ(status.error_code(), c.code) << c.message << ": " << status.error_message();
     EXPECT_THAT(status.error_message(), HasSubstr(c.message));
   }
-  EXPECT_EQ(AwaitHostBudgetUsed(server, baseline), baseline);
+  EXPECT_EQ(server.AwaitHostBudgetUsed(baseline), baseline);
 }
 
 }  // namespace
