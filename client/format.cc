@@ -100,11 +100,15 @@ std::string FormatBufferList(const v1::ListResponse& list) {
 
 std::string FormatTrailer(const v1::ResultTrailer& trailer) {
   const v1::Timing& timing = trailer.timing();
-  return absl::StrFormat(
+  std::string out = absl::StrFormat(
       "backend     %s on %s\n"
       "timing (us) queue %d, transfer in %d, compute %d, transfer out %d, total %d\n",
       trailer.backend(), trailer.device(), timing.queue_us(), timing.transfer_in_us(),
       timing.compute_us(), timing.transfer_out_us(), timing.total_us());
+  if (trailer.streamed_chunks() > 0) {
+    absl::StrAppendFormat(&out, "streamed    %d chunks\n", trailer.streamed_chunks());
+  }
+  return out;
 }
 
 std::string FormatPreview(const Result& result, size_t max_values) {
