@@ -16,8 +16,10 @@ namespace {
 // Elements of one row: what a chunk must hold whole (StreamingComputeRequest).
 uint64_t RowElements(const v1::StreamingComputeHeader& header) {
   const auto& shape = header.shape();
-  if (shape.empty()) return 1;
-  if (header.operation() == v1::STREAMING_NORMALIZE) return static_cast<uint64_t>(shape[shape.size() - 1]);
+  if (shape.empty() || header.operation() == v1::STREAMING_DISCOUNT_PRODUCT) return 1;
+  if (header.operation() == v1::STREAMING_NORMALIZE) {
+    return static_cast<uint64_t>(shape[shape.size() - 1]);
+  }
   uint64_t elements = 1;
   for (int i = 1; i < shape.size(); ++i) elements *= static_cast<uint64_t>(shape[i]);
   return elements;

@@ -66,13 +66,13 @@ class StreamingComputeReactor final
         }
         return PumpAndUnlock();
       }
-      read_busy_ = true;  // no other read, and no Finish, until this message is handled
+      handling_read_ = true;  // no other read, and no Finish, until this message is handled
       mu_.Unlock();
     }
     ++messages_;
     const absl::Status handled = header_ == nullptr ? OnHeader() : OnData();
     mu_.Lock();
-    read_busy_ = false;
+    handling_read_ = false;
     if (!handled.ok()) Fail(handled);
     PumpAndUnlock();
   }
@@ -231,8 +231,10 @@ class StreamingComputeReactor final
       arrays_ = std::make_unique<ChunkArrays>(
           service_.backend, device_, (plan_.streamed_operands + 1) * (max_chunks_in_flight_ + 1));
       if (factors != nullptr) {
+        OpContext ctx;
+        ctx.cancelled = &cancelled_;
         absl::StatusOr<std::shared_ptr<Array>> placed =
-            PrepareFixedOperand(*factors, device_, service_.backend);
+            PrepareFactors(plan_, device_, service_.backend, ctx);
         if (placed.ok()) {
           factors_ = *std::move(placed);
         } else {
@@ -343,8 +345,9 @@ class StreamingComputeReactor final
                           service_.device_queues.Enter(device_, DeviceLabel(device_)));
       OpContext ctx;
       ctx.cancelled = &cancelled_;
-      GC_ASSIGN_OR_RETURN(result, RunStreamingChunk(plan_, factors_, *arrays_, service_.backend,
-                                                    pieces, chunk.rows, ctx, times));
+      GC_ASSIGN_OR_RETURN(result,
+                          RunStreamingChunk(plan_, factors_, *arrays_, service_.backend, pieces,
+                                            chunk.first_row, chunk.rows, ctx, times));
     }
     service_.metrics.Transferred(Direction::kHostToDevice, chunk.payload.size, times.transfer_in);
     chunk.message = v1::wire::MessageBytes(grpc::ByteBuffer());  // the input is on the device
@@ -420,11 +423,12 @@ class StreamingComputeReactor final
         ready_.pop_front();
         writing_ = true;
       }
-      const bool read = !stop && setup_done_ && !reading_ && !read_busy_ && !read_ended_ &&
+      const bool read = !stop && setup_done_ && !reading_ && !starting_read_ &&
+                        !handling_read_ && !read_ended_ &&
                         chunks_in_flight_ < max_chunks_in_flight_;
-      if (read) reading_ = read_busy_ = true;
+      if (read) reading_ = starting_read_ = true;
       std::optional<grpc::Status> finish;
-      if (!writing_ && !read_busy_ && tasks_ == 0 &&
+      if (!writing_ && !starting_read_ && !handling_read_ && tasks_ == 0 &&
           (stop || (trailer_queued_ && ready_.empty()))) {
         finished_ = true;
         finish = ToGrpcStatus(error_.has_value() ? *error_
@@ -447,7 +451,7 @@ class StreamingComputeReactor final
       StartRead(&read_bytes_);
       // A Finish may have waited for this read to start: decide again.
       mu_.Lock();
-      read_busy_ = false;
+      starting_read_ = false;
     }
   }
 
@@ -490,9 +494,11 @@ class StreamingComputeReactor final
   Timer::Id idle_alarm_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_progress_ ABSL_GUARDED_BY(mu_) = absl::Now();  // a message, or a chunk done
   bool reading_ ABSL_GUARDED_BY(mu_) = false;
-  // A read is being started, or its message handled (outside mu_): no other read
-  // starts and the call does not finish meanwhile.
-  bool read_busy_ ABSL_GUARDED_BY(mu_) = false;
+  // StartRead is being called, or a received message handled (outside mu_): no
+  // other read starts and the call does not finish meanwhile. Two flags: the
+  // read may complete, and its message be handled, before StartRead returns.
+  bool starting_read_ ABSL_GUARDED_BY(mu_) = false;
+  bool handling_read_ ABSL_GUARDED_BY(mu_) = false;
   bool read_ended_ ABSL_GUARDED_BY(mu_) = false;     // the client sent everything
   bool setup_done_ ABSL_GUARDED_BY(mu_) = false;
   int tasks_ ABSL_GUARDED_BY(mu_) = 0;  // executor tasks (and an idle check) pending

@@ -35,18 +35,8 @@ absl::Status CheckDiscountFactors(StreamingPlan& plan, const v1::StreamingComput
                                                    "; they must be equal"));
   }
   const Shape& f = factors.shape;
-  // Every chunk must broadcast like the whole: factors span one row (rank below
-  // the stream's, or a leading extent of 1).
-  const bool spans_rows = f.size() > plan.shape.size() ||
-                          (f.size() == plan.shape.size() && !f.empty() && f[0] != 1);
-  if (spans_rows) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "header.factors.shape ", ShapeToString(f), " must broadcast against one row ",
-        ShapeToString(plan.row_shape), " of header.shape ", ShapeToString(plan.shape),
-        ": rank <= ", plan.shape.size(), ", and leading extent 1 at rank ", plan.shape.size()));
-  }
   GC_ASSIGN_OR_RETURN(const Shape out,
-                      BroadcastShapes(f, plan.shape, "header.factors", "header.shape"));
+                      BroadcastShapes(f, plan.shape, "header.factors", "header"));
   if (out != plan.shape) {
     return absl::InvalidArgumentError(absl::StrCat(
         "header.factors.shape ", ShapeToString(f), " widens header.shape ",
@@ -55,6 +45,17 @@ absl::Status CheckDiscountFactors(StreamingPlan& plan, const v1::StreamingComput
   }
   for (int64_t extent : f) {
     if (extent == 0) return absl::InvalidArgumentError("header.factors is empty");
+  }
+  // Values element i takes factor i mod the period: the trailing extents of the
+  // shape that the factors span (their leading extents of 1 aside).
+  size_t spanned = f.size();
+  for (size_t i = 0; i < f.size() && f[i] == 1; ++i) --spanned;
+  plan.factor_shape.assign(plan.shape.end() - spanned, plan.shape.end());
+  const int64_t period = Product(plan.factor_shape);
+  if (period > scope.max_elements) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "header.factors.shape ", ShapeToString(f), " spans ", ShapeToString(plan.factor_shape),
+        " of header.shape: ", period, " elements, over max_elements ", scope.max_elements));
   }
   plan.factors = std::move(factors);
   plan.out_shape = plan.shape;
@@ -110,9 +111,9 @@ absl::StatusOr<StreamingPlan> CheckStreamingHeader(const v1::StreamingComputeHea
     GC_ASSIGN_OR_RETURN(plan.norm, NormFromProto(header.norm(), "header.norm"));
     plan.row_shape = {plan.shape.back()};
     plan.out_shape = plan.shape;
-  } else {
+  } else if (plan.op == v1::STREAMING_HAVERSINE_POINTS) {
     plan.row_shape.assign(plan.shape.begin() + 1, plan.shape.end());
-  }
+  }  // discount product: chunks of any element count (row_shape ())
   plan.row_elements = Product(plan.row_shape);
   plan.rows = Product(plan.shape) / plan.row_elements;
   switch (plan.op) {
@@ -165,8 +166,11 @@ absl::StatusOr<int64_t> ChunkRows(const StreamingPlan& plan, uint64_t bytes,
   return rows;
 }
 
-absl::StatusOr<std::shared_ptr<Array>> PrepareFixedOperand(const OperandSpec& operand, int device,
-                                                            Backend& backend) {
+namespace {
+
+// The operand on `device` (a stored one as it is when it lives there).
+absl::StatusOr<std::shared_ptr<Array>> OnDevice(const OperandSpec& operand, int device,
+                                                Backend& backend) {
   if (operand.stored != nullptr && operand.stored->device() == device) return operand.stored;
   GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> array,
                       backend.Allocate(operand.dtype, operand.shape, device));
@@ -178,6 +182,34 @@ absl::StatusOr<std::shared_ptr<Array>> PrepareFixedOperand(const OperandSpec& op
     GC_RETURN_IF_ERROR(backend.CopyToArray(data.data(), 0, data.size(), *array));
   }
   return array;
+}
+
+template <typename T>
+std::vector<T> Ones(int64_t count) {
+  return std::vector<T>(static_cast<size_t>(count), T{1});
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Array>> PrepareFactors(const StreamingPlan& plan, int device,
+                                                      Backend& backend, OpContext& ctx) {
+  GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> factors, OnDevice(*plan.factors, device, backend));
+  const int64_t period = Product(plan.factor_shape);
+  if (factors->size() == period) return factors;
+  // Broadcast within the period (extents of 1): factors * 1, exact.
+  GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> ones,
+                      backend.Allocate(plan.dtype, plan.factor_shape, device));
+  if (plan.dtype == DType::kFloat32) {
+    const std::vector<float> host = Ones<float>(period);
+    GC_RETURN_IF_ERROR(backend.CopyToArray(host.data(), 0, ones->bytes(), *ones));
+  } else {
+    const std::vector<double> host = Ones<double>(period);
+    GC_RETURN_IF_ERROR(backend.CopyToArray(host.data(), 0, ones->bytes(), *ones));
+  }
+  GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> expanded,
+                      backend.Allocate(plan.dtype, plan.factor_shape, device));
+  GC_RETURN_IF_ERROR(backend.DiscountProduct(*factors, *ones, *expanded, ctx));
+  return expanded;
 }
 
 namespace {
@@ -224,12 +256,54 @@ void ChunkArrays::Clear() {
   arrays_.clear();
 }
 
+namespace {
+
+// Elements [first, first + count) of `values` times the factors they take (one
+// period of `factors`, flat): a run within a period against a slice of the
+// factors, then whole periods against all of them, then the rest.
+absl::Status DiscountRange(const std::shared_ptr<Array>& factors,
+                           const std::shared_ptr<Array>& values,
+                           const std::shared_ptr<Array>& out, int64_t first, Backend& backend,
+                           OpContext& ctx, absl::Duration& compute) {
+  const int64_t period = factors->size();
+  const int64_t count = values->size();
+  auto slice = [](const std::shared_ptr<Array>& a, int64_t offset, Shape shape) {
+    int64_t n = 1;
+    for (int64_t extent : shape) n *= extent;
+    return std::make_shared<ArraySlice>(a, offset, std::move(shape), n);
+  };
+  auto run = [&](const std::shared_ptr<Array>& f, int64_t at, Shape shape) -> absl::Status {
+    ctx.compute_time = absl::ZeroDuration();
+    GC_RETURN_IF_ERROR(backend.DiscountProduct(*f, *slice(values, at, shape),
+                                               *slice(out, at, shape), ctx));
+    compute += ctx.compute_time;
+    return absl::OkStatus();
+  };
+  int64_t at = 0;
+  const int64_t phase = first % period;
+  if (phase != 0) {
+    const int64_t n = std::min(count, period - phase);
+    GC_RETURN_IF_ERROR(run(slice(factors, phase, {n}), 0, {n}));
+    at = n;
+  }
+  if (const int64_t periods = (count - at) / period; periods > 0) {
+    GC_RETURN_IF_ERROR(run(slice(factors, 0, {period}), at, {periods, period}));
+    at += periods * period;
+  }
+  if (at < count) {
+    GC_RETURN_IF_ERROR(run(slice(factors, 0, {count - at}), at, {count - at}));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<Array>> RunStreamingChunk(const StreamingPlan& plan,
                                                          const std::shared_ptr<Array>& factors,
                                                          ChunkArrays& arrays, Backend& backend,
                                                          std::span<const HostPiece> pieces,
-                                                         int64_t rows, OpContext& ctx,
-                                                         ExecutionTimes& times) {
+                                                         int64_t first_row, int64_t rows,
+                                                         OpContext& ctx, ExecutionTimes& times) {
   Shape chunk_shape = {rows};
   chunk_shape.insert(chunk_shape.end(), plan.row_shape.begin(), plan.row_shape.end());
   const uint64_t operand_bytes =
@@ -251,8 +325,9 @@ absl::StatusOr<std::shared_ptr<Array>> RunStreamingChunk(const StreamingPlan& pl
   ctx.compute_time = absl::ZeroDuration();
   switch (plan.op) {
     case v1::STREAMING_DISCOUNT_PRODUCT:
-      GC_RETURN_IF_ERROR(backend.DiscountProduct(*factors, *inputs[0], *out, ctx));
-      break;
+      GC_RETURN_IF_ERROR(
+          DiscountRange(factors, inputs[0], out, first_row, backend, ctx, times.compute));
+      return out;
     case v1::STREAMING_HAVERSINE_POINTS:
       GC_RETURN_IF_ERROR(backend.HaversinePoints(*inputs[0], *inputs[1], plan.references,
                                                  plan.radius, *out, ctx));

@@ -25,6 +25,7 @@ struct StreamingPlan {
   DType dtype = DType::kFloat64;
   Shape shape;                 // the whole streamed operand
   Shape row_shape;             // one row; a chunk of k rows has shape (k, *row_shape)
+  Shape factor_shape;          // discount product: the trailing extents factors span
   int64_t rows = 0;            // rows in the whole stream
   int64_t row_elements = 0;    // elements per row
   int streamed_operands = 1;   // 2 for haversine points: lat rows, then lon rows
@@ -55,9 +56,10 @@ absl::StatusOr<StreamingPlan> CheckStreamingHeader(const v1::StreamingComputeHea
 absl::StatusOr<int64_t> ChunkRows(const StreamingPlan& plan, uint64_t bytes,
                                   int64_t received_rows, uint64_t message);
 
-// The discount factors on `device` (stored ones as they are when they live there).
-absl::StatusOr<std::shared_ptr<Array>> PrepareFixedOperand(const OperandSpec& operand,
-                                                            int device, Backend& backend);
+// The discount factors on `device`, of plan.factor_shape (stored ones as they are
+// when they live there and need no broadcasting within it).
+absl::StatusOr<std::shared_ptr<Array>> PrepareFactors(const StreamingPlan& plan, int device,
+                                                      Backend& backend, OpContext& ctx);
 
 // Arrays of a call's chunks, recycled: a fresh multi-megabyte block per chunk
 // costs more page faults than the copy into it (bench/BULK_TRANSFER.md). Holds at
@@ -81,12 +83,14 @@ class ChunkArrays {
 
 // One chunk of `rows` rows (its payload `pieces`) through the device: the
 // operands copied in, the operation run, the chunk's result array returned.
+// (Discount product: rows are elements; the chunk's first, `first_row`, says
+// which factors its elements take.)
 absl::StatusOr<std::shared_ptr<Array>> RunStreamingChunk(const StreamingPlan& plan,
                                                          const std::shared_ptr<Array>& factors,
                                                          ChunkArrays& arrays, Backend& backend,
                                                          std::span<const HostPiece> pieces,
-                                                         int64_t rows, OpContext& ctx,
-                                                         ExecutionTimes& times);
+                                                         int64_t first_row, int64_t rows,
+                                                         OpContext& ctx, ExecutionTimes& times);
 
 // Where a chunk's result goes: bytes [source, source + bytes) of the chunk's
 // result array at byte `offset` of the whole result.

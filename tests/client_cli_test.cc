@@ -160,14 +160,19 @@ TEST_F(CliTest, StreamWritesTheResultFileAndLeavesNoneOnFailure) {
   std::memcpy(values.data(), streamed->data.data(), streamed->data.size());
   EXPECT_THAT(values, ElementsAre(0.125, 0.25, 0.625, 0.4, 0.4, 0.2));
 
-  // Factors (2, 3) span two rows of values (2, 3), not one.
-  WriteRows(PathOf("factors.npy"));
+  // Factors (2,) do not broadcast against values (2, 3).
+  const double two[] = {1, 2};
+  const std::vector<int64_t> two_shape = {2};
+  ASSERT_TRUE(client::WriteNpyFile(PathOf("factors.npy"), v1::FLOAT64, two_shape,
+                                   absl::string_view(reinterpret_cast<const char*>(two),
+                                                     sizeof(two)))
+                  .ok());
   const CliRun refused =
       Cli({"stream", "discount-product", absl::StrCat("--factors=", PathOf("factors.npy")),
            absl::StrCat("--values=", PathOf("data.npy")),
            absl::StrCat("--out=", PathOf("refused.npy"))});
   EXPECT_NE(refused.exit_code, 0);
-  EXPECT_THAT(refused.err, HasSubstr("header.factors.shape (2, 3) must broadcast"));
+  EXPECT_THAT(refused.err, HasSubstr("header.factors.shape (2,) and header.shape (2, 3) do not"));
   EXPECT_FALSE(std::filesystem::exists(PathOf("refused.npy")));
 }
 

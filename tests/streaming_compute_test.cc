@@ -4,6 +4,7 @@
 // that stops reading held back at the chunk bound, cancellation freeing every
 // charged byte, and bad headers and chunks refused naming the field and the limit.
 // GPUCOMPUTE_TEST_BACKEND=cuda runs it on the CUDA backend.
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -53,6 +54,13 @@ std::string RandomBytes(size_t count, double lo, double hi, uint32_t seed) {
   return bytes;
 }
 
+// Where two results first differ (their size when they do not), for failure messages.
+std::string FirstDifference(const std::string& a, const std::string& b) {
+  const auto [ia, ib] = std::mismatch(a.begin(), a.end(), b.begin(), b.end());
+  return absl::StrCat("first difference at byte ", ia - a.begin(), " of ", a.size(), " and ",
+                      b.size());
+}
+
 v1::Tensor TensorOf(v1::DType dtype, const std::vector<int64_t>& shape, std::string data) {
   v1::Tensor tensor;
   tensor.set_dtype(dtype);
@@ -95,24 +103,33 @@ class StreamingComputeTest : public ::testing::TestWithParam<v1::DType> {
   std::unique_ptr<client::Client> client_;
 };
 
+// Chunks of any element count: they start and end inside the factors' period,
+// which may be broadcast within (extents of 1) or the whole input.
 TEST_P(StreamingComputeTest, DiscountProductMatchesTheUnaryOperationByteForByte) {
   const std::vector<int64_t> shape = {301, 24, 7};
-  const std::string factors = Random(24 * 7, 0.5, 1.0, 1);
   const std::string values = Random(301 * 24 * 7, -100, 100, 2);
-  v1::DiscountProductRequest unary;
-  *unary.mutable_factors()->mutable_tensor() = TensorOf(dtype(), {24, 7}, factors);
-  *unary.mutable_values()->mutable_tensor() = TensorOf(dtype(), shape, values);
-  absl::StatusOr<client::Result> expected = client_->DiscountProduct(unary);
-  ASSERT_TRUE(expected.ok()) << expected.status().message();
+  const std::vector<std::vector<int64_t>> factor_shapes = {
+      {24, 7}, {24, 1}, {7}, {1, 1, 7}, {301, 1, 7}, {301, 24, 7}};
+  for (const std::vector<int64_t>& factor_shape : factor_shapes) {
+    int64_t count = 1;
+    for (int64_t extent : factor_shape) count *= extent;
+    const std::string factors = Random(count, 0.5, 1.0, 1);
+    v1::DiscountProductRequest unary;
+    *unary.mutable_factors()->mutable_tensor() = TensorOf(dtype(), factor_shape, factors);
+    *unary.mutable_values()->mutable_tensor() = TensorOf(dtype(), shape, values);
+    absl::StatusOr<client::Result> expected = client_->DiscountProduct(unary);
+    ASSERT_TRUE(expected.ok()) << expected.status().message();
 
-  v1::StreamingComputeHeader header = Header(v1::STREAMING_DISCOUNT_PRODUCT, dtype(), shape);
-  *header.mutable_factors()->mutable_tensor() = TensorOf(dtype(), {24, 7}, factors);
-  const absl::string_view operands[] = {values};
-  absl::StatusOr<client::Result> streamed = client_->StreamingCompute(header, operands);
-  ASSERT_TRUE(streamed.ok()) << streamed.status().message();
-  EXPECT_EQ(streamed->header.SerializeAsString(), expected->header.SerializeAsString());
-  EXPECT_TRUE(streamed->data == expected->data);
-  EXPECT_GT(streamed->trailer.streamed_chunks(), 3u);
+    v1::StreamingComputeHeader header = Header(v1::STREAMING_DISCOUNT_PRODUCT, dtype(), shape);
+    *header.mutable_factors()->mutable_tensor() = TensorOf(dtype(), factor_shape, factors);
+    const absl::string_view operands[] = {values};
+    absl::StatusOr<client::Result> streamed = client_->StreamingCompute(header, operands);
+    ASSERT_TRUE(streamed.ok()) << streamed.status().message();
+    EXPECT_EQ(streamed->header.SerializeAsString(), expected->header.SerializeAsString());
+    EXPECT_TRUE(streamed->data == expected->data)
+        << FirstDifference(streamed->data, expected->data);
+    EXPECT_GT(streamed->trailer.streamed_chunks(), 3u);
+  }
 }
 
 TEST_P(StreamingComputeTest, HaversinePointsMatchTheUnaryOperationByteForByte) {
@@ -140,7 +157,8 @@ TEST_P(StreamingComputeTest, HaversinePointsMatchTheUnaryOperationByteForByte) {
   absl::StatusOr<client::Result> streamed = client_->StreamingCompute(header, operands);
   ASSERT_TRUE(streamed.ok()) << streamed.status().message();
   EXPECT_EQ(streamed->header.SerializeAsString(), expected->header.SerializeAsString());
-  EXPECT_TRUE(streamed->data == expected->data);
+  EXPECT_TRUE(streamed->data == expected->data)
+        << FirstDifference(streamed->data, expected->data);
   EXPECT_GT(streamed->trailer.streamed_chunks(), 3u);
 }
 
@@ -158,7 +176,8 @@ TEST_P(StreamingComputeTest, NormalizeMatchesTheUnaryOperationByteForByte) {
     const absl::string_view operands[] = {input};
     absl::StatusOr<client::Result> streamed = client_->StreamingCompute(header, operands);
     ASSERT_TRUE(streamed.ok()) << streamed.status().message();
-    EXPECT_TRUE(streamed->data == expected->data) << v1::Norm_Name(norm);
+    EXPECT_TRUE(streamed->data == expected->data)
+        << FirstDifference(streamed->data, expected->data);
   }
 }
 
@@ -178,7 +197,8 @@ TEST_P(StreamingComputeTest, ManySmallChunksKeepTheirOrder) {
   const absl::string_view operands[] = {input};
   absl::StatusOr<client::Result> streamed = tiny.StreamingCompute(header, operands);
   ASSERT_TRUE(streamed.ok()) << streamed.status().message();
-  EXPECT_TRUE(streamed->data == expected->data);
+  EXPECT_TRUE(streamed->data == expected->data)
+        << FirstDifference(streamed->data, expected->data);
   EXPECT_GE(streamed->trailer.streamed_chunks(), 256u);
 }
 
@@ -358,6 +378,10 @@ TEST(StreamingComputeErrorsTest, BadHeadersAndChunksNameTheFieldAndTheLimit) {
   v1::StreamingComputeRequest wide_factors = HeaderMessage(v1::STREAMING_DISCOUNT_PRODUCT, {10, 4});
   *wide_factors.mutable_header()->mutable_factors()->mutable_tensor() =
       TensorOf(v1::FLOAT64, {2, 4}, std::string(64, '\0'));
+  v1::StreamingComputeRequest widening_factors =
+      HeaderMessage(v1::STREAMING_DISCOUNT_PRODUCT, {10, 4});
+  *widening_factors.mutable_header()->mutable_factors()->mutable_tensor() =
+      TensorOf(v1::FLOAT64, {3, 1, 4}, std::string(96, '\0'));
   v1::StreamingComputeRequest f32_factors = HeaderMessage(v1::STREAMING_DISCOUNT_PRODUCT, {10, 4});
   *f32_factors.mutable_header()->mutable_factors()->mutable_tensor() =
       TensorOf(v1::FLOAT32, {4}, std::string(16, '\0'));
@@ -372,7 +396,10 @@ TEST(StreamingComputeErrorsTest, BadHeadersAndChunksNameTheFieldAndTheLimit) {
        "header.shape (4, 0) is empty"},
       {{HeaderMessage(v1::STREAMING_DISCOUNT_PRODUCT, {10, 4})}, grpc::INVALID_ARGUMENT,
        "header.factors is not set"},
-      {{wide_factors}, grpc::INVALID_ARGUMENT, "header.factors.shape (2, 4) must broadcast"},
+      {{wide_factors}, grpc::INVALID_ARGUMENT,
+       "header.factors.shape (2, 4) and header.shape (10, 4) do not broadcast"},
+      {{widening_factors}, grpc::INVALID_ARGUMENT,
+       "header.factors.shape (3, 1, 4) widens header.shape (10, 4) to (3, 10, 4)"},
       {{f32_factors}, grpc::INVALID_ARGUMENT, "header.factors is float32 but header.dtype is float64"},
       {{HeaderMessage(v1::STREAMING_NORMALIZE, {10, 50}), DataMessage(50 * 8 + 8)},
        grpc::INVALID_ARGUMENT, "a positive multiple of 400 bytes (50 float64 elements per row)"},

@@ -22,6 +22,7 @@
 //   plan's rows tile its shape, ChunkRows takes whole rows and refuses a partial
 //   one, and a chunk of its first rows runs into a result its runs cover exactly.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -40,6 +41,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/dtype.h"
+#include "kernels/shape_rules.h"
 #include "server/buffer_store.h"
 #include "server/metrics.h"
 #include "server/operations.h"
@@ -388,6 +390,42 @@ std::string OnesChunk(const StreamingPlan& plan, int64_t rows) {
   return bytes;
 }
 
+// Element `i` of an operand's data (inline or stored) as a double.
+double OperandElement(const OperandSpec& operand, int64_t i) {
+  const char* data = operand.stored != nullptr
+                         ? static_cast<const char*>(operand.stored->data())
+                         : operand.tensor->data().data();
+  if (operand.dtype == DType::kFloat32) {
+    float v;
+    std::memcpy(&v, data + i * sizeof(float), sizeof(float));
+    return v;
+  }
+  double v;
+  std::memcpy(&v, data + i * sizeof(double), sizeof(double));
+  return v;
+}
+
+// Values are ones: element i of a discount chunk starting at element `first` is
+// the factor that element first + i takes under broadcasting.
+void CheckDiscountChunk(const StreamingPlan& plan, const Array& out, int64_t first) {
+  const OperandSpec& f = *plan.factors;
+  const std::vector<int64_t> strides = BroadcastStrides(f.shape, plan.shape);
+  for (int64_t i = 0; i < out.size(); ++i) {
+    int64_t rest = first + i;
+    int64_t at = 0;
+    for (size_t axis = plan.shape.size(); axis-- > 0;) {
+      at += (rest % plan.shape[axis]) * strides[axis];
+      rest /= plan.shape[axis];
+    }
+    const double expected = OperandElement(f, at);
+    const double got = out.dtype() == DType::kFloat32 ? out.data_as<float>()[i]
+                                                       : out.data_as<double>()[i];
+    FUZZ_CHECK(got == expected || (std::isnan(expected) && std::isnan(got)),
+               absl::StrCat("streamed discount element ", first + i, ": ", got, ", factor ",
+                            expected));
+  }
+}
+
 void FuzzStreaming(const uint8_t* data, size_t size) {
   Env& env = GetEnv();
   v1::StreamingComputeRequest request;
@@ -412,8 +450,9 @@ void FuzzStreaming(const uint8_t* data, size_t size) {
 
   std::shared_ptr<Array> factors;
   if (plan->factors.has_value()) {
+    OpContext setup;
     absl::StatusOr<std::shared_ptr<Array>> placed =
-        PrepareFixedOperand(*plan->factors, kHostDevice, *env.backend);
+        PrepareFactors(*plan, kHostDevice, *env.backend, setup);
     if (!placed.ok()) {
       FUZZ_CHECK(absl::IsResourceExhausted(placed.status()), StatusText(placed.status()));
       return;
@@ -425,14 +464,17 @@ void FuzzStreaming(const uint8_t* data, size_t size) {
   ChunkArrays arrays(*env.backend, kHostDevice, 4);
   OpContext ctx;
   ExecutionTimes times;
+  // Discount product: a chunk starting inside a period of the factors.
+  const int64_t first = plan->factors.has_value() ? plan->rows - rows : 0;
   absl::StatusOr<std::shared_ptr<Array>> out = RunStreamingChunk(
-      *plan, factors, arrays, *env.backend, std::span(&piece, 1), rows, ctx, times);
+      *plan, factors, arrays, *env.backend, std::span(&piece, 1), first, rows, ctx, times);
   if (!out.ok()) {
     FUZZ_CHECK(absl::IsResourceExhausted(out.status()), StatusText(out.status()));
     return;
   }
   uint64_t covered = 0;
-  for (const ResultRun& run : ChunkResultRuns(*plan, 0, rows)) {
+  if (plan->factors.has_value()) CheckDiscountChunk(*plan, **out, first);
+  for (const ResultRun& run : ChunkResultRuns(*plan, first, rows)) {
     FUZZ_CHECK(run.source + run.bytes <= (*out)->bytes(), "a result run past the chunk's result");
     covered += run.bytes;
   }

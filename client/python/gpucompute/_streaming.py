@@ -36,7 +36,10 @@ StreamInput = Union[ArrayLike, Iterable[Any]]
 
 
 def _row_elements(op: int, shape: Sequence[int]) -> int:
-    """Elements a chunk must hold whole: a leading-axis row, or a normalize row."""
+    """Elements a chunk must hold whole: a normalize row, a leading-axis row of points,
+    any element count for discount product."""
+    if op == pb.STREAMING_DISCOUNT_PRODUCT:
+        return 1
     if op == pb.STREAMING_NORMALIZE:
         return int(shape[-1])
     return int(np.prod(shape[1:], dtype=np.int64))
@@ -109,12 +112,12 @@ class StreamingMethods(Generic[ResultT]):
                                 input_chunk_bytes: int = DEFAULT_STREAM_CHUNK,
                                 return_timing: bool = False,
                                 timeout: Optional[float] = None) -> ResultT:
-        """factors * values, values streamed through the server in chunks of whole rows:
-        any size in one call with bounded server memory. factors broadcast against one row
-        of values (rank below values', or a leading extent of 1). values: an array (a
-        numpy.memmap for inputs beyond this process's memory) or an iterator of chunks of
-        leading rows with shape= the whole; the result is (or is written into ``out``)
-        byte for byte discount_product's."""
+        """factors * values, values streamed through the server in chunks: any size in
+        one call with bounded server memory. factors broadcast into values' shape (the
+        seed: (M, O) into (D, M, O)). values: an array (a numpy.memmap for inputs beyond
+        this process's memory) or an iterator of chunks (any element counts, in C order)
+        with shape= the whole; the result is (or is written into ``out``) byte for byte
+        discount_product's."""
         parts, whole, np_dtype = _input_parts(values, 1, "values", shape, dtype)
         header = pb.StreamingComputeHeader(operation=pb.STREAMING_DISCOUNT_PRODUCT)
         f = as_array(factors, "factors")
