@@ -134,7 +134,8 @@ class Client {
   // size in one call. `header` names the operation, dtype and whole shape (and
   // the factors, references or norm); `operands` are the streamed bytes (C order,
   // header.shape): the values or the input, or lat then lon for haversine points.
-  // They go out in chunks of whole rows of about ClientOptions::upload_chunk_bytes
+  // They go out in chunks (whole rows where the operation needs them) of about
+  // ClientOptions::upload_chunk_bytes
   // (gRPC sends from `operands` themselves) while the result chunks come back and
   // are written where `destination` says (unset: Result::data). The server
   // holds a bounded number of chunks; the call's memory here is the result's.

@@ -24,7 +24,7 @@ struct StreamingPlan {
   v1::StreamingOperation op = v1::STREAMING_OPERATION_UNSPECIFIED;
   DType dtype = DType::kFloat64;
   Shape shape;                 // the whole streamed operand
-  Shape row_shape;             // one row; a chunk of k rows has shape (k, *row_shape)
+  Shape row_shape;             // one row (discount product: an element); k rows: (k, *row_shape)
   Shape factor_shape;          // discount product: the trailing extents factors span
   int64_t rows = 0;            // rows in the whole stream
   int64_t row_elements = 0;    // elements per row

@@ -88,3 +88,13 @@ def test_stream_chunks_that_break_rows_are_refused(client):
     with pytest.raises(gpucompute.InvalidArgument) as e:
         client.stream_normalize(iter([a[:4]]), shape=a.shape)
     assert "stream ended after 4 of the 10 rows" in str(e.value)
+
+
+def test_stream_discount_product_with_rows_larger_than_a_chunk(client, rng):
+    """Seed 000's layout: factors (M, O) whose period (4 MB here) is larger than a chunk,
+    as a stored buffer (too large for a header)."""
+    factors = rng.uniform(0.5, 1.0, (100_000, 5))
+    values = rng.uniform(-1, 1, (3, 100_000, 5))
+    with client.upload(factors, name="factors") as f_dev:
+        streamed = client.stream_discount_product(f_dev, values, input_chunk_bytes=300_000)
+    assert streamed.tobytes() == (factors * values).tobytes()

@@ -1,7 +1,7 @@
 """Compute.StreamingCompute: element-wise operations over inputs of any size in one call.
 
-The input goes out in chunks of whole rows (views of the caller's arrays: framed by
-_wire, with no copy of ours) while the result chunks come back into one array (or the
+The input goes out in chunks (whole rows where the operation needs them), views of the
+caller's arrays framed by _wire with no copy of ours, while the result chunks come back into one array (or the
 caller's ``out``, e.g. an ``np.lib.format.open_memmap`` file), each copied once, straight
 to its place. The server holds a bounded number of chunks, so the input may be larger
 than its memory or the GPU's; pass a ``numpy.memmap`` (or an iterator of chunks with
