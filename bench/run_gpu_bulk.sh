@@ -3,7 +3,7 @@
 # 2 GiB uploads and downloads through the C++ client (bulk-transfer-bench) and the
 # Python client, one stream and striped, with server CPU per GB (bench/run_bulk.sh);
 # then the same on the CPU backend for comparison, and seed 000's full case
-# ("transfer", about 8 minutes); then StreamingCompute ("streaming", about 2 minutes):
+# ("transfer", about 8 minutes); then StreamingCompute ("streaming", about 4 minutes):
 # its suite on the CUDA backend, and 8 GiB through discount product streamed vs
 # upload-compute-download (bench/run_streaming.sh; the CLI with 4 GiB .npy files).
 #
@@ -47,9 +47,18 @@ GPUCOMPUTE_TEST_BACKEND=cuda timeout 120 "$BUNDLE/streaming_compute_test" 2>&1 \
   | tee "$OUT/streaming_compute_test_cuda.txt" | grep -E "^\[ +(FAILED|PASSED) +\]|Failure" -A3
 step "StreamingCompute vs upload-compute-download, CUDA, 8 GiB (CLI 4 GiB)"
 OUT=$OUT/cuda T_STEP=150 timeout 280 bash bench/run_streaming.sh "$BUNDLE" cuda 8589934592 4294967296
+step "seed 000 full case, batches of 10 slices (4 GB) as StreamingCompute calls, first 3"
+"$BUNDLE/gpucompute-server" --backend=cuda --address=127.0.0.1:50192 --metrics_address=127.0.0.1:0 \
+  --buffer_quota_bytes=100000000000 > "$OUT/seed000_streaming_server.log" 2>&1 &
+SERVER=$!
+sleep 3
+timeout 150 python3 examples/seed000_discount.py --target 127.0.0.1:50192 --streaming \
+  --batch 10 --max-batches 3 2>&1 | tail -8 | tee "$OUT/seed000_streaming.txt"
+kill -TERM $SERVER; wait $SERVER
 fi
 
 step "summary"
 grep -h "GB/s" "$OUT"/cuda/bulk_cuda.txt "$OUT"/cpu/bulk_cpu.txt 2>/dev/null | sed 's/^/  /'
 grep -h "full case" "$OUT/seed000.txt" 2>/dev/null | sed 's/^/  /'
 grep -h "GB/s\|identical\|DIFFER" "$OUT"/cuda/streaming_cuda.txt 2>/dev/null | sed 's/^/  /'
+grep -h "full case" "$OUT/seed000_streaming.txt" 2>/dev/null | sed "s/^/  streaming /"
