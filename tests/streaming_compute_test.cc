@@ -61,6 +61,17 @@ std::string FirstDifference(const std::string& a, const std::string& b) {
                       b.size());
 }
 
+// The streamed result against the unary operation's: header and bytes equal, and
+// more than `min_chunks` chunks streamed.
+void ExpectSameResult(const absl::StatusOr<client::Result>& streamed,
+                      const absl::StatusOr<client::Result>& expected, uint64_t min_chunks = 3) {
+  ASSERT_TRUE(expected.ok()) << expected.status().message();
+  ASSERT_TRUE(streamed.ok()) << streamed.status().message();
+  EXPECT_EQ(streamed->header.SerializeAsString(), expected->header.SerializeAsString());
+  EXPECT_TRUE(streamed->data == expected->data) << FirstDifference(streamed->data, expected->data);
+  EXPECT_GT(streamed->trailer.streamed_chunks(), min_chunks);
+}
+
 v1::Tensor TensorOf(v1::DType dtype, const std::vector<int64_t>& shape, std::string data) {
   v1::Tensor tensor;
   tensor.set_dtype(dtype);
@@ -117,18 +128,10 @@ TEST_P(StreamingComputeTest, DiscountProductMatchesTheUnaryOperationByteForByte)
     v1::DiscountProductRequest unary;
     *unary.mutable_factors()->mutable_tensor() = TensorOf(dtype(), factor_shape, factors);
     *unary.mutable_values()->mutable_tensor() = TensorOf(dtype(), shape, values);
-    absl::StatusOr<client::Result> expected = client_->DiscountProduct(unary);
-    ASSERT_TRUE(expected.ok()) << expected.status().message();
-
     v1::StreamingComputeHeader header = Header(v1::STREAMING_DISCOUNT_PRODUCT, dtype(), shape);
     *header.mutable_factors()->mutable_tensor() = TensorOf(dtype(), factor_shape, factors);
     const absl::string_view operands[] = {values};
-    absl::StatusOr<client::Result> streamed = client_->StreamingCompute(header, operands);
-    ASSERT_TRUE(streamed.ok()) << streamed.status().message();
-    EXPECT_EQ(streamed->header.SerializeAsString(), expected->header.SerializeAsString());
-    EXPECT_TRUE(streamed->data == expected->data)
-        << FirstDifference(streamed->data, expected->data);
-    EXPECT_GT(streamed->trailer.streamed_chunks(), 3u);
+    ExpectSameResult(client_->StreamingCompute(header, operands), client_->DiscountProduct(unary));
   }
 }
 
@@ -146,20 +149,12 @@ TEST_P(StreamingComputeTest, HaversinePointsMatchTheUnaryOperationByteForByte) {
     ref->set_lon(lo);
     *header.add_references() = *ref;
   }
-  absl::StatusOr<client::Result> expected = client_->HaversineGrid(unary);
-  ASSERT_TRUE(expected.ok()) << expected.status().message();
-
   header.set_operation(v1::STREAMING_HAVERSINE_POINTS);
   header.set_dtype(dtype());
   header.mutable_shape()->Add(shape.begin(), shape.end());
   header.set_chunk_bytes(4096);  // several result messages per reference and chunk
   const absl::string_view operands[] = {lat, lon};
-  absl::StatusOr<client::Result> streamed = client_->StreamingCompute(header, operands);
-  ASSERT_TRUE(streamed.ok()) << streamed.status().message();
-  EXPECT_EQ(streamed->header.SerializeAsString(), expected->header.SerializeAsString());
-  EXPECT_TRUE(streamed->data == expected->data)
-        << FirstDifference(streamed->data, expected->data);
-  EXPECT_GT(streamed->trailer.streamed_chunks(), 3u);
+  ExpectSameResult(client_->StreamingCompute(header, operands), client_->HaversineGrid(unary));
 }
 
 TEST_P(StreamingComputeTest, NormalizeMatchesTheUnaryOperationByteForByte) {
@@ -169,15 +164,10 @@ TEST_P(StreamingComputeTest, NormalizeMatchesTheUnaryOperationByteForByte) {
     v1::NormalizeRequest unary;
     *unary.mutable_input()->mutable_tensor() = TensorOf(dtype(), shape, input);
     unary.set_norm(norm);
-    absl::StatusOr<client::Result> expected = client_->Normalize(unary);
-    ASSERT_TRUE(expected.ok()) << expected.status().message();
     v1::StreamingComputeHeader header = Header(v1::STREAMING_NORMALIZE, dtype(), shape);
     header.set_norm(norm);
     const absl::string_view operands[] = {input};
-    absl::StatusOr<client::Result> streamed = client_->StreamingCompute(header, operands);
-    ASSERT_TRUE(streamed.ok()) << streamed.status().message();
-    EXPECT_TRUE(streamed->data == expected->data)
-        << FirstDifference(streamed->data, expected->data);
+    ExpectSameResult(client_->StreamingCompute(header, operands), client_->Normalize(unary));
   }
 }
 
@@ -190,16 +180,10 @@ TEST_P(StreamingComputeTest, ManySmallChunksKeepTheirOrder) {
   const std::string input = Random(8192 * 16, 0.1, 10, 6);
   v1::NormalizeRequest unary;
   *unary.mutable_input()->mutable_tensor() = TensorOf(dtype(), shape, input);
-  absl::StatusOr<client::Result> expected = client_->Normalize(unary);
-  ASSERT_TRUE(expected.ok()) << expected.status().message();
   v1::StreamingComputeHeader header = Header(v1::STREAMING_NORMALIZE, dtype(), shape);
   header.set_chunk_bytes(4096);
   const absl::string_view operands[] = {input};
-  absl::StatusOr<client::Result> streamed = tiny.StreamingCompute(header, operands);
-  ASSERT_TRUE(streamed.ok()) << streamed.status().message();
-  EXPECT_TRUE(streamed->data == expected->data)
-        << FirstDifference(streamed->data, expected->data);
-  EXPECT_GE(streamed->trailer.streamed_chunks(), 256u);
+  ExpectSameResult(tiny.StreamingCompute(header, operands), client_->Normalize(unary), 255);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, StreamingComputeTest, ::testing::Values(v1::FLOAT32, v1::FLOAT64),
