@@ -2,14 +2,21 @@
 # Bulk transfer on a GPU machine (issue #12), in one device call: a CUDA server, then
 # 2 GiB uploads and downloads through the C++ client (bulk-transfer-bench) and the
 # Python client, one stream and striped, with server CPU per GB (bench/run_bulk.sh);
-# then the same on the CPU backend for comparison, and seed 000's full case.
+# then the same on the CPU backend for comparison, and seed 000's full case
+# ("transfer", about 8 minutes); then StreamingCompute ("streaming", about 4 minutes):
+# its suite on the CUDA backend, and 8 GiB through discount product streamed vs
+# upload-compute-download (bench/run_streaming.sh; the CLI with 4 GiB .npy files).
 #
-# Here:   cmake --build build-cuda --target gpucompute-server bulk-transfer-bench
+# Here:   cmake --build build-cuda --target gpucompute-server gpucompute-cli \
+#             bulk-transfer-bench streaming_compute_test
 #         /work/shared/tools/device-bundle .device/bulk build-cuda/server/gpucompute-server \
-#             build-cuda/bench/bulk-transfer-bench
+#             build-cuda/client/gpucompute-cli build-cuda/bench/bulk-transfer-bench \
+#             build-cuda/tests/streaming_compute_test
 #         (cd client/python && /usr/bin/python3 -m gpucompute._build_proto --force)
-# There:  bash bench/run_gpu_bulk.sh   (carry .device and client/python/gpucompute/_proto)
+# There:  bash bench/run_gpu_bulk.sh [all|transfer|streaming]
+#         (carry .device and client/python/gpucompute/_proto)
 set -u
+PARTS=${1:-all}
 BUNDLE=${BUNDLE:-.device/bulk}
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
@@ -18,6 +25,7 @@ export PYTHONPATH="$PWD/client/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFER
 step() { echo; echo "=== $* ($(date +%T))"; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
 
+if [ "$PARTS" != streaming ]; then
 step "CUDA backend, 2 GiB, 1 and 8 stripes"
 OUT=$OUT/cuda T_STEP=100 timeout 200 bash bench/run_bulk.sh "$BUNDLE" cuda 2147483648 8
 step "CPU backend, 2 GiB, 1 and 8 stripes"
@@ -31,7 +39,26 @@ sleep 3
 timeout 150 python3 examples/seed000_discount.py --target 127.0.0.1:50191 --stripes 8 2>&1 \
   | tail -8 | tee "$OUT/seed000.txt"
 kill -TERM $SERVER; wait $SERVER
+fi
+
+if [ "$PARTS" != transfer ]; then
+step "StreamingCompute suite on the CUDA backend"
+GPUCOMPUTE_TEST_BACKEND=cuda timeout 120 "$BUNDLE/streaming_compute_test" 2>&1 \
+  | tee "$OUT/streaming_compute_test_cuda.txt" | grep -E "^\[ +(FAILED|PASSED) +\]|Failure" -A3
+step "StreamingCompute vs upload-compute-download, CUDA, 8 GiB (CLI 4 GiB)"
+OUT=$OUT/cuda T_STEP=150 timeout 280 bash bench/run_streaming.sh "$BUNDLE" cuda 8589934592 4294967296
+step "seed 000 full case, batches of 10 slices (4 GB) as StreamingCompute calls, first 3"
+"$BUNDLE/gpucompute-server" --backend=cuda --address=127.0.0.1:50192 --metrics_address=127.0.0.1:0 \
+  --buffer_quota_bytes=100000000000 > "$OUT/seed000_streaming_server.log" 2>&1 &
+SERVER=$!
+sleep 3
+timeout 150 python3 examples/seed000_discount.py --target 127.0.0.1:50192 --streaming \
+  --batch 10 --max-batches 3 2>&1 | tail -8 | tee "$OUT/seed000_streaming.txt"
+kill -TERM $SERVER; wait $SERVER
+fi
 
 step "summary"
 grep -h "GB/s" "$OUT"/cuda/bulk_cuda.txt "$OUT"/cpu/bulk_cpu.txt 2>/dev/null | sed 's/^/  /'
-grep -h "full case" "$OUT/seed000.txt" | sed 's/^/  /'
+grep -h "full case" "$OUT/seed000.txt" 2>/dev/null | sed 's/^/  /'
+grep -h "GB/s\|identical\|DIFFER" "$OUT"/cuda/streaming_cuda.txt 2>/dev/null | sed 's/^/  /'
+grep -h "full case" "$OUT/seed000_streaming.txt" 2>/dev/null | sed "s/^/  streaming /"

@@ -308,6 +308,75 @@ absl::Status RunBenchCommand(const CliConfig& config, Client& client, const Args
   return absl::OkStatus();
 }
 
+// stream OPERATION: the streamed operands mapped from .npy files, the result
+// written chunk by chunk into the mapped --out file: any size, bounded memory.
+absl::Status RunStream(const CliConfig& config, Client& client, const Args& args) {
+  GC_RETURN_IF_ERROR(RequireFlags(config, {"out"}, "stream"));
+  v1::StreamingComputeHeader header;
+  header.set_chunk_bytes(config.chunk_bytes);
+  std::vector<MappedNpy> streamed;
+  OperandResolver operands(client, config.inline_limit_bytes, config.show_progress);
+  const absl::string_view operation = args[0];
+  if (operation == "discount-product") {
+    GC_RETURN_IF_ERROR(RequireFlags(config, {"factors", "values"}, "stream discount-product"));
+    header.set_operation(v1::STREAMING_DISCOUNT_PRODUCT);
+    GC_ASSIGN_OR_RETURN(*header.mutable_factors(), operands.Resolve(config.factors, "factors"));
+    GC_ASSIGN_OR_RETURN(streamed.emplace_back(), MapNpyFile(config.values));
+  } else if (operation == "haversine") {
+    GC_RETURN_IF_ERROR(
+        RequireFlags(config, {"lat_points", "lon_points", "ref"}, "stream haversine"));
+    header.set_operation(v1::STREAMING_HAVERSINE_POINTS);
+    GC_ASSIGN_OR_RETURN(const std::vector<v1::GeoPoint> references,
+                        AsUsageError(ParseGeoPoints(config.ref, "ref")));
+    header.mutable_references()->Add(references.begin(), references.end());
+    header.set_radius(config.radius);
+    GC_ASSIGN_OR_RETURN(streamed.emplace_back(), MapNpyFile(config.lat_points));
+    GC_ASSIGN_OR_RETURN(streamed.emplace_back(), MapNpyFile(config.lon_points));
+    if (streamed[0].dtype != streamed[1].dtype || streamed[0].shape != streamed[1].shape) {
+      return UsageError("--lat_points and --lon_points must have one dtype and shape");
+    }
+  } else if (operation == "normalize") {
+    GC_RETURN_IF_ERROR(RequireFlags(config, {"input"}, "stream normalize"));
+    header.set_operation(v1::STREAMING_NORMALIZE);
+    GC_ASSIGN_OR_RETURN(const v1::Norm norm, AsUsageError(ParseNorm(config.norm)));
+    header.set_norm(norm);
+    GC_ASSIGN_OR_RETURN(streamed.emplace_back(), MapNpyFile(config.input));
+  } else {
+    return UsageError(absl::StrCat("stream: unknown operation \"", operation,
+                                   "\"; use discount-product, haversine or normalize"));
+  }
+  header.set_dtype(streamed[0].dtype);
+  header.mutable_shape()->Add(streamed[0].shape.begin(), streamed[0].shape.end());
+  std::vector<absl::string_view> data;
+  for (const MappedNpy& array : streamed) data.push_back(array.data);
+  std::optional<NpyOutputFile> file;
+  const ResultDestination destination =
+      [&](const v1::ResultHeader& result) -> absl::StatusOr<char*> {
+    GC_ASSIGN_OR_RETURN(file, NpyOutputFile::Create(config.out, result.dtype(),
+                                                    ShapeOf(result.shape())));
+    return file->data();
+  };
+  absl::StatusOr<Result> computed =
+      WithProgressBar(absl::StrCat("stream ", operation), config.show_progress,
+                      [&](const ProgressCallback& progress) {
+                        return client.StreamingCompute(header, data, destination, progress);
+                      });
+  if (absl::Status released = operands.Release(); !released.ok()) {
+    std::cerr << "gpucompute-cli: warning: " << released.message() << "\n";
+  }
+  if (!computed.ok() && file.has_value()) {
+    file.reset();
+    std::filesystem::remove(config.out);  // no partial file is left behind
+  }
+  GC_ASSIGN_OR_RETURN(const Result result, std::move(computed));
+  std::cout << absl::StrFormat("result      %s %s, %s\nwritten     %s\n",
+                               DTypeName(result.header.dtype()),
+                               ShapeToString(ShapeOf(result.header.shape())),
+                               FormatBytes(result.header.total_bytes()), config.out)
+            << FormatTrailer(result.trailer);
+  return absl::OkStatus();
+}
+
 const std::vector<absl::string_view> kComputeFlags = {
     "out", "keep_on_device", "name", "chunk_bytes", "inline_limit_bytes", "shared_memory"};
 
@@ -345,6 +414,15 @@ const std::vector<Command>& Commands() {
            {"x", "y", "freqs", "freq_grid", "weights", "precenter", "normalize", "floating_mean",
             "normalization", "method", "accuracy"}),
        0, RunLombScargle},
+      {"stream",
+       "stream (discount-product --factors=SRC --values=FILE.npy |\n"
+       "                     haversine --lat_points=FILE.npy --lon_points=FILE.npy\n"
+       "                     --ref=LAT,LON[;LAT,LON...] [--radius=R] |\n"
+       "                     normalize --input=FILE.npy [--norm=sum|l1|l2|max_abs])\n"
+       "                     --out=OUT.npy [--chunk_bytes=N]",
+       {"factors", "values", "lat_points", "lon_points", "ref", "radius", "input", "norm", "out",
+        "chunk_bytes", "inline_limit_bytes"},
+       1, RunStream},
       {"bench",
        "bench [--concurrency=8] [--duration=10s | --count=N] [--size=65536]\n"
        "                     [--mix=normalize:1,haversine:1,discount:1,lombscargle:1]\n"

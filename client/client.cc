@@ -62,6 +62,8 @@ Client::Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options)
       normalize_method_("/gpucompute.v1.Compute/Normalize", RpcMethod::SERVER_STREAMING, channel),
       lomb_scargle_method_("/gpucompute.v1.Compute/LombScargle", RpcMethod::SERVER_STREAMING,
                            channel),
+      streaming_compute_method_("/gpucompute.v1.Compute/StreamingCompute",
+                                RpcMethod::BIDI_STREAMING, channel),
       buffers_(v1::Buffers::NewStub(channel)),
       server_(v1::Server::NewStub(channel)),
       shared_memory_(v1::SharedMemory::NewStub(channel)),
@@ -104,18 +106,7 @@ absl::StatusOr<Result> Client::ResultStream(const RpcMethod& method,
           channel != nullptr ? RpcMethod(method.name(), method.method_type()) : method, &context,
           v1::wire::SerializedMessage(request)));
   ResultAssembler assembler(std::move(options));
-  grpc::ByteBuffer message;
-  absl::Status framing = absl::OkStatus();
-  while (reader->Read(&message)) {
-    framing = assembler.AddBytes(message);
-    if (!framing.ok()) {
-      // Stop the server streaming the rest; Read returns false once cancelled.
-      context.TryCancel();
-      while (reader->Read(&message)) {
-      }
-      break;
-    }
-  }
+  const absl::Status framing = ReadResultStream(*reader, context, assembler);
   const grpc::Status status = reader->Finish();
   GC_RETURN_IF_ERROR(framing);
   GC_RETURN_IF_ERROR(ToAbslStatus(status));

@@ -132,6 +132,20 @@ class Client {
   absl::StatusOr<Result> LombScargle(const v1::LombScargleRequest& request,
                                      const ProgressCallback& progress = {});
 
+  // Compute.StreamingCompute: an element-wise operation over an input of any
+  // size in one call. `header` names the operation, dtype and whole shape (and
+  // the factors, references or norm); `operands` are the streamed bytes (C order,
+  // header.shape): the values or the input, or lat then lon for haversine points.
+  // They go out in chunks (whole rows where the operation needs them) of about
+  // ClientOptions::upload_chunk_bytes
+  // (gRPC sends from `operands` themselves) while the result chunks come back and
+  // are written where `destination` says (unset: Result::data). The server
+  // holds a bounded number of chunks; the call's memory here is the result's.
+  absl::StatusOr<Result> StreamingCompute(const v1::StreamingComputeHeader& header,
+                                          std::span<const absl::string_view> operands,
+                                          const ResultDestination& destination = {},
+                                          const ProgressCallback& progress = {});
+
  private:
   void SetDeadline(grpc::ClientContext& context) const;
   // One unary RPC of `stub` under the call deadline.
@@ -193,6 +207,7 @@ class Client {
   const grpc::internal::RpcMethod haversine_grid_method_;
   const grpc::internal::RpcMethod normalize_method_;
   const grpc::internal::RpcMethod lomb_scargle_method_;
+  const grpc::internal::RpcMethod streaming_compute_method_;
   std::unique_ptr<v1::Buffers::Stub> buffers_;
   std::unique_ptr<v1::Server::Stub> server_;
   std::unique_ptr<v1::SharedMemory::Stub> shared_memory_;

@@ -103,11 +103,15 @@ std::string FormatTrailer(const v1::ResultTrailer& trailer) {
   // The algorithm, where the operation had a choice (LombScargle's direct or nufft).
   const std::string method =
       trailer.method().empty() ? "" : absl::StrCat(", method ", trailer.method());
-  return absl::StrFormat(
+  std::string out = absl::StrFormat(
       "backend     %s on %s%s\n"
       "timing (us) queue %d, transfer in %d, compute %d, transfer out %d, total %d\n",
       trailer.backend(), trailer.device(), method, timing.queue_us(), timing.transfer_in_us(),
       timing.compute_us(), timing.transfer_out_us(), timing.total_us());
+  if (trailer.streamed_chunks() > 0) {
+    absl::StrAppendFormat(&out, "streamed    %d chunks\n", trailer.streamed_chunks());
+  }
+  return out;
 }
 
 std::string FormatPreview(const Result& result, size_t max_values) {

@@ -80,6 +80,16 @@ absl::Status ResultAssembler::AddHeader(const v1::ResultHeader& header) {
   received_bytes_ = options_.range_begin;
   range_end_ = options_.range_end == 0 ? header.total_bytes()
                                        : std::min(options_.range_end, header.total_bytes());
+  if (options_.result_runs > 1) {
+    if (header.total_bytes() % options_.result_runs != 0 || options_.range_begin != 0 ||
+        options_.range_end != 0) {
+      return absl::DataLossError(absl::StrCat("result stream: ", header.total_bytes(),
+                                              " bytes do not split into ", options_.result_runs,
+                                              " equal runs"));
+    }
+    run_bytes_ = header.total_bytes() / options_.result_runs;
+    for (uint64_t run = 0; run < options_.result_runs; ++run) run_next_.push_back(run * run_bytes_);
+  }
   have_header_ = true;
   result_.header = header;
   // One allocation for the whole result (or the caller's memory); chunks are
@@ -114,11 +124,12 @@ absl::Status ResultAssembler::AddData(uint64_t offset, uint64_t size,
   if (!options_.expect_data) {
     return absl::DataLossError("result stream: data chunk although the result was kept on device");
   }
+  const uint64_t total = range_end_;
+  if (!run_next_.empty()) return AddRunData(offset, size, copy);
   if (offset != received_bytes_) {
     return absl::DataLossError(absl::StrCat("result stream: chunk at offset ", offset,
                                             ", expected offset ", received_bytes_));
   }
-  const uint64_t total = range_end_;
   if (size > total - received_bytes_) {
     return absl::DataLossError(absl::StrCat("result stream: chunk of ", size, " bytes at offset ",
                                             offset, " overruns the declared ", total, " bytes"));
@@ -126,6 +137,26 @@ absl::Status ResultAssembler::AddData(uint64_t offset, uint64_t size,
   if (size > 0) copy(destination_ + received_bytes_);
   received_bytes_ += size;
   if (options_.progress) options_.progress(received_bytes_, total);
+  return absl::OkStatus();
+}
+
+absl::Status ResultAssembler::AddRunData(uint64_t offset, uint64_t size,
+                                         const std::function<void(char*)>& copy) {
+  const uint64_t run = std::min<uint64_t>(offset / run_bytes_, run_next_.size() - 1);
+  if (offset != run_next_[run]) {
+    return absl::DataLossError(absl::StrCat("result stream: chunk at offset ", offset,
+                                            ", expected offset ", run_next_[run], " (run ", run,
+                                            ")"));
+  }
+  if (size > (run + 1) * run_bytes_ - offset) {
+    return absl::DataLossError(absl::StrCat("result stream: chunk of ", size, " bytes at offset ",
+                                            offset, " overruns run ", run, " of ", run_bytes_,
+                                            " bytes"));
+  }
+  if (size > 0) copy(destination_ + offset);
+  run_next_[run] += size;
+  received_bytes_ += size;
+  if (options_.progress) options_.progress(received_bytes_, range_end_);
   return absl::OkStatus();
 }
 

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "gpucompute/v1/gpucompute.pb.h"
+#include "grpcpp/client_context.h"
 #include "grpcpp/support/byte_buffer.h"
 
 namespace gpucompute::client {
@@ -52,6 +53,10 @@ class ResultAssembler {
     // result (range_end 0: to the end; cut at the end as the server does).
     uint64_t range_begin = 0;
     uint64_t range_end = 0;
+    // The result is this many equal runs, each arriving in order but interleaved
+    // with the others (StreamingCompute's haversine points: one run per
+    // reference). Only for whole results.
+    uint64_t result_runs = 1;
   };
 
   explicit ResultAssembler(Options options);
@@ -67,6 +72,8 @@ class ResultAssembler {
   absl::Status AddHeader(const v1::ResultHeader& header);
   // `size` bytes at `offset`, written by copy(destination).
   absl::Status AddData(uint64_t offset, uint64_t size, const std::function<void(char*)>& copy);
+  // AddData for a result of several interleaved runs (Options::result_runs).
+  absl::Status AddRunData(uint64_t offset, uint64_t size, const std::function<void(char*)>& copy);
   absl::Status AddComplete(const v1::ResultComplete& complete);
   absl::Status AddTrailer(const v1::ResultTrailer& trailer);
 
@@ -75,8 +82,31 @@ class ResultAssembler {
   bool have_trailer_ = false;
   uint64_t received_bytes_ = 0;  // the offset the next chunk must have
   uint64_t range_end_ = 0;
+  // With result_runs > 1: the offset the next chunk of each run must have.
+  std::vector<uint64_t> run_next_;
+  uint64_t run_bytes_ = 0;
   char* destination_ = nullptr;
   Result result_;
 };
+
+// Reads a result stream's messages (from a grpc::ClientReader or ReaderWriter of
+// raw messages) into `assembler`; a framing error cancels the call, whose rest is
+// read and dropped. The framing's status; the call's comes from the reader's Finish.
+template <typename Reader>
+absl::Status ReadResultStream(Reader& reader, grpc::ClientContext& context,
+                              ResultAssembler& assembler) {
+  grpc::ByteBuffer message;
+  while (reader.Read(&message)) {
+    absl::Status framing = assembler.AddBytes(message);
+    if (!framing.ok()) {
+      // Stop the server streaming the rest; Read returns false once cancelled.
+      context.TryCancel();
+      while (reader.Read(&message)) {
+      }
+      return framing;
+    }
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace gpucompute::client

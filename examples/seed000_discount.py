@@ -11,7 +11,9 @@ light the transfers dominate, so data should stay on the device.
    80 GB out). Done in one request if the server's device (and buffer quota) can hold it,
    else in batches along D that fit: the factors are uploaded once and stay on the
    device; each batch of values is uploaded as a stored buffer, multiplied there, and the
-   result streamed back and checked against NumPy.
+   result streamed back and checked against NumPy. With --streaming each batch is one
+   StreamingCompute call instead (values streamed in, results streamed out at once, with
+   bounded server memory), so a batch is limited by this host's memory only.
 
     python examples/seed000_discount.py --target localhost:50051 [--small]
 """
@@ -67,7 +69,7 @@ def thread_case(client, checks):
                f"transfer_in {ms(t.transfer_in)}")
 
 
-def plan_batches(info, n, d, forced_batch, kept):
+def plan_batches(info, n, d, forced_batch, kept, streaming=False):
     """Slices of D per batch that the server's device, its quota and this host can hold
     (kept: the result is stored too, and counts against the quota)."""
     per_slice = n * 5 * 8
@@ -86,6 +88,8 @@ def plan_batches(info, n, d, forced_batch, kept):
     by_device = int(0.7 * dev_mem - factors) // (2 * per_slice) if dev_mem else d
     # This host holds the values batch, the streamed result and one slice of check.
     by_host = int(0.6 * host - factors) // (2 * per_slice + 1)
+    if streaming:  # the server holds a few chunks only: this host alone limits a batch
+        by_quota = by_device = d
     fits_whole = factors + 2 * d * per_slice <= 0.7 * dev_mem and factors + d * per_slice <= quota
     batch = forced_batch or max(0, min(d, by_quota, by_device, by_host))
     print(f"plan: factors {gb(factors)}, values and result {gb(d * per_slice)} each; "
@@ -97,12 +101,19 @@ def plan_batches(info, n, d, forced_batch, kept):
     return batch
 
 
-def full_case(client, info, checks, n, d, forced_batch, max_batches):
+def streamed_batch(client, f_dev, values):
+    """One batch as a StreamingCompute call: (result, seconds, compute seconds)."""
+    t0 = time.perf_counter()
+    out, t = client.stream_discount_product(f_dev, values, return_timing=True)
+    return out, time.perf_counter() - t0, t.compute
+
+
+def full_case(client, info, checks, n, d, forced_batch, max_batches, streaming=False):
     print(f"\n== the user's data: factors ({n}, 5) * values ({d}, {n}, 5), float64")
     # With stripes the result is kept on the server and downloaded over them (a
     # compute result streams on one stream).
     striped = client.stripes > 1
-    batch = plan_batches(info, n, d, forced_batch, kept=striped)
+    batch = plan_batches(info, n, d, forced_batch, kept=striped, streaming=streaming)
     if batch < 1:
         checks("one slice of the full case fits", False, "not even one (n, 5) slice fits")
         return
@@ -121,6 +132,18 @@ def full_case(client, info, checks, n, d, forced_batch, max_batches):
         for i, s in enumerate(starts):
             e = min(s + batch, d)
             values = np.arange(s * n * 5, e * n * 5, dtype=np.float64).reshape(e - s, n, 5)
+            if streaming:
+                out, wall, compute = streamed_batch(client, f_dev, values)
+                ok = all(np.array_equal(out[k], factors * values[k]) for k in range(e - s))
+                totals["compute"] += compute
+                totals["wall"] += wall
+                totals["bytes"] += values.nbytes
+                totals["ok"] &= ok
+                print(f"batch {i + 1}/{len(starts)} d[{s}:{e}]: streamed {gb(values.nbytes)} in "
+                      f"and out in {ms(wall)} ({rate(values.nbytes, wall)} each way), compute "
+                      f"{ms(compute)}, check {'ok' if ok else 'MISMATCH'}")
+                del out, values
+                continue
             t0 = time.perf_counter()
             with client.upload(values, name=f"seed000 values {s}:{e}") as v_dev:
                 up_s = time.perf_counter() - t0
@@ -163,6 +186,8 @@ def main():
                    help="slices of D per batch (default: as many as fit)")
     p.add_argument("--max-batches", type=int, default=0, help="stop after this many batches")
     p.add_argument("--skip-full", action="store_true", help="only the thread's case")
+    p.add_argument("--streaming", action="store_true",
+                   help="the full case's batches as StreamingCompute calls")
     args = p.parse_args()
     if args.small:
         args.n, args.d, args.batch = 20000, 12, args.batch or 5
@@ -171,7 +196,8 @@ def main():
     checks = Checks()
     thread_case(client, checks)
     if not args.skip_full:
-        full_case(client, info, checks, args.n, args.d, args.batch, args.max_batches)
+        full_case(client, info, checks, args.n, args.d, args.batch, args.max_batches,
+                  args.streaming)
     leftovers = [b for b in client.list_buffers() if b.name.startswith("seed000")]
     checks("stored buffers cleaned up", not leftovers, f"{len(leftovers)} left")
     checks.exit()

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "common/status_macros.h"
+
 namespace gpucompute {
 
 ChunkMemory& ChunkMemory::Shared() {
@@ -28,6 +30,37 @@ void ChunkMemory::Give(std::unique_ptr<char[]> block, size_t bytes) {
   if (cached_bytes_ + bytes > kMaxCachedBytes) return;  // freed
   free_[bytes].push_back(std::move(block));
   cached_bytes_ += bytes;
+}
+
+absl::StatusOr<grpc::Slice> ArrayPayloadSlice(Backend& backend,
+                                              const std::shared_ptr<MemoryBudget>& host_budget,
+                                              const std::shared_ptr<Array>& array,
+                                              uint64_t offset, uint64_t n,
+                                              absl::Duration& copy_time) {
+  if (array->device() == kHostDevice) {
+    auto* owner = new std::shared_ptr<Array>(array);
+    return grpc::Slice(static_cast<char*>((*owner)->data()) + offset, n,
+                       [](void* p) { delete static_cast<std::shared_ptr<Array>*>(p); }, owner);
+  }
+  // The copy's memory (recycled) and its charge go back when gRPC drops the slice.
+  struct HostCopy {
+    std::unique_ptr<char[]> bytes;
+    size_t size;
+    MemoryBudget::Charge charge;
+    ~HostCopy() { ChunkMemory::Shared().Give(std::move(bytes), size); }
+  };
+  auto copy = std::make_unique<HostCopy>();
+  if (host_budget != nullptr) {
+    GC_ASSIGN_OR_RETURN(copy->charge, host_budget->Reserve(n));
+  }
+  copy->bytes = ChunkMemory::Shared().Take(n);
+  copy->size = n;
+  const absl::Time start = absl::Now();
+  GC_RETURN_IF_ERROR(backend.CopyFromArray(*array, offset, n, copy->bytes.get()));
+  copy_time += absl::Now() - start;
+  char* bytes = copy->bytes.get();
+  return grpc::Slice(bytes, n, [](void* p) { delete static_cast<HostCopy*>(p); },
+                     copy.release());
 }
 
 }  // namespace gpucompute

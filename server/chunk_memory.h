@@ -11,7 +11,12 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/support/slice.h"
+#include "kernels/backend.h"
+#include "kernels/memory_budget.h"
 
 namespace gpucompute {
 
@@ -34,5 +39,16 @@ class ChunkMemory {
   absl::flat_hash_map<size_t, std::vector<std::unique_ptr<char[]>>> free_ ABSL_GUARDED_BY(mu_);
   size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
+
+// Bytes [offset, offset + n) of `array` as a payload slice gRPC writes from: a host
+// array's own memory (no copy; the slice keeps the array alive), else a copy off
+// the device into ChunkMemory, charged to `host_budget` (null: not charged; the
+// charge may wait --memory_budget_wait) until gRPC drops the slice. `copy_time`
+// grows by the time the copy took.
+absl::StatusOr<grpc::Slice> ArrayPayloadSlice(Backend& backend,
+                                              const std::shared_ptr<MemoryBudget>& host_budget,
+                                              const std::shared_ptr<Array>& array,
+                                              uint64_t offset, uint64_t n,
+                                              absl::Duration& copy_time);
 
 }  // namespace gpucompute

@@ -9,6 +9,7 @@
 #include "server/result_stream.h"
 #include "server/security.h"
 #include "server/shared_memory_service.h"
+#include "server/streaming_compute.h"
 
 namespace gpucompute {
 namespace {
@@ -86,6 +87,9 @@ ComputeService::ComputeService(ServiceContext& service) : service_(service), bat
                                   PrepareHaversineGrid);
   Serve<v1::NormalizeRequest>("Normalize", Operation::kNormalize, PrepareNormalize);
   Serve<v1::LombScargleRequest>("LombScargle", Operation::kLombScargle, PrepareLombScargle);
+  BidiStreaming("StreamingCompute", [this](grpc::CallbackServerContext* context) {
+    return StartStreamingCompute(service_, idle_timer_, context);
+  });
 }
 
 template <typename Request, typename PrepareFn>

@@ -1,5 +1,6 @@
 // gpucompute.v1.Compute: each RPC parses and checks its request on the gRPC
-// thread and hands the work to a ResultStreamReactor, which runs it on the executor.
+// thread and hands the work to a ResultStreamReactor, which runs it on the executor;
+// StreamingCompute has a reactor of its own (streaming_compute.h).
 #pragma once
 
 #include "gpucompute/v1/gpucompute.grpc.pb.h"
@@ -21,6 +22,7 @@ class ComputeService final : public ParsingService<v1::Compute> {
 
   ServiceContext& service_;
   DynamicBatcher batcher_;
+  Timer idle_timer_;  // StreamingCompute calls' stream_idle_timeout
 };
 
 }  // namespace gpucompute

@@ -62,6 +62,8 @@ struct ServerConfig {
   absl::Duration stream_idle_timeout = absl::Seconds(30);
   // How long an upload session no stream uses keeps its partial buffer.
   absl::Duration upload_session_ttl = absl::Minutes(10);
+  // StreamingCompute: input chunks one call may hold, received and not yet answered.
+  int streaming_chunks_in_flight = 4;
   // gRPC's memory for connections and calls; 0: derived (DefaultResourceQuotaBytes).
   uint64_t resource_quota_bytes = 0;
   // The server binary sets this: at start its own memory outside arrays (the

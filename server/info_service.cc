@@ -37,7 +37,8 @@ void InfoService::Describe(v1::ServerInfo* response) const {
     info->set_memory_bytes(device.memory_bytes);
     info->set_healthy(device.healthy);
   }
-  for (const char* name : {"DiscountProduct", "HaversineGrid", "Normalize", "LombScargle"}) {
+  for (const char* name :
+       {"DiscountProduct", "HaversineGrid", "Normalize", "LombScargle", "StreamingCompute"}) {
     v1::OperationInfo* op = response->add_operations();
     op->set_name(name);
     op->add_dtypes(v1::FLOAT32);
@@ -62,6 +63,7 @@ void InfoService::Describe(v1::ServerInfo* response) const {
   limits->set_max_metadata_bytes(config.max_metadata_bytes);
   limits->set_stream_idle_timeout_ms(absl::ToInt64Milliseconds(config.stream_idle_timeout));
   limits->set_upload_session_ttl_ms(absl::ToInt64Milliseconds(config.upload_session_ttl));
+  limits->set_streaming_chunks_in_flight(static_cast<uint32_t>(config.streaming_chunks_in_flight));
   limits->set_max_buffers_per_owner(static_cast<uint32_t>(config.max_buffers_per_owner));
   limits->set_principal_quota_bytes(config.principal_quota_bytes);
   limits->set_max_in_flight(config.max_in_flight);

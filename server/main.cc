@@ -66,6 +66,10 @@ ABSL_FLAG(absl::Duration, stream_idle_timeout, absl::Seconds(30),
 ABSL_FLAG(absl::Duration, upload_session_ttl, absl::Minutes(10),
           "an upload session (resumable, striped upload) that no stream has used this long is "
           "dropped with its partial buffer");
+ABSL_FLAG(int32_t, streaming_chunks_in_flight, 4,
+          "StreamingCompute input chunks one call may hold (received, not yet answered); the "
+          "server reads no further until one is written, so a call holds at most this many "
+          "chunks and their results");
 ABSL_FLAG(int64_t, max_buffers_per_owner, 10000,
           "stored buffers one caller may hold; more get RESOURCE_EXHAUSTED; 0 = no limit");
 ABSL_FLAG(int32_t, max_device_queue_depth, 64,
@@ -260,6 +264,7 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
   config.max_device_queue_depth = absl::GetFlag(FLAGS_max_device_queue_depth);
   config.stream_idle_timeout = absl::GetFlag(FLAGS_stream_idle_timeout);
   config.upload_session_ttl = absl::GetFlag(FLAGS_upload_session_ttl);
+  config.streaming_chunks_in_flight = absl::GetFlag(FLAGS_streaming_chunks_in_flight);
   config.max_buffers_per_owner = absl::GetFlag(FLAGS_max_buffers_per_owner);
   config.max_receive_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   config.min_chunk_bytes = absl::GetFlag(FLAGS_min_chunk_bytes);
@@ -312,6 +317,9 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
   }
   if (config.upload_session_ttl < absl::Milliseconds(1)) {
     return absl::InvalidArgumentError("--upload_session_ttl must be >= 1ms");
+  }
+  if (config.streaming_chunks_in_flight < 1 || config.streaming_chunks_in_flight > 64) {
+    return absl::InvalidArgumentError("--streaming_chunks_in_flight must lie in [1, 64]");
   }
   if (config.stream_idle_timeout < absl::Milliseconds(1) || config.max_buffers_per_owner < 0) {
     return absl::InvalidArgumentError(

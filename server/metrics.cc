@@ -44,6 +44,7 @@ constexpr std::array<RpcName, kRpcMethodCount> kRpcNames = {{
     {"gpucompute.v1.Compute", "LombScargle", "server_stream"},
     {"gpucompute.v1.Buffers", "Upload", "client_stream"},
     {"gpucompute.v1.Buffers", "Download", "server_stream"},
+    {"gpucompute.v1.Compute", "StreamingCompute", "bidi_stream"},
     {"gpucompute.v1.Buffers", "Delete", "unary"},
     {"gpucompute.v1.Buffers", "List", "unary"},
     {"gpucompute.v1.Server", "GetInfo", "unary"},

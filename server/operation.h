@@ -10,17 +10,19 @@
 
 namespace gpucompute {
 
-// The four compute RPCs, Upload and Download: each holds an admission ticket
-// while it runs.
+// The four compute RPCs, Upload, Download and StreamingCompute: each holds an
+// admission ticket while it runs.
 enum class Operation {
   kDiscountProduct, kHaversineGrid, kNormalize, kLombScargle, kUpload, kDownload,
+  kStreamingCompute,
 };
-inline constexpr int kOperationCount = 6;
+inline constexpr int kOperationCount = 7;
 
 // The `operation` label ("discount_product", ..., "download").
 inline absl::string_view OperationLabel(Operation op) {
   constexpr std::array<absl::string_view, kOperationCount> kLabels = {
-      "discount_product", "haversine_grid", "normalize", "lombscargle", "upload", "download"};
+      "discount_product", "haversine_grid", "normalize", "lombscargle", "upload", "download",
+      "streaming_compute"};
   return kLabels[static_cast<int>(op)];
 }
 
@@ -28,11 +30,11 @@ inline absl::string_view OperationLabel(Operation op) {
 // in the same order.
 enum class RpcMethod {
   kDiscountProduct, kHaversineGrid, kNormalize, kLombScargle,
-  kUpload, kDownload, kDelete, kList, kGetInfo, kHealthCheck, kHealthWatch,
+  kUpload, kDownload, kStreamingCompute, kDelete, kList, kGetInfo, kHealthCheck, kHealthWatch,
   kRegisterSystemSharedMemory, kRegisterCudaSharedMemory, kUnregisterSharedMemory,
   kSharedMemoryStatus, kUploadStatus,
 };
-inline constexpr int kRpcMethodCount = 16;
+inline constexpr int kRpcMethodCount = 17;
 
 // The RPC that carries `op`.
 constexpr RpcMethod RpcMethodOf(Operation op) { return static_cast<RpcMethod>(op); }

@@ -36,6 +36,7 @@ absl::StatusOr<Message> ParseRequest(const grpc::ByteBuffer& bytes,
 //   Unary:           grpc::ServerUnaryReactor*(context, const ByteBuffer*, Response*)
 //   ServerStreaming: grpc::ServerWriteReactor<Response>*(context, const ByteBuffer*)
 //   ClientStreaming: grpc::ServerReadReactor<ByteBuffer>*(context, Response*)
+//   BidiStreaming:   grpc::ServerBidiReactor<ByteBuffer, ByteBuffer>*(context)
 template <typename Generated>
 class ParsingService : public Generated::Service {
  protected:
@@ -55,6 +56,12 @@ class ParsingService : public Generated::Service {
   void ClientStreaming(absl::string_view method, Handler handler) {
     this->MarkMethodRawCallback(
         Index(method), new grpc::internal::CallbackClientStreamingHandler<grpc::ByteBuffer, Response>(
+                           std::move(handler)));
+  }
+  template <typename Handler>
+  void BidiStreaming(absl::string_view method, Handler handler) {
+    this->MarkMethodRawCallback(
+        Index(method), new grpc::internal::CallbackBidiHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
                            std::move(handler)));
   }
 

@@ -208,34 +208,13 @@ absl::StatusOr<grpc::Slice> ResultStreamReactor::CopyOut(const StreamSource& sou
                        [](void* p) { delete static_cast<std::shared_ptr<const std::string>*>(p); },
                        owner);
   }
-  const std::shared_ptr<Array>& array = source.array;
-  if (array->device() == kHostDevice) {
-    // gRPC writes straight from the array, which the slice keeps alive.
-    auto* owner = new std::shared_ptr<Array>(array);
-    const absl::Duration took = absl::Now() - start;
-    elapsed += took;
-    service_.metrics.Transferred(Direction::kDeviceToHost, n, took);
-    return grpc::Slice(static_cast<char*>((*owner)->data()) + offset, n,
-                       [](void* p) { delete static_cast<std::shared_ptr<Array>*>(p); }, owner);
-  }
-  // The copy's memory (recycled) and its charge go back when gRPC drops the slice.
-  struct HostCopy {
-    std::unique_ptr<char[]> bytes;
-    size_t size;
-    MemoryBudget::Charge charge;
-    ~HostCopy() { ChunkMemory::Shared().Give(std::move(bytes), size); }
-  };
-  auto copy = std::make_unique<HostCopy>();
-  GC_RETURN_IF_ERROR(ChargeHostMemory(n, copy->charge));
-  copy->bytes = ChunkMemory::Shared().Take(n);
-  copy->size = n;
-  GC_RETURN_IF_ERROR(service_.backend.CopyFromArray(*array, offset, n, copy->bytes.get()));
-  const absl::Duration took = absl::Now() - start;
+  absl::Duration took = absl::ZeroDuration();
+  GC_ASSIGN_OR_RETURN(grpc::Slice slice,
+                      ArrayPayloadSlice(service_.backend, host_budget_, source.array, offset, n, took));
+  took = absl::Now() - start;
   elapsed += took;
   service_.metrics.Transferred(Direction::kDeviceToHost, n, took);
-  char* bytes = copy->bytes.get();
-  return grpc::Slice(bytes, n, [](void* p) { delete static_cast<HostCopy*>(p); },
-                     copy.release());
+  return slice;
 }
 
 void ResultStreamReactor::ProduceChunk() {
@@ -269,12 +248,6 @@ void ResultStreamReactor::ProduceChunk() {
     }
     PumpLocked(lock);
   }
-}
-
-absl::Status ResultStreamReactor::ChargeHostMemory(uint64_t bytes, MemoryBudget::Charge& charge) {
-  if (host_budget_ == nullptr) return absl::OkStatus();
-  GC_ASSIGN_OR_RETURN(charge, host_budget_->Reserve(bytes));
-  return absl::OkStatus();
 }
 
 void ResultStreamReactor::Fail(const absl::Status& status) {

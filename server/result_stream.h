@@ -108,9 +108,6 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuff
   // a charged host copy; `elapsed` grows by the time it took.
   absl::StatusOr<grpc::Slice> CopyOut(const StreamSource& source, uint64_t offset, uint64_t n,
                                       absl::Duration& elapsed);
-  // Draws `bytes` of host memory from the budget into `charge` (waiting at
-  // most --memory_budget_wait); nothing when the backend has no budgets.
-  absl::Status ChargeHostMemory(uint64_t bytes, MemoryBudget::Charge& charge);
   void Fail(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::ResultTrailer MakeTrailer(const v1::BufferInfo* stored) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void QueueTrailer(const v1::BufferInfo* stored) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

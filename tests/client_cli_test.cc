@@ -146,6 +146,36 @@ TEST_F(CliTest, UploadPrintsTheIdAloneOnStdout) {
   EXPECT_THAT(values, ElementsAre(0.125, 0.25, 0.625, 0.4, 0.4, 0.2));
 }
 
+// `stream` runs an operation as StreamingCompute between mapped .npy files; a
+// failed stream leaves no output file.
+TEST_F(CliTest, StreamWritesTheResultFileAndLeavesNoneOnFailure) {
+  WriteRows(PathOf("data.npy"));
+  const CliRun stream = Cli({"stream", "normalize", absl::StrCat("--input=", PathOf("data.npy")),
+                             absl::StrCat("--out=", PathOf("streamed.npy"))});
+  ASSERT_EQ(stream.exit_code, 0) << stream.err;
+  EXPECT_THAT(stream.out, HasSubstr("streamed    1 chunks"));
+  absl::StatusOr<client::NpyArray> streamed = client::ReadNpyFile(PathOf("streamed.npy"));
+  ASSERT_TRUE(streamed.ok()) << streamed.status().message();
+  std::vector<double> values(6);
+  std::memcpy(values.data(), streamed->data.data(), streamed->data.size());
+  EXPECT_THAT(values, ElementsAre(0.125, 0.25, 0.625, 0.4, 0.4, 0.2));
+
+  // Factors (2,) do not broadcast against values (2, 3).
+  const double two[] = {1, 2};
+  const std::vector<int64_t> two_shape = {2};
+  ASSERT_TRUE(client::WriteNpyFile(PathOf("factors.npy"), v1::FLOAT64, two_shape,
+                                   absl::string_view(reinterpret_cast<const char*>(two),
+                                                     sizeof(two)))
+                  .ok());
+  const CliRun refused =
+      Cli({"stream", "discount-product", absl::StrCat("--factors=", PathOf("factors.npy")),
+           absl::StrCat("--values=", PathOf("data.npy")),
+           absl::StrCat("--out=", PathOf("refused.npy"))});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.err, HasSubstr("header.factors.shape (2,) and header.shape (2, 3) do not"));
+  EXPECT_FALSE(std::filesystem::exists(PathOf("refused.npy")));
+}
+
 TEST_F(CliTest, KeepOnDevicePrintsTheStoredIdAloneOnStdout) {
   WriteRows(PathOf("data.npy"));
   const CliRun kept = Cli({"normalize", absl::StrCat("--input=", PathOf("data.npy")),

@@ -90,20 +90,6 @@ std::unique_ptr<v1::Compute::Stub> OwnConnection(const TestServer& server) {
       server.target(), grpc::InsecureChannelCredentials(), own_connection));
 }
 
-uint64_t HostBudgetUsed(TestServer& server) {
-  return server.server().backend_stats().memory_budgets.at(0).used_bytes;
-}
-
-// Polls until the host budget's use reads `bytes`, within 10 s.
-uint64_t AwaitHostBudgetUsed(TestServer& server, uint64_t bytes) {
-  uint64_t used = HostBudgetUsed(server);
-  for (const absl::Time end = absl::Now() + absl::Seconds(10); used != bytes && absl::Now() < end;) {
-    absl::SleepFor(absl::Milliseconds(20));
-    used = HostBudgetUsed(server);
-  }
-  return used;
-}
-
 TEST(MemoryBudgetServerTest, ServerInfoReportsTheBudget) {
   auto server = TestServer::Start(BudgetConfig());
   ASSERT_TRUE(server.ok()) << server.status();
@@ -144,7 +130,7 @@ TEST(MemoryBudgetServerTest, MeshOverTheBudgetIsRefusedNamingTheFlag) {
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(refused.error_message(), HasSubstr("--host_memory_budget_bytes=134217728"));
   EXPECT_THAT(refused.error_message(), HasSubstr("134217728 bytes asked"));
-  EXPECT_EQ(HostBudgetUsed(**server), 0u);
+  EXPECT_EQ((*server)->HostBudgetUsed(), 0u);
   EXPECT_THAT(ScrapeMetrics((*server)->server().metrics_port()),
               HasSubstr("gpucompute_rejections_total{reason=\"memory_budget\"} 1"));
 }
@@ -162,7 +148,7 @@ TEST(MemoryBudgetServerTest, StalledReadersCannotStarveSmallRequestsAndFreeTheBu
     stalled.push_back(std::make_unique<StalledReader>(*hostile, Mesh(kLargeResult)));
   }
   constexpr uint64_t kHeld = kStalled * (kLargeResult + kStalledChunkBytes);
-  ASSERT_EQ(AwaitHostBudgetUsed(server, kHeld), kHeld);
+  ASSERT_EQ(server.AwaitHostBudgetUsed(kHeld), kHeld);
   const std::string metrics = ScrapeMetrics(server.server().metrics_port());
   EXPECT_THAT(metrics, HasSubstr(absl::StrCat("gpucompute_memory_budget_used_bytes{memory=\"host\"} ",
                                               kHeld)));
@@ -184,7 +170,7 @@ TEST(MemoryBudgetServerTest, StalledReadersCannotStarveSmallRequestsAndFreeTheBu
   }
 
   for (auto& reader : stalled) reader->context.TryCancel();
-  EXPECT_EQ(AwaitHostBudgetUsed(server, 0), 0u);
+  EXPECT_EQ(server.AwaitHostBudgetUsed(0), 0u);
   const grpc::Status after = ReadAll(server.compute(), Mesh(kLargeResult));
   EXPECT_TRUE(after.ok()) << after.error_message();
 }
@@ -198,11 +184,11 @@ TEST(MemoryBudgetServerTest, StalledReaderHoldsACountedBoundOfChunkCopies) {
   // Once flow control stops its writes, the stream holds its result and a
   // fixed number of chunk copies, all charged; no more while it stays stalled.
   const uint64_t held = kLargeResult + kStalledChunkBytes;
-  ASSERT_EQ(AwaitHostBudgetUsed(server, held), held);
+  ASSERT_EQ(server.AwaitHostBudgetUsed(held), held);
   absl::SleepFor(absl::Milliseconds(200));
-  EXPECT_EQ(HostBudgetUsed(server), held);
+  EXPECT_EQ(server.HostBudgetUsed(), held);
   stalled.context.TryCancel();
-  EXPECT_EQ(AwaitHostBudgetUsed(server, 0), 0u);
+  EXPECT_EQ(server.AwaitHostBudgetUsed(0), 0u);
 }
 
 TEST(MemoryBudgetServerTest, StalledReaderIsCancelledAfterTheIdleTimeoutAndItsResultFreed) {
@@ -213,7 +199,7 @@ TEST(MemoryBudgetServerTest, StalledReaderIsCancelledAfterTheIdleTimeoutAndItsRe
   TestServer& server = **started;
   auto hostile = OwnConnection(server);
   StalledReader stalled(*hostile, Mesh(kLargeResult));
-  ASSERT_EQ(AwaitHostBudgetUsed(server, 0), 0u);
+  ASSERT_EQ(server.AwaitHostBudgetUsed(0), 0u);
   uint64_t received = 0;
   for (v1::ResultChunk chunk; stalled.reader->Read(&chunk);) received += chunk.data().data().size();
   EXPECT_LT(received, kLargeResult);

@@ -389,13 +389,15 @@ TEST_F(ServerTest, InfoReportsBackendOperationsAndLimits) {
   EXPECT_THAT(info->backend_note(), HasSubstr(ExpectedBackend()));
   ASSERT_GE(info->devices_size(), 1);
   EXPECT_GT(info->devices(0).memory_bytes(), 0u);
-  EXPECT_EQ(info->operations_size(), 4);
+  EXPECT_EQ(info->operations_size(), 5);  // the four compute RPCs and StreamingCompute
   EXPECT_EQ(info->limits().buffer_quota_bytes(), 64ull << 20);
   EXPECT_EQ(info->limits().default_chunk_bytes(), 1u << 20);
   EXPECT_EQ(info->limits().max_rank(), 8u);
   // Every admission limit is reported, with ServerConfig's defaults.
   const ServerConfig defaults;
   EXPECT_EQ(info->limits().max_queue_depth(), static_cast<uint32_t>(defaults.max_queue_depth));
+  EXPECT_EQ(info->limits().streaming_chunks_in_flight(),
+            static_cast<uint32_t>(defaults.streaming_chunks_in_flight));
   EXPECT_EQ(info->limits().max_device_queue_depth(),
             static_cast<uint32_t>(defaults.max_device_queue_depth));
   EXPECT_EQ(info->limits().max_in_flight(), static_cast<uint32_t>(defaults.max_in_flight));

@@ -9,6 +9,8 @@
 //     `repeated UploadRequest messages = 1;` (tag 0x0a, varint length, bytes);
 //     any other field number (e.g. tag 0x10 0x00) ends the current stream and
 //     starts the next one in the same store.
+//   kStreaming: a serialized v1.StreamingComputeRequest with a header (factors
+//     rewritten as above): CheckStreamingHeader, then its first rows run as one chunk.
 #pragma once
 
 #include <cstdint>
@@ -25,8 +27,9 @@ enum Target : uint8_t {
   kNormalize = 2,
   kLombScargle = 3,
   kUpload = 4,
+  kStreaming = 5,
 };
-inline constexpr int kTargetCount = 5;
+inline constexpr int kTargetCount = 6;
 
 // The principal fuzzed requests run as, and the owner of "$9".
 inline constexpr char kPrincipal[] = "fuzz";

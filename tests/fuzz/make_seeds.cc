@@ -284,6 +284,35 @@ void UploadSeeds() {
   }
 }
 
+void StreamingSeeds() {
+  v1::StreamingComputeRequest discount;
+  v1::StreamingComputeHeader* h = discount.mutable_header();
+  h->set_operation(v1::STREAMING_DISCOUNT_PRODUCT);
+  h->set_dtype(v1::FLOAT32);
+  h->add_shape(10);
+  h->add_shape(4);
+  Fill(h->mutable_factors()->mutable_tensor(), v1::FLOAT32, {4});
+  WriteMessage(kStreaming, "streaming_discount", discount);
+  v1::StreamingComputeRequest points;
+  h = points.mutable_header();
+  h->set_operation(v1::STREAMING_HAVERSINE_POINTS);
+  h->set_dtype(v1::FLOAT64);
+  h->add_shape(7);
+  h->add_shape(3);
+  h->add_references()->set_lat(10);
+  h->add_references()->set_lon(-20);
+  WriteMessage(kStreaming, "streaming_haversine_points", points);
+  v1::StreamingComputeRequest normalize;
+  h = normalize.mutable_header();
+  h->set_operation(v1::STREAMING_NORMALIZE);
+  h->set_dtype(v1::FLOAT64);
+  h->add_shape(3);
+  h->add_shape(5);
+  h->add_shape(6);
+  h->set_norm(v1::NORM_L2);
+  WriteMessage(kStreaming, "streaming_normalize", normalize);
+}
+
 }  // namespace
 }  // namespace gpucompute::fuzz
 
@@ -299,6 +328,7 @@ int main(int argc, char** argv) {
   NormalizeSeeds();
   LombScargleSeeds();
   UploadSeeds();
+  StreamingSeeds();
   std::printf("make_seeds: wrote %d seeds to %s\n", written, out_dir.c_str());
   return 0;
 }

@@ -18,9 +18,16 @@
 //   norm is 0 or not finite (rows whose norm is ill-conditioned are skipped).
 // - Upload: the reactor's checks in order; committed buffers read back what was
 //   sent; quota accounting returns to 0 once everything is deleted.
+// - StreamingCompute: a header is refused only as Prepare* may refuse; an accepted
+//   plan's rows tile its shape, ChunkRows takes whole rows and refuses a partial
+//   one, and a chunk of its first rows runs into a result its runs cover exactly.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -34,10 +41,12 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/dtype.h"
+#include "kernels/shape_rules.h"
 #include "server/buffer_store.h"
 #include "server/metrics.h"
 #include "server/operations.h"
 #include "server/proto_convert.h"
+#include "server/streaming_plan.h"
 #include "tests/fuzz/fuzz_check.h"
 #include "tests/fuzz/fuzz_common.h"
 #include "tests/fuzz/result_checks.h"
@@ -362,6 +371,118 @@ void FuzzUpload(const uint8_t* data, size_t size) {
   FUZZ_CHECK(store.used_bytes() == 0 && store.count() == 0, "store not empty after deletes");
 }
 
+// ---------------------------------------------------------------------------
+// StreamingCompute: the header's checks and one chunk through the CPU backend.
+
+// Rows of ones (valid latitudes and longitudes, non-zero norms) of `plan`'s dtype.
+std::string OnesChunk(const StreamingPlan& plan, int64_t rows) {
+  const int64_t count = rows * plan.row_elements * plan.streamed_operands;
+  std::string bytes(static_cast<size_t>(count) * plan.element_bytes(), '\0');
+  for (int64_t i = 0; i < count; ++i) {
+    if (plan.dtype == DType::kFloat32) {
+      const float one = 1;
+      std::memcpy(bytes.data() + i * sizeof(float), &one, sizeof(float));
+    } else {
+      const double one = 1;
+      std::memcpy(bytes.data() + i * sizeof(double), &one, sizeof(double));
+    }
+  }
+  return bytes;
+}
+
+// Element `i` of an operand's data (inline or stored) as a double.
+double OperandElement(const OperandSpec& operand, int64_t i) {
+  const char* data = operand.stored != nullptr
+                         ? static_cast<const char*>(operand.stored->data())
+                         : operand.tensor->data().data();
+  if (operand.dtype == DType::kFloat32) {
+    float v;
+    std::memcpy(&v, data + i * sizeof(float), sizeof(float));
+    return v;
+  }
+  double v;
+  std::memcpy(&v, data + i * sizeof(double), sizeof(double));
+  return v;
+}
+
+// Values are ones: element i of a discount chunk starting at element `first` is
+// the factor that element first + i takes under broadcasting.
+void CheckDiscountChunk(const StreamingPlan& plan, const Array& out, int64_t first) {
+  const OperandSpec& f = *plan.factors;
+  const std::vector<int64_t> strides = BroadcastStrides(f.shape, plan.shape);
+  for (int64_t i = 0; i < out.size(); ++i) {
+    int64_t rest = first + i;
+    int64_t at = 0;
+    for (size_t axis = plan.shape.size(); axis-- > 0;) {
+      at += (rest % plan.shape[axis]) * strides[axis];
+      rest /= plan.shape[axis];
+    }
+    const double expected = OperandElement(f, at);
+    const double got = out.dtype() == DType::kFloat32 ? out.data_as<float>()[i]
+                                                       : out.data_as<double>()[i];
+    FUZZ_CHECK(got == expected || (std::isnan(expected) && std::isnan(got)),
+               absl::StrCat("streamed discount element ", first + i, ": ", got, ", factor ",
+                            expected));
+  }
+}
+
+void FuzzStreaming(const uint8_t* data, size_t size) {
+  Env& env = GetEnv();
+  v1::StreamingComputeRequest request;
+  if (!request.ParseFromArray(data, static_cast<int>(size)) || !request.has_header()) return;
+  v1::StreamingComputeHeader& header = *request.mutable_header();
+  if (header.has_factors()) Rewrite(header.mutable_factors(), env);
+  absl::StatusOr<StreamingPlan> plan = CheckStreamingHeader(header, Scope(env));
+  if (!plan.ok()) {
+    CheckPrepareError(plan.status());
+    return;
+  }
+  FUZZ_CHECK(plan->row_elements >= 1 && plan->rows >= 1 &&
+                 plan->rows * plan->row_elements == Product(plan->shape),
+             absl::StrCat("plan of ", ShapeToString(plan->shape), ": ", plan->rows, " rows of ",
+                          plan->row_elements));
+  const int64_t rows = std::min<int64_t>(plan->rows, 64);
+  if (rows * plan->row_elements * plan->result_runs > (int64_t{1} << 16)) return;  // stay fast
+  const uint64_t bytes = static_cast<uint64_t>(rows) * plan->row_bytes();
+  absl::StatusOr<int64_t> whole = ChunkRows(*plan, bytes, 0, 2);
+  FUZZ_CHECK(whole.ok() && *whole == rows, "ChunkRows refused whole rows");
+  FUZZ_CHECK(!ChunkRows(*plan, bytes + 1, 0, 2).ok(), "ChunkRows took a partial row");
+
+  std::shared_ptr<Array> factors;
+  if (plan->factors.has_value()) {
+    OpContext setup;
+    absl::StatusOr<std::shared_ptr<Array>> placed =
+        PrepareFactors(*plan, kHostDevice, *env.backend, setup);
+    if (!placed.ok()) {
+      FUZZ_CHECK(absl::IsResourceExhausted(placed.status()), StatusText(placed.status()));
+      return;
+    }
+    factors = *std::move(placed);
+  }
+  const std::string input = OnesChunk(*plan, rows);
+  const HostPiece piece{input.data(), input.size()};
+  ChunkArrays arrays(*env.backend, kHostDevice, 4);
+  OpContext ctx;
+  ExecutionTimes times;
+  // Discount product: a chunk starting inside a period of the factors.
+  const int64_t first = plan->factors.has_value() ? plan->rows - rows : 0;
+  absl::StatusOr<std::shared_ptr<Array>> out = RunStreamingChunk(
+      *plan, factors, arrays, *env.backend, std::span(&piece, 1), first, rows, ctx, times);
+  if (!out.ok()) {
+    FUZZ_CHECK(absl::IsResourceExhausted(out.status()), StatusText(out.status()));
+    return;
+  }
+  uint64_t covered = 0;
+  if (plan->factors.has_value()) CheckDiscountChunk(*plan, **out, first);
+  for (const ResultRun& run : ChunkResultRuns(*plan, first, rows)) {
+    FUZZ_CHECK(run.source + run.bytes <= (*out)->bytes(), "a result run past the chunk's result");
+    covered += run.bytes;
+  }
+  FUZZ_CHECK(covered == (*out)->bytes() &&
+                 (*out)->size() == rows * plan->row_elements * plan->result_runs,
+             "the chunk's result and its runs");
+}
+
 }  // namespace
 }  // namespace gpucompute::fuzz
 
@@ -415,6 +536,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case kUpload:
       FuzzUpload(payload, payload_size);
+      break;
+    case kStreaming:
+      FuzzStreaming(payload, payload_size);
       break;
   }
   return 0;

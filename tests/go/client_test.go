@@ -184,7 +184,7 @@ func TestServerInfoHasAnInstanceId(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !regexp.MustCompile(`^[0-9a-f]{8}$`).MatchString(info.InstanceId) || len(info.Operations) != 4 {
+	if !regexp.MustCompile(`^[0-9a-f]{8}$`).MatchString(info.InstanceId) || len(info.Operations) != 5 {
 		t.Fatalf("info: %v", info)
 	}
 }

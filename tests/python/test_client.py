@@ -29,7 +29,7 @@ def test_health_and_info(client):
     assert info.backend == "cpu"
     assert info.devices and info.devices[0].healthy
     assert set(info.operations) == {"DiscountProduct", "HaversineGrid", "Normalize",
-                                    "LombScargle"}
+                                    "LombScargle", "StreamingCompute"}
     assert info.operations["LombScargle"] == (np.dtype(np.float32), np.dtype(np.float64))
     assert info.limits.buffer_quota_bytes == 1 << 30
     assert info.limits.max_chunk_bytes >= info.limits.default_chunk_bytes

@@ -25,6 +25,12 @@ def test_seed000_discount(server):
     assert "batch 3/3" in out  # the full case, batched through stored buffers
 
 
+def test_seed000_discount_streaming(server):
+    out = run_example("seed000_discount.py", server.target, "--small", "--streaming",
+                      "--batch", "5")
+    assert "streamed" in out and "batch 3/3" in out  # each batch one StreamingCompute call
+
+
 def test_seed001_haversine(server):
     out = run_example("seed001_haversine.py", server.target, "--n", "200", "--repeats", "2")
     assert "float32 mesh matches NumPy haversine" in out

@@ -81,10 +81,11 @@ test('health is SERVING', async () => {
   assert.strictEqual((await unary(stubs.health, 'Check', { service: '' })).status, 'SERVING');
 });
 
-test('ServerInfo names the four operations and an instance id', async () => {
+test('ServerInfo names the four operations, StreamingCompute and an instance id', async () => {
   const info = await unary(stubs.server, 'GetInfo', {});
   assert.deepStrictEqual(info.operations.map((o) => o.name),
-                         ['DiscountProduct', 'HaversineGrid', 'Normalize', 'LombScargle']);
+                         ['DiscountProduct', 'HaversineGrid', 'Normalize', 'LombScargle',
+                          'StreamingCompute']);
   assert.match(info.instance_id, /^[0-9a-f]{8}$/);
 });
 

@@ -45,7 +45,8 @@ for (const version of ['v1', 'v1alpha']) {
   test(`${version}: describes gpucompute.v1.Compute`, async () => {
     const methods = await client().listMethods('gpucompute.v1.Compute');
     assert.deepStrictEqual(methods.map((m) => m.name),
-                           ['DiscountProduct', 'HaversineGrid', 'Normalize', 'LombScargle']);
+                           ['DiscountProduct', 'HaversineGrid', 'Normalize', 'LombScargle',
+                            'StreamingCompute']);
   });
 
   test(`${version}: every listed service can be described`, async () => {

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "grpcpp/impl/codegen/grpc_library.h"
 
@@ -62,5 +63,14 @@ TestServer::TestServer(std::unique_ptr<GpuComputeServer> server, std::string hos
       buffers_(v1::Buffers::NewStub(channel_)) {}
 
 std::string TestServer::target() const { return absl::StrCat(host_, ":", server_->port()); }
+
+uint64_t TestServer::AwaitHostBudgetUsed(uint64_t bytes) const {
+  uint64_t used = HostBudgetUsed();
+  for (const absl::Time end = absl::Now() + absl::Seconds(10); used != bytes && absl::Now() < end;) {
+    absl::SleepFor(absl::Milliseconds(20));
+    used = HostBudgetUsed();
+  }
+  return used;
+}
 
 }  // namespace gpucompute::test

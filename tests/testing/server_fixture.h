@@ -46,6 +46,10 @@ class TestServer {
   v1::Compute::Stub& compute() { return *compute_; }
   v1::Buffers::Stub& buffers() { return *buffers_; }
   uint64_t PoolUsedBytes() const { return server_->backend_stats().devices.at(0).pool_used_bytes; }
+  // What the host memory budget holds now.
+  uint64_t HostBudgetUsed() const { return server_->backend_stats().memory_budgets.at(0).used_bytes; }
+  // Polls until the host budget holds `bytes` (at most 10 s); what it holds then.
+  uint64_t AwaitHostBudgetUsed(uint64_t bytes) const;
 
  private:
   TestServer(std::unique_ptr<GpuComputeServer> server, std::string host);

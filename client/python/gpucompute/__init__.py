@@ -11,7 +11,8 @@
 Modules: _types (value types), _device_array (DeviceArray), _operands (operand checks),
 _shared_memory (same-host regions: shared_array, CUDA IPC), _cuda_arrays (device arrays of
 other libraries, the CUDA driver through ctypes),
-_stream (result options and stream assembly), _steps (a call as RPC steps), _api (every
+_stream (result options and stream assembly), _streaming (the stream_* methods:
+StreamingCompute), _steps (a call as RPC steps), _api (every
 public method, written once), client (Client, blocking), aio (Client, asyncio), replicas
 (ReplicatedClient: several replicas behind one name), errors.
 Everything is imported lazily, so ``python -m gpucompute._build_proto`` runs before the

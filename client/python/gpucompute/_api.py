@@ -20,6 +20,7 @@ from ._operands import (NORMS, ArrayLike, Operand, as_array, byte_view, haversin
 from ._pb import pb
 from ._steps import Parallel, Run, Steps, Stream, Unary, make_stubs
 from ._stream import ResultOptions, ResultStream
+from ._streaming import StreamingMethods
 from ._types import (DEFAULT_RADIUS_KM, NP_TO_PB, Array, BufferList, FrequencyGrid, LatLonMesh,
                      ServerInfo)
 from .errors import FailedPrecondition, GpuComputeError
@@ -94,7 +95,8 @@ def _upload_messages(header: Any, view: memoryview, step: int) -> Iterator[Any]:
         yield _wire.UploadData(view[off:off + step])
 
 
-class ClientApi(Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferListT]):
+class ClientApi(StreamingMethods[ResultT],
+                Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferListT]):
     """Connection settings and every public method; a subclass runs the steps (``_perform``).
 
     Parameters (of both clients)

@@ -84,6 +84,8 @@ _RPCS: Dict[str, Any] = {
                                     _wire.decode_result_chunk)
        for name in ("DiscountProduct", "HaversineGrid", "Normalize", "LombScargle")
        for suffix, kind in (("", "unary_stream"), ("/unary", "unary_unary"))},
+    "Compute.StreamingCompute": ("stream_stream", "/gpucompute.v1.Compute/StreamingCompute",
+                                 _wire.encode_upload_request, _wire.decode_result_chunk),
     "Buffers.Upload": ("stream_unary", "/gpucompute.v1.Buffers/Upload",
                        _wire.encode_upload_request, pb.BufferInfo.FromString),
     "Buffers.Download": ("unary_stream", "/gpucompute.v1.Buffers/Download", _serialize,

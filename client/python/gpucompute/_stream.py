@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple, Union
+from typing import Any, List, Optional, Tuple, Union
 
 import grpc
 import numpy as np
@@ -96,11 +96,15 @@ def _complex_view(pairs: Any) -> Any:
 
 class ResultStream:
     """Assembles one header/data/trailer result stream; with a range (a striped
-    download's stripe), only bytes [begin, end) of the result come, into ``options.out``."""
+    download's stripe), only bytes [begin, end) of the result come, into ``options.out``.
+    With ``runs`` > 1 the result is that many equal runs whose chunks come in order within
+    each run, interleaved (StreamingCompute's haversine points: a run per reference)."""
 
-    def __init__(self, options: ResultOptions, begin: int = 0, end: Optional[int] = None):
+    def __init__(self, options: ResultOptions, begin: int = 0, end: Optional[int] = None,
+                 runs: int = 1):
         self.keep = options.keep_on_device
         self.out = options.out
+        self.runs = max(1, runs)
         #: the server writes the result into ``out`` (shared memory): no data chunks
         self.shared_out = False
         self.begin, self.end = begin, end
@@ -114,6 +118,8 @@ class ResultStream:
         self.received = self.begin
         self.header: Any = None
         self.trailer: Any = None
+        #: with runs > 1: the offset each run's next chunk must have
+        self.run_next: List[int] = []
 
     def _fail(self, message: str) -> ProtocolError:
         return ProtocolError(grpc.StatusCode.DATA_LOSS, "result stream: " + message)
@@ -134,6 +140,10 @@ class ResultStream:
                              f"{dtype.name} is {expected}")
         self.total = expected
         self.end = expected if self.end is None else min(self.end, expected)
+        if self.runs > 1:
+            if expected % self.runs or self.begin:
+                raise self._fail(f"{expected} bytes do not split into {self.runs} runs")
+            self.run_next = list(range(0, expected, expected // self.runs))
         if self.begin > expected:
             raise self._fail(f"range starts at {self.begin}, past the result's {expected} bytes")
         if self.keep:
@@ -153,12 +163,21 @@ class ResultStream:
         if self.keep or self.shared_out:
             raise self._fail("data chunk for a result kept on the server or in shared memory")
         n = len(data) if isinstance(data, bytes) else data.nbytes
-        if offset != self.received:
-            raise self._fail(f"chunk at offset {offset}, expected {self.received}")
         assert self.end is not None  # set by the header
-        if offset + n > self.end:
+        end = self.end
+        if self.run_next:
+            run_bytes = self.total // self.runs
+            run = min(offset // run_bytes, self.runs - 1)
+            if offset != self.run_next[run]:
+                raise self._fail(f"chunk at offset {offset}, expected {self.run_next[run]} "
+                                 f"(run {run})")
+            end = (run + 1) * run_bytes
+            self.run_next[run] += n
+        elif offset != self.received:
+            raise self._fail(f"chunk at offset {offset}, expected {self.received}")
+        if offset + n > end:
             raise self._fail(f"chunk [{offset}, {offset + n}) runs past the result's "
-                             f"{self.end} bytes")
+                             f"{end} bytes")
         assert self.view is not None  # set by the header
         self.view[offset:offset + n] = data
         self.received += n

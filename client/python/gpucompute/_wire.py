@@ -3,8 +3,9 @@
 - Result data chunks (ResultChunk{data: ResultData{offset, data}}) are decoded here so
   that their payload is a memoryview into the received bytes, copied once, straight
   into the result array; every other ResultChunk goes through the generated class.
-- Upload data chunks (UploadRequest{data}) are framed here from a memoryview of the
-  source array: one copy instead of two.
+- Upload data chunks (UploadRequest{data}, and StreamingComputeRequest{data}, which has
+  its layout) are framed here from memoryviews of the source arrays: one copy instead
+  of two.
 - grpc.health.v1 HealthCheckRequest/Response: one field each.
 """
 from __future__ import annotations
@@ -102,18 +103,20 @@ def decode_result_chunk(raw: bytes) -> Union[DataChunk, "pb.ResultChunk"]:
 
 
 class UploadData:
-    """An Upload data chunk: a byte view of the source array."""
+    """A data chunk: byte views of the source arrays, sent one after the other."""
 
-    __slots__ = ("view",)
+    __slots__ = ("views",)
 
-    def __init__(self, view: memoryview):
-        self.view = view
+    def __init__(self, *views: memoryview):
+        self.views = views
 
 
 def encode_upload_request(item: Any) -> bytes:
-    """request_serializer for Upload: UploadData framed by hand, messages as usual."""
+    """request_serializer for Upload and StreamingCompute: UploadData framed by hand,
+    messages as usual."""
     if isinstance(item, UploadData):
-        return b"".join((b"\x12", encode_varint(item.view.nbytes), item.view))
+        size = sum(view.nbytes for view in item.views)
+        return b"".join((b"\x12", encode_varint(size), *item.views))
     return bytes(item.SerializeToString())
 
 

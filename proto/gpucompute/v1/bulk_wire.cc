@@ -119,6 +119,15 @@ grpc::ByteBuffer UploadDataMessage(grpc::Slice payload) {
   return PrefixAnd(prefix, end - prefix, std::move(payload));
 }
 
+grpc::ByteBuffer UploadDataMessage(std::vector<grpc::Slice> payload) {
+  uint64_t n = 0;
+  for (const grpc::Slice& slice : payload) n += slice.size();
+  uint8_t prefix[kMaxPrefixBytes];
+  const uint8_t* end = WriteTagAndLength(kField2Bytes, n, prefix);
+  payload.insert(payload.begin(), grpc::Slice(prefix, end - prefix));
+  return grpc::ByteBuffer(payload.data(), payload.size());
+}
+
 grpc::ByteBuffer ResultCompleteMessage(const google::protobuf::MessageLite& header,
                                        grpc::Slice payload,
                                        const google::protobuf::MessageLite& trailer) {

@@ -65,6 +65,9 @@ std::optional<DataPayload> FindUploadData(const MessageBytes& bytes);
 // The messages around `payload`, which they reference.
 grpc::ByteBuffer ResultDataMessage(uint64_t offset, grpc::Slice payload);
 grpc::ByteBuffer UploadDataMessage(grpc::Slice payload);
+// The same with a payload of several slices, in order (StreamingComputeRequest{data}
+// has UploadRequest{data}'s layout: the haversine lat and lon rows of one chunk).
+grpc::ByteBuffer UploadDataMessage(std::vector<grpc::Slice> payload);
 // ResultChunk{complete: ResultComplete{header, data, trailer}}: the header's and
 // the trailer's bytes around `payload` (empty: no data field, as for a kept result).
 grpc::ByteBuffer ResultCompleteMessage(const google::protobuf::MessageLite& header,
