@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -88,7 +89,10 @@ constexpr DType kDType = sizeof(T) == 4 ? DType::kFloat32 : DType::kFloat64;
 constexpr NormKind kAllNorms[] = {NormKind::kSum, NormKind::kL1, NormKind::kL2, NormKind::kMaxAbs};
 constexpr cuda::NormalizeVariant kNormalizeVariants[] = {
     cuda::NormalizeVariant::kDefault, cuda::NormalizeVariant::kTwoReads, cuda::NormalizeVariant::kTile,
-    cuda::NormalizeVariant::kCluster, cuda::NormalizeVariant::kNarrowGroups};
+    cuda::NormalizeVariant::kCluster, cuda::NormalizeVariant::kNarrowGroups, cuda::NormalizeVariant::kPipelined,
+    cuda::NormalizeVariant::kPipelinedPlain};
+constexpr cuda::NormalizeVariant kPipelineVariants[] = {cuda::NormalizeVariant::kPipelined,
+                                                        cuda::NormalizeVariant::kPipelinedPlain};
 
 // Runs one variant on x (rows x cols) and returns the device's result struct and output.
 template <typename T>
@@ -107,7 +111,8 @@ void RunNormalize(const std::vector<T>& x, int64_t rows, int64_t cols, NormKind 
 }
 
 template <typename T>
-void CheckNormalizeVariants(int64_t rows, int64_t cols) {
+void CheckNormalizeVariants(int64_t rows, int64_t cols,
+                            std::span<const cuda::NormalizeVariant> variants = kNormalizeVariants) {
   const uint64_t seed = FreshSeed();
   const Shape shape = {rows, cols};
   for (NormKind norm : kAllNorms) {
@@ -116,7 +121,7 @@ void CheckNormalizeVariants(int64_t rows, int64_t cols) {
     auto ref = Poisoned(*Cpu(), kDType<T>, shape);
     ASSERT_TRUE(Cpu()->Normalize(*Put(*Cpu(), shape, x), norm, *ref, ctx).ok());
     const std::vector<double> want = ToDoubles(Read<T>(*Cpu(), *ref));
-    for (cuda::NormalizeVariant v : kNormalizeVariants) {
+    for (cuda::NormalizeVariant v : variants) {
       // Aligned, input off by one element, output off by one element.
       for (const auto [in_off, out_off] : {std::pair{0, 0}, std::pair{1, 0}, std::pair{0, 1}}) {
         SCOPED_TRACE(absl::StrCat(rows, " x ", cols, sizeof(T) == 4 ? " f32" : " f64", " norm ",
@@ -160,9 +165,23 @@ TEST(GpuKernelVariants, NormalizeAroundEveryPolicySwitch) {
     CheckNormalizeVariants<double>(2, cols);
   }
   CheckNormalizeVariants<float>(9000, 7);  // several tiles of 2048 rows and a partial one
-  // Many rows of chunks (one launch each for the reduction and the scaling).
+  // Many rows of chunks (one launch each for the reduction and the scaling); for the
+  // pipeline, reductions and scalings interleaved (more chunks than the lag).
   CheckNormalizeVariants<float>(100, 65537);
   CheckNormalizeVariants<double>(60, 65537);
+}
+
+// The pipeline's two orders, each side of the switch at a quarter of L2 (lagged below,
+// row by row above; ~12.5 MB rows on an H100), rows ending mid-chunk and mid-vector.
+TEST(GpuKernelVariants, NormalizePipelineRowByRow) {
+  REQUIRE_GPU();
+  int device = 0, l2 = 0;
+  ASSERT_CUDA(cudaGetDevice(&device));
+  ASSERT_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+  for (int64_t step : {-1, 1}) {
+    CheckNormalizeVariants<float>(3, l2 / 16 + step * 4099, kPipelineVariants);
+    CheckNormalizeVariants<double>(2, l2 / 32 + step * 2049, kPipelineVariants);
+  }
 }
 
 // A zero row is never divided by: the lowest bad row is reported, the others are
@@ -200,6 +219,7 @@ TEST(GpuKernelVariants, NormalizeBadRowsOnEveryPath) {
 TEST(GpuKernelVariants, NormalizeBadRowsUnderRacecheck) {  // small: racecheck is slow
   REQUIRE_GPU();
   for (int64_t cols : {3, 100, 2000, 9000}) CheckBadRows<float>(cols);
+  CheckBadRows<float>(60001, 5, 1);  // past a tile: clusters, chunks, the pipeline
 }
 
 // ---- haversine ----------------------------------------------------------------------------

@@ -23,6 +23,10 @@ enum class NormalizeVariant {
   kNarrowGroups = 4,  // rows up to 256: lane groups of 4 / 8 / 16 / 32, the narrowest
                       // holding the row in registers (8 per lane; the float32 default
                       // from 33 columns); else kDefault
+  kPipelined = 5,     // rows past a tile: one persistent launch that scales each chunk
+                      // shortly after reducing it, re-reading it from L2
+                      // (normalize_pipeline.cuh), hinted evict-first; shorter rows as kDefault
+  kPipelinedPlain = 6,  // kPipelined without the cache hints
 };
 
 // What `variant` runs for this shape on the current device (for the benchmark's log).
