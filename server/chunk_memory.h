@@ -1,8 +1,10 @@
 // Host memory for result chunks copied off a device, recycled. A fresh
 // megabyte-sized block per chunk is mapped and page-faulted in by the kernel
 // (zeroed 4 KiB at a time: more CPU than the copy into it; bench/BULK_TRANSFER.md);
-// blocks given back are kept for the next chunk of the same size, up to
-// kMaxCachedBytes in all.
+// blocks given back are kept for the next chunk of their size class, up to
+// kMaxCachedBytes in all. Sizes round up to a power of two, so that the last, shorter
+// chunk of a result of any size finds a block too; the server fills the pool at start
+// (Prefill), so that the first results pay no page faults the later ones do not.
 #pragma once
 
 #include <cstddef>
@@ -21,16 +23,31 @@ class ChunkMemory {
   // released): the server binary charges this cap once at start, with gRPC's
   // resource quota (ServerConfig::charge_process_memory).
   static constexpr size_t kMaxCachedBytes = size_t{64} << 20;
+  // Prefill's share of the cap: the blocks a few result streams hold at once (each
+  // its read-ahead and what gRPC has not sent yet).
+  static constexpr size_t kPrefillBytes = size_t{16} << 20;
 
   // The process's pool (chunks may be released by gRPC after any server object
   // is gone, so it lives as long as the process).
   static ChunkMemory& Shared();
 
+  // The size of the block that holds a chunk of `bytes`: its size class.
+  static size_t BlockBytes(size_t bytes);
+
+  // A block of BlockBytes(bytes), recycled when one is free.
   std::unique_ptr<char[]> Take(size_t bytes);
+  // `bytes`: what it was taken for.
   void Give(std::unique_ptr<char[]> block, size_t bytes);
 
+  // Free blocks for chunks of `chunk_bytes`, touched (so resident), topped up to
+  // kPrefillBytes in all (at least one).
+  void Prefill(size_t chunk_bytes);
+
+  // The free blocks' bytes.
+  size_t cached_bytes() const;
+
  private:
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   absl::flat_hash_map<size_t, std::vector<std::unique_ptr<char[]>>> free_ ABSL_GUARDED_BY(mu_);
   size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };

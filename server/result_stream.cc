@@ -226,7 +226,7 @@ absl::StatusOr<grpc::Slice> ResultStreamReactor::CopyOut(const StreamSource& sou
     ~HostCopy() { ChunkMemory::Shared().Give(std::move(bytes), size); }
   };
   auto copy = std::make_unique<HostCopy>();
-  GC_RETURN_IF_ERROR(ChargeHostMemory(n, copy->charge));
+  GC_RETURN_IF_ERROR(ChargeHostMemory(ChunkMemory::BlockBytes(n), copy->charge));
   copy->bytes = ChunkMemory::Shared().Take(n);
   copy->size = n;
   GC_RETURN_IF_ERROR(service_.backend.CopyFromArray(*array, offset, n, copy->bytes.get()));

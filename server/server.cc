@@ -89,6 +89,10 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
         server->config_.resource_quota_bytes + ChunkMemory::kMaxCachedBytes);
   }
 
+  // Result chunks copied off a device land in recycled blocks: these ones are resident
+  // before the first result needs them (the CPU backend streams from its arrays).
+  if (server->backend_->name() != "cpu") ChunkMemory::Shared().Prefill(config.default_chunk_bytes);
+
   server->metrics_ = std::make_unique<Metrics>(BuildInfo{kVersion, GPUCOMPUTE_GIT_COMMIT,
                                                          GPUCOMPUTE_CUDA_VERSION,
                                                          std::string(server->backend_->name())});

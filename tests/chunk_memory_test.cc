@@ -1,4 +1,5 @@
-// ChunkMemory: blocks given back are reused for chunks of their size, within a cap.
+// ChunkMemory: blocks given back are reused for chunks of their size class, within a
+// cap; Prefill tops the pool up once.
 #include "server/chunk_memory.h"
 
 #include <vector>
@@ -15,6 +16,29 @@ TEST(ChunkMemoryTest, ReusesBlocksOfTheSameSize) {
   pool.Give(std::move(block), 1 << 20);
   EXPECT_NE(pool.Take(1 << 19).get(), address);  // another size: a fresh block
   EXPECT_EQ(pool.Take(1 << 20).get(), address);
+}
+
+TEST(ChunkMemoryTest, ShorterChunksShareTheBlockOfTheirSizeClass) {
+  ChunkMemory pool;
+  EXPECT_EQ(ChunkMemory::BlockBytes(1), 4096u);
+  EXPECT_EQ(ChunkMemory::BlockBytes(654464), size_t{1} << 20);  // a result's last chunk
+  EXPECT_EQ(ChunkMemory::BlockBytes(size_t{1} << 20), size_t{1} << 20);
+  std::unique_ptr<char[]> block = pool.Take(1 << 20);
+  char* const address = block.get();
+  pool.Give(std::move(block), 1 << 20);
+  EXPECT_EQ(pool.Take(654464).get(), address);
+}
+
+TEST(ChunkMemoryTest, PrefillTopsUpToItsShareOnce) {
+  ChunkMemory pool;
+  pool.Prefill(1 << 20);
+  EXPECT_EQ(pool.cached_bytes(), ChunkMemory::kPrefillBytes);
+  std::unique_ptr<char[]> block = pool.Take(1 << 20);
+  EXPECT_EQ(pool.cached_bytes(), ChunkMemory::kPrefillBytes - (1 << 20));
+  pool.Prefill(1 << 20);  // one block short: one more
+  EXPECT_EQ(pool.cached_bytes(), ChunkMemory::kPrefillBytes);
+  pool.Prefill(1 << 20);  // full: none
+  EXPECT_EQ(pool.cached_bytes(), ChunkMemory::kPrefillBytes);
 }
 
 TEST(ChunkMemoryTest, KeepsAtMostTheCap) {
