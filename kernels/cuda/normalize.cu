@@ -476,10 +476,14 @@ void ListNormalizeKernels(std::vector<KernelEntry>& out) {
 cudaError_t WarmupNormalize(const LaunchEnv& env) {
   // Rows of 8, 40, 100 and 4097 columns, one row each, on the default (tile of 4
   // lanes, 8- / 16-lane group or tile, tile of its own) and main's paths (4-lane group, the chunks,
-  // vector and scalar); plus the error-path kernel.
+  // vector and scalar); on the default also rows of 10000 (a tile past 48 KiB of shared
+  // memory in float64) and 70001 (past a tile: a cluster on sm_90, else the chunks),
+  // so that no first request sets a kernel's shared-memory limit or launches a path
+  // for the first time; plus the error-path kernels.
   constexpr int64_t kLong = RowGroupPolicy::kMaxCols + 1;
-  constexpr int64_t kOut = 4112;  // 16-byte aligned for both element sizes; kOut + 1 is not
-  constexpr size_t elems = kOut + 1 + kLong + 7;
+  constexpr int64_t kPastTile = 70001;
+  constexpr int64_t kOut = 70016;  // 16-byte aligned for both element sizes; kOut + 1 is not
+  constexpr size_t elems = 2 * kOut + 8;
   Scratch s;
   GC_TRY(s.Allocate(elems * sizeof(double) + sizeof(NormalizeResult), env));
   auto* res = reinterpret_cast<NormalizeResult*>(s.as<double>() + elems);
@@ -494,11 +498,14 @@ cudaError_t WarmupNormalize(const LaunchEnv& env) {
     for (int k = 0; k < 4; ++k) {
       const auto norm = static_cast<NormKind>(k);
       for (NormalizeVariant v : {NormalizeVariant::kDefault, NormalizeVariant::kTwoReads}) {
-        GC_TRY(LaunchNormalizeVariant(t, in, out, 1, 8, norm, res, env, v));
-        GC_TRY(LaunchNormalizeVariant(t, in, out, 1, 40, norm, res, env, v));
-        GC_TRY(LaunchNormalizeVariant(t, in, out, 1, 100, norm, res, env, v));
-        GC_TRY(LaunchNormalizeVariant(t, in, out, 1, kLong, norm, res, env, v));
+        for (int64_t cols : {int64_t{8}, int64_t{40}, int64_t{100}, kLong}) {
+          GC_TRY(LaunchNormalizeVariant(t, in, out, 1, cols, norm, res, env, v));
+        }
         GC_TRY(LaunchNormalizeVariant(t, in, out_unaligned, 1, kLong, norm, res, env, v));
+      }
+      for (int64_t cols : {int64_t{10000}, kPastTile}) {
+        GC_TRY(LaunchNormalizeVariant(t, in, out, 1, cols, norm, res, env, NormalizeVariant::kDefault));
+        GC_TRY(LaunchNormalizeVariant(t, in, out_unaligned, 1, cols, norm, res, env, NormalizeVariant::kDefault));
       }
       GC_TRY(LaunchNormalizeBadRowNorm(t, in, 1, 8, norm, res, env));
       GC_TRY(LaunchNormalizeRescue(t, in, out, 1, 8, norm, 0, res, env));
