@@ -90,7 +90,7 @@ constexpr NormKind kAllNorms[] = {NormKind::kSum, NormKind::kL1, NormKind::kL2, 
 constexpr cuda::NormalizeVariant kNormalizeVariants[] = {
     cuda::NormalizeVariant::kDefault, cuda::NormalizeVariant::kTwoReads, cuda::NormalizeVariant::kTile,
     cuda::NormalizeVariant::kCluster, cuda::NormalizeVariant::kNarrowGroups, cuda::NormalizeVariant::kPipelined,
-    cuda::NormalizeVariant::kPipelinedPlain};
+    cuda::NormalizeVariant::kPipelinedPlain, cuda::NormalizeVariant::kCluster16};
 constexpr cuda::NormalizeVariant kPipelineVariants[] = {cuda::NormalizeVariant::kPipelined,
                                                         cuda::NormalizeVariant::kPipelinedPlain};
 
@@ -159,7 +159,7 @@ TEST(GpuKernelVariants, NormalizeAroundEveryPolicySwitch) {
     CheckNormalizeVariants<float>(3, cols);
     CheckNormalizeVariants<double>(3, cols);
   }
-  // Clusters (sm_90): 8 blocks per row, the last slice short; past 8 slices of a tile, chunks.
+  // Clusters (sm_90): 8 (16) blocks per row, the last slice short; past 8 slices of a tile, chunks.
   for (int64_t cols : {100003, 231429, 462851}) {
     CheckNormalizeVariants<float>(2, cols);
     CheckNormalizeVariants<double>(2, cols);

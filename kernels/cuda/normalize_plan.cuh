@@ -55,12 +55,16 @@ inline void PlanTile(int64_t cols, bool narrow, NormalizePlan* plan) {
   plan->group = TileGroupFor(cols, narrow);
 }
 
-// A cluster where the device has them (sm_90) and the row fits 8 blocks, else chunks.
+// A cluster where the device has them (sm_90) and the row fits 8 blocks, else chunks;
+// `wide`: 16 blocks (half the slice each).
 template <typename T>
-cudaError_t PlanCluster(int64_t cols, NormalizePlan* plan) {
+cudaError_t PlanCluster(int64_t cols, NormalizePlan* plan, bool wide = false) {
   bool clusters = false;
   GC_TRY(HasClusters(&clusters));
   plan->blocks = clusters ? ClusterBlocksFor<T>(cols, plan->limit, &plan->slice) : 0;
+  if (plan->blocks > 0 && wide) {
+    plan->blocks = ClusterBlocksFor<T>(cols, plan->limit, &plan->slice, ClusterPolicy::kWideBlocks);
+  }
   if (plan->blocks > 0) plan->path = NormalizePath::kCluster;
   return cudaSuccess;
 }
@@ -88,7 +92,8 @@ cudaError_t PlanFor(int64_t cols, NormalizeVariant variant, NormalizePlan* plan)
       }
       break;
     case NormalizeVariant::kCluster:
-      if (!fits_tile) return PlanCluster<T>(cols, plan);
+    case NormalizeVariant::kCluster16:
+      if (!fits_tile) return PlanCluster<T>(cols, plan, variant == NormalizeVariant::kCluster16);
       break;
     case NormalizeVariant::kPipelined:
     case NormalizeVariant::kPipelinedPlain:

@@ -27,6 +27,8 @@ enum class NormalizeVariant {
                       // shortly after reducing it, re-reading it from L2
                       // (normalize_pipeline.cuh), hinted evict-first; shorter rows as kDefault
   kPipelinedPlain = 6,  // kPipelined without the cache hints
+  kCluster16 = 7,     // kCluster with 16 blocks a cluster (sm_90's non-portable size; 8
+                      // where the device cannot place 16): slices half as long
 };
 
 // What `variant` runs for this shape on the current device (for the benchmark's log).
