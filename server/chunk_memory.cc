@@ -19,27 +19,28 @@ ChunkMemory& ChunkMemory::Shared() {
 
 size_t ChunkMemory::BlockBytes(size_t bytes) { return std::bit_ceil(std::max(bytes, kSmallestBlock)); }
 
-std::unique_ptr<char[]> ChunkMemory::Take(size_t bytes) {
-  const size_t block = BlockBytes(bytes);
+ChunkMemory::Block ChunkMemory::Take(size_t bytes) {
+  const size_t wanted = BlockBytes(bytes);
   {
     absl::MutexLock lock(&mu_);
-    auto found = free_.find(block);
-    if (found != free_.end() && !found->second.empty()) {
-      std::unique_ptr<char[]> taken = std::move(found->second.back());
+    const size_t largest = wanted >= kSpareFromBytes ? wanted * kLargestSpareFactor : wanted;
+    for (size_t size = wanted; size <= largest; size *= 2) {
+      auto found = free_.find(size);
+      if (found == free_.end() || found->second.empty()) continue;
+      Block block{std::move(found->second.back()), size};
       found->second.pop_back();
-      cached_bytes_ -= block;
-      return taken;
+      cached_bytes_ -= size;
+      return block;
     }
   }
-  return std::unique_ptr<char[]>(new char[block]);
+  return Block{std::unique_ptr<char[]>(new char[wanted]), wanted};
 }
 
-void ChunkMemory::Give(std::unique_ptr<char[]> block, size_t bytes) {
-  const size_t size = BlockBytes(bytes);
+void ChunkMemory::Give(Block block) {
   absl::MutexLock lock(&mu_);
-  if (cached_bytes_ + size > kMaxCachedBytes) return;  // freed
-  free_[size].push_back(std::move(block));
-  cached_bytes_ += size;
+  if (cached_bytes_ + block.bytes > kMaxCachedBytes) return;  // freed
+  free_[block.bytes].push_back(std::move(block.data));
+  cached_bytes_ += block.bytes;
 }
 
 void ChunkMemory::Prefill(size_t chunk_bytes) {
@@ -52,9 +53,9 @@ void ChunkMemory::Prefill(size_t chunk_bytes) {
   }
   const size_t want = std::max<size_t>(1, kPrefillBytes / block);
   for (size_t i = have; i < want; ++i) {
-    std::unique_ptr<char[]> fresh(new char[block]);
-    std::memset(fresh.get(), 0, block);  // the page faults, now
-    Give(std::move(fresh), block);
+    Block fresh{std::unique_ptr<char[]>(new char[block]), block};
+    std::memset(fresh.data.get(), 0, block);  // the page faults, now
+    Give(std::move(fresh));
   }
 }
 

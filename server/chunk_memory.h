@@ -26,18 +26,28 @@ class ChunkMemory {
   // Prefill's share of the cap: the blocks a few result streams hold at once (each
   // its read-ahead and what gRPC has not sent yet).
   static constexpr size_t kPrefillBytes = size_t{16} << 20;
+  // Take's fallback to larger blocks: at most this factor larger, for chunks of at
+  // least kSpareFromBytes (smaller blocks come warm from malloc's arenas: below the
+  // server's mmap threshold, main.cc).
+  static constexpr size_t kLargestSpareFactor = 4;
+  static constexpr size_t kSpareFromBytes = size_t{256} << 10;
 
   // The process's pool (chunks may be released by gRPC after any server object
   // is gone, so it lives as long as the process).
   static ChunkMemory& Shared();
 
-  // The size of the block that holds a chunk of `bytes`: its size class.
+  // The size of the block made for a chunk of `bytes`: its size class.
   static size_t BlockBytes(size_t bytes);
 
-  // A block of BlockBytes(bytes), recycled when one is free.
-  std::unique_ptr<char[]> Take(size_t bytes);
-  // `bytes`: what it was taken for.
-  void Give(std::unique_ptr<char[]> block, size_t bytes);
+  struct Block {
+    std::unique_ptr<char[]> data;
+    size_t bytes = 0;  // its size
+  };
+  // A free block of the size class of `bytes` or, failing that, the smallest free one
+  // up to kLargestSpareFactor times larger (a result shorter than a chunk uses a
+  // prefilled chunk block) from kSpareFromBytes; else a new block of the size class.
+  Block Take(size_t bytes);
+  void Give(Block block);
 
   // Free blocks for chunks of `chunk_bytes`, touched (so resident), topped up to
   // kPrefillBytes in all (at least one).
@@ -48,7 +58,7 @@ class ChunkMemory {
 
  private:
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<size_t, std::vector<std::unique_ptr<char[]>>> free_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<size_t, std::vector<std::unique_ptr<char[]>>> free_ ABSL_GUARDED_BY(mu_);  // by size
   size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -220,20 +220,18 @@ absl::StatusOr<grpc::Slice> ResultStreamReactor::CopyOut(const StreamSource& sou
   }
   // The copy's memory (recycled) and its charge go back when gRPC drops the slice.
   struct HostCopy {
-    std::unique_ptr<char[]> bytes;
-    size_t size;
+    ChunkMemory::Block block;
     MemoryBudget::Charge charge;
-    ~HostCopy() { ChunkMemory::Shared().Give(std::move(bytes), size); }
+    ~HostCopy() { ChunkMemory::Shared().Give(std::move(block)); }
   };
   auto copy = std::make_unique<HostCopy>();
-  GC_RETURN_IF_ERROR(ChargeHostMemory(ChunkMemory::BlockBytes(n), copy->charge));
-  copy->bytes = ChunkMemory::Shared().Take(n);
-  copy->size = n;
-  GC_RETURN_IF_ERROR(service_.backend.CopyFromArray(*array, offset, n, copy->bytes.get()));
+  copy->block = ChunkMemory::Shared().Take(n);
+  GC_RETURN_IF_ERROR(ChargeHostMemory(copy->block.bytes, copy->charge));
+  GC_RETURN_IF_ERROR(service_.backend.CopyFromArray(*array, offset, n, copy->block.data.get()));
   const absl::Duration took = absl::Now() - start;
   elapsed += took;
   service_.metrics.Transferred(Direction::kDeviceToHost, n, took);
-  char* bytes = copy->bytes.get();
+  char* bytes = copy->block.data.get();
   return grpc::Slice(bytes, n, [](void* p) { delete static_cast<HostCopy*>(p); },
                      copy.release());
 }
