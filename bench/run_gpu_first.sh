@@ -4,12 +4,15 @@
 # CUDA server per client, examples/seed002_first_call.py through the Python client,
 # then through the C++ CLI (one process per request), each printing per operation and
 # dtype the first request's server time, the later median, the ratio and where a first
-# request's extra time went by phase; then the start-up log lines (warm-up time).
+# request's extra time went by phase, and whether each first result is right; then the
+# end-to-end suite on the CUDA backend (result chunks copied off the GPU into the
+# prefilled, size-classed ChunkMemory blocks), when its binary is in the bundle.
 #
 # Here (no GPU needed):
 #   cmake -S . -B build-cuda -DGPUCOMPUTE_ENABLE_CUDA=ON -DCMAKE_BUILD_TYPE=Release
-#   nice cmake --build build-cuda -j2 --target gpucompute-server gpucompute-cli
-#   /work/shared/tools/device-bundle .device/first build-cuda/server/gpucompute-server build-cuda/client/gpucompute-cli
+#   nice cmake --build build-cuda -j2 --target gpucompute-server gpucompute-cli server_test
+#   /work/shared/tools/device-bundle .device/first build-cuda/server/gpucompute-server \
+#       build-cuda/client/gpucompute-cli build-cuda/tests/server_test
 #   (cd client/python && /usr/bin/python3 -m gpucompute._build_proto --force)
 # On the GPU machine (device tool: carry [".device", "client/python/gpucompute/_proto"]):
 #   bash bench/run_gpu_first.sh     # logs under $OUT (or ./gpu-out)
@@ -53,11 +56,19 @@ if fresh_server 50163 server_cli.log; then
   stop_server
 fi
 
+if [ -x "$BUNDLE/server_test" ]; then
+  step "3. end-to-end suite on the CUDA backend (limit 180s)"
+  GPUCOMPUTE_TEST_BACKEND=cuda timeout 180 "$BUNDLE/server_test" --gtest_color=no > "$OUT/server_test_cuda.log" 2>&1
+  echo "rc=$?" >> "$OUT/server_test_cuda.log"
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|^rc=' "$OUT/server_test_cuda.log"
+  grep -B2 -A10 'Failure' "$OUT/server_test_cuda.log" | head -40
+fi
+
 step "summary"
 {
   for f in first_python first_cli; do
     echo "$f: $(grep -c 'CHECK PASS' "$OUT/$f.txt" 2>/dev/null) passed, $(grep -c 'CHECK FAIL' "$OUT/$f.txt" 2>/dev/null) failed" \
-         "(first <= 1.2 x later median + 0.3 ms)"
+         "(first <= 1.2 x later median + 0.3 ms; first results right)"
     grep -E 'CHECK FAIL' "$OUT/$f.txt" 2>/dev/null | sed 's/^/  /'
   done
 } | tee -a "$OUT/summary.txt"

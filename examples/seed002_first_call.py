@@ -47,8 +47,9 @@ class Sample(NamedTuple):
 class Case(NamedTuple):
     label: str
     dtype: type
-    python: Callable  # (client) -> Sample
+    python: Callable  # (client) -> (result, Timing)
     cli: List[str]    # CLI subcommand and flags
+    valid: Callable   # (result) -> whether it is right (the first result is checked)
 
 
 def sample_of(t) -> Sample:
@@ -75,23 +76,31 @@ def cases(gc, scale: float, files: Path) -> List[Case]:
             np.save(files / f"{key}_{name}.npy", value)
         f = {key: str(files / f"{key}_{name}.npy") for key in d}
         mesh = gc.LatLonMesh(29, 31, n_mesh, 99, 101, n_mesh)
+        tol = 1e-5 if dt == np.float32 else 1e-12
+        # Periodogram powers of a pure cosine: finite, non-negative, the peak near 1.
+        periodogram = lambda p, n: p.shape == (n,) and bool(np.all(np.isfinite(p)) and p.min() >= 0)
         out += [
             Case("DiscountProduct", dt, lambda c, d=d: c.discount_product(
                 d["factors"], d["values"], return_timing=True),
-                ["discount-product", f"--factors={f['factors']}", f"--values={f['values']}"]),
+                ["discount-product", f"--factors={f['factors']}", f"--values={f['values']}"],
+                lambda r, d=d: np.allclose(r, d["factors"] * d["values"], rtol=tol)),
             Case("HaversineGrid", dt, lambda c, dt=dt: c.haversine_grid(
                 mesh, (30, 101), dtype=dt, return_timing=True),
                 ["haversine", f"--lat=29:31:{n_mesh}", f"--lon=99:101:{n_mesh}", "--ref=30,101",
-                 f"--dtype={name}"]),
+                 f"--dtype={name}"],
+                lambda r: r.size == n_mesh ** 2 and 0 <= r.min() and r.max() < 250),  # km
             Case("Normalize", dt, lambda c, d=d: c.normalize(d["rows"], return_timing=True),
-                 ["normalize", f"--input={f['rows']}"]),
+                 ["normalize", f"--input={f['rows']}"],
+                 lambda r: np.allclose(r.sum(axis=1, dtype=np.float64), 1, atol=1e-4)),
             Case("LombScargle", dt, lambda c, d=d: c.lombscargle(
                 d["x"], d["y"], gc.FrequencyGrid(0.01, 10, n_freq), return_timing=True),
-                ["lombscargle", f"--x={f['x']}", f"--y={f['y']}", f"--freq_grid=0.01:10:{n_freq}"]),
+                ["lombscargle", f"--x={f['x']}", f"--y={f['y']}", f"--freq_grid=0.01:10:{n_freq}"],
+                lambda r: periodogram(r, n_freq)),
             # The seed 004 size, where the server picks the NUFFT (cuFFT plans).
             Case("LombScargle large", dt, lambda c, d=d: c.lombscargle(
                 d["x"], d["y"], gc.FrequencyGrid(0.01, 10, n_nufft), return_timing=True),
-                ["lombscargle", f"--x={f['x']}", f"--y={f['y']}", f"--freq_grid=0.01:10:{n_nufft}"]),
+                ["lombscargle", f"--x={f['x']}", f"--y={f['y']}", f"--freq_grid=0.01:10:{n_nufft}"],
+                lambda r: periodogram(r, n_nufft)),
         ]
     order = [c.label for c in out[:5]]  # each operation's two dtypes one after the other
     return sorted(out, key=lambda c: (order.index(c.label), np.dtype(c.dtype).itemsize))
@@ -146,16 +155,19 @@ def main():
         for case in cases(gc, args.scale, files):
             if args.cli:
                 def run(case=case):
-                    return cli_sample(args.cli, args, case, files / "out.npy")
+                    sample = cli_sample(args.cli, args, case, files / "out.npy")
+                    return np.load(files / "out.npy"), sample
             else:
                 def run(case=case):
-                    return sample_of(case.python(client)[1])
-            first = run()
-            later = [run() for _ in range(max(1, args.repeats))]
+                    result, timing = case.python(client)
+                    return result, sample_of(timing)
+            result, first = run()
+            name = np.dtype(case.dtype).name
+            checks(f"{case.label} {name}: the first result is right", bool(case.valid(result)))
+            later = [run()[1] for _ in range(max(1, args.repeats))]
             med = statistics.median(s.total for s in later)
             p90 = sorted(s.total for s in later)[int(0.9 * (len(later) - 1))]
             ratio = first.total / med if med > 0 else float("inf")
-            name = np.dtype(case.dtype).name
             label = case.label + (f" ({first.method})" if first.method else "")
             print(f"{label:<24.24} {name:<8} {ms(first.total):>9} {ms(med):>9} {ratio:>6.2f} "
                   f"{p90 / med if med > 0 else 0:>6.2f}  {ms(first.wall):>10} "

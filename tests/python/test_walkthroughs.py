@@ -36,6 +36,7 @@ def test_seed002_first_call(fresh_server):
     out = run_example("seed002_first_call.py", fresh_server.target, "--scale", "0.05",
                       "--repeats", "3", "--max-ratio", "5", "--slack-ms", "20")
     assert out.count("first request costs what later ones do") == 10
+    assert out.count("the first result is right") == 10
 
 
 def test_seed002_first_call_through_the_cli(fresh_server):
@@ -47,6 +48,7 @@ def test_seed002_first_call_through_the_cli(fresh_server):
                       "--repeats", "2", "--max-ratio", "5", "--slack-ms", "50", "--cli", str(cli))
     assert "requests through the CLI" in out
     assert out.count("first request costs what later ones do") == 10
+    assert out.count("the first result is right") == 10
 
 
 def test_seed003_normalize(server):
