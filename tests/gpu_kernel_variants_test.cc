@@ -90,9 +90,11 @@ constexpr NormKind kAllNorms[] = {NormKind::kSum, NormKind::kL1, NormKind::kL2, 
 constexpr cuda::NormalizeVariant kNormalizeVariants[] = {
     cuda::NormalizeVariant::kDefault, cuda::NormalizeVariant::kTwoReads, cuda::NormalizeVariant::kTile,
     cuda::NormalizeVariant::kCluster, cuda::NormalizeVariant::kNarrowGroups, cuda::NormalizeVariant::kPipelined,
-    cuda::NormalizeVariant::kPipelinedPlain, cuda::NormalizeVariant::kCluster16};
-constexpr cuda::NormalizeVariant kPipelineVariants[] = {cuda::NormalizeVariant::kPipelined,
-                                                        cuda::NormalizeVariant::kPipelinedPlain};
+    cuda::NormalizeVariant::kPipelinedPlain, cuda::NormalizeVariant::kCluster16,
+    cuda::NormalizeVariant::kPipelinedLagged, cuda::NormalizeVariant::kPipelinedRowByRow};
+constexpr cuda::NormalizeVariant kPipelineVariants[] = {
+    cuda::NormalizeVariant::kPipelined, cuda::NormalizeVariant::kPipelinedPlain,
+    cuda::NormalizeVariant::kPipelinedLagged, cuda::NormalizeVariant::kPipelinedRowByRow};
 
 // Runs one variant on x (rows x cols) and returns the device's result struct and output.
 template <typename T>

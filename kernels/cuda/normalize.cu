@@ -353,7 +353,8 @@ cudaError_t LaunchT(const T* in, T* out, int64_t rows, int64_t cols, NormalizeRe
     case NormalizePath::kTile: return LaunchTile<T, kNorm>(in, out, rows, cols, plan.group, result, env, plan.limit);
     case NormalizePath::kCluster:
       return LaunchClusterRows<T, kNorm>(in, out, rows, cols, plan.blocks, plan.slice, result, env, plan.limit);
-    case NormalizePath::kPipeline: return LaunchPipeline<T, kNorm>(in, out, rows, cols, plan.streaming, result, env);
+    case NormalizePath::kPipeline:
+      return LaunchPipeline<T, kNorm>(in, out, rows, cols, plan.streaming, plan.order, result, env);
     case NormalizePath::kChunks: break;
   }
   return LaunchChunks<T, kNorm>(in, out, rows, cols, result, env);

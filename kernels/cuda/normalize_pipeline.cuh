@@ -39,6 +39,9 @@ struct PipelinePolicy {
 template <typename T>
 constexpr int64_t kPipelineChunk = PipelinePolicy::kChunkBytes / static_cast<int64_t>(sizeof(T));
 
+// Which order a launch takes: by the row's size (the rule above), or forced (variants).
+enum class PipelineOrderChoice { kByRowSize, kLagged, kRowByRow };
+
 struct PipelineOrder {
   int64_t chunks_per_row;  // n
   int64_t total;           // rows * n chunks; 2 * total items
@@ -179,15 +182,24 @@ cudaError_t PipelineRowByRow(int64_t cols, bool* row_by_row) {
   return cudaSuccess;
 }
 
+template <typename T>
+cudaError_t PipelineRowByRow(int64_t cols, PipelineOrderChoice choice, bool* row_by_row) {
+  if (choice != PipelineOrderChoice::kByRowSize) {
+    *row_by_row = choice == PipelineOrderChoice::kRowByRow;
+    return cudaSuccess;
+  }
+  return PipelineRowByRow<T>(cols, row_by_row);
+}
+
 template <typename T, NormKind kNorm>
 cudaError_t LaunchPipeline(const T* in, T* out, int64_t rows, int64_t cols, bool streaming,
-                           NormalizeResult* result, const LaunchEnv& env) {
+                           PipelineOrderChoice choice, NormalizeResult* result, const LaunchEnv& env) {
   using Acc = typename NormOp<kNorm>::Acc;
   PipelineOrder order{CeilDiv(cols, kPipelineChunk<T>), 0, 0};
   order.total = rows * order.chunks_per_row;
   const unsigned grid = GridFor(2 * order.total, env.sm_count, PipelinePolicy::kMinBlocksPerSm);
   bool row_by_row = false;
-  GC_TRY(PipelineRowByRow<T>(cols, &row_by_row));
+  GC_TRY(PipelineRowByRow<T>(cols, choice, &row_by_row));
   if (!row_by_row) order.lag = std::min<int64_t>(order.total, order.chunks_per_row + grid);
   Scratch scratch;
   const size_t counter_and_norms = sizeof(unsigned long long) + static_cast<size_t>(rows) * sizeof(double);

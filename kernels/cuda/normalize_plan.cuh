@@ -24,6 +24,7 @@ struct NormalizePlan {
   int blocks = 0;          // kCluster: blocks per row
   int64_t slice = 0;       // kCluster: elements per block
   bool streaming = false;  // kPipeline: cache hints
+  PipelineOrderChoice order = PipelineOrderChoice::kByRowSize;  // kPipeline
 };
 
 // The default per shape class, the winners of bench/run_gpu_kernels.sh (H100, run 2 at
@@ -97,9 +98,14 @@ cudaError_t PlanFor(int64_t cols, NormalizeVariant variant, NormalizePlan* plan)
       break;
     case NormalizeVariant::kPipelined:
     case NormalizeVariant::kPipelinedPlain:
+    case NormalizeVariant::kPipelinedLagged:
+    case NormalizeVariant::kPipelinedRowByRow:
       if (!fits_tile) {
         plan->path = NormalizePath::kPipeline;
-        plan->streaming = variant == NormalizeVariant::kPipelined;
+        plan->streaming = variant != NormalizeVariant::kPipelinedPlain;
+        plan->order = variant == NormalizeVariant::kPipelinedLagged     ? PipelineOrderChoice::kLagged
+                      : variant == NormalizeVariant::kPipelinedRowByRow ? PipelineOrderChoice::kRowByRow
+                                                                        : PipelineOrderChoice::kByRowSize;
         return cudaSuccess;
       }
       break;
@@ -137,7 +143,7 @@ std::string DescribePlan(int64_t rows, int64_t cols, NormalizeVariant variant) {
              " elements each";
     case NormalizePath::kPipeline: {
       bool row_by_row = false;
-      if (PipelineRowByRow<T>(cols, &row_by_row) != cudaSuccess) return "no device";
+      if (PipelineRowByRow<T>(cols, plan.order, &row_by_row) != cudaSuccess) return "no device";
       return "pipeline of " + std::to_string(kPipelineChunk<T>) + "-element chunks, " +
              (row_by_row ? "row by row" : "lagged") + (plan.streaming ? ", evict-first hints" : "");
     }

@@ -29,6 +29,8 @@ enum class NormalizeVariant {
   kPipelinedPlain = 6,  // kPipelined without the cache hints
   kCluster16 = 7,     // kCluster with 16 blocks a cluster (sm_90's non-portable size; 8
                       // where the device cannot place 16): slices half as long
+  kPipelinedLagged = 8,    // kPipelined, the lagged order for every row length
+  kPipelinedRowByRow = 9,  // kPipelined, row by row for every row length
 };
 
 // What `variant` runs for this shape on the current device (for the benchmark's log).
