@@ -557,11 +557,6 @@ class CudaBackend final : public Backend {
     return args;
   }
 
-  // Frequency counts of the NUFFT plans made at start (WarmFft): the seeds' and the
-  // powers of two between.
-  static constexpr int64_t kWarmFftFrequencies[] = {1 << 16, 1 << 18, 1 << 20};
-  absl::Status WarmFft(DeviceState& d);
-
   CudaBackend(std::vector<std::shared_ptr<DeviceState>> devices,
               std::unique_ptr<cuda::HostCopies> copies, int kernels_loaded, absl::Duration warmup_time)
       : devices_(std::move(devices)),
@@ -617,23 +612,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const BackendOption
                                                        static_cast<int>(kernels.size()), absl::Now() - t0));
   for (const std::shared_ptr<DeviceState>& d : usable) {
     // Not fatal: the operation plans for itself (and reports a real failure) then.
-    const absl::Status warm = backend->WarmFft(*d);
+    const absl::Status warm = cuda::WarmFftPlans(*d, backend->fft_plans_);
     if (!warm.ok()) std::fprintf(stderr, "gpucompute: %s: %s\n", d->name.c_str(), std::string(warm.message()).c_str());
   }
   return std::unique_ptr<Backend>(std::move(backend));
-}
-
-// The NUFFT plans of one-row periodograms of kWarmFftFrequencies at the default
-// accuracy: made and run once, so that such a first request pays neither.
-absl::Status CudaBackend::WarmFft(DeviceState& d) {
-  cuda::ScopedDevice on_device(d.ordinal);
-  GC_DEV_TRY(d, on_device.error(), "cudaSetDevice");
-  GC_ASSIGN_OR_RETURN(const cuda::StreamPool::Lease lease, d.compute->Acquire());
-  for (const int64_t frequencies : kWarmFftFrequencies) {
-    const int64_t grid = PlanNufft(frequencies, kDefaultNufftAccuracy).grid;
-    GC_RETURN_IF_ERROR(fft_plans_.WarmUp({d.ordinal, grid, 3}, lease.stream(), d.pool));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/lombscargle_nufft.h"
 
 namespace gpucompute::cuda {
 namespace {
@@ -143,6 +144,17 @@ absl::Status WarmKernels(DeviceState& d, const std::vector<KernelEntry>& kernels
   GC_ASSIGN_OR_RETURN(const StreamPool::Lease lease, d.compute->Acquire());
   GC_DEV_TRY(d, WarmupKernels(LaunchEnv{lease.stream(), d.pool, d.sm_count}), "warm-up");
   GC_DEV_TRY(d, cudaStreamSynchronize(lease.stream()), "warm-up");
+  return absl::OkStatus();
+}
+
+absl::Status WarmFftPlans(DeviceState& d, CufftPlans& plans) {
+  ScopedDevice on_device(d.ordinal);
+  GC_DEV_TRY(d, on_device.error(), "cudaSetDevice");
+  GC_ASSIGN_OR_RETURN(const StreamPool::Lease lease, d.compute->Acquire());
+  for (const int64_t frequencies : kWarmFftFrequencies) {
+    const int64_t grid = PlanNufft(frequencies, kDefaultNufftAccuracy).grid;
+    GC_RETURN_IF_ERROR(plans.WarmUp({d.ordinal, grid, 3}, lease.stream(), d.pool));
+  }
   return absl::OkStatus();
 }
 
