@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # First request vs steady state (issue #15: every operation's first request on a fresh
-# server <= 1.2x its steady state), in one device call, ~2 minutes: a freshly started
+# server <= 1.2x its steady state), in one device call, ~4 minutes: a freshly started
 # CUDA server per client, examples/seed002_first_call.py through the Python client,
 # then through the C++ CLI (one process per request), each printing per operation and
 # dtype the first request's server time, the later median, the ratio and where a first
