@@ -8,7 +8,7 @@
 namespace gpucompute {
 
 Executor::Executor(int threads, size_t max_queued_requests, int small_lane_threads,
-                   size_t max_queued_small_requests)
+                   size_t max_queued_small_requests, std::function<void()> on_thread_start)
     : max_queued_requests_(max_queued_requests),
       max_queued_small_requests_(max_queued_small_requests) {
   const int count = std::max(threads, 1);
@@ -16,7 +16,10 @@ Executor::Executor(int threads, size_t max_queued_requests, int small_lane_threa
   workers_.reserve(count);
   for (int i = 0; i < count; ++i) {
     const bool small_lane_only = i < small_lane_threads_;
-    workers_.emplace_back([this, small_lane_only] { WorkerLoop(small_lane_only); });
+    workers_.emplace_back([this, small_lane_only, on_thread_start] {
+      if (on_thread_start) on_thread_start();
+      WorkerLoop(small_lane_only);
+    });
   }
 }
 

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -44,9 +45,10 @@ class Executor {
   // continuations; at least one thread stays general. Up to
   // `max_queued_requests` general and `max_queued_small_requests` small
   // requests may wait, each lane counted on its own. With no small-lane
-  // thread every request is general.
+  // thread every request is general. `on_thread_start` (if set) runs first on
+  // each thread: what a thread's first task would otherwise set up.
   Executor(int threads, size_t max_queued_requests, int small_lane_threads,
-           size_t max_queued_small_requests);
+           size_t max_queued_small_requests, std::function<void()> on_thread_start = nullptr);
   // Both lanes bounded by `max_queued_requests`.
   Executor(int threads, size_t max_queued_requests, int small_lane_threads = 0)
       : Executor(threads, max_queued_requests, small_lane_threads, max_queued_requests) {}

@@ -110,7 +110,8 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
       config.max_shared_memory_regions_per_owner}, server->store_->instance_id());
   server->executor_ =
       std::make_unique<Executor>(threads, config.max_queue_depth, config.small_request_threads,
-                                 config.max_small_queue_depth);
+                                 config.max_small_queue_depth,
+                                 [backend = server->backend_.get()] { backend->PrepareThread(); });
   server->context_ = std::unique_ptr<ServiceContext>(new ServiceContext{
       server->config_, *server->backend_, *server->store_, *server->executor_, *server->metrics_,
       *server->admission_, *server->device_queues_, *server->shared_memory_, server->draining_});

@@ -130,6 +130,7 @@ class CudaBackend final : public Backend {
   std::vector<DeviceDescription> Devices() const override { return devices_.Descriptions(); }
   bool Healthy() const override { return devices_.AnyHealthy(); }
   int PickDevice() override { return devices_.Pick(); }
+  void PrepareThread() override { devices_.PrepareThread(); }
 
   BackendStats Stats() const override {
     BackendStats stats;

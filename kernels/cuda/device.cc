@@ -200,6 +200,13 @@ absl::Status CopyBetweenDevices(const DeviceState& from, DeviceState& to, const 
   return absl::OkStatus();
 }
 
+void DeviceSet::PrepareThread() const {
+  for (const auto& d : devices_) {
+    ScopedDevice on_device(d->ordinal);
+    if (on_device.error() == cudaSuccess) (void)cudaFree(nullptr);  // no-op that binds the context
+  }
+}
+
 std::vector<DeviceDescription> DeviceSet::Descriptions() const {
   std::vector<DeviceDescription> out;
   for (const auto& d : devices_) {

@@ -125,6 +125,9 @@ class DeviceSet {
   std::shared_ptr<DeviceState> Find(int ordinal) const;
   // "this CUDA backend uses cuda:0, cuda:1", for messages.
   std::string Describe() const;
+  // Makes each device's context current on the calling thread once (the CUDA runtime
+  // sets up a thread's state on its first call there).
+  void PrepareThread() const;
   // The one healthy device all `operands` live on; FAILED_PRECONDITION naming them
   // otherwise, UNAVAILABLE when it is unhealthy.
   absl::StatusOr<DeviceState*> OperandDevice(const std::vector<Operand>& operands) const;
