@@ -318,7 +318,10 @@ void Normalize(Bench& b, bool quick) {
     const std::pair<cuda::NormalizeVariant, const char*> variants[] = {
         {cuda::NormalizeVariant::kDefault, "  default"}, {cuda::NormalizeVariant::kTwoReads, "  two reads"},
         {cuda::NormalizeVariant::kTile, "  tile"}, {cuda::NormalizeVariant::kCluster, "  cluster"},
-        {cuda::NormalizeVariant::kNarrowGroups, "  narrow groups"}};
+        {cuda::NormalizeVariant::kNarrowGroups, "  narrow groups"}, {cuda::NormalizeVariant::kPipelined, "  pipelined"},
+        {cuda::NormalizeVariant::kPipelinedPlain, "  pipelined plain"}, {cuda::NormalizeVariant::kCluster16, "  cluster16"},
+        {cuda::NormalizeVariant::kPipelinedLagged, "  pipelined lagged"},
+        {cuda::NormalizeVariant::kPipelinedRowByRow, "  pipelined rowwise"}};
     std::string policy;
     for (const auto& [variant, name] : variants) {
       absl::StrAppend(&policy, policy.empty() ? "" : "; ", std::string(name).substr(2), " = ",

@@ -145,6 +145,10 @@ class Backend {
   // The device a new request without stored operands should run on (least loaded).
   virtual int PickDevice() = 0;
   virtual BackendStats Stats() const = 0;
+  // Called once on each thread that will run operations, before its first: per-thread
+  // state that thread's first operation would otherwise set up (CUDA: the runtime's
+  // state and each device's context, current on the thread).
+  virtual void PrepareThread() {}
 
   // Memory. `Allocate` fails with RESOURCE_EXHAUSTED when the device is full.
   virtual absl::StatusOr<std::shared_ptr<Array>> Allocate(DType dtype, Shape shape,

@@ -46,6 +46,7 @@ class FaultInjectingBackend final : public Backend {
   }
   bool Healthy() const override { return !faults_->sticky_error.load() && inner_->Healthy(); }
   int PickDevice() override { return inner_->PickDevice(); }
+  void PrepareThread() override { inner_->PrepareThread(); }
   BackendStats Stats() const override { return inner_->Stats(); }
 
   absl::StatusOr<std::shared_ptr<Array>> Allocate(DType dtype, Shape shape, int device) override {

@@ -180,6 +180,7 @@ class BudgetedBackend final : public Backend {
   std::vector<DeviceDescription> Devices() const override { return inner_->Devices(); }
   bool Healthy() const override { return inner_->Healthy(); }
   int PickDevice() override { return inner_->PickDevice(); }
+  void PrepareThread() override { inner_->PrepareThread(); }
 
   BackendStats Stats() const override {
     BackendStats stats = inner_->Stats();

@@ -1,8 +1,10 @@
 // Host memory for result chunks copied off a device, recycled. A fresh
 // megabyte-sized block per chunk is mapped and page-faulted in by the kernel
 // (zeroed 4 KiB at a time: more CPU than the copy into it; bench/BULK_TRANSFER.md);
-// blocks given back are kept for the next chunk of the same size, up to
-// kMaxCachedBytes in all.
+// blocks given back are kept for the next chunk of their size class, up to
+// kMaxCachedBytes in all. Sizes round up to a power of two, so that the last, shorter
+// chunk of a result of any size finds a block too; the server fills the pool at start
+// (Prefill), so that the first results pay no page faults the later ones do not.
 #pragma once
 
 #include <cstddef>
@@ -26,17 +28,42 @@ class ChunkMemory {
   // released): the server binary charges this cap once at start, with gRPC's
   // resource quota (ServerConfig::charge_process_memory).
   static constexpr size_t kMaxCachedBytes = size_t{64} << 20;
+  // Prefill's share of the cap: the blocks a few result streams hold at once (each
+  // its read-ahead and what gRPC has not sent yet).
+  static constexpr size_t kPrefillBytes = size_t{16} << 20;
+  // Take's fallback to larger blocks: at most this factor larger, for chunks of at
+  // least kSpareFromBytes (smaller blocks come warm from malloc's arenas: below the
+  // server's mmap threshold, main.cc).
+  static constexpr size_t kLargestSpareFactor = 4;
+  static constexpr size_t kSpareFromBytes = size_t{256} << 10;
 
   // The process's pool (chunks may be released by gRPC after any server object
   // is gone, so it lives as long as the process).
   static ChunkMemory& Shared();
 
-  std::unique_ptr<char[]> Take(size_t bytes);
-  void Give(std::unique_ptr<char[]> block, size_t bytes);
+  // The size of the block made for a chunk of `bytes`: its size class.
+  static size_t BlockBytes(size_t bytes);
+
+  struct Block {
+    std::unique_ptr<char[]> data;
+    size_t bytes = 0;  // its size
+  };
+  // A free block of the size class of `bytes` or, failing that, the smallest free one
+  // up to kLargestSpareFactor times larger (a result shorter than a chunk uses a
+  // prefilled chunk block) from kSpareFromBytes; else a new block of the size class.
+  Block Take(size_t bytes);
+  void Give(Block block);
+
+  // Free blocks for chunks of `chunk_bytes`, touched (so resident), topped up to
+  // kPrefillBytes in all (at least one).
+  void Prefill(size_t chunk_bytes);
+
+  // The free blocks' bytes.
+  size_t cached_bytes() const;
 
  private:
-  absl::Mutex mu_;
-  absl::flat_hash_map<size_t, std::vector<std::unique_ptr<char[]>>> free_ ABSL_GUARDED_BY(mu_);
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<size_t, std::vector<std::unique_ptr<char[]>>> free_ ABSL_GUARDED_BY(mu_);  // by size
   size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

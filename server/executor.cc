@@ -9,7 +9,8 @@
 namespace gpucompute {
 
 Executor::Executor(int threads, size_t max_queued_requests, int small_lane_threads,
-                   size_t max_queued_small_requests, absl::Duration small_lane_spin)
+                   size_t max_queued_small_requests, absl::Duration small_lane_spin,
+                   std::function<void()> on_thread_start)
     : max_queued_requests_(max_queued_requests),
       max_queued_small_requests_(max_queued_small_requests),
       small_lane_spin_(small_lane_spin) {
@@ -18,7 +19,10 @@ Executor::Executor(int threads, size_t max_queued_requests, int small_lane_threa
   workers_.reserve(count);
   for (int i = 0; i < count; ++i) {
     const bool small_lane_only = i < small_lane_threads_;
-    workers_.emplace_back([this, small_lane_only] { WorkerLoop(small_lane_only); });
+    workers_.emplace_back([this, small_lane_only, on_thread_start] {
+      if (on_thread_start) on_thread_start();
+      WorkerLoop(small_lane_only);
+    });
   }
 }
 

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -50,9 +51,12 @@ class Executor {
   // continuations; at least one thread stays general. Up to
   // `max_queued_requests` general and `max_queued_small_requests` small
   // requests may wait, each lane counted on its own. With no small-lane
-  // thread every request is general.
+  // thread every request is general. A small-lane thread out of work watches for
+  // a submission `small_lane_spin` long before it sleeps. `on_thread_start` (if set)
+  // runs first on each thread: what a thread's first task would otherwise set up.
   Executor(int threads, size_t max_queued_requests, int small_lane_threads,
-           size_t max_queued_small_requests, absl::Duration small_lane_spin = absl::ZeroDuration());
+           size_t max_queued_small_requests, absl::Duration small_lane_spin = absl::ZeroDuration(),
+           std::function<void()> on_thread_start = nullptr);
   // Both lanes bounded by `max_queued_requests`.
   Executor(int threads, size_t max_queued_requests, int small_lane_threads = 0)
       : Executor(threads, max_queued_requests, small_lane_threads, max_queued_requests) {}

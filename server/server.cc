@@ -89,6 +89,10 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
         server->config_.resource_quota_bytes + ChunkMemory::kMaxCachedBytes);
   }
 
+  // Result chunks copied off a device land in recycled blocks: these ones are resident
+  // before the first result needs them (the CPU backend streams from its arrays).
+  if (server->backend_->name() != "cpu") ChunkMemory::Shared().Prefill(config.default_chunk_bytes);
+
   server->metrics_ = std::make_unique<Metrics>(BuildInfo{kVersion, GPUCOMPUTE_GIT_COMMIT,
                                                          GPUCOMPUTE_CUDA_VERSION,
                                                          std::string(server->backend_->name())});
@@ -106,7 +110,8 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
       config.max_shared_memory_regions_per_owner}, server->store_->instance_id());
   server->executor_ =
       std::make_unique<Executor>(threads, config.max_queue_depth, config.small_request_threads,
-                                 config.max_small_queue_depth, config.small_lane_spin);
+                                 config.max_small_queue_depth, config.small_lane_spin,
+                                 [backend = server->backend_.get()] { backend->PrepareThread(); });
   server->context_ = std::unique_ptr<ServiceContext>(new ServiceContext{
       server->config_, *server->backend_, *server->store_, *server->executor_, *server->metrics_,
       *server->admission_, *server->device_queues_, *server->shared_memory_, server->draining_});

@@ -1,4 +1,5 @@
-// ChunkMemory: blocks given back are reused for chunks of their size, within a cap.
+// ChunkMemory: blocks given back are reused for chunks of their size class (or, from
+// kSpareFromBytes, a few times smaller), within a cap; Prefill tops the pool up once.
 #include "server/chunk_memory.h"
 
 #include <vector>
@@ -8,31 +9,62 @@
 namespace gpucompute {
 namespace {
 
+constexpr size_t kMiB = size_t{1} << 20;
+
 TEST(ChunkMemoryTest, ReusesBlocksOfTheSameSize) {
   ChunkMemory pool;
-  std::unique_ptr<char[]> block = pool.Take(1 << 20);
-  char* const address = block.get();
-  pool.Give(std::move(block), 1 << 20);
-  EXPECT_NE(pool.Take(1 << 19).get(), address);  // another size: a fresh block
-  EXPECT_EQ(pool.Take(1 << 20).get(), address);
+  ChunkMemory::Block block = pool.Take(kMiB);
+  char* const address = block.data.get();
+  EXPECT_EQ(block.bytes, kMiB);
+  pool.Give(std::move(block));
+  EXPECT_NE(pool.Take(2 * kMiB).data.get(), address);  // larger: a fresh block
+  EXPECT_EQ(pool.Take(kMiB).data.get(), address);
+}
+
+TEST(ChunkMemoryTest, ShorterChunksUseTheBlockOfTheirSizeClassOrAFewTimesLarger) {
+  ChunkMemory pool;
+  EXPECT_EQ(ChunkMemory::BlockBytes(1), 4096u);
+  EXPECT_EQ(ChunkMemory::BlockBytes(654464), kMiB);  // a result's last chunk
+  EXPECT_EQ(ChunkMemory::BlockBytes(kMiB), kMiB);
+  ChunkMemory::Block block = pool.Take(kMiB);
+  char* const address = block.data.get();
+  pool.Give(std::move(block));
+  EXPECT_NE(pool.Take(64 << 10).data.get(), address);  // small: from malloc, not a MiB
+  ChunkMemory::Block shorter = pool.Take(300 << 10);    // a 512 KiB class: the MiB block
+  EXPECT_EQ(shorter.data.get(), address);
+  EXPECT_EQ(shorter.bytes, kMiB);
+  pool.Give(std::move(shorter));
+  EXPECT_EQ(pool.Take(200 << 10).data.get(), address);  // the 256 KiB class: 4 times smaller
+}
+
+TEST(ChunkMemoryTest, PrefillTopsUpToItsShareOnce) {
+  ChunkMemory pool;
+  pool.Prefill(kMiB);
+  EXPECT_EQ(pool.cached_bytes(), ChunkMemory::kPrefillBytes);
+  ChunkMemory::Block block = pool.Take(kMiB);
+  EXPECT_EQ(pool.cached_bytes(), ChunkMemory::kPrefillBytes - kMiB);
+  pool.Prefill(kMiB);  // one block short: one more
+  EXPECT_EQ(pool.cached_bytes(), ChunkMemory::kPrefillBytes);
+  pool.Prefill(kMiB);  // full: none
+  EXPECT_EQ(pool.cached_bytes(), ChunkMemory::kPrefillBytes);
 }
 
 TEST(ChunkMemoryTest, KeepsAtMostTheCap) {
   ChunkMemory pool;
-  constexpr size_t kBlock = size_t{4} << 20;
+  constexpr size_t kBlock = 4 * kMiB;
   constexpr size_t kBlocks = ChunkMemory::kMaxCachedBytes / kBlock + 2;
-  std::vector<std::unique_ptr<char[]>> taken;
+  std::vector<ChunkMemory::Block> taken;
   std::vector<char*> addresses;
   for (size_t i = 0; i < kBlocks; ++i) {
     taken.push_back(pool.Take(kBlock));
-    addresses.push_back(taken.back().get());
+    addresses.push_back(taken.back().data.get());
   }
-  for (size_t i = 0; i < kBlocks; ++i) pool.Give(std::move(taken[i]), kBlock);
+  for (size_t i = 0; i < kBlocks; ++i) pool.Give(std::move(taken[i]));
   // Only the first kMaxCachedBytes worth were kept; the pool hands them out again.
   size_t reused = 0;
   for (size_t i = 0; i < kBlocks; ++i) {
-    std::unique_ptr<char[]> block = pool.Take(kBlock);
-    for (char* address : addresses) reused += block.get() == address;
+    ChunkMemory::Block block = pool.Take(kBlock);
+    for (char* address : addresses) reused += block.data.get() == address;
     taken[i] = std::move(block);
   }
   EXPECT_EQ(reused, ChunkMemory::kMaxCachedBytes / kBlock);

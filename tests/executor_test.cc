@@ -1,6 +1,7 @@
 #include "server/executor.h"
 
 #include <atomic>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +29,26 @@ void HoldTheOnlyThread(Executor& executor, absl::Notification& started,
                       "holder")
                   .ok());
   started.WaitForNotification();
+}
+
+TEST(ExecutorTest, EveryThreadRunsTheStartHookBeforeItsFirstTask) {
+  absl::Mutex mu;
+  std::set<std::thread::id> prepared;
+  bool unprepared_task = false;
+  {
+    Executor executor(3, 1000, 1, 1000, absl::ZeroDuration(), [&] {
+      absl::MutexLock lock(&mu);
+      prepared.insert(std::this_thread::get_id());
+    });
+    for (int i = 0; i < 200; ++i) {
+      executor.SubmitContinuation([&] {
+        absl::MutexLock lock(&mu);
+        unprepared_task |= !prepared.contains(std::this_thread::get_id());
+      });
+    }
+  }
+  EXPECT_EQ(prepared.size(), 3u);
+  EXPECT_FALSE(unprepared_task);
 }
 
 TEST(ExecutorTest, RunsEverySubmittedTask) {

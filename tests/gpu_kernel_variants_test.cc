@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "kernels/cuda/launchers.h"
 #include "kernels/cuda/normalize_variants.h"
 #include "tests/testing/arrays.h"
+#include "tests/testing/conformance.h"
 #include "tests/testing/gpu_present.h"
 #include "tests/testing/tensors.h"
 
@@ -88,7 +90,20 @@ constexpr DType kDType = sizeof(T) == 4 ? DType::kFloat32 : DType::kFloat64;
 constexpr NormKind kAllNorms[] = {NormKind::kSum, NormKind::kL1, NormKind::kL2, NormKind::kMaxAbs};
 constexpr cuda::NormalizeVariant kNormalizeVariants[] = {
     cuda::NormalizeVariant::kDefault, cuda::NormalizeVariant::kTwoReads, cuda::NormalizeVariant::kTile,
-    cuda::NormalizeVariant::kCluster, cuda::NormalizeVariant::kNarrowGroups};
+    cuda::NormalizeVariant::kCluster, cuda::NormalizeVariant::kNarrowGroups, cuda::NormalizeVariant::kPipelined,
+    // The same kernels as ones above, other hints, cluster size or order:
+    cuda::NormalizeVariant::kPipelinedPlain, cuda::NormalizeVariant::kCluster16,
+    cuda::NormalizeVariant::kPipelinedLagged, cuda::NormalizeVariant::kPipelinedRowByRow};
+constexpr size_t kDistinctNormalizeKernels = 6;
+
+// Every variant; under compute-sanitizer (slow) the first kDistinctNormalizeKernels.
+std::span<const cuda::NormalizeVariant> NormalizeVariants() {
+  return std::span(kNormalizeVariants).first(test::Sanitized() ? kDistinctNormalizeKernels
+                                                                : std::size(kNormalizeVariants));
+}
+constexpr cuda::NormalizeVariant kPipelineVariants[] = {
+    cuda::NormalizeVariant::kPipelined, cuda::NormalizeVariant::kPipelinedPlain,
+    cuda::NormalizeVariant::kPipelinedLagged, cuda::NormalizeVariant::kPipelinedRowByRow};
 
 // Runs one variant on x (rows x cols) and returns the device's result struct and output.
 template <typename T>
@@ -107,7 +122,8 @@ void RunNormalize(const std::vector<T>& x, int64_t rows, int64_t cols, NormKind 
 }
 
 template <typename T>
-void CheckNormalizeVariants(int64_t rows, int64_t cols) {
+void CheckNormalizeVariants(int64_t rows, int64_t cols,
+                            std::span<const cuda::NormalizeVariant> variants = NormalizeVariants()) {
   const uint64_t seed = FreshSeed();
   const Shape shape = {rows, cols};
   for (NormKind norm : kAllNorms) {
@@ -116,7 +132,7 @@ void CheckNormalizeVariants(int64_t rows, int64_t cols) {
     auto ref = Poisoned(*Cpu(), kDType<T>, shape);
     ASSERT_TRUE(Cpu()->Normalize(*Put(*Cpu(), shape, x), norm, *ref, ctx).ok());
     const std::vector<double> want = ToDoubles(Read<T>(*Cpu(), *ref));
-    for (cuda::NormalizeVariant v : kNormalizeVariants) {
+    for (cuda::NormalizeVariant v : variants) {
       // Aligned, input off by one element, output off by one element.
       for (const auto [in_off, out_off] : {std::pair{0, 0}, std::pair{1, 0}, std::pair{0, 1}}) {
         SCOPED_TRACE(absl::StrCat(rows, " x ", cols, sizeof(T) == 4 ? " f32" : " f64", " norm ",
@@ -154,15 +170,29 @@ TEST(GpuKernelVariants, NormalizeAroundEveryPolicySwitch) {
     CheckNormalizeVariants<float>(3, cols);
     CheckNormalizeVariants<double>(3, cols);
   }
-  // Clusters (sm_90): 8 blocks per row, the last slice short; past 8 slices of a tile, chunks.
+  // Clusters (sm_90): 8 (16) blocks per row, the last slice short; past 8 slices of a tile, chunks.
   for (int64_t cols : {100003, 231429, 462851}) {
     CheckNormalizeVariants<float>(2, cols);
     CheckNormalizeVariants<double>(2, cols);
   }
   CheckNormalizeVariants<float>(9000, 7);  // several tiles of 2048 rows and a partial one
-  // Many rows of chunks (one launch each for the reduction and the scaling).
+  // Many rows of chunks (one launch each for the reduction and the scaling); for the
+  // pipeline, reductions and scalings interleaved (more chunks than the lag).
   CheckNormalizeVariants<float>(100, 65537);
   CheckNormalizeVariants<double>(60, 65537);
+}
+
+// The pipeline's two orders, each side of the switch at a quarter of L2 (lagged below,
+// row by row above; ~12.5 MB rows on an H100), rows ending mid-chunk and mid-vector.
+TEST(GpuKernelVariants, NormalizePipelineRowByRow) {
+  REQUIRE_GPU();
+  int device = 0, l2 = 0;
+  ASSERT_CUDA(cudaGetDevice(&device));
+  ASSERT_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+  for (int64_t step : {-1, 1}) {
+    CheckNormalizeVariants<float>(3, l2 / 16 + step * 4099, kPipelineVariants);
+    CheckNormalizeVariants<double>(2, l2 / 32 + step * 2049, kPipelineVariants);
+  }
 }
 
 // A zero row is never divided by: the lowest bad row is reported, the others are
@@ -172,7 +202,7 @@ void CheckBadRows(int64_t cols, int64_t rows = 7, int64_t first = 3) {
   std::vector<T> x = Uniform<T>(rows * cols, 0.5, 1.5, FreshSeed());
   for (int64_t r : {first, first + 2}) std::fill(x.begin() + r * cols, x.begin() + (r + 1) * cols, T(0));
   for (NormKind norm : kAllNorms) {
-    for (cuda::NormalizeVariant v : kNormalizeVariants) {
+    for (cuda::NormalizeVariant v : NormalizeVariants()) {
       SCOPED_TRACE(absl::StrCat(cols, " cols", sizeof(T) == 4 ? " f32" : " f64", " norm ", static_cast<int>(norm),
                                 " variant ", static_cast<int>(v)));
       cuda::NormalizeResult result{};
@@ -200,6 +230,7 @@ TEST(GpuKernelVariants, NormalizeBadRowsOnEveryPath) {
 TEST(GpuKernelVariants, NormalizeBadRowsUnderRacecheck) {  // small: racecheck is slow
   REQUIRE_GPU();
   for (int64_t cols : {3, 100, 2000, 9000}) CheckBadRows<float>(cols);
+  CheckBadRows<float>(60001, 5, 1);  // past a tile: clusters, chunks, the pipeline
 }
 
 // ---- haversine ----------------------------------------------------------------------------

@@ -130,6 +130,7 @@ class CudaBackend final : public Backend {
   std::vector<DeviceDescription> Devices() const override { return devices_.Descriptions(); }
   bool Healthy() const override { return devices_.AnyHealthy(); }
   int PickDevice() override { return devices_.Pick(); }
+  void PrepareThread() override { devices_.PrepareThread(); }
 
   BackendStats Stats() const override {
     BackendStats stats;
@@ -610,9 +611,14 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const BackendOption
   for (const std::string& s : skipped) {
     std::fprintf(stderr, "gpucompute: CUDA device skipped: %s\n", s.c_str());
   }
-  return std::unique_ptr<Backend>(new CudaBackend(std::move(usable), std::move(copies),
-                                                  static_cast<int>(kernels.size()),
-                                                  absl::Now() - t0));
+  std::unique_ptr<CudaBackend> backend(new CudaBackend(usable, std::move(copies),
+                                                       static_cast<int>(kernels.size()), absl::Now() - t0));
+  for (const std::shared_ptr<DeviceState>& d : usable) {
+    // Not fatal: the operation plans for itself (and reports a real failure) then.
+    const absl::Status warm = cuda::WarmFftPlans(*d, backend->fft_plans_);
+    if (!warm.ok()) std::fprintf(stderr, "gpucompute: %s: %s\n", d->name.c_str(), std::string(warm.message()).c_str());
+  }
+  return std::unique_ptr<Backend>(std::move(backend));
 }
 
 }  // namespace

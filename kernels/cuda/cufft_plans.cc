@@ -52,6 +52,31 @@ absl::StatusOr<CufftPlans::Lease> CufftPlans::Acquire(const Key& key) {
   return Lease(this, key, handle, work_bytes);
 }
 
+absl::Status CufftPlans::WarmUp(const Key& key, cudaStream_t stream, cudaMemPool_t pool) {
+  absl::StatusOr<Lease> lease = Acquire(key);
+  if (!lease.ok()) return lease.status();
+  // The transforms, then the work area from a 256-byte boundary.
+  const size_t data = (sizeof(cufftDoubleComplex) * static_cast<size_t>(key.points * key.batch) + 255) / 256 * 256;
+  void* memory = nullptr;
+  cudaError_t e = cudaMallocFromPoolAsync(&memory, data + lease->work_bytes(), pool, stream);
+  if (e != cudaSuccess) {
+    return absl::ResourceExhaustedError(absl::StrCat("cuFFT warm-up memory: ", cudaGetErrorString(e)));
+  }
+  e = cudaMemsetAsync(memory, 0, data, stream);
+  auto* z = static_cast<cufftDoubleComplex*>(memory);
+  cufftResult r = cufftSetStream(lease->handle(), stream);
+  if (r == CUFFT_SUCCESS) r = cufftSetWorkArea(lease->handle(), static_cast<char*>(memory) + data);
+  if (r == CUFFT_SUCCESS && e == cudaSuccess) r = cufftExecZ2Z(lease->handle(), z, z, CUFFT_INVERSE);
+  const cudaError_t freed = cudaFreeAsync(memory, stream);
+  const cudaError_t synced = cudaStreamSynchronize(stream);
+  if (e == cudaSuccess) e = freed != cudaSuccess ? freed : synced;
+  if (r != CUFFT_SUCCESS || e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("cuFFT warm-up of ", key.batch, " transforms of ", key.points,
+                                            " points: cufftResult ", r, ", ", cudaGetErrorString(e)));
+  }
+  return absl::OkStatus();
+}
+
 void CufftPlans::Return(const Key& key, cufftHandle handle, size_t work_bytes) {
   absl::MutexLock lock(&mu_);
   idle_.push_back({key, handle, work_bytes});

@@ -5,6 +5,7 @@
 // scratch) so that no memory is held between operations but the plan's own.
 #pragma once
 
+#include <cuda_runtime_api.h>
 #include <cufft.h>
 
 #include <cstddef>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 
@@ -51,6 +53,12 @@ class CufftPlans {
   // A plan of `batch` in-place double-complex transforms of `points` each, made on
   // the current device (which must be key.device) when no idle one fits.
   absl::StatusOr<Lease> Acquire(const Key& key);
+
+  // Makes the plan of `key` and runs it once on zeros (memory from `pool`, on
+  // `stream` of the current device), leaving it idle: the first request of that size
+  // neither plans nor loads cuFFT's kernels (a first plan of the process also sets
+  // up the library).
+  absl::Status WarmUp(const Key& key, cudaStream_t stream, cudaMemPool_t pool);
 
  private:
   static constexpr size_t kMaxIdle = 8;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/lombscargle_nufft.h"
 
 namespace gpucompute::cuda {
 namespace {
@@ -146,6 +147,17 @@ absl::Status WarmKernels(DeviceState& d, const std::vector<KernelEntry>& kernels
   return absl::OkStatus();
 }
 
+absl::Status WarmFftPlans(DeviceState& d, CufftPlans& plans) {
+  ScopedDevice on_device(d.ordinal);
+  GC_DEV_TRY(d, on_device.error(), "cudaSetDevice");
+  GC_ASSIGN_OR_RETURN(const StreamPool::Lease lease, d.compute->Acquire());
+  for (const int64_t frequencies : kWarmFftFrequencies) {
+    const int64_t grid = PlanNufft(frequencies, kDefaultNufftAccuracy).grid;
+    GC_RETURN_IF_ERROR(plans.WarmUp({d.ordinal, grid, 3}, lease.stream(), d.pool));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::shared_ptr<Array>> AllocateArray(const std::shared_ptr<DeviceState>& dev,
                                                      DType dtype, Shape shape) {
   if (!dev->healthy.load()) return dev->Unavailable();
@@ -186,6 +198,13 @@ absl::Status CopyBetweenDevices(const DeviceState& from, DeviceState& to, const 
   GC_DEV_TRY(to, cudaMemcpyPeer(dst.data(), to.ordinal, src.data(), from.ordinal, src.bytes()),
              "copy between devices");
   return absl::OkStatus();
+}
+
+void DeviceSet::PrepareThread() const {
+  for (const auto& d : devices_) {
+    ScopedDevice on_device(d->ordinal);
+    if (on_device.error() == cudaSuccess) (void)cudaFree(nullptr);  // no-op that binds the context
+  }
 }
 
 std::vector<DeviceDescription> DeviceSet::Descriptions() const {

@@ -19,6 +19,7 @@
 #include "kernels/array.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_resources.h"
+#include "kernels/cuda/cufft_plans.h"
 #include "kernels/cuda/launchers.h"
 #include "kernels/dtype.h"
 
@@ -88,6 +89,12 @@ absl::StatusOr<std::shared_ptr<DeviceState>> OpenDevice(int ordinal,
 // Loads every kernel on the device and runs each once on tiny inputs.
 absl::Status WarmKernels(DeviceState& d, const std::vector<KernelEntry>& kernels);
 
+// Makes and runs once, into `plans`, the cuFFT plans of one-row Lomb-Scargle NUFFTs of
+// kWarmFftFrequencies at the default accuracy, so that such a first request pays
+// neither the plan nor cuFFT's set-up.
+inline constexpr int64_t kWarmFftFrequencies[] = {1 << 16, 1 << 18, 1 << 20};
+absl::Status WarmFftPlans(DeviceState& d, CufftPlans& plans);
+
 // An array in the device's pool; RESOURCE_EXHAUSTED when it does not fit.
 absl::StatusOr<std::shared_ptr<Array>> AllocateArray(const std::shared_ptr<DeviceState>& dev,
                                                      DType dtype, Shape shape);
@@ -118,6 +125,9 @@ class DeviceSet {
   std::shared_ptr<DeviceState> Find(int ordinal) const;
   // "this CUDA backend uses cuda:0, cuda:1", for messages.
   std::string Describe() const;
+  // Makes each device's context current on the calling thread once (the CUDA runtime
+  // sets up a thread's state on its first call there).
+  void PrepareThread() const;
   // The one healthy device all `operands` live on; FAILED_PRECONDITION naming them
   // otherwise, UNAVAILABLE when it is unhealthy.
   absl::StatusOr<DeviceState*> OperandDevice(const std::vector<Operand>& operands) const;

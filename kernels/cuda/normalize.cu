@@ -8,6 +8,8 @@
 //     scales it; rows up to 8 elements per lane stay in registers (one read), longer
 //     ones (kTwoReads only) are read twice (the second from L1/L2);
 //   clusters (sm_90): a row past a tile over 8 blocks' shared memory, read once;
+//   pipeline (kPipelined only, normalize_pipeline.cuh): rows past a tile in one
+//     persistent launch that re-reads each chunk from L2 soon after reducing it;
 //   chunks (sm_80/86/89 past a tile, or rows past a cluster): ChunkReduceKernel splits every row into chunks (one block each, block
 //     reduction via cub::BlockReduce, 16-byte loads); the last block to finish a row
 //     (threadfence + ticket) sums that row's partials in a fixed order, so the norm is
@@ -40,6 +42,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launchers.h"
 #include "kernels/cuda/normalize_ops.cuh"
+#include "kernels/cuda/normalize_pipeline.cuh"
 #include "kernels/cuda/normalize_plan.cuh"
 #include "kernels/cuda/normalize_tile.cuh"
 #include "kernels/cuda/normalize_variants.h"
@@ -199,21 +202,11 @@ __global__ void __launch_bounds__(ChunkPolicy::kThreads, ChunkPolicy::kMinBlocks
 
 template <typename T, bool kVec>
 struct ChunkScaleAgent {
-  using VT = typename Vec16<T>::type;
   const T* in;
   T* out;
   int64_t rows, cols, chunks;
   const double* norms;
   NormalizeResult* result;
-
-  template <typename Scale>
-  __device__ static VT ScaleVec(const VT& x, Scale scale) {
-    if constexpr (Vec16<T>::kCount == 4) {
-      return make_float4(scale(x.x), scale(x.y), scale(x.z), scale(x.w));
-    } else {
-      return make_double2(scale(x.x), scale(x.y));
-    }
-  }
 
   __device__ void Run() {
     const int64_t total = rows * chunks;
@@ -226,27 +219,9 @@ struct ChunkScaleAgent {
       const int64_t s = row * cols + c * ChunkPolicy::kChunk;
       const int64_t e = row * cols + min(cols, (c + 1) * ChunkPolicy::kChunk);
       bool overflow = false;
-      WithRowScale<T>(norm, [&](auto scale) { overflow = ScaleRange(s, e, scale); });
+      WithRowScale<T>(norm, [&](auto scale) { overflow = BlockScaleRange<T, kVec>(in, out, s, e, scale); });
       if (overflow) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
     }
-  }
-
-  // Returns whether a quotient overflowed T (only a SUM norm can make one).
-  template <typename Scale>
-  __device__ bool ScaleRange(int64_t s, int64_t e, Scale scale) const {
-    bool overflow = false;
-    BlockWalk<T, kVec>(
-        in, s, e,
-        [&](int64_t i, T x) {
-          out[i] = scale(x);
-          overflow |= isinf(out[i]);
-        },
-        [&](int64_t first, const VT& v) {
-          const VT y = ScaleVec(v, scale);
-          *reinterpret_cast<VT*>(out + first) = y;
-          overflow |= AnyInf(y);
-        });
-    return overflow;
   }
 };
 
@@ -378,6 +353,8 @@ cudaError_t LaunchT(const T* in, T* out, int64_t rows, int64_t cols, NormalizeRe
     case NormalizePath::kTile: return LaunchTile<T, kNorm>(in, out, rows, cols, plan.group, result, env, plan.limit);
     case NormalizePath::kCluster:
       return LaunchClusterRows<T, kNorm>(in, out, rows, cols, plan.blocks, plan.slice, result, env, plan.limit);
+    case NormalizePath::kPipeline:
+      return LaunchPipeline<T, kNorm>(in, out, rows, cols, plan.streaming, plan.order, result, env);
     case NormalizePath::kChunks: break;
   }
   return LaunchChunks<T, kNorm>(in, out, rows, cols, result, env);
@@ -423,6 +400,10 @@ void ListNormT(std::vector<KernelEntry>& out, const std::string& name) {
   out.push_back({"normalize.tile16<" + name + ">", (const void*)&TileKernel<T, kNorm, 16>});
   out.push_back({"normalize.tile32<" + name + ">", (const void*)&TileKernel<T, kNorm, 32>});
   out.push_back({"normalize.cluster_row<" + name + ">", (const void*)&ClusterRowKernel<T, kNorm>});
+  out.push_back({"normalize.pipeline<" + name + ",vec>", (const void*)&PipelineKernel<T, kNorm, true, true>});
+  out.push_back({"normalize.pipeline<" + name + ">", (const void*)&PipelineKernel<T, kNorm, false, true>});
+  out.push_back({"normalize.pipeline<" + name + ",vec,plain>", (const void*)&PipelineKernel<T, kNorm, true, false>});
+  out.push_back({"normalize.pipeline<" + name + ",plain>", (const void*)&PipelineKernel<T, kNorm, false, false>});
 }
 
 template <typename T>
@@ -496,10 +477,14 @@ void ListNormalizeKernels(std::vector<KernelEntry>& out) {
 cudaError_t WarmupNormalize(const LaunchEnv& env) {
   // Rows of 8, 40, 100 and 4097 columns, one row each, on the default (tile of 4
   // lanes, 8- / 16-lane group or tile, tile of its own) and main's paths (4-lane group, the chunks,
-  // vector and scalar); plus the error-path kernel.
+  // vector and scalar); on the default also rows of 10000 (a tile past 48 KiB of shared
+  // memory in float64) and 70001 (past a tile: a cluster on sm_90, else the chunks),
+  // so that no first request sets a kernel's shared-memory limit or launches a path
+  // for the first time; plus the error-path kernels.
   constexpr int64_t kLong = RowGroupPolicy::kMaxCols + 1;
-  constexpr int64_t kOut = 4112;  // 16-byte aligned for both element sizes; kOut + 1 is not
-  constexpr size_t elems = kOut + 1 + kLong + 7;
+  constexpr int64_t kPastTile = 70001;
+  constexpr int64_t kOut = 70016;  // 16-byte aligned for both element sizes; kOut + 1 is not
+  constexpr size_t elems = 2 * kOut + 8;
   Scratch s;
   GC_TRY(s.Allocate(elems * sizeof(double) + sizeof(NormalizeResult), env));
   auto* res = reinterpret_cast<NormalizeResult*>(s.as<double>() + elems);
@@ -514,11 +499,14 @@ cudaError_t WarmupNormalize(const LaunchEnv& env) {
     for (int k = 0; k < 4; ++k) {
       const auto norm = static_cast<NormKind>(k);
       for (NormalizeVariant v : {NormalizeVariant::kDefault, NormalizeVariant::kTwoReads}) {
-        GC_TRY(LaunchNormalizeVariant(t, in, out, 1, 8, norm, res, env, v));
-        GC_TRY(LaunchNormalizeVariant(t, in, out, 1, 40, norm, res, env, v));
-        GC_TRY(LaunchNormalizeVariant(t, in, out, 1, 100, norm, res, env, v));
-        GC_TRY(LaunchNormalizeVariant(t, in, out, 1, kLong, norm, res, env, v));
+        for (int64_t cols : {int64_t{8}, int64_t{40}, int64_t{100}, kLong}) {
+          GC_TRY(LaunchNormalizeVariant(t, in, out, 1, cols, norm, res, env, v));
+        }
         GC_TRY(LaunchNormalizeVariant(t, in, out_unaligned, 1, kLong, norm, res, env, v));
+      }
+      for (int64_t cols : {int64_t{10000}, kPastTile}) {
+        GC_TRY(LaunchNormalizeVariant(t, in, out, 1, cols, norm, res, env, NormalizeVariant::kDefault));
+        GC_TRY(LaunchNormalizeVariant(t, in, out_unaligned, 1, cols, norm, res, env, NormalizeVariant::kDefault));
       }
       GC_TRY(LaunchNormalizeBadRowNorm(t, in, 1, 8, norm, res, env));
       GC_TRY(LaunchNormalizeRescue(t, in, out, 1, 8, norm, 0, res, env));

@@ -167,20 +167,37 @@ __device__ __forceinline__ bool AnyInf(float4 v) {
 }
 __device__ __forceinline__ bool AnyInf(double2 v) { return isinf(v.x) || isinf(v.y); }
 
+// A load or store; `streaming` marks its L2 line evict-first (an input line read for
+// the last time, an output line nobody reads back soon), so it does not push out the
+// lines a later pass still wants from L2 (normalize_pipeline.cuh).
+template <typename V>
+__device__ __forceinline__ V LoadHinted(const V* p, bool streaming) {
+  return streaming ? __ldcs(p) : *p;
+}
+template <typename V>
+__device__ __forceinline__ void StoreHinted(V* p, V v, bool streaming) {
+  if (streaming) {
+    __stcs(p, v);
+  } else {
+    *p = v;
+  }
+}
+
 // One block walks in[s, e): a scalar head up to 16-byte alignment, the aligned body as
 // 16-byte vectors (kUnroll loads in flight per thread before any is used), a scalar
 // tail; without kVec, every element as a scalar. element(i, x) gets each scalar
-// in[i]; vector(first, v) each vector, whose first element is in[first].
+// in[i]; vector(first, v) each vector, whose first element is in[first]. `streaming`:
+// the loads are the last use of their lines (LoadHinted).
 template <typename T, bool kVec, typename Element, typename Vector>
 __device__ __forceinline__ void BlockWalk(const T* in, int64_t s, int64_t e, Element&& element,
-                                          Vector&& vector) {
+                                          Vector&& vector, bool streaming = false) {
   if constexpr (kVec) {
     using VT = typename Vec16<T>::type;
     constexpr int64_t V = Vec16<T>::kCount;
     const int64_t aligned = (s + V - 1) / V * V;
     const int64_t head_end = aligned < e ? aligned : e;
     const int64_t body_end = head_end + (e - head_end) / V * V;
-    for (int64_t i = s + threadIdx.x; i < head_end; i += blockDim.x) element(i, in[i]);
+    for (int64_t i = s + threadIdx.x; i < head_end; i += blockDim.x) element(i, LoadHinted(in + i, streaming));
     const VT* body = reinterpret_cast<const VT*>(in + head_end);
     const int64_t nv = (body_end - head_end) / V;
     constexpr int U = ChunkPolicy::kUnroll;
@@ -188,14 +205,14 @@ __device__ __forceinline__ void BlockWalk(const T* in, int64_t s, int64_t e, Ele
     for (; k + (U - 1) * static_cast<int64_t>(blockDim.x) < nv; k += U * blockDim.x) {
       VT v[U];
 #pragma unroll
-      for (int u = 0; u < U; ++u) v[u] = body[k + u * blockDim.x];
+      for (int u = 0; u < U; ++u) v[u] = LoadHinted(body + k + u * blockDim.x, streaming);
 #pragma unroll
       for (int u = 0; u < U; ++u) vector(head_end + (k + u * blockDim.x) * V, v[u]);
     }
-    for (; k < nv; k += blockDim.x) vector(head_end + k * V, body[k]);
-    for (int64_t i = body_end + threadIdx.x; i < e; i += blockDim.x) element(i, in[i]);
+    for (; k < nv; k += blockDim.x) vector(head_end + k * V, LoadHinted(body + k, streaming));
+    for (int64_t i = body_end + threadIdx.x; i < e; i += blockDim.x) element(i, LoadHinted(in + i, streaming));
   } else {
-    for (int64_t i = s + threadIdx.x; i < e; i += blockDim.x) element(i, in[i]);
+    for (int64_t i = s + threadIdx.x; i < e; i += blockDim.x) element(i, LoadHinted(in + i, streaming));
   }
 }
 
@@ -212,6 +229,39 @@ __device__ typename NormOp<kNorm>::Acc BlockRangeReduce(
       in, s, e, [&](int64_t, T x) { acc = Op::Add(acc, Op::Transform(x)); },
       [&](int64_t, const typename Vec16<T>::type& v) { acc = AccumulateVec<T, Op>(acc, v); });
   return BlockReduceFor<kNorm>(tmp).Reduce(acc, typename Op::Functor{});
+}
+
+template <typename T, typename Scale>
+__device__ __forceinline__ typename Vec16<T>::type ScaleVec(const typename Vec16<T>::type& x, Scale scale) {
+  if constexpr (Vec16<T>::kCount == 4) {
+    return make_float4(scale(x.x), scale(x.y), scale(x.z), scale(x.w));
+  } else {
+    return make_double2(scale(x.x), scale(x.y));
+  }
+}
+
+// One block writes out[i] = scale(in[i]) for i in [s, e) (16-byte loads and stores
+// with kVec: both pointers aligned); kStreaming hints both as last uses (LoadHinted).
+// Returns whether a quotient overflowed T (only a SUM norm can make one).
+template <typename T, bool kVec, bool kStreaming = false, typename Scale>
+__device__ __forceinline__ bool BlockScaleRange(const T* in, T* out, int64_t s, int64_t e, Scale scale) {
+  constexpr bool streaming = kStreaming;
+  using VT = typename Vec16<T>::type;
+  bool overflow = false;
+  BlockWalk<T, kVec>(
+      in, s, e,
+      [&](int64_t i, T x) {
+        const T y = scale(x);
+        StoreHinted(out + i, y, streaming);
+        overflow |= isinf(y);
+      },
+      [&](int64_t first, const VT& v) {
+        const VT y = ScaleVec<T>(v, scale);
+        StoreHinted(reinterpret_cast<VT*>(out + first), y, streaming);
+        overflow |= AnyInf(y);
+      },
+      streaming);
+  return overflow;
 }
 
 }  // namespace

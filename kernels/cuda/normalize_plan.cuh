@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels/cuda/normalize_ops.cuh"
+#include "kernels/cuda/normalize_pipeline.cuh"
 #include "kernels/cuda/normalize_tile.cuh"
 #include "kernels/cuda/normalize_variants.h"
 
@@ -15,13 +16,15 @@ namespace gpucompute::cuda {
 namespace {
 
 // What runs for one shape (LaunchT in normalize.cu runs it).
-enum class NormalizePath { kRowGroups, kTile, kCluster, kChunks };
+enum class NormalizePath { kRowGroups, kTile, kCluster, kPipeline, kChunks };
 struct NormalizePlan {
   NormalizePath path = NormalizePath::kChunks;
-  int group = 32;        // kRowGroups, kTile: lanes per row
-  int64_t limit = 0;     // kTile, kCluster: shared memory one block may have
-  int blocks = 0;        // kCluster: blocks per row
-  int64_t slice = 0;     // kCluster: elements per block
+  int group = 32;          // kRowGroups, kTile: lanes per row
+  int64_t limit = 0;       // kTile, kCluster: shared memory one block may have
+  int blocks = 0;          // kCluster: blocks per row
+  int64_t slice = 0;       // kCluster: elements per block
+  bool streaming = false;  // kPipeline: cache hints
+  PipelineOrderChoice order = PipelineOrderChoice::kByRowSize;  // kPipeline
 };
 
 // The default per shape class, the winners of bench/run_gpu_kernels.sh (H100, run 2 at
@@ -53,12 +56,16 @@ inline void PlanTile(int64_t cols, bool narrow, NormalizePlan* plan) {
   plan->group = TileGroupFor(cols, narrow);
 }
 
-// A cluster where the device has them (sm_90) and the row fits 8 blocks, else chunks.
+// A cluster where the device has them (sm_90) and the row fits 8 blocks, else chunks;
+// `wide`: 16 blocks (half the slice each).
 template <typename T>
-cudaError_t PlanCluster(int64_t cols, NormalizePlan* plan) {
+cudaError_t PlanCluster(int64_t cols, NormalizePlan* plan, bool wide = false) {
   bool clusters = false;
   GC_TRY(HasClusters(&clusters));
   plan->blocks = clusters ? ClusterBlocksFor<T>(cols, plan->limit, &plan->slice) : 0;
+  if (plan->blocks > 0 && wide) {
+    plan->blocks = ClusterBlocksFor<T>(cols, plan->limit, &plan->slice, ClusterPolicy::kWideBlocks);
+  }
   if (plan->blocks > 0) plan->path = NormalizePath::kCluster;
   return cudaSuccess;
 }
@@ -86,7 +93,21 @@ cudaError_t PlanFor(int64_t cols, NormalizeVariant variant, NormalizePlan* plan)
       }
       break;
     case NormalizeVariant::kCluster:
-      if (!fits_tile) return PlanCluster<T>(cols, plan);
+    case NormalizeVariant::kCluster16:
+      if (!fits_tile) return PlanCluster<T>(cols, plan, variant == NormalizeVariant::kCluster16);
+      break;
+    case NormalizeVariant::kPipelined:
+    case NormalizeVariant::kPipelinedPlain:
+    case NormalizeVariant::kPipelinedLagged:
+    case NormalizeVariant::kPipelinedRowByRow:
+      if (!fits_tile) {
+        plan->path = NormalizePath::kPipeline;
+        plan->streaming = variant != NormalizeVariant::kPipelinedPlain;
+        plan->order = variant == NormalizeVariant::kPipelinedLagged     ? PipelineOrderChoice::kLagged
+                      : variant == NormalizeVariant::kPipelinedRowByRow ? PipelineOrderChoice::kRowByRow
+                                                                        : PipelineOrderChoice::kByRowSize;
+        return cudaSuccess;
+      }
       break;
     case NormalizeVariant::kDefault:
       break;
@@ -120,6 +141,12 @@ std::string DescribePlan(int64_t rows, int64_t cols, NormalizeVariant variant) {
     case NormalizePath::kCluster:
       return "cluster of " + std::to_string(plan.blocks) + " blocks/row, " + std::to_string(plan.slice) +
              " elements each";
+    case NormalizePath::kPipeline: {
+      bool row_by_row = false;
+      if (PipelineRowByRow<T>(cols, plan.order, &row_by_row) != cudaSuccess) return "no device";
+      return "pipeline of " + std::to_string(kPipelineChunk<T>) + "-element chunks, " +
+             (row_by_row ? "row by row" : "lagged") + (plan.streaming ? ", evict-first hints" : "");
+    }
     case NormalizePath::kChunks: break;
   }
   return "chunks of " + std::to_string(ChunkPolicy::kChunk) + ", one pass";

@@ -290,7 +290,8 @@ cudaError_t LaunchTile(const T* in, T* out, int64_t rows, int64_t cols, int grou
 // ---- sm_90: one row over a cluster of up to ClusterPolicy::kMaxBlocks blocks --------------
 struct ClusterPolicy {
   static constexpr int kThreads = TilePolicy::kThreads;
-  static constexpr int kMaxBlocks = 8;  // the portable cluster size
+  static constexpr int kMaxBlocks = 8;    // the portable cluster size
+  static constexpr int kWideBlocks = 16;  // sm_90's non-portable size (NormalizeVariant::kCluster16)
 };
 
 // Grid: rows x blocks, clusters of `blocks` along x; block k of row r holds elements
@@ -338,12 +339,13 @@ __global__ void __launch_bounds__(ClusterPolicy::kThreads, 1)
 // slice through load, reduce, cluster sync and scale, so several clusters per SM in
 // flight overlap one's loads with another's scaling (a 400 KB row in 2 slices of
 // 200 KB left one block per SM and measured 0.42-0.63 of D2D).
+// `blocks`: kMaxBlocks, or kWideBlocks for slices half as long (twice the blocks per SM).
 template <typename T>
-inline int ClusterBlocksFor(int64_t cols, int64_t limit, int64_t* slice) {
+inline int ClusterBlocksFor(int64_t cols, int64_t limit, int64_t* slice, int blocks = ClusterPolicy::kMaxBlocks) {
   constexpr int64_t V = Vec16<T>::kCount;
   const int64_t per_block = ((limit - 256) / static_cast<int64_t>(sizeof(T)) - V) / V * V;
-  *slice = CeilDiv(CeilDiv(cols, ClusterPolicy::kMaxBlocks), V) * V;
-  return *slice <= per_block ? ClusterPolicy::kMaxBlocks : 0;
+  *slice = CeilDiv(CeilDiv(cols, blocks), V) * V;
+  return *slice <= per_block ? blocks : 0;
 }
 
 template <typename T, NormKind kNorm>
@@ -353,6 +355,9 @@ cudaError_t LaunchClusterRows(const T* in, T* out, int64_t rows, int64_t cols, i
   GC_REQUIRE(rows * blocks <= 0x7fffffff);
   auto kernel = ClusterRowKernel<T, kNorm>;
   GC_TRY(AllowSharedLimit(kernel, limit));
+  if (blocks > ClusterPolicy::kMaxBlocks) {
+    GC_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  }
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(rows * blocks));
   config.blockDim = dim3(ClusterPolicy::kThreads);
@@ -365,6 +370,16 @@ cudaError_t LaunchClusterRows(const T* in, T* out, int64_t rows, int64_t cols, i
   attr.val.clusterDim.z = 1;
   config.attrs = &attr;
   config.numAttrs = 1;
+  if (blocks > ClusterPolicy::kMaxBlocks) {
+    // A device that cannot place such a cluster: 8 blocks (the plan made sure the row fits).
+    int clusters = 0;
+    GC_TRY(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+    if (clusters == 0) {
+      blocks = ClusterBlocksFor<T>(cols, limit, &slice);
+      GC_REQUIRE(blocks > 0);
+      return LaunchClusterRows<T, kNorm>(in, out, rows, cols, blocks, slice, result, env, limit);
+    }
+  }
   GC_TRY(cudaLaunchKernelEx(&config, kernel, in, out, rows, cols, slice, result));
   GC_CHECK_LAUNCH();
   return cudaSuccess;

@@ -23,6 +23,14 @@ enum class NormalizeVariant {
   kNarrowGroups = 4,  // rows up to 256: lane groups of 4 / 8 / 16 / 32, the narrowest
                       // holding the row in registers (8 per lane; the float32 default
                       // from 33 columns); else kDefault
+  kPipelined = 5,     // rows past a tile: one persistent launch that scales each chunk
+                      // shortly after reducing it, re-reading it from L2
+                      // (normalize_pipeline.cuh), hinted evict-first; shorter rows as kDefault
+  kPipelinedPlain = 6,  // kPipelined without the cache hints
+  kCluster16 = 7,     // kCluster with 16 blocks a cluster (sm_90's non-portable size; 8
+                      // where the device cannot place 16): slices half as long
+  kPipelinedLagged = 8,    // kPipelined, the lagged order for every row length
+  kPipelinedRowByRow = 9,  // kPipelined, row by row for every row length
 };
 
 // What `variant` runs for this shape on the current device (for the benchmark's log).

@@ -2,8 +2,10 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
-from conftest import CLIENT_DIR, EXAMPLES_DIR
+import pytest
+from conftest import CLIENT_DIR, EXAMPLES_DIR, REPO
 
 
 def run_example(script, target, *args, timeout=120):
@@ -39,7 +41,20 @@ def test_seed001_haversine(server):
 def test_seed002_first_call(fresh_server):
     out = run_example("seed002_first_call.py", fresh_server.target, "--scale", "0.05",
                       "--repeats", "3", "--max-ratio", "5", "--slack-ms", "20")
-    assert out.count("first request costs what later ones do") == 8
+    assert out.count("first request costs what later ones do") == 10
+    assert out.count("the first result is right") == 10
+
+
+def test_seed002_first_call_through_the_cli(fresh_server):
+    cli = os.environ.get("GPUCOMPUTE_CLI")
+    cli = Path(cli).resolve() if cli else REPO / "build" / "client" / "gpucompute-cli"
+    if not cli.exists():
+        pytest.skip(f"{cli} not built (set GPUCOMPUTE_CLI)")
+    out = run_example("seed002_first_call.py", fresh_server.target, "--scale", "0.02",
+                      "--repeats", "2", "--max-ratio", "5", "--slack-ms", "50", "--cli", str(cli))
+    assert "requests through the CLI" in out
+    assert out.count("first request costs what later ones do") == 10
+    assert out.count("the first result is right") == 10
 
 
 def test_seed003_normalize(server):

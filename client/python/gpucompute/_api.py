@@ -148,6 +148,10 @@ class ClientApi(StreamingMethods[ResultT],
         self._stubs = make_stubs(self._channel)
         self._stripe_stubs = [self._stubs] + [make_stubs(c) for c in self._stripe_channels]
         self._shared = _shared_memory.SharedRegions()
+        self._start()
+
+    def _start(self) -> None:
+        """Begins, without waiting, what a first call would otherwise pay for."""
 
     def __repr__(self) -> str:
         return f"{type(self).__module__}.{type(self).__name__}({self.target!r})"
@@ -177,11 +181,14 @@ class ClientApi(StreamingMethods[ResultT],
 
     def _info(self) -> Steps[ServerInfo]:
         raw = yield Unary("Server.GetInfo", pb.GetInfoRequest())
+        self._remember_limits(raw)
+        return ServerInfo._from_proto(raw)
+
+    def _remember_limits(self, raw: Any) -> None:
         with self._lock:
             if raw.limits.max_receive_message_bytes:
                 self._max_message = int(raw.limits.max_receive_message_bytes)
             self._single_message = bool(raw.limits.single_message_results)
-        return ServerInfo._from_proto(raw)
 
     def _known_max_message(self) -> Optional[int]:
         with self._lock:

@@ -8,12 +8,15 @@ import grpc
 import grpc.experimental
 
 from ._api import DEFAULT_UPLOAD_THRESHOLD, ClientApi
+from ._pb import pb
 from ._device_array import DeviceArray
 from ._steps import UNARY, Parallel, Run, Step, Stream, Unary, cancel_on_error
 from ._stream import Result
 from ._types import BufferList, ServerInfo
 
 __all__ = ["Client", "DEFAULT_UPLOAD_THRESHOLD"]
+
+_START_TIMEOUT_S = 30.0  # the server-limits request sent at construction
 
 
 class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
@@ -34,6 +37,23 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
         if credentials is not None:
             return grpc.secure_channel(self.target, credentials, options=options)
         return grpc.insecure_channel(self.target, options=options)
+
+    def _start(self) -> None:
+        # What a first call would pay, begun here without waiting: the connections (a
+        # channel connects on its first call) and the server's message limit (asked by
+        # the first call with large inline arrays). A failure is left to the calls.
+        for channel in self._stripe_channels:
+            grpc.channel_ready_future(channel)
+        limits = self._stubs["Server.GetInfo"].future(
+            pb.GetInfoRequest(), timeout=_START_TIMEOUT_S, metadata=self._metadata)
+        limits.add_done_callback(self._limits_arrived)
+
+    def _limits_arrived(self, done: Any) -> None:
+        try:
+            raw = done.result()
+        except (grpc.RpcError, grpc.FutureCancelledError):
+            return  # a call asks again
+        self._remember_limits(raw)
 
     def close(self) -> None:
         """Unregisters this client's shared memory, then closes the channels."""

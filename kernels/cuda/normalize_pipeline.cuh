@@ -1,0 +1,230 @@
+// Long rows in one launch, re-read from L2 rather than memory (normalize.cu, its only
+// includer; NormalizeVariant::kPipelined). The chunked path reads every row twice from
+// memory: its reduction walks all rows before its scaling starts, so only the last
+// ~50 MB are still in L2. Here one persistent launch takes work items in a fixed order
+// from an atomic counter: R(c) reduces chunk c of the flattened rows (as the chunked
+// reducer: partials, a ticket, the last block of a row sums them in a fixed order and
+// publishes the norm), S(c) scales chunk c once its row's norm is published. The order
+// puts S(c) shortly after R(c), so its read hits L2:
+//   lagged (rows up to L2 / kRowByRowL2Fraction): R(0..lag-1), then R(i) and S(i - lag)
+//     alternately, then the last S; lag = one row + one item per block in flight, so
+//     a row's norm is ready when its first S is taken, and every chunk is re-read
+//     after about `lag` chunks of reads (~10-25 MB on an H100 for rows of 1e5-1e6);
+//   row by row (longer rows): a row's R in order, then its S from the end, so the
+//     lines read last are re-read first; one pause per row while its last R finish.
+// Every S load and store is hinted evict-first (StoreHinted): the written lines and
+// the lines read for the last time leave L2 before the lines still to be re-read.
+// An S item's block waits for its norm, but only on R items taken before it by blocks
+// that are running and never wait: the launch makes progress with any grid size, and
+// beside any other kernel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/normalize_ops.cuh"
+
+namespace gpucompute::cuda {
+namespace {
+
+struct PipelinePolicy {
+  static constexpr int kThreads = ChunkPolicy::kThreads;  // BlockReduceFor's block size
+  static constexpr int kMinBlocksPerSm = 4;
+  static constexpr int64_t kChunkBytes = 16 * 1024;  // one item: 4 16-byte vectors a thread
+  static constexpr int64_t kRowByRowL2Fraction = 4;  // rows past L2 / 4 go row by row
+};
+
+template <typename T>
+constexpr int64_t kPipelineChunk = PipelinePolicy::kChunkBytes / static_cast<int64_t>(sizeof(T));
+
+// Which order a launch takes: by the row's size (the rule above), or forced (variants).
+enum class PipelineOrderChoice { kByRowSize, kLagged, kRowByRow };
+
+struct PipelineOrder {
+  int64_t chunks_per_row;  // n
+  int64_t total;           // rows * n chunks; 2 * total items
+  int64_t lag;             // lagged order: S(i) goes with R(i + lag); 0: row by row
+};
+
+struct PipelineItem {
+  bool scale;
+  int64_t chunk;  // row * n + chunk within the row
+};
+
+__device__ __forceinline__ PipelineItem PipelineItemAt(const PipelineOrder& o, int64_t s) {
+  if (o.lag == 0) {
+    const int64_t row = s / (2 * o.chunks_per_row);
+    const int64_t q = s - row * 2 * o.chunks_per_row;
+    if (q < o.chunks_per_row) return {false, row * o.chunks_per_row + q};
+    return {true, row * o.chunks_per_row + (2 * o.chunks_per_row - 1 - q)};
+  }
+  if (s < o.lag) return {false, s};
+  const int64_t q = s - o.lag;
+  if (q < 2 * (o.total - o.lag)) return (q & 1) == 0 ? PipelineItem{false, o.lag + q / 2} : PipelineItem{true, q / 2};
+  return {true, s - o.total};
+}
+
+template <typename T, NormKind kNorm, bool kVec, bool kStreaming>
+struct PipelineAgent {
+  using Op = NormOp<kNorm>;
+  using Acc = typename Op::Acc;
+  using BlockReduce = BlockReduceFor<kNorm>;
+  static constexpr int64_t kChunk = kPipelineChunk<T>;
+  const T* in;
+  T* out;
+  int64_t cols;
+  PipelineOrder order;
+  Acc* partials;                   // order.total
+  unsigned* tickets;               // per row: n when reduced, n + 1 when its norm is published
+  double* norms;                   // per row
+  unsigned long long* next_item;   // the counter, zeroed by the launcher
+  NormalizeResult* result;
+
+  __device__ void Run() {
+    __shared__ typename BlockReduce::TempStorage tmp;
+    __shared__ unsigned long long item_slot;
+    __shared__ bool last;
+    __shared__ double norm_slot;
+    const unsigned long long items = 2 * static_cast<unsigned long long>(order.total);
+    if (threadIdx.x == 0) item_slot = atomicAdd(next_item, 1ull);
+    __syncthreads();
+    unsigned long long s = item_slot;
+    while (s < items) {
+      __syncthreads();  // every thread has read item_slot
+      unsigned long long next = 0;
+      if (threadIdx.x == 0) next = atomicAdd(next_item, 1ull);  // its latency hides behind the item
+      const PipelineItem item = PipelineItemAt(order, static_cast<int64_t>(s));
+      if (item.scale) {
+        Scale(item.chunk, norm_slot);
+      } else {
+        Reduce(item.chunk, tmp, last);
+      }
+      if (threadIdx.x == 0) item_slot = next;
+      __syncthreads();
+      s = item_slot;
+    }
+  }
+
+  __device__ void Reduce(int64_t chunk, typename BlockReduce::TempStorage& tmp, bool& last) const {
+    const int64_t n = order.chunks_per_row;
+    const int64_t row = chunk / n;
+    const int64_t k = chunk - row * n;
+    const int64_t s = row * cols + k * kChunk;
+    const int64_t e = row * cols + min(cols, (k + 1) * kChunk);
+    const Acc part = BlockRangeReduce<T, kNorm, kVec>(in, s, e, tmp);
+    if (threadIdx.x == 0) {
+      partials[chunk] = part;
+      __threadfence();
+      last = atomicAdd(&tickets[row], 1u) == static_cast<unsigned>(n - 1);
+      if (last) __threadfence();  // the other blocks' partials are read after their tickets
+    }
+    __syncthreads();
+    if (!last) return;
+    // Every partial of this row is written: sum them in a fixed order.
+    Acc acc = Op::Identity();
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) acc = Op::Combine(acc, LoadGlobal(partials + row * n + j));
+    __syncthreads();  // tmp is reused
+    acc = BlockReduce(tmp).Reduce(acc, typename Op::Functor{});
+    if (threadIdx.x == 0) {
+      const double norm = Op::Finalize(acc);
+      norms[row] = norm;
+      if (!FastNorm<T, kNorm>(norm)) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
+      __threadfence();
+      atomicAdd(&tickets[row], 1u);  // n + 1: published
+    }
+  }
+
+  __device__ void Scale(int64_t chunk, double& norm_slot) const {
+    const int64_t n = order.chunks_per_row;
+    const int64_t row = chunk / n;
+    const int64_t k = chunk - row * n;
+    if (threadIdx.x == 0) {
+      const volatile unsigned* ticket = tickets + row;
+      while (*ticket != static_cast<unsigned>(n + 1)) __nanosleep(64);
+      __threadfence();
+      norm_slot = LoadGlobal(norms + row);  // from L2: an L1 line may predate the norm
+    }
+    __syncthreads();
+    const double norm = norm_slot;
+    if (!GoodNorm(norm)) return;  // never divide by a bad norm (every thread returns)
+    const int64_t s = row * cols + k * kChunk;
+    const int64_t e = row * cols + min(cols, (k + 1) * kChunk);
+    bool overflow = false;
+    WithRowScale<T>(norm, [&](auto scale) { overflow = BlockScaleRange<T, kVec, kStreaming>(in, out, s, e, scale); });
+    if (overflow) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
+  }
+};
+
+// kStreaming: S loads and stores hinted evict-first.
+template <typename T, NormKind kNorm, bool kVec, bool kStreaming>
+__global__ void __launch_bounds__(PipelinePolicy::kThreads, PipelinePolicy::kMinBlocksPerSm)
+    PipelineKernel(const T* in, T* out, int64_t cols, PipelineOrder order, typename NormOp<kNorm>::Acc* partials,
+                   unsigned* tickets, double* norms, unsigned long long* next_item, NormalizeResult* result) {
+  PipelineAgent<T, kNorm, kVec, kStreaming>{in, out, cols, order, partials, tickets, norms, next_item, result}.Run();
+}
+
+inline cudaError_t L2Bytes(int64_t* bytes) {
+  int device = 0, l2 = 0;
+  GC_TRY(cudaGetDevice(&device));
+  GC_TRY(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+  *bytes = l2;
+  return cudaSuccess;
+}
+
+// Whether rows of `cols` go row by row on this device (else lagged).
+template <typename T>
+cudaError_t PipelineRowByRow(int64_t cols, bool* row_by_row) {
+  int64_t l2 = 0;
+  GC_TRY(L2Bytes(&l2));
+  *row_by_row = cols * static_cast<int64_t>(sizeof(T)) * PipelinePolicy::kRowByRowL2Fraction > l2;
+  return cudaSuccess;
+}
+
+template <typename T>
+cudaError_t PipelineRowByRow(int64_t cols, PipelineOrderChoice choice, bool* row_by_row) {
+  if (choice != PipelineOrderChoice::kByRowSize) {
+    *row_by_row = choice == PipelineOrderChoice::kRowByRow;
+    return cudaSuccess;
+  }
+  return PipelineRowByRow<T>(cols, row_by_row);
+}
+
+template <typename T, NormKind kNorm>
+cudaError_t LaunchPipeline(const T* in, T* out, int64_t rows, int64_t cols, bool streaming,
+                           PipelineOrderChoice choice, NormalizeResult* result, const LaunchEnv& env) {
+  using Acc = typename NormOp<kNorm>::Acc;
+  PipelineOrder order{CeilDiv(cols, kPipelineChunk<T>), 0, 0};
+  order.total = rows * order.chunks_per_row;
+  const unsigned grid = GridFor(2 * order.total, env.sm_count, PipelinePolicy::kMinBlocksPerSm);
+  bool row_by_row = false;
+  GC_TRY(PipelineRowByRow<T>(cols, choice, &row_by_row));
+  if (!row_by_row) order.lag = std::min<int64_t>(order.total, order.chunks_per_row + grid);
+  Scratch scratch;
+  const size_t counter_and_norms = sizeof(unsigned long long) + static_cast<size_t>(rows) * sizeof(double);
+  const size_t bytes = counter_and_norms + static_cast<size_t>(order.total) * sizeof(Acc) +
+                       static_cast<size_t>(rows) * sizeof(unsigned);
+  GC_TRY(scratch.Allocate(bytes, env));
+  auto* next_item = scratch.as<unsigned long long>();
+  auto* norms = reinterpret_cast<double*>(next_item + 1);
+  auto* partials = reinterpret_cast<Acc*>(norms + rows);
+  auto* tickets = reinterpret_cast<unsigned*>(partials + order.total);
+  GC_TRY(cudaMemsetAsync(next_item, 0, sizeof(unsigned long long), env.stream));
+  GC_TRY(cudaMemsetAsync(tickets, 0, static_cast<size_t>(rows) * sizeof(unsigned), env.stream));
+  auto launch = [&](auto kernel) {
+    kernel<<<grid, PipelinePolicy::kThreads, 0, env.stream>>>(in, out, cols, order, partials, tickets, norms,
+                                                              next_item, result);
+  };
+  const bool vec = Aligned16(in) && Aligned16(out);
+  if (streaming) {
+    vec ? launch(PipelineKernel<T, kNorm, true, true>) : launch(PipelineKernel<T, kNorm, false, true>);
+  } else {
+    vec ? launch(PipelineKernel<T, kNorm, true, false>) : launch(PipelineKernel<T, kNorm, false, false>);
+  }
+  GC_CHECK_LAUNCH();
+  return cudaSuccess;
+}
+
+}  // namespace
+}  // namespace gpucompute::cuda
