@@ -35,14 +35,20 @@ struct NormalizePlan {
 //   0.349), float64 a tile with 8 / 16 lanes a row (64: 0.274 / 0.307; 128: 0.274 /
 //   0.294; 256: 0.276 / 0.290);
 // - rows that fit one block's shared memory: a tile (1e3, 1e4: ~0.31 f32, ~0.28 f64);
-// - longer rows: on sm_90 a cluster of 8 blocks where the row fits it (1e5: f32 0.339
-//   against the chunks' 0.442, f64 0.360 / 0.431), else (sm_80/86/89, rows past the
-//   cluster: 1e6, 1e7) main's chunks in one pass.
+// - longer rows: on sm_90 a cluster where the row fits it, of 8 blocks, or of 16 where
+//   8 would hold more than kWideClusterSliceBytes each (1e5: f32 8 blocks 0.342 against
+//   16's 0.426 and the chunks' 0.442; f64 16 blocks 0.314 against 8's 0.360, run of
+//   2026-11-24);
+// - rows past a cluster up to a quarter of L2: the pipeline, lagged (1e6: f32 0.351, f64
+//   0.362 against the chunks' 0.428 / 0.430);
+// - longer rows, and sm_80/86/89 past a tile: the chunks in one pass (1e7: f32 0.428
+//   against the pipeline's 0.450 lagged / 0.487 row by row).
 template <typename T>
 struct DefaultNormalizePolicy {
   static constexpr int64_t kLaneTileCols = TilePolicy::kSmallCols;
   static constexpr int64_t kRegisterCols = 32 * RowGroupPolicy::kPerLane;
   static constexpr bool kRegisterRowsInGroups = sizeof(T) == 4;  // else in narrow-lane tiles
+  static constexpr int64_t kWideClusterSliceBytes = 64 << 10;
 };
 
 inline void PlanNarrowGroups(int64_t cols, NormalizePlan* plan) {
@@ -119,7 +125,21 @@ cudaError_t PlanFor(int64_t cols, NormalizeVariant variant, NormalizePlan* plan)
   } else if (fits_tile) {
     PlanTile(cols, cols <= Policy::kRegisterCols, plan);
   } else {
-    return PlanCluster<T>(cols, plan);
+    GC_TRY(PlanCluster<T>(cols, plan));
+    if (plan->path == NormalizePath::kCluster &&
+        plan->slice * static_cast<int64_t>(sizeof(T)) > Policy::kWideClusterSliceBytes) {
+      GC_TRY(PlanCluster<T>(cols, plan, /*wide=*/true));
+    }
+    if (plan->path == NormalizePath::kChunks) {
+      bool clusters = false, row_by_row = false;
+      GC_TRY(HasClusters(&clusters));
+      GC_TRY(PipelineRowByRow<T>(cols, &row_by_row));
+      if (clusters && !row_by_row) {
+        plan->path = NormalizePath::kPipeline;
+        plan->streaming = true;
+        plan->order = PipelineOrderChoice::kLagged;
+      }
+    }
   }
   return cudaSuccess;
 }
