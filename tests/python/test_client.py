@@ -242,8 +242,9 @@ def test_return_timing(client, rng):
 
 def test_one_message_results_are_read_as_unary_calls(server, rng):
     """A result the server promises as one message is read as a unary call; a larger
-    one is refused before it runs and read as a stream; an older server (no promise)
-    is only ever read as streams."""
+    one is refused before it runs and read as a stream; a request with more than 1 MiB
+    of inline input is streamed at once; an older server (no promise) is only ever read
+    as streams."""
     with server.client(timeout=30) as c:
         stubs = c._stripe_stubs[0]
         called = []
@@ -261,6 +262,12 @@ def test_one_message_results_are_read_as_unary_calls(server, rng):
         np.testing.assert_allclose(c.normalize(large, chunk_bytes=4096),
                                    large / large.sum(1, keepdims=True), rtol=1e-12)
         assert called == ["Compute.Normalize/unary", "Compute.Normalize"]
+        called.clear()
+        # Inputs past 1 MiB stream at once: a refused try would send them twice.
+        huge = rng.uniform(0.5, 1.5, (2, 1 << 17))
+        np.testing.assert_allclose(c.normalize(huge), huge / huge.sum(1, keepdims=True),
+                                   rtol=1e-12)
+        assert called == ["Compute.Normalize"]
         called.clear()
         c._single_message = False
         c.normalize(small)
