@@ -496,6 +496,8 @@ TYPED_TEST(LombScargleConformance, PhasesPastTheTableBound) {
       this->Check({300, 3000, Batching::kNone, Weights::kNone, freqs, direct, 3, false, 2e11});
       this->Check({300, 3000, Batching::kSharedX, Weights::kShared, freqs, normalized_fm, 3, false,
                    2e11});
+      // Phases to 2e15: past 2^51 table steps, where the table's own reduction would fail.
+      this->Check({300, 3000, Batching::kNone, Weights::kNone, freqs, direct, 3, false, 2e14});
     });
   }
 }

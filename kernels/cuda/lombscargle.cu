@@ -530,7 +530,10 @@ int FullestWavesVariant(const LombScargleArgs& a, const LaunchEnv& env) {
     using P = PeriodogramPolicy<double, kV>;
     const int64_t blocks = CeilDiv(a.frequencies, int64_t{P::kThreads} * P::kFreqsPerThread) * a.batch;
     const int64_t cost = CeilDiv(blocks, int64_t{env.sm_count} * P::kMinBlocksPerSm) * P::kFreqsPerThread;
-    if (cost < best_cost) best = kV, best_cost = cost;
+    if (cost < best_cost) {
+      best = kV;
+      best_cost = cost;
+    }
   };
   (consider.template operator()<V>(), ...);
   return best;

@@ -28,10 +28,10 @@ struct SinCosTable {
 
   // Every thread of the block takes part; the caller synchronizes before reading.
   __device__ void Fill() {
-    for (int i = threadIdx.x; i < kAngles * kCopies; i += blockDim.x) {
+    for (int k = threadIdx.x; k < kAngles; k += blockDim.x) {
       double s, c;
-      sincospi(static_cast<double>(i / kCopies) / (kAngles / 2), &s, &c);  // exact argument
-      entry[i] = make_double2(c, s);
+      sincospi(static_cast<double>(k) / (kAngles / 2), &s, &c);  // exact argument
+      for (int copy = 0; copy < kCopies; ++copy) entry[k * kCopies + copy] = make_double2(c, s);
     }
   }
 
