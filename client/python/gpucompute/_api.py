@@ -84,6 +84,7 @@ StrT = TypeVar("StrT")
 ServerInfoT = TypeVar("ServerInfoT")
 IntT = TypeVar("IntT")
 BufferListT = TypeVar("BufferListT")
+LimitT = TypeVar("LimitT")
 
 Named = List[Tuple[str, Operand]]
 Placed = Dict[str, Operand]
@@ -194,27 +195,28 @@ class ClientApi(StreamingMethods[ResultT],
         with self._lock:
             return self._max_message
 
-    def _max_message_bytes(self) -> Steps[int]:
-        known = self._known_max_message()
-        if known is not None:
-            return known
+    def _known_single_message(self) -> Optional[bool]:
+        with self._lock:
+            return self._single_message
+
+    def _limit(self, known: Callable[[], Optional[LimitT]], fallback: LimitT) -> Steps[LimitT]:
+        """A server limit, asked once per client (GetInfo); `fallback` while unknown."""
+        value = known()
+        if value is not None:
+            return value
         try:
             yield from self._info()
         except GpuComputeError:
-            return _SAFE_MESSAGE_BYTES  # not cached: the next call asks again
-        return self._known_max_message() or _SAFE_MESSAGE_BYTES
+            return fallback  # not cached: the next call asks again
+        value = known()
+        return fallback if value is None else value
+
+    def _max_message_bytes(self) -> Steps[int]:
+        return (yield from self._limit(self._known_max_message, _SAFE_MESSAGE_BYTES))
 
     def _single_message_results(self) -> Steps[bool]:
-        """Whether compute calls may be read as unary calls (asked once per client)."""
-        with self._lock:
-            known = self._single_message
-        if known is not None:
-            return known
-        try:
-            yield from self._info()
-        except GpuComputeError:
-            return False  # not cached: the next call asks again
-        return bool(self._single_message)
+        """Whether compute calls may be read as unary calls."""
+        return (yield from self._limit(self._known_single_message, False))
 
     # -- buffers -------------------------------------------------------------------
 
