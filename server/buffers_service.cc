@@ -494,7 +494,7 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* BuffersService::Upload(
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* BuffersService::Download(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
-  auto* reactor = new ResultStreamReactor(service_, context, Operation::kDownload);
+  auto* reactor = new ResultStreamReactor(service_, idle_timer_, context, Operation::kDownload);
   const absl::Time start = absl::Now();
   absl::StatusOr<AcceptedDownload> accepted = AcceptDownload(service_, *context, *bytes);
   if (!accepted.ok()) {

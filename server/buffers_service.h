@@ -40,7 +40,8 @@ class BuffersService final : public ParsingService<v1::Buffers> {
                              v1::UploadStatusResponse* response) const;
 
   ServiceContext& service_;
-  // Closes Upload streams whose client stays silent (stream_idle_timeout).
+  // Closes Upload streams whose client stays silent and Download streams whose
+  // client takes no message (stream_idle_timeout).
   Timer idle_timer_;
   UploadSessions sessions_;
 };

@@ -96,7 +96,7 @@ template <typename Request, typename PrepareFn>
 void ComputeService::Serve(absl::string_view method, Operation op, PrepareFn prepare) {
   ServerStreaming<grpc::ByteBuffer>(method, [this, op, prepare](grpc::CallbackServerContext* context,
                                                                const grpc::ByteBuffer* bytes) {
-    auto* reactor = new ResultStreamReactor(service_, context, op);
+    auto* reactor = new ResultStreamReactor(service_, idle_timer_, context, op);
     const absl::Time start = absl::Now();
     absl::StatusOr<Accepted<Request>> accepted =
         Accept<Request>(service_, *context, *bytes, op, prepare);

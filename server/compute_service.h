@@ -22,7 +22,7 @@ class ComputeService final : public ParsingService<v1::Compute> {
 
   ServiceContext& service_;
   DynamicBatcher batcher_;
-  Timer idle_timer_;  // StreamingCompute calls' stream_idle_timeout
+  Timer idle_timer_;  // stream_idle_timeout of StreamingCompute calls and result writes
 };
 
 }  // namespace gpucompute

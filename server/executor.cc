@@ -198,8 +198,8 @@ Timer::~Timer() {
 Timer::Id Timer::Schedule(absl::Time deadline, Callback callback) {
   absl::MutexLock lock(&mu_);
   const Id id = next_id_++;
-  auto [it, inserted] = order_.emplace(deadline, id);
-  if (it == order_.begin()) woken_ = true;
+  order_.emplace(deadline, id);
+  if (deadline < sleeping_until_) woken_ = true;
   pending_.emplace(id, std::make_pair(deadline, std::move(callback)));
   return id;
 }
@@ -220,7 +220,9 @@ void Timer::Loop() {
     const absl::Time next = order_.empty() ? absl::InfiniteFuture() : order_.begin()->first;
     if (absl::Now() < next) {
       woken_ = false;
+      sleeping_until_ = next;
       mu_.AwaitWithDeadline(absl::Condition(&woken_), next);
+      sleeping_until_ = absl::InfinitePast();
       continue;
     }
     const Id id = order_.begin()->second;

@@ -156,7 +156,12 @@ class Timer {
   std::set<std::pair<absl::Time, Id>> order_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<Id, std::pair<absl::Time, Callback>> pending_ ABSL_GUARDED_BY(mu_);
   Id next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  // Set when the earliest deadline changes or on stop: the loop waits again.
+  // The deadline the loop sleeps until (a callback cancelled since may have
+  // set it), InfinitePast while it is awake: only an earlier deadline wakes it,
+  // so that scheduling a later one (the common case: now + a fixed timeout)
+  // costs no wake-up.
+  absl::Time sleeping_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // Set for an earlier deadline or on stop: the loop waits again.
   bool woken_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;

@@ -35,9 +35,9 @@ absl::StatusOr<ResultStreamReactor::Output> AdmitStream(const ServiceContext& se
   return output;
 }
 
-ResultStreamReactor::ResultStreamReactor(ServiceContext& service,
+ResultStreamReactor::ResultStreamReactor(ServiceContext& service, Timer& stall_timer,
                                          grpc::CallbackServerContext* context, Operation op)
-    : service_(service), context_(context), op_(op),
+    : service_(service), stall_timer_(stall_timer), context_(context), op_(op),
       rpc_(service.metrics, RpcMethodOf(op), *context), accepted_(rpc_.start()),
       host_budget_(HostMemoryBudget(service.backend)) {
   service_.metrics.AddInFlight(op_, 1);
@@ -346,12 +346,10 @@ void ResultStreamReactor::PumpLocked(absl::ReleasableMutexLock& lock) {
 void ResultStreamReactor::ArmStallAlarm() {
   uint64_t write = ++writes_;
   pending_write_->store(write);
-  // A fresh alarm per write: destroying the last one cancels it.
-  stall_alarm_ = std::make_unique<grpc::Alarm>();
-  stall_alarm_->Set(absl::ToChronoTime(absl::Now() + service_.config.stream_idle_timeout),
-                    [this, pending = pending_write_, write](bool fired) mutable {
-                      if (fired && pending->compare_exchange_strong(write, 0)) OnStalled();
-                    });
+  stall_alarm_ = stall_timer_.Schedule(absl::Now() + service_.config.stream_idle_timeout,
+                                       [this, pending = pending_write_, write]() mutable {
+                                         if (pending->compare_exchange_strong(write, 0)) OnStalled();
+                                       });
 }
 
 void ResultStreamReactor::OnStalled() {
@@ -379,7 +377,7 @@ void ResultStreamReactor::OnWriteDone(bool ok) {
   const bool alarm_took_write = pending_write_->exchange(0) == 0;
   {
     absl::MutexLock lock(&mu_);
-    stall_alarm_.reset();
+    stall_timer_.Cancel(std::exchange(stall_alarm_, 0));
     stream_write_ += absl::Now() - write_started_;
     if (in_flight_data_bytes_ > 0) service_.metrics.NetworkSent(in_flight_data_bytes_);
     // Our reference to the message: its memory goes back once gRPC drops its own.
@@ -423,21 +421,21 @@ void ResultStreamReactor::ArmLastWriteAlarm() {
     absl::MutexLock lock(&last_write_guard_->mu);
     last_write_guard_->context = context_;
   }
-  stall_alarm_ = std::make_unique<grpc::Alarm>();
-  stall_alarm_->Set(absl::ToChronoTime(absl::Now() + service_.config.stream_idle_timeout),
-                    [guard = last_write_guard_, metrics = &service_.metrics](bool fired) {
-                      if (!fired) return;
-                      absl::MutexLock lock(&guard->mu);
-                      if (guard->context == nullptr) return;  // the call ended
-                      metrics->Rejected(Rejection::kStreamIdle);
-                      guard->context->TryCancel();
-                    });
+  stall_alarm_ = stall_timer_.Schedule(
+      absl::Now() + service_.config.stream_idle_timeout,
+      [guard = last_write_guard_, metrics = &service_.metrics] {
+        absl::MutexLock lock(&guard->mu);
+        if (guard->context == nullptr) return;  // the call ended
+        metrics->Rejected(Rejection::kStreamIdle);
+        guard->context->TryCancel();
+      });
 }
 
 void ResultStreamReactor::OnDone() {
   {
     absl::MutexLock lock(&mu_);
     if (last_write_guard_ != nullptr) {
+      stall_timer_.Cancel(std::exchange(stall_alarm_, 0));
       {
         absl::MutexLock guard_lock(&last_write_guard_->mu);
         last_write_guard_->context = nullptr;

@@ -7,7 +7,9 @@
 // and this object outlive every task that uses them. As in gRPC's callback
 // examples, one write at most is in flight and no reaction ever blocks.
 // A write the client does not take within stream_idle_timeout cancels the call,
-// so that a stalled reader cannot hold its result (and its memory budget).
+// so that a stalled reader cannot hold its result (and its memory budget); the
+// limit is armed on the service's Timer (a gRPC Alarm per write cost a timer and,
+// when cancelled, a hop to gRPC's executor thread).
 // Data chunks go out as raw bytes (proto/gpucompute/v1/bulk_wire.h), never
 // through a protobuf string: a host array's chunk references the array itself
 // (no copy: gRPC writes from the result's memory, which the chunk keeps alive);
@@ -33,7 +35,6 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "gpucompute/v1/gpucompute.pb.h"
-#include "grpcpp/alarm.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/memory_budget.h"
 #include "server/operation.h"
@@ -61,8 +62,9 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuff
     bool accept_complete = false;
   };
 
-  ResultStreamReactor(ServiceContext& service, grpc::CallbackServerContext* context,
-                      Operation op);
+  // `stall_timer` (outliving every call) times each write against stream_idle_timeout.
+  ResultStreamReactor(ServiceContext& service, Timer& stall_timer,
+                      grpc::CallbackServerContext* context, Operation op);
 
   // Exactly one of these, once, right after construction.
   void Start(Output output, absl::Duration prepare_time, ProduceFn produce);
@@ -120,8 +122,8 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuff
   void PumpLocked(absl::ReleasableMutexLock& lock);
   void RecordFinish(const grpc::Status& status);
   // Arms the stall limit of a complete result written together with Finish
-  // (StartWriteAndFinish): the call may end while the alarm is pending, so the
-  // alarm reaches the call only through last_write_guard_, which OnDone closes.
+  // (StartWriteAndFinish): the call may end while the timer is pending, so the
+  // callback reaches the call only through last_write_guard_, which OnDone closes.
   void ArmLastWriteAlarm() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Arms the stall limit of the write about to start.
   void ArmStallAlarm() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -129,6 +131,7 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuff
   void OnStalled();
 
   ServiceContext& service_;
+  Timer& stall_timer_;
   grpc::CallbackServerContext* const context_;
   const Operation op_;
   RpcRecorder rpc_;
@@ -145,14 +148,16 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuff
   std::deque<ReadyMessage> ready_ ABSL_GUARDED_BY(mu_);
   grpc::ByteBuffer in_flight_;  // owned by the write in flight
   uint64_t in_flight_data_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  // The number of the write in flight, 0 when none. The stall alarm may fire
+  // The number of the write in flight, 0 when none. The stall callback may run
   // after this reactor is gone: it holds this marker, not the reactor, and
   // touches the reactor only when it takes the marker, which it can only do
   // while the write is pending, hence before Finish.
   const std::shared_ptr<std::atomic<uint64_t>> pending_write_ =
       std::make_shared<std::atomic<uint64_t>>(0);
   uint64_t writes_ ABSL_GUARDED_BY(mu_) = 0;
-  std::unique_ptr<grpc::Alarm> stall_alarm_ ABSL_GUARDED_BY(mu_);
+  // The stall callback armed for the write in flight (0: none); cancelled when
+  // the write ends.
+  Timer::Id stall_alarm_ ABSL_GUARDED_BY(mu_) = 0;
   struct LastWriteGuard {
     absl::Mutex mu;
     grpc::CallbackServerContext* context ABSL_GUARDED_BY(mu) = nullptr;  // null once done
