@@ -61,6 +61,11 @@ class FaultInjectingBackend final : public Backend {
     GC_RETURN_IF_ERROR(Sticky());
     return inner_->CopyToArray(src, offset, bytes, dst);
   }
+  absl::Status CopyPiecesToArray(std::span<const HostPiece> pieces, size_t offset,
+                                 Array& dst) override {
+    GC_RETURN_IF_ERROR(Sticky());
+    return inner_->CopyPiecesToArray(pieces, offset, dst);
+  }
   absl::Status CopyFromArray(const Array& src, size_t offset, size_t bytes, void* dst) override {
     GC_RETURN_IF_ERROR(Sticky());
     return inner_->CopyFromArray(src, offset, bytes, dst);

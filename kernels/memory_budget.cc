@@ -215,6 +215,12 @@ class BudgetedBackend final : public Backend {
   absl::Status CopyToArray(const void* src, size_t offset, size_t bytes, Array& dst) override {
     return inner_->CopyToArray(src, offset, bytes, dst);
   }
+  // Forwarded, not the base class's copy per piece: the CUDA backend gathers the
+  // pieces through its staging in one copy (one synchronize, not one per piece).
+  absl::Status CopyPiecesToArray(std::span<const HostPiece> pieces, size_t offset,
+                                 Array& dst) override {
+    return inner_->CopyPiecesToArray(pieces, offset, dst);
+  }
   absl::Status CopyFromArray(const Array& src, size_t offset, size_t bytes, void* dst) override {
     return inner_->CopyFromArray(src, offset, bytes, dst);
   }
