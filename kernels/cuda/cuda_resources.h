@@ -295,7 +295,9 @@ class StagingPool {
       free_.push_back(a);
       free_.push_back(b);
     }
-    cv_.notify_all();
+    // Waiters find fewer than two slots free; the two given back make one pair:
+    // one waiter can take it, so waking the others would only put them back to sleep.
+    cv_.notify_one();
   }
 
   uint64_t slot_bytes_ = 0;

@@ -28,7 +28,9 @@ cudaError_t DirectCopy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
 }
 
 // The events that tell when each of the two staging slots was drained (or filled) by
-// the DMA engine.
+// the DMA engine; made only for copies of more chunks than the slots overlap (a small
+// copy, a batch of small requests included, waits on its stream instead and creates
+// and destroys no event).
 cudaError_t InitSlotEvents(Event (&slot_done)[2]) {
   cudaError_t e = slot_done[0].Init(cudaEventDisableTiming);
   if (e == cudaSuccess) e = slot_done[1].Init(cudaEventDisableTiming);
@@ -72,7 +74,16 @@ absl::Status HostCopies::PiecesToArray(DeviceState& d, std::span<const HostPiece
   size_t bytes = 0;
   for (const HostPiece& piece : pieces) bytes += piece.bytes;
   return OnCopyStream(d, bytes, "copy to device", [&](const StreamPool::Lease& lease) {
-    return PiecesToDevice(static_cast<char*>(dst.data()) + offset, pieces, lease.stream());
+    void* to = static_cast<char*>(dst.data()) + offset;
+    if (bytes > StreamPool::kSmallPinnedBytes) return PiecesToDevice(to, pieces, lease.stream());
+    // Small (a batch of small requests): gathered into the stream's own pinned bytes,
+    // as ToArray does, rather than waiting for staging slots that large copies share.
+    char* gathered = static_cast<char*>(lease.small());
+    for (const HostPiece& piece : pieces) {
+      std::memcpy(gathered, piece.data, piece.bytes);
+      gathered += piece.bytes;
+    }
+    return DirectCopy(to, lease.small(), bytes, cudaMemcpyHostToDevice, lease.stream());
   });
 }
 
@@ -102,8 +113,10 @@ cudaError_t HostCopies::PiecesToDevice(void* dst, std::span<const HostPiece> pie
   for (const HostPiece& piece : pieces) bytes += piece.bytes;
   std::unique_ptr<StagingPool::Pair> pair = staging_->AcquirePair();
   const size_t chunk = staging_->slot_bytes();
+  // A slot is reused (and its drain awaited) from the third chunk on.
+  const bool reuses_slots = bytes > 2 * chunk;
   Event drained[2];
-  cudaError_t e = InitSlotEvents(drained);
+  cudaError_t e = reuses_slots ? InitSlotEvents(drained) : cudaSuccess;
   size_t piece = 0, piece_offset = 0;  // the gather cursor
   for (size_t off = 0, c = 0; e == cudaSuccess && off < bytes; off += chunk, ++c) {
     const size_t n = std::min(chunk, bytes - off);
@@ -118,7 +131,7 @@ cudaError_t HostCopies::PiecesToDevice(void* dst, std::span<const HostPiece> pie
       if (piece_offset == pieces[piece].bytes) ++piece, piece_offset = 0;
     }
     e = cudaMemcpyAsync(static_cast<char*>(dst) + off, slot, n, cudaMemcpyHostToDevice, s);
-    if (e == cudaSuccess) e = cudaEventRecord(drained[c & 1].get(), s);
+    if (e == cudaSuccess && reuses_slots) e = cudaEventRecord(drained[c & 1].get(), s);
   }
   const cudaError_t w = cudaStreamSynchronize(s);  // before the slots go back to the pool
   return e != cudaSuccess ? e : w;
@@ -130,21 +143,25 @@ cudaError_t HostCopies::DeviceToHost(void* dst, const void* src, size_t bytes, c
   std::unique_ptr<StagingPool::Pair> pair = staging_->AcquirePair();
   const size_t chunk = staging_->slot_bytes();
   const size_t chunks = (bytes + chunk - 1) / chunk;
+  // One chunk: the stream's synchronize is the wait for it.
+  const bool overlapped = chunks > 1;
   Event filled[2];
-  cudaError_t e = InitSlotEvents(filled);
+  cudaError_t e = overlapped ? InitSlotEvents(filled) : cudaSuccess;
   const auto issue = [&](size_t c) {
     const size_t off = c * chunk;
     const size_t n = std::min(chunk, bytes - off);
     cudaError_t r = cudaMemcpyAsync(pair->slot(static_cast<int>(c)),
                                     static_cast<const char*>(src) + off, n,
                                     cudaMemcpyDeviceToHost, s);
-    if (r == cudaSuccess) r = cudaEventRecord(filled[c & 1].get(), s);
+    if (r == cudaSuccess && overlapped) r = cudaEventRecord(filled[c & 1].get(), s);
     return r;
   };
   if (e == cudaSuccess) e = issue(0);
   for (size_t c = 0; e == cudaSuccess && c < chunks; ++c) {
     if (c + 1 < chunks) e = issue(c + 1);  // its slot was emptied in iteration c - 1
-    if (e == cudaSuccess) e = cudaEventSynchronize(filled[c & 1].get());
+    if (e == cudaSuccess) {
+      e = overlapped ? cudaEventSynchronize(filled[c & 1].get()) : cudaStreamSynchronize(s);
+    }
     if (e != cudaSuccess) break;
     const size_t off = c * chunk;
     std::memcpy(static_cast<char*>(dst) + off, pair->slot(static_cast<int>(c)),
