@@ -11,10 +11,10 @@ namespace gpucompute {
 namespace {
 
 // The operation the requests of one key run as together: stacked operands
-// concatenated (owned by `tensors`), shared ones those of the first request, the
-// result stacked likewise, and the first request's run (one key: same options).
-PreparedOperation Stack(const std::vector<BatchMember*>& members,
-                        std::vector<v1::Tensor>& tensors) {
+// gathered from the requests' own bytes (copied once, straight to the backend),
+// shared ones those of the first request, the result stacked likewise, and the
+// first request's run (one key: same options).
+PreparedOperation Stack(const std::vector<BatchMember*>& members) {
   PreparedOperation& first = members.front()->prepared;
   const BatchPlan& plan = *first.batch;
   PreparedOperation stacked;
@@ -26,20 +26,18 @@ PreparedOperation Stack(const std::vector<BatchMember*>& members,
   }
   stacked.out_shape = plan.out;
   stacked.out_shape[0] = rows;
-  tensors.reserve(first.operands.size());  // OperandSpec points into it
   for (size_t i = 0; i < first.operands.size(); ++i) {
     OperandSpec operand = first.operands[i];
     if (!plan.stacked[i].empty()) {
-      v1::Tensor& tensor = tensors.emplace_back();
       operand.shape = plan.stacked[i];
       operand.shape[0] = 0;
-      std::string* data = tensor.mutable_data();
+      operand.tensor = nullptr;
+      operand.pieces.reserve(members.size());
       for (const BatchMember* member : members) {
         operand.shape[0] += member->prepared.batch->stacked[i][0];
-        data->append(member->prepared.operands[i].tensor->data());
+        const std::string& data = member->prepared.operands[i].tensor->data();
+        operand.pieces.push_back({data.data(), data.size()});
       }
-      tensor.mutable_shape()->Add(operand.shape.begin(), operand.shape.end());
-      operand.tensor = &tensor;
     }
     stacked.operands.push_back(std::move(operand));
   }
@@ -244,21 +242,21 @@ std::vector<DynamicBatcher::Outcome> DynamicBatcher::Run(ServiceContext& service
   if (live.size() == 1) outcomes.push_back({live.front(), RunAlone(service, *live.front())});
   if (live.size() <= 1) return outcomes;
 
-  std::vector<v1::Tensor> tensors;
-  PreparedOperation stacked = Stack(live, tensors);
+  PreparedOperation stacked = Stack(live);
   OpContext ctx;  // not cancelled as a whole; a request cancelled now drops its part
   ExecutionTimes times;
   absl::StatusOr<std::shared_ptr<Array>> out =
       Execute(stacked, service.backend, service.device_queues, service.metrics, ctx, times);
-  // The whole result to the host in one copy, charged while it lives (the
-  // members' slices share it).
+  // A device result goes to the host in one copy, charged while it lives (the
+  // members' slices share it); a host result (CPU backend) is sliced as it is.
   struct HostResult {
     std::string bytes;
     MemoryBudget::Charge charge;
   };
-  auto owner = std::make_shared<HostResult>();
-  std::shared_ptr<std::string> host(owner, &owner->bytes);
-  if (out.ok()) {
+  std::shared_ptr<std::string> host;
+  if (out.ok() && (*out)->device() != kHostDevice) {
+    auto owner = std::make_shared<HostResult>();
+    host = std::shared_ptr<std::string>(owner, &owner->bytes);
     const absl::Time copy_start = absl::Now();
     absl::Status copied = absl::OkStatus();
     if (std::shared_ptr<MemoryBudget> budget = HostMemoryBudget(service.backend)) {
@@ -289,8 +287,10 @@ std::vector<DynamicBatcher::Outcome> DynamicBatcher::Run(ServiceContext& service
     StreamSource source;
     source.array = std::make_shared<ArraySlice>(*out, offset, member->prepared.out_shape, count);
     source.times = times;
-    source.host = host;
-    source.host_offset = static_cast<uint64_t>(offset) * ElementSize(stacked.out_dtype);
+    if (host != nullptr) {
+      source.host = host;
+      source.host_offset = static_cast<uint64_t>(offset) * ElementSize(stacked.out_dtype);
+    }
     offset += count;
     outcomes.push_back({member, std::move(source)});
   }

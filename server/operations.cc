@@ -528,12 +528,19 @@ absl::StatusOr<std::shared_ptr<Array>> Execute(PreparedOperation& prepared, Back
     GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> array,
                         backend.Allocate(operand.dtype, operand.shape, device));
     const absl::Time start = absl::Now();
-    const std::string& data = operand.tensor->data();
-    GC_RETURN_IF_ERROR(backend.CopyToArray(data.data(), 0, data.size(), *array));
+    size_t bytes = 0;
+    if (operand.tensor != nullptr) {
+      const std::string& data = operand.tensor->data();
+      bytes = data.size();
+      GC_RETURN_IF_ERROR(backend.CopyToArray(data.data(), 0, bytes, *array));
+    } else {
+      for (const HostPiece& piece : operand.pieces) bytes += piece.bytes;
+      GC_RETURN_IF_ERROR(backend.CopyPiecesToArray(operand.pieces, 0, *array));
+    }
     const absl::Duration elapsed = absl::Now() - start;
     times.transfer_in += elapsed;
-    times.bytes_in += data.size();
-    metrics.Transferred(Direction::kHostToDevice, data.size(), elapsed);
+    times.bytes_in += bytes;
+    metrics.Transferred(Direction::kHostToDevice, bytes, elapsed);
     arrays.push_back(std::move(array));
   }
   if (ctx.IsCancelled()) return absl::CancelledError("request cancelled before it ran");

@@ -35,6 +35,7 @@ struct OperandSpec {
   Shape shape;
   std::shared_ptr<Array> stored;     // a stored buffer, or
   const v1::Tensor* tensor = nullptr;  // inline data (owned by the request), or
+  std::vector<HostPiece> pieces;       // inline data in pieces (a batch's, stacked), or
   std::shared_ptr<Array> view;       // a slice of `region`, a shared-memory region
   std::shared_ptr<SharedMemoryRegion> region;
   // The rule a stored (or shared-memory) operand's values are checked against on the
