@@ -32,6 +32,8 @@ class HeldPlace {
     return *this;
   }
   ~HeldPlace() { Release(); }
+  // What the place is counted under (Admission: the connection's peer).
+  const Key& key() const { return key_; }
 
  private:
   friend Limiter;

@@ -53,6 +53,9 @@ void ResultStreamReactor::Reject(const absl::Status& status) {
 
 void ResultStreamReactor::Start(Output output, absl::Duration prepare_time, ProduceFn produce) {
   const Executor::Lane lane = output.lane;
+  // The connection, as admission found it (asking the context again costs gRPC a lock
+  // and two copies of the string).
+  const std::string client = output.ticket.key();
   {
     absl::MutexLock lock(&mu_);
     output_ = std::move(output);
@@ -63,7 +66,7 @@ void ResultStreamReactor::Start(Output output, absl::Duration prepare_time, Prod
       [this, produce = std::move(produce)](absl::Status admitted) mutable {
         RunProduce(std::move(produce), std::move(admitted));
       },
-      *context_, lane);
+      client, lane);
   if (!admitted.ok()) {
     absl::MutexLock lock(&mu_);
     Fail(admitted);
@@ -73,6 +76,7 @@ void ResultStreamReactor::Start(Output output, absl::Duration prepare_time, Prod
 
 void ResultStreamReactor::StartInBatch(Output output, absl::Duration prepare_time,
                                        DynamicBatcher& batcher, BatchMember member) {
+  member.client = output.ticket.key();  // the connection, as admission found it
   {
     absl::MutexLock lock(&mu_);
     output_ = std::move(output);
@@ -81,7 +85,6 @@ void ResultStreamReactor::StartInBatch(Output output, absl::Duration prepare_tim
   }
   member.cancelled = &cancelled_;
   member.deadline = absl::FromChrono(context_->deadline());
-  member.client = context_->peer();
   member.deliver = [this](absl::StatusOr<StreamSource> source, absl::Time started) {
     Deliver(std::move(source), started);
   };
