@@ -26,7 +26,8 @@
 #                 --complete_results=false), and on CUDA --cuda_sync=spin
 #      unbatched  the defaults but --batching=false
 #      after      the defaults (adaptive batching)
-#    with the server's stage means and its CPU per request at 64 in flight.
+#    with the server's stage means and its CPU per request at 64 in flight, split
+#    by server thread name (executor, gRPC, CUDA threads).
 # 3. What would free executor threads pay? The after mode at 64 in flight with
 #    --cuda_sync=block (waiting threads sleep instead of spinning) and with twice
 #    the executor threads: if neither moves throughput, threads blocked in a
@@ -48,6 +49,14 @@ TICKS=$(getconf CLK_TCK)
 NPROC=$(nproc)
 step() { echo; echo "=== $* ($(date +%T))"; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # user + system
+thread_ticks() {  # PID: "NAME TICKS THREADS" per thread name (user + system)
+  local t s rest
+  for t in /proc/$1/task/*; do
+    s=$(cat "$t/stat" 2>/dev/null) || continue
+    rest=${s##*) }; s=${s#*(}
+    set -- $rest; echo "${s%%)*} $(( ${12} + ${13} ))"
+  done | awk '{ticks[$1] += $2; n[$1]++} END {for (k in ticks) print k, ticks[k], n[k]}'
+}
 
 start_server() {  # NAME PORT METRICS FLAGS...: starts it, waits until it serves; sets SERVER
   local name=$1 port=$2 metrics=$3; shift 3
@@ -84,7 +93,8 @@ stages() {  # MODE METRICS IN_FLIGHT MIX PORT EXTRA...: stage means around one b
 
 costed() {  # MODE PORT IN_FLIGHT EXTRA...: the mix with the server's and the client's CPU per request
   local mode=$1 port=$2 c=$3; shift 3
-  local log="$OUT/bench_${mode}_c${c}_costed.txt" before after client
+  local log="$OUT/bench_${mode}_c${c}_costed.txt" before after client threads_before
+  threads_before=$(thread_ticks "$SERVER")
   before=$(cpu_ticks "$SERVER")
   client=$( { TIMEFORMAT='%U %S'; time timeout 60 "$CLI" --target=127.0.0.1:$port bench --concurrency=$c \
     --duration=${SECONDS_PER_RUN}s --size=1024 --dtype=float32 --mix=$MIX "$@" > "$log" 2>&1; } 2>&1 )
@@ -98,6 +108,15 @@ costed() {  # MODE PORT IN_FLIGHT EXTRA...: the mix with the server's and the cl
     split(c, u, " "); if (n == 0) exit
     printf "%-9s cpu per request: server %.0f us, client %.0f us (of %d cores)\n", m, s / t / n * 1e6, (u[1] + u[2]) / n * 1e6, p
   }' | tee -a "$OUT/table.txt"
+  # Which server threads spent it: ours are gc-exec (gc-exec-small: the small lane),
+  # gc-timer and gc-cpu-pool (common/thread_name.h); gRPC's nexting_thread and
+  # default-executo; CUDA's cuda-*; the process's first thread gpucompute-serv.
+  { echo "$threads_before" | sed 's/^/B /'; thread_ticks "$SERVER" | sed 's/^/A /'; } |
+    awk -v m="$mode" -v t=$TICKS -v n="${n:-0}" '
+      $1 == "B" {b[$2] = $3} $1 == "A" {a[$2] = $3; k[$2] = $4}
+      END {if (n == 0) exit; line = ""
+        for (x in a) if (a[x] - b[x] > 0) line = line sprintf(" %s %.0f (%d)", x, (a[x] - b[x]) / t / n * 1e6, k[x])
+        printf "%-9s server us per request by thread (threads):%s\n", m, line}' | tee -a "$OUT/table.txt"
 }
 
 step "device"

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/thread_name.h"
 
 namespace gpucompute {
 
@@ -20,6 +21,7 @@ Executor::Executor(int threads, size_t max_queued_requests, int small_lane_threa
   for (int i = 0; i < count; ++i) {
     const bool small_lane_only = i < small_lane_threads_;
     workers_.emplace_back([this, small_lane_only, on_thread_start] {
+      NameThisThread(small_lane_only ? "gc-exec-small" : "gc-exec");
       if (on_thread_start) on_thread_start();
       WorkerLoop(small_lane_only);
     });
@@ -184,7 +186,11 @@ void Executor::WorkerLoop(bool small_lane_only) {
   mu_.Unlock();
 }
 
-Timer::Timer() : thread_([this] { Loop(); }) {}
+Timer::Timer()
+    : thread_([this] {
+        NameThisThread("gc-timer");
+        Loop();
+      }) {}
 
 Timer::~Timer() {
   {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 
+#include "common/thread_name.h"
+
 namespace gpucompute {
 
 // One ParallelFor call. Shared by the caller and the workers that help it, so
@@ -44,7 +46,12 @@ struct ThreadPool::Job {
 ThreadPool::ThreadPool(int threads) {
   const int workers = std::max(threads, 1) - 1;
   workers_.reserve(workers);
-  for (int i = 0; i < workers; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  for (int i = 0; i < workers; ++i) {
+    workers_.emplace_back([this] {
+      NameThisThread("gc-cpu-pool");
+      WorkerLoop();
+    });
+  }
 }
 
 ThreadPool::~ThreadPool() {
