@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <utility>
@@ -245,15 +246,28 @@ void Haversine(Bench& b, bool quick) {
       });
       MarkWriteOnly();
       if (n < 10000) continue;
-      // The last step's formulations (haversine_variants.h), kernels only.
+      // The last step's formulations and the grid schedules (haversine_variants.h),
+      // kernels only: every angle on the default schedule, then the fastest angles and
+      // the new one on each full-wave schedule.
       const DeviceRefs d_refs(refs);
-      for (auto [angle, name] : {std::pair{cuda::HaversineAngle::kAtan2, "  mesh atan2"},
-                                 std::pair{cuda::HaversineAngle::kAsinSplit, "  mesh asin_split"},
-                                 std::pair{cuda::HaversineAngle::kAsin, "  mesh asin"},
-                                 std::pair{cuda::HaversineAngle::kAsinPolynomial, "  mesh asin_poly"}}) {
-        TimeLaunch(b, name, Short(dt), size, static_cast<double>(out->bytes()), 0, [&] {
+      using Angle = cuda::HaversineAngle;
+      using Schedule = cuda::HaversineMeshSchedule;
+      struct MeshVariant { Angle angle; Schedule schedule; const char* name; };
+      for (const MeshVariant& v : std::initializer_list<MeshVariant>{
+               {Angle::kAtan2, Schedule::kCovering, "  mesh atan2"},
+               {Angle::kAsinSplit, Schedule::kCovering, "  mesh asin_split"},
+               {Angle::kAsin, Schedule::kCovering, "  mesh asin"},
+               {Angle::kAsinPolynomial, Schedule::kCovering, "  mesh asin_poly"},
+               {Angle::kAsinReduced, Schedule::kCovering, "  mesh reduced"},
+               {Angle::kAsin, Schedule::kFullWaves, "  mesh asin waves"},
+               {Angle::kAsinPolynomial, Schedule::kFullWaves, "  mesh asin_poly waves"},
+               {Angle::kAsinReduced, Schedule::kFullWaves, "  mesh reduced waves"},
+               {Angle::kAsin, Schedule::kFullWavesTwoRows, "  mesh asin waves2"},
+               {Angle::kAsinPolynomial, Schedule::kFullWavesTwoRows, "  mesh asin_poly waves2"},
+               {Angle::kAsinReduced, Schedule::kFullWavesTwoRows, "  mesh reduced waves2"}}) {
+        TimeLaunch(b, v.name, Short(dt), size, static_cast<double>(out->bytes()), 0, [&] {
           return cuda::LaunchHaversineMeshVariant(dt, {29, 31, n}, {99, 101, n}, d_refs.d, 1,
-                                                  kDefaultEarthRadiusKm, out->data(), env, angle);
+                                                  kDefaultEarthRadiusKm, out->data(), env, v.angle, v.schedule);
         });
         MarkWriteOnly();
       }
@@ -276,7 +290,8 @@ void Haversine(Bench& b, bool quick) {
     CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&res), sizeof(*res)));
     for (auto [variant, name] : {std::pair{cuda::HaversinePointsVariant::kSplitTerms, "  points split"},
                                  std::pair{cuda::HaversinePointsVariant::kDirect, "  points direct"},
-                                 std::pair{cuda::HaversinePointsVariant::kSplitPrefetch, "  points prefetch"}}) {
+                                 std::pair{cuda::HaversinePointsVariant::kSplitPrefetch, "  points prefetch"},
+                                 std::pair{cuda::HaversinePointsVariant::kReduced, "  points reduced"}}) {
       TimeLaunch(b, name, Short(dt), "1e7 pts x 4 refs", bytes, 0, [&] {
         return cuda::LaunchHaversinePointsVariant(dt, lat->data(), lon->data(), n, d_refs.d, 4,
                                                   kDefaultEarthRadiusKm, out->data(), res, env, variant);

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
@@ -256,14 +257,19 @@ void CheckMeshAngles(const LatLonMesh& mesh, const std::vector<GeoPoint>& refs, 
   const std::vector<double> want = Read<double>(*Cpu(), *ref);
   const DeviceRefs d_refs(refs);
   for (auto angle : {cuda::HaversineAngle::kAtan2, cuda::HaversineAngle::kAsinSplit, cuda::HaversineAngle::kAsin,
-                     cuda::HaversineAngle::kAsinPolynomial}) {
-    for (int offset : {0, 1}) {  // vector stores, and scalar ones
+                     cuda::HaversineAngle::kAsinPolynomial, cuda::HaversineAngle::kAsinReduced}) {
+    for (auto [schedule, offset] : {std::pair{cuda::HaversineMeshSchedule::kCovering, 0},
+                                    std::pair{cuda::HaversineMeshSchedule::kCovering, 1},  // scalar stores
+                                    std::pair{cuda::HaversineMeshSchedule::kFullWaves, 0},
+                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesTwoRows, 0},
+                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesTwoRows, 1}}) {
       SCOPED_TRACE(absl::StrCat(mesh.lat.count, " x ", mesh.lon.count, sizeof(T) == 4 ? " f32" : " f64",
-                                " angle ", static_cast<int>(angle), " offset ", offset));
+                                " angle ", static_cast<int>(angle), " schedule ", static_cast<int>(schedule),
+                                " offset ", offset));
       DeviceBuffer<T> out(n, offset);
       ASSERT_CUDA(cuda::LaunchHaversineMeshVariant(
           kDType<T>, {mesh.lat.start, mesh.lat.stop, mesh.lat.count}, {mesh.lon.start, mesh.lon.stop, mesh.lon.count},
-          d_refs.buffer.p, n_ref, kDefaultEarthRadiusKm, out.p, Env(), angle));
+          d_refs.buffer.p, n_ref, kDefaultEarthRadiusKm, out.p, Env(), angle, schedule));
       ASSERT_CUDA(cudaDeviceSynchronize());
       const std::vector<T> got = out.Download(n);
       for (T g : got) ASSERT_TRUE(std::isfinite(g)) << "an output element was left unwritten";
@@ -286,22 +292,30 @@ TEST(GpuKernelVariants, HaversineMeshEveryAngleFormulation) {
   CheckMeshAngles<float>({{29, 31, 7}, {99, 101, 9}}, refs, 2e-6);  // odd sizes, tiny
 }
 
+constexpr std::initializer_list<cuda::HaversinePointsVariant> kEveryPointsVariant = {
+    cuda::HaversinePointsVariant::kSplitTerms, cuda::HaversinePointsVariant::kDirect,
+    cuda::HaversinePointsVariant::kSplitPrefetch, cuda::HaversinePointsVariant::kReduced};
+
 template <typename T>
-void CheckPointsVariants(int64_t n, int n_ref) {
+void CheckPointsVariants(int64_t n, int n_ref, double lon_range = 540,
+                         std::initializer_list<cuda::HaversinePointsVariant> variants = kEveryPointsVariant) {
   const uint64_t seed = FreshSeed();
   std::vector<GeoPoint> refs;
   const std::vector<double> rl = Uniform<double>(n_ref, -89, 89, seed + 7), ro = Uniform<double>(n_ref, -180, 180, seed + 8);
   for (int r = 0; r < n_ref; ++r) refs.push_back({rl[r], ro[r]});
-  const std::vector<T> lat = Uniform<T>(n, -90, 90, seed), lon = Uniform<T>(n, -540, 540, seed + 1);
-  const std::vector<double> lat64(lat.begin(), lat.end()), lon64(lon.begin(), lon.end());
+  const std::vector<T> lat = Uniform<T>(n, -90, 90, seed), lon = Uniform<T>(n, -lon_range, lon_range, seed + 1);
+  // The reference gets the longitudes reduced mod 360 (exact): the same points, without
+  // the CPU's own float64 rounding of 1e6 degrees in radians.
+  const std::vector<double> lat64(lat.begin(), lat.end());
+  std::vector<double> lon64;
+  for (T v : lon) lon64.push_back(std::fmod(static_cast<double>(v), 360.0));
   OpContext ctx;
   auto ref = Poisoned(*Cpu(), DType::kFloat64, {n_ref, n});
   ASSERT_TRUE(Cpu()->HaversinePoints(*Put(*Cpu(), {n}, lat64), *Put(*Cpu(), {n}, lon64), refs,
                                      kDefaultEarthRadiusKm, *ref, ctx).ok());
   const std::vector<double> want = Read<double>(*Cpu(), *ref);
   const DeviceRefs d_refs(refs);
-  for (auto v : {cuda::HaversinePointsVariant::kSplitTerms, cuda::HaversinePointsVariant::kDirect,
-                 cuda::HaversinePointsVariant::kSplitPrefetch}) {
+  for (auto v : variants) {
     SCOPED_TRACE(absl::StrCat(n, " points x ", n_ref, sizeof(T) == 4 ? " f32" : " f64", " variant ",
                               static_cast<int>(v), " seed ", seed));
     DeviceBuffer<T> la(n, 1), lo(n, 0), out(n * n_ref, 1);
@@ -327,6 +341,14 @@ TEST(GpuKernelVariants, HaversinePointsEveryVariant) {
     CheckPointsVariants<double>(n, 3);
   }
   CheckPointsVariants<double>(4099, 70);  // more references than blocks in y
+}
+
+// kReduced reduces half longitudes by exact multiples of 90 degrees: longitudes out to
+// the rule's 1e6, where the others' float32 radians lose the angle.
+TEST(GpuKernelVariants, HaversinePointsReducedFarLongitudes) {
+  REQUIRE_GPU();
+  CheckPointsVariants<float>(30011, 5, 1e6, {cuda::HaversinePointsVariant::kReduced});
+  CheckPointsVariants<double>(30011, 5, 1e6, {cuda::HaversinePointsVariant::kReduced});
 }
 
 }  // namespace

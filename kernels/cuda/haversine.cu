@@ -10,9 +10,10 @@
 // combined with each reference's (RefTermsKernel) by angle-difference identities; the
 // first point outside the latitude or longitude rule goes to the result (atomicMin),
 // so stored points are checked in the same pass at no measurable cost. The other
-// formulations stay for the benchmark (haversine_variants.h).
+// formulations and schedules stay for the benchmark (haversine_variants.h); the
+// arithmetic of the last step and of the reduced points variant is haversine_math.h.
 //
-//   LaunchHaversineMesh -> MeshTermsKernel, MeshKernel -> MeshAgent
+//   LaunchHaversineMesh -> MeshTermsKernel, MeshKernel<kRows> -> MeshAgent
 //   LaunchHaversinePoints -> RefTermsKernel, PointsSplitKernel<T, prefetch if f32> -> PointsSplitAgent
 //   (kDirect: PointsKernel -> PointsAgent)
 #include <cuda_runtime.h>
@@ -20,14 +21,18 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/haversine_math.h"
 #include "kernels/cuda/haversine_variants.h"
 #include "kernels/cuda/launchers.h"
 
 namespace gpucompute::cuda {
 namespace {
+
+namespace hm = haversine_math;
 
 constexpr double kDegToRad = 0.017453292519943295769236907684886;
 
@@ -62,104 +67,22 @@ __device__ __forceinline__ double LinspaceAt(const MeshAxis& a, int64_t i) {
   return a.start + static_cast<double>(i) * ((a.stop - a.start) / static_cast<double>(a.count - 1));
 }
 
-// atan2(sqrt(h), sqrt(1 - h)) for h in [0, 1] in float32 without the library's
-// branches and IEEE division/sqrt slow paths (the f32 mesh kernel was issue-bound at
-// ~80 instructions per point): with g = 1 - h, the smaller of the two angles has
-// tangent t = sqrt(min(h, g) / max(h, g)) in [0, 1]; atan(t) = t + t^3 P(t^2) with a
-// degree-7 weighted least-squares fit (1.5 ulp in float32), and the larger angle is
-// pi/2 - atan(t). __fdividef (2 ulp, max(h, g) >= 0.5) and rsqrtf (2 ulp) keep the
-// total near 3 ulp: ~25 instructions, 2 MUFU.
-__device__ __forceinline__ float HalfCentralAngle(float h) {
-  const float g = 1.0f - h;
-  const float lo = fminf(h, g), hi = fmaxf(h, g);
-  const float q = __fdividef(lo, hi);
-  const float t = q > 0.0f ? q * rsqrtf(q) : 0.0f;
-  const float u = t * t;
-  float p = 2.920677885e-03f;
-  p = fmaf(p, u, -1.636787318e-02f);
-  p = fmaf(p, u, 4.321177676e-02f);
-  p = fmaf(p, u, -7.552207261e-02f);
-  p = fmaf(p, u, 1.066600159e-01f);
-  p = fmaf(p, u, -1.421105415e-01f);
-  p = fmaf(p, u, 1.999377310e-01f);
-  p = fmaf(p, u, -3.333315253e-01f);
-  const float a = fmaf(t * u, p, t);
-  return h <= g ? a : 1.57079632679489662f - a;
-}
-
-// asin(sqrt(h)) as asin(sqrt(m)), m = min(h, 1 - h) <= 1/2, and pi/2 minus that when
-// h > 1/2 (asin(sqrt(h)) + asin(sqrt(1 - h)) = pi/2; 1 - h is exact there): the
-// library asin stays on its short polynomial branch and one square root replaces
-// atan2's two and its division.
-template <typename T>
-__device__ __forceinline__ T HalfAngleByAsin(T h) {
-  const T g = T(1) - h;
-  const T a = asin(sqrt(fmin(h, g)));
-  return h <= g ? a : static_cast<T>(1.5707963267948966192) - a;
-}
-
-// asin(sqrt(m)) / sqrt(m) for m in [0, 1/2], in float64: the Chebyshev interpolant at
-// 20 nodes (computed in 60-digit arithmetic from the series sum (2k)! m^k /
-// (4^k (k!)^2 (2k + 1)), converted to monomials and rounded): fit error 8e-18, about
-// 1 ulp with Horner. 19 FMAs, no branch, no division.
-__device__ __forceinline__ double AsinSqrtRatio(double m) {
-  constexpr double kC[20] = {
-      1.0, 0.16666666666666963, 0.07499999999921603, 0.044642857225197834,
-      0.030381939881673394, 0.022372313172485805, 0.017349310327158196, 0.01401917204006966,
-      0.01092934906491237, 0.015091795028583365, -0.026316324552338826, 0.1809574620911065,
-      -0.6641236302549411, 2.0016041109291547, -4.535791802822955, 7.768165374555008,
-      -9.669659398550623, 8.32498352944691, -4.438816692066939, 1.1264192878807509,
-  };
-  double p = kC[19];
-#pragma unroll
-  for (int k = 18; k >= 0; --k) p = fma(p, m, kC[k]);
-  return p;
-}
-
-// The same ratio in float32: the interpolant at 8 nodes (fit error 1.8e-8), 7 FMAs.
-__device__ __forceinline__ float AsinSqrtRatio(float m) {
-  constexpr float kC[8] = {1.0f, 0.16666954671609344f, 0.07488114441822327f, 0.046480849462936874f,
-                           0.01673138895046739f, 0.07553975382221965f, -0.09008621671077405f,
-                           0.10967398323879114f};
-  float p = kC[7];
-#pragma unroll
-  for (int k = 6; k >= 0; --k) p = fmaf(p, m, kC[k]);
-  return p;
-}
-
-// HalfAngleByAsin with the polynomials above: a = x + x (ratio - 1), the ratio - 1
-// exact (the ratio is in [1, 1.11]). float32: x = m rsqrt(m) (2 ulp, no IEEE sqrt
-// slow path), ~4 ulp in all, ~16 instructions against the atan2 polynomial's ~25.
-template <typename T>
-__device__ __forceinline__ T HalfAngleByPolynomial(T h) {
-  if constexpr (sizeof(T) == 4) {
-    const float g = 1.0f - h;
-    const float m = fminf(h, g);
-    const float x = m > 0.0f ? m * rsqrtf(m) : 0.0f;
-    const float a = fmaf(x, AsinSqrtRatio(m) - 1.0f, x);
-    return h <= g ? a : 1.57079632679489662f - a;
-  } else {
-    const double g = 1.0 - h;
-    const double m = fmin(h, g);
-    const double x = sqrt(m);
-    const double a = fma(x, AsinSqrtRatio(m) - 1.0, x);
-    return h <= g ? a : 1.5707963267948966192 - a;
-  }
-}
-
 // The formulations of the last step the benchmark compares (haversine_variants.h):
-// kAtan2: atan2(sqrt(h), sqrt(1 - h)) (float32: the polynomial above); kAsinSplit:
-// HalfAngleByAsin; kAsin: asin(sqrt(h)); kAsinPolynomial: HalfAngleByPolynomial.
+// kAtan2: atan2(sqrt(h), sqrt(1 - h)) (float32: HalfCentralAngle); kAsinSplit:
+// HalfAngleByAsin; kAsin: asin(sqrt(h)); kAsinPolynomial: HalfAngleByPolynomial;
+// kAsinReduced: HalfAngleReduced (all in haversine_math.h).
 template <typename T, HaversineAngle kAngle>
 __device__ __forceinline__ T HalfAngle(T h) {
   if constexpr (kAngle == HaversineAngle::kAsinSplit) {
-    return HalfAngleByAsin(h);
+    return hm::HalfAngleByAsin(h);
   } else if constexpr (kAngle == HaversineAngle::kAsin) {
     return asin(sqrt(h));
   } else if constexpr (kAngle == HaversineAngle::kAsinPolynomial) {
-    return HalfAngleByPolynomial(h);
+    return hm::HalfAngleByPolynomial(h);
+  } else if constexpr (kAngle == HaversineAngle::kAsinReduced) {
+    return hm::HalfAngleReduced(h);
   } else if constexpr (sizeof(T) == 4) {
-    return HalfCentralAngle(h);
+    return hm::HalfCentralAngle(h);
   } else {
     return atan2(sqrt(h), sqrt(1.0 - h));
   }
@@ -179,10 +102,10 @@ template <typename T>
 constexpr HaversinePointsVariant kDefaultPointsVariant =
     sizeof(T) == 4 ? HaversinePointsVariant::kSplitPrefetch : HaversinePointsVariant::kSplitTerms;
 
-// d = 2 R asin(sqrt(h)), h clamped to [0, 1].
+// d = 2 R asin(sqrt(h)), h clamped to [0, 1] (HalfAngleReduced clamps by itself).
 template <typename T, HaversineAngle kAngle = kDefaultAngle<T>>
 __device__ __forceinline__ T DistanceFromH(T h, T two_r) {
-  h = fmin(fmax(h, T(0)), T(1));
+  if constexpr (kAngle != HaversineAngle::kAsinReduced) h = fmin(fmax(h, T(0)), T(1));
   return two_r * HalfAngle<T, kAngle>(h);
 }
 
@@ -215,10 +138,13 @@ __global__ void __launch_bounds__(TermsPolicy::kThreads, TermsPolicy::kMinBlocks
 }
 
 // ---- the mesh: each thread owns a vector of columns, walks rows ---------------------
-template <typename T, bool kVec, HaversineAngle kAngle>
+// kRows rows per iteration (HaversineMeshSchedule::kFullWaves: 2, and the next
+// iteration's row terms are loaded before this one's are used).
+template <typename T, bool kVec, HaversineAngle kAngle, int kRows>
 struct MeshAgent {
   static constexpr int kV = kVec ? Vec16<T>::kCount : 1;
-  const typename Pair<T>::type* row_terms;
+  using P = typename Pair<T>::type;
+  const P* row_terms;
   const T* col_terms;
   int64_t n_lat, n_lon, n_ref;
   T two_r;
@@ -229,37 +155,56 @@ struct MeshAgent {
     const int64_t unit = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (unit >= units) return;
     const int64_t row_step = static_cast<int64_t>(gridDim.y) * blockDim.y;
+    const int64_t first = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
     for (int64_t r = blockIdx.z; r < n_ref; r += gridDim.z) {
       // Column terms for this thread's columns: read once, kept in registers.
       T c[kV];
 #pragma unroll
       for (int v = 0; v < kV; ++v) c[v] = col_terms[r * n_lon + unit * kV + v];
-      for (int64_t i = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; i < n_lat;
-           i += row_step) {
-        const typename Pair<T>::type ab = row_terms[r * n_lat + i];  // warp-uniform
-        T d[kV];
+      const P* rows = row_terms + r * n_lat;
+      if constexpr (kRows == 1) {
+        for (int64_t i = first; i < n_lat; i += row_step) Row(r, i, rows[i], c);  // warp-uniform load
+      } else {
+        // Rows past the end load the last row's terms (always valid) and store nothing.
+        P ab[kRows];
 #pragma unroll
-        for (int v = 0; v < kV; ++v) d[v] = DistanceFromH<T, kAngle>(fma(ab.y, c[v], ab.x), two_r);
-        T* dst = out + (r * n_lat + i) * n_lon + unit * kV;
-        if constexpr (kVec) {
-          if constexpr (kV == 4) {
-            *reinterpret_cast<float4*>(dst) = make_float4(d[0], d[1], d[2], d[3]);
-          } else {
-            *reinterpret_cast<double2*>(dst) = make_double2(d[0], d[1]);
+        for (int k = 0; k < kRows; ++k) ab[k] = rows[min(first + k * row_step, n_lat - 1)];
+        for (int64_t i = first; i < n_lat; i += kRows * row_step) {
+          P next[kRows];
+#pragma unroll
+          for (int k = 0; k < kRows; ++k) next[k] = rows[min(i + (kRows + k) * row_step, n_lat - 1)];
+#pragma unroll
+          for (int k = 0; k < kRows; ++k) {
+            if (i + k * row_step < n_lat) Row(r, i + k * row_step, ab[k], c);
+            ab[k] = next[k];
           }
-        } else {
-          dst[0] = d[0];
         }
       }
     }
   }
+
+  __device__ __forceinline__ void Row(int64_t r, int64_t i, P ab, const T (&c)[kV]) const {
+    T d[kV];
+#pragma unroll
+    for (int v = 0; v < kV; ++v) d[v] = DistanceFromH<T, kAngle>(fma(ab.y, c[v], ab.x), two_r);
+    T* dst = out + (r * n_lat + i) * n_lon + (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kV;
+    if constexpr (kVec) {
+      if constexpr (kV == 4) {
+        *reinterpret_cast<float4*>(dst) = make_float4(d[0], d[1], d[2], d[3]);
+      } else {
+        *reinterpret_cast<double2*>(dst) = make_double2(d[0], d[1]);
+      }
+    } else {
+      dst[0] = d[0];
+    }
+  }
 };
 
-template <typename T, bool kVec, HaversineAngle kAngle = kDefaultAngle<T>>
+template <typename T, bool kVec, HaversineAngle kAngle = kDefaultAngle<T>, int kRows = 1>
 __global__ void __launch_bounds__(MeshPolicy::kThreads, MeshPolicy::kMinBlocksPerSm)
     MeshKernel(const typename Pair<T>::type* row_terms, const T* col_terms, int64_t n_lat,
                int64_t n_lon, int64_t n_ref, T two_r, T* out) {
-  MeshAgent<T, kVec, kAngle>{row_terms, col_terms, n_lat, n_lon, n_ref, two_r, out}.Run();
+  MeshAgent<T, kVec, kAngle, kRows>{row_terms, col_terms, n_lat, n_lon, n_ref, two_r, out}.Run();
 }
 
 // ---- points: lat/lon arrays -----------------------------------------------------------
@@ -341,7 +286,9 @@ __device__ __forceinline__ void SinCos(double x, double* s, double* c) { sincos(
 // kPrefetch (HaversinePointsVariant::kSplitPrefetch): the next K points are loaded
 // before the current ones are computed, so a thread's loads overlap its arithmetic
 // (without it, each iteration waits for its loads); kDefaultPointsVariant picks it.
-template <typename T, bool kPrefetch>
+// kReduced (HaversinePointsVariant::kReduced): haversine_math.h's sines and cosines
+// of half angles in degrees and HalfAngleReduced.
+template <typename T, bool kPrefetch, bool kReduced = false>
 struct PointsSplitAgent {
   static constexpr int K = kPointsPerThread<T>;
   const T* lat;
@@ -395,8 +342,13 @@ struct PointsSplitAgent {
         if (!IsLatitude(la[k])) atomicMin(&result->bad_lat, static_cast<unsigned long long>(p));
         if (!IsLongitude(lo[k])) atomicMin(&result->bad_lon, static_cast<unsigned long long>(p));
       }
-      SinCos(la[k] * half_rad, &sla[k], &cla[k]);
-      SinCos(lo[k] * half_rad, &slo[k], &clo[k]);
+      if constexpr (kReduced) {
+        hm::SinCosDegrees(T(0.5) * la[k], &sla[k], &cla[k]);  // |lat / 2| <= 45 once checked
+        hm::SinCosDegreesUpToSign(T(0.5) * lo[k], &slo[k], &clo[k]);
+      } else {
+        SinCos(la[k] * half_rad, &sla[k], &cla[k]);
+        SinCos(lo[k] * half_rad, &slo[k], &clo[k]);
+      }
       cos_la[k] = (cla[k] - sla[k]) * (cla[k] + sla[k]);  // cos^2 - sin^2 of the half angle
     }
     for (int64_t r = blockIdx.y; r < n_ref; r += gridDim.y) {
@@ -408,23 +360,41 @@ struct PointsSplitAgent {
         const T s1 = fma(sla[k], t.cos_half_lat, -cla[k] * t.sin_half_lat);
         const T s2 = fma(slo[k], t.cos_half_lon, -clo[k] * t.sin_half_lon);
         const T h = fma(cos_la[k] * t.cos_lat, s2 * s2, s1 * s1);
-        out[r * n + p] = DistanceFromH<T>(h, two_r);
+        out[r * n + p] = DistanceFromH<T, kReduced ? HaversineAngle::kAsinReduced : kDefaultAngle<T>>(h, two_r);
       }
     }
   }
 };
 
-template <typename T, bool kPrefetch>
+// kReduced prefetches in float32 only: float64 spills at 64 registers with it.
+template <typename T>
+constexpr bool kReducedPrefetch = sizeof(T) == 4;
+
+template <typename T, bool kPrefetch, bool kReduced = false>
 __global__ void __launch_bounds__(PointsPolicy::kThreads, PointsPolicy::kMinBlocksPerSm)
     PointsSplitKernel(const T* lat, const T* lon, int64_t n, const RefTerms<T>* terms, int64_t n_ref,
                       T two_r, T* out, PointsResult* result) {
-  PointsSplitAgent<T, kPrefetch>{lat, lon, n, terms, n_ref, two_r, out, result}.Run();
+  PointsSplitAgent<T, kPrefetch, kReduced>{lat, lon, n, terms, n_ref, two_r, out, result}.Run();
 }
 
 // ---- host ------------------------------------------------------------------------------
-template <typename T, HaversineAngle kAngle>
+// Blocks of `threads` threads of `kernel` resident at once on one multiprocessor. The
+// callers keep it in a function-local static: asked once per kernel (the devices of a
+// server are taken to be of one architecture; only grid sizes depend on it).
+template <typename Kernel>
+int ResidentBlocksPerSm(Kernel kernel, int threads) {
+  int blocks = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, 0) != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: fall back to one block
+    return 1;
+  }
+  return std::max(blocks, 1);
+}
+
+template <typename T, HaversineAngle kAngle, HaversineMeshSchedule kSchedule>
 cudaError_t LaunchMeshT(const MeshAxis& lat, const MeshAxis& lon, const RefPoint* refs,
                         int64_t n_ref, double radius, T* out, const LaunchEnv& env) {
+  constexpr int kRows = kSchedule == HaversineMeshSchedule::kFullWavesTwoRows ? 2 : 1;
   using P = typename Pair<T>::type;
   Scratch rows, cols;
   GC_TRY(rows.Allocate(static_cast<size_t>(n_ref * lat.count) * sizeof(P), env));
@@ -446,19 +416,20 @@ cudaError_t LaunchMeshT(const MeshAxis& lat, const MeshAxis& lon, const RefPoint
   const int64_t gx = CeilDiv(units, bx);
   GC_REQUIRE(gx <= 0x7fffffff);
   const int64_t gz = std::min<int64_t>(n_ref, 65535);
-  const int64_t want = static_cast<int64_t>(env.sm_count) * MeshPolicy::kMinBlocksPerSm * 2;
+  auto kernel = vec ? MeshKernel<T, true, kAngle, kRows> : MeshKernel<T, false, kAngle, kRows>;
+  int64_t blocks_per_sm = MeshPolicy::kMinBlocksPerSm * 2;  // kCovering: two waves of 4
+  if constexpr (kSchedule != HaversineMeshSchedule::kCovering) {
+    static const int vec_blocks = ResidentBlocksPerSm(MeshKernel<T, true, kAngle, kRows>, MeshPolicy::kThreads);
+    static const int scalar_blocks = ResidentBlocksPerSm(MeshKernel<T, false, kAngle, kRows>, MeshPolicy::kThreads);
+    blocks_per_sm = vec ? vec_blocks : scalar_blocks;
+  }
+  const int64_t want = static_cast<int64_t>(env.sm_count) * blocks_per_sm;
   const int64_t gy =
-      std::clamp<int64_t>(want / (gx * gz), 1, std::min<int64_t>(CeilDiv(lat.count, by), 65535));
+      std::clamp<int64_t>(want / (gx * gz), 1, std::min<int64_t>(CeilDiv(lat.count, by * kRows), 65535));
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz));
   const dim3 block(bx, by);
   const T two_r = static_cast<T>(2.0 * radius);
-  if (vec) {
-    MeshKernel<T, true, kAngle><<<grid, block, 0, env.stream>>>(rows.as<P>(), cols.as<T>(), lat.count,
-                                                                lon.count, n_ref, two_r, out);
-  } else {
-    MeshKernel<T, false, kAngle><<<grid, block, 0, env.stream>>>(rows.as<P>(), cols.as<T>(), lat.count,
-                                                                 lon.count, n_ref, two_r, out);
-  }
+  kernel<<<grid, block, 0, env.stream>>>(rows.as<P>(), cols.as<T>(), lat.count, lon.count, n_ref, two_r, out);
   GC_CHECK_LAUNCH();
   return cudaSuccess;
 }
@@ -468,8 +439,12 @@ cudaError_t LaunchPointsT(const T* lat, const T* lon, int64_t n, const RefPoint*
                           int64_t n_ref, double radius, T* out, PointsResult* result,
                           const LaunchEnv& env, HaversinePointsVariant variant) {
   const bool split = variant != HaversinePointsVariant::kDirect;
+  const bool reduced = variant == HaversinePointsVariant::kReduced;
   const int64_t per_thread = split ? kPointsPerThread<T> : 1;
-  const int64_t want = static_cast<int64_t>(env.sm_count) * PointsPolicy::kMinBlocksPerSm * 2;
+  // Two waves of 4 per SM; kReduced: as many blocks as fit at once.
+  static const int reduced_blocks = ResidentBlocksPerSm(PointsSplitKernel<T, kReducedPrefetch<T>, true>, PointsPolicy::kThreads);
+  const int64_t want =
+      static_cast<int64_t>(env.sm_count) * (reduced ? reduced_blocks : PointsPolicy::kMinBlocksPerSm * 2);
   const int64_t gx = std::min<int64_t>(CeilDiv(n, PointsPolicy::kThreads * per_thread), want);
   const int64_t gy = std::clamp<int64_t>(want / gx, 1, std::min<int64_t>(n_ref, 65535));
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
@@ -484,8 +459,9 @@ cudaError_t LaunchPointsT(const T* lat, const T* lon, int64_t n, const RefPoint*
   const unsigned tgrid = GridFor(CeilDiv(n_ref, TermsPolicy::kThreads), env.sm_count, TermsPolicy::kMinBlocksPerSm);
   RefTermsKernel<T><<<tgrid, TermsPolicy::kThreads, 0, env.stream>>>(refs, n_ref, terms.as<RefTerms<T>>());
   GC_CHECK_LAUNCH();
-  auto kernel = variant == HaversinePointsVariant::kSplitPrefetch ? PointsSplitKernel<T, true>
-                                                                   : PointsSplitKernel<T, false>;
+  auto kernel = reduced ? PointsSplitKernel<T, kReducedPrefetch<T>, true>
+                : variant == HaversinePointsVariant::kSplitPrefetch ? PointsSplitKernel<T, true>
+                                                                     : PointsSplitKernel<T, false>;
   kernel<<<grid, PointsPolicy::kThreads, 0, env.stream>>>(lat, lon, n, terms.as<RefTerms<T>>(), n_ref, two_r, out,
                                                            result);
   GC_CHECK_LAUNCH();
@@ -496,19 +472,34 @@ cudaError_t LaunchPointsT(const T* lat, const T* lon, int64_t n, const RefPoint*
 
 cudaError_t LaunchHaversineMeshVariant(DType dtype, const MeshAxis& lat, const MeshAxis& lon,
                                        const RefPoint* refs, int64_t n_ref, double radius, void* out,
-                                       const LaunchEnv& env, HaversineAngle angle) {
+                                       const LaunchEnv& env, HaversineAngle angle,
+                                       HaversineMeshSchedule schedule) {
   GC_REQUIRE(lat.count >= 0 && lon.count >= 0 && n_ref >= 0);
   if (lat.count == 0 || lon.count == 0 || n_ref == 0) return cudaSuccess;
   GC_REQUIRE(refs != nullptr && out != nullptr);
-  auto run = [&](auto tag) -> cudaError_t {
+  auto with_angle = [&](auto tag, auto schedule_tag) -> cudaError_t {
     using T = decltype(tag);
+    constexpr HaversineMeshSchedule kS = decltype(schedule_tag)::value;
     T* o = static_cast<T*>(out);
     switch (angle) {
-      case HaversineAngle::kAtan2: return LaunchMeshT<T, HaversineAngle::kAtan2>(lat, lon, refs, n_ref, radius, o, env);
-      case HaversineAngle::kAsinSplit: return LaunchMeshT<T, HaversineAngle::kAsinSplit>(lat, lon, refs, n_ref, radius, o, env);
-      case HaversineAngle::kAsin: return LaunchMeshT<T, HaversineAngle::kAsin>(lat, lon, refs, n_ref, radius, o, env);
+      case HaversineAngle::kAtan2: return LaunchMeshT<T, HaversineAngle::kAtan2, kS>(lat, lon, refs, n_ref, radius, o, env);
+      case HaversineAngle::kAsinSplit: return LaunchMeshT<T, HaversineAngle::kAsinSplit, kS>(lat, lon, refs, n_ref, radius, o, env);
+      case HaversineAngle::kAsin: return LaunchMeshT<T, HaversineAngle::kAsin, kS>(lat, lon, refs, n_ref, radius, o, env);
       case HaversineAngle::kAsinPolynomial:
-        return LaunchMeshT<T, HaversineAngle::kAsinPolynomial>(lat, lon, refs, n_ref, radius, o, env);
+        return LaunchMeshT<T, HaversineAngle::kAsinPolynomial, kS>(lat, lon, refs, n_ref, radius, o, env);
+      case HaversineAngle::kAsinReduced:
+        return LaunchMeshT<T, HaversineAngle::kAsinReduced, kS>(lat, lon, refs, n_ref, radius, o, env);
+    }
+    return cudaErrorInvalidValue;
+  };
+  auto run = [&](auto tag) -> cudaError_t {
+    using Covering = std::integral_constant<HaversineMeshSchedule, HaversineMeshSchedule::kCovering>;
+    using FullWaves = std::integral_constant<HaversineMeshSchedule, HaversineMeshSchedule::kFullWaves>;
+    using TwoRows = std::integral_constant<HaversineMeshSchedule, HaversineMeshSchedule::kFullWavesTwoRows>;
+    switch (schedule) {
+      case HaversineMeshSchedule::kCovering: return with_angle(tag, Covering{});
+      case HaversineMeshSchedule::kFullWaves: return with_angle(tag, FullWaves{});
+      case HaversineMeshSchedule::kFullWavesTwoRows: return with_angle(tag, TwoRows{});
     }
     return cudaErrorInvalidValue;
   };
@@ -553,6 +544,8 @@ template <typename T, HaversineAngle kAngle>
 void ListMeshAngle(std::vector<KernelEntry>& out, const std::string& t, const std::string& name) {
   out.push_back({"haversine.mesh<" + t + ",vec," + name + ">", (const void*)&MeshKernel<T, true, kAngle>});
   out.push_back({"haversine.mesh<" + t + "," + name + ">", (const void*)&MeshKernel<T, false, kAngle>});
+  out.push_back({"haversine.mesh<" + t + ",vec," + name + ",2 rows>", (const void*)&MeshKernel<T, true, kAngle, 2>});
+  out.push_back({"haversine.mesh<" + t + "," + name + ",2 rows>", (const void*)&MeshKernel<T, false, kAngle, 2>});
 }
 
 template <typename T>
@@ -562,10 +555,12 @@ void ListMeshT(std::vector<KernelEntry>& out, const std::string& t) {
   ListMeshAngle<T, HaversineAngle::kAsinSplit>(out, t, "asin_split");
   ListMeshAngle<T, HaversineAngle::kAsin>(out, t, "asin");
   ListMeshAngle<T, HaversineAngle::kAsinPolynomial>(out, t, "asin_polynomial");
+  ListMeshAngle<T, HaversineAngle::kAsinReduced>(out, t, "asin_reduced");
   out.push_back({"haversine.points<" + t + ">", (const void*)&PointsKernel<T>});
   out.push_back({"haversine.ref_terms<" + t + ">", (const void*)&RefTermsKernel<T>});
   out.push_back({"haversine.points_split<" + t + ">", (const void*)&PointsSplitKernel<T, false>});
   out.push_back({"haversine.points_split<" + t + ",prefetch>", (const void*)&PointsSplitKernel<T, true>});
+  out.push_back({"haversine.points_split<" + t + ",reduced>", (const void*)&PointsSplitKernel<T, kReducedPrefetch<T>, true>});
 }
 
 void ListHaversineKernels(std::vector<KernelEntry>& out) {
@@ -585,12 +580,15 @@ cudaError_t WarmupHaversine(const LaunchEnv& env) {
   const MeshAxis lat{29.0, 31.0, 2};
   for (DType t : {DType::kFloat32, DType::kFloat64}) {
     for (HaversineAngle a : {HaversineAngle::kAtan2, HaversineAngle::kAsinSplit, HaversineAngle::kAsin,
-                             HaversineAngle::kAsinPolynomial}) {
-      GC_TRY(LaunchHaversineMeshVariant(t, lat, MeshAxis{99.0, 101.0, 4}, ref, 1, 6371.0, buf, env, a));
-      GC_TRY(LaunchHaversineMeshVariant(t, lat, MeshAxis{99.0, 101.0, 3}, ref, 1, 6371.0, buf, env, a));
+                             HaversineAngle::kAsinPolynomial, HaversineAngle::kAsinReduced}) {
+      for (HaversineMeshSchedule m : {HaversineMeshSchedule::kCovering, HaversineMeshSchedule::kFullWaves,
+                                      HaversineMeshSchedule::kFullWavesTwoRows}) {
+        GC_TRY(LaunchHaversineMeshVariant(t, lat, MeshAxis{99.0, 101.0, 4}, ref, 1, 6371.0, buf, env, a, m));
+        GC_TRY(LaunchHaversineMeshVariant(t, lat, MeshAxis{99.0, 101.0, 3}, ref, 1, 6371.0, buf, env, a, m));
+      }
     }
     for (HaversinePointsVariant v : {HaversinePointsVariant::kSplitTerms, HaversinePointsVariant::kDirect,
-                                     HaversinePointsVariant::kSplitPrefetch}) {
+                                     HaversinePointsVariant::kSplitPrefetch, HaversinePointsVariant::kReduced}) {
       GC_TRY(LaunchHaversinePointsVariant(t, buf + 32, buf + 40, 4, ref, 1, 6371.0, buf, result, env, v));
     }
   }
