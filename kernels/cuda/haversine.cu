@@ -69,8 +69,8 @@ __device__ __forceinline__ double LinspaceAt(const MeshAxis& a, int64_t i) {
 
 // The formulations of the last step the benchmark compares (haversine_variants.h):
 // kAtan2: atan2(sqrt(h), sqrt(1 - h)) (float32: HalfCentralAngle); kAsinSplit:
-// HalfAngleByAsin; kAsin: asin(sqrt(h)); kAsinPolynomial: HalfAngleByPolynomial;
-// kAsinReduced: HalfAngleReduced (all in haversine_math.h).
+// HalfAngleByAsin; kAsin: asin(sqrt(h)); kAsinPolynomial: HalfAngleByPolynomial (all
+// in haversine_math.h). kAsinReduced: DistanceFromH.
 template <typename T, HaversineAngle kAngle>
 __device__ __forceinline__ T HalfAngle(T h) {
   if constexpr (kAngle == HaversineAngle::kAsinSplit) {
@@ -79,8 +79,6 @@ __device__ __forceinline__ T HalfAngle(T h) {
     return asin(sqrt(h));
   } else if constexpr (kAngle == HaversineAngle::kAsinPolynomial) {
     return hm::HalfAngleByPolynomial(h);
-  } else if constexpr (kAngle == HaversineAngle::kAsinReduced) {
-    return hm::HalfAngleReduced(h);
   } else if constexpr (sizeof(T) == 4) {
     return hm::HalfCentralAngle(h);
   } else {
@@ -102,11 +100,15 @@ template <typename T>
 constexpr HaversinePointsVariant kDefaultPointsVariant =
     sizeof(T) == 4 ? HaversinePointsVariant::kSplitPrefetch : HaversinePointsVariant::kSplitTerms;
 
-// d = 2 R asin(sqrt(h)), h clamped to [0, 1] (HalfAngleReduced clamps by itself).
+// d = 2 R asin(sqrt(h)), h clamped to [0, 1] (kAsinReduced: by itself, 2 R folded in).
 template <typename T, HaversineAngle kAngle = kDefaultAngle<T>>
 __device__ __forceinline__ T DistanceFromH(T h, T two_r) {
-  if constexpr (kAngle != HaversineAngle::kAsinReduced) h = fmin(fmax(h, T(0)), T(1));
-  return two_r * HalfAngle<T, kAngle>(h);
+  if constexpr (kAngle == HaversineAngle::kAsinReduced) {
+    return hm::ScaledHalfAngleReduced(h, two_r);
+  } else {
+    h = fmin(fmax(h, T(0)), T(1));
+    return two_r * HalfAngle<T, kAngle>(h);
+  }
 }
 
 // ---- per-reference row and column terms (float64, stored as T) ---------------------
@@ -343,8 +345,8 @@ struct PointsSplitAgent {
         if (!IsLongitude(lo[k])) atomicMin(&result->bad_lon, static_cast<unsigned long long>(p));
       }
       if constexpr (kReduced) {
-        hm::SinCosDegrees(T(0.5) * la[k], &sla[k], &cla[k]);  // |lat / 2| <= 45 once checked
-        hm::SinCosDegreesUpToSign(T(0.5) * lo[k], &slo[k], &clo[k]);
+        hm::SinCosHalfDegrees(la[k], &sla[k], &cla[k]);  // |lat| <= 90 once checked
+        hm::SinCosHalfDegreesUpToSign(lo[k], &slo[k], &clo[k]);
       } else {
         SinCos(la[k] * half_rad, &sla[k], &cla[k]);
         SinCos(lo[k] * half_rad, &slo[k], &clo[k]);

@@ -9,18 +9,21 @@
 // gives pi/4 + z R(z^2) / 2, z = 2h - 1 exact there, z^2 <= 1/4. One polynomial R on
 // [0, 1/4] (the Chebyshev interpolant, float64 13 terms, 0.05 ulp; float32 5 terms,
 // 0.3 ulp) serves all three, chosen by selects: no divergent branch, no IEEE sqrt slow
-// path (sqrt(m) = m rsqrt(m)), none of the library asin's two-polynomial branch.
+// path (sqrt(m) = m rsqrt(m)), none of the library asin's two-polynomial branch. In
+// all ~2 ulp (haversine_math_test), ~1 more on the device from rsqrt.
 //
 // Points: sin and cos of a half angle in degrees. Latitudes are checked to +-90, so
-// lat / 2 is within +-45 degrees (|t| <= pi/4) and needs no reduction; lon / 2 is
-// reduced by an exact multiple of 90 degrees (fma), an odd multiple swapping sin and
-// cos up to a sign common to both, which the haversine's squares do not see. Then
-// short polynomials (float64: 6 and 7 terms, 0.2 ulp): no Payne-Hanek path, no stack.
+// lat / 2 is within +-45 degrees (|t| <= pi/4) and needs no reduction; lon is reduced
+// by an exact multiple of 180 degrees (fma), an odd multiple swapping sin and cos of
+// the half angle up to a sign common to both, which the haversine's squares do not
+// see. Then short polynomials (float64: 6 and 7 terms, 0.2 ulp): no Payne-Hanek path,
+// no stack, no conversion.
 // Coefficients: Chebyshev interpolants in 70-digit decimal arithmetic of the Taylor
 // series, converted to monomials and rounded.
 #pragma once
 
 #include <cmath>
+#include <cstring>
 
 #if defined(__CUDACC__)
 #define GC_HOST_DEVICE __host__ __device__ __forceinline__
@@ -51,12 +54,33 @@ GC_HOST_DEVICE T Horner(const T (&c)[N], T x) {
   return p;
 }
 
+// The bits of x as a signed integer: for comparisons on the integer pipe, which order
+// like the values for x >= 0 (and put every negative x below every positive one).
+GC_HOST_DEVICE long long Bits(double x) {
+#if defined(__CUDA_ARCH__)
+  return __double_as_longlong(x);
+#else
+  long long b;
+  std::memcpy(&b, &x, sizeof(b));
+  return b;
+#endif
+}
+GC_HOST_DEVICE long long Bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_int(x);
+#else
+  int b;
+  std::memcpy(&b, &x, sizeof(b));
+  return b;
+#endif
+}
+
 // sqrt(m) for m >= 0 without the IEEE square root's range checks: m rsqrt(m)
 // (rsqrt 1 ulp on the device: ~1.5 ulp in all), 0 at 0.
 template <typename T>
 GC_HOST_DEVICE T SqrtOfNonNegative(T m) {
 #if defined(__CUDA_ARCH__)
-  return m > T(0) ? m * rsqrt(m) : T(0);
+  return Bits(m) > 0 ? m * rsqrt(m) : T(0);
 #else
   return std::sqrt(m);
 #endif
@@ -77,20 +101,28 @@ GC_HOST_DEVICE float AsinSqrtTail(float w) {
   return Horner(kC, w);
 }
 
-// asin(sqrt(h)) for h in [0, 1] (a rounding past either end is clamped).
+// scale * asin(sqrt(h)) for h in [0, 1] (a rounding past either end is clamped), as
+// scale (base + k x (1 + w tail(w))): (base, k, x, w) = (0, 1, sqrt(m), m) for h <= 1/4,
+// (pi/2, -1, sqrt(m), m) for h >= 3/4, and (pi/4, 1/2, z, z^2) between. The range
+// tests compare bits (integer pipe); base and k are selected constants, so the kernels
+// keep no extra registers for them.
 template <typename T>
-GC_HOST_DEVICE T HalfAngleReduced(T h) {
-  const T g = T(1) - h;
-  const bool upper = h > g;
-  T m = upper ? g : h;
-  m = m > T(0) ? m : T(0);
-  const bool middle = m > T(0.25);
+GC_HOST_DEVICE T ScaledHalfAngleReduced(T h, T scale) {
+  const bool upper = Bits(h) > Bits(T(0.5));
+  T m = upper ? T(1) - h : h;
+  m = Bits(m) > 0 ? m : T(0);
+  const bool middle = Bits(m) > Bits(T(0.25));
   const T z = Fma(T(2), h, T(-1));
   const T w = middle ? z * z : m;
-  const T s = middle ? T(0.5) * z : SqrtOfNonNegative(m);
-  const T signed_s = (upper && !middle) ? -s : s;
+  const T x = middle ? z : SqrtOfNonNegative(m);
+  const T k = middle ? T(0.5) : (upper ? T(-1) : T(1));
   const T base = middle ? static_cast<T>(kPi / 4) : (upper ? static_cast<T>(kPi / 2) : T(0));
-  return base + Fma(signed_s, w * AsinSqrtTail(w), signed_s);
+  return scale * Fma(k, Fma(x, w * AsinSqrtTail(w), x), base);
+}
+
+template <typename T>
+GC_HOST_DEVICE T HalfAngleReduced(T h) {
+  return ScaledHalfAngleReduced(h, T(1));
 }
 
 // (sin t - t) / t^3 and (cos t - 1) / t^2 as polynomials in u = t^2, |t| <= pi/4.
@@ -119,27 +151,26 @@ GC_HOST_DEVICE float CosTail(float u) {
   return Horner(kC, u);
 }
 
-// sin and cos of x degrees, |x| <= 45.
+// sin and cos of half of x degrees, |x| <= 90.
 template <typename T>
-GC_HOST_DEVICE void SinCosDegrees(T x, T* s, T* c) {
-  const T t = x * static_cast<T>(kPi / 180);
+GC_HOST_DEVICE void SinCosHalfDegrees(T x, T* s, T* c) {
+  const T t = x * static_cast<T>(kPi / 360);
   const T u = t * t;
   *s = Fma(t * u, SinTail(u), t);
   *c = Fma(u, CosTail(u), T(1));
 }
 
-// sin and cos of x degrees up to a common sign, |x| <= 2^20 (half of the longitude
-// rule's 1e6): x - 90 k is exact.
+// sin and cos of half of x degrees up to a sign common to both, |x| <= 2^21: x - 180 k
+// is exact for any integer k; k = x / 180 rounded by adding 1.5 2^52 (float32: 2^23),
+// whose last bit is k's parity.
 template <typename T>
-GC_HOST_DEVICE void SinCosDegreesUpToSign(T x, T* s, T* c) {
-#if defined(__CUDA_ARCH__)
-  const T k = rint(x * static_cast<T>(1.0 / 90));
-#else
-  const T k = std::nearbyint(x * static_cast<T>(1.0 / 90));
-#endif
+GC_HOST_DEVICE void SinCosHalfDegreesUpToSign(T x, T* s, T* c) {
+  constexpr T kRound = sizeof(T) == 8 ? T(6755399441055744.0) : T(12582912.0f);
+  const T shifted = Fma(x, static_cast<T>(1.0 / 180), kRound);
+  const T k = shifted - kRound;
   T sr, cr;
-  SinCosDegrees(Fma(-k, T(90), x), &sr, &cr);
-  const bool odd = (static_cast<long long>(k) & 1) != 0;  // sin(r + 90) = cos r, cos(r + 90) = -sin r
+  SinCosHalfDegrees(Fma(-k, T(180), x), &sr, &cr);
+  const bool odd = (Bits(shifted) & 1) != 0;  // sin(r + 90) = cos r, cos(r + 90) = -sin r
   *s = odd ? cr : sr;
   *c = odd ? -sr : cr;
 }
