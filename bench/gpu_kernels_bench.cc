@@ -298,7 +298,8 @@ void Haversine(Bench& b, bool quick) {
     for (auto [variant, name] : {std::pair{cuda::HaversinePointsVariant::kSplitTerms, "  points split"},
                                  std::pair{cuda::HaversinePointsVariant::kDirect, "  points direct"},
                                  std::pair{cuda::HaversinePointsVariant::kSplitPrefetch, "  points prefetch"},
-                                 std::pair{cuda::HaversinePointsVariant::kReduced, "  points reduced"}}) {
+                                 std::pair{cuda::HaversinePointsVariant::kReduced, "  points reduced"},
+                                 std::pair{cuda::HaversinePointsVariant::kReducedPrefetch, "  points reduced prefetch"}}) {
       TimeLaunch(b, name, Short(dt), "1e7 pts x 4 refs", bytes, 0, [&] {
         return cuda::LaunchHaversinePointsVariant(dt, lat->data(), lon->data(), n, d_refs.d, 4,
                                                   kDefaultEarthRadiusKm, out->data(), res, env, variant);

@@ -294,7 +294,8 @@ TEST(GpuKernelVariants, HaversineMeshEveryAngleFormulation) {
 
 constexpr std::initializer_list<cuda::HaversinePointsVariant> kEveryPointsVariant = {
     cuda::HaversinePointsVariant::kSplitTerms, cuda::HaversinePointsVariant::kDirect,
-    cuda::HaversinePointsVariant::kSplitPrefetch, cuda::HaversinePointsVariant::kReduced};
+    cuda::HaversinePointsVariant::kSplitPrefetch, cuda::HaversinePointsVariant::kReduced,
+    cuda::HaversinePointsVariant::kReducedPrefetch};
 
 template <typename T>
 void CheckPointsVariants(int64_t n, int n_ref, double lon_range = 540,
@@ -343,12 +344,14 @@ TEST(GpuKernelVariants, HaversinePointsEveryVariant) {
   CheckPointsVariants<double>(4099, 70);  // more references than blocks in y
 }
 
-// kReduced reduces half longitudes by exact multiples of 90 degrees: longitudes out to
+// The reduced variants reduce longitudes by exact multiples of 180 degrees: out to
 // the rule's 1e6, where the others' float32 radians lose the angle.
 TEST(GpuKernelVariants, HaversinePointsReducedFarLongitudes) {
   REQUIRE_GPU();
-  CheckPointsVariants<float>(30011, 5, 1e6, {cuda::HaversinePointsVariant::kReduced});
-  CheckPointsVariants<double>(30011, 5, 1e6, {cuda::HaversinePointsVariant::kReduced});
+  for (auto v : {cuda::HaversinePointsVariant::kReduced, cuda::HaversinePointsVariant::kReducedPrefetch}) {
+    CheckPointsVariants<float>(30011, 5, 1e6, {v});
+    CheckPointsVariants<double>(30011, 5, 1e6, {v});
+  }
 }
 
 }  // namespace

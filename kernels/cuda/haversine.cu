@@ -288,8 +288,8 @@ __device__ __forceinline__ void SinCos(double x, double* s, double* c) { sincos(
 // kPrefetch (HaversinePointsVariant::kSplitPrefetch): the next K points are loaded
 // before the current ones are computed, so a thread's loads overlap its arithmetic
 // (without it, each iteration waits for its loads); kDefaultPointsVariant picks it.
-// kReduced (HaversinePointsVariant::kReduced): haversine_math.h's sines and cosines
-// of half angles in degrees and HalfAngleReduced.
+// kReduced (HaversinePointsVariant::kReduced*): haversine_math.h's half-angle sines
+// and cosines in degrees and ScaledHalfAngleReduced.
 template <typename T, bool kPrefetch, bool kReduced = false>
 struct PointsSplitAgent {
   static constexpr int K = kPointsPerThread<T>;
@@ -368,10 +368,6 @@ struct PointsSplitAgent {
   }
 };
 
-// kReduced prefetches in float32 only: float64 spills at 64 registers with it.
-template <typename T>
-constexpr bool kReducedPrefetch = sizeof(T) == 4;
-
 template <typename T, bool kPrefetch, bool kReduced = false>
 __global__ void __launch_bounds__(PointsPolicy::kThreads, PointsPolicy::kMinBlocksPerSm)
     PointsSplitKernel(const T* lat, const T* lon, int64_t n, const RefTerms<T>* terms, int64_t n_ref,
@@ -380,19 +376,6 @@ __global__ void __launch_bounds__(PointsPolicy::kThreads, PointsPolicy::kMinBloc
 }
 
 // ---- host ------------------------------------------------------------------------------
-// Blocks of `threads` threads of `kernel` resident at once on one multiprocessor. The
-// callers keep it in a function-local static: asked once per kernel (the devices of a
-// server are taken to be of one architecture; only grid sizes depend on it).
-template <typename Kernel>
-int ResidentBlocksPerSm(Kernel kernel, int threads) {
-  int blocks = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, 0) != cudaSuccess) {
-    (void)cudaGetLastError();  // not sticky: fall back to one block
-    return 1;
-  }
-  return std::max(blocks, 1);
-}
-
 template <typename T, HaversineAngle kAngle, HaversineMeshSchedule kSchedule>
 cudaError_t LaunchMeshT(const MeshAxis& lat, const MeshAxis& lon, const RefPoint* refs,
                         int64_t n_ref, double radius, T* out, const LaunchEnv& env) {
@@ -441,12 +424,17 @@ cudaError_t LaunchPointsT(const T* lat, const T* lon, int64_t n, const RefPoint*
                           int64_t n_ref, double radius, T* out, PointsResult* result,
                           const LaunchEnv& env, HaversinePointsVariant variant) {
   const bool split = variant != HaversinePointsVariant::kDirect;
-  const bool reduced = variant == HaversinePointsVariant::kReduced;
+  const bool reduced = variant == HaversinePointsVariant::kReduced ||
+                       variant == HaversinePointsVariant::kReducedPrefetch;
   const int64_t per_thread = split ? kPointsPerThread<T> : 1;
-  // Two waves of 4 per SM; kReduced: as many blocks as fit at once.
-  static const int reduced_blocks = ResidentBlocksPerSm(PointsSplitKernel<T, kReducedPrefetch<T>, true>, PointsPolicy::kThreads);
-  const int64_t want =
-      static_cast<int64_t>(env.sm_count) * (reduced ? reduced_blocks : PointsPolicy::kMinBlocksPerSm * 2);
+  // Two waves of 4 per SM; the reduced variants: as many blocks as fit at once.
+  static const int reduced_blocks = ResidentBlocksPerSm(PointsSplitKernel<T, false, true>, PointsPolicy::kThreads);
+  static const int reduced_prefetch_blocks =
+      ResidentBlocksPerSm(PointsSplitKernel<T, true, true>, PointsPolicy::kThreads);
+  const int blocks_per_sm = variant == HaversinePointsVariant::kReduced           ? reduced_blocks
+                            : variant == HaversinePointsVariant::kReducedPrefetch ? reduced_prefetch_blocks
+                                                                                  : PointsPolicy::kMinBlocksPerSm * 2;
+  const int64_t want = static_cast<int64_t>(env.sm_count) * blocks_per_sm;
   const int64_t gx = std::min<int64_t>(CeilDiv(n, PointsPolicy::kThreads * per_thread), want);
   const int64_t gy = std::clamp<int64_t>(want / gx, 1, std::min<int64_t>(n_ref, 65535));
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
@@ -461,9 +449,10 @@ cudaError_t LaunchPointsT(const T* lat, const T* lon, int64_t n, const RefPoint*
   const unsigned tgrid = GridFor(CeilDiv(n_ref, TermsPolicy::kThreads), env.sm_count, TermsPolicy::kMinBlocksPerSm);
   RefTermsKernel<T><<<tgrid, TermsPolicy::kThreads, 0, env.stream>>>(refs, n_ref, terms.as<RefTerms<T>>());
   GC_CHECK_LAUNCH();
-  auto kernel = reduced ? PointsSplitKernel<T, kReducedPrefetch<T>, true>
-                : variant == HaversinePointsVariant::kSplitPrefetch ? PointsSplitKernel<T, true>
-                                                                     : PointsSplitKernel<T, false>;
+  const bool prefetch = variant == HaversinePointsVariant::kSplitPrefetch ||
+                        variant == HaversinePointsVariant::kReducedPrefetch;
+  auto kernel = reduced ? (prefetch ? PointsSplitKernel<T, true, true> : PointsSplitKernel<T, false, true>)
+                        : (prefetch ? PointsSplitKernel<T, true> : PointsSplitKernel<T, false>);
   kernel<<<grid, PointsPolicy::kThreads, 0, env.stream>>>(lat, lon, n, terms.as<RefTerms<T>>(), n_ref, two_r, out,
                                                            result);
   GC_CHECK_LAUNCH();
@@ -482,26 +471,25 @@ cudaError_t LaunchHaversineMeshVariant(DType dtype, const MeshAxis& lat, const M
   auto with_angle = [&](auto tag, auto schedule_tag) -> cudaError_t {
     using T = decltype(tag);
     constexpr HaversineMeshSchedule kS = decltype(schedule_tag)::value;
-    T* o = static_cast<T*>(out);
+    auto launch = [&](auto angle_tag) {
+      return LaunchMeshT<T, decltype(angle_tag)::value, kS>(lat, lon, refs, n_ref, radius, static_cast<T*>(out), env);
+    };
+    using A = HaversineAngle;
     switch (angle) {
-      case HaversineAngle::kAtan2: return LaunchMeshT<T, HaversineAngle::kAtan2, kS>(lat, lon, refs, n_ref, radius, o, env);
-      case HaversineAngle::kAsinSplit: return LaunchMeshT<T, HaversineAngle::kAsinSplit, kS>(lat, lon, refs, n_ref, radius, o, env);
-      case HaversineAngle::kAsin: return LaunchMeshT<T, HaversineAngle::kAsin, kS>(lat, lon, refs, n_ref, radius, o, env);
-      case HaversineAngle::kAsinPolynomial:
-        return LaunchMeshT<T, HaversineAngle::kAsinPolynomial, kS>(lat, lon, refs, n_ref, radius, o, env);
-      case HaversineAngle::kAsinReduced:
-        return LaunchMeshT<T, HaversineAngle::kAsinReduced, kS>(lat, lon, refs, n_ref, radius, o, env);
+      case A::kAtan2: return launch(std::integral_constant<A, A::kAtan2>{});
+      case A::kAsinSplit: return launch(std::integral_constant<A, A::kAsinSplit>{});
+      case A::kAsin: return launch(std::integral_constant<A, A::kAsin>{});
+      case A::kAsinPolynomial: return launch(std::integral_constant<A, A::kAsinPolynomial>{});
+      case A::kAsinReduced: return launch(std::integral_constant<A, A::kAsinReduced>{});
     }
     return cudaErrorInvalidValue;
   };
   auto run = [&](auto tag) -> cudaError_t {
-    using Covering = std::integral_constant<HaversineMeshSchedule, HaversineMeshSchedule::kCovering>;
-    using FullWaves = std::integral_constant<HaversineMeshSchedule, HaversineMeshSchedule::kFullWaves>;
-    using TwoRows = std::integral_constant<HaversineMeshSchedule, HaversineMeshSchedule::kFullWavesTwoRows>;
+    using S = HaversineMeshSchedule;
     switch (schedule) {
-      case HaversineMeshSchedule::kCovering: return with_angle(tag, Covering{});
-      case HaversineMeshSchedule::kFullWaves: return with_angle(tag, FullWaves{});
-      case HaversineMeshSchedule::kFullWavesTwoRows: return with_angle(tag, TwoRows{});
+      case S::kCovering: return with_angle(tag, std::integral_constant<S, S::kCovering>{});
+      case S::kFullWaves: return with_angle(tag, std::integral_constant<S, S::kFullWaves>{});
+      case S::kFullWavesTwoRows: return with_angle(tag, std::integral_constant<S, S::kFullWavesTwoRows>{});
     }
     return cudaErrorInvalidValue;
   };
@@ -562,7 +550,8 @@ void ListMeshT(std::vector<KernelEntry>& out, const std::string& t) {
   out.push_back({"haversine.ref_terms<" + t + ">", (const void*)&RefTermsKernel<T>});
   out.push_back({"haversine.points_split<" + t + ">", (const void*)&PointsSplitKernel<T, false>});
   out.push_back({"haversine.points_split<" + t + ",prefetch>", (const void*)&PointsSplitKernel<T, true>});
-  out.push_back({"haversine.points_split<" + t + ",reduced>", (const void*)&PointsSplitKernel<T, kReducedPrefetch<T>, true>});
+  out.push_back({"haversine.points_split<" + t + ",reduced>", (const void*)&PointsSplitKernel<T, false, true>});
+  out.push_back({"haversine.points_split<" + t + ",prefetch,reduced>", (const void*)&PointsSplitKernel<T, true, true>});
 }
 
 void ListHaversineKernels(std::vector<KernelEntry>& out) {
@@ -590,7 +579,8 @@ cudaError_t WarmupHaversine(const LaunchEnv& env) {
       }
     }
     for (HaversinePointsVariant v : {HaversinePointsVariant::kSplitTerms, HaversinePointsVariant::kDirect,
-                                     HaversinePointsVariant::kSplitPrefetch, HaversinePointsVariant::kReduced}) {
+                                     HaversinePointsVariant::kSplitPrefetch, HaversinePointsVariant::kReduced,
+                                     HaversinePointsVariant::kReducedPrefetch}) {
       GC_TRY(LaunchHaversinePointsVariant(t, buf + 32, buf + 40, 4, ref, 1, 6371.0, buf, result, env, v));
     }
   }

@@ -34,8 +34,8 @@ enum class HaversinePointsVariant {
   kSplitPrefetch = 2,  // kSplitTerms, the next points loaded while these are computed
                        // (default f32)
   kReduced = 3,  // split terms from haversine_math.h's half-angle sines and cosines in
-                 // degrees and HalfAngleReduced; as many blocks as fit at once
-                 // (float32 prefetches)
+                 // degrees and ScaledHalfAngleReduced; as many blocks as fit at once
+  kReducedPrefetch = 4,  // kReduced, the next points loaded while these are computed
 };
 
 cudaError_t LaunchHaversineMeshVariant(DType dtype, const MeshAxis& lat, const MeshAxis& lon,
