@@ -297,6 +297,41 @@ constexpr std::initializer_list<cuda::HaversinePointsVariant> kEveryPointsVarian
     cuda::HaversinePointsVariant::kSplitPrefetch, cuda::HaversinePointsVariant::kReduced,
     cuda::HaversinePointsVariant::kReducedPrefetch};
 
+// The reduced last step against the library's asin(sqrt(h)) on the same device terms,
+// so elementwise: both are a few ulp from the true value for the same h (the host
+// checks the reduced arithmetic itself against long double: haversine_math_test).
+template <typename T>
+void CheckReducedMatchesLibraryAsin(double rtol) {
+  const LatLonMesh globe{{-89.5, 89.5, 361}, {-180, 180, 724}};
+  const std::vector<GeoPoint> refs = {{30, 101}, {-0.25, 0.5}};  // h up to 1 - 1e-6
+  const DeviceRefs d_refs(refs);
+  const int64_t n = static_cast<int64_t>(refs.size()) * globe.lat.count * globe.lon.count;
+  auto run = [&](cuda::HaversineAngle angle) {
+    DeviceBuffer<T> out(n, 0);
+    EXPECT_EQ(cuda::LaunchHaversineMeshVariant(kDType<T>, {globe.lat.start, globe.lat.stop, globe.lat.count},
+                                               {globe.lon.start, globe.lon.stop, globe.lon.count}, d_refs.buffer.p,
+                                               static_cast<int64_t>(refs.size()), kDefaultEarthRadiusKm, out.p, Env(),
+                                               angle),
+              cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    return out.Download(n);
+  };
+  const std::vector<T> library = run(cuda::HaversineAngle::kAsin), reduced = run(cuda::HaversineAngle::kAsinReduced);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!(std::fabs(static_cast<double>(reduced[i]) - library[i]) <= rtol * std::fabs(static_cast<double>(library[i])))) {
+      if (++bad <= 5) ADD_FAILURE() << "element " << i << ": reduced " << reduced[i] << ", asin " << library[i];
+    }
+  }
+  EXPECT_EQ(bad, 0) << (sizeof(T) == 4 ? "f32" : "f64");
+}
+
+TEST(GpuKernelVariants, HaversineReducedMatchesLibraryAsinToAFewUlps) {
+  REQUIRE_GPU();
+  CheckReducedMatchesLibraryAsin<double>(2e-15);  // 9 to 18 ulp: catches a bad formulation, not 1 ulp
+  CheckReducedMatchesLibraryAsin<float>(1e-6);    // 8 to 16 ulp
+}
+
 template <typename T>
 void CheckPointsVariants(int64_t n, int n_ref, double lon_range = 540,
                          std::initializer_list<cuda::HaversinePointsVariant> variants = kEveryPointsVariant) {
