@@ -93,6 +93,10 @@ __device__ __forceinline__ T HalfAngle(T h) {
 template <typename T>
 constexpr HaversineAngle kDefaultAngle =
     sizeof(T) == 4 ? HaversineAngle::kAsinPolynomial : HaversineAngle::kAsin;
+// The grid: covering (blocks for two waves of 4 per SM) until a run shows a full-wave
+// schedule winning.
+template <typename T>
+constexpr HaversineMeshSchedule kDefaultMeshSchedule = HaversineMeshSchedule::kCovering;
 
 // Points (1e7 x 4 references): float32 prefetches (0.118 ms against 0.122), float64
 // does not (0.376: its prefetch spills at 64 registers).
@@ -499,8 +503,10 @@ cudaError_t LaunchHaversineMeshVariant(DType dtype, const MeshAxis& lat, const M
 cudaError_t LaunchHaversineMesh(DType dtype, const MeshAxis& lat, const MeshAxis& lon,
                                 const RefPoint* refs, int64_t n_ref, double radius, void* out,
                                 const LaunchEnv& env) {
-  const HaversineAngle angle = dtype == DType::kFloat32 ? kDefaultAngle<float> : kDefaultAngle<double>;
-  return LaunchHaversineMeshVariant(dtype, lat, lon, refs, n_ref, radius, out, env, angle);
+  const bool f32 = dtype == DType::kFloat32;
+  return LaunchHaversineMeshVariant(dtype, lat, lon, refs, n_ref, radius, out, env,
+                                    f32 ? kDefaultAngle<float> : kDefaultAngle<double>,
+                                    f32 ? kDefaultMeshSchedule<float> : kDefaultMeshSchedule<double>);
 }
 
 cudaError_t LaunchHaversinePointsVariant(DType dtype, const void* lat, const void* lon, int64_t n_points,
