@@ -268,7 +268,9 @@ void Haversine(Bench& b, bool quick) {
                  {Angle::kAsinReduced, Schedule::kFullWaves, "  mesh reduced waves"},
                  {Angle::kAsin, Schedule::kFullWavesTwoRows, "  mesh asin waves2"},
                  {Angle::kAsinPolynomial, Schedule::kFullWavesTwoRows, "  mesh asin_poly waves2"},
-                 {Angle::kAsinReduced, Schedule::kFullWavesTwoRows, "  mesh reduced waves2"}}) {
+                 {Angle::kAsinReduced, Schedule::kFullWavesTwoRows, "  mesh reduced waves2"},
+                 {Angle::kAsinPolynomial, Schedule::kFullWavesFused, "  mesh asin_poly fused"},
+                 {Angle::kAsinReduced, Schedule::kFullWavesFused, "  mesh reduced fused"}}) {
           TimeLaunch(b, v.name, Short(dt), label, static_cast<double>(out->bytes()), 0, [&] {
             const cuda::MeshAxis lat{axes.lat.start, axes.lat.stop, axes.lat.count};
             const cuda::MeshAxis lon{axes.lon.start, axes.lon.stop, axes.lon.count};

@@ -262,7 +262,9 @@ void CheckMeshAngles(const LatLonMesh& mesh, const std::vector<GeoPoint>& refs, 
                                     std::pair{cuda::HaversineMeshSchedule::kCovering, 1},  // scalar stores
                                     std::pair{cuda::HaversineMeshSchedule::kFullWaves, 0},
                                     std::pair{cuda::HaversineMeshSchedule::kFullWavesTwoRows, 0},
-                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesTwoRows, 1}}) {
+                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesTwoRows, 1},
+                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesFused, 0},
+                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesFused, 1}}) {
       SCOPED_TRACE(absl::StrCat(mesh.lat.count, " x ", mesh.lon.count, sizeof(T) == 4 ? " f32" : " f64",
                                 " angle ", static_cast<int>(angle), " schedule ", static_cast<int>(schedule),
                                 " offset ", offset));
@@ -290,6 +292,7 @@ TEST(GpuKernelVariants, HaversineMeshEveryAngleFormulation) {
   const LatLonMesh antipode{{-30.01, -29.99, 34}, {-79.01, -78.99, 36}};
   CheckMeshAngles<double>(antipode, refs, 1e-9);
   CheckMeshAngles<float>({{29, 31, 7}, {99, 101, 9}}, refs, 2e-6);  // odd sizes, tiny
+  CheckMeshAngles<float>({{-60, 70, 50}, {-170, 170, 64}}, refs, 2e-6);  // float4 stores (64 columns)
 }
 
 constexpr std::initializer_list<cuda::HaversinePointsVariant> kEveryPointsVariant = {

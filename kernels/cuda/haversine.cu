@@ -13,7 +13,8 @@
 // formulations and schedules stay for the benchmark (haversine_variants.h); the
 // arithmetic of the last step and of the reduced points variant is haversine_math.h.
 //
-//   LaunchHaversineMesh -> MeshTermsKernel, MeshKernel<kRows> -> MeshAgent
+//   LaunchHaversineMesh -> MeshTermsKernel, MeshKernel<kRows> -> MeshAgent, or MeshFusedKernel
+//   -> MeshFusedAgent (haversine_mesh.cuh)
 //   LaunchHaversinePoints -> RefTermsKernel, PointsSplitKernel<T, prefetch if f32> -> PointsSplitAgent
 //   (kDirect: PointsKernel -> PointsAgent)
 #include <cuda_runtime.h>
@@ -26,6 +27,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/haversine_math.h"
+#include "kernels/cuda/haversine_mesh.cuh"
 #include "kernels/cuda/haversine_variants.h"
 #include "kernels/cuda/launchers.h"
 
@@ -33,17 +35,14 @@ namespace gpucompute::cuda {
 namespace {
 
 namespace hm = haversine_math;
-
 constexpr double kDegToRad = 0.017453292519943295769236907684886;
+using haversine_mesh::MeshFusedKernel;
+using haversine_mesh::MeshKernel;
+using haversine_mesh::MeshPolicy;
+using haversine_mesh::MeshTermsKernel;
+using haversine_mesh::Pair;
+using haversine_mesh::TermsPolicy;
 
-struct TermsPolicy {
-  static constexpr int kThreads = 256;
-  static constexpr int kMinBlocksPerSm = 4;
-};
-struct MeshPolicy {
-  static constexpr int kThreads = 256;
-  static constexpr int kMinBlocksPerSm = 4;
-};
 struct PointsPolicy {
   static constexpr int kThreads = 256;
   static constexpr int kMinBlocksPerSm = 4;
@@ -52,39 +51,6 @@ struct PointsPolicy {
 // float64 keeps 2, so five terms per point fit the 64 registers of 4 blocks per SM.
 template <typename T>
 constexpr int kPointsPerThread = sizeof(T) == 4 ? 4 : 2;
-
-template <typename T>
-struct Pair;
-template <>
-struct Pair<float> { using type = float2; };
-template <>
-struct Pair<double> { using type = double2; };
-
-// numpy.linspace point i (the Linspace::At formula of backend.h).
-__device__ __forceinline__ double LinspaceAt(const MeshAxis& a, int64_t i) {
-  if (a.count == 1) return a.start;
-  if (i == a.count - 1) return a.stop;
-  return a.start + static_cast<double>(i) * ((a.stop - a.start) / static_cast<double>(a.count - 1));
-}
-
-// The formulations of the last step the benchmark compares (haversine_variants.h):
-// kAtan2: atan2(sqrt(h), sqrt(1 - h)) (float32: HalfCentralAngle); kAsinSplit:
-// HalfAngleByAsin; kAsin: asin(sqrt(h)); kAsinPolynomial: HalfAngleByPolynomial (all
-// in haversine_math.h). kAsinReduced: DistanceFromH.
-template <typename T, HaversineAngle kAngle>
-__device__ __forceinline__ T HalfAngle(T h) {
-  if constexpr (kAngle == HaversineAngle::kAsinSplit) {
-    return hm::HalfAngleByAsin(h);
-  } else if constexpr (kAngle == HaversineAngle::kAsin) {
-    return asin(sqrt(h));
-  } else if constexpr (kAngle == HaversineAngle::kAsinPolynomial) {
-    return hm::HalfAngleByPolynomial(h);
-  } else if constexpr (sizeof(T) == 4) {
-    return hm::HalfCentralAngle(h);
-  } else {
-    return atan2(sqrt(h), sqrt(1.0 - h));
-  }
-}
 
 // The defaults, the winners of bench/run_gpu_kernels.sh (H100, run 2 at 196d676, 1e4^2
 // mesh): float32 the asin(sqrt(m)) polynomial (0.158 ms); float64 asin(sqrt(h)) (0.405
@@ -103,115 +69,6 @@ constexpr HaversineMeshSchedule kDefaultMeshSchedule = HaversineMeshSchedule::kC
 template <typename T>
 constexpr HaversinePointsVariant kDefaultPointsVariant =
     sizeof(T) == 4 ? HaversinePointsVariant::kSplitPrefetch : HaversinePointsVariant::kSplitTerms;
-
-// d = 2 R asin(sqrt(h)), h clamped to [0, 1] (kAsinReduced: by itself, 2 R folded in).
-template <typename T, HaversineAngle kAngle = kDefaultAngle<T>>
-__device__ __forceinline__ T DistanceFromH(T h, T two_r) {
-  if constexpr (kAngle == HaversineAngle::kAsinReduced) {
-    return hm::ScaledHalfAngleReduced(h, two_r);
-  } else {
-    h = fmin(fmax(h, T(0)), T(1));
-    return two_r * HalfAngle<T, kAngle>(h);
-  }
-}
-
-// ---- per-reference row and column terms (float64, stored as T) ---------------------
-template <typename T>
-__global__ void __launch_bounds__(TermsPolicy::kThreads, TermsPolicy::kMinBlocksPerSm)
-    MeshTermsKernel(MeshAxis lat, MeshAxis lon, const RefPoint* refs, int64_t n_ref,
-                    typename Pair<T>::type* row_terms, T* col_terms) {
-  const int64_t per_ref = lat.count + lon.count;
-  const int64_t total = per_ref * n_ref;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
-       idx += stride) {
-    const int64_t r = idx / per_ref;
-    const int64_t k = idx - r * per_ref;
-    const RefPoint ref = refs[r];
-    if (k < lat.count) {
-      const double lat_i = LinspaceAt(lat, k);
-      const double s = sin((lat_i - ref.lat_deg) * (0.5 * kDegToRad));
-      typename Pair<T>::type t;
-      t.x = static_cast<T>(s * s);
-      t.y = static_cast<T>(cos(lat_i * kDegToRad) * ref.cos_lat);
-      row_terms[r * lat.count + k] = t;
-    } else {
-      const int64_t j = k - lat.count;
-      const double s = sin((LinspaceAt(lon, j) - ref.lon_deg) * (0.5 * kDegToRad));
-      col_terms[r * lon.count + j] = static_cast<T>(s * s);
-    }
-  }
-}
-
-// ---- the mesh: each thread owns a vector of columns, walks rows ---------------------
-// kRows rows per iteration (HaversineMeshSchedule::kFullWaves: 2, and the next
-// iteration's row terms are loaded before this one's are used).
-template <typename T, bool kVec, HaversineAngle kAngle, int kRows>
-struct MeshAgent {
-  static constexpr int kV = kVec ? Vec16<T>::kCount : 1;
-  using P = typename Pair<T>::type;
-  const P* row_terms;
-  const T* col_terms;
-  int64_t n_lat, n_lon, n_ref;
-  T two_r;
-  T* out;
-
-  __device__ void Run() {
-    const int64_t units = n_lon / kV;
-    const int64_t unit = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (unit >= units) return;
-    const int64_t row_step = static_cast<int64_t>(gridDim.y) * blockDim.y;
-    const int64_t first = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
-    for (int64_t r = blockIdx.z; r < n_ref; r += gridDim.z) {
-      // Column terms for this thread's columns: read once, kept in registers.
-      T c[kV];
-#pragma unroll
-      for (int v = 0; v < kV; ++v) c[v] = col_terms[r * n_lon + unit * kV + v];
-      const P* rows = row_terms + r * n_lat;
-      if constexpr (kRows == 1) {
-        for (int64_t i = first; i < n_lat; i += row_step) Row(r, i, rows[i], c);  // warp-uniform load
-      } else {
-        // Rows past the end load the last row's terms (always valid) and store nothing.
-        P ab[kRows];
-#pragma unroll
-        for (int k = 0; k < kRows; ++k) ab[k] = rows[min(first + k * row_step, n_lat - 1)];
-        for (int64_t i = first; i < n_lat; i += kRows * row_step) {
-          P next[kRows];
-#pragma unroll
-          for (int k = 0; k < kRows; ++k) next[k] = rows[min(i + (kRows + k) * row_step, n_lat - 1)];
-#pragma unroll
-          for (int k = 0; k < kRows; ++k) {
-            if (i + k * row_step < n_lat) Row(r, i + k * row_step, ab[k], c);
-            ab[k] = next[k];
-          }
-        }
-      }
-    }
-  }
-
-  __device__ __forceinline__ void Row(int64_t r, int64_t i, P ab, const T (&c)[kV]) const {
-    T d[kV];
-#pragma unroll
-    for (int v = 0; v < kV; ++v) d[v] = DistanceFromH<T, kAngle>(fma(ab.y, c[v], ab.x), two_r);
-    T* dst = out + (r * n_lat + i) * n_lon + (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kV;
-    if constexpr (kVec) {
-      if constexpr (kV == 4) {
-        *reinterpret_cast<float4*>(dst) = make_float4(d[0], d[1], d[2], d[3]);
-      } else {
-        *reinterpret_cast<double2*>(dst) = make_double2(d[0], d[1]);
-      }
-    } else {
-      dst[0] = d[0];
-    }
-  }
-};
-
-template <typename T, bool kVec, HaversineAngle kAngle = kDefaultAngle<T>, int kRows = 1>
-__global__ void __launch_bounds__(MeshPolicy::kThreads, MeshPolicy::kMinBlocksPerSm)
-    MeshKernel(const typename Pair<T>::type* row_terms, const T* col_terms, int64_t n_lat,
-               int64_t n_lon, int64_t n_ref, T two_r, T* out) {
-  MeshAgent<T, kVec, kAngle, kRows>{row_terms, col_terms, n_lat, n_lon, n_ref, two_r, out}.Run();
-}
 
 // ---- points: lat/lon arrays -----------------------------------------------------------
 // The point rules of kernels/preconditions.h (kLatitudeRule, kLongitudeRule), in T:
@@ -251,7 +108,7 @@ struct PointsAgent {
         const T s1 = sin((la - static_cast<T>(ref.lat_deg)) * half_rad);
         const T s2 = sin((lo - static_cast<T>(ref.lon_deg)) * half_rad);
         const T h = fma(cos_la * static_cast<T>(ref.cos_lat), s2 * s2, s1 * s1);
-        out[r * n + p] = DistanceFromH<T>(h, two_r);
+        out[r * n + p] = hm::DistanceFromH<T, kDefaultAngle<T>>(h, two_r);
       }
     }
   }
@@ -366,7 +223,7 @@ struct PointsSplitAgent {
         const T s1 = fma(sla[k], t.cos_half_lat, -cla[k] * t.sin_half_lat);
         const T s2 = fma(slo[k], t.cos_half_lon, -clo[k] * t.sin_half_lon);
         const T h = fma(cos_la[k] * t.cos_lat, s2 * s2, s1 * s1);
-        out[r * n + p] = DistanceFromH<T, kReduced ? HaversineAngle::kAsinReduced : kDefaultAngle<T>>(h, two_r);
+        out[r * n + p] = hm::DistanceFromH<T, kReduced ? HaversineAngle::kAsinReduced : kDefaultAngle<T>>(h, two_r);
       }
     }
   }
@@ -383,34 +240,26 @@ __global__ void __launch_bounds__(PointsPolicy::kThreads, PointsPolicy::kMinBloc
 template <typename T, HaversineAngle kAngle, HaversineMeshSchedule kSchedule>
 cudaError_t LaunchMeshT(const MeshAxis& lat, const MeshAxis& lon, const RefPoint* refs,
                         int64_t n_ref, double radius, T* out, const LaunchEnv& env) {
+  constexpr bool kFused = kSchedule == HaversineMeshSchedule::kFullWavesFused;
   constexpr int kRows = kSchedule == HaversineMeshSchedule::kFullWavesTwoRows ? 2 : 1;
-  using P = typename Pair<T>::type;
-  Scratch rows, cols;
-  GC_TRY(rows.Allocate(static_cast<size_t>(n_ref * lat.count) * sizeof(P), env));
-  GC_TRY(cols.Allocate(static_cast<size_t>(n_ref * lon.count) * sizeof(T), env));
-  {
-    const int64_t total = n_ref * (lat.count + lon.count);
-    const unsigned grid = GridFor(CeilDiv(total, TermsPolicy::kThreads), env.sm_count,
-                                  TermsPolicy::kMinBlocksPerSm);
-    MeshTermsKernel<T><<<grid, TermsPolicy::kThreads, 0, env.stream>>>(lat, lon, refs, n_ref,
-                                                                       rows.as<P>(), cols.as<T>());
-    GC_CHECK_LAUNCH();
-  }
   constexpr int kV = Vec16<T>::kCount;
   const bool vec = lon.count % kV == 0 && Aligned16(out);
   const int64_t units = vec ? lon.count / kV : lon.count;
-  int bx = 32;
+  int bx = 32;  // at least a warp wide: MeshFusedAgent's warps walk rows together
   while (bx < MeshPolicy::kThreads && bx < units) bx *= 2;
   const int by = MeshPolicy::kThreads / bx;
   const int64_t gx = CeilDiv(units, bx);
   GC_REQUIRE(gx <= 0x7fffffff);
   const int64_t gz = std::min<int64_t>(n_ref, 65535);
-  auto kernel = vec ? MeshKernel<T, true, kAngle, kRows> : MeshKernel<T, false, kAngle, kRows>;
+  auto resident = [](auto kernel) {  // asked once per kernel (function-local statics)
+    static const int blocks = ResidentBlocksPerSm(kernel, MeshPolicy::kThreads);
+    return blocks;
+  };
   int64_t blocks_per_sm = MeshPolicy::kMinBlocksPerSm * 2;  // kCovering: two waves of 4
-  if constexpr (kSchedule != HaversineMeshSchedule::kCovering) {
-    static const int vec_blocks = ResidentBlocksPerSm(MeshKernel<T, true, kAngle, kRows>, MeshPolicy::kThreads);
-    static const int scalar_blocks = ResidentBlocksPerSm(MeshKernel<T, false, kAngle, kRows>, MeshPolicy::kThreads);
-    blocks_per_sm = vec ? vec_blocks : scalar_blocks;
+  if constexpr (kFused) {
+    blocks_per_sm = vec ? resident(MeshFusedKernel<T, true, kAngle>) : resident(MeshFusedKernel<T, false, kAngle>);
+  } else if constexpr (kSchedule != HaversineMeshSchedule::kCovering) {
+    blocks_per_sm = vec ? resident(MeshKernel<T, true, kAngle, kRows>) : resident(MeshKernel<T, false, kAngle, kRows>);
   }
   const int64_t want = static_cast<int64_t>(env.sm_count) * blocks_per_sm;
   const int64_t gy =
@@ -418,6 +267,22 @@ cudaError_t LaunchMeshT(const MeshAxis& lat, const MeshAxis& lon, const RefPoint
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz));
   const dim3 block(bx, by);
   const T two_r = static_cast<T>(2.0 * radius);
+  if constexpr (kFused) {
+    auto kernel = vec ? MeshFusedKernel<T, true, kAngle> : MeshFusedKernel<T, false, kAngle>;
+    kernel<<<grid, block, 0, env.stream>>>(lat, lon, refs, n_ref, two_r, out);
+    GC_CHECK_LAUNCH();
+    return cudaSuccess;
+  }
+  using P = typename Pair<T>::type;
+  Scratch rows, cols;
+  GC_TRY(rows.Allocate(static_cast<size_t>(n_ref * lat.count) * sizeof(P), env));
+  GC_TRY(cols.Allocate(static_cast<size_t>(n_ref * lon.count) * sizeof(T), env));
+  const int64_t total = n_ref * (lat.count + lon.count);
+  const unsigned terms_grid = GridFor(CeilDiv(total, TermsPolicy::kThreads), env.sm_count, TermsPolicy::kMinBlocksPerSm);
+  MeshTermsKernel<T><<<terms_grid, TermsPolicy::kThreads, 0, env.stream>>>(lat, lon, refs, n_ref, rows.as<P>(),
+                                                                           cols.as<T>());
+  GC_CHECK_LAUNCH();
+  auto kernel = vec ? MeshKernel<T, true, kAngle, kRows> : MeshKernel<T, false, kAngle, kRows>;
   kernel<<<grid, block, 0, env.stream>>>(rows.as<P>(), cols.as<T>(), lat.count, lon.count, n_ref, two_r, out);
   GC_CHECK_LAUNCH();
   return cudaSuccess;
@@ -494,6 +359,7 @@ cudaError_t LaunchHaversineMeshVariant(DType dtype, const MeshAxis& lat, const M
       case S::kCovering: return with_angle(tag, std::integral_constant<S, S::kCovering>{});
       case S::kFullWaves: return with_angle(tag, std::integral_constant<S, S::kFullWaves>{});
       case S::kFullWavesTwoRows: return with_angle(tag, std::integral_constant<S, S::kFullWavesTwoRows>{});
+      case S::kFullWavesFused: return with_angle(tag, std::integral_constant<S, S::kFullWavesFused>{});
     }
     return cudaErrorInvalidValue;
   };
@@ -538,10 +404,12 @@ cudaError_t LaunchHaversinePoints(DType dtype, const void* lat, const void* lon,
 
 template <typename T, HaversineAngle kAngle>
 void ListMeshAngle(std::vector<KernelEntry>& out, const std::string& t, const std::string& name) {
-  out.push_back({"haversine.mesh<" + t + ",vec," + name + ">", (const void*)&MeshKernel<T, true, kAngle>});
-  out.push_back({"haversine.mesh<" + t + "," + name + ">", (const void*)&MeshKernel<T, false, kAngle>});
+  out.push_back({"haversine.mesh<" + t + ",vec," + name + ">", (const void*)&MeshKernel<T, true, kAngle, 1>});
+  out.push_back({"haversine.mesh<" + t + "," + name + ">", (const void*)&MeshKernel<T, false, kAngle, 1>});
   out.push_back({"haversine.mesh<" + t + ",vec," + name + ",2 rows>", (const void*)&MeshKernel<T, true, kAngle, 2>});
   out.push_back({"haversine.mesh<" + t + "," + name + ",2 rows>", (const void*)&MeshKernel<T, false, kAngle, 2>});
+  out.push_back({"haversine.mesh_fused<" + t + ",vec," + name + ">", (const void*)&MeshFusedKernel<T, true, kAngle>});
+  out.push_back({"haversine.mesh_fused<" + t + "," + name + ">", (const void*)&MeshFusedKernel<T, false, kAngle>});
 }
 
 template <typename T>
@@ -579,7 +447,7 @@ cudaError_t WarmupHaversine(const LaunchEnv& env) {
     for (HaversineAngle a : {HaversineAngle::kAtan2, HaversineAngle::kAsinSplit, HaversineAngle::kAsin,
                              HaversineAngle::kAsinPolynomial, HaversineAngle::kAsinReduced}) {
       for (HaversineMeshSchedule m : {HaversineMeshSchedule::kCovering, HaversineMeshSchedule::kFullWaves,
-                                      HaversineMeshSchedule::kFullWavesTwoRows}) {
+                                      HaversineMeshSchedule::kFullWavesTwoRows, HaversineMeshSchedule::kFullWavesFused}) {
         GC_TRY(LaunchHaversineMeshVariant(t, lat, MeshAxis{99.0, 101.0, 4}, ref, 1, 6371.0, buf, env, a, m));
         GC_TRY(LaunchHaversineMeshVariant(t, lat, MeshAxis{99.0, 101.0, 3}, ref, 1, 6371.0, buf, env, a, m));
       }

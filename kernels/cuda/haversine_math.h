@@ -26,6 +26,10 @@
 #include <cstring>
 
 #if defined(__CUDACC__)
+#include "kernels/cuda/haversine_variants.h"
+#endif
+
+#if defined(__CUDACC__)
 #define GC_HOST_DEVICE __host__ __device__ __forceinline__
 #define GC_UNROLL _Pragma("unroll")
 #else
@@ -175,7 +179,7 @@ GC_HOST_DEVICE void SinCosHalfDegreesUpToSign(T x, T* s, T* c) {
   *c = odd ? -sr : cr;
 }
 
-// ---- the earlier formulations of the last step (device only) --------------------------
+// ---- the earlier formulations of the last step, and the choice (device only) ----------
 #if defined(__CUDACC__)
 // atan2(sqrt(h), sqrt(1 - h)) for h in [0, 1] in float32 without the library's
 // branches and IEEE division/sqrt slow paths (the f32 mesh kernel was issue-bound at
@@ -262,6 +266,36 @@ __device__ __forceinline__ T HalfAngleByPolynomial(T h) {
   }
 }
 
+
+// The formulations of the last step the benchmark compares (haversine_variants.h):
+// kAtan2: atan2(sqrt(h), sqrt(1 - h)) (float32: HalfCentralAngle); kAsinSplit:
+// HalfAngleByAsin; kAsin: asin(sqrt(h)); kAsinPolynomial: HalfAngleByPolynomial.
+// kAsinReduced: DistanceFromH.
+template <typename T, HaversineAngle kAngle>
+__device__ __forceinline__ T HalfAngle(T h) {
+  if constexpr (kAngle == HaversineAngle::kAsinSplit) {
+    return HalfAngleByAsin(h);
+  } else if constexpr (kAngle == HaversineAngle::kAsin) {
+    return asin(sqrt(h));
+  } else if constexpr (kAngle == HaversineAngle::kAsinPolynomial) {
+    return HalfAngleByPolynomial(h);
+  } else if constexpr (sizeof(T) == 4) {
+    return HalfCentralAngle(h);
+  } else {
+    return atan2(sqrt(h), sqrt(1.0 - h));
+  }
+}
+
+// d = 2 R asin(sqrt(h)), h clamped to [0, 1] (kAsinReduced: by itself, 2 R folded in).
+template <typename T, HaversineAngle kAngle>
+__device__ __forceinline__ T DistanceFromH(T h, T two_r) {
+  if constexpr (kAngle == HaversineAngle::kAsinReduced) {
+    return ScaledHalfAngleReduced(h, two_r);
+  } else {
+    h = fmin(fmax(h, T(0)), T(1));
+    return two_r * HalfAngle<T, kAngle>(h);
+  }
+}
 #endif  // __CUDACC__
 
 }  // namespace gpucompute::cuda::haversine_math

@@ -26,6 +26,8 @@ enum class HaversineMeshSchedule {
   kFullWaves = 1,  // as many blocks as fit at once (occupancy): no partial last wave
   kFullWavesTwoRows = 2,  // kFullWaves, two rows per iteration, the next two rows' terms
                           // loaded while these are computed
+  kFullWavesFused = 3,    // kFullWaves in one launch: each warp computes its rows' terms
+                          // (a lane per row, shuffled), each thread its columns'
 };
 
 enum class HaversinePointsVariant {
