@@ -251,15 +251,15 @@ cudaError_t LaunchMeshT(const MeshAxis& lat, const MeshAxis& lon, const RefPoint
   const int64_t gx = CeilDiv(units, bx);
   GC_REQUIRE(gx <= 0x7fffffff);
   const int64_t gz = std::min<int64_t>(n_ref, 65535);
-  auto resident = [](auto kernel) {  // asked once per kernel (function-local statics)
-    static const int blocks = ResidentBlocksPerSm(kernel, MeshPolicy::kThreads);
-    return blocks;
-  };
   int64_t blocks_per_sm = MeshPolicy::kMinBlocksPerSm * 2;  // kCovering: two waves of 4
-  if constexpr (kFused) {
-    blocks_per_sm = vec ? resident(MeshFusedKernel<T, true, kAngle>) : resident(MeshFusedKernel<T, false, kAngle>);
+  if constexpr (kFused) {  // full waves: asked once per kernel
+    static const int vec_blocks = ResidentBlocksPerSm(MeshFusedKernel<T, true, kAngle>, MeshPolicy::kThreads);
+    static const int scalar_blocks = ResidentBlocksPerSm(MeshFusedKernel<T, false, kAngle>, MeshPolicy::kThreads);
+    blocks_per_sm = vec ? vec_blocks : scalar_blocks;
   } else if constexpr (kSchedule != HaversineMeshSchedule::kCovering) {
-    blocks_per_sm = vec ? resident(MeshKernel<T, true, kAngle, kRows>) : resident(MeshKernel<T, false, kAngle, kRows>);
+    static const int vec_blocks = ResidentBlocksPerSm(MeshKernel<T, true, kAngle, kRows>, MeshPolicy::kThreads);
+    static const int scalar_blocks = ResidentBlocksPerSm(MeshKernel<T, false, kAngle, kRows>, MeshPolicy::kThreads);
+    blocks_per_sm = vec ? vec_blocks : scalar_blocks;
   }
   const int64_t want = static_cast<int64_t>(env.sm_count) * blocks_per_sm;
   const int64_t gy =
