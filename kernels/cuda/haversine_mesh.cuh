@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(TermsPolicy::kThreads, TermsPolicy::kMinBlocks
 }
 
 // ---- the mesh: each thread owns a vector of columns, walks rows ---------------------
-// kRows rows per iteration (HaversineMeshSchedule::kFullWaves: 2, and the next
+// kRows rows per iteration (HaversineMeshSchedule::kFullWavesTwoRows: 2, and the next
 // iteration's row terms are loaded before this one's are used).
 template <typename T, bool kVec, HaversineAngle kAngle, int kRows>
 struct MeshAgent {
