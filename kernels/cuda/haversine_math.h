@@ -1,7 +1,9 @@
-// Branch-free float64/float32 arithmetic of the "reduced" haversine variants
-// (haversine_variants.h: HaversineAngle::kAsinReduced, HaversinePointsVariant::kReduced),
-// host and device: tests/haversine_math_test.cc checks it on the CPU against long
-// double, the GPU tests through the kernels.
+// The haversine arithmetic. First, host and device, the branch-free float64/float32
+// of the "reduced" variants (haversine_variants.h: HaversineAngle::kAsinReduced,
+// HaversinePointsVariant::kReduced*) and the mesh terms' sines and cosines:
+// tests/haversine_math_test.cc checks it on the CPU against long double, the GPU tests
+// through the kernels. Then, device only, the earlier formulations of the last step
+// and DistanceFromH, which picks one by HaversineAngle.
 //
 // Last step: asin(sqrt(h)) = pi/4 + asin(2h - 1) / 2 for every h in [0, 1] (cos 2y =
 // 1 - 2h), and asin(z) = z R(z^2) with R(w) = asin(sqrt(w)) / sqrt(w). So with m =
@@ -12,12 +14,12 @@
 // path (sqrt(m) = m rsqrt(m)), none of the library asin's two-polynomial branch. In
 // all ~2 ulp (haversine_math_test), ~1 more on the device from rsqrt.
 //
-// Points: sin and cos of a half angle in degrees. Latitudes are checked to +-90, so
-// lat / 2 is within +-45 degrees (|t| <= pi/4) and needs no reduction; lon is reduced
-// by an exact multiple of 180 degrees (fma), an odd multiple swapping sin and cos of
-// the half angle up to a sign common to both, which the haversine's squares do not
-// see. Then short polynomials (float64: 6 and 7 terms, 0.2 ulp): no Payne-Hanek path,
-// no stack, no conversion.
+// Points and mesh terms: sin and cos of a half angle in degrees. Latitudes are checked
+// to +-90, so lat / 2 is within +-45 degrees (|t| <= pi/4) and needs no reduction; other
+// angles are reduced by an exact multiple of 180 degrees (fma), an odd multiple
+// swapping sin and cos of the half angle up to a sign common to both, which the
+// haversine's squares do not see. Then short polynomials (float64: 6 and 7 terms, 0.2
+// ulp): no Payne-Hanek path, no stack, no conversion.
 // Coefficients: Chebyshev interpolants in 70-digit decimal arithmetic of the Taylor
 // series, converted to monomials and rounded.
 #pragma once

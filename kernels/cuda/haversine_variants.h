@@ -17,7 +17,7 @@ enum class HaversineAngle {
   kAsinPolynomial = 3,  // kAsinSplit with a polynomial for asin(sqrt(m)) / sqrt(m), m <= 1/2
                         // (float64 degree 19, float32 degree 7; default f32)
   kAsinReduced = 4,  // one polynomial on [0, 1/4] for three ranges of h, by selects
-                     // (haversine_math.h: HalfAngleReduced)
+                     // (haversine_math.h: ScaledHalfAngleReduced)
 };
 
 // How the mesh kernel covers the grid.
