@@ -300,39 +300,63 @@ constexpr std::initializer_list<cuda::HaversinePointsVariant> kEveryPointsVarian
     cuda::HaversinePointsVariant::kSplitPrefetch, cuda::HaversinePointsVariant::kReduced,
     cuda::HaversinePointsVariant::kReducedPrefetch};
 
-// The reduced last step against the library's asin(sqrt(h)) on the same device terms,
-// so elementwise: both are a few ulp from the true value for the same h (the host
-// checks the reduced arithmetic itself against long double: haversine_math_test).
-template <typename T>
-void CheckReducedMatchesLibraryAsin(double rtol) {
-  const LatLonMesh globe{{-89.5, 89.5, 361}, {-180, 180, 724}};
-  const std::vector<GeoPoint> refs = {{30, 101}, {-0.25, 0.5}};  // h up to 1 - 1e-6
-  const DeviceRefs d_refs(refs);
-  const int64_t n = static_cast<int64_t>(refs.size()) * globe.lat.count * globe.lon.count;
-  auto run = [&](cuda::HaversineAngle angle) {
-    DeviceBuffer<T> out(n, 0);
-    EXPECT_EQ(cuda::LaunchHaversineMeshVariant(kDType<T>, {globe.lat.start, globe.lat.stop, globe.lat.count},
-                                               {globe.lon.start, globe.lon.stop, globe.lon.count}, d_refs.buffer.p,
-                                               static_cast<int64_t>(refs.size()), kDefaultEarthRadiusKm, out.p, Env(),
-                                               angle),
-              cudaSuccess);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    return out.Download(n);
-  };
-  const std::vector<T> library = run(cuda::HaversineAngle::kAsin), reduced = run(cuda::HaversineAngle::kAsinReduced);
-  int64_t bad = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (!(std::fabs(static_cast<double>(reduced[i]) - library[i]) <= rtol * std::fabs(static_cast<double>(library[i])))) {
-      if (++bad <= 5) ADD_FAILURE() << "element " << i << ": reduced " << reduced[i] << ", asin " << library[i];
-    }
-  }
-  EXPECT_EQ(bad, 0) << (sizeof(T) == 4 ? "f32" : "f64");
+// The reduced variant elementwise against long double, across the globe and through
+// each antipode (h near 1, where it forms g = 1 - h from its own terms): a few ulp plus
+// one ulp of a 180-degree coordinate (the device's linspace may round differently).
+// The library's asin(sqrt(h)) is not held to this: near h = 1 its sqrt's rounding
+// costs u / sqrt(1 - h) (~20 ulp at 19900 km), and h's own rounding half that.
+long double LongDoubleDistance(double lat, double lon, const GeoPoint& ref) {
+  const long double d = 3.14159265358979323846264338327950288L / 360;
+  const long double dlat = (static_cast<long double>(lat) - ref.lat) * d, dlon = (static_cast<long double>(lon) - ref.lon) * d;
+  const long double sum = (static_cast<long double>(lat) + ref.lat) * d;
+  const long double sl = std::sin(dlat), cl = std::cos(dlat), so = std::sin(dlon), co = std::cos(dlon), ss = std::sin(sum);
+  const long double h = sl * sl + std::cos(2 * lat * d) * std::cos(2 * ref.lat * d) * so * so;
+  const long double g = cl * cl * co * co + ss * ss * so * so;
+  return 2 * static_cast<long double>(kDefaultEarthRadiusKm) * std::atan2(std::sqrt(h), std::sqrt(g));
 }
 
-TEST(GpuKernelVariants, HaversineReducedMatchesLibraryAsinToAFewUlps) {
+double LinspaceAtLikeTheDevice(const Linspace& a, int64_t i) {
+  if (a.count == 1) return a.start;
+  if (i == a.count - 1) return a.stop;
+  return std::fma(static_cast<double>(i), (a.stop - a.start) / static_cast<double>(a.count - 1), a.start);
+}
+
+template <typename T>
+void CheckReducedAgainstLongDouble(cuda::HaversineMeshSchedule schedule, double rtol) {
+  const LatLonMesh globe{{-89.5, 89.5, 361}, {-180, 180, 724}};
+  const std::vector<GeoPoint> refs = {{30, 101}, {-0.25, 0.5}};
+  const DeviceRefs d_refs(refs);
+  const int64_t n = static_cast<int64_t>(refs.size()) * globe.lat.count * globe.lon.count;
+  DeviceBuffer<T> out(n, 0);
+  ASSERT_CUDA(cuda::LaunchHaversineMeshVariant(kDType<T>, {globe.lat.start, globe.lat.stop, globe.lat.count},
+                                               {globe.lon.start, globe.lon.stop, globe.lon.count}, d_refs.buffer.p,
+                                               static_cast<int64_t>(refs.size()), kDefaultEarthRadiusKm, out.p, Env(),
+                                               cuda::HaversineAngle::kAsinReduced, schedule));
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  const std::vector<T> got = out.Download(n);
+  const double coordinate_ulp_km = 2.9e-14 * 111.2;  // one ulp of 180 degrees, in km
+  int64_t bad = 0, i = 0;
+  for (const GeoPoint& ref : refs) {
+    for (int64_t k = 0; k < globe.lat.count; ++k) {
+      for (int64_t j = 0; j < globe.lon.count; ++j, ++i) {
+        const long double want = LongDoubleDistance(LinspaceAtLikeTheDevice(globe.lat, k),
+                                                    LinspaceAtLikeTheDevice(globe.lon, j), ref);
+        if (!(std::fabs(got[i] - want) <= rtol * want + coordinate_ulp_km) && ++bad <= 5) {
+          ADD_FAILURE() << "element " << i << ": reduced " << got[i] << ", long double "
+                        << static_cast<double>(want);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << (sizeof(T) == 4 ? "f32" : "f64") << " schedule " << static_cast<int>(schedule);
+}
+
+TEST(GpuKernelVariants, HaversineReducedWithinAFewUlpsOfLongDouble) {
   REQUIRE_GPU();
-  CheckReducedMatchesLibraryAsin<double>(2e-15);  // 9 to 18 ulp: catches a bad formulation, not 1 ulp
-  CheckReducedMatchesLibraryAsin<float>(1e-6);    // 8 to 16 ulp
+  for (auto schedule : {cuda::HaversineMeshSchedule::kCovering, cuda::HaversineMeshSchedule::kFullWavesFused}) {
+    CheckReducedAgainstLongDouble<double>(schedule, 2e-15);  // 9 to 18 ulp: catches a bad formulation, not 1 ulp
+    CheckReducedAgainstLongDouble<float>(schedule, 1e-6);    // 8 to 16 ulp
+  }
 }
 
 template <typename T>

@@ -40,7 +40,9 @@ using haversine_mesh::MeshFusedKernel;
 using haversine_mesh::MeshKernel;
 using haversine_mesh::MeshPolicy;
 using haversine_mesh::MeshTermsKernel;
-using haversine_mesh::Pair;
+using haversine_mesh::ColumnTerms;
+using haversine_mesh::kWithG;
+using haversine_mesh::RowTerms;
 using haversine_mesh::TermsPolicy;
 
 struct PointsPolicy {
@@ -223,7 +225,17 @@ struct PointsSplitAgent {
         const T s1 = fma(sla[k], t.cos_half_lat, -cla[k] * t.sin_half_lat);
         const T s2 = fma(slo[k], t.cos_half_lon, -clo[k] * t.sin_half_lon);
         const T h = fma(cos_la[k] * t.cos_lat, s2 * s2, s1 * s1);
-        out[r * n + p] = hm::DistanceFromH<T, kReduced ? HaversineAngle::kAsinReduced : kDefaultAngle<T>>(h, two_r);
+        if constexpr (kReduced) {
+          // g = 1 - h from cos(dlat/2), cos(dlon/2), sin(lat sum / 2), no cancellation:
+          // 10 operations more here, 3 fewer in the last step.
+          const T c1 = fma(cla[k], t.cos_half_lat, sla[k] * t.sin_half_lat);
+          const T c2 = fma(clo[k], t.cos_half_lon, slo[k] * t.sin_half_lon);
+          const T sum = fma(sla[k], t.cos_half_lat, cla[k] * t.sin_half_lat);
+          const T cc = c1 * c2, ss = sum * s2;
+          out[r * n + p] = hm::ScaledHalfAngleReduced(h, fma(cc, cc, ss * ss), two_r);
+        } else {
+          out[r * n + p] = hm::DistanceFromH<T, kDefaultAngle<T>>(h, two_r);
+        }
       }
     }
   }
@@ -273,17 +285,18 @@ cudaError_t LaunchMeshT(const MeshAxis& lat, const MeshAxis& lon, const RefPoint
     GC_CHECK_LAUNCH();
     return cudaSuccess;
   }
-  using P = typename Pair<T>::type;
+  using P = RowTerms<T, kWithG<kAngle>>;
+  using C = ColumnTerms<T, kWithG<kAngle>>;
   Scratch rows, cols;
   GC_TRY(rows.Allocate(static_cast<size_t>(n_ref * lat.count) * sizeof(P), env));
-  GC_TRY(cols.Allocate(static_cast<size_t>(n_ref * lon.count) * sizeof(T), env));
+  GC_TRY(cols.Allocate(static_cast<size_t>(n_ref * lon.count) * sizeof(C), env));
   const int64_t total = n_ref * (lat.count + lon.count);
   const unsigned terms_grid = GridFor(CeilDiv(total, TermsPolicy::kThreads), env.sm_count, TermsPolicy::kMinBlocksPerSm);
-  MeshTermsKernel<T><<<terms_grid, TermsPolicy::kThreads, 0, env.stream>>>(lat, lon, refs, n_ref, rows.as<P>(),
-                                                                           cols.as<T>());
+  MeshTermsKernel<T, kWithG<kAngle>><<<terms_grid, TermsPolicy::kThreads, 0, env.stream>>>(
+      lat, lon, refs, n_ref, rows.as<P>(), cols.as<C>());
   GC_CHECK_LAUNCH();
   auto kernel = vec ? MeshKernel<T, true, kAngle, kRows> : MeshKernel<T, false, kAngle, kRows>;
-  kernel<<<grid, block, 0, env.stream>>>(rows.as<P>(), cols.as<T>(), lat.count, lon.count, n_ref, two_r, out);
+  kernel<<<grid, block, 0, env.stream>>>(rows.as<P>(), cols.as<C>(), lat.count, lon.count, n_ref, two_r, out);
   GC_CHECK_LAUNCH();
   return cudaSuccess;
 }
@@ -414,7 +427,8 @@ void ListMeshAngle(std::vector<KernelEntry>& out, const std::string& t, const st
 
 template <typename T>
 void ListMeshT(std::vector<KernelEntry>& out, const std::string& t) {
-  out.push_back({"haversine.mesh_terms<" + t + ">", (const void*)&MeshTermsKernel<T>});
+  out.push_back({"haversine.mesh_terms<" + t + ">", (const void*)&MeshTermsKernel<T, false>});
+  out.push_back({"haversine.mesh_terms<" + t + ",with g>", (const void*)&MeshTermsKernel<T, true>});
   ListMeshAngle<T, HaversineAngle::kAtan2>(out, t, "atan2");
   ListMeshAngle<T, HaversineAngle::kAsinSplit>(out, t, "asin_split");
   ListMeshAngle<T, HaversineAngle::kAsin>(out, t, "asin");

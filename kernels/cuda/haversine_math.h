@@ -6,13 +6,15 @@
 // and DistanceFromH, which picks one by HaversineAngle.
 //
 // Last step: asin(sqrt(h)) = pi/4 + asin(2h - 1) / 2 for every h in [0, 1] (cos 2y =
-// 1 - 2h), and asin(z) = z R(z^2) with R(w) = asin(sqrt(w)) / sqrt(w). So with m =
-// min(h, 1 - h): m <= 1/4 gives sqrt(m) R(m) (pi/2 minus that when h > 1/2); 1/4 < m
-// gives pi/4 + z R(z^2) / 2, z = 2h - 1 exact there, z^2 <= 1/4. One polynomial R on
+// 1 - 2h), and asin(z) = z R(z^2) with R(w) = asin(sqrt(w)) / sqrt(w). So with g =
+// 1 - h formed from its own terms (HaversineG: near h = 1, 1 - h from a rounded h
+// loses g's digits) and m = min(h, g): m <= 1/4 gives sqrt(m) R(m) (pi/2 minus that
+// when m = g); 1/4 < m gives pi/4 + z R(z^2) / 2, z = h - g, z^2 <= 1/4. One polynomial R on
 // [0, 1/4] (the Chebyshev interpolant, float64 13 terms, 0.05 ulp; float32 5 terms,
 // 0.3 ulp) serves all three, chosen by selects: no divergent branch, no IEEE sqrt slow
 // path (sqrt(m) = m rsqrt(m)), none of the library asin's two-polynomial branch. In
-// all ~2 ulp (haversine_math_test), ~1 more on the device from rsqrt.
+// all ~2 ulp (haversine_math_test), near the antipode too, ~1 more on the device from
+// rsqrt.
 //
 // Points and mesh terms: sin and cos of a half angle in degrees. Latitudes are checked
 // to +-90, so lat / 2 is within +-45 degrees (|t| <= pi/4) and needs no reduction; other
@@ -81,14 +83,14 @@ GC_HOST_DEVICE long long Bits(float x) {
 #endif
 }
 
-// sqrt(m) for m >= 0 without the IEEE square root's range checks: m rsqrt(m)
-// (rsqrt 1 ulp on the device: ~1.5 ulp in all), 0 at 0.
+// sqrt(m) without the IEEE square root's range checks: m rsqrt(m) (rsqrt 1 ulp on the
+// device: ~1.5 ulp in all), 0 for m <= 0 (a rounding below 0).
 template <typename T>
 GC_HOST_DEVICE T SqrtOfNonNegative(T m) {
 #if defined(__CUDA_ARCH__)
   return Bits(m) > 0 ? m * rsqrt(m) : T(0);
 #else
-  return std::sqrt(m);
+  return Bits(m) > 0 ? std::sqrt(m) : T(0);
 #endif
 }
 
@@ -107,18 +109,21 @@ GC_HOST_DEVICE float AsinSqrtTail(float w) {
   return Horner(kC, w);
 }
 
-// scale * asin(sqrt(h)) for h in [0, 1] (a rounding past either end is clamped), as
-// scale (base + k x (1 + w tail(w))): (base, k, x, w) = (0, 1, sqrt(m), m) for h <= 1/4,
-// (pi/2, -1, sqrt(m), m) for h >= 3/4, and (pi/4, 1/2, z, z^2) between. The range
-// tests compare bits (integer pipe); base and k are selected constants, so the kernels
-// keep no extra registers for them.
+// scale * asin(sqrt(h)) from h and g = 1 - h, each formed without cancellation
+// (HaversineG): near h = 1 the angle is pi/2 - asin(sqrt(g)), and g = 1 - h from a
+// rounded h would carry h's absolute error, u / (2 sqrt(g)) in the angle (~10 ulp at
+// 19900 km; the library asin(sqrt(h)) adds its sqrt's rounding, twice that). As
+// scale (base + k x (1 + w tail(w))), m = min(h, g): (base, k, x, w) = (0, 1, sqrt(m),
+// m) for m = h <= 1/4, (pi/2, -1, sqrt(m), m) for m = g <= 1/4, and (pi/4, 1/2, z, z^2)
+// between, z = h - g = 2h - 1. The range tests compare bits (integer pipe; a rounding
+// below 0 has negative bits and gives sqrt 0); base and k are selected constants, so
+// the kernels keep no extra registers for them.
 template <typename T>
-GC_HOST_DEVICE T ScaledHalfAngleReduced(T h, T scale) {
-  const bool upper = Bits(h) > Bits(T(0.5));
-  T m = upper ? T(1) - h : h;
-  m = Bits(m) > 0 ? m : T(0);
+GC_HOST_DEVICE T ScaledHalfAngleReduced(T h, T g, T scale) {
+  const bool upper = Bits(h) > Bits(g);
+  const T m = upper ? g : h;
   const bool middle = Bits(m) > Bits(T(0.25));
-  const T z = Fma(T(2), h, T(-1));
+  const T z = h - g;
   const T w = middle ? z * z : m;
   const T x = middle ? z : SqrtOfNonNegative(m);
   const T k = middle ? T(0.5) : (upper ? T(-1) : T(1));
@@ -126,9 +131,13 @@ GC_HOST_DEVICE T ScaledHalfAngleReduced(T h, T scale) {
   return scale * Fma(k, Fma(x, w * AsinSqrtTail(w), x), base);
 }
 
+// h = sin^2(dlat/2) + cos lat1 cos lat2 sin^2(dlon/2) has the complement
+// g = 1 - h = cos^2(dlat/2) cos^2(dlon/2) + sin^2((lat1 + lat2)/2) sin^2(dlon/2),
+// a sum of non-negative terms as h is: both keep a few ulp of relative error, and
+// ScaledHalfAngleReduced takes the smaller. 2 operations.
 template <typename T>
-GC_HOST_DEVICE T HalfAngleReduced(T h) {
-  return ScaledHalfAngleReduced(h, T(1));
+GC_HOST_DEVICE T HaversineG(T cos2_half_dlat, T sin2_half_lat_sum, T sin2_half_dlon, T cos2_half_dlon) {
+  return Fma(cos2_half_dlat, cos2_half_dlon, sin2_half_lat_sum * sin2_half_dlon);
 }
 
 // (sin t - t) / t^3 and (cos t - 1) / t^2 as polynomials in u = t^2, |t| <= pi/4.
@@ -179,6 +188,28 @@ GC_HOST_DEVICE void SinCosHalfDegreesUpToSign(T x, T* s, T* c) {
   const bool odd = (Bits(shifted) & 1) != 0;  // sin(r + 90) = cos r, cos(r + 90) = -sin r
   *s = odd ? cr : sr;
   *c = odd ? -sr : cr;
+}
+
+// The terms of h and g for a pair of latitudes (the mesh's rows): sin^2 and cos^2 of
+// half their difference, cos lat cos ref_lat (cos lat as the cosine of half of 2 lat,
+// relatively accurate to the poles), sin^2 of half their sum; in float64.
+struct LatitudeTerms {
+  double sin2_half_dlat, cos_product, cos2_half_dlat, sin2_half_lat_sum;
+};
+GC_HOST_DEVICE LatitudeTerms LatitudePairTerms(double lat, double ref_lat, double ref_cos_lat) {
+  double s, c, s2, c2, ss, cs;
+  SinCosHalfDegreesUpToSign(lat - ref_lat, &s, &c);
+  SinCosHalfDegreesUpToSign(2 * lat, &s2, &c2);
+  SinCosHalfDegreesUpToSign(lat + ref_lat, &ss, &cs);
+  return {s * s, fabs(c2) * ref_cos_lat, c * c, ss * ss};
+}
+
+// sin^2 and cos^2 of half of dlon degrees.
+GC_HOST_DEVICE void LongitudeTerms(double dlon, double* sin2, double* cos2) {
+  double s, c;
+  SinCosHalfDegreesUpToSign(dlon, &s, &c);
+  *sin2 = s * s;
+  *cos2 = c * c;
 }
 
 // ---- the earlier formulations of the last step, and the choice (device only) ----------
@@ -288,15 +319,13 @@ __device__ __forceinline__ T HalfAngle(T h) {
   }
 }
 
-// d = 2 R asin(sqrt(h)), h clamped to [0, 1] (kAsinReduced: by itself, 2 R folded in).
+// d = 2 R asin(sqrt(h)), h clamped to [0, 1]. kAsinReduced is not here: it takes
+// g = 1 - h as well (ScaledHalfAngleReduced).
 template <typename T, HaversineAngle kAngle>
 __device__ __forceinline__ T DistanceFromH(T h, T two_r) {
-  if constexpr (kAngle == HaversineAngle::kAsinReduced) {
-    return ScaledHalfAngleReduced(h, two_r);
-  } else {
-    h = fmin(fmax(h, T(0)), T(1));
-    return two_r * HalfAngle<T, kAngle>(h);
-  }
+  static_assert(kAngle != HaversineAngle::kAsinReduced);
+  h = fmin(fmax(h, T(0)), T(1));
+  return two_r * HalfAngle<T, kAngle>(h);
 }
 #endif  // __CUDACC__
 

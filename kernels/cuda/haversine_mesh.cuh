@@ -1,6 +1,7 @@
 // The haversine mesh kernels (haversine.cu launches them): per-reference row terms
 // (A, B) and column terms C in float64, stored as T, then h = A_i + B_i C_j and the
-// last step (haversine_math.h) per point. MeshTermsKernel + MeshKernel<kRows> take
+// last step (haversine_math.h) per point; kAsinReduced also carries the terms of
+// g = 1 - h (two per row, one per column), so g has no cancellation near h = 1. MeshTermsKernel + MeshKernel<kRows> take
 // the terms through global memory; MeshFusedKernel (HaversineMeshSchedule::
 // kFullWavesFused) computes them itself: each thread its columns' C, each lane of a
 // warp the (A, B) of one of the warp's next 32 rows, handed round by shuffles, so the
@@ -27,12 +28,21 @@ struct MeshPolicy {
   static constexpr int kMinBlocksPerSm = 4;
 };
 
+// kAsinReduced also forms g = 1 - h from its own terms (haversine_math.h: HaversineG).
+template <HaversineAngle kAngle>
+constexpr bool kWithG = kAngle == HaversineAngle::kAsinReduced;
+
+// A row's terms as T: h = a + b C; with g, also cos^2 of half the latitude difference
+// and sin^2 of half the latitude sum. A column's: C = sin^2 of half the longitude
+// difference; with g, its cos^2.
+template <typename T, bool kG>
+struct alignas(2 * sizeof(T)) RowTerms { T a, b; };
 template <typename T>
-struct Pair;
-template <>
-struct Pair<float> { using type = float2; };
-template <>
-struct Pair<double> { using type = double2; };
+struct alignas(16) RowTerms<T, true> { T a, b, cos2_half_dlat, sin2_half_lat_sum; };
+template <typename T, bool kG>
+struct ColumnTerms { T sin2; };
+template <typename T>
+struct alignas(2 * sizeof(T)) ColumnTerms<T, true> { T sin2, cos2; };
 
 // numpy.linspace point i (the Linspace::At formula of backend.h).
 __device__ __forceinline__ double LinspaceAt(const MeshAxis& a, int64_t i) {
@@ -41,26 +51,54 @@ __device__ __forceinline__ double LinspaceAt(const MeshAxis& a, int64_t i) {
   return a.start + static_cast<double>(i) * ((a.stop - a.start) / static_cast<double>(a.count - 1));
 }
 
-// Row k's (A, B) = (sin^2((lat_k - lat0) / 2), cos(lat_k) cos(lat0)), and column j's C =
-// sin^2((lon_j - lon0) / 2), in float64 from haversine_math.h's half angles in degrees
-// (exact reduction, short polynomials: no Payne-Hanek path, so the fused kernel keeps
-// few registers); cos(lat_k) = cos^2 - sin^2 of the half angle.
-template <typename T>
-__device__ __forceinline__ typename Pair<T>::type RowTerms(const MeshAxis& lat, int64_t k, const RefPoint& ref) {
-  const double lat_k = LinspaceAt(lat, k);
-  double s, c, sl, cl;
-  haversine_math::SinCosHalfDegreesUpToSign(lat_k - ref.lat_deg, &s, &c);
-  haversine_math::SinCosHalfDegreesUpToSign(lat_k, &sl, &cl);
-  typename Pair<T>::type t;
-  t.x = static_cast<T>(s * s);
-  t.y = static_cast<T>((cl - sl) * (cl + sl) * ref.cos_lat);
-  return t;
+// Row k's and column j's terms, in float64 from haversine_math.h's half angles in
+// degrees (exact reduction, short polynomials: no Payne-Hanek path, so the fused kernel
+// keeps few registers), stored as T.
+template <typename T, bool kG>
+__device__ __forceinline__ RowTerms<T, kG> RowTermsAt(const MeshAxis& lat, int64_t k, const RefPoint& ref) {
+  const haversine_math::LatitudeTerms t = haversine_math::LatitudePairTerms(LinspaceAt(lat, k), ref.lat_deg, ref.cos_lat);
+  if constexpr (kG) {
+    return {static_cast<T>(t.sin2_half_dlat), static_cast<T>(t.cos_product), static_cast<T>(t.cos2_half_dlat),
+            static_cast<T>(t.sin2_half_lat_sum)};
+  } else {
+    return {static_cast<T>(t.sin2_half_dlat), static_cast<T>(t.cos_product)};
+  }
 }
-template <typename T>
-__device__ __forceinline__ T ColumnTerm(const MeshAxis& lon, int64_t j, const RefPoint& ref) {
-  double s, c;
-  haversine_math::SinCosHalfDegreesUpToSign(LinspaceAt(lon, j) - ref.lon_deg, &s, &c);
-  return static_cast<T>(s * s);
+template <typename T, bool kG>
+__device__ __forceinline__ ColumnTerms<T, kG> ColumnTermsAt(const MeshAxis& lon, int64_t j, const RefPoint& ref) {
+  double s2, c2;
+  haversine_math::LongitudeTerms(LinspaceAt(lon, j) - ref.lon_deg, &s2, &c2);
+  if constexpr (kG) {
+    return {static_cast<T>(s2), static_cast<T>(c2)};
+  } else {
+    return {static_cast<T>(s2)};
+  }
+}
+
+// The distance of a (row, column) pair: h = a + b C (one FMA) and the last step.
+template <typename T, HaversineAngle kAngle>
+__device__ __forceinline__ T Distance(const RowTerms<T, kWithG<kAngle>>& row,
+                                      const ColumnTerms<T, kWithG<kAngle>>& col, T two_r) {
+  const T h = fma(row.b, col.sin2, row.a);
+  if constexpr (kWithG<kAngle>) {
+    const T g = haversine_math::HaversineG(row.cos2_half_dlat, row.sin2_half_lat_sum, col.sin2, col.cos2);
+    return haversine_math::ScaledHalfAngleReduced(h, g, two_r);
+  } else {
+    return haversine_math::DistanceFromH<T, kAngle>(h, two_r);
+  }
+}
+
+// Lane `from`'s row terms, to every lane of the warp.
+template <typename T, bool kG>
+__device__ __forceinline__ RowTerms<T, kG> ShuffleRow(const RowTerms<T, kG>& mine, int from) {
+  RowTerms<T, kG> r;
+  r.a = __shfl_sync(0xffffffffu, mine.a, from);
+  r.b = __shfl_sync(0xffffffffu, mine.b, from);
+  if constexpr (kG) {
+    r.cos2_half_dlat = __shfl_sync(0xffffffffu, mine.cos2_half_dlat, from);
+    r.sin2_half_lat_sum = __shfl_sync(0xffffffffu, mine.sin2_half_lat_sum, from);
+  }
+  return r;
 }
 
 __device__ __forceinline__ void StoreVec(float* dst, const float (&d)[4]) {
@@ -73,10 +111,10 @@ template <typename T>
 __device__ __forceinline__ void StoreVec(T* dst, const T (&d)[1]) { dst[0] = d[0]; }
 
 // ---- per-reference row and column terms (float64, stored as T) ---------------------
-template <typename T>
+template <typename T, bool kG>
 __global__ void __launch_bounds__(TermsPolicy::kThreads, TermsPolicy::kMinBlocksPerSm)
     MeshTermsKernel(MeshAxis lat, MeshAxis lon, const RefPoint* refs, int64_t n_ref,
-                    typename Pair<T>::type* row_terms, T* col_terms) {
+                    RowTerms<T, kG>* row_terms, ColumnTerms<T, kG>* col_terms) {
   const int64_t per_ref = lat.count + lon.count;
   const int64_t total = per_ref * n_ref;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -86,9 +124,9 @@ __global__ void __launch_bounds__(TermsPolicy::kThreads, TermsPolicy::kMinBlocks
     const int64_t k = idx - r * per_ref;
     const RefPoint ref = refs[r];
     if (k < lat.count) {
-      row_terms[r * lat.count + k] = RowTerms<T>(lat, k, ref);
+      row_terms[r * lat.count + k] = RowTermsAt<T, kG>(lat, k, ref);
     } else {
-      col_terms[r * lon.count + k - lat.count] = ColumnTerm<T>(lon, k - lat.count, ref);
+      col_terms[r * lon.count + k - lat.count] = ColumnTermsAt<T, kG>(lon, k - lat.count, ref);
     }
   }
 }
@@ -99,9 +137,10 @@ __global__ void __launch_bounds__(TermsPolicy::kThreads, TermsPolicy::kMinBlocks
 template <typename T, bool kVec, HaversineAngle kAngle, int kRows>
 struct MeshAgent {
   static constexpr int kV = kVec ? Vec16<T>::kCount : 1;
-  using P = typename Pair<T>::type;
+  using P = RowTerms<T, kWithG<kAngle>>;
+  using C = ColumnTerms<T, kWithG<kAngle>>;
   const P* row_terms;
-  const T* col_terms;
+  const C* col_terms;
   int64_t n_lat, n_lon, n_ref;
   T two_r;
   T* out;
@@ -114,7 +153,7 @@ struct MeshAgent {
     const int64_t first = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
     for (int64_t r = blockIdx.z; r < n_ref; r += gridDim.z) {
       // Column terms for this thread's columns: read once, kept in registers.
-      T c[kV];
+      C c[kV];
 #pragma unroll
       for (int v = 0; v < kV; ++v) c[v] = col_terms[r * n_lon + unit * kV + v];
       const P* rows = row_terms + r * n_lat;
@@ -139,10 +178,10 @@ struct MeshAgent {
     }
   }
 
-  __device__ __forceinline__ void Row(int64_t r, int64_t i, P ab, const T (&c)[kV]) const {
+  __device__ __forceinline__ void Row(int64_t r, int64_t i, const P& row, const C (&c)[kV]) const {
     T d[kV];
 #pragma unroll
-    for (int v = 0; v < kV; ++v) d[v] = haversine_math::DistanceFromH<T, kAngle>(fma(ab.y, c[v], ab.x), two_r);
+    for (int v = 0; v < kV; ++v) d[v] = Distance<T, kAngle>(row, c[v], two_r);
     T* dst = out + (r * n_lat + i) * n_lon + (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kV;
     StoreVec(dst, d);
   }
@@ -150,7 +189,7 @@ struct MeshAgent {
 
 template <typename T, bool kVec, HaversineAngle kAngle, int kRows>
 __global__ void __launch_bounds__(MeshPolicy::kThreads, MeshPolicy::kMinBlocksPerSm)
-    MeshKernel(const typename Pair<T>::type* row_terms, const T* col_terms, int64_t n_lat,
+    MeshKernel(const RowTerms<T, kWithG<kAngle>>* row_terms, const ColumnTerms<T, kWithG<kAngle>>* col_terms, int64_t n_lat,
                int64_t n_lon, int64_t n_ref, T two_r, T* out) {
   MeshAgent<T, kVec, kAngle, kRows>{row_terms, col_terms, n_lat, n_lon, n_ref, two_r, out}.Run();
 }
@@ -162,7 +201,7 @@ __global__ void __launch_bounds__(MeshPolicy::kThreads, MeshPolicy::kMinBlocksPe
 template <typename T, bool kVec, HaversineAngle kAngle>
 struct MeshFusedAgent {
   static constexpr int kV = kVec ? Vec16<T>::kCount : 1;
-  using P = typename Pair<T>::type;
+  static constexpr bool kG = kWithG<kAngle>;
   MeshAxis lat, lon;
   const RefPoint* refs;
   int64_t n_ref;
@@ -178,20 +217,18 @@ struct MeshFusedAgent {
     const int64_t first = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
     for (int64_t r = blockIdx.z; r < n_ref; r += gridDim.z) {
       const RefPoint ref = refs[r];
-      T c[kV];
+      ColumnTerms<T, kG> c[kV];
 #pragma unroll
-      for (int v = 0; v < kV; ++v) c[v] = active ? ColumnTerm<T>(lon, unit * kV + v, ref) : T(0);
+      for (int v = 0; v < kV; ++v) c[v] = ColumnTermsAt<T, kG>(lon, active ? unit * kV + v : 0, ref);
       for (int64_t i0 = first; i0 < lat.count; i0 += 32 * row_step) {
-        const P mine = RowTerms<T>(lat, min(i0 + lane * row_step, lat.count - 1), ref);
+        const RowTerms<T, kG> mine = RowTermsAt<T, kG>(lat, min(i0 + lane * row_step, lat.count - 1), ref);
         const int rows = static_cast<int>(min(int64_t{32}, (lat.count - 1 - i0) / row_step + 1));
         for (int k = 0; k < rows; ++k) {
-          P ab;
-          ab.x = __shfl_sync(0xffffffffu, mine.x, k);
-          ab.y = __shfl_sync(0xffffffffu, mine.y, k);
+          const RowTerms<T, kG> row = ShuffleRow(mine, k);
           if (!active) continue;
           T d[kV];
 #pragma unroll
-          for (int v = 0; v < kV; ++v) d[v] = haversine_math::DistanceFromH<T, kAngle>(fma(ab.y, c[v], ab.x), two_r);
+          for (int v = 0; v < kV; ++v) d[v] = Distance<T, kAngle>(row, c[v], two_r);
           StoreVec(out + ((r * lat.count + i0 + k * row_step) * lon.count + unit * kV), d);
         }
       }

@@ -16,8 +16,9 @@ enum class HaversineAngle {
   kAsin = 2,       // asin(sqrt(h)) (default f64)
   kAsinPolynomial = 3,  // kAsinSplit with a polynomial for asin(sqrt(m)) / sqrt(m), m <= 1/2
                         // (float64 degree 19, float32 degree 7; default f32)
-  kAsinReduced = 4,  // one polynomial on [0, 1/4] for three ranges of h, by selects
-                     // (haversine_math.h: ScaledHalfAngleReduced)
+  kAsinReduced = 4,  // one polynomial on [0, 1/4] for three ranges of h, by selects, and
+                     // g = 1 - h from its own terms (haversine_math.h: ScaledHalfAngleReduced,
+                     // HaversineG), accurate near the antipode
 };
 
 // How the mesh kernel covers the grid.
@@ -36,7 +37,8 @@ enum class HaversinePointsVariant {
   kSplitPrefetch = 2,  // kSplitTerms, the next points loaded while these are computed
                        // (default f32)
   kReduced = 3,  // split terms from haversine_math.h's half-angle sines and cosines in
-                 // degrees and ScaledHalfAngleReduced; as many blocks as fit at once
+                 // degrees, g = 1 - h from cosines, ScaledHalfAngleReduced; as many
+                 // blocks as fit at once
   kReducedPrefetch = 4,  // kReduced, the next points loaded while these are computed
 };
 
