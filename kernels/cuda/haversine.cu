@@ -2,9 +2,10 @@
 //   h(i, j) = A_i + B_i * C_j,  A_i = sin^2((lat_i - lat0) / 2),
 //   B_i = cos(lat_i) cos(lat0),  C_j = sin^2((lon_j - lon0) / 2),
 // where the row terms (A, B) and column terms C are computed once per reference in
-// float64 by a small kernel (n_lat + n_lon sines), and every point then costs one
-// FMA and the last step, half the central angle (kDefaultAngle: float32 a branch-free
-// polynomial asin, float64 asin(sqrt(h))); h clamped to [0, 1]. The mesh is generated on the device
+// float64 (n_lat + n_lon sines: a small kernel, or the mesh kernel itself when fused),
+// and every point then costs one FMA (three with g = 1 - h) and the last step, half
+// the central angle (kDefaultMeshAngle: float32 a branch-free polynomial asin, float64
+// the reduced step with g from its own terms). The mesh is generated on the device
 // (numpy.linspace semantics); nothing but the references is transferred. Points mode
 // is separable too: each point's half-angle sines and cosines are computed once and
 // combined with each reference's (RefTermsKernel) by angle-difference identities; the
@@ -54,23 +55,27 @@ struct PointsPolicy {
 template <typename T>
 constexpr int kPointsPerThread = sizeof(T) == 4 ? 4 : 2;
 
-// The defaults, the winners of bench/run_gpu_kernels.sh (H100, run 2 at 196d676, 1e4^2
-// mesh): float32 the asin(sqrt(m)) polynomial (0.158 ms); float64 asin(sqrt(h)) (0.405
-// against asin_split 0.474, polynomial 0.480, atan2 0.712), within 1e-9 of the CPU's
-// float64 near the antipode, itself that ill-conditioned (gpu_kernel_variants_test).
+// The defaults, from bench/run_gpu_kernels.sh on an H100 (ratio to the write bound,
+// 2-degree mesh / globe). Mesh float32: the asin(sqrt(m)) polynomial on full waves
+// (0.88). Mesh float64: the reduced last step in one launch (0.63 / 0.68, against asin
+// on full waves 0.67 / 0.53 and asin covering 0.61 / 0.51), now that it forms g = 1 - h
+// from its own terms: a few ulp of long double to the antipode, where the library's
+// asin(sqrt(h)) loses ~1 / sqrt(1 - h) ulp (gpu_kernel_variants_test).
 template <typename T>
-constexpr HaversineAngle kDefaultAngle =
-    sizeof(T) == 4 ? HaversineAngle::kAsinPolynomial : HaversineAngle::kAsin;
-// The grid: covering (blocks for two waves of 4 per SM) until a run shows a full-wave
-// schedule winning.
+constexpr HaversineAngle kDefaultMeshAngle =
+    sizeof(T) == 4 ? HaversineAngle::kAsinPolynomial : HaversineAngle::kAsinReduced;
 template <typename T>
-constexpr HaversineMeshSchedule kDefaultMeshSchedule = HaversineMeshSchedule::kCovering;
+constexpr HaversineMeshSchedule kDefaultMeshSchedule =
+    sizeof(T) == 4 ? HaversineMeshSchedule::kFullWaves : HaversineMeshSchedule::kFullWavesFused;
 
-// Points (1e7 x 4 references): float32 prefetches (0.118 ms against 0.122), float64
-// does not (0.376: its prefetch spills at 64 registers).
+// Points (1e7 x 4 references): float32 prefetches (0.70 of D2D), float64 the reduced
+// variant (0.63 against split terms 0.45; its prefetch spilled). The other points
+// kernels' last step: float32 the polynomial, float64 asin(sqrt(h)).
 template <typename T>
 constexpr HaversinePointsVariant kDefaultPointsVariant =
-    sizeof(T) == 4 ? HaversinePointsVariant::kSplitPrefetch : HaversinePointsVariant::kSplitTerms;
+    sizeof(T) == 4 ? HaversinePointsVariant::kSplitPrefetch : HaversinePointsVariant::kReduced;
+template <typename T>
+constexpr HaversineAngle kPointsAngle = sizeof(T) == 4 ? HaversineAngle::kAsinPolynomial : HaversineAngle::kAsin;
 
 // ---- points: lat/lon arrays -----------------------------------------------------------
 // The point rules of kernels/preconditions.h (kLatitudeRule, kLongitudeRule), in T:
@@ -110,7 +115,7 @@ struct PointsAgent {
         const T s1 = sin((la - static_cast<T>(ref.lat_deg)) * half_rad);
         const T s2 = sin((lo - static_cast<T>(ref.lon_deg)) * half_rad);
         const T h = fma(cos_la * static_cast<T>(ref.cos_lat), s2 * s2, s1 * s1);
-        out[r * n + p] = hm::DistanceFromH<T, kDefaultAngle<T>>(h, two_r);
+        out[r * n + p] = hm::DistanceFromH<T, kPointsAngle<T>>(h, two_r);
       }
     }
   }
@@ -234,7 +239,7 @@ struct PointsSplitAgent {
           const T cc = c1 * c2, ss = sum * s2;
           out[r * n + p] = hm::ScaledHalfAngleReduced(h, fma(cc, cc, ss * ss), two_r);
         } else {
-          out[r * n + p] = hm::DistanceFromH<T, kDefaultAngle<T>>(h, two_r);
+          out[r * n + p] = hm::DistanceFromH<T, kPointsAngle<T>>(h, two_r);
         }
       }
     }
@@ -384,7 +389,7 @@ cudaError_t LaunchHaversineMesh(DType dtype, const MeshAxis& lat, const MeshAxis
                                 const LaunchEnv& env) {
   const bool f32 = dtype == DType::kFloat32;
   return LaunchHaversineMeshVariant(dtype, lat, lon, refs, n_ref, radius, out, env,
-                                    f32 ? kDefaultAngle<float> : kDefaultAngle<double>,
+                                    f32 ? kDefaultMeshAngle<float> : kDefaultMeshAngle<double>,
                                     f32 ? kDefaultMeshSchedule<float> : kDefaultMeshSchedule<double>);
 }
 
