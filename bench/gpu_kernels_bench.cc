@@ -23,6 +23,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -415,6 +416,35 @@ void LombScargle(Bench& b, bool quick) {
       }
     }
   }
+  // Issue 14's direct case: 10,000 samples x 1e6 explicit frequencies, each variant, without
+  // weights (the case) and with them.
+  const int64_t big_n = 10000, big_m = quick ? 100000 : 1000000;
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    auto x = b.Alloc(dt, {big_n}, 0, 1000, 51);
+    auto y = b.Alloc(dt, {big_n}, -1, 1, 52);
+    auto w = b.Alloc(dt, {big_n}, 0.1, 2, 53);
+    auto freqs = b.Alloc(dt, {big_m}, 0.01, 10, 54);
+    auto out = b.Alloc(dt, {big_m}, 0, 1, 55);
+    cuda::LombScargleResult* res = nullptr;
+    CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&res), sizeof(*res)));
+    for (int variant = 0; variant < cuda::LombScargleVariantCount(dt); ++variant) {
+      for (bool weighted : {false, true}) {
+        cuda::LombScargleArgs a;
+        a.freqs = freqs->data();
+        a.weights = weighted ? w->data() : nullptr;
+        a.samples = big_n;
+        a.frequencies = big_m;
+        a.x = x->data();
+        a.y = y->data();
+        a.out = out->data();
+        TimeLaunch(b, absl::StrCat("  explicit v", variant, weighted ? " weights" : ""), Short(dt),
+                   absl::StrCat("N=", big_n, " M=", big_m), 0, static_cast<double>(big_n) * big_m, [&] {
+          return cuda::LaunchLombScargleVariant(dt, a, res, cuda::LaunchEnv{b.stream, b.pool, b.sm_count}, variant);
+        });
+      }
+    }
+    cudaFree(res);
+  }
 }
 
 void PrintTable(FILE* f, bool csv) {
@@ -447,10 +477,12 @@ void PrintTable(FILE* f, bool csv) {
 
 int Main(int argc, char** argv) {
   std::string csv;
+  std::string only;  // run only the sections whose name contains this
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) csv = argv[++i];
     else if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    else if (std::strncmp(argv[i], "--only=", 7) == 0) only = argv[i] + 7;
     else if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) g_reps = std::max(5, std::atoi(argv[++i]));
   }
   int count = 0;
@@ -485,10 +517,11 @@ int Main(int argc, char** argv) {
   std::printf("backend warm-up: %d kernels loaded and run, %.1f ms\n", st.kernels_loaded,
               absl::ToDoubleMilliseconds(st.warmup_time));
   Ceilings(b);
-  Discount(b, quick);
-  Haversine(b, quick);
-  Normalize(b, quick);
-  LombScargle(b, quick);
+  const auto wanted = [&](std::string_view section) { return section.find(only) != std::string_view::npos; };
+  if (wanted("discount")) Discount(b, quick);
+  if (wanted("haversine")) Haversine(b, quick);
+  if (wanted("normalize")) Normalize(b, quick);
+  if (wanted("lombscargle")) LombScargle(b, quick);
   std::printf("\nD2D ceiling %.0f GB/s; 'x D2D' = achieved / ceiling for memory-bound rows\n", g_d2d_gbs);
   PrintTable(stdout, false);
   if (!csv.empty()) {

@@ -7,7 +7,7 @@
 //     -> PrepKernel<T, T>: one block per batch row; float64 sums of the weights and y,
 //        writes w_i / sum(w) and w_i y_i (as T) and Y = sum w y, YY = sum w y^2
 //        (float64) per batch; flags negative weights or a non-positive sum.
-//     -> PeriodogramKernel<T, kVariant, kFloatingMean, kGrid>: the fused kernel, one per dtype
+//     -> PeriodogramKernel<T, kVariant, kFloatingMean, kGrid, kWeighted>: the fused kernel
 //        (float32 computes phases and sums in float32; the O(1) combination of the sums
 //        per frequency is float64 in both).
 //        Each block owns kThreads * kFreqsPerThread frequencies (grid-stride), stages
@@ -16,7 +16,9 @@
 //        generated in the kernel when no frequency array is given; on a grid only f_0
 //        and the spacing get sin/cos per sample, the thread's other frequencies follow
 //        by rotation (kFreqsPerThread - 1 rotations of 4 FMAs: error ~ 1 ulp each).
+//        Without weights every normalized weight is 1 / N: the sums skip the multiply.
 //
+// Both dtypes take sin and cos of the exact product f x (float64: sincos_table.cuh).
 // float32 phase: f * x is split exactly into p + e (e = fma(f, x, -p)), reduced
 // modulo 2 pi with a two-constant Cody-Waite step (p - k 2pi_hi is exact for |p| >= 4),
 // e is added back, and the reduced angle in [-pi, pi] goes to __sincosf. The phase
@@ -49,8 +51,21 @@ struct PrepPolicy {
 // chains; it costs registers (f32: ~60 -> ~120 at 4 freqs/thread).
 template <typename T, int kVariant>
 struct PeriodogramPolicy;
+struct NoTable {
+  static constexpr size_t Bytes() { return 0; }
+};
+// float64 sin/cos tables (sincos_table.cuh), 64 KiB each, two blocks per SM still fit:
+// 512 angles in 8 copies, 14 FP64 operations per sin/cos pair and no bank conflicts; or
+// 2048 angles in 2 copies, 13 operations and ~2x the shared-memory wavefronts. H100,
+// 10,000 x 1e6 explicit: 5 frequencies per thread 13.3 ms with the 2048-angle table
+// against 14.1 ms with the 512 (variant 4); 4 per thread the other way round (13.9
+// against 14.3 ms), and the grid's 8 (two sin/cos per 8 pairs) gains nothing from it.
+using ConflictFreeTable = SinCosTable<512, 8>;
+using FinerTable = SinCosTable<2048, 2>;
+
 template <>
 struct PeriodogramPolicy<float, 0> {
+  using Table = NoTable;
   static constexpr int kThreads = 256;
   static constexpr int kMinBlocksPerSm = 2;  // ~90 registers, no spills
   static constexpr int kFreqsPerThread = 8;  // 2 sincos + 7 rotations per 8 pairs
@@ -59,6 +74,7 @@ struct PeriodogramPolicy<float, 0> {
 };
 template <>
 struct PeriodogramPolicy<float, 1> {
+  using Table = NoTable;
   static constexpr int kThreads = 256;
   static constexpr int kMinBlocksPerSm = 4;
   static constexpr int kFreqsPerThread = 4;
@@ -67,6 +83,7 @@ struct PeriodogramPolicy<float, 1> {
 };
 template <>
 struct PeriodogramPolicy<double, 0> {
+  using Table = ConflictFreeTable;
   static constexpr int kThreads = 256;
   static constexpr int kMinBlocksPerSm = 2;  // <= 128 registers
   static constexpr int kFreqsPerThread = 4;
@@ -75,6 +92,7 @@ struct PeriodogramPolicy<double, 0> {
 };
 template <>
 struct PeriodogramPolicy<double, 1> {
+  using Table = ConflictFreeTable;
   static constexpr int kThreads = 128;
   static constexpr int kMinBlocksPerSm = 2;
   static constexpr int kFreqsPerThread = 8;
@@ -86,6 +104,7 @@ struct PeriodogramPolicy<double, 1> {
 // the last wave best.
 template <>
 struct PeriodogramPolicy<double, 2> {
+  using Table = ConflictFreeTable;
   static constexpr int kThreads = 256;
   static constexpr int kMinBlocksPerSm = 2;
   static constexpr int kFreqsPerThread = 3;
@@ -94,14 +113,19 @@ struct PeriodogramPolicy<double, 2> {
 };
 template <>
 struct PeriodogramPolicy<double, 3> {
+  using Table = FinerTable;
   static constexpr int kThreads = 256;
   static constexpr int kMinBlocksPerSm = 2;
   static constexpr int kFreqsPerThread = 5;
   static constexpr int kInnerUnroll = 1;
   static constexpr int kTile = 256;
 };
+template <>
+struct PeriodogramPolicy<double, 4> : PeriodogramPolicy<double, 3> {
+  using Table = ConflictFreeTable;
+};
 template <typename T>
-constexpr int kPeriodogramVariants = std::is_same_v<T, float> ? 2 : 4;
+constexpr int kPeriodogramVariants = std::is_same_v<T, float> ? 2 : 5;
 
 using BatchStats = LombScargleRowStats;
 
@@ -206,18 +230,25 @@ __device__ __forceinline__ void SinCosPhase(const Freq<float>& f, float x, float
   __sincosf(r, s, c);
 }
 
-// float64: the table's reduction where the thread's largest |f x| allows it (kFast),
-// else libdevice's sincos with its exact reduction of any phase.
-template <bool kHasLo, bool kFast>
+// float64, of the exact product f x: the table's reduction where the thread's largest
+// |f x| allows it (kFast; f then holds the frequency in table steps, Table::StepsOf),
+// else libdevice's sincos of the rounded product p, exact for any phase, turned by the
+// product's rounding error e = f x - p.
+template <typename Table, bool kHasLo, bool kFast>
 __device__ __forceinline__ void SinCosPhase(const Freq<double>& f, double x,
                                             const double2* lane_table, double* s, double* c) {
   if constexpr (kFast) {
-    TableSinCos(lane_table, f.hi * x, s, c);
+    Table::SinCos(lane_table, f.hi, f.lo, x, s, c);
   } else {
-    sincos(f.hi * x, s, c);
+    const double p = f.hi * x;
+    double sp, cp, se, ce;
+    sincos(p, &sp, &cp);
+    sincos(fma(f.hi, x, -p), &se, &ce);
+    *s = fma(sp, ce, cp * se);
+    *c = fma(cp, ce, -(sp * se));
   }
 }
-template <bool kHasLo, bool kFast>
+template <typename Table, bool kHasLo, bool kFast>
 __device__ __forceinline__ void SinCosPhase(const Freq<float>& f, float x, const double2*,
                                             float* s, float* c) {
   SinCosPhase<kHasLo>(f, x, s, c);
@@ -245,9 +276,9 @@ struct PeriodogramParams {
 };
 
 // ---- the fused periodogram -------------------------------------------------------------
-// Shared memory of a block: the staged samples, and for float64 the sin/cos table
-// (float32 phases use __sincosf).
-struct NoTable {};
+// Static shared memory of a block: the staged samples. The float64 sin/cos table is in
+// dynamic shared memory (Policy::Table::Bytes(), over the 48 KiB of static); float32
+// phases use __sincosf.
 template <typename T, int kTile>
 struct PeriodogramStorage {
   struct alignas(4 * sizeof(T)) Sample {  // one 16-byte (f32) or two (f64) broadcast loads
@@ -255,13 +286,15 @@ struct PeriodogramStorage {
   };
   Sample tile[kTile];
   double abs_x_max;  // the row's largest |x|: whether the table's phase bound holds
-  std::conditional_t<std::is_same_v<T, double>, SinCosTable, NoTable> table;
 };
 
-template <typename T, typename Policy, bool kFloatingMean, bool kGrid>
+// kWeighted: the row has weights; without, every normalized weight is the same 1 / N, so
+// the sums run over c, s (one multiply per pair fewer) and take the weight at the end.
+template <typename T, typename Policy, bool kFloatingMean, bool kGrid, bool kWeighted>
 struct PeriodogramAgent {
   static constexpr int F = Policy::kFreqsPerThread;
   static constexpr int kTile = Policy::kTile;
+  using Table = typename Policy::Table;
   using TempStorage = PeriodogramStorage<T, kTile>;
   using Sample = typename TempStorage::Sample;
 
@@ -272,21 +305,22 @@ struct PeriodogramAgent {
 
   const PeriodogramParams<T>& p;
   TempStorage& storage;
+  double2* table;  // float64: Table::Bytes() of dynamic shared memory
 
   // The sums over one staged tile. kFast: float64 phases through the table.
   template <bool kFast>
   __device__ __forceinline__ void AccumulateTile(int nt, const Freq<T> (&f)[F], const Freq<T>& delta,
                                                  FreqSums& acc) const {
     const double2* lane_table = nullptr;
-    if constexpr (std::is_same_v<T, double>) lane_table = storage.table.LaneCopy();
+    if constexpr (std::is_same_v<T, double>) lane_table = Table::LaneCopy(table);
 #pragma unroll(Policy::kInnerUnroll)
     for (int i = 0; i < nt; ++i) {
       const Sample smp = storage.tile[i];  // broadcast read
       T sn[F], cn[F];
       if constexpr (kGrid && F > 1) {
-        SinCosPhase<true, kFast>(f[0], smp.x, lane_table, &sn[0], &cn[0]);
+        SinCosPhase<Table, true, kFast>(f[0], smp.x, lane_table, &sn[0], &cn[0]);
         T sd, cd;
-        SinCosPhase<true, kFast>(delta, smp.x, lane_table, &sd, &cd);
+        SinCosPhase<Table, true, kFast>(delta, smp.x, lane_table, &sd, &cd);
 #pragma unroll
         for (int j = 1; j < F; ++j) {
           cn[j] = fma(cn[j - 1], cd, -(sn[j - 1] * sd));
@@ -294,15 +328,17 @@ struct PeriodogramAgent {
         }
       } else {
 #pragma unroll
-        for (int j = 0; j < F; ++j) SinCosPhase<kGrid, kFast>(f[j], smp.x, lane_table, &sn[j], &cn[j]);
+        for (int j = 0; j < F; ++j) {
+          SinCosPhase<Table, kGrid, kFast>(f[j], smp.x, lane_table, &sn[j], &cn[j]);
+        }
       }
 #pragma unroll
       for (int j = 0; j < F; ++j) {
         const T c = cn[j], s = sn[j];
-        const T wc = smp.w * c;
+        const T wc = kWeighted ? smp.w * c : c;
         if constexpr (kFloatingMean) {
           acc.c[j] += wc;
-          acc.s[j] = fma(smp.w, s, acc.s[j]);
+          acc.s[j] = kWeighted ? fma(smp.w, s, acc.s[j]) : acc.s[j] + s;
         }
         acc.cc[j] = fma(wc, c, acc.cc[j]);
         acc.cs[j] = fma(wc, s, acc.cs[j]);
@@ -325,7 +361,7 @@ struct PeriodogramAgent {
   }
 
   __device__ void Run() {
-    if constexpr (std::is_same_v<T, double>) storage.table.Fill();  // synchronized below
+    if constexpr (std::is_same_v<T, double>) Table::Fill(table);  // synchronized below
     const int64_t per_block = static_cast<int64_t>(Policy::kThreads) * F;
     for (int64_t b = blockIdx.y; b < p.batch; b += gridDim.y) {
       const T* xb = p.x + b * p.x_batch_stride;
@@ -367,7 +403,12 @@ struct PeriodogramAgent {
         }
         bool fast = false;
         if constexpr (std::is_same_v<T, double>) {
-          fast = abs_f_max * storage.abs_x_max <= SinCosTable::kMaxPhase;
+          fast = abs_f_max * storage.abs_x_max <= Table::kMaxPhase;
+          if (fast) {  // the table takes frequencies in its steps (a float64 f has no lo)
+#pragma unroll
+            for (int j = 0; j < F; ++j) Table::StepsOf(f[j].hi, &f[j].hi, &f[j].lo);
+            Table::StepsOf(delta.hi, &delta.hi, &delta.lo);
+          }
         }
         FreqSums acc;
         for (int64_t t0 = 0; t0 < p.n; t0 += kTile) {
@@ -388,10 +429,17 @@ struct PeriodogramAgent {
         // amplified by 1 / D, up to ~100x the error the float32 sums carry.
         const PowerSettings settings{st.y_sum, st.yy_sum,    p.n,
                                      p.normalize, kFloatingMean, p.amplitude};
+        const double weight = kWeighted ? 1.0 : static_cast<double>(wb[0]);
 #pragma unroll
         for (int j = 0; j < F; ++j) {
           const int64_t k = base + j * Policy::kThreads + threadIdx.x;
           if (k >= p.m) continue;
+          if constexpr (!kWeighted) {
+            acc.cc[j] *= weight;
+            acc.cs[j] *= weight;
+            acc.c[j] *= weight;
+            acc.s[j] *= weight;
+          }
           const Sums sums{acc.cc[j], 1.0 - acc.cc[j], acc.cs[j], acc.yc[j],
                           acc.ys[j], acc.c[j],        acc.s[j]};
           StoreValue(ValueOf(sums, settings), p.amplitude, b * p.m + k, p.out);
@@ -400,13 +448,50 @@ struct PeriodogramAgent {
     }
   }
 };
-template <typename T, int kVariant, bool kFloatingMean, bool kGrid>
+
+template <typename T, int kVariant, bool kFloatingMean, bool kGrid, bool kWeighted>
 __global__ void __launch_bounds__(PeriodogramPolicy<T, kVariant>::kThreads,
                                   PeriodogramPolicy<T, kVariant>::kMinBlocksPerSm)
     PeriodogramKernel(const __grid_constant__ PeriodogramParams<T> p) {
-  using Agent = PeriodogramAgent<T, PeriodogramPolicy<T, kVariant>, kFloatingMean, kGrid>;
+  using Agent = PeriodogramAgent<T, PeriodogramPolicy<T, kVariant>, kFloatingMean, kGrid, kWeighted>;
   __shared__ typename Agent::TempStorage storage;
-  Agent{p, storage}.Run();
+  extern __shared__ double2 dynamic_table[];
+  Agent{p, storage, dynamic_table}.Run();
+}
+
+// The kernel of these options. Its dynamic shared memory over 48 KiB is allowed at every
+// launch (a host-side attribute of the function on the current device: ~1 us, and right
+// on every device of the process).
+template <typename T, int kVariant, bool kFloatingMean, bool kGrid, bool kWeighted>
+cudaError_t LaunchPeriodogramKernel(dim3 grid, const PeriodogramParams<T>& p, const LaunchEnv& env) {
+  using Policy = PeriodogramPolicy<T, kVariant>;
+  constexpr size_t kTableBytes = Policy::Table::Bytes();
+  const auto kernel = &PeriodogramKernel<T, kVariant, kFloatingMean, kGrid, kWeighted>;
+  if constexpr (kTableBytes > 0) {
+    GC_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(kTableBytes)));
+  }
+  kernel<<<grid, Policy::kThreads, kTableBytes, env.stream>>>(p);
+  GC_CHECK_LAUNCH();
+  return cudaSuccess;
+}
+
+template <typename T, int kVariant, bool kFloatingMean, bool kGrid>
+cudaError_t LaunchPeriodogram(const LombScargleArgs& a, dim3 grid, const PeriodogramParams<T>& p,
+                              const LaunchEnv& env) {
+  if (a.weights != nullptr) return LaunchPeriodogramKernel<T, kVariant, kFloatingMean, kGrid, true>(grid, p, env);
+  return LaunchPeriodogramKernel<T, kVariant, kFloatingMean, kGrid, false>(grid, p, env);
+}
+
+template <typename T, int kVariant>
+cudaError_t LaunchPeriodogram(const LombScargleArgs& a, dim3 grid, const PeriodogramParams<T>& p,
+                              const LaunchEnv& env) {
+  if (a.floating_mean) {
+    if (a.freqs == nullptr) return LaunchPeriodogram<T, kVariant, true, true>(a, grid, p, env);
+    return LaunchPeriodogram<T, kVariant, true, false>(a, grid, p, env);
+  }
+  if (a.freqs == nullptr) return LaunchPeriodogram<T, kVariant, false, true>(a, grid, p, env);
+  return LaunchPeriodogram<T, kVariant, false, false>(a, grid, p, env);
 }
 
 // ---- host --------------------------------------------------------------------------------
@@ -448,32 +533,24 @@ cudaError_t LaunchT(const LombScargleArgs& a, LombScargleResult* result, const L
                                        static_cast<int64_t>(env.sm_count) * Policy::kMinBlocksPerSm);
   const int64_t gy = std::min<int64_t>(a.batch, 65535);
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
-  const bool use_grid = a.freqs == nullptr;
-#define GC_LS(FM, G) PeriodogramKernel<T, kVariant, FM, G><<<grid, Policy::kThreads, 0, env.stream>>>(p)
-  if (a.floating_mean) {
-    if (use_grid) GC_LS(true, true); else GC_LS(true, false);
-  } else {
-    if (use_grid) GC_LS(false, true); else GC_LS(false, false);
-  }
-#undef GC_LS
-  GC_CHECK_LAUNCH();
-  return cudaSuccess;
+  return LaunchPeriodogram<T, kVariant>(a, grid, p, env);
 }
 
-template <typename T, int V>
+template <typename T, int V, bool kWeighted>
 void ListVariant(std::vector<KernelEntry>& out, const std::string& t) {
-  const std::string v = V == 0 ? "" : ",v" + std::to_string(V);
-  out.push_back({"lombscargle.periodogram<" + t + ",floating_mean,grid" + v + ">", (const void*)&PeriodogramKernel<T, V, true, true>});
-  out.push_back({"lombscargle.periodogram<" + t + ",floating_mean" + v + ">", (const void*)&PeriodogramKernel<T, V, true, false>});
-  out.push_back({"lombscargle.periodogram<" + t + ",grid" + v + ">", (const void*)&PeriodogramKernel<T, V, false, true>});
-  out.push_back({"lombscargle.periodogram<" + t + v + ">", (const void*)&PeriodogramKernel<T, V, false, false>});
+  const std::string v = (V == 0 ? "" : ",v" + std::to_string(V)) + (kWeighted ? ",weighted" : "");
+  out.push_back({"lombscargle.periodogram<" + t + ",floating_mean,grid" + v + ">", (const void*)&PeriodogramKernel<T, V, true, true, kWeighted>});
+  out.push_back({"lombscargle.periodogram<" + t + ",floating_mean" + v + ">", (const void*)&PeriodogramKernel<T, V, true, false, kWeighted>});
+  out.push_back({"lombscargle.periodogram<" + t + ",grid" + v + ">", (const void*)&PeriodogramKernel<T, V, false, true, kWeighted>});
+  out.push_back({"lombscargle.periodogram<" + t + v + ">", (const void*)&PeriodogramKernel<T, V, false, false, kWeighted>});
 }
 
 template <typename T>
 void ListT(std::vector<KernelEntry>& out, const std::string& t) {
   out.push_back({"lombscargle.prep<" + t + ">", (const void*)&PrepKernel<T, T>});
   [&]<int... V>(std::integer_sequence<int, V...>) {
-    (ListVariant<T, V>(out, t), ...);
+    (ListVariant<T, V, true>(out, t), ...);
+    (ListVariant<T, V, false>(out, t), ...);
   }(std::make_integer_sequence<int, kPeriodogramVariants<T>>{});
 }
 
@@ -521,7 +598,8 @@ cudaError_t LaunchLombScarglePrep(DType dtype, const LombScargleArgs& a, double*
 }
 
 // float64 on explicit frequencies: the variant whose last wave of blocks is fullest, as
-// (waves rounded up) x (frequencies per thread), the time in units of one tile of pairs.
+// (waves rounded up) x (frequencies per thread), the time in units of one tile of pairs;
+// on a tie the first listed.
 template <int... V>
 int FullestWavesVariant(const LombScargleArgs& a, const LaunchEnv& env) {
   int best = 0;
@@ -544,14 +622,14 @@ cudaError_t LaunchLombScargle(DType dtype, const LombScargleArgs& a, LombScargle
   if (dtype == DType::kFloat64) {
     // A grid with blocks for every SM twice: 8 frequencies per thread, 2 sincos + 7
     // rotations per 8 pairs (H100: 1.29 ms against 1.59 ms with 4, 2^10 x 2^20).
-    // Explicit: 4, or 3 / 5 where they fill the last wave better (bench/run_gpu_kernels.sh
-    // times each).
+    // Explicit: 5, 4 or 3, whichever fills the last wave best, 5 on a tie (the most
+    // independent chains; bench/gpu_kernels_bench times each).
     using P1 = PeriodogramPolicy<double, 1>;
     const int64_t grid_blocks = CeilDiv(a.frequencies, int64_t{P1::kThreads} * P1::kFreqsPerThread) * a.batch;
     if (a.freqs == nullptr) {
       return LaunchVariant(dtype, a, result, env, grid_blocks >= 2 * int64_t{env.sm_count} ? 1 : 0);
     }
-    return LaunchVariant(dtype, a, result, env, FullestWavesVariant<0, 2, 3>(a, env));
+    return LaunchVariant(dtype, a, result, env, FullestWavesVariant<3, 0, 2>(a, env));
   }
   // float32: 8 frequencies per thread where that still gives every SM two blocks,
   // else 4 (twice the blocks).
@@ -590,11 +668,11 @@ cudaError_t WarmupLombScargle(const LaunchEnv& env) {
     a.frequencies = 5;
     a.x = base;
     a.y = base + 4 * es;
-    a.weights = base + 8 * es;
     a.out = base + 16 * es;
     for (int variant = 0; variant < LombScargleVariantCount(t); ++variant) {
-      for (int fm = 0; fm < 2; ++fm) {
-        a.floating_mean = fm == 1;
+      for (int options = 0; options < 4; ++options) {
+        a.floating_mean = (options & 1) != 0;
+        a.weights = (options & 2) != 0 ? base + 8 * es : nullptr;
         a.freqs = base + 24 * es;
         GC_TRY(LaunchVariant(t, a, res, env, variant));
         a.freqs = nullptr;

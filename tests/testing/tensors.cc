@@ -202,11 +202,21 @@ struct Moments {
   double C = 0, S = 0, CC = 0, SS = 0, CS = 0, YC = 0, YS = 0;
 };
 
+// cos and sin of the exact f x - shift: of the rounded product p, turned by
+// e - shift, where e = f x - p exactly (a rounded f x is off by up to 1e-4 rad at 1e12).
+void SinCosOfExactPhase(double f, double x, double shift, double* s, double* c) {
+  const double p = f * x;
+  const double rest = std::fma(f, x, -p) - shift;
+  const double sp = std::sin(p), cp = std::cos(p), sr = std::sin(rest), cr = std::cos(rest);
+  *s = sp * cr + cp * sr;
+  *c = cp * cr - sp * sr;
+}
+
 Moments MomentsAt(const ReferenceRow& row, int64_t n, double f, double shift, bool floating_mean) {
   Moments m;
   for (int64_t i = 0; i < n; ++i) {
-    const double c = std::cos(f * row.x[i] - shift);
-    const double s = std::sin(f * row.x[i] - shift);
+    double c, s;
+    SinCosOfExactPhase(f, row.x[i], shift, &s, &c);
     m.CC += row.w[i] * c * c;
     m.SS += row.w[i] * s * s;
     m.CS += row.w[i] * c * s;
