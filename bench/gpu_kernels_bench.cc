@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -246,17 +247,39 @@ void Haversine(Bench& b, bool quick) {
       });
       MarkWriteOnly();
       if (n < 10000) continue;
-      // The last step's formulations (haversine_variants.h), kernels only.
+      // The last step's formulations and the grid schedules (haversine_variants.h),
+      // kernels only: every angle on the default schedule, then the fastest angles and
+      // the new one on each full-wave schedule. On the 2-degree mesh around the
+      // reference every h is small; across the globe h spans [0, 1] within a warp
+      // (the library asin's two branches diverge).
       const DeviceRefs d_refs(refs);
-      for (auto [angle, name] : {std::pair{cuda::HaversineAngle::kAtan2, "  mesh atan2"},
-                                 std::pair{cuda::HaversineAngle::kAsinSplit, "  mesh asin_split"},
-                                 std::pair{cuda::HaversineAngle::kAsin, "  mesh asin"},
-                                 std::pair{cuda::HaversineAngle::kAsinPolynomial, "  mesh asin_poly"}}) {
-        TimeLaunch(b, name, Short(dt), size, static_cast<double>(out->bytes()), 0, [&] {
-          return cuda::LaunchHaversineMeshVariant(dt, {29, 31, n}, {99, 101, n}, d_refs.d, 1,
-                                                  kDefaultEarthRadiusKm, out->data(), env, angle);
-        });
-        MarkWriteOnly();
+      using Angle = cuda::HaversineAngle;
+      using Schedule = cuda::HaversineMeshSchedule;
+      struct MeshVariant { Angle angle; Schedule schedule; const char* name; };
+      for (const auto& [axes, label] : {std::pair{LatLonMesh{{29, 31, n}, {99, 101, n}}, size},
+                                        std::pair{LatLonMesh{{-89.5, 89.5, n}, {-180, 180, n}}, size + " globe"}}) {
+        for (const MeshVariant& v : std::initializer_list<MeshVariant>{
+                 {Angle::kAtan2, Schedule::kCovering, "  mesh atan2"},
+                 {Angle::kAsinSplit, Schedule::kCovering, "  mesh asin_split"},
+                 {Angle::kAsin, Schedule::kCovering, "  mesh asin"},
+                 {Angle::kAsinPolynomial, Schedule::kCovering, "  mesh asin_poly"},
+                 {Angle::kAsinReduced, Schedule::kCovering, "  mesh reduced"},
+                 {Angle::kAsin, Schedule::kFullWaves, "  mesh asin waves"},
+                 {Angle::kAsinPolynomial, Schedule::kFullWaves, "  mesh asin_poly waves"},
+                 {Angle::kAsinReduced, Schedule::kFullWaves, "  mesh reduced waves"},
+                 {Angle::kAsin, Schedule::kFullWavesTwoRows, "  mesh asin waves2"},
+                 {Angle::kAsinPolynomial, Schedule::kFullWavesTwoRows, "  mesh asin_poly waves2"},
+                 {Angle::kAsinReduced, Schedule::kFullWavesTwoRows, "  mesh reduced waves2"},
+                 {Angle::kAsinPolynomial, Schedule::kFullWavesFused, "  mesh asin_poly fused"},
+                 {Angle::kAsinReduced, Schedule::kFullWavesFused, "  mesh reduced fused"}}) {
+          TimeLaunch(b, v.name, Short(dt), label, static_cast<double>(out->bytes()), 0, [&] {
+            const cuda::MeshAxis lat{axes.lat.start, axes.lat.stop, axes.lat.count};
+            const cuda::MeshAxis lon{axes.lon.start, axes.lon.stop, axes.lon.count};
+            return cuda::LaunchHaversineMeshVariant(dt, lat, lon, d_refs.d, 1, kDefaultEarthRadiusKm,
+                                                    out->data(), env, v.angle, v.schedule);
+          });
+          MarkWriteOnly();
+        }
       }
     }
   }
@@ -277,7 +300,9 @@ void Haversine(Bench& b, bool quick) {
     CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&res), sizeof(*res)));
     for (auto [variant, name] : {std::pair{cuda::HaversinePointsVariant::kSplitTerms, "  points split"},
                                  std::pair{cuda::HaversinePointsVariant::kDirect, "  points direct"},
-                                 std::pair{cuda::HaversinePointsVariant::kSplitPrefetch, "  points prefetch"}}) {
+                                 std::pair{cuda::HaversinePointsVariant::kSplitPrefetch, "  points prefetch"},
+                                 std::pair{cuda::HaversinePointsVariant::kReduced, "  points reduced"},
+                                 std::pair{cuda::HaversinePointsVariant::kReducedPrefetch, "  points reduced prefetch"}}) {
       TimeLaunch(b, name, Short(dt), "1e7 pts x 4 refs", bytes, 0, [&] {
         return cuda::LaunchHaversinePointsVariant(dt, lat->data(), lon->data(), n, d_refs.d, 4,
                                                   kDefaultEarthRadiusKm, out->data(), res, env, variant);

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
@@ -256,14 +257,21 @@ void CheckMeshAngles(const LatLonMesh& mesh, const std::vector<GeoPoint>& refs, 
   const std::vector<double> want = Read<double>(*Cpu(), *ref);
   const DeviceRefs d_refs(refs);
   for (auto angle : {cuda::HaversineAngle::kAtan2, cuda::HaversineAngle::kAsinSplit, cuda::HaversineAngle::kAsin,
-                     cuda::HaversineAngle::kAsinPolynomial}) {
-    for (int offset : {0, 1}) {  // vector stores, and scalar ones
+                     cuda::HaversineAngle::kAsinPolynomial, cuda::HaversineAngle::kAsinReduced}) {
+    for (auto [schedule, offset] : {std::pair{cuda::HaversineMeshSchedule::kCovering, 0},
+                                    std::pair{cuda::HaversineMeshSchedule::kCovering, 1},  // scalar stores
+                                    std::pair{cuda::HaversineMeshSchedule::kFullWaves, 0},
+                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesTwoRows, 0},
+                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesTwoRows, 1},
+                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesFused, 0},
+                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesFused, 1}}) {
       SCOPED_TRACE(absl::StrCat(mesh.lat.count, " x ", mesh.lon.count, sizeof(T) == 4 ? " f32" : " f64",
-                                " angle ", static_cast<int>(angle), " offset ", offset));
+                                " angle ", static_cast<int>(angle), " schedule ", static_cast<int>(schedule),
+                                " offset ", offset));
       DeviceBuffer<T> out(n, offset);
       ASSERT_CUDA(cuda::LaunchHaversineMeshVariant(
           kDType<T>, {mesh.lat.start, mesh.lat.stop, mesh.lat.count}, {mesh.lon.start, mesh.lon.stop, mesh.lon.count},
-          d_refs.buffer.p, n_ref, kDefaultEarthRadiusKm, out.p, Env(), angle));
+          d_refs.buffer.p, n_ref, kDefaultEarthRadiusKm, out.p, Env(), angle, schedule));
       ASSERT_CUDA(cudaDeviceSynchronize());
       const std::vector<T> got = out.Download(n);
       for (T g : got) ASSERT_TRUE(std::isfinite(g)) << "an output element was left unwritten";
@@ -284,24 +292,93 @@ TEST(GpuKernelVariants, HaversineMeshEveryAngleFormulation) {
   const LatLonMesh antipode{{-30.01, -29.99, 34}, {-79.01, -78.99, 36}};
   CheckMeshAngles<double>(antipode, refs, 1e-9);
   CheckMeshAngles<float>({{29, 31, 7}, {99, 101, 9}}, refs, 2e-6);  // odd sizes, tiny
+  CheckMeshAngles<float>({{-60, 70, 50}, {-170, 170, 64}}, refs, 2e-6);  // float4 stores (64 columns)
+}
+
+constexpr std::initializer_list<cuda::HaversinePointsVariant> kEveryPointsVariant = {
+    cuda::HaversinePointsVariant::kSplitTerms, cuda::HaversinePointsVariant::kDirect,
+    cuda::HaversinePointsVariant::kSplitPrefetch, cuda::HaversinePointsVariant::kReduced,
+    cuda::HaversinePointsVariant::kReducedPrefetch};
+
+// The reduced variant elementwise against long double, across the globe and through
+// each antipode (h near 1, where it forms g = 1 - h from its own terms): a few ulp plus
+// one ulp of a 180-degree coordinate (the device's linspace may round differently).
+// The library's asin(sqrt(h)) is not held to this: near h = 1 its sqrt's rounding
+// costs u / sqrt(1 - h) (~20 ulp at 19900 km), and h's own rounding half that.
+long double LongDoubleDistance(double lat, double lon, const GeoPoint& ref) {
+  const long double d = 3.14159265358979323846264338327950288L / 360;
+  const long double dlat = (static_cast<long double>(lat) - ref.lat) * d, dlon = (static_cast<long double>(lon) - ref.lon) * d;
+  const long double sum = (static_cast<long double>(lat) + ref.lat) * d;
+  const long double sl = std::sin(dlat), cl = std::cos(dlat), so = std::sin(dlon), co = std::cos(dlon), ss = std::sin(sum);
+  const long double h = sl * sl + std::cos(2 * lat * d) * std::cos(2 * ref.lat * d) * so * so;
+  const long double g = cl * cl * co * co + ss * ss * so * so;
+  return 2 * static_cast<long double>(kDefaultEarthRadiusKm) * std::atan2(std::sqrt(h), std::sqrt(g));
+}
+
+double LinspaceAtLikeTheDevice(const Linspace& a, int64_t i) {
+  if (a.count == 1) return a.start;
+  if (i == a.count - 1) return a.stop;
+  return std::fma(static_cast<double>(i), (a.stop - a.start) / static_cast<double>(a.count - 1), a.start);
 }
 
 template <typename T>
-void CheckPointsVariants(int64_t n, int n_ref) {
+void CheckReducedAgainstLongDouble(cuda::HaversineMeshSchedule schedule, double rtol) {
+  const LatLonMesh globe{{-89.5, 89.5, 361}, {-180, 180, 724}};
+  const std::vector<GeoPoint> refs = {{30, 101}, {-0.25, 0.5}};
+  const DeviceRefs d_refs(refs);
+  const int64_t n = static_cast<int64_t>(refs.size()) * globe.lat.count * globe.lon.count;
+  DeviceBuffer<T> out(n, 0);
+  ASSERT_CUDA(cuda::LaunchHaversineMeshVariant(kDType<T>, {globe.lat.start, globe.lat.stop, globe.lat.count},
+                                               {globe.lon.start, globe.lon.stop, globe.lon.count}, d_refs.buffer.p,
+                                               static_cast<int64_t>(refs.size()), kDefaultEarthRadiusKm, out.p, Env(),
+                                               cuda::HaversineAngle::kAsinReduced, schedule));
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  const std::vector<T> got = out.Download(n);
+  const double coordinate_ulp_km = 2.9e-14 * 111.2;  // one ulp of 180 degrees, in km
+  int64_t bad = 0, i = 0;
+  for (const GeoPoint& ref : refs) {
+    for (int64_t k = 0; k < globe.lat.count; ++k) {
+      for (int64_t j = 0; j < globe.lon.count; ++j, ++i) {
+        const long double want = LongDoubleDistance(LinspaceAtLikeTheDevice(globe.lat, k),
+                                                    LinspaceAtLikeTheDevice(globe.lon, j), ref);
+        if (!(std::fabs(got[i] - want) <= rtol * want + coordinate_ulp_km) && ++bad <= 5) {
+          ADD_FAILURE() << "element " << i << ": reduced " << got[i] << ", long double "
+                        << static_cast<double>(want);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << (sizeof(T) == 4 ? "f32" : "f64") << " schedule " << static_cast<int>(schedule);
+}
+
+TEST(GpuKernelVariants, HaversineReducedWithinAFewUlpsOfLongDouble) {
+  REQUIRE_GPU();
+  for (auto schedule : {cuda::HaversineMeshSchedule::kCovering, cuda::HaversineMeshSchedule::kFullWavesFused}) {
+    CheckReducedAgainstLongDouble<double>(schedule, 2e-15);  // 9 to 18 ulp: catches a bad formulation, not 1 ulp
+    CheckReducedAgainstLongDouble<float>(schedule, 1e-6);    // 8 to 16 ulp
+  }
+}
+
+template <typename T>
+void CheckPointsVariants(int64_t n, int n_ref, double lon_range = 540,
+                         std::initializer_list<cuda::HaversinePointsVariant> variants = kEveryPointsVariant) {
   const uint64_t seed = FreshSeed();
   std::vector<GeoPoint> refs;
   const std::vector<double> rl = Uniform<double>(n_ref, -89, 89, seed + 7), ro = Uniform<double>(n_ref, -180, 180, seed + 8);
   for (int r = 0; r < n_ref; ++r) refs.push_back({rl[r], ro[r]});
-  const std::vector<T> lat = Uniform<T>(n, -90, 90, seed), lon = Uniform<T>(n, -540, 540, seed + 1);
-  const std::vector<double> lat64(lat.begin(), lat.end()), lon64(lon.begin(), lon.end());
+  const std::vector<T> lat = Uniform<T>(n, -90, 90, seed), lon = Uniform<T>(n, -lon_range, lon_range, seed + 1);
+  // The reference gets the longitudes reduced mod 360 (exact): the same points, without
+  // the CPU's own float64 rounding of 1e6 degrees in radians.
+  const std::vector<double> lat64(lat.begin(), lat.end());
+  std::vector<double> lon64;
+  for (T v : lon) lon64.push_back(std::fmod(static_cast<double>(v), 360.0));
   OpContext ctx;
   auto ref = Poisoned(*Cpu(), DType::kFloat64, {n_ref, n});
   ASSERT_TRUE(Cpu()->HaversinePoints(*Put(*Cpu(), {n}, lat64), *Put(*Cpu(), {n}, lon64), refs,
                                      kDefaultEarthRadiusKm, *ref, ctx).ok());
   const std::vector<double> want = Read<double>(*Cpu(), *ref);
   const DeviceRefs d_refs(refs);
-  for (auto v : {cuda::HaversinePointsVariant::kSplitTerms, cuda::HaversinePointsVariant::kDirect,
-                 cuda::HaversinePointsVariant::kSplitPrefetch}) {
+  for (auto v : variants) {
     SCOPED_TRACE(absl::StrCat(n, " points x ", n_ref, sizeof(T) == 4 ? " f32" : " f64", " variant ",
                               static_cast<int>(v), " seed ", seed));
     DeviceBuffer<T> la(n, 1), lo(n, 0), out(n * n_ref, 1);
@@ -327,6 +404,16 @@ TEST(GpuKernelVariants, HaversinePointsEveryVariant) {
     CheckPointsVariants<double>(n, 3);
   }
   CheckPointsVariants<double>(4099, 70);  // more references than blocks in y
+}
+
+// The reduced variants reduce longitudes by exact multiples of 180 degrees: out to
+// the rule's 1e6, where the others' float32 radians lose the angle.
+TEST(GpuKernelVariants, HaversinePointsReducedFarLongitudes) {
+  REQUIRE_GPU();
+  for (auto v : {cuda::HaversinePointsVariant::kReduced, cuda::HaversinePointsVariant::kReducedPrefetch}) {
+    CheckPointsVariants<float>(30011, 5, 1e6, {v});
+    CheckPointsVariants<double>(30011, 5, 1e6, {v});
+  }
 }
 
 }  // namespace

@@ -72,6 +72,20 @@ inline unsigned GridFor(int64_t work_blocks, int sm_count, int blocks_per_sm) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min(work_blocks, cap)));
 }
 
+// Blocks of `threads` threads of `kernel` resident at once on one multiprocessor, for
+// grids of exactly full waves. Callers keep it in a function-local static: asked once
+// per kernel (the devices of a server are taken to be of one architecture; only grid
+// sizes depend on it).
+template <typename Kernel>
+int ResidentBlocksPerSm(Kernel kernel, int threads) {
+  int blocks = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, 0) != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: fall back to one block
+    return 1;
+  }
+  return std::max(blocks, 1);
+}
+
 // Stream-ordered scratch memory from the device pool, freed on the same stream.
 class Scratch {
  public:

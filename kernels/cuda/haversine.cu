@@ -2,17 +2,20 @@
 //   h(i, j) = A_i + B_i * C_j,  A_i = sin^2((lat_i - lat0) / 2),
 //   B_i = cos(lat_i) cos(lat0),  C_j = sin^2((lon_j - lon0) / 2),
 // where the row terms (A, B) and column terms C are computed once per reference in
-// float64 by a small kernel (n_lat + n_lon sines), and every point then costs one
-// FMA and the last step, half the central angle (kDefaultAngle: float32 a branch-free
-// polynomial asin, float64 asin(sqrt(h))); h clamped to [0, 1]. The mesh is generated on the device
+// float64 (n_lat + n_lon sines: a small kernel, or the mesh kernel itself when fused),
+// and every point then costs one FMA (three with g = 1 - h) and the last step, half
+// the central angle (kDefaultMeshAngle: float32 a branch-free polynomial asin, float64
+// the reduced step with g from its own terms). The mesh is generated on the device
 // (numpy.linspace semantics); nothing but the references is transferred. Points mode
 // is separable too: each point's half-angle sines and cosines are computed once and
 // combined with each reference's (RefTermsKernel) by angle-difference identities; the
 // first point outside the latitude or longitude rule goes to the result (atomicMin),
 // so stored points are checked in the same pass at no measurable cost. The other
-// formulations stay for the benchmark (haversine_variants.h).
+// formulations and schedules stay for the benchmark (haversine_variants.h); the
+// arithmetic of the last step and of the reduced points variant is haversine_math.h.
 //
-//   LaunchHaversineMesh -> MeshTermsKernel, MeshKernel -> MeshAgent
+//   LaunchHaversineMesh -> MeshTermsKernel, MeshKernel<kRows> -> MeshAgent, or MeshFusedKernel
+//   -> MeshFusedAgent (haversine_mesh.cuh)
 //   LaunchHaversinePoints -> RefTermsKernel, PointsSplitKernel<T, prefetch if f32> -> PointsSplitAgent
 //   (kDirect: PointsKernel -> PointsAgent)
 #include <cuda_runtime.h>
@@ -20,25 +23,29 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/haversine_math.h"
+#include "kernels/cuda/haversine_mesh.cuh"
 #include "kernels/cuda/haversine_variants.h"
 #include "kernels/cuda/launchers.h"
 
 namespace gpucompute::cuda {
 namespace {
 
+namespace hm = haversine_math;
 constexpr double kDegToRad = 0.017453292519943295769236907684886;
+using haversine_mesh::MeshFusedKernel;
+using haversine_mesh::MeshKernel;
+using haversine_mesh::MeshPolicy;
+using haversine_mesh::MeshTermsKernel;
+using haversine_mesh::ColumnTerms;
+using haversine_mesh::kWithG;
+using haversine_mesh::RowTerms;
+using haversine_mesh::TermsPolicy;
 
-struct TermsPolicy {
-  static constexpr int kThreads = 256;
-  static constexpr int kMinBlocksPerSm = 4;
-};
-struct MeshPolicy {
-  static constexpr int kThreads = 256;
-  static constexpr int kMinBlocksPerSm = 4;
-};
 struct PointsPolicy {
   static constexpr int kThreads = 256;
   static constexpr int kMinBlocksPerSm = 4;
@@ -48,219 +55,27 @@ struct PointsPolicy {
 template <typename T>
 constexpr int kPointsPerThread = sizeof(T) == 4 ? 4 : 2;
 
+// The defaults, from bench/run_gpu_kernels.sh on an H100 (ratio to the write bound,
+// 2-degree mesh / globe). Mesh float32: the asin(sqrt(m)) polynomial on full waves
+// (0.88). Mesh float64: the reduced last step in one launch (0.63 / 0.68, against asin
+// on full waves 0.67 / 0.53 and asin covering 0.61 / 0.51), now that it forms g = 1 - h
+// from its own terms: a few ulp of long double to the antipode, where the library's
+// asin(sqrt(h)) loses ~1 / sqrt(1 - h) ulp (gpu_kernel_variants_test).
 template <typename T>
-struct Pair;
-template <>
-struct Pair<float> { using type = float2; };
-template <>
-struct Pair<double> { using type = double2; };
-
-// numpy.linspace point i (the Linspace::At formula of backend.h).
-__device__ __forceinline__ double LinspaceAt(const MeshAxis& a, int64_t i) {
-  if (a.count == 1) return a.start;
-  if (i == a.count - 1) return a.stop;
-  return a.start + static_cast<double>(i) * ((a.stop - a.start) / static_cast<double>(a.count - 1));
-}
-
-// atan2(sqrt(h), sqrt(1 - h)) for h in [0, 1] in float32 without the library's
-// branches and IEEE division/sqrt slow paths (the f32 mesh kernel was issue-bound at
-// ~80 instructions per point): with g = 1 - h, the smaller of the two angles has
-// tangent t = sqrt(min(h, g) / max(h, g)) in [0, 1]; atan(t) = t + t^3 P(t^2) with a
-// degree-7 weighted least-squares fit (1.5 ulp in float32), and the larger angle is
-// pi/2 - atan(t). __fdividef (2 ulp, max(h, g) >= 0.5) and rsqrtf (2 ulp) keep the
-// total near 3 ulp: ~25 instructions, 2 MUFU.
-__device__ __forceinline__ float HalfCentralAngle(float h) {
-  const float g = 1.0f - h;
-  const float lo = fminf(h, g), hi = fmaxf(h, g);
-  const float q = __fdividef(lo, hi);
-  const float t = q > 0.0f ? q * rsqrtf(q) : 0.0f;
-  const float u = t * t;
-  float p = 2.920677885e-03f;
-  p = fmaf(p, u, -1.636787318e-02f);
-  p = fmaf(p, u, 4.321177676e-02f);
-  p = fmaf(p, u, -7.552207261e-02f);
-  p = fmaf(p, u, 1.066600159e-01f);
-  p = fmaf(p, u, -1.421105415e-01f);
-  p = fmaf(p, u, 1.999377310e-01f);
-  p = fmaf(p, u, -3.333315253e-01f);
-  const float a = fmaf(t * u, p, t);
-  return h <= g ? a : 1.57079632679489662f - a;
-}
-
-// asin(sqrt(h)) as asin(sqrt(m)), m = min(h, 1 - h) <= 1/2, and pi/2 minus that when
-// h > 1/2 (asin(sqrt(h)) + asin(sqrt(1 - h)) = pi/2; 1 - h is exact there): the
-// library asin stays on its short polynomial branch and one square root replaces
-// atan2's two and its division.
+constexpr HaversineAngle kDefaultMeshAngle =
+    sizeof(T) == 4 ? HaversineAngle::kAsinPolynomial : HaversineAngle::kAsinReduced;
 template <typename T>
-__device__ __forceinline__ T HalfAngleByAsin(T h) {
-  const T g = T(1) - h;
-  const T a = asin(sqrt(fmin(h, g)));
-  return h <= g ? a : static_cast<T>(1.5707963267948966192) - a;
-}
+constexpr HaversineMeshSchedule kDefaultMeshSchedule =
+    sizeof(T) == 4 ? HaversineMeshSchedule::kFullWaves : HaversineMeshSchedule::kFullWavesFused;
 
-// asin(sqrt(m)) / sqrt(m) for m in [0, 1/2], in float64: the Chebyshev interpolant at
-// 20 nodes (computed in 60-digit arithmetic from the series sum (2k)! m^k /
-// (4^k (k!)^2 (2k + 1)), converted to monomials and rounded): fit error 8e-18, about
-// 1 ulp with Horner. 19 FMAs, no branch, no division.
-__device__ __forceinline__ double AsinSqrtRatio(double m) {
-  constexpr double kC[20] = {
-      1.0, 0.16666666666666963, 0.07499999999921603, 0.044642857225197834,
-      0.030381939881673394, 0.022372313172485805, 0.017349310327158196, 0.01401917204006966,
-      0.01092934906491237, 0.015091795028583365, -0.026316324552338826, 0.1809574620911065,
-      -0.6641236302549411, 2.0016041109291547, -4.535791802822955, 7.768165374555008,
-      -9.669659398550623, 8.32498352944691, -4.438816692066939, 1.1264192878807509,
-  };
-  double p = kC[19];
-#pragma unroll
-  for (int k = 18; k >= 0; --k) p = fma(p, m, kC[k]);
-  return p;
-}
-
-// The same ratio in float32: the interpolant at 8 nodes (fit error 1.8e-8), 7 FMAs.
-__device__ __forceinline__ float AsinSqrtRatio(float m) {
-  constexpr float kC[8] = {1.0f, 0.16666954671609344f, 0.07488114441822327f, 0.046480849462936874f,
-                           0.01673138895046739f, 0.07553975382221965f, -0.09008621671077405f,
-                           0.10967398323879114f};
-  float p = kC[7];
-#pragma unroll
-  for (int k = 6; k >= 0; --k) p = fmaf(p, m, kC[k]);
-  return p;
-}
-
-// HalfAngleByAsin with the polynomials above: a = x + x (ratio - 1), the ratio - 1
-// exact (the ratio is in [1, 1.11]). float32: x = m rsqrt(m) (2 ulp, no IEEE sqrt
-// slow path), ~4 ulp in all, ~16 instructions against the atan2 polynomial's ~25.
-template <typename T>
-__device__ __forceinline__ T HalfAngleByPolynomial(T h) {
-  if constexpr (sizeof(T) == 4) {
-    const float g = 1.0f - h;
-    const float m = fminf(h, g);
-    const float x = m > 0.0f ? m * rsqrtf(m) : 0.0f;
-    const float a = fmaf(x, AsinSqrtRatio(m) - 1.0f, x);
-    return h <= g ? a : 1.57079632679489662f - a;
-  } else {
-    const double g = 1.0 - h;
-    const double m = fmin(h, g);
-    const double x = sqrt(m);
-    const double a = fma(x, AsinSqrtRatio(m) - 1.0, x);
-    return h <= g ? a : 1.5707963267948966192 - a;
-  }
-}
-
-// The formulations of the last step the benchmark compares (haversine_variants.h):
-// kAtan2: atan2(sqrt(h), sqrt(1 - h)) (float32: the polynomial above); kAsinSplit:
-// HalfAngleByAsin; kAsin: asin(sqrt(h)); kAsinPolynomial: HalfAngleByPolynomial.
-template <typename T, HaversineAngle kAngle>
-__device__ __forceinline__ T HalfAngle(T h) {
-  if constexpr (kAngle == HaversineAngle::kAsinSplit) {
-    return HalfAngleByAsin(h);
-  } else if constexpr (kAngle == HaversineAngle::kAsin) {
-    return asin(sqrt(h));
-  } else if constexpr (kAngle == HaversineAngle::kAsinPolynomial) {
-    return HalfAngleByPolynomial(h);
-  } else if constexpr (sizeof(T) == 4) {
-    return HalfCentralAngle(h);
-  } else {
-    return atan2(sqrt(h), sqrt(1.0 - h));
-  }
-}
-
-// The defaults, the winners of bench/run_gpu_kernels.sh (H100, run 2 at 196d676, 1e4^2
-// mesh): float32 the asin(sqrt(m)) polynomial (0.158 ms); float64 asin(sqrt(h)) (0.405
-// against asin_split 0.474, polynomial 0.480, atan2 0.712), within 1e-9 of the CPU's
-// float64 near the antipode, itself that ill-conditioned (gpu_kernel_variants_test).
-template <typename T>
-constexpr HaversineAngle kDefaultAngle =
-    sizeof(T) == 4 ? HaversineAngle::kAsinPolynomial : HaversineAngle::kAsin;
-
-// Points (1e7 x 4 references): float32 prefetches (0.118 ms against 0.122), float64
-// does not (0.376: its prefetch spills at 64 registers).
+// Points (1e7 x 4 references): float32 prefetches (0.70 of D2D), float64 the reduced
+// variant (0.63 against split terms 0.45; its prefetch spilled). The other points
+// kernels' last step: float32 the polynomial, float64 asin(sqrt(h)).
 template <typename T>
 constexpr HaversinePointsVariant kDefaultPointsVariant =
-    sizeof(T) == 4 ? HaversinePointsVariant::kSplitPrefetch : HaversinePointsVariant::kSplitTerms;
-
-// d = 2 R asin(sqrt(h)), h clamped to [0, 1].
-template <typename T, HaversineAngle kAngle = kDefaultAngle<T>>
-__device__ __forceinline__ T DistanceFromH(T h, T two_r) {
-  h = fmin(fmax(h, T(0)), T(1));
-  return two_r * HalfAngle<T, kAngle>(h);
-}
-
-// ---- per-reference row and column terms (float64, stored as T) ---------------------
+    sizeof(T) == 4 ? HaversinePointsVariant::kSplitPrefetch : HaversinePointsVariant::kReduced;
 template <typename T>
-__global__ void __launch_bounds__(TermsPolicy::kThreads, TermsPolicy::kMinBlocksPerSm)
-    MeshTermsKernel(MeshAxis lat, MeshAxis lon, const RefPoint* refs, int64_t n_ref,
-                    typename Pair<T>::type* row_terms, T* col_terms) {
-  const int64_t per_ref = lat.count + lon.count;
-  const int64_t total = per_ref * n_ref;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
-       idx += stride) {
-    const int64_t r = idx / per_ref;
-    const int64_t k = idx - r * per_ref;
-    const RefPoint ref = refs[r];
-    if (k < lat.count) {
-      const double lat_i = LinspaceAt(lat, k);
-      const double s = sin((lat_i - ref.lat_deg) * (0.5 * kDegToRad));
-      typename Pair<T>::type t;
-      t.x = static_cast<T>(s * s);
-      t.y = static_cast<T>(cos(lat_i * kDegToRad) * ref.cos_lat);
-      row_terms[r * lat.count + k] = t;
-    } else {
-      const int64_t j = k - lat.count;
-      const double s = sin((LinspaceAt(lon, j) - ref.lon_deg) * (0.5 * kDegToRad));
-      col_terms[r * lon.count + j] = static_cast<T>(s * s);
-    }
-  }
-}
-
-// ---- the mesh: each thread owns a vector of columns, walks rows ---------------------
-template <typename T, bool kVec, HaversineAngle kAngle>
-struct MeshAgent {
-  static constexpr int kV = kVec ? Vec16<T>::kCount : 1;
-  const typename Pair<T>::type* row_terms;
-  const T* col_terms;
-  int64_t n_lat, n_lon, n_ref;
-  T two_r;
-  T* out;
-
-  __device__ void Run() {
-    const int64_t units = n_lon / kV;
-    const int64_t unit = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (unit >= units) return;
-    const int64_t row_step = static_cast<int64_t>(gridDim.y) * blockDim.y;
-    for (int64_t r = blockIdx.z; r < n_ref; r += gridDim.z) {
-      // Column terms for this thread's columns: read once, kept in registers.
-      T c[kV];
-#pragma unroll
-      for (int v = 0; v < kV; ++v) c[v] = col_terms[r * n_lon + unit * kV + v];
-      for (int64_t i = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; i < n_lat;
-           i += row_step) {
-        const typename Pair<T>::type ab = row_terms[r * n_lat + i];  // warp-uniform
-        T d[kV];
-#pragma unroll
-        for (int v = 0; v < kV; ++v) d[v] = DistanceFromH<T, kAngle>(fma(ab.y, c[v], ab.x), two_r);
-        T* dst = out + (r * n_lat + i) * n_lon + unit * kV;
-        if constexpr (kVec) {
-          if constexpr (kV == 4) {
-            *reinterpret_cast<float4*>(dst) = make_float4(d[0], d[1], d[2], d[3]);
-          } else {
-            *reinterpret_cast<double2*>(dst) = make_double2(d[0], d[1]);
-          }
-        } else {
-          dst[0] = d[0];
-        }
-      }
-    }
-  }
-};
-
-template <typename T, bool kVec, HaversineAngle kAngle = kDefaultAngle<T>>
-__global__ void __launch_bounds__(MeshPolicy::kThreads, MeshPolicy::kMinBlocksPerSm)
-    MeshKernel(const typename Pair<T>::type* row_terms, const T* col_terms, int64_t n_lat,
-               int64_t n_lon, int64_t n_ref, T two_r, T* out) {
-  MeshAgent<T, kVec, kAngle>{row_terms, col_terms, n_lat, n_lon, n_ref, two_r, out}.Run();
-}
+constexpr HaversineAngle kPointsAngle = sizeof(T) == 4 ? HaversineAngle::kAsinPolynomial : HaversineAngle::kAsin;
 
 // ---- points: lat/lon arrays -----------------------------------------------------------
 // The point rules of kernels/preconditions.h (kLatitudeRule, kLongitudeRule), in T:
@@ -300,7 +115,7 @@ struct PointsAgent {
         const T s1 = sin((la - static_cast<T>(ref.lat_deg)) * half_rad);
         const T s2 = sin((lo - static_cast<T>(ref.lon_deg)) * half_rad);
         const T h = fma(cos_la * static_cast<T>(ref.cos_lat), s2 * s2, s1 * s1);
-        out[r * n + p] = DistanceFromH<T>(h, two_r);
+        out[r * n + p] = hm::DistanceFromH<T, kPointsAngle<T>>(h, two_r);
       }
     }
   }
@@ -341,7 +156,9 @@ __device__ __forceinline__ void SinCos(double x, double* s, double* c) { sincos(
 // kPrefetch (HaversinePointsVariant::kSplitPrefetch): the next K points are loaded
 // before the current ones are computed, so a thread's loads overlap its arithmetic
 // (without it, each iteration waits for its loads); kDefaultPointsVariant picks it.
-template <typename T, bool kPrefetch>
+// kReduced (HaversinePointsVariant::kReduced*): haversine_math.h's half-angle sines
+// and cosines in degrees and ScaledHalfAngleReduced.
+template <typename T, bool kPrefetch, bool kReduced = false>
 struct PointsSplitAgent {
   static constexpr int K = kPointsPerThread<T>;
   const T* lat;
@@ -395,8 +212,13 @@ struct PointsSplitAgent {
         if (!IsLatitude(la[k])) atomicMin(&result->bad_lat, static_cast<unsigned long long>(p));
         if (!IsLongitude(lo[k])) atomicMin(&result->bad_lon, static_cast<unsigned long long>(p));
       }
-      SinCos(la[k] * half_rad, &sla[k], &cla[k]);
-      SinCos(lo[k] * half_rad, &slo[k], &clo[k]);
+      if constexpr (kReduced) {
+        hm::SinCosHalfDegrees(la[k], &sla[k], &cla[k]);  // |lat| <= 90 once checked
+        hm::SinCosHalfDegreesUpToSign(lo[k], &slo[k], &clo[k]);
+      } else {
+        SinCos(la[k] * half_rad, &sla[k], &cla[k]);
+        SinCos(lo[k] * half_rad, &slo[k], &clo[k]);
+      }
       cos_la[k] = (cla[k] - sla[k]) * (cla[k] + sla[k]);  // cos^2 - sin^2 of the half angle
     }
     for (int64_t r = blockIdx.y; r < n_ref; r += gridDim.y) {
@@ -408,57 +230,78 @@ struct PointsSplitAgent {
         const T s1 = fma(sla[k], t.cos_half_lat, -cla[k] * t.sin_half_lat);
         const T s2 = fma(slo[k], t.cos_half_lon, -clo[k] * t.sin_half_lon);
         const T h = fma(cos_la[k] * t.cos_lat, s2 * s2, s1 * s1);
-        out[r * n + p] = DistanceFromH<T>(h, two_r);
+        if constexpr (kReduced) {
+          // g = 1 - h from cos(dlat/2), cos(dlon/2), sin(lat sum / 2), no cancellation:
+          // 10 operations more here, 3 fewer in the last step.
+          const T c1 = fma(cla[k], t.cos_half_lat, sla[k] * t.sin_half_lat);
+          const T c2 = fma(clo[k], t.cos_half_lon, slo[k] * t.sin_half_lon);
+          const T sum = fma(sla[k], t.cos_half_lat, cla[k] * t.sin_half_lat);
+          const T cc = c1 * c2, ss = sum * s2;
+          out[r * n + p] = hm::ScaledHalfAngleReduced(h, fma(cc, cc, ss * ss), two_r);
+        } else {
+          out[r * n + p] = hm::DistanceFromH<T, kPointsAngle<T>>(h, two_r);
+        }
       }
     }
   }
 };
 
-template <typename T, bool kPrefetch>
+template <typename T, bool kPrefetch, bool kReduced = false>
 __global__ void __launch_bounds__(PointsPolicy::kThreads, PointsPolicy::kMinBlocksPerSm)
     PointsSplitKernel(const T* lat, const T* lon, int64_t n, const RefTerms<T>* terms, int64_t n_ref,
                       T two_r, T* out, PointsResult* result) {
-  PointsSplitAgent<T, kPrefetch>{lat, lon, n, terms, n_ref, two_r, out, result}.Run();
+  PointsSplitAgent<T, kPrefetch, kReduced>{lat, lon, n, terms, n_ref, two_r, out, result}.Run();
 }
 
 // ---- host ------------------------------------------------------------------------------
-template <typename T, HaversineAngle kAngle>
+template <typename T, HaversineAngle kAngle, HaversineMeshSchedule kSchedule>
 cudaError_t LaunchMeshT(const MeshAxis& lat, const MeshAxis& lon, const RefPoint* refs,
                         int64_t n_ref, double radius, T* out, const LaunchEnv& env) {
-  using P = typename Pair<T>::type;
-  Scratch rows, cols;
-  GC_TRY(rows.Allocate(static_cast<size_t>(n_ref * lat.count) * sizeof(P), env));
-  GC_TRY(cols.Allocate(static_cast<size_t>(n_ref * lon.count) * sizeof(T), env));
-  {
-    const int64_t total = n_ref * (lat.count + lon.count);
-    const unsigned grid = GridFor(CeilDiv(total, TermsPolicy::kThreads), env.sm_count,
-                                  TermsPolicy::kMinBlocksPerSm);
-    MeshTermsKernel<T><<<grid, TermsPolicy::kThreads, 0, env.stream>>>(lat, lon, refs, n_ref,
-                                                                       rows.as<P>(), cols.as<T>());
-    GC_CHECK_LAUNCH();
-  }
+  constexpr bool kFused = kSchedule == HaversineMeshSchedule::kFullWavesFused;
+  constexpr int kRows = kSchedule == HaversineMeshSchedule::kFullWavesTwoRows ? 2 : 1;
   constexpr int kV = Vec16<T>::kCount;
   const bool vec = lon.count % kV == 0 && Aligned16(out);
   const int64_t units = vec ? lon.count / kV : lon.count;
-  int bx = 32;
+  int bx = 32;  // at least a warp wide: MeshFusedAgent's warps walk rows together
   while (bx < MeshPolicy::kThreads && bx < units) bx *= 2;
   const int by = MeshPolicy::kThreads / bx;
   const int64_t gx = CeilDiv(units, bx);
   GC_REQUIRE(gx <= 0x7fffffff);
   const int64_t gz = std::min<int64_t>(n_ref, 65535);
-  const int64_t want = static_cast<int64_t>(env.sm_count) * MeshPolicy::kMinBlocksPerSm * 2;
+  int64_t blocks_per_sm = MeshPolicy::kMinBlocksPerSm * 2;  // kCovering: two waves of 4
+  if constexpr (kFused) {  // full waves: asked once per kernel
+    static const int vec_blocks = ResidentBlocksPerSm(MeshFusedKernel<T, true, kAngle>, MeshPolicy::kThreads);
+    static const int scalar_blocks = ResidentBlocksPerSm(MeshFusedKernel<T, false, kAngle>, MeshPolicy::kThreads);
+    blocks_per_sm = vec ? vec_blocks : scalar_blocks;
+  } else if constexpr (kSchedule != HaversineMeshSchedule::kCovering) {
+    static const int vec_blocks = ResidentBlocksPerSm(MeshKernel<T, true, kAngle, kRows>, MeshPolicy::kThreads);
+    static const int scalar_blocks = ResidentBlocksPerSm(MeshKernel<T, false, kAngle, kRows>, MeshPolicy::kThreads);
+    blocks_per_sm = vec ? vec_blocks : scalar_blocks;
+  }
+  const int64_t want = static_cast<int64_t>(env.sm_count) * blocks_per_sm;
   const int64_t gy =
-      std::clamp<int64_t>(want / (gx * gz), 1, std::min<int64_t>(CeilDiv(lat.count, by), 65535));
+      std::clamp<int64_t>(want / (gx * gz), 1, std::min<int64_t>(CeilDiv(lat.count, by * kRows), 65535));
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz));
   const dim3 block(bx, by);
   const T two_r = static_cast<T>(2.0 * radius);
-  if (vec) {
-    MeshKernel<T, true, kAngle><<<grid, block, 0, env.stream>>>(rows.as<P>(), cols.as<T>(), lat.count,
-                                                                lon.count, n_ref, two_r, out);
-  } else {
-    MeshKernel<T, false, kAngle><<<grid, block, 0, env.stream>>>(rows.as<P>(), cols.as<T>(), lat.count,
-                                                                 lon.count, n_ref, two_r, out);
+  if constexpr (kFused) {
+    auto kernel = vec ? MeshFusedKernel<T, true, kAngle> : MeshFusedKernel<T, false, kAngle>;
+    kernel<<<grid, block, 0, env.stream>>>(lat, lon, refs, n_ref, two_r, out);
+    GC_CHECK_LAUNCH();
+    return cudaSuccess;
   }
+  using P = RowTerms<T, kWithG<kAngle>>;
+  using C = ColumnTerms<T, kWithG<kAngle>>;
+  Scratch rows, cols;
+  GC_TRY(rows.Allocate(static_cast<size_t>(n_ref * lat.count) * sizeof(P), env));
+  GC_TRY(cols.Allocate(static_cast<size_t>(n_ref * lon.count) * sizeof(C), env));
+  const int64_t total = n_ref * (lat.count + lon.count);
+  const unsigned terms_grid = GridFor(CeilDiv(total, TermsPolicy::kThreads), env.sm_count, TermsPolicy::kMinBlocksPerSm);
+  MeshTermsKernel<T, kWithG<kAngle>><<<terms_grid, TermsPolicy::kThreads, 0, env.stream>>>(
+      lat, lon, refs, n_ref, rows.as<P>(), cols.as<C>());
+  GC_CHECK_LAUNCH();
+  auto kernel = vec ? MeshKernel<T, true, kAngle, kRows> : MeshKernel<T, false, kAngle, kRows>;
+  kernel<<<grid, block, 0, env.stream>>>(rows.as<P>(), cols.as<C>(), lat.count, lon.count, n_ref, two_r, out);
   GC_CHECK_LAUNCH();
   return cudaSuccess;
 }
@@ -468,8 +311,17 @@ cudaError_t LaunchPointsT(const T* lat, const T* lon, int64_t n, const RefPoint*
                           int64_t n_ref, double radius, T* out, PointsResult* result,
                           const LaunchEnv& env, HaversinePointsVariant variant) {
   const bool split = variant != HaversinePointsVariant::kDirect;
+  const bool reduced = variant == HaversinePointsVariant::kReduced ||
+                       variant == HaversinePointsVariant::kReducedPrefetch;
   const int64_t per_thread = split ? kPointsPerThread<T> : 1;
-  const int64_t want = static_cast<int64_t>(env.sm_count) * PointsPolicy::kMinBlocksPerSm * 2;
+  // Two waves of 4 per SM; the reduced variants: as many blocks as fit at once.
+  static const int reduced_blocks = ResidentBlocksPerSm(PointsSplitKernel<T, false, true>, PointsPolicy::kThreads);
+  static const int reduced_prefetch_blocks =
+      ResidentBlocksPerSm(PointsSplitKernel<T, true, true>, PointsPolicy::kThreads);
+  const int blocks_per_sm = variant == HaversinePointsVariant::kReduced           ? reduced_blocks
+                            : variant == HaversinePointsVariant::kReducedPrefetch ? reduced_prefetch_blocks
+                                                                                  : PointsPolicy::kMinBlocksPerSm * 2;
+  const int64_t want = static_cast<int64_t>(env.sm_count) * blocks_per_sm;
   const int64_t gx = std::min<int64_t>(CeilDiv(n, PointsPolicy::kThreads * per_thread), want);
   const int64_t gy = std::clamp<int64_t>(want / gx, 1, std::min<int64_t>(n_ref, 65535));
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
@@ -484,8 +336,10 @@ cudaError_t LaunchPointsT(const T* lat, const T* lon, int64_t n, const RefPoint*
   const unsigned tgrid = GridFor(CeilDiv(n_ref, TermsPolicy::kThreads), env.sm_count, TermsPolicy::kMinBlocksPerSm);
   RefTermsKernel<T><<<tgrid, TermsPolicy::kThreads, 0, env.stream>>>(refs, n_ref, terms.as<RefTerms<T>>());
   GC_CHECK_LAUNCH();
-  auto kernel = variant == HaversinePointsVariant::kSplitPrefetch ? PointsSplitKernel<T, true>
-                                                                   : PointsSplitKernel<T, false>;
+  const bool prefetch = variant == HaversinePointsVariant::kSplitPrefetch ||
+                        variant == HaversinePointsVariant::kReducedPrefetch;
+  auto kernel = reduced ? (prefetch ? PointsSplitKernel<T, true, true> : PointsSplitKernel<T, false, true>)
+                        : (prefetch ? PointsSplitKernel<T, true> : PointsSplitKernel<T, false>);
   kernel<<<grid, PointsPolicy::kThreads, 0, env.stream>>>(lat, lon, n, terms.as<RefTerms<T>>(), n_ref, two_r, out,
                                                            result);
   GC_CHECK_LAUNCH();
@@ -496,19 +350,34 @@ cudaError_t LaunchPointsT(const T* lat, const T* lon, int64_t n, const RefPoint*
 
 cudaError_t LaunchHaversineMeshVariant(DType dtype, const MeshAxis& lat, const MeshAxis& lon,
                                        const RefPoint* refs, int64_t n_ref, double radius, void* out,
-                                       const LaunchEnv& env, HaversineAngle angle) {
+                                       const LaunchEnv& env, HaversineAngle angle,
+                                       HaversineMeshSchedule schedule) {
   GC_REQUIRE(lat.count >= 0 && lon.count >= 0 && n_ref >= 0);
   if (lat.count == 0 || lon.count == 0 || n_ref == 0) return cudaSuccess;
   GC_REQUIRE(refs != nullptr && out != nullptr);
-  auto run = [&](auto tag) -> cudaError_t {
+  auto with_angle = [&](auto tag, auto schedule_tag) -> cudaError_t {
     using T = decltype(tag);
-    T* o = static_cast<T*>(out);
+    constexpr HaversineMeshSchedule kS = decltype(schedule_tag)::value;
+    auto launch = [&](auto angle_tag) {
+      return LaunchMeshT<T, decltype(angle_tag)::value, kS>(lat, lon, refs, n_ref, radius, static_cast<T*>(out), env);
+    };
+    using A = HaversineAngle;
     switch (angle) {
-      case HaversineAngle::kAtan2: return LaunchMeshT<T, HaversineAngle::kAtan2>(lat, lon, refs, n_ref, radius, o, env);
-      case HaversineAngle::kAsinSplit: return LaunchMeshT<T, HaversineAngle::kAsinSplit>(lat, lon, refs, n_ref, radius, o, env);
-      case HaversineAngle::kAsin: return LaunchMeshT<T, HaversineAngle::kAsin>(lat, lon, refs, n_ref, radius, o, env);
-      case HaversineAngle::kAsinPolynomial:
-        return LaunchMeshT<T, HaversineAngle::kAsinPolynomial>(lat, lon, refs, n_ref, radius, o, env);
+      case A::kAtan2: return launch(std::integral_constant<A, A::kAtan2>{});
+      case A::kAsinSplit: return launch(std::integral_constant<A, A::kAsinSplit>{});
+      case A::kAsin: return launch(std::integral_constant<A, A::kAsin>{});
+      case A::kAsinPolynomial: return launch(std::integral_constant<A, A::kAsinPolynomial>{});
+      case A::kAsinReduced: return launch(std::integral_constant<A, A::kAsinReduced>{});
+    }
+    return cudaErrorInvalidValue;
+  };
+  auto run = [&](auto tag) -> cudaError_t {
+    using S = HaversineMeshSchedule;
+    switch (schedule) {
+      case S::kCovering: return with_angle(tag, std::integral_constant<S, S::kCovering>{});
+      case S::kFullWaves: return with_angle(tag, std::integral_constant<S, S::kFullWaves>{});
+      case S::kFullWavesTwoRows: return with_angle(tag, std::integral_constant<S, S::kFullWavesTwoRows>{});
+      case S::kFullWavesFused: return with_angle(tag, std::integral_constant<S, S::kFullWavesFused>{});
     }
     return cudaErrorInvalidValue;
   };
@@ -518,8 +387,10 @@ cudaError_t LaunchHaversineMeshVariant(DType dtype, const MeshAxis& lat, const M
 cudaError_t LaunchHaversineMesh(DType dtype, const MeshAxis& lat, const MeshAxis& lon,
                                 const RefPoint* refs, int64_t n_ref, double radius, void* out,
                                 const LaunchEnv& env) {
-  const HaversineAngle angle = dtype == DType::kFloat32 ? kDefaultAngle<float> : kDefaultAngle<double>;
-  return LaunchHaversineMeshVariant(dtype, lat, lon, refs, n_ref, radius, out, env, angle);
+  const bool f32 = dtype == DType::kFloat32;
+  return LaunchHaversineMeshVariant(dtype, lat, lon, refs, n_ref, radius, out, env,
+                                    f32 ? kDefaultMeshAngle<float> : kDefaultMeshAngle<double>,
+                                    f32 ? kDefaultMeshSchedule<float> : kDefaultMeshSchedule<double>);
 }
 
 cudaError_t LaunchHaversinePointsVariant(DType dtype, const void* lat, const void* lon, int64_t n_points,
@@ -551,21 +422,29 @@ cudaError_t LaunchHaversinePoints(DType dtype, const void* lat, const void* lon,
 
 template <typename T, HaversineAngle kAngle>
 void ListMeshAngle(std::vector<KernelEntry>& out, const std::string& t, const std::string& name) {
-  out.push_back({"haversine.mesh<" + t + ",vec," + name + ">", (const void*)&MeshKernel<T, true, kAngle>});
-  out.push_back({"haversine.mesh<" + t + "," + name + ">", (const void*)&MeshKernel<T, false, kAngle>});
+  out.push_back({"haversine.mesh<" + t + ",vec," + name + ">", (const void*)&MeshKernel<T, true, kAngle, 1>});
+  out.push_back({"haversine.mesh<" + t + "," + name + ">", (const void*)&MeshKernel<T, false, kAngle, 1>});
+  out.push_back({"haversine.mesh<" + t + ",vec," + name + ",2 rows>", (const void*)&MeshKernel<T, true, kAngle, 2>});
+  out.push_back({"haversine.mesh<" + t + "," + name + ",2 rows>", (const void*)&MeshKernel<T, false, kAngle, 2>});
+  out.push_back({"haversine.mesh_fused<" + t + ",vec," + name + ">", (const void*)&MeshFusedKernel<T, true, kAngle>});
+  out.push_back({"haversine.mesh_fused<" + t + "," + name + ">", (const void*)&MeshFusedKernel<T, false, kAngle>});
 }
 
 template <typename T>
 void ListMeshT(std::vector<KernelEntry>& out, const std::string& t) {
-  out.push_back({"haversine.mesh_terms<" + t + ">", (const void*)&MeshTermsKernel<T>});
+  out.push_back({"haversine.mesh_terms<" + t + ">", (const void*)&MeshTermsKernel<T, false>});
+  out.push_back({"haversine.mesh_terms<" + t + ",with g>", (const void*)&MeshTermsKernel<T, true>});
   ListMeshAngle<T, HaversineAngle::kAtan2>(out, t, "atan2");
   ListMeshAngle<T, HaversineAngle::kAsinSplit>(out, t, "asin_split");
   ListMeshAngle<T, HaversineAngle::kAsin>(out, t, "asin");
   ListMeshAngle<T, HaversineAngle::kAsinPolynomial>(out, t, "asin_polynomial");
+  ListMeshAngle<T, HaversineAngle::kAsinReduced>(out, t, "asin_reduced");
   out.push_back({"haversine.points<" + t + ">", (const void*)&PointsKernel<T>});
   out.push_back({"haversine.ref_terms<" + t + ">", (const void*)&RefTermsKernel<T>});
   out.push_back({"haversine.points_split<" + t + ">", (const void*)&PointsSplitKernel<T, false>});
   out.push_back({"haversine.points_split<" + t + ",prefetch>", (const void*)&PointsSplitKernel<T, true>});
+  out.push_back({"haversine.points_split<" + t + ",reduced>", (const void*)&PointsSplitKernel<T, false, true>});
+  out.push_back({"haversine.points_split<" + t + ",prefetch,reduced>", (const void*)&PointsSplitKernel<T, true, true>});
 }
 
 void ListHaversineKernels(std::vector<KernelEntry>& out) {
@@ -585,12 +464,16 @@ cudaError_t WarmupHaversine(const LaunchEnv& env) {
   const MeshAxis lat{29.0, 31.0, 2};
   for (DType t : {DType::kFloat32, DType::kFloat64}) {
     for (HaversineAngle a : {HaversineAngle::kAtan2, HaversineAngle::kAsinSplit, HaversineAngle::kAsin,
-                             HaversineAngle::kAsinPolynomial}) {
-      GC_TRY(LaunchHaversineMeshVariant(t, lat, MeshAxis{99.0, 101.0, 4}, ref, 1, 6371.0, buf, env, a));
-      GC_TRY(LaunchHaversineMeshVariant(t, lat, MeshAxis{99.0, 101.0, 3}, ref, 1, 6371.0, buf, env, a));
+                             HaversineAngle::kAsinPolynomial, HaversineAngle::kAsinReduced}) {
+      for (HaversineMeshSchedule m : {HaversineMeshSchedule::kCovering, HaversineMeshSchedule::kFullWaves,
+                                      HaversineMeshSchedule::kFullWavesTwoRows, HaversineMeshSchedule::kFullWavesFused}) {
+        GC_TRY(LaunchHaversineMeshVariant(t, lat, MeshAxis{99.0, 101.0, 4}, ref, 1, 6371.0, buf, env, a, m));
+        GC_TRY(LaunchHaversineMeshVariant(t, lat, MeshAxis{99.0, 101.0, 3}, ref, 1, 6371.0, buf, env, a, m));
+      }
     }
     for (HaversinePointsVariant v : {HaversinePointsVariant::kSplitTerms, HaversinePointsVariant::kDirect,
-                                     HaversinePointsVariant::kSplitPrefetch}) {
+                                     HaversinePointsVariant::kSplitPrefetch, HaversinePointsVariant::kReduced,
+                                     HaversinePointsVariant::kReducedPrefetch}) {
       GC_TRY(LaunchHaversinePointsVariant(t, buf + 32, buf + 40, 4, ref, 1, 6371.0, buf, result, env, v));
     }
   }

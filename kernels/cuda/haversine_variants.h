@@ -16,6 +16,19 @@ enum class HaversineAngle {
   kAsin = 2,       // asin(sqrt(h)) (default f64)
   kAsinPolynomial = 3,  // kAsinSplit with a polynomial for asin(sqrt(m)) / sqrt(m), m <= 1/2
                         // (float64 degree 19, float32 degree 7; default f32)
+  kAsinReduced = 4,  // one polynomial on [0, 1/4] for three ranges of h, by selects, and
+                     // g = 1 - h from its own terms (haversine_math.h: ScaledHalfAngleReduced,
+                     // HaversineG), accurate near the antipode
+};
+
+// How the mesh kernel covers the grid.
+enum class HaversineMeshSchedule {
+  kCovering = 0,   // blocks for 2 waves of 4 per SM, one row per thread per iteration (default)
+  kFullWaves = 1,  // as many blocks as fit at once (occupancy): no partial last wave
+  kFullWavesTwoRows = 2,  // kFullWaves, two rows per iteration, the next two rows' terms
+                          // loaded while these are computed
+  kFullWavesFused = 3,    // kFullWaves in one launch: each warp computes its rows' terms
+                          // (a lane per row, shuffled), each thread its columns'
 };
 
 enum class HaversinePointsVariant {
@@ -23,11 +36,16 @@ enum class HaversinePointsVariant {
   kDirect = 1,      // two sines per (reference, point)
   kSplitPrefetch = 2,  // kSplitTerms, the next points loaded while these are computed
                        // (default f32)
+  kReduced = 3,  // split terms from haversine_math.h's half-angle sines and cosines in
+                 // degrees, g = 1 - h from cosines, ScaledHalfAngleReduced; as many
+                 // blocks as fit at once
+  kReducedPrefetch = 4,  // kReduced, the next points loaded while these are computed
 };
 
 cudaError_t LaunchHaversineMeshVariant(DType dtype, const MeshAxis& lat, const MeshAxis& lon,
                                        const RefPoint* refs, int64_t n_ref, double radius, void* out,
-                                       const LaunchEnv& env, HaversineAngle angle);
+                                       const LaunchEnv& env, HaversineAngle angle,
+                                       HaversineMeshSchedule schedule = HaversineMeshSchedule::kCovering);
 cudaError_t LaunchHaversinePointsVariant(DType dtype, const void* lat, const void* lon, int64_t n_points,
                                          const RefPoint* refs, int64_t n_ref, double radius, void* out,
                                          PointsResult* result, const LaunchEnv& env,

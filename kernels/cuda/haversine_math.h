@@ -1,0 +1,332 @@
+// The haversine arithmetic. First, host and device, the branch-free float64/float32
+// of the "reduced" variants (haversine_variants.h: HaversineAngle::kAsinReduced,
+// HaversinePointsVariant::kReduced*) and the mesh terms' sines and cosines:
+// tests/haversine_math_test.cc checks it on the CPU against long double, the GPU tests
+// through the kernels. Then, device only, the earlier formulations of the last step
+// and DistanceFromH, which picks one by HaversineAngle.
+//
+// Last step: asin(sqrt(h)) = pi/4 + asin(2h - 1) / 2 for every h in [0, 1] (cos 2y =
+// 1 - 2h), and asin(z) = z R(z^2) with R(w) = asin(sqrt(w)) / sqrt(w). So with g =
+// 1 - h formed from its own terms (HaversineG: near h = 1, 1 - h from a rounded h
+// loses g's digits) and m = min(h, g): m <= 1/4 gives sqrt(m) R(m) (pi/2 minus that
+// when m = g); 1/4 < m gives pi/4 + z R(z^2) / 2, z = h - g, z^2 <= 1/4. One polynomial R on
+// [0, 1/4] (the Chebyshev interpolant, float64 13 terms, 0.05 ulp; float32 5 terms,
+// 0.3 ulp) serves all three, chosen by selects: no divergent branch, no IEEE sqrt slow
+// path (sqrt(m) = m rsqrt(m)), none of the library asin's two-polynomial branch. In
+// all ~2 ulp (haversine_math_test), near the antipode too, ~1 more on the device from
+// rsqrt.
+//
+// Points and mesh terms: sin and cos of a half angle in degrees. Latitudes are checked
+// to +-90, so lat / 2 is within +-45 degrees (|t| <= pi/4) and needs no reduction; other
+// angles are reduced by an exact multiple of 180 degrees (fma), an odd multiple
+// swapping sin and cos of the half angle up to a sign common to both, which the
+// haversine's squares do not see. Then short polynomials (float64: 6 and 7 terms, 0.2
+// ulp): no Payne-Hanek path, no stack, no conversion.
+// Coefficients: Chebyshev interpolants in 70-digit decimal arithmetic of the Taylor
+// series, converted to monomials and rounded.
+#pragma once
+
+#include <cmath>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#include "kernels/cuda/haversine_variants.h"
+#endif
+
+#if defined(__CUDACC__)
+#define GC_HOST_DEVICE __host__ __device__ __forceinline__
+#define GC_UNROLL _Pragma("unroll")
+#else
+#define GC_HOST_DEVICE inline
+#define GC_UNROLL
+#endif
+
+namespace gpucompute::cuda::haversine_math {
+
+constexpr double kPi = 3.14159265358979323846264338327950288;
+
+template <typename T>
+GC_HOST_DEVICE T Fma(T a, T b, T c) {
+#if defined(__CUDA_ARCH__)
+  return fma(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
+template <typename T, int N>
+GC_HOST_DEVICE T Horner(const T (&c)[N], T x) {
+  T p = c[N - 1];
+  GC_UNROLL
+  for (int k = N - 2; k >= 0; --k) p = Fma(p, x, c[k]);
+  return p;
+}
+
+// The bits of x as a signed integer: for comparisons on the integer pipe, which order
+// like the values for x >= 0 (and put every negative x below every positive one).
+GC_HOST_DEVICE long long Bits(double x) {
+#if defined(__CUDA_ARCH__)
+  return __double_as_longlong(x);
+#else
+  long long b;
+  std::memcpy(&b, &x, sizeof(b));
+  return b;
+#endif
+}
+GC_HOST_DEVICE long long Bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_int(x);
+#else
+  int b;
+  std::memcpy(&b, &x, sizeof(b));
+  return b;
+#endif
+}
+
+// sqrt(m) without the IEEE square root's range checks: m rsqrt(m) (rsqrt 1 ulp on the
+// device: ~1.5 ulp in all), 0 for m <= 0 (a rounding below 0).
+template <typename T>
+GC_HOST_DEVICE T SqrtOfNonNegative(T m) {
+#if defined(__CUDA_ARCH__)
+  return Bits(m) > 0 ? m * rsqrt(m) : T(0);
+#else
+  return Bits(m) > 0 ? std::sqrt(m) : T(0);
+#endif
+}
+
+// (R(w) - 1) / w, R(w) = asin(sqrt(w)) / sqrt(w), w in [0, 1/4].
+GC_HOST_DEVICE double AsinSqrtTail(double w) {
+  constexpr double kC[13] = {0.16666666666666669,  0.07499999999998433,  0.04464285714635543,
+                             0.030381944138531247, 0.02237217294214989,  0.017352392720869973,
+                             0.013971212973552933, 0.011479177415184906, 0.01032281435018578,
+                             0.005457506718640358, 0.01740087944269402,  -0.014851887071247204,
+                             0.028757851367421566};
+  return Horner(kC, w);
+}
+GC_HOST_DEVICE float AsinSqrtTail(float w) {
+  constexpr float kC[5] = {0.16666672414795305f, 0.07498855072600821f, 0.04500138006991017f,
+                           0.026554542206161328f, 0.038085023561092654f};
+  return Horner(kC, w);
+}
+
+// scale * asin(sqrt(h)) from h and g = 1 - h, each formed without cancellation
+// (HaversineG): near h = 1 the angle is pi/2 - asin(sqrt(g)), and g = 1 - h from a
+// rounded h would carry h's absolute error, u / (2 sqrt(g)) in the angle (~10 ulp at
+// 19900 km; the library asin(sqrt(h)) adds its sqrt's rounding, twice that). As
+// scale (base + k x (1 + w tail(w))), m = min(h, g): (base, k, x, w) = (0, 1, sqrt(m),
+// m) for m = h <= 1/4, (pi/2, -1, sqrt(m), m) for m = g <= 1/4, and (pi/4, 1/2, z, z^2)
+// between, z = h - g = 2h - 1. The range tests compare bits (integer pipe; a rounding
+// below 0 has negative bits and gives sqrt 0); base and k are selected constants, so
+// the kernels keep no extra registers for them.
+template <typename T>
+GC_HOST_DEVICE T ScaledHalfAngleReduced(T h, T g, T scale) {
+  const bool upper = Bits(h) > Bits(g);
+  const T m = upper ? g : h;
+  const bool middle = Bits(m) > Bits(T(0.25));
+  const T z = h - g;
+  const T w = middle ? z * z : m;
+  const T x = middle ? z : SqrtOfNonNegative(m);
+  const T k = middle ? T(0.5) : (upper ? T(-1) : T(1));
+  const T base = middle ? static_cast<T>(kPi / 4) : (upper ? static_cast<T>(kPi / 2) : T(0));
+  return scale * Fma(k, Fma(x, w * AsinSqrtTail(w), x), base);
+}
+
+// h = sin^2(dlat/2) + cos lat1 cos lat2 sin^2(dlon/2) has the complement
+// g = 1 - h = cos^2(dlat/2) cos^2(dlon/2) + sin^2((lat1 + lat2)/2) sin^2(dlon/2),
+// a sum of non-negative terms as h is: both keep a few ulp of relative error, and
+// ScaledHalfAngleReduced takes the smaller. 2 operations.
+template <typename T>
+GC_HOST_DEVICE T HaversineG(T cos2_half_dlat, T sin2_half_lat_sum, T sin2_half_dlon, T cos2_half_dlon) {
+  return Fma(cos2_half_dlat, cos2_half_dlon, sin2_half_lat_sum * sin2_half_dlon);
+}
+
+// (sin t - t) / t^3 and (cos t - 1) / t^2 as polynomials in u = t^2, |t| <= pi/4.
+GC_HOST_DEVICE double SinTail(double u) {
+  constexpr double kC[6] = {-0.16666666666666666,   0.008333333333330948,   -0.00019841269836758574,
+                            2.755731610255244e-06, -2.5051131845003624e-08, 1.5918129294866608e-10};
+  return Horner(kC, u);
+}
+GC_HOST_DEVICE double CosTail(double u) {
+  constexpr double kC[7] = {-0.5,
+                            0.04166666666666664,
+                            -0.0013888888888880775,
+                            2.480158729369346e-05,
+                            -2.7557315566341895e-07,
+                            2.0875886738047052e-09,
+                            -1.1367998654022494e-11};
+  return Horner(kC, u);
+}
+GC_HOST_DEVICE float SinTail(float u) {
+  constexpr float kC[3] = {-0.1666666466231438f, 0.008332748270629749f, -0.00019587890880412386f};
+  return Horner(kC, u);
+}
+GC_HOST_DEVICE float CosTail(float u) {
+  constexpr float kC[4] = {-0.49999999969119313f, 0.04166665064451703f, -0.0013887589155600576f,
+                           2.4463788293265746e-05f};
+  return Horner(kC, u);
+}
+
+// sin and cos of half of x degrees, |x| <= 90.
+template <typename T>
+GC_HOST_DEVICE void SinCosHalfDegrees(T x, T* s, T* c) {
+  const T t = x * static_cast<T>(kPi / 360);
+  const T u = t * t;
+  *s = Fma(t * u, SinTail(u), t);
+  *c = Fma(u, CosTail(u), T(1));
+}
+
+// sin and cos of half of x degrees up to a sign common to both, |x| <= 2^21: x - 180 k
+// is exact for any integer k; k = x / 180 rounded by adding 1.5 2^52 (float32: 2^23),
+// whose last bit is k's parity.
+template <typename T>
+GC_HOST_DEVICE void SinCosHalfDegreesUpToSign(T x, T* s, T* c) {
+  constexpr T kRound = sizeof(T) == 8 ? T(6755399441055744.0) : T(12582912.0f);
+  const T shifted = Fma(x, static_cast<T>(1.0 / 180), kRound);
+  const T k = shifted - kRound;
+  T sr, cr;
+  SinCosHalfDegrees(Fma(-k, T(180), x), &sr, &cr);
+  const bool odd = (Bits(shifted) & 1) != 0;  // sin(r + 90) = cos r, cos(r + 90) = -sin r
+  *s = odd ? cr : sr;
+  *c = odd ? -sr : cr;
+}
+
+// The terms of h and g for a pair of latitudes (the mesh's rows): sin^2 and cos^2 of
+// half their difference, cos lat cos ref_lat (cos lat as the cosine of half of 2 lat,
+// relatively accurate to the poles), sin^2 of half their sum; in float64.
+struct LatitudeTerms {
+  double sin2_half_dlat, cos_product, cos2_half_dlat, sin2_half_lat_sum;
+};
+GC_HOST_DEVICE LatitudeTerms LatitudePairTerms(double lat, double ref_lat, double ref_cos_lat) {
+  double s, c, s2, c2, ss, cs;
+  SinCosHalfDegreesUpToSign(lat - ref_lat, &s, &c);
+  SinCosHalfDegreesUpToSign(2 * lat, &s2, &c2);
+  SinCosHalfDegreesUpToSign(lat + ref_lat, &ss, &cs);
+  return {s * s, fabs(c2) * ref_cos_lat, c * c, ss * ss};
+}
+
+// sin^2 and cos^2 of half of dlon degrees.
+GC_HOST_DEVICE void LongitudeTerms(double dlon, double* sin2, double* cos2) {
+  double s, c;
+  SinCosHalfDegreesUpToSign(dlon, &s, &c);
+  *sin2 = s * s;
+  *cos2 = c * c;
+}
+
+// ---- the earlier formulations of the last step, and the choice (device only) ----------
+#if defined(__CUDACC__)
+// atan2(sqrt(h), sqrt(1 - h)) for h in [0, 1] in float32 without the library's
+// branches and IEEE division/sqrt slow paths (the f32 mesh kernel was issue-bound at
+// ~80 instructions per point): with g = 1 - h, the smaller of the two angles has
+// tangent t = sqrt(min(h, g) / max(h, g)) in [0, 1]; atan(t) = t + t^3 P(t^2) with a
+// degree-7 weighted least-squares fit (1.5 ulp in float32), and the larger angle is
+// pi/2 - atan(t). __fdividef (2 ulp, max(h, g) >= 0.5) and rsqrtf (2 ulp) keep the
+// total near 3 ulp: ~25 instructions, 2 MUFU.
+__device__ __forceinline__ float HalfCentralAngle(float h) {
+  const float g = 1.0f - h;
+  const float lo = fminf(h, g), hi = fmaxf(h, g);
+  const float q = __fdividef(lo, hi);
+  const float t = q > 0.0f ? q * rsqrtf(q) : 0.0f;
+  const float u = t * t;
+  float p = 2.920677885e-03f;
+  p = fmaf(p, u, -1.636787318e-02f);
+  p = fmaf(p, u, 4.321177676e-02f);
+  p = fmaf(p, u, -7.552207261e-02f);
+  p = fmaf(p, u, 1.066600159e-01f);
+  p = fmaf(p, u, -1.421105415e-01f);
+  p = fmaf(p, u, 1.999377310e-01f);
+  p = fmaf(p, u, -3.333315253e-01f);
+  const float a = fmaf(t * u, p, t);
+  return h <= g ? a : 1.57079632679489662f - a;
+}
+
+// asin(sqrt(h)) as asin(sqrt(m)), m = min(h, 1 - h) <= 1/2, and pi/2 minus that when
+// h > 1/2 (asin(sqrt(h)) + asin(sqrt(1 - h)) = pi/2; 1 - h is exact there): the
+// library asin stays on its short polynomial branch and one square root replaces
+// atan2's two and its division.
+template <typename T>
+__device__ __forceinline__ T HalfAngleByAsin(T h) {
+  const T g = T(1) - h;
+  const T a = asin(sqrt(fmin(h, g)));
+  return h <= g ? a : static_cast<T>(1.5707963267948966192) - a;
+}
+
+// asin(sqrt(m)) / sqrt(m) for m in [0, 1/2], in float64: the Chebyshev interpolant at
+// 20 nodes (computed in 60-digit arithmetic from the series sum (2k)! m^k /
+// (4^k (k!)^2 (2k + 1)), converted to monomials and rounded): fit error 8e-18, about
+// 1 ulp with Horner. 19 FMAs, no branch, no division.
+__device__ __forceinline__ double AsinSqrtRatio(double m) {
+  constexpr double kC[20] = {
+      1.0, 0.16666666666666963, 0.07499999999921603, 0.044642857225197834,
+      0.030381939881673394, 0.022372313172485805, 0.017349310327158196, 0.01401917204006966,
+      0.01092934906491237, 0.015091795028583365, -0.026316324552338826, 0.1809574620911065,
+      -0.6641236302549411, 2.0016041109291547, -4.535791802822955, 7.768165374555008,
+      -9.669659398550623, 8.32498352944691, -4.438816692066939, 1.1264192878807509,
+  };
+  double p = kC[19];
+#pragma unroll
+  for (int k = 18; k >= 0; --k) p = fma(p, m, kC[k]);
+  return p;
+}
+
+// The same ratio in float32: the interpolant at 8 nodes (fit error 1.8e-8), 7 FMAs.
+__device__ __forceinline__ float AsinSqrtRatio(float m) {
+  constexpr float kC[8] = {1.0f, 0.16666954671609344f, 0.07488114441822327f, 0.046480849462936874f,
+                           0.01673138895046739f, 0.07553975382221965f, -0.09008621671077405f,
+                           0.10967398323879114f};
+  float p = kC[7];
+#pragma unroll
+  for (int k = 6; k >= 0; --k) p = fmaf(p, m, kC[k]);
+  return p;
+}
+
+// HalfAngleByAsin with the polynomials above: a = x + x (ratio - 1), the ratio - 1
+// exact (the ratio is in [1, 1.11]). float32: x = m rsqrt(m) (2 ulp, no IEEE sqrt
+// slow path), ~4 ulp in all, ~16 instructions against the atan2 polynomial's ~25.
+template <typename T>
+__device__ __forceinline__ T HalfAngleByPolynomial(T h) {
+  if constexpr (sizeof(T) == 4) {
+    const float g = 1.0f - h;
+    const float m = fminf(h, g);
+    const float x = m > 0.0f ? m * rsqrtf(m) : 0.0f;
+    const float a = fmaf(x, AsinSqrtRatio(m) - 1.0f, x);
+    return h <= g ? a : 1.57079632679489662f - a;
+  } else {
+    const double g = 1.0 - h;
+    const double m = fmin(h, g);
+    const double x = sqrt(m);
+    const double a = fma(x, AsinSqrtRatio(m) - 1.0, x);
+    return h <= g ? a : 1.5707963267948966192 - a;
+  }
+}
+
+
+// The formulations of the last step the benchmark compares (haversine_variants.h):
+// kAtan2: atan2(sqrt(h), sqrt(1 - h)) (float32: HalfCentralAngle); kAsinSplit:
+// HalfAngleByAsin; kAsin: asin(sqrt(h)); kAsinPolynomial: HalfAngleByPolynomial.
+// kAsinReduced: DistanceFromH.
+template <typename T, HaversineAngle kAngle>
+__device__ __forceinline__ T HalfAngle(T h) {
+  if constexpr (kAngle == HaversineAngle::kAsinSplit) {
+    return HalfAngleByAsin(h);
+  } else if constexpr (kAngle == HaversineAngle::kAsin) {
+    return asin(sqrt(h));
+  } else if constexpr (kAngle == HaversineAngle::kAsinPolynomial) {
+    return HalfAngleByPolynomial(h);
+  } else if constexpr (sizeof(T) == 4) {
+    return HalfCentralAngle(h);
+  } else {
+    return atan2(sqrt(h), sqrt(1.0 - h));
+  }
+}
+
+// d = 2 R asin(sqrt(h)), h clamped to [0, 1]. kAsinReduced is not here: it takes
+// g = 1 - h as well (ScaledHalfAngleReduced).
+template <typename T, HaversineAngle kAngle>
+__device__ __forceinline__ T DistanceFromH(T h, T two_r) {
+  static_assert(kAngle != HaversineAngle::kAsinReduced);
+  h = fmin(fmax(h, T(0)), T(1));
+  return two_r * HalfAngle<T, kAngle>(h);
+}
+#endif  // __CUDACC__
+
+}  // namespace gpucompute::cuda::haversine_math

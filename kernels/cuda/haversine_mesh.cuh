@@ -1,0 +1,245 @@
+// The haversine mesh kernels (haversine.cu launches them): per-reference row terms
+// (A, B) and column terms C in float64, stored as T, then h = A_i + B_i C_j and the
+// last step (haversine_math.h) per point; kAsinReduced also carries the terms of
+// g = 1 - h (two per row, one per column), so g has no cancellation near h = 1. MeshTermsKernel + MeshKernel<kRows> take
+// the terms through global memory; MeshFusedKernel (HaversineMeshSchedule::
+// kFullWavesFused) computes them itself: each thread its columns' C, each lane of a
+// warp the (A, B) of one of the warp's next 32 rows, handed round by shuffles, so the
+// mesh is one launch with no scratch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/haversine_math.h"
+#include "kernels/cuda/haversine_variants.h"
+#include "kernels/cuda/launchers.h"
+
+namespace gpucompute::cuda::haversine_mesh {
+
+struct TermsPolicy {
+  static constexpr int kThreads = 256;
+  static constexpr int kMinBlocksPerSm = 4;
+};
+struct MeshPolicy {
+  static constexpr int kThreads = 256;
+  static constexpr int kMinBlocksPerSm = 4;
+};
+
+// kAsinReduced also forms g = 1 - h from its own terms (haversine_math.h: HaversineG).
+template <HaversineAngle kAngle>
+constexpr bool kWithG = kAngle == HaversineAngle::kAsinReduced;
+
+// A row's terms as T: h = a + b C; with g, also cos^2 of half the latitude difference
+// and sin^2 of half the latitude sum. A column's: C = sin^2 of half the longitude
+// difference; with g, its cos^2.
+template <typename T, bool kG>
+struct alignas(2 * sizeof(T)) RowTerms { T a, b; };
+template <typename T>
+struct alignas(16) RowTerms<T, true> { T a, b, cos2_half_dlat, sin2_half_lat_sum; };
+template <typename T, bool kG>
+struct ColumnTerms { T sin2; };
+template <typename T>
+struct alignas(2 * sizeof(T)) ColumnTerms<T, true> { T sin2, cos2; };
+
+// numpy.linspace point i (the Linspace::At formula of backend.h).
+__device__ __forceinline__ double LinspaceAt(const MeshAxis& a, int64_t i) {
+  if (a.count == 1) return a.start;
+  if (i == a.count - 1) return a.stop;
+  return a.start + static_cast<double>(i) * ((a.stop - a.start) / static_cast<double>(a.count - 1));
+}
+
+// Row k's and column j's terms, in float64 from haversine_math.h's half angles in
+// degrees (exact reduction, short polynomials: no Payne-Hanek path, so the fused kernel
+// keeps few registers), stored as T.
+template <typename T, bool kG>
+__device__ __forceinline__ RowTerms<T, kG> RowTermsAt(const MeshAxis& lat, int64_t k, const RefPoint& ref) {
+  const haversine_math::LatitudeTerms t = haversine_math::LatitudePairTerms(LinspaceAt(lat, k), ref.lat_deg, ref.cos_lat);
+  if constexpr (kG) {
+    return {static_cast<T>(t.sin2_half_dlat), static_cast<T>(t.cos_product), static_cast<T>(t.cos2_half_dlat),
+            static_cast<T>(t.sin2_half_lat_sum)};
+  } else {
+    return {static_cast<T>(t.sin2_half_dlat), static_cast<T>(t.cos_product)};
+  }
+}
+template <typename T, bool kG>
+__device__ __forceinline__ ColumnTerms<T, kG> ColumnTermsAt(const MeshAxis& lon, int64_t j, const RefPoint& ref) {
+  double s2, c2;
+  haversine_math::LongitudeTerms(LinspaceAt(lon, j) - ref.lon_deg, &s2, &c2);
+  if constexpr (kG) {
+    return {static_cast<T>(s2), static_cast<T>(c2)};
+  } else {
+    return {static_cast<T>(s2)};
+  }
+}
+
+// The distance of a (row, column) pair: h = a + b C (one FMA) and the last step.
+template <typename T, HaversineAngle kAngle>
+__device__ __forceinline__ T Distance(const RowTerms<T, kWithG<kAngle>>& row,
+                                      const ColumnTerms<T, kWithG<kAngle>>& col, T two_r) {
+  const T h = fma(row.b, col.sin2, row.a);
+  if constexpr (kWithG<kAngle>) {
+    const T g = haversine_math::HaversineG(row.cos2_half_dlat, row.sin2_half_lat_sum, col.sin2, col.cos2);
+    return haversine_math::ScaledHalfAngleReduced(h, g, two_r);
+  } else {
+    return haversine_math::DistanceFromH<T, kAngle>(h, two_r);
+  }
+}
+
+// Lane `from`'s row terms, to every lane of the warp.
+template <typename T, bool kG>
+__device__ __forceinline__ RowTerms<T, kG> ShuffleRow(const RowTerms<T, kG>& mine, int from) {
+  RowTerms<T, kG> r;
+  r.a = __shfl_sync(0xffffffffu, mine.a, from);
+  r.b = __shfl_sync(0xffffffffu, mine.b, from);
+  if constexpr (kG) {
+    r.cos2_half_dlat = __shfl_sync(0xffffffffu, mine.cos2_half_dlat, from);
+    r.sin2_half_lat_sum = __shfl_sync(0xffffffffu, mine.sin2_half_lat_sum, from);
+  }
+  return r;
+}
+
+__device__ __forceinline__ void StoreVec(float* dst, const float (&d)[4]) {
+  *reinterpret_cast<float4*>(dst) = make_float4(d[0], d[1], d[2], d[3]);
+}
+__device__ __forceinline__ void StoreVec(double* dst, const double (&d)[2]) {
+  *reinterpret_cast<double2*>(dst) = make_double2(d[0], d[1]);
+}
+template <typename T>
+__device__ __forceinline__ void StoreVec(T* dst, const T (&d)[1]) { dst[0] = d[0]; }
+
+// ---- per-reference row and column terms (float64, stored as T) ---------------------
+template <typename T, bool kG>
+__global__ void __launch_bounds__(TermsPolicy::kThreads, TermsPolicy::kMinBlocksPerSm)
+    MeshTermsKernel(MeshAxis lat, MeshAxis lon, const RefPoint* refs, int64_t n_ref,
+                    RowTerms<T, kG>* row_terms, ColumnTerms<T, kG>* col_terms) {
+  const int64_t per_ref = lat.count + lon.count;
+  const int64_t total = per_ref * n_ref;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
+       idx += stride) {
+    const int64_t r = idx / per_ref;
+    const int64_t k = idx - r * per_ref;
+    const RefPoint ref = refs[r];
+    if (k < lat.count) {
+      row_terms[r * lat.count + k] = RowTermsAt<T, kG>(lat, k, ref);
+    } else {
+      col_terms[r * lon.count + k - lat.count] = ColumnTermsAt<T, kG>(lon, k - lat.count, ref);
+    }
+  }
+}
+
+// ---- the mesh: each thread owns a vector of columns, walks rows ---------------------
+// kRows rows per iteration (HaversineMeshSchedule::kFullWavesTwoRows: 2, and the next
+// iteration's row terms are loaded before this one's are used).
+template <typename T, bool kVec, HaversineAngle kAngle, int kRows>
+struct MeshAgent {
+  static constexpr int kV = kVec ? Vec16<T>::kCount : 1;
+  using P = RowTerms<T, kWithG<kAngle>>;
+  using C = ColumnTerms<T, kWithG<kAngle>>;
+  const P* row_terms;
+  const C* col_terms;
+  int64_t n_lat, n_lon, n_ref;
+  T two_r;
+  T* out;
+
+  __device__ void Run() {
+    const int64_t units = n_lon / kV;
+    const int64_t unit = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (unit >= units) return;
+    const int64_t row_step = static_cast<int64_t>(gridDim.y) * blockDim.y;
+    const int64_t first = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
+    for (int64_t r = blockIdx.z; r < n_ref; r += gridDim.z) {
+      // Column terms for this thread's columns: read once, kept in registers.
+      C c[kV];
+#pragma unroll
+      for (int v = 0; v < kV; ++v) c[v] = col_terms[r * n_lon + unit * kV + v];
+      const P* rows = row_terms + r * n_lat;
+      if constexpr (kRows == 1) {
+        for (int64_t i = first; i < n_lat; i += row_step) Row(r, i, rows[i], c);  // warp-uniform load
+      } else {
+        // Rows past the end load the last row's terms (always valid) and store nothing.
+        P ab[kRows];
+#pragma unroll
+        for (int k = 0; k < kRows; ++k) ab[k] = rows[min(first + k * row_step, n_lat - 1)];
+        for (int64_t i = first; i < n_lat; i += kRows * row_step) {
+          P next[kRows];
+#pragma unroll
+          for (int k = 0; k < kRows; ++k) next[k] = rows[min(i + (kRows + k) * row_step, n_lat - 1)];
+#pragma unroll
+          for (int k = 0; k < kRows; ++k) {
+            if (i + k * row_step < n_lat) Row(r, i + k * row_step, ab[k], c);
+            ab[k] = next[k];
+          }
+        }
+      }
+    }
+  }
+
+  __device__ __forceinline__ void Row(int64_t r, int64_t i, const P& row, const C (&c)[kV]) const {
+    T d[kV];
+#pragma unroll
+    for (int v = 0; v < kV; ++v) d[v] = Distance<T, kAngle>(row, c[v], two_r);
+    T* dst = out + (r * n_lat + i) * n_lon + (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kV;
+    StoreVec(dst, d);
+  }
+};
+
+template <typename T, bool kVec, HaversineAngle kAngle, int kRows>
+__global__ void __launch_bounds__(MeshPolicy::kThreads, MeshPolicy::kMinBlocksPerSm)
+    MeshKernel(const RowTerms<T, kWithG<kAngle>>* row_terms, const ColumnTerms<T, kWithG<kAngle>>* col_terms, int64_t n_lat,
+               int64_t n_lon, int64_t n_ref, T two_r, T* out) {
+  MeshAgent<T, kVec, kAngle, kRows>{row_terms, col_terms, n_lat, n_lon, n_ref, two_r, out}.Run();
+}
+
+// ---- the mesh in one launch: terms computed where they are used -----------------------
+// Lanes past the last column still take part in the shuffles (only warps all past it
+// leave); a warp's lanes share threadIdx.y (blockDim.x >= 32), so they walk the same
+// rows, 32 at a time: row i0 + L row_step's terms come from lane L.
+template <typename T, bool kVec, HaversineAngle kAngle>
+struct MeshFusedAgent {
+  static constexpr int kV = kVec ? Vec16<T>::kCount : 1;
+  static constexpr bool kG = kWithG<kAngle>;
+  MeshAxis lat, lon;
+  const RefPoint* refs;
+  int64_t n_ref;
+  T two_r;
+  T* out;
+
+  __device__ void Run() {
+    const int64_t unit = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const bool active = unit < lon.count / kV;
+    if (__all_sync(0xffffffffu, !active)) return;
+    const int lane = threadIdx.x % 32;
+    const int64_t row_step = static_cast<int64_t>(gridDim.y) * blockDim.y;
+    const int64_t first = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
+    for (int64_t r = blockIdx.z; r < n_ref; r += gridDim.z) {
+      const RefPoint ref = refs[r];
+      ColumnTerms<T, kG> c[kV];
+#pragma unroll
+      for (int v = 0; v < kV; ++v) c[v] = ColumnTermsAt<T, kG>(lon, active ? unit * kV + v : 0, ref);
+      for (int64_t i0 = first; i0 < lat.count; i0 += 32 * row_step) {
+        const RowTerms<T, kG> mine = RowTermsAt<T, kG>(lat, min(i0 + lane * row_step, lat.count - 1), ref);
+        const int rows = static_cast<int>(min(int64_t{32}, (lat.count - 1 - i0) / row_step + 1));
+        for (int k = 0; k < rows; ++k) {
+          const RowTerms<T, kG> row = ShuffleRow(mine, k);
+          if (!active) continue;
+          T d[kV];
+#pragma unroll
+          for (int v = 0; v < kV; ++v) d[v] = Distance<T, kAngle>(row, c[v], two_r);
+          StoreVec(out + ((r * lat.count + i0 + k * row_step) * lon.count + unit * kV), d);
+        }
+      }
+    }
+  }
+};
+
+template <typename T, bool kVec, HaversineAngle kAngle>
+__global__ void __launch_bounds__(MeshPolicy::kThreads, MeshPolicy::kMinBlocksPerSm)
+    MeshFusedKernel(MeshAxis lat, MeshAxis lon, const RefPoint* refs, int64_t n_ref, T two_r, T* out) {
+  MeshFusedAgent<T, kVec, kAngle>{lat, lon, refs, n_ref, two_r, out}.Run();
+}
+
+}  // namespace gpucompute::cuda::haversine_mesh
