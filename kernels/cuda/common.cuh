@@ -109,4 +109,13 @@ class Scratch {
   cudaStream_t stream_ = nullptr;
 };
 
+// A kernel that may take more than 48 KiB of dynamic shared memory is allowed `limit`
+// before each launch (a host-side attribute of the function on the current device, so
+// right on every device of the process). Each kernel is always given the same value:
+// concurrent launches from several host threads never lower it under one another.
+template <typename Kernel>
+cudaError_t AllowSharedLimit(Kernel kernel, int64_t limit) {
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(limit));
+}
+
 }  // namespace gpucompute::cuda

@@ -459,17 +459,14 @@ __global__ void __launch_bounds__(PeriodogramPolicy<T, kVariant>::kThreads,
   Agent{p, storage, dynamic_table}.Run();
 }
 
-// The kernel of these options. Its dynamic shared memory over 48 KiB is allowed at every
-// launch (a host-side attribute of the function on the current device: ~1 us, and right
-// on every device of the process).
+// The kernel of these options, its table's dynamic shared memory allowed (AllowSharedLimit).
 template <typename T, int kVariant, bool kFloatingMean, bool kGrid, bool kWeighted>
 cudaError_t LaunchPeriodogramKernel(dim3 grid, const PeriodogramParams<T>& p, const LaunchEnv& env) {
   using Policy = PeriodogramPolicy<T, kVariant>;
   constexpr size_t kTableBytes = Policy::Table::Bytes();
   const auto kernel = &PeriodogramKernel<T, kVariant, kFloatingMean, kGrid, kWeighted>;
   if constexpr (kTableBytes > 0) {
-    GC_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(kTableBytes)));
+    GC_TRY(AllowSharedLimit(kernel, kTableBytes));
   }
   kernel<<<grid, Policy::kThreads, kTableBytes, env.stream>>>(p);
   GC_CHECK_LAUNCH();

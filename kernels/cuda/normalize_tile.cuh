@@ -244,14 +244,6 @@ inline bool TileFits(int64_t cols, int64_t limit) {
   return TileSharedBytes<T>(1, cols) <= limit;
 }
 
-// Kernels that may take more than 48 KiB of dynamic shared memory are allowed the
-// device's whole limit, always the same value: concurrent launches from several host
-// threads never lower it under one another.
-template <typename Kernel>
-cudaError_t AllowSharedLimit(Kernel kernel, int64_t limit) {
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(limit));
-}
-
 // Lanes per row in a tile of several rows: 4 for rows up to TilePolicy::kSmallCols,
 // else 32; `narrow` (NormalizeVariant::kTile; float64's default up to 256 columns)
 // gives rows up to 512 the narrowest group with at most 16 elements a lane (100
