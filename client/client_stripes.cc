@@ -103,13 +103,13 @@ absl::StatusOr<Result> Client::StripedDownload(const std::string& buffer_id,
   // The header of the first range: the size, the memory, then the other stripes.
   ResultAssembler::Options first = AssemblerOptions(/*expect_data=*/true, {});
   first.range_end = stripe;
-  std::string owned;  // the result's memory when the caller gave no destination
+  HostBytes owned;  // the result's memory when the caller gave no destination
   first.destination = [&](const v1::ResultHeader& header) -> absl::StatusOr<char*> {
     total = header.total_bytes();
     if (destination) {
       GC_ASSIGN_OR_RETURN(memory, destination(header));
     } else {
-      owned.resize(total);
+      owned = HostBytes::Allocate(total);
       memory = owned.data();
     }
     const uint64_t stripes = (total + stripe - 1) / stripe;

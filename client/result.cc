@@ -99,7 +99,7 @@ absl::Status ResultAssembler::AddHeader(const v1::ResultHeader& header) {
     if (!destination.ok()) return destination.status();
     destination_ = *destination;
   } else if (options_.expect_data) {
-    result_.data.resize(header.total_bytes());
+    result_.data = HostBytes::Allocate(header.total_bytes());
     destination_ = result_.data.data();
   }
   if (options_.progress) options_.progress(0, header.total_bytes());

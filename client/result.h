@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "client/host_bytes.h"
 #include "gpucompute/v1/gpucompute.pb.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/support/byte_buffer.h"
@@ -27,7 +28,7 @@ struct Result {
   // header.total_bytes() bytes, little-endian, C order; empty when the result was
   // kept on the server (trailer.stored_buffer() then describes it) or went to a
   // ResultDestination.
-  std::string data;
+  HostBytes data;
   v1::ResultTrailer trailer;
 
   // The elements widened to double.

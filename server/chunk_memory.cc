@@ -29,7 +29,7 @@ ChunkMemory::Block ChunkMemory::Take(size_t bytes) {
     for (size_t size = wanted; size <= largest; size *= 2) {
       auto found = free_.find(size);
       if (found == free_.end() || found->second.empty()) continue;
-      Block block{std::move(found->second.back()), size};
+      Block block = std::move(found->second.back());
       found->second.pop_back();
       cached_bytes_ -= size;
       return block;
@@ -41,11 +41,18 @@ ChunkMemory::Block ChunkMemory::Take(size_t bytes) {
 void ChunkMemory::Give(Block block) {
   absl::MutexLock lock(&mu_);
   if (cached_bytes_ + block.bytes > kMaxCachedBytes) return;  // freed
-  free_[block.bytes].push_back(std::move(block.data));
-  cached_bytes_ += block.bytes;
+  const size_t bytes = block.bytes;
+  free_[bytes].push_back(std::move(block));
+  cached_bytes_ += bytes;
 }
 
-void ChunkMemory::Prefill(size_t chunk_bytes) {
+void ChunkMemory::PinForCopies(Backend& backend, Block& block) {
+  if (block.pin != nullptr || block.bytes < kPinFromBytes) return;
+  absl::StatusOr<std::shared_ptr<void>> pin = backend.PinHostMemory(block.data.get(), block.bytes);
+  if (pin.ok()) block.pin = *std::move(pin);
+}
+
+void ChunkMemory::Prefill(size_t chunk_bytes, Backend& backend) {
   const size_t block = BlockBytes(chunk_bytes);
   size_t have = 0;
   {
@@ -57,6 +64,7 @@ void ChunkMemory::Prefill(size_t chunk_bytes) {
   for (size_t i = have; i < want; ++i) {
     Block fresh{std::unique_ptr<char[]>(new char[block]), block};
     std::memset(fresh.data.get(), 0, block);  // the page faults, now
+    PinForCopies(backend, fresh);
     Give(std::move(fresh));
   }
 }
@@ -84,6 +92,7 @@ absl::StatusOr<grpc::Slice> ArrayPayloadSlice(Backend& backend,
   };
   auto copy = std::make_unique<HostCopy>();
   copy->block = ChunkMemory::Shared().Take(n);
+  if (n >= ChunkMemory::kPinFromBytes) ChunkMemory::PinForCopies(backend, copy->block);
   if (host_budget != nullptr) {  // the block it got, whose size class may exceed n
     GC_ASSIGN_OR_RETURN(copy->charge, host_budget->Reserve(copy->block.bytes));
   }

@@ -5,6 +5,10 @@
 // kMaxCachedBytes in all. Sizes round up to a power of two, so that the last, shorter
 // chunk of a result of any size finds a block too; the server fills the pool at start
 // (Prefill), so that the first results pay no page faults the later ones do not.
+// On a GPU backend blocks from kPinFromBytes are pinned (registered with the driver)
+// the first time they take a copy and stay pinned while cached: the DMA engine
+// writes the chunk straight into the memory gRPC sends from, where an unpinned block
+// took a second copy, out of the backend's staging.
 #pragma once
 
 #include <cstddef>
@@ -36,6 +40,8 @@ class ChunkMemory {
   // server's mmap threshold, main.cc).
   static constexpr size_t kLargestSpareFactor = 4;
   static constexpr size_t kSpareFromBytes = size_t{256} << 10;
+  // Smaller copies go through the backend's per-stream pinned bytes anyway.
+  static constexpr size_t kPinFromBytes = size_t{256} << 10;
 
   // The process's pool (chunks may be released by gRPC after any server object
   // is gone, so it lives as long as the process).
@@ -47,6 +53,8 @@ class ChunkMemory {
   struct Block {
     std::unique_ptr<char[]> data;
     size_t bytes = 0;  // its size
+    // The registration while the block is pinned; released before `data`.
+    std::shared_ptr<void> pin;
   };
   // A free block of the size class of `bytes` or, failing that, the smallest free one
   // up to kLargestSpareFactor times larger (a result shorter than a chunk uses a
@@ -54,16 +62,20 @@ class ChunkMemory {
   Block Take(size_t bytes);
   void Give(Block block);
 
-  // Free blocks for chunks of `chunk_bytes`, touched (so resident), topped up to
-  // kPrefillBytes in all (at least one).
-  void Prefill(size_t chunk_bytes);
+  // Pins `block` with `backend` (PinHostMemory) if it is large enough and not pinned
+  // yet. A block that cannot be pinned still works, through the backend's staging.
+  static void PinForCopies(Backend& backend, Block& block);
+
+  // Free blocks for chunks of `chunk_bytes`, touched (so resident) and pinned for
+  // `backend`, topped up to kPrefillBytes in all (at least one).
+  void Prefill(size_t chunk_bytes, Backend& backend);
 
   // The free blocks' bytes.
   size_t cached_bytes() const;
 
  private:
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<size_t, std::vector<std::unique_ptr<char[]>>> free_ ABSL_GUARDED_BY(mu_);  // by size
+  absl::flat_hash_map<size_t, std::vector<Block>> free_ ABSL_GUARDED_BY(mu_);  // by size
   size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

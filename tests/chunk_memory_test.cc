@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
 
 namespace gpucompute {
 namespace {
@@ -39,13 +40,15 @@ TEST(ChunkMemoryTest, ShorterChunksUseTheBlockOfTheirSizeClassOrAFewTimesLarger)
 
 TEST(ChunkMemoryTest, PrefillTopsUpToItsShareOnce) {
   ChunkMemory pool;
-  pool.Prefill(kMiB);
+  const std::unique_ptr<Backend> cpu = CreateCpuBackend(1);
+  pool.Prefill(kMiB, *cpu);
   EXPECT_EQ(pool.cached_bytes(), ChunkMemory::kPrefillBytes);
   ChunkMemory::Block block = pool.Take(kMiB);
   EXPECT_EQ(pool.cached_bytes(), ChunkMemory::kPrefillBytes - kMiB);
-  pool.Prefill(kMiB);  // one block short: one more
+  EXPECT_EQ(block.pin, nullptr);  // the CPU backend pins nothing
+  pool.Prefill(kMiB, *cpu);  // one block short: one more
   EXPECT_EQ(pool.cached_bytes(), ChunkMemory::kPrefillBytes);
-  pool.Prefill(kMiB);  // full: none
+  pool.Prefill(kMiB, *cpu);  // full: none
   EXPECT_EQ(pool.cached_bytes(), ChunkMemory::kPrefillBytes);
 }
 

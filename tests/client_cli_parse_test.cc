@@ -164,7 +164,7 @@ TEST(FormatTest, PreviewTruncates) {
   Result result;
   result.header.set_dtype(v1::FLOAT32);
   const std::vector<float> values = {0.5f, 1, 2, 3};
-  result.data.assign(reinterpret_cast<const char*>(values.data()), 16);
+  result.data = HostBytes::CopyOf({reinterpret_cast<const char*>(values.data()), 16});
   EXPECT_EQ(FormatPreview(result, 2), "[0.5, 1, ...]");
   EXPECT_EQ(FormatPreview(result, 4), "[0.5, 1, 2, 3]");
 }

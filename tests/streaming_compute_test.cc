@@ -55,7 +55,7 @@ std::string RandomBytes(size_t count, double lo, double hi, uint32_t seed) {
 }
 
 // Where two results first differ (their size when they do not), for failure messages.
-std::string FirstDifference(const std::string& a, const std::string& b) {
+std::string FirstDifference(absl::string_view a, absl::string_view b) {
   const auto [ia, ib] = std::mismatch(a.begin(), a.end(), b.begin(), b.end());
   return absl::StrCat("first difference at byte ", ia - a.begin(), " of ", a.size(), " and ",
                       b.size());
