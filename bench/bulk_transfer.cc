@@ -8,6 +8,8 @@
 // Prints one line per direction:  cpp stripes=N upload 2.00 GiB median 0.61 s 3.5 GB/s ...
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <map>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -33,6 +35,8 @@ ABSL_FLAG(uint32_t, upload_chunk_bytes, 0, "Upload message size; 0: the client's
 ABSL_FLAG(uint32_t, download_chunk_bytes, 0, "Download chunk size; 0: the server's default");
 ABSL_FLAG(int, server_pid, 0, "the server's pid, to report its CPU time per GB moved");
 ABSL_FLAG(std::string, label, "cpp", "first column of the output lines");
+ABSL_FLAG(std::vector<std::string>, channel_args, {},
+          "integer gRPC channel arguments of the client's channels, grpc.NAME=VALUE,...");
 
 namespace gc = gpucompute::client;
 
@@ -53,6 +57,48 @@ double CpuSeconds(int pid) {
 
 // This process's CPU time, all threads, in seconds.
 double OwnCpuSeconds() { return CpuSeconds(getpid()); }
+
+// CPU seconds of `pid`'s threads, summed by thread name (/proc/PID/task/TID/stat):
+// which of the server's threads (gRPC's, the executor's, the driver's) a transfer
+// keeps busy.
+std::map<std::string, double> ThreadCpuSeconds(int pid) {
+  std::map<std::string, double> by_name;
+  if (pid <= 0) return by_name;
+  std::error_code error;
+  for (const auto& task :
+       std::filesystem::directory_iterator(absl::StrFormat("/proc/%d/task", pid), error)) {
+    std::ifstream stat(task.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const size_t open = text.find('('), close = text.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    std::vector<std::string> fields = absl::StrSplit(text.substr(close + 2), ' ');
+    if (fields.size() < 13) continue;
+    by_name[text.substr(open + 1, close - open - 1)] +=
+        (std::stod(fields[11]) + std::stod(fields[12])) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  }
+  return by_name;
+}
+
+// Adds after - before, by thread name, into `into`.
+void AddThreadCpu(const std::map<std::string, double>& before,
+                  const std::map<std::string, double>& after, std::map<std::string, double>& into) {
+  for (const auto& [name, seconds] : after) {
+    auto was = before.find(name);
+    into[name] += seconds - (was == before.end() ? 0.0 : was->second);
+  }
+}
+
+void ReportThreads(const std::string& what, uint64_t bytes, int repeats,
+                   const std::map<std::string, double>& by_name) {
+  if (by_name.empty()) return;
+  std::string line;
+  const double gb = static_cast<double>(bytes) * repeats / 1e9;
+  for (const auto& [name, seconds] : by_name) {
+    if (seconds / gb >= 0.005) line += absl::StrFormat(" %s=%.2f", name, seconds / gb);
+  }
+  std::cout << absl::StrFormat("%s stripes=%d %s server threads core-s/GB:%s\n",
+                               absl::GetFlag(FLAGS_label), absl::GetFlag(FLAGS_stripes), what, line);
+}
 
 struct Sample {
   double seconds = 0;
@@ -80,6 +126,13 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const uint64_t bytes = absl::GetFlag(FLAGS_bytes) / 4 * 4;
   const int pid = absl::GetFlag(FLAGS_server_pid);
+  absl::StatusOr<gpucompute::IntChannelArgs> channel_args =
+      gpucompute::ParseIntChannelArgs(absl::GetFlag(FLAGS_channel_args), "--channel_args");
+  if (!channel_args.ok()) {
+    std::cerr << channel_args.status().message() << "\n";
+    return 2;
+  }
+  const gc::ChannelOptions channel_options{.int_arguments = *channel_args};
   gc::ClientOptions options;
   if (absl::GetFlag(FLAGS_upload_chunk_bytes) != 0) {
     options.upload_chunk_bytes = absl::GetFlag(FLAGS_upload_chunk_bytes);
@@ -87,9 +140,10 @@ int main(int argc, char** argv) {
   options.stripes = absl::GetFlag(FLAGS_stripes);
   options.stripe_bytes = absl::GetFlag(FLAGS_stripe_bytes);
   if (options.stripes > 1) {
-    options.stripe_channels = gc::MakeStripeChannels(absl::GetFlag(FLAGS_target), options.stripes - 1);
+    options.stripe_channels = gc::MakeStripeChannels(absl::GetFlag(FLAGS_target), options.stripes - 1,
+                                                     channel_options);
   }
-  gc::Client client(gc::MakeChannel(absl::GetFlag(FLAGS_target)), options);
+  gc::Client client(gc::MakeChannel(absl::GetFlag(FLAGS_target), channel_options), options);
 
   std::string data(bytes, '\0');
   for (uint64_t i = 0; i < bytes / 4; ++i) {
@@ -98,7 +152,9 @@ int main(int argc, char** argv) {
   }
   const int64_t shape[] = {static_cast<int64_t>(bytes / 4)};
   std::vector<Sample> uploads, downloads;
+  std::map<std::string, double> upload_threads, download_threads;
   for (int r = 0; r < absl::GetFlag(FLAGS_repeat); ++r) {
+    std::map<std::string, double> threads = ThreadCpuSeconds(pid);
     double cpu = CpuSeconds(pid), own = OwnCpuSeconds();
     absl::Time start = absl::Now();
     absl::StatusOr<gpucompute::v1::BufferInfo> info =
@@ -109,7 +165,10 @@ int main(int argc, char** argv) {
     }
     uploads.push_back({absl::ToDoubleSeconds(absl::Now() - start), CpuSeconds(pid) - cpu,
                        OwnCpuSeconds() - own});
+    std::map<std::string, double> after = ThreadCpuSeconds(pid);
+    AddThreadCpu(threads, after, upload_threads);
 
+    threads = std::move(after);
     cpu = CpuSeconds(pid), own = OwnCpuSeconds();
     start = absl::Now();
     absl::StatusOr<gc::Result> result =
@@ -120,6 +179,7 @@ int main(int argc, char** argv) {
     }
     downloads.push_back({absl::ToDoubleSeconds(absl::Now() - start), CpuSeconds(pid) - cpu,
                          OwnCpuSeconds() - own});
+    AddThreadCpu(threads, ThreadCpuSeconds(pid), download_threads);
     if (result->data != data) {
       std::cerr << "download differs from the upload\n";
       return 1;
@@ -132,5 +192,7 @@ int main(int argc, char** argv) {
   }
   Report("upload", bytes, uploads);
   Report("download", bytes, downloads);
+  ReportThreads("upload", bytes, absl::GetFlag(FLAGS_repeat), upload_threads);
+  ReportThreads("download", bytes, absl::GetFlag(FLAGS_repeat), download_threads);
   return 0;
 }

@@ -14,13 +14,22 @@
 #include "grpcpp/support/channel_arguments.h"
 
 namespace gpucompute::client {
+namespace {
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
-                                           const ChannelOptions& options) {
+grpc::ChannelArguments ChannelArgumentsOf(const ChannelOptions& options) {
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   arguments.SetMaxSendMessageSize(options.max_send_message_bytes);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), arguments);
+  for (const auto& [name, value] : options.int_arguments) arguments.SetInt(name, value);
+  return arguments;
+}
+
+}  // namespace
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
+                                           const ChannelOptions& options) {
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
+                                   ChannelArgumentsOf(options));
 }
 
 std::vector<std::shared_ptr<grpc::Channel>> MakeStripeChannels(const std::string& target,
@@ -28,9 +37,7 @@ std::vector<std::shared_ptr<grpc::Channel>> MakeStripeChannels(const std::string
                                                                const ChannelOptions& options) {
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   for (int i = 0; i < count; ++i) {
-    grpc::ChannelArguments arguments;
-    arguments.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
-    arguments.SetMaxSendMessageSize(options.max_send_message_bytes);
+    grpc::ChannelArguments arguments = ChannelArgumentsOf(options);
     arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     channels.push_back(
         grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), arguments));

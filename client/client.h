@@ -22,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/channel_args.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "client/result.h"
@@ -43,6 +44,8 @@ struct ChannelOptions {
   int max_receive_message_bytes = 256 << 20;
   // Bounds what a single request may carry inline; -1 is unlimited.
   int max_send_message_bytes = -1;
+  // Further integer channel arguments, set last (transport tuning).
+  IntChannelArgs int_arguments;
 };
 
 // An insecure channel to `target` ("host:port", "unix:/path", ...).

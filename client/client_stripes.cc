@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/client.h"
 #include "common/status_macros.h"
+#include "common/thread_name.h"
 
 namespace gpucompute::client {
 namespace {
@@ -38,6 +39,7 @@ void ForEachRange(uint64_t count, int threads, const std::function<void(uint64_t
   std::vector<std::thread> workers;
   for (int t = 0; t < threads && static_cast<uint64_t>(t) + 1 < count; ++t) {
     workers.emplace_back([&, t] {
+      NameThisThread("gc-stripe");  // per-thread CPU (perf, /proc) tells stripes apart
       for (uint64_t k = next++; k < count && !failed(); k = next++) run(k, t);
     });
   }

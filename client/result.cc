@@ -46,7 +46,11 @@ absl::Status ResultAssembler::AddBytes(const grpc::ByteBuffer& bytes) {
   if (std::optional<v1::wire::DataPayload> data = v1::wire::FindResultData(message)) {
     if (have_trailer_) return absl::DataLossError("result stream: message after the trailer");
     return AddData(data->offset, data->size, [&](char* destination) {
-      message.CopyOut(data->start, data->size, destination);
+      if (copier_ != nullptr) {
+        copier_->Copy(std::move(message), data->start, data->size, destination);
+      } else {
+        message.CopyOut(data->start, data->size, destination);
+      }
     });
   }
   v1::ResultChunk chunk;
@@ -101,6 +105,9 @@ absl::Status ResultAssembler::AddHeader(const v1::ResultHeader& header) {
   } else if (options_.expect_data) {
     result_.data = HostBytes::Allocate(header.total_bytes());
     destination_ = result_.data.data();
+  }
+  if (options_.expect_data && range_end_ - received_bytes_ >= kCopyBesideFromBytes) {
+    copier_ = std::make_unique<PayloadCopier>();
   }
   if (options_.progress) options_.progress(0, header.total_bytes());
   return absl::OkStatus();
@@ -174,6 +181,7 @@ absl::Status ResultAssembler::AddTrailer(const v1::ResultTrailer& trailer) {
   }
   have_trailer_ = true;
   result_.trailer = trailer;
+  if (copier_ != nullptr) copier_->Drain();  // every byte in place before the result is used
   return absl::OkStatus();
 }
 

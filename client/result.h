@@ -3,12 +3,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/host_bytes.h"
+#include "client/payload_copier.h"
 #include "gpucompute/v1/gpucompute.pb.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/support/byte_buffer.h"
@@ -42,6 +44,10 @@ struct Result {
 // DATA_LOSS naming what was expected and what came.
 class ResultAssembler {
  public:
+  // Data of results (or ranges) from this size on is copied into place by a
+  // PayloadCopier, beside the thread reading the stream.
+  static constexpr uint64_t kCopyBesideFromBytes = uint64_t{32} << 20;
+
   struct Options {
     // False when the request set keep_on_device: no data is expected and the
     // trailer must name the stored buffer.
@@ -88,6 +94,8 @@ class ResultAssembler {
   uint64_t run_bytes_ = 0;
   char* destination_ = nullptr;
   Result result_;
+  // Declared after result_: destroyed (its copies finished) before the memory they fill.
+  std::unique_ptr<PayloadCopier> copier_;
 };
 
 // Reads a result stream's messages (from a grpc::ClientReader or ReaderWriter of

@@ -2,6 +2,8 @@
 // passed down. Tests build one directly.
 #pragma once
 
+#include "common/channel_args.h"
+
 #include <cstdint>
 #include <string>
 
@@ -58,6 +60,8 @@ struct ServerConfig {
   int max_in_flight = 1024;                 // requests admitted at once, all callers
   int max_in_flight_per_connection = 128;   // per client connection
   int max_concurrent_streams = 256;         // HTTP/2 streams per connection
+  // Integer gRPC channel arguments set after the server's own (transport tuning).
+  IntChannelArgs grpc_channel_args;
   // An Upload silent this long is closed; a result stream unread this long is cancelled.
   absl::Duration stream_idle_timeout = absl::Seconds(30);
   // How long an upload session no stream uses keeps its partial buffer.

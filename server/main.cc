@@ -96,6 +96,9 @@ ABSL_FLAG(uint64_t, principal_quota_bytes, 0,
 ABSL_FLAG(int32_t, max_in_flight, 1024, "requests admitted at once from all callers");
 ABSL_FLAG(int32_t, max_in_flight_per_connection, 128, "requests admitted at once per connection");
 ABSL_FLAG(int32_t, max_concurrent_streams, 256, "HTTP/2 streams per connection");
+ABSL_FLAG(std::vector<std::string>, grpc_channel_args, {},
+          "integer gRPC channel arguments, grpc.NAME=VALUE,..., set after the server's own "
+          "(transport tuning; bench/BULK_TRANSFER.md)");
 ABSL_FLAG(uint64_t, resource_quota_bytes, 0,
           "memory gRPC may use for connections and calls (grpc::ResourceQuota), charged to the "
           "host memory budget; 0 = 1/8 of the host budget, within [64 MiB, 2 GiB]");
@@ -277,6 +280,10 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
   config.max_in_flight = absl::GetFlag(FLAGS_max_in_flight);
   config.max_in_flight_per_connection = absl::GetFlag(FLAGS_max_in_flight_per_connection);
   config.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  absl::StatusOr<gpucompute::IntChannelArgs> channel_args = gpucompute::ParseIntChannelArgs(
+      absl::GetFlag(FLAGS_grpc_channel_args), "--grpc_channel_args");
+  if (!channel_args.ok()) return channel_args.status();
+  config.grpc_channel_args = *std::move(channel_args);
   config.resource_quota_bytes = absl::GetFlag(FLAGS_resource_quota_bytes);
   config.charge_process_memory = true;
   config.keepalive_time = absl::GetFlag(FLAGS_keepalive_time);

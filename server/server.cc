@@ -169,6 +169,8 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, Millis(config.max_connection_age));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
                              Millis(config.max_connection_age_grace));
+  // Last, so that they override the settings above (gRPC keeps the last of a name).
+  for (const auto& [name, value] : config.grpc_channel_args) builder.AddChannelArgument(name, value);
   builder.RegisterService(server->compute_service_.get());
   builder.RegisterService(server->buffers_service_.get());
   builder.RegisterService(server->info_service_.get());

@@ -1,0 +1,36 @@
+// Integer gRPC channel arguments given as text, "name=value" (the server's
+// --grpc_channel_args, the bulk benchmark's --channel_args): how the transport is
+// tuned without a rebuild (bench/BULK_TRANSFER.md says which settings mattered).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace gpucompute {
+
+using IntChannelArgs = std::vector<std::pair<std::string, int>>;
+
+// Each entry "grpc.NAME=INTEGER"; INVALID_ARGUMENT naming `what` and the entry otherwise.
+inline absl::StatusOr<IntChannelArgs> ParseIntChannelArgs(const std::vector<std::string>& entries,
+                                                          absl::string_view what) {
+  IntChannelArgs args;
+  for (const std::string& entry : entries) {
+    const size_t equals = entry.find('=');
+    int value = 0;
+    if (equals == std::string::npos || entry.rfind("grpc.", 0) != 0 ||
+        !absl::SimpleAtoi(absl::string_view(entry).substr(equals + 1), &value)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": \"", entry, "\" is not grpc.NAME=INTEGER (an integer gRPC channel argument)"));
+    }
+    args.emplace_back(entry.substr(0, equals), value);
+  }
+  return args;
+}
+
+}  // namespace gpucompute
