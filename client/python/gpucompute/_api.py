@@ -283,8 +283,7 @@ class ClientApi(StreamingMethods[ResultT],
         options = ResultOptions(chunk_bytes=chunk_bytes, return_timing=return_timing,
                                 timeout=timeout, out=out)
         buffer_id = buffer.id if isinstance(buffer, DeviceArray) else str(buffer)
-        request = pb.DownloadRequest(buffer_id=buffer_id,
-                                     chunk_bytes=int(options.chunk_bytes or 0))
+        request = pb.DownloadRequest(buffer_id=buffer_id, chunk_bytes=options.bulk_chunk_bytes())
         return cast(ResultT, self._call("download", timeout, self._download(request, options)))
 
     def _download(self, request: Any, options: ResultOptions) -> Steps[Any]:

@@ -169,8 +169,7 @@ class StreamingMethods(Generic[ResultT]):
             raise ValueError(f"dtype {dtype} is not float32 or float64")
         header.dtype = NP_TO_PB[dtype]
         header.shape.extend(shape)
-        if options.chunk_bytes:
-            header.chunk_bytes = int(options.chunk_bytes)
+        header.chunk_bytes = options.bulk_chunk_bytes()
         row_bytes = _row_elements(header.operation, shape) * dtype.itemsize
         runs = len(header.references) if header.operation == pb.STREAMING_HAVERSINE_POINTS else 1
 
