@@ -4,7 +4,7 @@ end to end (median of --repeat), checked byte-exact; with --server-pid, the serv
 time per GB moved. Prints the same line format as bulk-transfer-bench.
 
     python3 bench/bulk_transfer.py --target 127.0.0.1:50051 --bytes 2147483648 [--stripes 4]
-        [--chunk-bytes N]
+        [--chunk-bytes N] [--upload-chunk-bytes N]
 """
 import argparse
 import os
@@ -58,7 +58,9 @@ def main():
     p.add_argument("--server-pid", type=int, default=0)
     p.add_argument("--label", default="python")
     p.add_argument("--chunk-bytes", type=int, default=None,
-                   help="message size of uploads and downloads (default: the client's)")
+                   help="download chunk size (default: the client's)")
+    p.add_argument("--upload-chunk-bytes", type=int, default=None,
+                   help="upload message size (default: the client's)")
     args = p.parse_args()
     kwargs = {"stripes": args.stripes} if args.stripes != 1 else {}
     client = gpucompute.Client(args.target, timeout=600, **kwargs)
@@ -66,7 +68,7 @@ def main():
     ups, downs = [], []
     for _ in range(args.repeat):
         start = (time.perf_counter(), cpu_seconds(args.server_pid), time.process_time(), faults())
-        buf = client.upload(data, "bulk", chunk_bytes=args.chunk_bytes)
+        buf = client.upload(data, "bulk", chunk_bytes=args.upload_chunk_bytes)
         ups.append(since(start, args.server_pid))
         start = (time.perf_counter(), cpu_seconds(args.server_pid), time.process_time(), faults())
         back = client.download(buf, chunk_bytes=args.chunk_bytes)

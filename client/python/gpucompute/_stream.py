@@ -126,7 +126,7 @@ class ResultStream:
         """Back to before the header (a stripe fetched again)."""
         self.array: Optional[Array] = None
         #: the result's bytes, which data chunks are copied into
-        self.bytes: Optional[np.ndarray] = None
+        self.bytes: Optional[Array] = None
         self.total = 0
         self.received = self.begin
         self.header: Any = None

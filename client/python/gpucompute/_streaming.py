@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import (TYPE_CHECKING, Any, Generic, Iterable, Iterator, Optional, Sequence,
-                    Tuple, TypeVar, Union, cast)
+from typing import (TYPE_CHECKING, Any, Generic, Iterable, Iterator, List, Optional,
+                    Sequence, Tuple, TypeVar, Union, cast)
 
 import numpy as np
 
@@ -216,8 +216,9 @@ class StreamingMethods(Generic[ResultT]):
             nbytes = math.prod(shape) * dtype.itemsize
             calls = max(1, min(self.stripes, shape[0], nbytes // self.stripe_bytes))
         if calls > 1:
-            steps = self._striped_streaming_steps(header, parts[0], calls, row_bytes, options,
-                                                  input_chunk_bytes, dtype)
+            whole_arrays = cast(List[Tuple[Array, ...]], parts)[0]
+            steps = self._striped_streaming_steps(header, whole_arrays, calls, row_bytes,
+                                                  options, input_chunk_bytes, dtype)
         else:
             steps = self._streaming_steps(
                 _requests(header, parts, row_bytes, input_chunk_bytes), options, runs)
