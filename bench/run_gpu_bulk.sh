@@ -50,13 +50,13 @@ GPUCOMPUTE_TEST_BACKEND=cuda timeout 120 "$BUNDLE/streaming_compute_test" 2>&1 \
   | tee "$OUT/streaming_compute_test_cuda.txt" | grep -E "^\[ +(FAILED|PASSED) +\]|Failure" -A3
 step "StreamingCompute vs upload-compute-download, CUDA, 8 GiB (CLI 4 GiB)"
 OUT=$OUT/cuda T_STEP=150 timeout 280 bash bench/run_streaming.sh "$BUNDLE" cuda 8589934592 4294967296
-step "seed 000 full case, batches of 10 slices (4 GB) as 8 StreamingCompute calls each, first 5"
+step "seed 000 full case, batches of 16 slices (6.4 GB) as 8 StreamingCompute calls each, first 3"
 "$BUNDLE/gpucompute-server" --backend=cuda --address=127.0.0.1:50192 --metrics_address=127.0.0.1:0 \
   --buffer_quota_bytes=100000000000 > "$OUT/seed000_streaming_server.log" 2>&1 &
 SERVER=$!
 sleep 3
 timeout 150 python3 examples/seed000_discount.py --target 127.0.0.1:50192 --streaming \
-  --stripes 8 --batch 10 --max-batches 5 2>&1 | tail -8 | tee "$OUT/seed000_streaming.txt"
+  --stripes 8 --batch 16 --max-batches 3 2>&1 | tail -8 | tee "$OUT/seed000_streaming.txt"
 kill -TERM $SERVER; wait $SERVER
 fi
 

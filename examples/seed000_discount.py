@@ -70,9 +70,10 @@ def thread_case(client, checks):
                f"transfer_in {ms(t.transfer_in)}")
 
 
-def plan_batches(info, n, d, forced_batch, kept, streaming=False):
+def plan_batches(info, n, d, forced_batch, kept, streaming=False, stripes=1):
     """Slices of D per batch that the server's device, its quota and this host can hold
-    (kept: the result is stored too, and counts against the quota)."""
+    (kept: the result is stored too, and counts against the quota); streamed over
+    stripes, a multiple of them (each call takes whole slices: equal calls)."""
     per_slice = n * 5 * 8
     factors = per_slice
     device = info.devices[0] if info.devices else None
@@ -93,6 +94,8 @@ def plan_batches(info, n, d, forced_batch, kept, streaming=False):
         by_quota = by_device = d
     fits_whole = factors + 2 * d * per_slice <= 0.7 * dev_mem and factors + d * per_slice <= quota
     batch = forced_batch or max(0, min(d, by_quota, by_device, by_host))
+    if streaming and not forced_batch and batch > stripes:
+        batch -= batch % stripes
     print(f"plan: factors {gb(factors)}, values and result {gb(d * per_slice)} each; "
           f"device {device.name if device else '?'} memory {gb(dev_mem)}, buffer quota "
           f"{gb(quota)}, this host {gb(host)} available")
@@ -114,7 +117,8 @@ def full_case(client, info, checks, n, d, forced_batch, max_batches, streaming=F
     # With stripes the result is kept on the server and downloaded over them (a
     # compute result streams on one stream).
     striped = client.stripes > 1
-    batch = plan_batches(info, n, d, forced_batch, kept=striped, streaming=streaming)
+    batch = plan_batches(info, n, d, forced_batch, kept=striped, streaming=streaming,
+                         stripes=client.stripes)
     if batch < 1:
         checks("one slice of the full case fits", False, "not even one (n, 5) slice fits")
         return
