@@ -134,3 +134,35 @@ def test_a_failing_stripe_fails_the_call_and_the_others_are_cancelled(rng):
             assert back.tobytes() == (factors[:1000] * small).tobytes()
     finally:
         server.stop()
+
+
+def test_cancelling_a_striped_stream_cancels_every_stripe(rng):
+    """An asyncio task cancelled mid-call: each stripe's call is cancelled, so the server
+    frees their slots (three in flight at most: a full-width call runs right after)."""
+    server = ServerProcess("--max_in_flight=3")
+    values = rng.uniform(-1, 1, (3, 1 << 23)).astype(np.float32)  # 3 stripes of 32 MiB
+    factors = rng.uniform(0.5, 1.0, 1 << 23).astype(np.float32)
+    small = np.ascontiguousarray(values[:, :1 << 18])  # 3 MiB: three calls again
+
+    async def run():
+        async with gpucompute.aio.Client(server.target, timeout=60, stripes=3,
+                                         stripe_bytes=1 << 20) as c:
+            task = asyncio.ensure_future(c.stream_discount_product(factors, values))
+            await asyncio.sleep(0.02)
+            assert not task.done()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            deadline = time.monotonic() + 10
+            while True:  # the slots come back as the server sees the cancellations
+                try:
+                    return await c.stream_discount_product(factors[:1 << 18], small)
+                except gpucompute.ResourceExhausted:
+                    assert time.monotonic() < deadline, "a stripe's slot was never freed"
+                    await asyncio.sleep(0.05)
+
+    try:
+        back = asyncio.run(run())
+        assert back.tobytes() == (factors[:1 << 18] * small).tobytes()
+    finally:
+        server.stop()
