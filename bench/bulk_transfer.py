@@ -7,6 +7,7 @@ time per GB moved. Prints the same line format as bulk-transfer-bench.
         [--chunk-bytes N] [--upload-chunk-bytes N]
 """
 import argparse
+import ctypes
 import os
 import resource
 import sys
@@ -25,6 +26,19 @@ def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def keep_freed_memory_mapped():
+    """What a caller may do at start-up (here, or GLIBC_TUNABLES=glibc.malloc.mmap_threshold=
+    67108864:glibc.malloc.trim_threshold=1073741824 in its environment): glibc keeps
+    freed blocks up to 64 MiB and 1 GiB of freed heap, so grpc's per-message buffers
+    reuse pages instead of faulting fresh ones in (the C++ client's
+    client/bulk_memory.h settings). The client library leaves it to the process."""
+    libc = ctypes.CDLL(None)
+    m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
+    if not hasattr(libc, "mallopt") or not (libc.mallopt(m_mmap_threshold, 64 << 20)
+                                            and libc.mallopt(m_trim_threshold, 1 << 30)):
+        sys.exit("--keep-freed-memory needs glibc's mallopt")
 
 
 def faults():
@@ -61,7 +75,11 @@ def main():
                    help="download chunk size (default: the client's)")
     p.add_argument("--upload-chunk-bytes", type=int, default=None,
                    help="upload message size (default: the client's)")
+    p.add_argument("--keep-freed-memory", action="store_true",
+                   help="glibc malloc keeps freed memory mapped (keep_freed_memory_mapped)")
     args = p.parse_args()
+    if args.keep_freed_memory:
+        keep_freed_memory_mapped()
     kwargs = {"stripes": args.stripes} if args.stripes != 1 else {}
     client = gpucompute.Client(args.target, timeout=600, **kwargs)
     data = (np.arange(args.bytes // 4, dtype=np.int64) % 1000003).astype(np.float32) * 0.5
