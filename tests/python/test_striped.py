@@ -94,6 +94,8 @@ def test_striped_streaming_is_byte_exact(server, rng, op):
         out = np.full_like(values, np.nan)
         assert run(striped, out=out) is out
         assert out.tobytes() == expected.tobytes()
+        with pytest.raises(ValueError, match=r"out has shape \(37, 7, 300\)"):
+            run(striped, out=np.empty((37, 7, 300), np.float32))
         # Factors spanning the first axis cannot be cut there: one call, same result.
         full = rng.uniform(0.5, 1.0, values.shape).astype(np.float32)
         assert (striped.stream_discount_product(full, values).tobytes()
