@@ -26,6 +26,11 @@ export PYTHONPATH="$PWD/client/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFER
 step() { echo; echo "=== $* ($(date +%T))"; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
 python3 -c "import grpc, numpy, sys; print('grpcio', grpc.__version__, 'numpy', numpy.__version__, 'python', sys.version.split()[0])"
+# What a Python client's receive costs depends on (bench/BULK_TRANSFER.md): huge pages
+# for the result arrays, the CPU, glibc.
+echo "THP $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null), defrag" \
+  "$(cat /sys/kernel/mm/transparent_hugepage/defrag 2>/dev/null); $(nproc) CPUs:" \
+  "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2); $(ldd --version 2>/dev/null | head -1)"
 
 if [ "$PARTS" != streaming ]; then
 step "CUDA backend, 2 GiB, 1 and 8 stripes"
