@@ -8,8 +8,8 @@
 #   e.g. bash bench/run_bulk.sh build-cpu cpu 536870912 4
 # BIN_DIR holds gpucompute-server and bulk-transfer-bench (a build dir or a bundle).
 # PY_CHUNKS="262144 1048576 4194304": then one Python stream per message size (uploads
-# and downloads), uploads of 16 MiB messages, and one stream with glibc keeping freed
-# memory mapped (bulk_transfer.py --keep-freed-memory).
+# and downloads), uploads of 16 MiB messages, and downloads of 256 KiB and 1 MiB with
+# glibc keeping freed memory mapped (bulk_transfer.py --keep-freed-memory).
 set -u
 BIN=${1:?BIN_DIR}
 BACKEND=${2:?cpu or cuda}
@@ -48,6 +48,8 @@ for c in ${PY_CHUNKS:-}; do
 done
 [ -n "${PY_CHUNKS:-}" ] && run "$PY" bench/bulk_transfer.py "${pycommon[@]}" \
   --upload-chunk-bytes 16777216 --label python-upload-chunk-16777216
-[ -n "${PY_CHUNKS:-}" ] && run "$PY" bench/bulk_transfer.py "${pycommon[@]}" \
-  --keep-freed-memory --label python-keep-freed-memory
+for c in ${PY_CHUNKS:+262144 1048576}; do
+  run "$PY" bench/bulk_transfer.py "${pycommon[@]}" --keep-freed-memory --chunk-bytes "$c" \
+    --label "python-keep-freed-memory-chunk-$c"
+done
 true
