@@ -4,9 +4,12 @@ end to end (median of --repeat), checked byte-exact; with --server-pid, the serv
 time per GB moved. Prints the same line format as bulk-transfer-bench.
 
     python3 bench/bulk_transfer.py --target 127.0.0.1:50051 --bytes 2147483648 [--stripes 4]
+        [--chunk-bytes N] [--upload-chunk-bytes N]
 """
 import argparse
+import ctypes
 import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -25,14 +28,39 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def keep_freed_memory_mapped():
+    """What a caller may do at start-up (here, or GLIBC_TUNABLES=glibc.malloc.mmap_threshold=
+    67108864:glibc.malloc.trim_threshold=1073741824 in its environment): glibc keeps
+    freed blocks up to 64 MiB and 1 GiB of freed heap, so grpc's per-message buffers
+    reuse pages instead of faulting fresh ones in (the C++ client's
+    client/bulk_memory.h settings). The client library leaves it to the process."""
+    libc = ctypes.CDLL(None)
+    m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
+    if not hasattr(libc, "mallopt") or not (libc.mallopt(m_mmap_threshold, 64 << 20)
+                                            and libc.mallopt(m_trim_threshold, 1 << 30)):
+        sys.exit("--keep-freed-memory needs glibc's mallopt")
+
+
+def faults():
+    """Minor page faults of this process so far (fresh memory touched: a steadier
+    measure of allocation churn than time on a loaded machine)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def report(label, stripes, what, nbytes, samples):
     samples.sort()
-    seconds, cpu, own = samples[len(samples) // 2]
+    seconds, cpu, own, flt = samples[len(samples) // 2]
     gb = nbytes / 1e9
     print(f"{label} stripes={stripes} {what} {nbytes / 2**30:.2f} GiB median {seconds:.3f} s "
           f"{gb / seconds:.2f} GB/s (best {gb / samples[0][0]:.2f}) server {cpu / gb:.2f} "
-          f"client {own / gb:.2f} core-s/GB",
+          f"client {own / gb:.2f} core-s/GB, {flt / gb:.0f} faults/GB",
           flush=True)
+
+
+def since(start, server_pid):
+    """(seconds, server core-s, client core-s, client faults) since ``start``."""
+    now = (time.perf_counter(), cpu_seconds(server_pid), time.process_time(), faults())
+    return tuple(b - a for a, b in zip(start, now))
 
 
 def main():
@@ -43,20 +71,26 @@ def main():
     p.add_argument("--stripes", type=int, default=1)
     p.add_argument("--server-pid", type=int, default=0)
     p.add_argument("--label", default="python")
+    p.add_argument("--chunk-bytes", type=int, default=None,
+                   help="download chunk size (default: the client's)")
+    p.add_argument("--upload-chunk-bytes", type=int, default=None,
+                   help="upload message size (default: the client's)")
+    p.add_argument("--keep-freed-memory", action="store_true",
+                   help="glibc malloc keeps freed memory mapped (keep_freed_memory_mapped)")
     args = p.parse_args()
+    if args.keep_freed_memory:
+        keep_freed_memory_mapped()
     kwargs = {"stripes": args.stripes} if args.stripes != 1 else {}
     client = gpucompute.Client(args.target, timeout=600, **kwargs)
     data = (np.arange(args.bytes // 4, dtype=np.int64) % 1000003).astype(np.float32) * 0.5
     ups, downs = [], []
     for _ in range(args.repeat):
-        cpu, own, t0 = cpu_seconds(args.server_pid), time.process_time(), time.perf_counter()
-        buf = client.upload(data, "bulk")
-        ups.append((time.perf_counter() - t0, cpu_seconds(args.server_pid) - cpu,
-                    time.process_time() - own))
-        cpu, own, t0 = cpu_seconds(args.server_pid), time.process_time(), time.perf_counter()
-        back = client.download(buf)
-        downs.append((time.perf_counter() - t0, cpu_seconds(args.server_pid) - cpu,
-                      time.process_time() - own))
+        start = (time.perf_counter(), cpu_seconds(args.server_pid), time.process_time(), faults())
+        buf = client.upload(data, "bulk", chunk_bytes=args.upload_chunk_bytes)
+        ups.append(since(start, args.server_pid))
+        start = (time.perf_counter(), cpu_seconds(args.server_pid), time.process_time(), faults())
+        back = client.download(buf, chunk_bytes=args.chunk_bytes)
+        downs.append(since(start, args.server_pid))
         if not np.array_equal(back.view(np.uint32), data.view(np.uint32)):
             sys.exit("download differs from the upload")
         del back

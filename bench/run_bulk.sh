@@ -7,6 +7,9 @@
 #   bash bench/run_bulk.sh BIN_DIR BACKEND [BYTES] [STRIPES]
 #   e.g. bash bench/run_bulk.sh build-cpu cpu 536870912 4
 # BIN_DIR holds gpucompute-server and bulk-transfer-bench (a build dir or a bundle).
+# PY_CHUNKS="262144 1048576 4194304": then one Python stream per message size (uploads
+# and downloads), uploads of 16 MiB messages, and downloads of 256 KiB and 1 MiB with
+# glibc keeping freed memory mapped (bulk_transfer.py --keep-freed-memory).
 set -u
 BIN=${1:?BIN_DIR}
 BACKEND=${2:?cpu or cuda}
@@ -39,4 +42,14 @@ run "$BENCH_BIN" "${common[@]}" --stripes=1
 pycommon=(--target 127.0.0.1:$PORT --bytes $BYTES --repeat $REPEAT --server-pid $SERVER)
 run "$PY" bench/bulk_transfer.py "${pycommon[@]}" --stripes 1
 [ "$STRIPES" -gt 1 ] && run "$PY" bench/bulk_transfer.py "${pycommon[@]}" --stripes $STRIPES
+for c in ${PY_CHUNKS:-}; do
+  run "$PY" bench/bulk_transfer.py "${pycommon[@]}" --chunk-bytes "$c" --upload-chunk-bytes "$c" \
+    --label "python-chunk-$c"
+done
+[ -n "${PY_CHUNKS:-}" ] && run "$PY" bench/bulk_transfer.py "${pycommon[@]}" \
+  --upload-chunk-bytes 16777216 --label python-upload-chunk-16777216
+for c in ${PY_CHUNKS:+262144 1048576}; do
+  run "$PY" bench/bulk_transfer.py "${pycommon[@]}" --keep-freed-memory --chunk-bytes "$c" \
+    --label "python-keep-freed-memory-chunk-$c"
+done
 true

@@ -3,6 +3,7 @@
 # server, then discount product over BYTES of float32 input two ways, through the Python
 # client (bench/streaming_ops.py) and the C++ CLI on .npy files in /dev/shm:
 #   streaming   one StreamingCompute call (stream_discount_product / `cli stream`);
+#               Python also with $STRIPES stripes (default "1 8": calls over row ranges);
 #   round trip  upload, compute on the stored buffer, result back (Python: in 1 GiB
 #               parts; CLI: upload + discount-product --values=buffer:ID --out).
 # Each line: GB/s of input and the server's core-seconds per GB of input. The CLI's two
@@ -17,6 +18,7 @@ BACKEND=${2:?cpu or cuda}
 BYTES=${3:-8589934592}
 CLI_BYTES=${4:-$BYTES}
 REPEAT=${REPEAT:-3}
+STRIPES=${STRIPES:-1 8}  # the Python streamed runs' stripe counts
 PORT=${PORT:-50175}
 OUT=${OUT:-streaming-out}
 SHM=${SHM:-/dev/shm/gpucompute-streaming}
@@ -40,7 +42,7 @@ report="$OUT/streaming_$BACKEND.txt"
 run() { echo "+ $*" >&2; timeout "${T_STEP:-200}" "$@" 2>&1 | tee -a "$report"; }
 
 run "$PY" bench/streaming_ops.py --target 127.0.0.1:$PORT --bytes "$BYTES" --repeat "$REPEAT" \
-  --server-pid "$SERVER"
+  --server-pid "$SERVER" --stripes $STRIPES
 
 # The C++ CLI, .npy files mapped from /dev/shm (input and output).
 "$PY" - "$SHM" "$CLI_BYTES" <<'EOF'

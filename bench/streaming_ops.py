@@ -3,7 +3,8 @@
 inputs larger than the GPU):
 
   streaming   one StreamingCompute call (stream_discount_product): input chunks in,
-              result chunks out, bounded server memory;
+              result chunks out, bounded server memory; "streaming xK": a client of K
+              stripes (--stripes), K calls at once over ranges of rows;
   round trip  the way without it: the input in parts of --part-bytes, each uploaded,
               multiplied (discount_product on the stored buffer, result streamed back)
               and deleted, one part after another.
@@ -12,7 +13,8 @@ Each is timed end to end from host arrays (median of --repeat) and checked on sa
 rows; GB/s counts input bytes (the same bytes go back out), and with --server-pid the
 server's CPU time per GB of input.
 
-    python3 bench/streaming_ops.py --target 127.0.0.1:50051 --bytes 8589934592 --server-pid PID
+    python3 bench/streaming_ops.py --target 127.0.0.1:50051 --bytes 8589934592 --server-pid PID \
+        [--stripes 1 8]
 """
 import argparse
 import sys
@@ -36,7 +38,7 @@ def report(what, nbytes, samples):
     samples.sort()
     seconds, cpu, own = samples[len(samples) // 2]
     gb = nbytes / 1e9
-    print(f"python {what:10s} {nbytes / 2**30:6.2f} GiB in+out each  median {seconds:7.3f} s "
+    print(f"python {what:12s} {nbytes / 2**30:6.2f} GiB in+out each  median {seconds:7.3f} s "
           f"{gb / seconds:6.2f} GB/s (best {gb / samples[0][0]:.2f})  server {cpu / gb:.2f} "
           f"client {own / gb:.2f} core-s/GB", flush=True)
 
@@ -57,6 +59,8 @@ def main():
     p.add_argument("--input-chunk-bytes", type=int, default=2 << 20)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--server-pid", type=int, default=0)
+    p.add_argument("--stripes", type=int, nargs="+", default=[1],
+                   help="the streamed runs' stripe counts (the round trip: one stream)")
     args = p.parse_args()
     rows = args.bytes // 4 // args.row
     nbytes = rows * args.row * 4
@@ -69,10 +73,11 @@ def main():
     out = np.empty_like(values)
     client = gpucompute.Client(args.target, timeout=1200)
     client.stream_discount_product(factors, values[:64])  # warm the connection and server
+    striped = {k: gpucompute.Client(args.target, timeout=1200, stripes=k) for k in args.stripes}
 
-    def streaming():
-        client.stream_discount_product(factors, values, out=out,
-                                       input_chunk_bytes=args.input_chunk_bytes)
+    def streaming(stripes):
+        striped[stripes].stream_discount_product(factors, values, out=out,
+                                                 input_chunk_bytes=args.input_chunk_bytes)
 
     part_rows = max(1, args.part_bytes // 4 // args.row)
 
@@ -82,7 +87,9 @@ def main():
             client.discount_product(factors, buf, out=out[begin:begin + part_rows])
             client.delete(buf)
 
-    for what, fn in (("streaming", streaming), ("round trip", round_trip)):
+    runs = [(f"streaming x{k}" if k > 1 else "streaming", lambda k=k: streaming(k))
+            for k in args.stripes]
+    for what, fn in runs + [("round trip", round_trip)]:
         samples = []
         for _ in range(args.repeat):
             out.fill(np.nan)

@@ -32,7 +32,8 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--tls", action="store_true", help="connect with TLS (system roots)")
     p.add_argument("--timeout", type=float, default=600.0, help="deadline of each call, s")
     p.add_argument("--stripes", type=int, default=1,
-                   help="split large uploads and downloads over this many connections")
+                   help="split large uploads, downloads and streamed calls over this many "
+                   "connections")
     return p
 
 

@@ -1,11 +1,16 @@
-"""Striped downloads in the Python client (issue #12): ranges fetched at once on their
-own connections, reassembled byte-exact in place; a stripe failing fails the call."""
+"""Striped transfers in the Python client (issue #12): download ranges fetched, upload
+ranges sent and streamed calls run at once on their own connections, reassembled
+byte-exact in place; a stripe failing fails the call and cancels the others."""
 from __future__ import annotations
+
+import asyncio
+import time
 
 import numpy as np
 import pytest
 
 import gpucompute
+from conftest import ServerProcess
 
 
 def _pattern(n: int) -> np.ndarray:
@@ -57,8 +62,6 @@ def test_striped_upload_is_byte_exact(server, stripes):
 
 
 def test_striped_aio_round_trip(server):
-    import asyncio
-
     async def run():
         async with gpucompute.aio.Client(server.target, stripes=3, stripe_bytes=1 << 20) as c:
             data = _pattern((2 << 20) // 4 + 5)
@@ -69,3 +72,99 @@ def test_striped_aio_round_trip(server):
 
     data, back = asyncio.run(run())
     assert np.array_equal(back.view(np.uint32), data.view(np.uint32))
+
+
+@pytest.mark.parametrize("op", ["discount_product", "normalize"])
+def test_striped_streaming_is_byte_exact(server, rng, op):
+    """Calls over row ranges at once, written in place, equal one call's result."""
+    values = rng.uniform(0.1, 10, (37, 300, 7)).astype(np.float32)  # 37 rows over 3 calls
+    factors = rng.uniform(0.5, 1.0, (300, 7)).astype(np.float32)
+
+    def run(c, **kwargs):
+        if op == "normalize":
+            return c.stream_normalize(values, norm="l2", input_chunk_bytes=20 << 10, **kwargs)
+        return c.stream_discount_product(factors, values, input_chunk_bytes=20 << 10, **kwargs)
+
+    with server.client(timeout=60) as plain, \
+            server.client(timeout=60, stripes=3, stripe_bytes=64 << 10) as striped:
+        expected = run(plain)
+        back, timing = run(striped, return_timing=True)
+        assert back.tobytes() == expected.tobytes()
+        assert timing.wall > 0
+        out = np.full_like(values, np.nan)
+        assert run(striped, out=out) is out
+        assert out.tobytes() == expected.tobytes()
+        with pytest.raises(ValueError, match=r"out has shape \(37, 7, 300\)"):
+            run(striped, out=np.empty((37, 7, 300), np.float32))
+        # Factors spanning the first axis cannot be cut there: one call, same result.
+        full = rng.uniform(0.5, 1.0, values.shape).astype(np.float32)
+        assert (striped.stream_discount_product(full, values).tobytes()
+                == (full * values).tobytes())
+
+
+def test_striped_streaming_aio(server, rng):
+    values = rng.uniform(-1, 1, (9, 4096)).astype(np.float64)
+    factors = rng.uniform(0.5, 1.0, 4096)
+
+    async def run():
+        async with gpucompute.aio.Client(server.target, stripes=4, stripe_bytes=32 << 10) as c:
+            return await c.stream_discount_product(factors, values, input_chunk_bytes=8192)
+
+    assert asyncio.run(run()).tobytes() == (factors * values).tobytes()
+
+
+def test_a_failing_stripe_fails_the_call_and_the_others_are_cancelled(rng):
+    """One request in flight at most: the stripes beyond the first are refused; the call
+    fails with that status and the admitted stripe is cancelled, freeing its slot."""
+    server = ServerProcess("--max_in_flight=1")
+    try:
+        values = rng.uniform(-1, 1, (3, 1 << 22)).astype(np.float32)  # 3 stripes of 16 MiB
+        factors = rng.uniform(0.5, 1.0, 1 << 22).astype(np.float32)
+        with server.client(timeout=60, stripes=3, stripe_bytes=1 << 20) as c:
+            with pytest.raises(gpucompute.ResourceExhausted) as e:
+                c.stream_discount_product(factors, values)
+            assert "max_in_flight 1" in str(e.value)
+            small = values[:, :1000]
+            deadline = time.monotonic() + 10
+            while True:  # the cancelled stripe's slot comes back as the server sees it
+                try:
+                    back = c.stream_discount_product(factors[:1000], small)
+                    break
+                except gpucompute.ResourceExhausted:
+                    assert time.monotonic() < deadline, "a stripe's slot was never freed"
+                    time.sleep(0.05)
+            assert back.tobytes() == (factors[:1000] * small).tobytes()
+    finally:
+        server.stop()
+
+
+def test_cancelling_a_striped_stream_cancels_every_stripe(rng):
+    """An asyncio task cancelled mid-call: each stripe's call is cancelled, so the server
+    frees their slots (three in flight at most: a full-width call runs right after)."""
+    server = ServerProcess("--max_in_flight=3")
+    values = rng.uniform(-1, 1, (3, 1 << 23)).astype(np.float32)  # 3 stripes of 32 MiB
+    factors = rng.uniform(0.5, 1.0, 1 << 23).astype(np.float32)
+    small = np.ascontiguousarray(values[:, :1 << 18])  # 3 MiB: three calls again
+
+    async def run():
+        async with gpucompute.aio.Client(server.target, timeout=60, stripes=3,
+                                         stripe_bytes=1 << 20) as c:
+            task = asyncio.ensure_future(c.stream_discount_product(factors, values))
+            await asyncio.sleep(0.02)
+            assert not task.done()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            deadline = time.monotonic() + 10
+            while True:  # the slots come back as the server sees the cancellations
+                try:
+                    return await c.stream_discount_product(factors[:1 << 18], small)
+                except gpucompute.ResourceExhausted:
+                    assert time.monotonic() < deadline, "a stripe's slot was never freed"
+                    await asyncio.sleep(0.05)
+
+    try:
+        back = asyncio.run(run())
+        assert back.tobytes() == (factors[:1 << 18] * small).tobytes()
+    finally:
+        server.stop()

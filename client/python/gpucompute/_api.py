@@ -115,7 +115,10 @@ class ClientApi(StreamingMethods[ResultT],
     stripes: downloads and uploads larger than ``stripe_bytes`` run as ranges of that
         size, this many at once, each on its own connection: downloads are written in
         place into the result, uploads go into one upload session (a stripe whose
-        connection breaks is sent or fetched again); 1: one stream.
+        connection breaks is sent or fetched again); array inputs of
+        stream_discount_product and stream_normalize larger than ``stripe_bytes`` run as
+        up to this many calls at once over ranges of their first axis; the first failing
+        range fails the call and cancels the others; 1: one stream.
     """
 
     #: False where calls return awaitables (DeviceArray.__array__ cannot download then)
@@ -283,8 +286,7 @@ class ClientApi(StreamingMethods[ResultT],
         options = ResultOptions(chunk_bytes=chunk_bytes, return_timing=return_timing,
                                 timeout=timeout, out=out)
         buffer_id = buffer.id if isinstance(buffer, DeviceArray) else str(buffer)
-        request = pb.DownloadRequest(buffer_id=buffer_id,
-                                     chunk_bytes=int(options.chunk_bytes or 0))
+        request = pb.DownloadRequest(buffer_id=buffer_id, chunk_bytes=options.bulk_chunk_bytes())
         return cast(ResultT, self._call("download", timeout, self._download(request, options)))
 
     def _download(self, request: Any, options: ResultOptions) -> Steps[Any]:

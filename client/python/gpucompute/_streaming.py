@@ -6,19 +6,24 @@ caller's ``out``, e.g. an ``np.lib.format.open_memmap`` file), each copied once,
 to its place. The server holds a bounded number of chunks, so the input may be larger
 than its memory or the GPU's; pass a ``numpy.memmap`` (or an iterator of chunks with
 ``shape=``) for inputs larger than this process's memory too.
+
+With a striped client (``stripes`` > 1) an array input larger than ``stripe_bytes`` is cut
+along its first axis into that many calls at once, one per stripe connection, each
+writing its rows of the result in place; the first failure cancels the others.
 """
 from __future__ import annotations
 
+import math
 import time
-from typing import (TYPE_CHECKING, Any, Generic, Iterable, Iterator, Optional, Sequence,
-                    Tuple, TypeVar, Union, cast)
+from typing import (TYPE_CHECKING, Any, Generic, Iterable, Iterator, List, Optional,
+                    Sequence, Tuple, TypeVar, Union, cast)
 
 import numpy as np
 
 from . import _wire
 from ._operands import NORMS, ArrayLike, as_array, byte_view, haversine_request, set_operand
 from ._pb import pb
-from ._steps import Steps, Stream
+from ._steps import Parallel, Steps, Stream
 from ._stream import ResultOptions, ResultStream
 from ._types import DEFAULT_RADIUS_KM, NP_TO_PB, Array
 
@@ -59,6 +64,28 @@ def _chunks(parts: Iterable[Tuple[Array, ...]], row_bytes: int,
         for begin in range(0, rows, per):
             end = min(rows, begin + per)
             yield _wire.UploadData(*(v[begin * row_bytes:end * row_bytes] for v in views))
+
+
+def _requests(header: Any, parts: Iterable[Tuple[Array, ...]], row_bytes: int,
+              step: int) -> Iterator[Any]:
+    """A StreamingCompute call's messages: the header, then the input's chunks."""
+    yield pb.StreamingComputeRequest(header=header)
+    yield from _chunks(parts, row_bytes, step)
+
+
+def _merged_trailer(trailers: Sequence[Any]) -> Any:
+    """One trailer for calls that ran at once: work summed, waits and spans the longest."""
+    merged = pb.ResultTrailer()
+    merged.CopyFrom(trailers[0])
+    timing = merged.timing
+    for trailer in trailers[1:]:
+        timing.transfer_in_us += trailer.timing.transfer_in_us
+        timing.compute_us += trailer.timing.compute_us
+        timing.transfer_out_us += trailer.timing.transfer_out_us
+        timing.queue_us = max(timing.queue_us, trailer.timing.queue_us)
+        timing.total_us = max(timing.total_us, trailer.timing.total_us)
+        merged.streamed_chunks += trailer.streamed_chunks
+    return merged
 
 
 def _host_array(value: Any, name: str) -> Array:
@@ -104,6 +131,9 @@ class StreamingMethods(Generic[ResultT]):
     """The stream_* methods of ClientApi (both clients)."""
 
     if TYPE_CHECKING:
+        stripes: int
+        stripe_bytes: int
+
         def _call(self, name: str, timeout: Optional[float], steps: Steps[Any]) -> Any: ...
 
     def stream_discount_product(self, factors: ArrayLike, values: StreamInput, *,
@@ -124,9 +154,14 @@ class StreamingMethods(Generic[ResultT]):
         if f.dtype != np_dtype:
             raise ValueError(f"factors is {f.dtype} but values are {np_dtype}")
         set_operand(header.factors, f)
+        # Calls over row ranges of values see the same factors when these repeat along the
+        # first axis: they do not span it (leading extents of 1 aside).
+        f_shape = tuple(int(e) for e in f.shape)
+        spanned = len(f_shape) - next((i for i, e in enumerate(f_shape) if e != 1), len(f_shape))
         return self._stream("stream_discount_product", header, parts, whole, np_dtype,
                             ResultOptions(chunk_bytes=chunk_bytes, return_timing=return_timing,
-                                          timeout=timeout, out=out), input_chunk_bytes)
+                                          timeout=timeout, out=out), input_chunk_bytes,
+                            splits=spanned < len(whole))
 
     def stream_haversine_points(self, lat: Any, lon: Any, refs: ArrayLike, *,
                                 radius: float = DEFAULT_RADIUS_KM,
@@ -160,26 +195,59 @@ class StreamingMethods(Generic[ResultT]):
         header = pb.StreamingComputeHeader(operation=pb.STREAMING_NORMALIZE, norm=NORMS[key])
         return self._stream("stream_normalize", header, parts, whole, np_dtype,
                             ResultOptions(chunk_bytes=chunk_bytes, return_timing=return_timing,
-                                          timeout=timeout, out=out), input_chunk_bytes)
+                                          timeout=timeout, out=out), input_chunk_bytes,
+                            splits=len(whole) >= 2)  # rows are the last axis
 
     def _stream(self, name: str, header: Any, parts: Iterable[Tuple[Array, ...]],
                 shape: Tuple[int, ...], dtype: np.dtype[Any], options: ResultOptions,
-                input_chunk_bytes: int) -> ResultT:
+                input_chunk_bytes: int, splits: bool = False) -> ResultT:
+        """splits: whether calls over ranges of the first axis give the whole's result."""
         if dtype not in NP_TO_PB:
             raise ValueError(f"dtype {dtype} is not float32 or float64")
         header.dtype = NP_TO_PB[dtype]
         header.shape.extend(shape)
-        if options.chunk_bytes:
-            header.chunk_bytes = int(options.chunk_bytes)
+        header.chunk_bytes = options.bulk_chunk_bytes()
         row_bytes = _row_elements(header.operation, shape) * dtype.itemsize
         runs = len(header.references) if header.operation == pb.STREAMING_HAVERSINE_POINTS else 1
+        calls = 1
+        # Whole arrays only: an iterator of chunks is read once, in order.
+        if splits and isinstance(parts, list) and (options.out is None
+                                                   or isinstance(options.out, np.ndarray)):
+            nbytes = math.prod(shape) * dtype.itemsize
+            calls = max(1, min(self.stripes, shape[0], nbytes // self.stripe_bytes))
+        if calls > 1:
+            whole_arrays = cast(List[Tuple[Array, ...]], parts)[0]
+            steps = self._striped_streaming_steps(header, whole_arrays, calls, row_bytes,
+                                                  options, input_chunk_bytes, dtype)
+        else:
+            steps = self._streaming_steps(
+                _requests(header, parts, row_bytes, input_chunk_bytes), options, runs)
+        return cast(ResultT, self._call(name, options.timeout, steps))
 
-        def requests() -> Iterator[Any]:
-            yield pb.StreamingComputeRequest(header=header)
-            yield from _chunks(parts, row_bytes, input_chunk_bytes)
-
-        return cast(ResultT, self._call(name, options.timeout,
-                                        self._streaming_steps(requests(), options, runs)))
+    def _striped_streaming_steps(self, header: Any, arrays: Tuple[Array, ...], calls: int,
+                                 row_bytes: int, options: ResultOptions, input_chunk_bytes: int,
+                                 dtype: np.dtype[Any]) -> Steps[Any]:
+        """``calls`` StreamingCompute calls at once over equal ranges of the first axis, one
+        per stripe connection, each writing its rows of the result in place."""
+        start = time.perf_counter()
+        shape = tuple(int(e) for e in header.shape)
+        result = options.out if options.out is not None else np.empty(shape, dtype)
+        if result.shape != shape or result.dtype != dtype:
+            raise ValueError(f"out has shape {result.shape} and dtype {result.dtype}; the "
+                             f"result has shape {shape} and dtype {dtype}")
+        bounds = [shape[0] * k // calls for k in range(calls + 1)]
+        steps = []
+        for k, (begin, end) in enumerate(zip(bounds, bounds[1:])):
+            part = pb.StreamingComputeHeader()
+            part.CopyFrom(header)
+            part.shape[0] = end - begin
+            requests = _requests(part, [tuple(a[begin:end] for a in arrays)], row_bytes,
+                                 input_chunk_bytes)
+            steps.append(Stream("Compute.StreamingCompute", requests,
+                                ResultStream(ResultOptions(out=result[begin:end])), channel=k))
+        # No retries: a call's requests are a generator, read once.
+        yield Parallel(steps, retries=0)
+        return options.deliver(result, _merged_trailer([s.sink.trailer for s in steps]), start)
 
     def _streaming_steps(self, requests: Iterator[Any], options: ResultOptions,
                          runs: int) -> Steps[Any]:

@@ -58,8 +58,7 @@ class Client(ClientApi[Awaitable[Result], Awaitable[DeviceArray], Awaitable[str]
 
     async def _send(self, step: Step, timeout: Optional[float]) -> Any:
         if isinstance(step, Parallel):
-            return list(await asyncio.gather(*(self._send_retrying(s, timeout, step.retries)
-                                               for s in step.steps)))
+            return await self._send_parallel(step, timeout)
         stubs = self._stripe_stubs[step.channel]
         # A list of requests (an upload stripe, sent again on a retry) goes as an iterator.
         request = iter(step.request) if isinstance(step.request, list) else step.request
@@ -75,6 +74,22 @@ class Client(ClientApi[Awaitable[Result], Awaitable[DeviceArray], Awaitable[str]
             async for message in reply:
                 step.sink.feed(message)
         return step.sink.finish()
+
+    async def _send_parallel(self, step: Parallel, timeout: Optional[float]) -> List[Any]:
+        """The steps at once; the first failure (or the caller's cancellation) cancels the
+        others (their calls with them), then is raised."""
+        tasks = [asyncio.ensure_future(self._send_retrying(s, timeout, step.retries))
+                 for s in step.steps]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        finally:
+            failed = [t for t in tasks if t.done() and not t.cancelled() and t.exception()]
+            for task in tasks:
+                task.cancel()  # a no-op for those done
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if failed:
+            raise failed[0].exception()  # type: ignore[misc]
+        return [task.result() for task in tasks]
 
     async def _send_retrying(self, step: Union[Unary, Stream], timeout: Optional[float],
                              retries: int) -> Any:

@@ -1,7 +1,8 @@
 """The gpucompute Python client: NumPy arrays in, NumPy arrays (or DeviceArrays) out."""
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, List, Optional, Tuple, Union
 
 import grpc
@@ -75,21 +76,24 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
                 run.reply = self._send(run.step, run.step_timeout())
         return run.result
 
-    def _send(self, step: Step, timeout: Optional[float]) -> Any:
+    def _send(self, step: Step, timeout: Optional[float],
+              group: Optional["_CallGroup"] = None) -> Any:
         if isinstance(step, Parallel):
-            with ThreadPoolExecutor(max_workers=self.stripes) as pool:
-                # The first failure is raised (after the others have ended).
-                return [done.result()
-                        for done in [pool.submit(self._send_retrying, s, timeout, step.retries)
-                                     for s in step.steps]]
+            return self._send_parallel(step, timeout)
         stubs = self._stripe_stubs[step.channel]
         # A list of requests (an upload stripe, sent again on a retry) goes as an iterator.
         request = iter(step.request) if isinstance(step.request, list) else step.request
         unary = isinstance(step, Stream) and step.unary
-        reply = stubs[step.rpc + UNARY if unary else step.rpc](request, timeout=timeout,
-                                                               metadata=self._metadata)
+        stub = stubs[step.rpc + UNARY if unary else step.rpc]
+        if group is not None and not isinstance(step, Stream):
+            future = stub.future(request, timeout=timeout, metadata=self._metadata)
+            group.add(future)  # cancellable by a sibling's failure
+            return future.result()
+        reply = stub(request, timeout=timeout, metadata=self._metadata)
         if not isinstance(step, Stream):
             return reply
+        if group is not None:
+            group.add(reply)
         if unary:
             step.sink.feed(reply)
             return step.sink.finish()
@@ -98,13 +102,57 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
                 step.sink.feed(message)
         return step.sink.finish()
 
+    def _send_parallel(self, step: Parallel, timeout: Optional[float]) -> List[Any]:
+        """The steps on up to ``stripes`` threads; the first failure (or the caller's
+        interrupt) cancels the calls still running and the steps not started, then is
+        raised once all have ended."""
+        group = _CallGroup()
+        pool = ThreadPoolExecutor(max_workers=self.stripes)
+        try:
+            futures = [pool.submit(self._send_retrying, s, timeout, step.retries, group)
+                       for s in step.steps]
+            for done in as_completed(futures):
+                error = done.exception()
+                if error is not None:
+                    raise error
+            return [done.result() for done in futures]
+        except BaseException:
+            group.cancel()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
     def _send_retrying(self, step: Union[Unary, Stream], timeout: Optional[float],
-                       retries: int) -> Any:
+                       retries: int, group: Optional["_CallGroup"] = None) -> Any:
         for attempt in range(retries + 1):
             try:
-                return self._send(step, timeout)
+                return self._send(step, timeout, group)
             except grpc.RpcError as e:
                 if e.code() != grpc.StatusCode.UNAVAILABLE or attempt == retries:
                     raise
                 if isinstance(step, Stream):
                     step.sink.reset()
+
+
+class _CallGroup:
+    """The RPCs of one Parallel step, so that the first failure cancels the others."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: List[Any] = []
+        self._cancelled = False
+
+    def add(self, call: Any) -> None:
+        """A call just started; cancelled at once when the group already is."""
+        with self._lock:
+            if not self._cancelled:
+                self._calls.append(call)
+                return
+        call.cancel()
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            calls, self._calls = self._calls, []
+        for call in calls:
+            call.cancel()
