@@ -20,6 +20,7 @@ grpc::ChannelArguments ChannelArgumentsOf(const ChannelOptions& options) {
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   arguments.SetMaxSendMessageSize(options.max_send_message_bytes);
+  arguments.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kMaxHttp2FrameBytes);
   for (const auto& [name, value] : options.int_arguments) arguments.SetInt(name, value);
   return arguments;
 }

@@ -16,6 +16,13 @@ namespace gpucompute {
 
 using IntChannelArgs = std::vector<std::pair<std::string, int>>;
 
+// The largest HTTP/2 DATA frame a peer may send us (SETTINGS_MAX_FRAME_SIZE; HTTP/2's
+// ceiling is 2^24 - 1, gRPC's default 16 KiB). Server and clients advertise it: a
+// 4 MiB message then crosses as a few frames rather than 256, and a one-stream upload
+// on the H100 machine moved 2.37-2.71 GB/s against 2.12-2.28 with the default
+// (bench/run_gpu_transport.sh, bench/BULK_TRANSFER.md).
+inline constexpr int kMaxHttp2FrameBytes = (1 << 24) - 1;
+
 // Each entry "grpc.NAME=INTEGER"; INVALID_ARGUMENT naming `what` and the entry otherwise.
 inline absl::StatusOr<IntChannelArgs> ParseIntChannelArgs(const std::vector<std::string>& entries,
                                                           absl::string_view what) {

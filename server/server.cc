@@ -155,6 +155,7 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
   // threshold (main.cc ConfigureMalloc), so each one is mapped and page-faulted
   // afresh; measured on uploads, bench/BULK_TRANSFER.md.
   builder.AddChannelArgument(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, kMaxSocketReadBytes);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kMaxHttp2FrameBytes);
   // gRPC 1.51 predates the HTTP/2 rapid-reset (CVE-2023-44487) mitigations; these
   // bound what a hostile client can make the transport hold (README, exposure).
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, kMaxPingStrikes);

@@ -132,8 +132,11 @@ class ClientApi(StreamingMethods[ResultT],
         self.target = target
         self.timeout = timeout
         self.upload_threshold = int(upload_threshold)
+        # HTTP/2 frames up to 16 MiB (gRPC's default is 16 KiB), as the server and
+        # the C++ client advertise (bench/BULK_TRANSFER.md, transport settings).
         self._channel_options = [("grpc.max_receive_message_length", -1),
-                                 ("grpc.max_send_message_length", -1)] + list(options)
+                                 ("grpc.max_send_message_length", -1),
+                                 ("grpc.http2.max_frame_size", (1 << 24) - 1)] + list(options)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         self._max_message: Optional[int] = None
         #: whether the server honours OutputOptions.single_message (None: not asked yet)
