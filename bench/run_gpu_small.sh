@@ -5,22 +5,26 @@
 # request costs.
 #
 # Here:   cmake --build build-cuda -j2 --target gpucompute-server gpucompute-cli \
-#             small_results_test dynamic_batching_test
+#             small_results_test dynamic_batching_test run_from_host_test
 #         /work/shared/tools/device-bundle .device/small build-cuda/server/gpucompute-server \
 #             build-cuda/client/gpucompute-cli build-cuda/tests/small_results_test \
-#             build-cuda/tests/dynamic_batching_test
+#             build-cuda/tests/dynamic_batching_test build-cuda/tests/run_from_host_test
 #         (cd client/python && /usr/bin/python3 -m gpucompute._build_proto --force)
 # There:  BUNDLE=.device/small bash bench/run_gpu_small.sh
 #         (carry .device and client/python/gpucompute/_proto)
 # The CPU table (no GPU): BACKEND=cpu BUNDLE=DIR bash bench/run_gpu_small.sh, DIR
 # holding gpucompute-server and gpucompute-cli.
 #
+# 0. run_from_host_test (small requests on one stream, one wait, against the
+#    step-by-step path), small_results_test and dynamic_batching_test on CUDA.
 # 1. 1 in flight, unbatched (--batching=false), adaptive (the defaults) and
 #    adaptive with --small_lane_spin=200us side by side: the servers up at once
 #    and measured in alternate rounds, so that drift of the machine falls on all;
 #    next to the floor, a health check on the same channel (C++ and Python), and
 #    the adaptive server's results read as streams (bench --unary_results=false)
-#    rather than as unary calls.
+#    rather than as unary calls. Then the Python floor: a bare gRPC health check
+#    in fresh processes under variants of gRPC's environment and channel options,
+#    with the grpcio and Python versions (why Python's floor is above C++'s).
 # 2. Each mode on a fresh server, the four-op mix at 4, 16, 64 and 128 in flight:
 #      before     --batching=false, three messages per result (bench
 #                 --complete_results=false), and on CUDA --cuda_sync=spin
@@ -123,8 +127,8 @@ step "device"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
 echo "$NPROC cores"
 
-step "small_results_test and dynamic_batching_test on the CUDA backend"
-[ "$BACKEND" = cuda ] && for t in small_results_test dynamic_batching_test; do
+step "run_from_host_test, small_results_test and dynamic_batching_test on the CUDA backend"
+[ "$BACKEND" = cuda ] && for t in run_from_host_test small_results_test dynamic_batching_test; do
   GPUCOMPUTE_TEST_BACKEND=cuda timeout 120 "$BUNDLE/$t" --gtest_color=no > "$OUT/$t.log" 2>&1
   echo "$t rc=$?"; grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]' "$OUT/$t.log"
   grep -A8 'Failure' "$OUT/$t.log" | head -30
@@ -151,6 +155,8 @@ for s in "${SIDE[@]}"; do
   timeout 60 $PYTHON bench/small_requests.py python-latency --target 127.0.0.1:$2 \
     --seconds $SECONDS_PER_RUN 2>&1 | tee "$OUT/python_$1.txt" | sed "s/^/$1 python: /" | tee -a "$OUT/table.txt"
 done
+timeout 90 $PYTHON bench/small_requests.py python-floor --target 127.0.0.1:$PORT_B \
+  --seconds $((2 * SECONDS_PER_RUN)) 2>&1 | tee -a "$OUT/table.txt"
 $PYTHON bench/small_requests.py batches --metrics http://127.0.0.1:$METRICS_B/metrics 2>/dev/null \
   | sed 's/^/after c1: /' | tee -a "$OUT/table.txt"
 for pid in "${PIDS[@]}"; do stop_server $pid; done
