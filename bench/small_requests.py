@@ -136,6 +136,7 @@ FLOOR_VARIANTS = [
                             ("grpc.experimental.single_threaded_unary_stream", 1)]),
     ("no retries", {}, [("grpc.enable_retries", 0)]),
     ("poll strategy poll", {"GRPC_POLL_STRATEGY": "poll"}, []),
+    ("fork support off", {"GRPC_ENABLE_FORK_SUPPORT": "0"}, []),
     ("no event engine", {"GRPC_EXPERIMENTS": "-event_engine_client,-event_engine_listener,"
                                              "-event_engine_dns"}, []),
 ]
@@ -162,13 +163,38 @@ def python_floor_one(args: argparse.Namespace) -> int:
     channel = grpc.insecure_channel(args.target, options=options)
     check = channel.unary_unary("/grpc.health.v1.Health/Check",
                                 request_serializer=lambda _: b"", response_deserializer=bytes)
-    blocking = time_calls(lambda: check(None, timeout=30), args.seconds / 2)
-    future = time_calls(lambda: check.future(None, timeout=30).result(), args.seconds / 2)
+    blocking = time_calls(lambda: check(None, timeout=30), args.seconds / 3)
+    future = time_calls(lambda: check.future(None, timeout=30).result(), args.seconds / 3)
+    channel.close()
     us = 1e6
     print(f"health check p50 {percentile(blocking, .5) * us:5.0f} us  p99 "
           f"{percentile(blocking, .99) * us:6.0f} us;  as a future p50 "
-          f"{percentile(future, .5) * us:5.0f} us")
+          f"{percentile(future, .5) * us:5.0f} us;  grpc.aio p50 "
+          f"{percentile(aio_calls(args.target, options, args.seconds / 3), .5) * us:5.0f} us")
     return 0
+
+
+def aio_calls(target: str, options, seconds: float) -> List[float]:
+    """time_calls of a bare health check through grpc.aio, awaited one at a time."""
+    import asyncio
+    from grpc import aio
+
+    async def run() -> List[float]:
+        async with aio.insecure_channel(target, options=options) as channel:
+            check = channel.unary_unary("/grpc.health.v1.Health/Check",
+                                        request_serializer=lambda _: b"",
+                                        response_deserializer=bytes)
+            for _ in range(200):
+                await check(None, timeout=30)
+            out: List[float] = []
+            stop = time.perf_counter() + seconds
+            while time.perf_counter() < stop:
+                t0 = time.perf_counter()
+                await check(None, timeout=30)
+                out.append(time.perf_counter() - t0)
+            return sorted(out)
+
+    return asyncio.run(run())
 
 
 def scrape(url: str) -> str:
