@@ -215,28 +215,24 @@ class StreamPool {
       delete s;
       return CudaStatus(e, absl::StrCat("cuda:", device_, " cudaStreamCreate"));
     }
-    absl::StatusOr<PinnedBuffer> small = PinnedBuffer::Create(kSmallPinnedBytes);
-    if (!small.ok()) {
+    // Undoes the stream when a later part cannot be made.
+    const auto fail = [s](absl::Status status) {
       (void)cudaStreamDestroy(s->stream);
       delete s;
-      return small.status();
-    }
+      return status;
+    };
+    absl::StatusOr<PinnedBuffer> small = PinnedBuffer::Create(kSmallPinnedBytes);
+    if (!small.ok()) return fail(small.status());
     s->small = *std::move(small);
     if (io_bytes_ > 0) {
       absl::StatusOr<PinnedBuffer> io = PinnedBuffer::Create(io_bytes_);
-      if (!io.ok()) {
-        (void)cudaStreamDestroy(s->stream);
-        delete s;
-        return io.status();
-      }
+      if (!io.ok()) return fail(io.status());
       s->io = *std::move(io);
     }
     cudaError_t timing = s->start.Init(cudaEventDefault);
     if (timing == cudaSuccess) timing = s->stop.Init(cudaEventDefault);
     if (timing != cudaSuccess) {
-      (void)cudaStreamDestroy(s->stream);
-      delete s;
-      return CudaStatus(timing, absl::StrCat("cuda:", device_, " cudaEventCreate"));
+      return fail(CudaStatus(timing, absl::StrCat("cuda:", device_, " cudaEventCreate")));
     }
     std::lock_guard<std::mutex> lock(mu_);
     all_.push_back(s);
