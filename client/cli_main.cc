@@ -32,6 +32,7 @@
 #include "client/cli_commands.h"
 #include "client/cli_parse.h"
 #include "client/client.h"
+#include "common/mutex_checks.h"
 #include "common/status_macros.h"
 
 // Connection and output, for every subcommand.
@@ -224,6 +225,7 @@ absl::Status Run(int argc, char** argv) {
 int main(int argc, char** argv) {
   namespace cli = gpucompute::client;
   cli::TuneMallocForBulkTransfers();
+  gpucompute::DisableMutexDeadlockDetection();
   const absl::Status status = cli::Run(argc, argv);
   if (status.ok()) return 0;
   if (cli::IsUsageError(status)) {
