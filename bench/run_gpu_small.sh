@@ -24,7 +24,8 @@
 #    the adaptive server's results read as streams (bench --unary_results=false)
 #    rather than as unary calls. Then the Python floor: a bare gRPC health check
 #    in fresh processes under variants of gRPC's environment and channel options,
-#    with the grpcio and Python versions (why Python's floor is above C++'s).
+#    with the grpcio and Python versions (why Python's floor is above C++'s), and
+#    the adaptive server's stage means of each operation of the mix at 1 in flight.
 # 2. Each mode on a fresh server, the four-op mix at 4, 16, 64 and 128 in flight:
 #      before     --batching=false, three messages per result (bench
 #                 --complete_results=false), and on CUDA --cuda_sync=spin
@@ -159,6 +160,7 @@ timeout 90 $PYTHON bench/small_requests.py python-floor --target 127.0.0.1:$PORT
   --seconds $((2 * SECONDS_PER_RUN)) 2>&1 | tee -a "$OUT/table.txt"
 $PYTHON bench/small_requests.py batches --metrics http://127.0.0.1:$METRICS_B/metrics 2>/dev/null \
   | sed 's/^/after c1: /' | tee -a "$OUT/table.txt"
+stages after_mix $METRICS_B 1 $MIX $PORT_B  # each operation's stages at 1 in flight
 for pid in "${PIDS[@]}"; do stop_server $pid; done
 
 run_mode() {  # MODE SERVER_FLAGS CLI_FLAGS: the mix at 4..128 in flight on a fresh server
