@@ -2,7 +2,6 @@
 // backend, device memory for the CUDA backend. Released when the last owner drops it.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -58,18 +57,6 @@ class ArraySlice final : public Array {
  private:
   std::shared_ptr<Array> parent_;
   size_t byte_offset_;
-};
-
-// Host memory holding a result copied off a device (Backend::RunFromHost).
-class HostResultArray final : public Array {
- public:
-  HostResultArray(DType dtype, Shape shape, int64_t count)
-      : Array(dtype, std::move(shape), count, kHostDevice),
-        data_(std::make_unique_for_overwrite<std::byte[]>(std::max<size_t>(bytes(), 1))) {}
-  void* data() override { return data_.get(); }
-
- private:
-  std::unique_ptr<std::byte[]> data_;
 };
 
 }  // namespace gpucompute

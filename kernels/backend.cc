@@ -22,10 +22,7 @@ absl::StatusOr<std::shared_ptr<Array>> Backend::RunFromHost(std::span<const Host
   }
   GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> out, Allocate(out_dtype, out_shape, device));
   GC_RETURN_IF_ERROR(run(arrays, *out, ctx));
-  if (out->device() == kHostDevice) return out;
-  auto host = std::make_shared<HostResultArray>(out_dtype, out_shape, out->size());
-  GC_RETURN_IF_ERROR(CopyFromArray(*out, 0, out->bytes(), host->data()));
-  return host;
+  return out;
 }
 
 }  // namespace gpucompute

@@ -191,11 +191,12 @@ class Backend {
     }
     return absl::OkStatus();
   }
-  // Small work from host memory to host memory: arrays on `device` made from
-  // `inputs`, an output of `out_dtype` and `out_shape`, `run` over them, and the
-  // output as a host array. This one goes step by step (each allocation and copy
-  // complete before the next); the CUDA backend queues everything on one stream and
-  // waits once, where the bytes fit the stream's pinned memory.
+  // Small work from host bytes: arrays on `device` made from `inputs`, an output
+  // of `out_dtype` and `out_shape`, and `run` over them; returns the output. This
+  // one goes step by step (each allocation and copy complete before the next) and
+  // returns the output where it was computed; the CUDA backend queues everything on
+  // one stream, the output's copy to its pinned memory included, waits once and
+  // returns the output in host memory, where the bytes fit that memory.
   virtual absl::StatusOr<std::shared_ptr<Array>> RunFromHost(std::span<const HostInput> inputs,
                                                              DType out_dtype,
                                                              const Shape& out_shape, int device,

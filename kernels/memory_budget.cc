@@ -213,8 +213,8 @@ class BudgetedBackend final : public Backend {
     return std::shared_ptr<Array>(std::move(charged), raw);
   }
 
-  // The arrays of the call are charged to the device's budget while it runs; the
-  // host result to the host budget while it lives.
+  // The inputs are charged to the device's budget while the call runs; the result
+  // to the budget of the memory it comes back in, while it lives.
   absl::StatusOr<std::shared_ptr<Array>> RunFromHost(std::span<const HostInput> inputs,
                                                      DType out_dtype, const Shape& out_shape,
                                                      int device, OpContext& ctx,
@@ -226,18 +226,20 @@ class BudgetedBackend final : public Backend {
       return inner_->RunFromHost(inputs, out_dtype, out_shape, device, ctx, run);
     }
     const uint64_t out_bytes = static_cast<uint64_t>(*count) * ElementSize(out_dtype);
-    uint64_t working_bytes = out_bytes;
+    uint64_t in_bytes = 0;
     for (const HostInput& input : inputs) {
-      for (const HostPiece& piece : input.pieces) working_bytes += piece.bytes;
+      for (const HostPiece& piece : input.pieces) in_bytes += piece.bytes;
     }
-    GC_ASSIGN_OR_RETURN(MemoryBudget::Charge working, budgeted->budget->Reserve(working_bytes));
-    GC_ASSIGN_OR_RETURN(MemoryBudget::Charge result, host_.budget->Reserve(out_bytes));
+    GC_ASSIGN_OR_RETURN(MemoryBudget::Charge in, budgeted->budget->Reserve(in_bytes));
+    GC_ASSIGN_OR_RETURN(MemoryBudget::Charge out_there, budgeted->budget->Reserve(out_bytes));
+    GC_ASSIGN_OR_RETURN(MemoryBudget::Charge out_host, host_.budget->Reserve(out_bytes));
     absl::StatusOr<std::shared_ptr<Array>> array =
         inner_->RunFromHost(inputs, out_dtype, out_shape, device, ctx, run);
     if (!array.ok()) return array.status();
     Array* raw = array->get();
-    auto charged = std::make_shared<ChargedArray>(
-        ChargedArray{std::move(result), *std::move(array)});
+    auto charged = std::make_shared<ChargedArray>(ChargedArray{
+        raw->device() == kHostDevice ? std::move(out_host) : std::move(out_there),
+        *std::move(array)});
     return std::shared_ptr<Array>(std::move(charged), raw);
   }
 

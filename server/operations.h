@@ -137,8 +137,9 @@ struct StreamSource {
 // The operation holds a slot of that device's queue while it runs.
 // `result_to_host`: the caller sends the result from host memory (it fits one
 // chunk and is not kept); work whose operands are all inline then runs from host
-// bytes to a host result in one backend call (Backend::RunFromHost: on a GPU one
-// stream and one wait), its copies timed with the wait as transfer_in.
+// bytes in one backend call (Backend::RunFromHost: on a GPU one stream and one
+// wait, the result back in host memory), its copies timed with the wait as
+// transfer_in.
 absl::StatusOr<std::shared_ptr<Array>> Execute(PreparedOperation& prepared, Backend& backend,
                                                DeviceQueues& queues, Metrics& metrics,
                                                OpContext& ctx, ExecutionTimes& times,

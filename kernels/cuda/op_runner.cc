@@ -1,10 +1,12 @@
 #include "kernels/cuda/op_runner.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -49,6 +51,18 @@ absl::Status RunSteps(DeviceState& d, absl::string_view op, OpContext& ctx, cons
   if (steps.finish) return steps.finish(env);
   return absl::OkStatus();
 }
+
+// A result copied off the device into host memory (RunFromHostOnStream).
+class HostResultArray final : public Array {
+ public:
+  HostResultArray(DType dtype, Shape shape, int64_t count)
+      : Array(dtype, std::move(shape), count, kHostDevice),
+        data_(std::make_unique_for_overwrite<std::byte[]>(std::max<size_t>(bytes(), 1))) {}
+  void* data() override { return data_.get(); }
+
+ private:
+  std::unique_ptr<std::byte[]> data_;
+};
 
 constexpr size_t kIoAlignment = 256;
 
