@@ -137,8 +137,12 @@ FLOOR_VARIANTS = [
     ("no retries", {}, [("grpc.enable_retries", 0)]),
     ("poll strategy poll", {"GRPC_POLL_STRATEGY": "poll"}, []),
     ("fork support off", {"GRPC_ENABLE_FORK_SUPPORT": "0"}, []),
+    # Recent grpcio polls through EventEngine's threads, a thread hop per completion
+    # (grpc/grpc#42828); where these are still experiments this turns them off.
     ("no event engine", {"GRPC_EXPERIMENTS": "-event_engine_client,-event_engine_listener,"
-                                             "-event_engine_dns"}, []),
+                                             "-event_engine_dns,-event_engine_poller_for_python,"
+                                             "-event_engine_callback_cq,"
+                                             "-event_engine_for_all_other_endpoints"}, []),
 ]
 
 
