@@ -14,8 +14,6 @@
 namespace gpucompute {
 namespace {
 
-// A compute request that parsed and passed admission and every check, ready
-// to run. Its inline operands point into the request, which the work keeps.
 // The output shape was checked against max_elements, so this cannot overflow.
 uint64_t ResultBytes(const PreparedOperation& prepared) {
   uint64_t bytes = ElementSize(prepared.out_dtype);
@@ -23,6 +21,8 @@ uint64_t ResultBytes(const PreparedOperation& prepared) {
   return bytes;
 }
 
+// A compute request that parsed and passed admission and every check, ready
+// to run. Its inline operands point into the request, which the work keeps.
 template <typename Request>
 struct Accepted {
   ResultStreamReactor::Output output;
