@@ -38,6 +38,9 @@
 #      main       the defaults on MAIN_SERVER, when given
 #    with the server's stage means and its CPU per request at 64 in flight, split
 #    by server thread name (executor, gRPC, CUDA threads).
+# 3. The after server under bench --callbacks at 64 and 128 in flight: the same
+#    closed loop with the client's requests as callback slots rather than 64
+#    threads on the blocking API, so that the client takes less of the cores.
 set -u
 BUNDLE=${BUNDLE:-.device/small}
 BACKEND=${BACKEND:-cuda}
@@ -188,6 +191,12 @@ fi
 run_mode unbatched "--batching=false" ""
 run_mode after "" ""
 [ -n "$MAIN_SERVER" ] && SERVER_BIN=$MAIN_SERVER run_mode main "" ""
+
+step "after, the load from bench --callbacks (requests in flight as callback slots, not threads)"
+start_server after-cb $PORT $METRICS
+costed after-cb $PORT 64 --callbacks
+bench after-cb $PORT 128 $MIX --callbacks
+stop_server $SERVER
 
 step "stage means (us per request; queue = the executor hop)"
 for f in "$OUT"/stages_*.txt; do echo "-- $(basename "$f" .txt)"; grep -A8 '^server stage' "$f"; done
