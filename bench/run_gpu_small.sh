@@ -5,33 +5,42 @@
 # request costs.
 #
 # Here:   cmake --build build-cuda -j2 --target gpucompute-server gpucompute-cli \
-#             small_results_test dynamic_batching_test
+#             small_results_test dynamic_batching_test run_from_host_test
 #         /work/shared/tools/device-bundle .device/small build-cuda/server/gpucompute-server \
 #             build-cuda/client/gpucompute-cli build-cuda/tests/small_results_test \
-#             build-cuda/tests/dynamic_batching_test
+#             build-cuda/tests/dynamic_batching_test build-cuda/tests/run_from_host_test
 #         (cd client/python && /usr/bin/python3 -m gpucompute._build_proto --force)
-# There:  BUNDLE=.device/small bash bench/run_gpu_small.sh
-#         (carry .device and client/python/gpucompute/_proto)
+# There:  BUNDLE=.device/small MAIN_SERVER=.device/small-main/gpucompute-server \
+#             bash bench/run_gpu_small.sh
+#         (carry .device and client/python/gpucompute/_proto). MAIN_SERVER (optional): a
+#         gpucompute-server built before the one-wait path (49cbf47) in its own folder
+#         (cp, no bundle: the libraries are the bundle's), measured as "main" beside it.
 # The CPU table (no GPU): BACKEND=cpu BUNDLE=DIR bash bench/run_gpu_small.sh, DIR
 # holding gpucompute-server and gpucompute-cli.
 #
-# 1. 1 in flight, unbatched (--batching=false), adaptive (the defaults) and
-#    adaptive with --small_lane_spin=200us side by side: the servers up at once
+# 0. run_from_host_test (small requests on one stream, one wait, against the
+#    step-by-step path), small_results_test and dynamic_batching_test on CUDA.
+# 1. 1 in flight, unbatched (--batching=false), adaptive (the defaults),
+#    adaptive with --small_lane_spin=200us and (MAIN_SERVER) main's adaptive
+#    server side by side: the servers up at once
 #    and measured in alternate rounds, so that drift of the machine falls on all;
 #    next to the floor, a health check on the same channel (C++ and Python), and
 #    the adaptive server's results read as streams (bench --unary_results=false)
-#    rather than as unary calls.
+#    rather than as unary calls. Then the Python floor: a bare gRPC health check
+#    in fresh processes under variants of gRPC's environment and channel options,
+#    with the grpcio and Python versions (why Python's floor is above C++'s), and
+#    the adaptive server's stage means of each operation of the mix at 1 in flight.
 # 2. Each mode on a fresh server, the four-op mix at 4, 16, 64 and 128 in flight:
 #      before     --batching=false, three messages per result (bench
 #                 --complete_results=false), and on CUDA --cuda_sync=spin
 #      unbatched  the defaults but --batching=false
 #      after      the defaults (adaptive batching)
+#      main       the defaults on MAIN_SERVER, when given
 #    with the server's stage means and its CPU per request at 64 in flight, split
 #    by server thread name (executor, gRPC, CUDA threads).
-# 3. What would free executor threads pay? The after mode at 64 in flight with
-#    --cuda_sync=block (waiting threads sleep instead of spinning) and with twice
-#    the executor threads: if neither moves throughput, threads blocked in a
-#    CUDA synchronize are not what limits it.
+# 3. The after server under bench --callbacks at 64 and 128 in flight: the same
+#    closed loop with the client's requests as callback slots rather than 64
+#    threads on the blocking API, so that the client takes less of the cores.
 set -u
 BUNDLE=${BUNDLE:-.device/small}
 BACKEND=${BACKEND:-cuda}
@@ -42,8 +51,10 @@ mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONPATH="$PWD/client/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 CLI="$BUNDLE/gpucompute-cli"
-PORT=50161 PORT_B=50162 PORT_C=50163
-METRICS=9571 METRICS_B=9572 METRICS_C=9573
+PORT=50161 PORT_B=50162 PORT_C=50163 PORT_D=50164
+METRICS=9571 METRICS_B=9572 METRICS_C=9573 METRICS_D=9574
+MAIN_SERVER=${MAIN_SERVER:-}
+[ -n "$MAIN_SERVER" ] && [ ! -x "$MAIN_SERVER" ] && { echo "MAIN_SERVER $MAIN_SERVER is not there"; MAIN_SERVER=; }
 MIX=normalize:1,haversine:1,discount:1,lombscargle:1
 TICKS=$(getconf CLK_TCK)
 NPROC=$(nproc)
@@ -58,9 +69,9 @@ thread_ticks() {  # PID: "NAME TICKS THREADS" per thread name (user + system)
   done | awk '{ticks[$1] += $2; n[$1]++} END {for (k in ticks) print k, ticks[k], n[k]}'
 }
 
-start_server() {  # NAME PORT METRICS FLAGS...: starts it, waits until it serves; sets SERVER
+start_server() {  # NAME PORT METRICS FLAGS...: starts it (SERVER_BIN, else the bundle's), waits until it serves; sets SERVER
   local name=$1 port=$2 metrics=$3; shift 3
-  "$BUNDLE/gpucompute-server" --backend=$BACKEND --address=127.0.0.1:$port \
+  "${SERVER_BIN:-$BUNDLE/gpucompute-server}" --backend=$BACKEND --address=127.0.0.1:$port \
     --metrics_address=127.0.0.1:$metrics "$@" > "$OUT/server_$name.log" 2>&1 &
   SERVER=$!
   for _ in $(seq 150); do
@@ -123,8 +134,8 @@ step "device"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
 echo "$NPROC cores"
 
-step "small_results_test and dynamic_batching_test on the CUDA backend"
-[ "$BACKEND" = cuda ] && for t in small_results_test dynamic_batching_test; do
+step "run_from_host_test, small_results_test and dynamic_batching_test on the CUDA backend"
+[ "$BACKEND" = cuda ] && for t in run_from_host_test small_results_test dynamic_batching_test; do
   GPUCOMPUTE_TEST_BACKEND=cuda timeout 120 "$BUNDLE/$t" --gtest_color=no > "$OUT/$t.log" 2>&1
   echo "$t rc=$?"; grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]' "$OUT/$t.log"
   grep -A8 'Failure' "$OUT/$t.log" | head -30
@@ -135,10 +146,12 @@ step "1 in flight: unbatched, adaptive and adaptive with a spinning small lane s
 # name port metrics flags: all up at once, measured in alternate rounds.
 SIDE=("unbatched $PORT $METRICS --batching=false" "after $PORT_B $METRICS_B"
       "spin $PORT_C $METRICS_C --small_lane_spin=200us")
+[ -n "$MAIN_SERVER" ] && SIDE+=("main $PORT_D $METRICS_D")
 PIDS=()
 for s in "${SIDE[@]}"; do
   set -- $s; name=$1 port=$2 metrics=$3; shift 3
-  start_server ${name}1 $port $metrics "$@"; PIDS+=($SERVER)
+  binary=; [ "$name" = main ] && binary=$MAIN_SERVER
+  SERVER_BIN=$binary start_server ${name}1 $port $metrics "$@"; PIDS+=($SERVER)
   stages $name $metrics 1 normalize:1 $port
 done
 for round in 1 2; do
@@ -151,8 +164,11 @@ for s in "${SIDE[@]}"; do
   timeout 60 $PYTHON bench/small_requests.py python-latency --target 127.0.0.1:$2 \
     --seconds $SECONDS_PER_RUN 2>&1 | tee "$OUT/python_$1.txt" | sed "s/^/$1 python: /" | tee -a "$OUT/table.txt"
 done
+timeout 90 $PYTHON bench/small_requests.py python-floor --target 127.0.0.1:$PORT_B \
+  --seconds $((2 * SECONDS_PER_RUN)) 2>&1 | tee -a "$OUT/table.txt"
 $PYTHON bench/small_requests.py batches --metrics http://127.0.0.1:$METRICS_B/metrics 2>/dev/null \
   | sed 's/^/after c1: /' | tee -a "$OUT/table.txt"
+stages after_mix $METRICS_B 1 $MIX $PORT_B  # each operation's stages at 1 in flight
 for pid in "${PIDS[@]}"; do stop_server $pid; done
 
 run_mode() {  # MODE SERVER_FLAGS CLI_FLAGS: the mix at 4..128 in flight on a fresh server
@@ -174,15 +190,13 @@ else
 fi
 run_mode unbatched "--batching=false" ""
 run_mode after "" ""
+[ -n "$MAIN_SERVER" ] && SERVER_BIN=$MAIN_SERVER run_mode main "" ""
 
-if [ "$BACKEND" = cuda ]; then
-  step "after at 64 in flight: waiting threads asleep, twice the executor threads"
-  for v in "block:--cuda_sync=block" "threads2x:--threads=$((2 * NPROC))"; do
-    start_server "${v%%:*}" $PORT $METRICS "${v#*:}"
-    costed "after-${v%%:*}" $PORT 64
-    stop_server $SERVER
-  done
-fi
+step "after, the load from bench --callbacks (requests in flight as callback slots, not threads)"
+start_server after-cb $PORT $METRICS
+costed after-cb $PORT 64 --callbacks
+bench after-cb $PORT 128 $MIX --callbacks
+stop_server $SERVER
 
 step "stage means (us per request; queue = the executor hop)"
 for f in "$OUT"/stages_*.txt; do echo "-- $(basename "$f" .txt)"; grep -A8 '^server stage' "$f"; done

@@ -6,6 +6,10 @@ where a request spends its time on the server.
                   p50/p99 of the call, next to a bare gRPC health check (the floor
                   of any call) and the client's own per-call work (request building
                   and result assembly, no RPC).
+  python-floor    why the Python client's floor differs from the C++ one: a bare
+                  gRPC health check (no gpucompute code) in fresh processes under
+                  variants of gRPC's environment and channel options, with the
+                  grpcio and Python versions.
   stages          the server's per-stage means (gpucompute_stage_duration_seconds)
                   between two scrapes of /metrics, for each operation seen: where a
                   request's server time goes (prepare, queue = the executor hop,
@@ -66,8 +70,38 @@ def python_latency(args: argparse.Namespace) -> int:
             own = []
         else:
             own = client_work(client, a, args.seconds / 4)
-    report(args, calls, health, own)
+        around = time_around_rpc(client, a, args.seconds / 4)
+    report(args, calls, health, own, around)
     return 0
+
+
+def time_around_rpc(client, a: np.ndarray, seconds: float) -> List[float]:
+    """Real calls of client.normalize, each less the time inside its stub: the
+    client's own work as it runs between RPCs (caches and clocks as they are then,
+    which the recorded reply of client_work does not see)."""
+    stubs = client._stripe_stubs[0]
+    key = "Compute.Normalize/unary" if "Compute.Normalize/unary" in stubs else "Compute.Normalize"
+    real = stubs[key]
+    inside: List[float] = []
+
+    def timed(request, timeout=None, metadata=None):
+        t0 = time.perf_counter()
+        try:
+            return real(request, timeout=timeout, metadata=metadata)
+        finally:
+            inside.append(time.perf_counter() - t0)
+
+    stubs[key] = timed
+    try:
+        outside: List[float] = []
+        stop = time.perf_counter() + seconds
+        while time.perf_counter() < stop:
+            t0 = time.perf_counter()
+            client.normalize(a, norm="l2")
+            outside.append(time.perf_counter() - t0 - inside[-1])
+        return sorted(outside)
+    finally:
+        stubs[key] = real
 
 
 def client_work(client, a: np.ndarray, seconds: float) -> List[float]:
@@ -114,7 +148,7 @@ def _normalize_request(a: np.ndarray):
 
 
 def report(args: argparse.Namespace, calls: List[float], health: List[float],
-           own: List[float]) -> None:
+           own: List[float], around: List[float]) -> None:
     us = 1e6
     print(f"python client, {args.rows}x256 float32 normalize, 1 in flight, {len(calls)} calls")
     print(f"  normalize      p50 {percentile(calls, .5) * us:7.0f} us  p99 {percentile(calls, .99) * us:7.0f} us")
@@ -122,6 +156,82 @@ def report(args: argparse.Namespace, calls: List[float], health: List[float],
     if own:
         print(f"  client's work  p50 {percentile(own, .5) * us:7.0f} us  "
               "(the whole call but the RPC)")
+    if around:
+        print(f"  around the RPC p50 {percentile(around, .5) * us:7.0f} us  "
+              "(real calls less the time in the stub)")
+
+
+# name, environment, channel options: what a bare health check may pay for.
+FLOOR_VARIANTS = [
+    ("default", {}, []),
+    ("client options", {}, [("grpc.max_receive_message_length", -1),
+                            ("grpc.max_send_message_length", -1),
+                            ("grpc.experimental.single_threaded_unary_stream", 1)]),
+    ("no retries", {}, [("grpc.enable_retries", 0)]),
+    ("poll strategy poll", {"GRPC_POLL_STRATEGY": "poll"}, []),
+    ("fork support off", {"GRPC_ENABLE_FORK_SUPPORT": "0"}, []),
+    # Recent grpcio polls through EventEngine's threads, a thread hop per completion
+    # (grpc/grpc#42828); where these are still experiments this turns them off.
+    ("no event engine", {"GRPC_EXPERIMENTS": "-event_engine_client,-event_engine_listener,"
+                                             "-event_engine_dns,-event_engine_poller_for_python,"
+                                             "-event_engine_callback_cq,"
+                                             "-event_engine_for_all_other_endpoints"}, []),
+]
+
+
+def python_floor(args: argparse.Namespace) -> int:
+    import os
+    import grpc
+    print(f"python floor: grpcio {grpc.__version__}, Python {sys.version.split()[0]}, "
+          f"GRPC_* set: {sorted(k for k in os.environ if k.startswith('GRPC_')) or 'none'}")
+    for name, env, _ in FLOOR_VARIANTS:
+        out = subprocess.run([sys.executable, __file__, "python-floor-one", "--target", args.target,
+                              "--seconds", str(args.seconds / len(FLOOR_VARIANTS)),
+                              "--variant", name],
+                             env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+        line = out.stdout.strip().splitlines()[-1:] or [f"failed: {out.stderr.strip()[-200:]}"]
+        print(f"  {name:<20} {line[0]}")
+    return 0
+
+
+def python_floor_one(args: argparse.Namespace) -> int:
+    import grpc
+    options = dict((name, opts) for name, _, opts in FLOOR_VARIANTS)[args.variant]
+    channel = grpc.insecure_channel(args.target, options=options)
+    check = channel.unary_unary("/grpc.health.v1.Health/Check",
+                                request_serializer=lambda _: b"", response_deserializer=bytes)
+    blocking = time_calls(lambda: check(None, timeout=30), args.seconds / 3)
+    future = time_calls(lambda: check.future(None, timeout=30).result(), args.seconds / 3)
+    channel.close()
+    us = 1e6
+    print(f"health check p50 {percentile(blocking, .5) * us:5.0f} us  p99 "
+          f"{percentile(blocking, .99) * us:6.0f} us;  as a future p50 "
+          f"{percentile(future, .5) * us:5.0f} us;  grpc.aio p50 "
+          f"{percentile(aio_calls(args.target, options, args.seconds / 3), .5) * us:5.0f} us")
+    return 0
+
+
+def aio_calls(target: str, options, seconds: float) -> List[float]:
+    """time_calls of a bare health check through grpc.aio, awaited one at a time."""
+    import asyncio
+    from grpc import aio
+
+    async def run() -> List[float]:
+        async with aio.insecure_channel(target, options=options) as channel:
+            check = channel.unary_unary("/grpc.health.v1.Health/Check",
+                                        request_serializer=lambda _: b"",
+                                        response_deserializer=bytes)
+            for _ in range(200):
+                await check(None, timeout=30)
+            out: List[float] = []
+            stop = time.perf_counter() + seconds
+            while time.perf_counter() < stop:
+                t0 = time.perf_counter()
+                await check(None, timeout=30)
+                out.append(time.perf_counter() - t0)
+            return sorted(out)
+
+    return asyncio.run(run())
 
 
 def scrape(url: str) -> str:
@@ -186,6 +296,15 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=4.0)
     p.add_argument("--rows", type=int, default=4, help="rows of 256: 4 makes 1024 elements")
     p.set_defaults(run=python_latency)
+    f = sub.add_parser("python-floor")
+    f.add_argument("--target", default="127.0.0.1:50051")
+    f.add_argument("--seconds", type=float, default=5.0)
+    f.set_defaults(run=python_floor)
+    one = sub.add_parser("python-floor-one")  # one variant, in its own process
+    one.add_argument("--target", default="127.0.0.1:50051")
+    one.add_argument("--seconds", type=float, default=1.0)
+    one.add_argument("--variant", choices=[name for name, _, _ in FLOOR_VARIANTS])
+    one.set_defaults(run=python_floor_one)
     s = sub.add_parser("stages")
     s.add_argument("--metrics", default="http://127.0.0.1:9464/metrics")
     s.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS: the load to measure")

@@ -3,13 +3,17 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <functional>
+#include <memory>
 #include <random>
 #include <thread>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/format.h"
 #include "client/tensor.h"
@@ -123,14 +127,119 @@ absl::StatusOr<Result> Send(Client& client, const Workload& workload, BenchOp op
   return absl::InternalError("unknown operation");
 }
 
-// What one thread saw.
+// Starts one request of `op` on gRPC's callback API; `done` runs on a gRPC thread.
+void Start(const Client& client, const Workload& workload, BenchOp op,
+           Client::ResultCallback done) {
+  switch (op) {
+    case BenchOp::kNormalize:
+      return client.StartSingleMessage(workload.normalize, std::move(done));
+    case BenchOp::kHaversine:
+      return client.StartSingleMessage(workload.haversine, std::move(done));
+    case BenchOp::kDiscount:
+      return client.StartSingleMessage(workload.discount, std::move(done));
+    case BenchOp::kLombScargle:
+      return client.StartSingleMessage(workload.lombscargle, std::move(done));
+    case BenchOp::kHealth:
+      break;  // refused by RunBench
+  }
+  std::move(done)(absl::InternalError("no callback form of this operation"));
+}
+
+// What one thread (or callback slot) saw.
 struct ThreadRecord {
   std::map<BenchOp, std::vector<absl::Duration>> latencies;
   uint64_t requests = 0;
   uint64_t result_bytes = 0;
   std::map<std::string, uint64_t> errors_by_code;
   std::map<std::string, std::string> example_error_by_code;
+
+  void Add(BenchOp op, absl::Duration latency, const absl::StatusOr<Result>& result) {
+    ++requests;
+    if (result.ok()) {
+      latencies[op].push_back(latency);
+      result_bytes += result->data.size();
+      return;
+    }
+    const std::string code = absl::StatusCodeToString(result.status().code());
+    ++errors_by_code[code];
+    example_error_by_code.emplace(code, result.status().message());
+  }
 };
+
+// What drives the requests: the operations to draw from, when to stop, and the
+// requests not yet claimed when a count is set.
+struct Drive {
+  const Workload& workload;
+  std::vector<BenchOp> ops;  // each as often as its weight
+  absl::Time stop;
+  uint64_t count = 0;
+  std::atomic<int64_t> remaining;
+
+  bool Another() {
+    if (absl::Now() >= stop) return false;
+    return count == 0 || remaining.fetch_sub(1) > 0;
+  }
+};
+
+// One thread per request in flight, each sending with the blocking API.
+void RunThreads(Client& client, Drive& drive, uint64_t seed,
+                std::vector<ThreadRecord>& records) {
+  std::vector<std::jthread> threads;
+  for (size_t t = 0; t < records.size(); ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(seed + 1 + t);
+      std::uniform_int_distribution<size_t> pick(0, drive.ops.size() - 1);
+      while (drive.Another()) {
+        const BenchOp op = drive.ops[pick(rng)];
+        const absl::Time sent = absl::Now();
+        absl::StatusOr<Result> result = Send(client, drive.workload, op);
+        records[t].Add(op, absl::Now() - sent, result);
+      }
+    });
+  }
+}
+
+// The requests in flight as slots on gRPC's callback API: each slot starts its next
+// request from the completion of the previous one, on a gRPC thread; no thread per
+// request. Returns once every slot has stopped.
+void RunSlots(const Client& client, Drive& drive, uint64_t seed,
+              std::vector<ThreadRecord>& records) {
+  // Kept alive by each request in flight: the slot that stops last may still be
+  // returning through `next` when this function has returned.
+  struct Slots : std::enable_shared_from_this<Slots> {
+    absl::Mutex mu;
+    size_t running ABSL_GUARDED_BY(mu) = 0;
+    std::vector<std::mt19937_64> rngs;
+    std::function<void(size_t)> next;  // starts slot s's next request, or stops the slot
+  };
+  auto slots = std::make_shared<Slots>();
+  Slots* const shared = slots.get();
+  {
+    absl::MutexLock lock(&shared->mu);
+    shared->running = records.size();
+  }
+  for (size_t s = 0; s < records.size(); ++s) shared->rngs.emplace_back(seed + 1 + s);
+  shared->next = [&client, &drive, &records, shared](size_t s) {
+    if (!drive.Another()) {
+      absl::MutexLock lock(&shared->mu);
+      --shared->running;
+      return;
+    }
+    std::uniform_int_distribution<size_t> pick(0, drive.ops.size() - 1);
+    const BenchOp op = drive.ops[pick(shared->rngs[s])];
+    const absl::Time sent = absl::Now();
+    Start(client, drive.workload, op,
+          [&records, keep = shared->shared_from_this(), s, op, sent](
+              absl::StatusOr<Result> result) {
+            records[s].Add(op, absl::Now() - sent, result);
+            keep->next(s);
+          });
+  };
+  for (size_t s = 0; s < records.size(); ++s) shared->next(s);
+  absl::MutexLock lock(&shared->mu);
+  shared->mu.Await(absl::Condition(
+      +[](size_t* running) { return *running == 0; }, &shared->running));
+}
 
 std::string FormatLatency(const LatencySummary& summary) {
   const auto ms = [](absl::Duration d) { return absl::ToDoubleMilliseconds(d); };
@@ -164,41 +273,29 @@ absl::StatusOr<BenchReport> RunBench(Client& client, const BenchConfig& config) 
   if (config.count == 0 && config.duration <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("give --duration above 0 or --count");
   }
-  const Workload workload = BuildWorkload(config);
-  std::vector<BenchOp> weighted_ops;
-  for (const MixEntry& entry : config.mix)
-    weighted_ops.insert(weighted_ops.end(), entry.weight, entry.op);
-
-  // Requests not yet claimed when a count is set.
-  std::atomic<int64_t> remaining(config.count == 0 ? -1 : static_cast<int64_t>(config.count));
-  const absl::Time start = absl::Now();
-  const absl::Time stop = start + config.duration;
-  std::vector<ThreadRecord> records(config.concurrency);
-  {
-    std::vector<std::jthread> threads;
-    for (int t = 0; t < config.concurrency; ++t) {
-      threads.emplace_back([&, t] {
-        std::mt19937_64 rng(config.seed + 1 + t);
-        std::uniform_int_distribution<size_t> pick(0, weighted_ops.size() - 1);
-        ThreadRecord& record = records[t];
-        while (absl::Now() < stop) {
-          if (config.count != 0 && remaining.fetch_sub(1) <= 0) break;
-          const BenchOp op = weighted_ops[pick(rng)];
-          const absl::Time sent = absl::Now();
-          absl::StatusOr<Result> result = Send(client, workload, op);
-          const absl::Duration latency = absl::Now() - sent;
-          ++record.requests;
-          if (result.ok()) {
-            record.latencies[op].push_back(latency);
-            record.result_bytes += result->data.size();
-          } else {
-            const std::string code = absl::StatusCodeToString(result.status().code());
-            ++record.errors_by_code[code];
-            record.example_error_by_code.emplace(code, result.status().message());
-          }
-        }
-      });
+  if (config.callbacks) {
+    if (!config.complete_results || !config.unary_results) {
+      return absl::InvalidArgumentError(
+          "--callbacks reads single-message results: it needs --complete_results and "
+          "--unary_results");
     }
+    for (const MixEntry& entry : config.mix) {
+      if (entry.op == BenchOp::kHealth) {
+        return absl::InvalidArgumentError("--callbacks runs compute operations only, not health");
+      }
+    }
+  }
+  const Workload workload = BuildWorkload(config);
+  Drive drive{.workload = workload, .count = config.count};
+  for (const MixEntry& entry : config.mix) drive.ops.insert(drive.ops.end(), entry.weight, entry.op);
+  drive.remaining = config.count == 0 ? -1 : static_cast<int64_t>(config.count);
+  const absl::Time start = absl::Now();
+  drive.stop = start + config.duration;
+  std::vector<ThreadRecord> records(config.concurrency);
+  if (config.callbacks) {
+    RunSlots(client, drive, config.seed, records);
+  } else {
+    RunThreads(client, drive, config.seed, records);
   }
 
   BenchReport report;

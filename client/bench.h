@@ -1,6 +1,8 @@
-// Closed-loop load test: `concurrency` threads each send one request at a time,
-// drawn from a weighted mix of the compute operations, until a duration or a
-// request count is reached.
+// Closed-loop load test: `concurrency` requests in flight, each followed by the
+// next when it completes, drawn from a weighted mix of the compute operations,
+// until a duration or a request count is reached. Each request in flight is a
+// thread calling the blocking API, or (callbacks) a slot on gRPC's callback API
+// with no thread of its own, which costs the client less CPU per request.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +33,9 @@ struct BenchConfig {
   // With complete_results: ask for OutputOptions.single_message and read each
   // call as a unary call (a server with Limits.single_message_results).
   bool unary_results = true;
+  // Requests in flight as callback slots rather than threads (needs unary results,
+  // compute operations only).
+  bool callbacks = false;
   uint64_t seed = 1;
 };
 

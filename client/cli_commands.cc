@@ -284,6 +284,7 @@ absl::Status RunBenchCommand(const CliConfig& config, Client& client, const Args
   bench.chunk_bytes = config.chunk_bytes;
   bench.complete_results = config.complete_results;
   bench.unary_results = config.unary_results;
+  bench.callbacks = config.callbacks;
   GC_ASSIGN_OR_RETURN(bench.mix, AsUsageError(ParseMix(config.mix)));
   if (config.Given("dtype")) {
     GC_ASSIGN_OR_RETURN(bench.dtype, AsUsageError(ParseDTypeName(config.dtype)));
@@ -427,9 +428,9 @@ const std::vector<Command>& Commands() {
        "bench [--concurrency=8] [--duration=10s | --count=N] [--size=65536]\n"
        "                     [--mix=normalize:1,haversine:1,discount:1,lombscargle:1]\n"
        "                     [--dtype=float32|float64] [--chunk_bytes=N] [--complete_results]\n"
-       "                     [--unary_results]",
+       "                     [--unary_results] [--callbacks]",
        {"concurrency", "duration", "count", "mix", "size", "dtype", "chunk_bytes",
-        "complete_results", "unary_results"},
+        "complete_results", "unary_results", "callbacks"},
        0,
        RunBenchCommand},
   };

@@ -43,6 +43,7 @@ struct CliConfig {
   uint64_t size = 0;
   bool complete_results = true;
   bool unary_results = true;
+  bool callbacks = false;
   // Flags present on the command line, for "exactly one of" checks.
   std::set<std::string> given;
 

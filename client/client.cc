@@ -10,6 +10,7 @@
 #include "gpucompute/v1/bulk_wire.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/impl/client_unary_call.h"
+#include "grpcpp/support/client_callback.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 
@@ -296,6 +297,41 @@ std::optional<absl::StatusOr<Result>> Client::SingleMessage(
   if (absl::Status framing = assembler.AddBytes(reply); !framing.ok()) return framing;
   return std::move(assembler).Finish();
 }
+
+template <typename Request>
+void Client::StartSingleMessage(const Request& request, ResultCallback done) const {
+  // What the call needs until it completes; freed by its completion.
+  struct Call {
+    grpc::internal::RpcMethod method;
+    grpc::ClientContext context;
+    grpc::ByteBuffer request, reply;
+    ResultAssembler::Options options;
+    ResultCallback done;
+  };
+  const bool expect_data =
+      !request.output().keep_on_device() && !request.output().has_shared_memory();
+  auto* call = new Call{
+      grpc::internal::RpcMethod(MethodOf(request).name(), grpc::internal::RpcMethod::NORMAL_RPC),
+      {}, v1::wire::SerializedMessage(request), {}, AssemblerOptions(expect_data, {}),
+      std::move(done)};
+  SetDeadline(call->context);
+  grpc::internal::CallbackUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+      channel_.get(), call->method, &call->context, &call->request, &call->reply,
+      [call](grpc::Status status) {
+        const std::unique_ptr<Call> owned(call);
+        if (!status.ok()) return std::move(owned->done)(ToAbslStatus(status));
+        ResultAssembler assembler(std::move(owned->options));
+        if (absl::Status framing = assembler.AddBytes(owned->reply); !framing.ok()) {
+          return std::move(owned->done)(std::move(framing));
+        }
+        std::move(owned->done)(std::move(assembler).Finish());
+      });
+}
+
+template void Client::StartSingleMessage(const v1::DiscountProductRequest&, ResultCallback) const;
+template void Client::StartSingleMessage(const v1::HaversineGridRequest&, ResultCallback) const;
+template void Client::StartSingleMessage(const v1::NormalizeRequest&, ResultCallback) const;
+template void Client::StartSingleMessage(const v1::LombScargleRequest&, ResultCallback) const;
 
 template <typename Request>
 absl::StatusOr<Result> Client::Compute(const RpcMethod& method, const Request& request,

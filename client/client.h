@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/channel_args.h"
@@ -135,6 +136,16 @@ class Client {
   absl::StatusOr<Result> LombScargle(const v1::LombScargleRequest& request,
                                      const ProgressCallback& progress = {});
 
+  // The callback form of a compute call whose request sets output.single_message,
+  // for load generators (many calls in flight, no thread each): starts the call on
+  // gRPC's callback API and returns; `done` runs once, on a gRPC thread, with the
+  // result or the status. A refused promise (a result larger than one chunk) is
+  // FAILED_PRECONDITION: nothing is streamed instead. Request: one of the four
+  // compute requests.
+  using ResultCallback = absl::AnyInvocable<void(absl::StatusOr<Result>) &&>;
+  template <typename Request>
+  void StartSingleMessage(const Request& request, ResultCallback done) const;
+
   // Compute.StreamingCompute: an element-wise operation over an input of any
   // size in one call. `header` names the operation, dtype and whole shape (and
   // the factors, references or norm); `operands` are the streamed bytes (C order,
@@ -177,6 +188,18 @@ class Client {
                                  const ProgressCallback& progress) const;
   ResultAssembler::Options AssemblerOptions(bool expect_data,
                                             const ProgressCallback& progress) const;
+  const grpc::internal::RpcMethod& MethodOf(const v1::DiscountProductRequest&) const {
+    return discount_product_method_;
+  }
+  const grpc::internal::RpcMethod& MethodOf(const v1::HaversineGridRequest&) const {
+    return haversine_grid_method_;
+  }
+  const grpc::internal::RpcMethod& MethodOf(const v1::NormalizeRequest&) const {
+    return normalize_method_;
+  }
+  const grpc::internal::RpcMethod& MethodOf(const v1::LombScargleRequest&) const {
+    return lomb_scargle_method_;
+  }
   // One Upload stream on `channel` carrying `header` and then `data`.
   absl::StatusOr<v1::BufferInfo> UploadStream(grpc::Channel& channel,
                                               const v1::UploadHeader& header,

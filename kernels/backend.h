@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
@@ -54,6 +55,10 @@ struct BackendStats {
   absl::Duration warmup_time = absl::ZeroDuration();
 };
 
+// Backend-private: the submission an operation joins while RunFromHost runs it
+// (the CUDA backend's one stream, kernels/cuda/op_runner.h).
+struct StreamSubmission;
+
 // Per-call context: cancellation in, measured compute time out.
 struct OpContext {
   // Set by the server when the client cancels or the deadline passes; backends
@@ -63,6 +68,10 @@ struct OpContext {
   absl::Duration compute_time = absl::ZeroDuration();
   // The algorithm an operation with a choice of them ran ("direct", "nufft"); empty otherwise.
   absl::string_view method;
+  // Set by RunFromHost for the operation it runs; null otherwise.
+  StreamSubmission* submission = nullptr;
+  // Input bytes RunFromHost copied to the backend (also when the operation failed).
+  uint64_t bytes_copied_in = 0;
 
   bool IsCancelled() const {
     return cancelled != nullptr && cancelled->load(std::memory_order_relaxed);
@@ -75,6 +84,18 @@ struct HostPiece {
   const void* data = nullptr;
   size_t bytes = 0;
 };
+
+// One input of Backend::RunFromHost: an array made from host bytes (the pieces,
+// concatenated).
+struct HostInput {
+  DType dtype = DType::kFloat64;
+  Shape shape;
+  std::span<const HostPiece> pieces;
+};
+
+// The operation RunFromHost runs on the arrays it made: it writes `out`.
+using ArraysRun = absl::FunctionRef<absl::Status(std::span<const std::shared_ptr<Array>> inputs,
+                                                 Array& out, OpContext& ctx)>;
 
 struct GeoPoint {
   double lat = 0;  // degrees
@@ -170,6 +191,16 @@ class Backend {
     }
     return absl::OkStatus();
   }
+  // Small work from host bytes: arrays on `device` made from `inputs`, an output
+  // of `out_dtype` and `out_shape`, and `run` over them; returns the output. This
+  // one goes step by step (each allocation and copy complete before the next) and
+  // returns the output where it was computed; the CUDA backend queues everything on
+  // one stream, the output's copy to its pinned memory included, waits once and
+  // returns the output in host memory, where the bytes fit that memory.
+  virtual absl::StatusOr<std::shared_ptr<Array>> RunFromHost(std::span<const HostInput> inputs,
+                                                             DType out_dtype,
+                                                             const Shape& out_shape, int device,
+                                                             OpContext& ctx, ArraysRun run);
   // Whole-array copy between two arrays of equal byte size, possibly on two
   // devices (peer to peer where the GPUs allow it).
   virtual absl::Status CopyArray(const Array& src, Array& dst) = 0;

@@ -51,11 +51,18 @@ class FaultInjectingBackend final : public Backend {
 
   absl::StatusOr<std::shared_ptr<Array>> Allocate(DType dtype, Shape shape, int device) override {
     GC_RETURN_IF_ERROR(Sticky());
-    if (faults_->failing_allocations.fetch_sub(1) > 0) {
-      return absl::ResourceExhaustedError("injected: the device has no room for the array");
-    }
-    faults_->failing_allocations.store(0);
+    GC_RETURN_IF_ERROR(InjectedAllocation());
     return inner_->Allocate(dtype, std::move(shape), device);
+  }
+  // Its allocations fail as Allocate's would; the operation comes back through
+  // `run`, which calls this backend's (faulty) operations.
+  absl::StatusOr<std::shared_ptr<Array>> RunFromHost(std::span<const HostInput> inputs,
+                                                     DType out_dtype, const Shape& out_shape,
+                                                     int device, OpContext& ctx,
+                                                     ArraysRun run) override {
+    GC_RETURN_IF_ERROR(Sticky());
+    GC_RETURN_IF_ERROR(InjectedAllocation());
+    return inner_->RunFromHost(inputs, out_dtype, out_shape, device, ctx, run);
   }
   absl::Status CopyToArray(const void* src, size_t offset, size_t bytes, Array& dst) override {
     GC_RETURN_IF_ERROR(Sticky());
@@ -119,6 +126,15 @@ class FaultInjectingBackend final : public Backend {
     if (faults_->sticky_error.load()) {
       return absl::InternalError("injected: an illegal memory access was encountered (sticky)");
     }
+    return absl::OkStatus();
+  }
+
+  // RESOURCE_EXHAUSTED while injected allocation failures are left.
+  absl::Status InjectedAllocation() {
+    if (faults_->failing_allocations.fetch_sub(1) > 0) {
+      return absl::ResourceExhaustedError("injected: the device has no room for the array");
+    }
+    faults_->failing_allocations.store(0);
     return absl::OkStatus();
   }
 

@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/status_macros.h"
 
 namespace gpucompute {
 namespace {
@@ -209,6 +210,36 @@ class BudgetedBackend final : public Backend {
     Array* raw = array->get();
     auto charged = std::make_shared<ChargedArray>(
         ChargedArray{*std::move(charge), *std::move(array)});
+    return std::shared_ptr<Array>(std::move(charged), raw);
+  }
+
+  // The inputs are charged to the device's budget while the call runs; the result
+  // to the budget of the memory it comes back in, while it lives.
+  absl::StatusOr<std::shared_ptr<Array>> RunFromHost(std::span<const HostInput> inputs,
+                                                     DType out_dtype, const Shape& out_shape,
+                                                     int device, OpContext& ctx,
+                                                     ArraysRun run) override {
+    const Budgeted* budgeted = Find(device);
+    absl::StatusOr<int64_t> count =
+        CheckedElementCount(out_shape, std::numeric_limits<int64_t>::max() / 8, "result");
+    if (budgeted == nullptr || !count.ok()) {
+      return inner_->RunFromHost(inputs, out_dtype, out_shape, device, ctx, run);
+    }
+    const uint64_t out_bytes = static_cast<uint64_t>(*count) * ElementSize(out_dtype);
+    uint64_t in_bytes = 0;
+    for (const HostInput& input : inputs) {
+      for (const HostPiece& piece : input.pieces) in_bytes += piece.bytes;
+    }
+    GC_ASSIGN_OR_RETURN(MemoryBudget::Charge in, budgeted->budget->Reserve(in_bytes));
+    GC_ASSIGN_OR_RETURN(MemoryBudget::Charge out_there, budgeted->budget->Reserve(out_bytes));
+    GC_ASSIGN_OR_RETURN(MemoryBudget::Charge out_host, host_.budget->Reserve(out_bytes));
+    absl::StatusOr<std::shared_ptr<Array>> array =
+        inner_->RunFromHost(inputs, out_dtype, out_shape, device, ctx, run);
+    if (!array.ok()) return array.status();
+    Array* raw = array->get();
+    auto charged = std::make_shared<ChargedArray>(ChargedArray{
+        raw->device() == kHostDevice ? std::move(out_host) : std::move(out_there),
+        *std::move(array)});
     return std::shared_ptr<Array>(std::move(charged), raw);
   }
 

@@ -14,6 +14,13 @@
 namespace gpucompute {
 namespace {
 
+// The output shape was checked against max_elements, so this cannot overflow.
+uint64_t ResultBytes(const PreparedOperation& prepared) {
+  uint64_t bytes = ElementSize(prepared.out_dtype);
+  for (int64_t extent : prepared.out_shape) bytes *= static_cast<uint64_t>(extent);
+  return bytes;
+}
+
 // A compute request that parsed and passed admission and every check, ready
 // to run. Its inline operands point into the request, which the work keeps.
 template <typename Request>
@@ -54,9 +61,7 @@ absl::StatusOr<Accepted<Request>> Accept(ServiceContext& service,
     GC_RETURN_IF_ERROR(ResolveOutputSlice(options.shared_memory(), scope, accepted.prepared));
     accepted.output.shared_memory_region_id = options.shared_memory().region_id();
   }
-  // The output shape was checked against max_elements, so this cannot overflow.
-  uint64_t result_bytes = ElementSize(accepted.prepared.out_dtype);
-  for (int64_t extent : accepted.prepared.out_shape) result_bytes *= static_cast<uint64_t>(extent);
+  const uint64_t result_bytes = ResultBytes(accepted.prepared);
   if (options.single_message()) {
     accepted.output.accept_complete = true;
     // Kept and shared-memory results are one message whatever their size.
@@ -111,14 +116,17 @@ void ComputeService::Serve(absl::string_view method, Operation op, PrepareFn pre
                                         .request = std::move(accepted->request)});
       return reactor;
     }
+    const bool result_to_host = !accepted->output.keep.has_value() &&
+                                ResultBytes(accepted->prepared) <= accepted->output.chunk_bytes;
     reactor->Start(std::move(accepted->output), absl::Now() - start,
-                   [this, request = std::move(accepted->request),
+                   [this, request = std::move(accepted->request), result_to_host,
                     prepared = std::make_shared<PreparedOperation>(std::move(accepted->prepared))](
                        OpContext& ctx) -> absl::StatusOr<StreamSource> {
                      StreamSource source;
-                     GC_ASSIGN_OR_RETURN(source.array, Execute(*prepared, service_.backend,
-                                                               service_.device_queues,
-                                                               service_.metrics, ctx, source.times));
+                     GC_ASSIGN_OR_RETURN(source.array,
+                                         Execute(*prepared, service_.backend,
+                                                 service_.device_queues, service_.metrics, ctx,
+                                                 source.times, result_to_host));
                      return source;
                    });
     return reactor;

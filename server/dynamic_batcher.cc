@@ -213,8 +213,9 @@ absl::StatusOr<StreamSource> DynamicBatcher::RunAlone(ServiceContext& service,
   OpContext ctx;
   ctx.cancelled = member.cancelled;
   StreamSource source;
-  absl::StatusOr<std::shared_ptr<Array>> out = Execute(
-      member.prepared, service.backend, service.device_queues, service.metrics, ctx, source.times);
+  absl::StatusOr<std::shared_ptr<Array>> out =
+      Execute(member.prepared, service.backend, service.device_queues, service.metrics, ctx,
+              source.times, /*result_to_host=*/true);
   service.metrics.ObserveBatch(member.op, 1);
   if (!out.ok()) return out.status();
   source.array = *std::move(out);
@@ -246,7 +247,8 @@ std::vector<DynamicBatcher::Outcome> DynamicBatcher::Run(ServiceContext& service
   OpContext ctx;  // not cancelled as a whole; a request cancelled now drops its part
   ExecutionTimes times;
   absl::StatusOr<std::shared_ptr<Array>> out =
-      Execute(stacked, service.backend, service.device_queues, service.metrics, ctx, times);
+      Execute(stacked, service.backend, service.device_queues, service.metrics, ctx, times,
+              /*result_to_host=*/true);
   // A device result goes to the host in one copy, charged while it lives (the
   // members' slices share it); a host result (CPU backend) is sliced as it is.
   struct HostResult {

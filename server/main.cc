@@ -16,7 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex_checks.h"
 #include "server/config.h"
 #include "server/log.h"
 #include "server/server.h"
@@ -170,13 +170,6 @@ constexpr int kMaxMallocArenas = 4;
 void ConfigureMalloc() {
   mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
   mallopt(M_ARENA_MAX, kMaxMallocArenas);
-}
-
-// The distribution's Abseil checks lock order on every Mutex acquisition and
-// destruction through one process-wide graph behind a global lock: ~5% of the
-// server's CPU under small requests, serializing every thread. Tests keep it.
-void DisableMutexDeadlockDetection() {
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 }
 
 // This file's flags, not those of the libraries linked in. (Abseil's default
@@ -346,7 +339,7 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
 
 int main(int argc, char** argv) {
   ConfigureMalloc();
-  DisableMutexDeadlockDetection();
+  gpucompute::DisableMutexDeadlockDetection();
   absl::SetProgramUsageMessage(
       "GPU (or CPU) numeric operations over gRPC.\n"
       "  gpucompute-server --address=localhost:50051 --metrics_address=localhost:9464");

@@ -14,6 +14,7 @@
 #include "kernels/lombscargle_nufft.h"
 #include "kernels/preconditions.h"
 #include "kernels/shape_rules.h"
+#include "server/inline_run.h"
 #include "server/proto_convert.h"
 
 namespace gpucompute {
@@ -492,7 +493,8 @@ absl::StatusOr<PreparedOperation> PrepareLombScargle(const v1::LombScargleReques
 
 absl::StatusOr<std::shared_ptr<Array>> Execute(PreparedOperation& prepared, Backend& backend,
                                                DeviceQueues& queues, Metrics& metrics,
-                                               OpContext& ctx, ExecutionTimes& times) {
+                                               OpContext& ctx, ExecutionTimes& times,
+                                               bool result_to_host) {
   int device = kHostDevice;
   bool placed = false;
   for (const OperandSpec& operand : prepared.operands) {
@@ -510,6 +512,9 @@ absl::StatusOr<std::shared_ptr<Array>> Execute(PreparedOperation& prepared, Back
   if (!slot.ok()) {
     metrics.Rejected(Rejection::kDeviceQueueFull);
     return slot.status();
+  }
+  if (result_to_host && InlineRunnable(prepared)) {
+    return RunInline(prepared, backend, device, metrics, ctx, times);
   }
 
   std::vector<std::shared_ptr<Array>> arrays;

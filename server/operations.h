@@ -135,8 +135,14 @@ struct StreamSource {
 // computes right into its shared-memory slice when that lives there and overlaps
 // no operand) and runs the operation; returns the output slice when one was given.
 // The operation holds a slot of that device's queue while it runs.
+// `result_to_host`: the caller sends the result from host memory (it fits one
+// chunk and is not kept); work whose operands are all inline then runs from host
+// bytes in one backend call (Backend::RunFromHost: on a GPU one stream and one
+// wait, the result back in host memory), its copies timed with the wait as
+// transfer_in.
 absl::StatusOr<std::shared_ptr<Array>> Execute(PreparedOperation& prepared, Backend& backend,
                                                DeviceQueues& queues, Metrics& metrics,
-                                               OpContext& ctx, ExecutionTimes& times);
+                                               OpContext& ctx, ExecutionTimes& times,
+                                               bool result_to_host);
 
 }  // namespace gpucompute

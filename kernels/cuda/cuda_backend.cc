@@ -150,6 +150,17 @@ class CudaBackend final : public Backend {
     return cuda::AllocateArray(dev, dtype, std::move(shape));
   }
 
+  absl::StatusOr<std::shared_ptr<Array>> RunFromHost(std::span<const HostInput> inputs,
+                                                     DType out_dtype, const Shape& out_shape,
+                                                     int device, OpContext& ctx,
+                                                     ArraysRun run) override {
+    std::shared_ptr<DeviceState> dev = devices_.Find(device);
+    if (dev == nullptr || !cuda::FitsOneSubmission(inputs, out_dtype, out_shape)) {
+      return Backend::RunFromHost(inputs, out_dtype, out_shape, device, ctx, run);
+    }
+    return cuda::RunFromHostOnStream(dev, inputs, out_dtype, out_shape, ctx, run);
+  }
+
   absl::Status CopyToArray(const void* host_src, size_t offset, size_t bytes, Array& dst) override {
     GC_RETURN_IF_ERROR(CheckCopyBounds(dst, offset, bytes, host_src));
     GC_ASSIGN_OR_RETURN(DeviceState* const d, devices_.OperandDevice({{&dst, "array"}}));
@@ -341,6 +352,7 @@ class CudaBackend final : public Backend {
       };
       // Rare path: float64 L2 rows whose squares overflow or underflow, redone scaled.
       GC_DEV_TRY(*d, cuda::LaunchNormalizeRescue(in.dtype(), in.data(), out.data(), rows, cols, norm, r->bad_row, d_result, env.launch), "Normalize");
+      if (env.submission != nullptr) env.submission->output_queued = false;  // out rewritten
       GC_RETURN_IF_ERROR(read_result());
       if (r->bad_row == cuda::kNoIndex) return absl::OkStatus();
       // Error path: the norm of that row, for the message.

@@ -127,11 +127,14 @@ class PinnedBuffer {
 };
 
 // A stream with a small pinned host buffer of its own (for staging request
-// constants and small copies in, and reading result flags back, on that stream)
-// and the two events that time an operation on it, made once with the stream.
+// constants and small copies in, and reading result flags back, on that stream),
+// on compute streams pinned bytes for a whole small request's inputs and result
+// (Backend::RunFromHost), and the two events that time an operation on it, made
+// once with the stream.
 struct PooledStream {
   cudaStream_t stream = nullptr;
   PinnedBuffer small;  // kSmallPinnedBytes
+  PinnedBuffer io;     // the pool's io_bytes; empty for copy and allocation streams
   Event start, stop;
 };
 
@@ -140,7 +143,8 @@ class StreamPool {
  public:
   static constexpr size_t kSmallPinnedBytes = 64 << 10;
 
-  explicit StreamPool(int device) : device_(device) {}
+  // Each stream has `io_bytes` of pinned memory for whole requests (0: none).
+  explicit StreamPool(int device, size_t io_bytes = 0) : device_(device), io_bytes_(io_bytes) {}
   StreamPool(const StreamPool&) = delete;
   StreamPool& operator=(const StreamPool&) = delete;
   ~StreamPool() {
@@ -173,6 +177,7 @@ class StreamPool {
     }
     cudaStream_t stream() const { return s_->stream; }
     void* small() const { return s_->small.data(); }
+    const PinnedBuffer& io() const { return s_->io; }
     const Event& start() const { return s_->start; }
     const Event& stop() const { return s_->stop; }
     // After a sticky error the stream is not handed to anyone again.
@@ -210,19 +215,24 @@ class StreamPool {
       delete s;
       return CudaStatus(e, absl::StrCat("cuda:", device_, " cudaStreamCreate"));
     }
-    absl::StatusOr<PinnedBuffer> small = PinnedBuffer::Create(kSmallPinnedBytes);
-    if (!small.ok()) {
+    // Undoes the stream when a later part cannot be made.
+    const auto fail = [s](absl::Status status) {
       (void)cudaStreamDestroy(s->stream);
       delete s;
-      return small.status();
-    }
+      return status;
+    };
+    absl::StatusOr<PinnedBuffer> small = PinnedBuffer::Create(kSmallPinnedBytes);
+    if (!small.ok()) return fail(small.status());
     s->small = *std::move(small);
+    if (io_bytes_ > 0) {
+      absl::StatusOr<PinnedBuffer> io = PinnedBuffer::Create(io_bytes_);
+      if (!io.ok()) return fail(io.status());
+      s->io = *std::move(io);
+    }
     cudaError_t timing = s->start.Init(cudaEventDefault);
     if (timing == cudaSuccess) timing = s->stop.Init(cudaEventDefault);
     if (timing != cudaSuccess) {
-      (void)cudaStreamDestroy(s->stream);
-      delete s;
-      return CudaStatus(timing, absl::StrCat("cuda:", device_, " cudaEventCreate"));
+      return fail(CudaStatus(timing, absl::StrCat("cuda:", device_, " cudaEventCreate")));
     }
     std::lock_guard<std::mutex> lock(mu_);
     all_.push_back(s);
@@ -234,6 +244,7 @@ class StreamPool {
   }
 
   const int device_;
+  const size_t io_bytes_;
   mutable std::mutex mu_;
   std::vector<PooledStream*> all_;
   std::vector<PooledStream*> free_;

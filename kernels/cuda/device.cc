@@ -126,7 +126,7 @@ absl::StatusOr<std::shared_ptr<DeviceState>> OpenDevice(int ordinal,
   GC_DEV_TRY(*d, cudaMemPoolSetAttribute(d->pool, cudaMemPoolAttrReleaseThreshold, &threshold),
              "cudaMemPoolSetAttribute");
   d->alloc = std::make_unique<StreamPool>(ordinal);
-  d->compute = std::make_unique<StreamPool>(ordinal);
+  d->compute = std::make_unique<StreamPool>(ordinal, kHostIoBytes);
   d->copy = std::make_unique<StreamPool>(ordinal);
   GC_RETURN_IF_ERROR(d->compute->Reserve(kComputeStreams));
   GC_RETURN_IF_ERROR(d->copy->Reserve(kCopyStreams));
@@ -158,8 +158,9 @@ absl::Status WarmFftPlans(DeviceState& d, CufftPlans& plans) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<Array>> AllocateArray(const std::shared_ptr<DeviceState>& dev,
-                                                     DType dtype, Shape shape) {
+absl::StatusOr<std::shared_ptr<Array>> AllocateArrayOn(const std::shared_ptr<DeviceState>& dev,
+                                                       DType dtype, Shape shape,
+                                                       cudaStream_t stream) {
   if (!dev->healthy.load()) return dev->Unavailable();
   GC_ASSIGN_OR_RETURN(const int64_t count,
                       CheckedElementCount(shape, std::numeric_limits<int64_t>::max() / 8, "array"));
@@ -174,20 +175,27 @@ absl::StatusOr<std::shared_ptr<Array>> AllocateArray(const std::shared_ptr<Devic
   ScopedDevice on_device(dev->ordinal);
   GC_DEV_TRY(*dev, on_device.error(), "cudaSetDevice");
   void* ptr = nullptr;
-  GC_ASSIGN_OR_RETURN(const StreamPool::Lease lease, dev->alloc->Acquire());
-  const cudaError_t e = cudaMallocFromPoolAsync(&ptr, bytes, dev->pool, lease.stream());
+  const cudaError_t e = cudaMallocFromPoolAsync(&ptr, bytes, dev->pool, stream);
   if (e == cudaErrorMemoryAllocation || e == cudaErrorInvalidValue) {
     (void)cudaGetLastError();
     return no_room(cudaGetErrorString(e));
   }
   GC_DEV_TRY(*dev, e, "cudaMallocFromPoolAsync");
-  // Usable from any stream once the allocation stream has passed it.
-  const cudaError_t s = cudaStreamSynchronize(lease.stream());
-  if (s != cudaSuccess) {
-    (void)cudaFreeAsync(ptr, lease.stream());
-    return dev->Fail(s, "allocation stream");
-  }
   return std::make_shared<CudaArray>(dtype, std::move(shape), count, dev, ptr);
+}
+
+absl::StatusOr<std::shared_ptr<Array>> AllocateArray(const std::shared_ptr<DeviceState>& dev,
+                                                     DType dtype, Shape shape) {
+  if (!dev->healthy.load()) return dev->Unavailable();
+  ScopedDevice on_device(dev->ordinal);
+  GC_DEV_TRY(*dev, on_device.error(), "cudaSetDevice");
+  GC_ASSIGN_OR_RETURN(const StreamPool::Lease lease, dev->alloc->Acquire());
+  GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> array,
+                      AllocateArrayOn(dev, dtype, std::move(shape), lease.stream()));
+  // Usable from any stream once the allocation stream has passed it. On failure
+  // the array is dropped: freed in stream order after what the stream holds.
+  GC_DEV_TRY(*dev, cudaStreamSynchronize(lease.stream()), "allocation stream");
+  return array;
 }
 
 absl::Status CopyBetweenDevices(const DeviceState& from, DeviceState& to, const Array& src,

@@ -95,9 +95,17 @@ absl::Status WarmKernels(DeviceState& d, const std::vector<KernelEntry>& kernels
 inline constexpr int64_t kWarmFftFrequencies[] = {1 << 16, 1 << 18, 1 << 20};
 absl::Status WarmFftPlans(DeviceState& d, CufftPlans& plans);
 
+// Pinned bytes of each compute stream for a whole small request (RunFromHost).
+inline constexpr size_t kHostIoBytes = size_t{1} << 20;
+
 // An array in the device's pool; RESOURCE_EXHAUSTED when it does not fit.
 absl::StatusOr<std::shared_ptr<Array>> AllocateArray(const std::shared_ptr<DeviceState>& dev,
                                                      DType dtype, Shape shape);
+// The same in stream order on `stream` (no wait): usable on `stream` at once, on
+// other streams once `stream` has passed the allocation.
+absl::StatusOr<std::shared_ptr<Array>> AllocateArrayOn(const std::shared_ptr<DeviceState>& dev,
+                                                       DType dtype, Shape shape,
+                                                       cudaStream_t stream);
 
 // Device to device, synchronous: peer to peer where the GPUs allow it, else through
 // the host. The arrays have the same size.

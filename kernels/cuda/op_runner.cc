@@ -1,14 +1,30 @@
 #include "kernels/cuda/op_runner.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_resources.h"
 #include "kernels/cuda/cuda_status.h"
+
+namespace gpucompute {
+
+cudaError_t StreamSubmission::QueueOutput() {
+  output_queued = true;
+  if (out->bytes() == 0) return cudaSuccess;
+  return cudaMemcpyAsync(out_host, out->data(), out->bytes(), cudaMemcpyDeviceToHost,
+                         lease->stream());
+}
+
+}  // namespace gpucompute
 
 namespace gpucompute::cuda {
 namespace {
@@ -27,6 +43,7 @@ absl::Status RunSteps(DeviceState& d, absl::string_view op, OpContext& ctx, cons
   GC_DEV_TRY(d, steps.launch(env), op);
   GC_DEV_TRY(d, cudaEventRecord(stop.get(), stream), "cudaEventRecord");
   if (steps.readback) GC_DEV_TRY(d, steps.readback(env), op);
+  if (env.submission != nullptr) GC_DEV_TRY(d, env.submission->QueueOutput(), op);
   GC_DEV_TRY(d, cudaStreamSynchronize(stream), op);
   float ms = 0;
   GC_DEV_TRY(d, cudaEventElapsedTime(&ms, start.get(), stop.get()), "cudaEventElapsedTime");
@@ -35,7 +52,121 @@ absl::Status RunSteps(DeviceState& d, absl::string_view op, OpContext& ctx, cons
   return absl::OkStatus();
 }
 
+// A result copied off the device into host memory (RunFromHostOnStream).
+class HostResultArray final : public Array {
+ public:
+  HostResultArray(DType dtype, Shape shape, int64_t count)
+      : Array(dtype, std::move(shape), count, kHostDevice),
+        data_(std::make_unique_for_overwrite<std::byte[]>(std::max<size_t>(bytes(), 1))) {}
+  void* data() override { return data_.get(); }
+
+ private:
+  std::unique_ptr<std::byte[]> data_;
+};
+
+constexpr size_t kIoAlignment = 256;
+
+size_t IoAligned(size_t bytes) { return (bytes + kIoAlignment - 1) / kIoAlignment * kIoAlignment; }
+
+// Allocates the submission's arrays, queues the inputs' copies through the stream's
+// pinned io bytes, runs the operation and queues the result's copy back there
+// (unless the operation did), then waits once. `arrays` and `out` keep the
+// arrays, which must outlive the stream's work.
+absl::Status QueueAndRun(const std::shared_ptr<DeviceState>& d, std::span<const HostInput> inputs,
+                         DType out_dtype, const Shape& out_shape, OpContext& ctx, ArraysRun run,
+                         StreamSubmission& submission,
+                         std::vector<std::shared_ptr<Array>>& arrays,
+                         std::shared_ptr<Array>& out) {
+  const cudaStream_t stream = submission.lease->stream();
+  char* const io = static_cast<char*>(submission.lease->io().data());
+  size_t at = 0;
+  for (const HostInput& input : inputs) {
+    GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> array,
+                        AllocateArrayOn(d, input.dtype, input.shape, stream));
+    size_t bytes = 0;
+    for (const HostPiece& piece : input.pieces) bytes += piece.bytes;
+    if (bytes != array->bytes()) {
+      return absl::InvalidArgumentError(absl::StrCat("input pieces hold ", bytes,
+                                                     " bytes for an array of ", array->bytes()));
+    }
+    char* const staged = io + at;
+    for (const HostPiece& piece : input.pieces) {
+      if (piece.bytes > 0) std::memcpy(io + at, piece.data, piece.bytes);
+      at += piece.bytes;
+    }
+    at = IoAligned(at);
+    if (bytes > 0) {
+      GC_DEV_TRY(*d, cudaMemcpyAsync(array->data(), staged, bytes, cudaMemcpyHostToDevice, stream),
+                 "copy to the device");
+      ctx.bytes_copied_in += bytes;
+    }
+    arrays.push_back(std::move(array));
+  }
+  GC_ASSIGN_OR_RETURN(out, AllocateArrayOn(d, out_dtype, out_shape, stream));
+  submission.out = out.get();
+  submission.out_host = io + at;
+  ctx.submission = &submission;
+  const absl::Status ran = run(arrays, *out, ctx);
+  ctx.submission = nullptr;
+  GC_RETURN_IF_ERROR(ran);
+  if (!submission.output_queued) {  // no RunOp, or work after its copy
+    GC_DEV_TRY(*d, submission.QueueOutput(), "copy to the host");
+    GC_DEV_TRY(*d, cudaStreamSynchronize(stream), "copy to the host");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+bool FitsOneSubmission(std::span<const HostInput> inputs, DType out_dtype, const Shape& out_shape) {
+  const absl::StatusOr<int64_t> count =
+      CheckedElementCount(out_shape, static_cast<int64_t>(kHostIoBytes), "result");
+  if (!count.ok()) return false;
+  size_t total = IoAligned(static_cast<size_t>(*count) * ElementSize(out_dtype));
+  for (const HostInput& input : inputs) {
+    for (const HostPiece& piece : input.pieces) {
+      if (piece.bytes > kHostIoBytes) return false;
+      total += piece.bytes;
+    }
+    total = IoAligned(total);
+    if (total > kHostIoBytes) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<std::shared_ptr<Array>> RunFromHostOnStream(const std::shared_ptr<DeviceState>& d,
+                                                           std::span<const HostInput> inputs,
+                                                           DType out_dtype, const Shape& out_shape,
+                                                           OpContext& ctx, ArraysRun run) {
+  if (ctx.IsCancelled()) return absl::CancelledError("operation cancelled before it was launched");
+  if (!d->healthy.load()) return d->Unavailable();
+  InFlight in_flight(*d);
+  ScopedDevice on_device(d->ordinal);
+  GC_DEV_TRY(*d, on_device.error(), "cudaSetDevice");
+  GC_ASSIGN_OR_RETURN(StreamPool::Lease lease, d->compute->Acquire());
+  StreamSubmission submission{.device = d.get(), .lease = &lease};
+  // Declared after the lease: freed (in stream order) before the stream is lent again,
+  // and only once its work is done.
+  std::vector<std::shared_ptr<Array>> arrays;
+  std::shared_ptr<Array> out;
+  const absl::Status status =
+      QueueAndRun(d, inputs, out_dtype, out_shape, ctx, run, submission, arrays, out);
+  if (!status.ok()) {
+    // Leave nothing running on the stream, nor using the arrays, before they go.
+    const cudaError_t drained = cudaStreamSynchronize(lease.stream());
+    if (drained != cudaSuccess) {
+      (void)cudaGetLastError();
+      if (IsStickyError(drained)) {
+        d->MarkUnhealthy(drained, "RunFromHost");
+        lease.Discard();
+      }
+    }
+    return status;
+  }
+  auto host = std::make_shared<HostResultArray>(out_dtype, out_shape, out->size());
+  if (out->bytes() > 0) std::memcpy(host->data(), submission.out_host, out->bytes());
+  return host;
+}
 
 OpScratch::~OpScratch() {
   for (void* p : ptrs_) (void)cudaFreeAsync(p, stream_);
@@ -52,6 +183,19 @@ absl::Status RunOp(DeviceState& d, HostCopies& copies, absl::string_view op, OpC
                    const OpSteps& steps) {
   if (ctx.IsCancelled()) return CancelledBeforeLaunch(op);
   if (!d.healthy.load()) return d.Unavailable();
+  if (StreamSubmission* const submission = ctx.submission; submission != nullptr) {
+    // Joins the submission: its stream (counted in flight, its device current,
+    // drained after a failure by RunFromHostOnStream).
+    if (submission->device != &d) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          op, " runs on ", d.name, " but its submission is on ", submission->device->name));
+    }
+    const StreamPool::Lease& lease = *submission->lease;
+    OpScratch scratch(lease.stream(), d.pool);
+    const OpEnv env{LaunchEnv{lease.stream(), d.pool, d.sm_count}, lease.small(), &scratch,
+                    &copies, submission};
+    return RunSteps(d, op, ctx, steps, env, lease.start(), lease.stop());
+  }
   InFlight in_flight(d);
   ScopedDevice on_device(d.ordinal);
   GC_DEV_TRY(d, on_device.error(), "cudaSetDevice");
@@ -60,7 +204,8 @@ absl::Status RunOp(DeviceState& d, HostCopies& copies, absl::string_view op, OpC
   absl::Status status;
   {
     OpScratch scratch(stream, d.pool);
-    const OpEnv env{LaunchEnv{stream, d.pool, d.sm_count}, lease.small(), &scratch, &copies};
+    const OpEnv env{LaunchEnv{stream, d.pool, d.sm_count}, lease.small(), &scratch, &copies,
+                    nullptr};
     status = RunSteps(d, op, ctx, steps, env, lease.start(), lease.stop());
   }  // scratch freed in stream order
   // A clean run synchronized the stream after its last kernel: only the scratch

@@ -1,12 +1,17 @@
 // How the CUDA backend runs one operation: on a compute stream lent by the device,
 // with stream-ordered scratch memory, the launch timed with CUDA events, and the
 // stream drained before it is lent again. Each operation supplies its steps.
+// A small request from host bytes (Backend::RunFromHost) is one submission on one
+// stream: its arrays allocated in stream order, its inputs copied in through the
+// stream's pinned bytes, the operation, its result copied back there, one wait.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <functional>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -15,6 +20,25 @@
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/host_copy.h"
 #include "kernels/cuda/launchers.h"
+
+namespace gpucompute {
+
+// One RunFromHost call on one lent stream (OpContext::submission while the
+// operation runs): RunOp joins its stream and queues the result's copy to the
+// host before its one wait.
+struct StreamSubmission {
+  cuda::DeviceState* device = nullptr;
+  const cuda::StreamPool::Lease* lease = nullptr;
+  const Array* out = nullptr;
+  void* out_host = nullptr;  // in the stream's pinned io bytes
+  // Whether the copy of `out` is queued after the last work that wrote it.
+  bool output_queued = false;
+
+  // Queues the copy of `out` to out_host behind the stream's work so far.
+  cudaError_t QueueOutput();
+};
+
+}  // namespace gpucompute
 
 namespace gpucompute::cuda {
 
@@ -40,6 +64,9 @@ struct OpEnv {
   void* small = nullptr;  // pinned host bytes of this stream (StreamPool::kSmallPinnedBytes)
   OpScratch* scratch = nullptr;
   HostCopies* copies = nullptr;
+  // Set when the operation is part of a RunFromHost submission: work that
+  // rewrites the output after the launch clears its output_queued.
+  StreamSubmission* submission = nullptr;
 };
 
 // The steps of one operation on one lent stream.
@@ -55,6 +82,16 @@ struct OpSteps {
 // fails the device (DeviceState::Fail).
 absl::Status RunOp(DeviceState& d, HostCopies& copies, absl::string_view op, OpContext& ctx,
                    const OpSteps& steps);
+
+// Whether RunFromHost's inputs and result fit a compute stream's pinned io bytes.
+bool FitsOneSubmission(std::span<const HostInput> inputs, DType out_dtype, const Shape& out_shape);
+
+// Backend::RunFromHost as one submission on one compute stream of `d` (the inputs
+// and result fit, FitsOneSubmission): the result comes back as a host array.
+absl::StatusOr<std::shared_ptr<Array>> RunFromHostOnStream(const std::shared_ptr<DeviceState>& d,
+                                                           std::span<const HostInput> inputs,
+                                                           DType out_dtype, const Shape& out_shape,
+                                                           OpContext& ctx, ArraysRun run);
 
 // An operation with nothing to compute (an empty output): CANCELLED when ctx is
 // cancelled, else zero compute time.
