@@ -161,8 +161,13 @@ void FuzzCompute(const uint8_t* data, size_t size, Operation op, PrepareFn prepa
 
   OpContext ctx;
   ExecutionTimes times;
-  absl::StatusOr<std::shared_ptr<Array>> out =
-      Execute(*prepared, *env.backend, env.device_queues, env.metrics, ctx, times);
+  // As the compute service decides it: results of one default chunk go back from host
+  // memory (Backend::RunFromHost where every operand is inline).
+  uint64_t result_bytes = ElementSize(prepared->out_dtype);
+  for (int64_t extent : prepared->out_shape) result_bytes *= static_cast<uint64_t>(extent);
+  const bool result_to_host = result_bytes <= (uint64_t{1} << 20);
+  absl::StatusOr<std::shared_ptr<Array>> out = Execute(
+      *prepared, *env.backend, env.device_queues, env.metrics, ctx, times, result_to_host);
   FUZZ_CHECK(env.device_queues.depth(kHostDevice) == 0, "Execute kept its device queue slot");
   if (!out.ok()) {
     FUZZ_CHECK(ExpectedExecuteError(out.status(), op), StatusText(out.status()));
