@@ -16,6 +16,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/client.h"
 #include "common/status_macros.h"
 #include "common/thread_name.h"
@@ -46,6 +48,17 @@ void ForEachRange(uint64_t count, int threads, const std::function<void(uint64_t
   for (std::thread& worker : workers) worker.join();
 }
 
+// Before a range is tried again after UNAVAILABLE: a connection that failed is in
+// gRPC's reconnect backoff, and a call started then fails at once; wait (at most this
+// long) for it to be connected again. On the H100 machine a fresh stripe connection
+// failed now and then ("failed to connect to all addresses") and the immediate retries
+// with it.
+constexpr absl::Duration kReconnectWait = absl::Seconds(5);
+
+void AwaitReconnect(grpc::Channel& channel) {
+  (void)channel.WaitForConnected(absl::ToChronoTime(absl::Now() + kReconnectWait));
+}
+
 }  // namespace
 
 absl::Status Client::DownloadRange(grpc::Channel& channel, const v1::DownloadRequest& request,
@@ -64,6 +77,7 @@ absl::Status Client::DownloadRange(grpc::Channel& channel, const v1::DownloadReq
   };
   absl::Status status;
   for (int attempt = 0; attempt <= options_.stripe_retries; ++attempt) {
+    if (attempt > 0) AwaitReconnect(channel);
     status = ResultStream(download_method_, request, options, &channel).status();
     if (status.code() != absl::StatusCode::kUnavailable) break;
   }
@@ -167,6 +181,7 @@ absl::StatusOr<v1::BufferInfo> Client::UploadRange(grpc::Channel& channel,
   std::vector<std::pair<uint64_t, uint64_t>> todo = {{begin, end}};
   absl::StatusOr<v1::BufferInfo> info = v1::BufferInfo();
   for (int attempt = 0; attempt <= options_.stripe_retries; ++attempt) {
+    if (attempt > 0) AwaitReconnect(channel);
     for (const auto& [from, to] : todo) {
       header.set_offset(from);
       info = UploadStream(channel, header, data.substr(from, to - from), {});
