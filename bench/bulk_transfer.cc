@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -45,17 +46,30 @@ namespace gc = gpucompute::client;
 
 namespace {
 
+// A /proc stat file's command name and its utime + stime in seconds; nullopt when
+// unreadable (the process or thread is gone).
+struct StatCpu {
+  std::string name;
+  double seconds = 0;
+};
+std::optional<StatCpu> ReadStatCpu(const std::filesystem::path& stat_file) {
+  std::ifstream stat(stat_file);
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t open = text.find('('), close = text.rfind(')');
+  if (open == std::string::npos || close == std::string::npos) return std::nullopt;
+  // Fields after the command name: state is field 3, utime 14, stime 15.
+  std::vector<std::string> fields = absl::StrSplit(text.substr(close + 2), ' ');
+  if (fields.size() < 13) return std::nullopt;
+  return StatCpu{text.substr(open + 1, close - open - 1),
+                 (std::stod(fields[11]) + std::stod(fields[12])) /
+                     static_cast<double>(sysconf(_SC_CLK_TCK))};
+}
+
 // utime + stime of `pid` in seconds; 0 when unknown.
 double CpuSeconds(int pid) {
   if (pid <= 0) return 0;
-  std::ifstream stat(absl::StrFormat("/proc/%d/stat", pid));
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const size_t paren = text.rfind(')');
-  if (paren == std::string::npos) return 0;
-  // Fields after the command name: state is field 3, utime 14, stime 15.
-  std::vector<std::string> fields = absl::StrSplit(text.substr(paren + 2), ' ');
-  if (fields.size() < 13) return 0;
-  return (std::stod(fields[11]) + std::stod(fields[12])) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  const std::optional<StatCpu> cpu = ReadStatCpu(absl::StrFormat("/proc/%d/stat", pid));
+  return cpu.has_value() ? cpu->seconds : 0;
 }
 
 // This process's CPU time, all threads, in seconds.
@@ -70,14 +84,9 @@ std::map<std::string, double> ThreadCpuSeconds(int pid) {
   std::error_code error;
   for (const auto& task :
        std::filesystem::directory_iterator(absl::StrFormat("/proc/%d/task", pid), error)) {
-    std::ifstream stat(task.path() / "stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-    const size_t open = text.find('('), close = text.rfind(')');
-    if (open == std::string::npos || close == std::string::npos) continue;
-    std::vector<std::string> fields = absl::StrSplit(text.substr(close + 2), ' ');
-    if (fields.size() < 13) continue;
-    by_name[text.substr(open + 1, close - open - 1)] +=
-        (std::stod(fields[11]) + std::stod(fields[12])) / static_cast<double>(sysconf(_SC_CLK_TCK));
+    if (std::optional<StatCpu> cpu = ReadStatCpu(task.path() / "stat")) {
+      by_name[cpu->name] += cpu->seconds;
+    }
   }
   return by_name;
 }

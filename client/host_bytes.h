@@ -14,7 +14,6 @@
 
 #include <cstddef>
 #include <memory>
-#include <string>
 
 #include "absl/strings/string_view.h"
 
@@ -46,7 +45,6 @@ class HostBytes {
   bool empty() const { return size_ == 0; }
   absl::string_view view() const { return {memory_.get(), size_}; }
   operator absl::string_view() const { return view(); }  // NOLINT: reads as bytes
-  std::string ToString() const { return std::string(view()); }
 
   friend bool operator==(const HostBytes& a, absl::string_view b) { return a.view() == b; }
 

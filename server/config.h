@@ -2,12 +2,11 @@
 // passed down. Tests build one directly.
 #pragma once
 
-#include "common/channel_args.h"
-
 #include <cstdint>
 #include <string>
 
 #include "absl/time/time.h"
+#include "common/channel_args.h"
 #include "kernels/backend.h"
 #include "server/security.h"
 

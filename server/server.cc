@@ -91,7 +91,9 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
 
   // Result chunks copied off a device land in recycled blocks: these ones are resident
   // before the first result needs them (the CPU backend streams from its arrays).
-  if (server->backend_->name() != "cpu") ChunkMemory::Shared().Prefill(config.default_chunk_bytes, *server->backend_);
+  if (server->backend_->name() != "cpu") {
+    ChunkMemory::Shared().Prefill(config.default_chunk_bytes, *server->backend_);
+  }
 
   server->metrics_ = std::make_unique<Metrics>(BuildInfo{kVersion, GPUCOMPUTE_GIT_COMMIT,
                                                          GPUCOMPUTE_CUDA_VERSION,
