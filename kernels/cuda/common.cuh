@@ -86,18 +86,21 @@ int ResidentBlocksPerSm(Kernel kernel, int threads) {
   return std::max(blocks, 1);
 }
 
-// Stream-ordered scratch memory from the device pool, freed on the same stream.
+// Scratch memory of one launch: from the launch's arena where it fits, else
+// stream-ordered from the device pool and freed on the same stream.
 class Scratch {
  public:
   Scratch() = default;
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
   ~Scratch() {
-    if (ptr_ != nullptr) (void)cudaFreeAsync(ptr_, stream_);
+    if (pooled_) (void)cudaFreeAsync(ptr_, stream_);
   }
   cudaError_t Allocate(size_t bytes, const LaunchEnv& env) {
     stream_ = env.stream;
     if (bytes == 0) bytes = 16;
+    if (env.arena != nullptr && (ptr_ = env.arena->Take(bytes)) != nullptr) return cudaSuccess;
+    pooled_ = true;
     if (env.pool != nullptr) return cudaMallocFromPoolAsync(&ptr_, bytes, env.pool, env.stream);
     return cudaMallocAsync(&ptr_, bytes, env.stream);
   }
@@ -107,6 +110,7 @@ class Scratch {
  private:
   void* ptr_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  bool pooled_ = false;
 };
 
 // A kernel that may take more than 48 KiB of dynamic shared memory is allowed `limit`

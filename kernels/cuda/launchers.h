@@ -1,12 +1,14 @@
 // Host entry points of the CUDA kernels (one .cu file per operation). Each launcher
 // checks its preconditions (cudaErrorInvalidValue when they fail), enqueues its
 // kernel(s) on `env.stream`, checks cudaGetLastError after every launch and returns
-// without synchronizing. Scratch memory comes from `env.pool` (stream-ordered).
+// without synchronizing. Scratch memory comes from `env.arena` where it fits, else
+// from `env.pool` (stream-ordered).
 // Plain C++ interface: included by the backend (.cc, g++) and the .cu files alike.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,11 +21,30 @@ namespace gpucompute::cuda {
 // "No row / batch" in the device result structs below.
 inline constexpr unsigned long long kNoIndex = ~0ull;
 
+// Device bytes that belong to the launching stream alone (a small request's, see
+// op_runner.h), handed out in order and never given back: scratch from here costs
+// no allocation, and no lock shared with the other streams, as the pool's do.
+struct ScratchArena {
+  static constexpr size_t kAlignment = 256;
+  char* next = nullptr;
+  char* end = nullptr;
+
+  // `bytes` (aligned), or null where they do not fit.
+  void* Take(size_t bytes) {
+    const size_t aligned = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    if (next == nullptr || aligned > static_cast<size_t>(end - next)) return nullptr;
+    void* taken = next;
+    next += aligned;
+    return taken;
+  }
+};
+
 // Where and how to launch.
 struct LaunchEnv {
   cudaStream_t stream = nullptr;
   cudaMemPool_t pool = nullptr;  // scratch allocations (cudaMallocFromPoolAsync)
   int sm_count = 1;              // multiprocessors of the device (grid sizing)
+  ScratchArena* arena = nullptr;  // scratch first taken from here, where set
 };
 
 // A kernel known to the backend: loaded (cudaFuncGetAttributes) at start-up.

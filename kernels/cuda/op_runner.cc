@@ -29,6 +29,10 @@ cudaError_t StreamSubmission::QueueOutput() {
 namespace gpucompute::cuda {
 namespace {
 
+constexpr size_t kIoAlignment = ScratchArena::kAlignment;
+
+size_t IoAligned(size_t bytes) { return (bytes + kIoAlignment - 1) / kIoAlignment * kIoAlignment; }
+
 absl::Status CancelledBeforeLaunch(absl::string_view op) {
   return absl::CancelledError(absl::StrCat(op, " was cancelled before it was launched"));
 }
@@ -52,6 +56,18 @@ absl::Status RunSteps(DeviceState& d, absl::string_view op, OpContext& ctx, cons
   return absl::OkStatus();
 }
 
+// An array in a lent stream's device bytes: the stream's next lessee reuses them,
+// after this submission's work in stream order.
+class SubmissionArray final : public Array {
+ public:
+  SubmissionArray(DType dtype, Shape shape, int64_t count, int device, void* data)
+      : Array(dtype, std::move(shape), count, device), data_(data) {}
+  void* data() override { return data_; }
+
+ private:
+  void* data_;
+};
+
 // A result copied off the device into host memory (RunFromHostOnStream).
 class HostResultArray final : public Array {
  public:
@@ -64,14 +80,10 @@ class HostResultArray final : public Array {
   std::unique_ptr<std::byte[]> data_;
 };
 
-constexpr size_t kIoAlignment = 256;
-
-size_t IoAligned(size_t bytes) { return (bytes + kIoAlignment - 1) / kIoAlignment * kIoAlignment; }
-
-// Allocates the submission's arrays, queues the inputs' copies through the stream's
-// pinned io bytes, runs the operation and queues the result's copy back there
-// (unless the operation did), then waits once. `arrays` and `out` keep the
-// arrays, which must outlive the stream's work.
+// Lays the submission's arrays out in the stream's device bytes at the offsets
+// of their bytes in its pinned io bytes, copies the inputs in with one copy, runs
+// the operation and queues the result's copy back there (unless the operation
+// did), then waits once. `arrays` and `out` must outlive the stream's work.
 absl::Status QueueAndRun(const std::shared_ptr<DeviceState>& d, std::span<const HostInput> inputs,
                          DType out_dtype, const Shape& out_shape, OpContext& ctx, ArraysRun run,
                          StreamSubmission& submission,
@@ -79,32 +91,38 @@ absl::Status QueueAndRun(const std::shared_ptr<DeviceState>& d, std::span<const 
                          std::shared_ptr<Array>& out) {
   const cudaStream_t stream = submission.lease->stream();
   char* const io = static_cast<char*>(submission.lease->io().data());
+  char* const device_io = static_cast<char*>(submission.lease->device_io().data());
+  const auto make_array = [&](DType dtype, const Shape& shape, size_t at) -> absl::StatusOr<std::shared_ptr<Array>> {
+    GC_ASSIGN_OR_RETURN(const int64_t count,
+                        CheckedElementCount(shape, static_cast<int64_t>(kHostIoBytes), "array"));
+    return std::make_shared<SubmissionArray>(dtype, shape, count, d->ordinal, device_io + at);
+  };
   size_t at = 0;
   for (const HostInput& input : inputs) {
-    GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> array,
-                        AllocateArrayOn(d, input.dtype, input.shape, stream));
+    GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> array, make_array(input.dtype, input.shape, at));
     size_t bytes = 0;
     for (const HostPiece& piece : input.pieces) bytes += piece.bytes;
     if (bytes != array->bytes()) {
       return absl::InvalidArgumentError(absl::StrCat("input pieces hold ", bytes,
                                                      " bytes for an array of ", array->bytes()));
     }
-    char* const staged = io + at;
     for (const HostPiece& piece : input.pieces) {
       if (piece.bytes > 0) std::memcpy(io + at, piece.data, piece.bytes);
       at += piece.bytes;
     }
     at = IoAligned(at);
-    if (bytes > 0) {
-      GC_DEV_TRY(*d, cudaMemcpyAsync(array->data(), staged, bytes, cudaMemcpyHostToDevice, stream),
-                 "copy to the device");
-      ctx.bytes_copied_in += bytes;
-    }
     arrays.push_back(std::move(array));
   }
-  GC_ASSIGN_OR_RETURN(out, AllocateArrayOn(d, out_dtype, out_shape, stream));
+  if (at > 0) {
+    GC_DEV_TRY(*d, cudaMemcpyAsync(device_io, io, at, cudaMemcpyHostToDevice, stream),
+               "copy to the device");
+    for (const std::shared_ptr<Array>& array : arrays) ctx.bytes_copied_in += array->bytes();
+  }
+  GC_ASSIGN_OR_RETURN(out, make_array(out_dtype, out_shape, at));
   submission.out = out.get();
   submission.out_host = io + at;
+  submission.arena = {device_io + IoAligned(at + out->bytes()),
+                      device_io + submission.lease->device_io().bytes()};
   ctx.submission = &submission;
   const absl::Status ran = run(arrays, *out, ctx);
   ctx.submission = nullptr;
@@ -145,8 +163,8 @@ absl::StatusOr<std::shared_ptr<Array>> RunFromHostOnStream(const std::shared_ptr
   GC_DEV_TRY(*d, on_device.error(), "cudaSetDevice");
   GC_ASSIGN_OR_RETURN(StreamPool::Lease lease, d->compute->Acquire());
   StreamSubmission submission{.device = d.get(), .lease = &lease};
-  // Declared after the lease: freed (in stream order) before the stream is lent again,
-  // and only once its work is done.
+  // Declared after the lease: gone before the stream is lent again, and only once
+  // its work is done.
   std::vector<std::shared_ptr<Array>> arrays;
   std::shared_ptr<Array> out;
   const absl::Status status =
@@ -173,7 +191,8 @@ OpScratch::~OpScratch() {
 }
 
 cudaError_t OpScratch::Allocate(size_t bytes, void** out) {
-  *out = nullptr;
+  *out = submission_ != nullptr ? submission_->arena.Take(std::max<size_t>(bytes, 16)) : nullptr;
+  if (*out != nullptr) return cudaSuccess;
   const cudaError_t e = cudaMallocFromPoolAsync(out, std::max<size_t>(bytes, 16), pool_, stream_);
   if (e == cudaSuccess) ptrs_.push_back(*out);
   return e;
@@ -191,9 +210,9 @@ absl::Status RunOp(DeviceState& d, HostCopies& copies, absl::string_view op, OpC
           op, " runs on ", d.name, " but its submission is on ", submission->device->name));
     }
     const StreamPool::Lease& lease = *submission->lease;
-    OpScratch scratch(lease.stream(), d.pool);
-    const OpEnv env{LaunchEnv{lease.stream(), d.pool, d.sm_count}, lease.small(), &scratch,
-                    &copies, submission};
+    OpScratch scratch(lease.stream(), d.pool, submission);
+    const OpEnv env{LaunchEnv{lease.stream(), d.pool, d.sm_count, &submission->arena},
+                    lease.small(), &scratch, &copies, submission};
     return RunSteps(d, op, ctx, steps, env, lease.start(), lease.stop());
   }
   InFlight in_flight(d);

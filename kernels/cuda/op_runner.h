@@ -2,8 +2,9 @@
 // with stream-ordered scratch memory, the launch timed with CUDA events, and the
 // stream drained before it is lent again. Each operation supplies its steps.
 // A small request from host bytes (Backend::RunFromHost) is one submission on one
-// stream: its arrays allocated in stream order, its inputs copied in through the
-// stream's pinned bytes, the operation, its result copied back there, one wait.
+// stream: its arrays and scratch laid out in the stream's own device bytes, its
+// inputs copied in through the stream's pinned bytes in one copy, the operation,
+// its result copied back there, one wait.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -33,6 +34,8 @@ struct StreamSubmission {
   void* out_host = nullptr;  // in the stream's pinned io bytes
   // Whether the copy of `out` is queued after the last work that wrote it.
   bool output_queued = false;
+  // The stream's device io bytes past the arrays: the operation's scratch.
+  cuda::ScratchArena arena;
 
   // Queues the copy of `out` to out_host behind the stream's work so far.
   cudaError_t QueueOutput();
@@ -43,10 +46,11 @@ struct StreamSubmission {
 namespace gpucompute::cuda {
 
 // Scratch device memory of one operation, freed on its stream before the stream is
-// lent again.
+// lent again; in a submission, from the stream's own device bytes where it fits.
 class OpScratch {
  public:
-  OpScratch(cudaStream_t s, cudaMemPool_t pool) : stream_(s), pool_(pool) {}
+  OpScratch(cudaStream_t s, cudaMemPool_t pool, StreamSubmission* submission = nullptr)
+      : stream_(s), pool_(pool), submission_(submission) {}
   OpScratch(const OpScratch&) = delete;
   OpScratch& operator=(const OpScratch&) = delete;
   ~OpScratch();
@@ -55,7 +59,8 @@ class OpScratch {
  private:
   cudaStream_t stream_;
   cudaMemPool_t pool_;
-  std::vector<void*> ptrs_;
+  StreamSubmission* submission_;
+  std::vector<void*> ptrs_;  // from the pool
 };
 
 // What the steps of an operation get.
