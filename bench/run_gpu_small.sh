@@ -41,6 +41,9 @@
 # 3. The after server under bench --callbacks at 64 and 128 in flight: the same
 #    closed loop with the client's requests as callback slots rather than 64
 #    threads on the blocking API, so that the client takes less of the cores.
+# 4. The after server with the load spread over 4 connections (--connections=4),
+#    as several callers would bring it: one HTTP/2 connection is one transport
+#    that gRPC works through a message at a time, on each side.
 set -u
 BUNDLE=${BUNDLE:-.device/small}
 BACKEND=${BACKEND:-cuda}
@@ -196,6 +199,15 @@ step "after, the load from bench --callbacks (requests in flight as callback slo
 start_server after-cb $PORT $METRICS
 costed after-cb $PORT 64 --callbacks
 bench after-cb $PORT 128 $MIX --callbacks
+stop_server $SERVER
+
+step "after, the load spread over 4 connections (bench --connections=4), threads and callback slots"
+start_server after-4c $PORT $METRICS
+stages after-4c $METRICS 64 $MIX $PORT --connections=4
+costed after-4c $PORT 64 --connections=4
+bench after-4c $PORT 128 $MIX --connections=4
+costed cb-4c $PORT 64 --connections=4 --callbacks
+bench cb-4c $PORT 128 $MIX --connections=4 --callbacks
 stop_server $SERVER
 
 step "stage means (us per request; queue = the executor hop)"

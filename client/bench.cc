@@ -181,12 +181,13 @@ struct Drive {
   }
 };
 
-// One thread per request in flight, each sending with the blocking API.
-void RunThreads(Client& client, Drive& drive, uint64_t seed,
+// One thread per request in flight, each sending with the blocking API, request t
+// on clients[t % clients.size()].
+void RunThreads(std::span<Client* const> clients, Drive& drive, uint64_t seed,
                 std::vector<ThreadRecord>& records) {
   std::vector<std::jthread> threads;
   for (size_t t = 0; t < records.size(); ++t) {
-    threads.emplace_back([&, t] {
+    threads.emplace_back([&, t, &client = *clients[t % clients.size()]] {
       std::mt19937_64 rng(seed + 1 + t);
       std::uniform_int_distribution<size_t> pick(0, drive.ops.size() - 1);
       while (drive.Another()) {
@@ -201,8 +202,8 @@ void RunThreads(Client& client, Drive& drive, uint64_t seed,
 
 // The requests in flight as slots on gRPC's callback API: each slot starts its next
 // request from the completion of the previous one, on a gRPC thread; no thread per
-// request. Returns once every slot has stopped.
-void RunSlots(const Client& client, Drive& drive, uint64_t seed,
+// request; slot s on clients[s % clients.size()]. Returns once every slot has stopped.
+void RunSlots(std::span<Client* const> clients, Drive& drive, uint64_t seed,
               std::vector<ThreadRecord>& records) {
   // Kept alive by each request in flight: the slot that stops last may still be
   // returning through `next` when this function has returned.
@@ -219,7 +220,7 @@ void RunSlots(const Client& client, Drive& drive, uint64_t seed,
     shared->running = records.size();
   }
   for (size_t s = 0; s < records.size(); ++s) shared->rngs.emplace_back(seed + 1 + s);
-  shared->next = [&client, &drive, &records, shared](size_t s) {
+  shared->next = [clients, &drive, &records, shared](size_t s) {
     if (!drive.Another()) {
       absl::MutexLock lock(&shared->mu);
       --shared->running;
@@ -228,7 +229,7 @@ void RunSlots(const Client& client, Drive& drive, uint64_t seed,
     std::uniform_int_distribution<size_t> pick(0, drive.ops.size() - 1);
     const BenchOp op = drive.ops[pick(shared->rngs[s])];
     const absl::Time sent = absl::Now();
-    Start(client, drive.workload, op,
+    Start(*clients[s % clients.size()], drive.workload, op,
           [&records, keep = shared->shared_from_this(), s, op, sent](
               absl::StatusOr<Result> result) {
             records[s].Add(op, absl::Now() - sent, result);
@@ -265,7 +266,8 @@ LatencySummary Summarize(std::vector<absl::Duration>& latencies) {
   return summary;
 }
 
-absl::StatusOr<BenchReport> RunBench(Client& client, const BenchConfig& config) {
+absl::StatusOr<BenchReport> RunBench(Client& client, const BenchConfig& config,
+                                     std::span<Client* const> more_clients) {
   if (config.concurrency < 1) {
     return absl::InvalidArgumentError("--concurrency must be at least 1");
   }
@@ -292,10 +294,12 @@ absl::StatusOr<BenchReport> RunBench(Client& client, const BenchConfig& config) 
   const absl::Time start = absl::Now();
   drive.stop = start + config.duration;
   std::vector<ThreadRecord> records(config.concurrency);
+  std::vector<Client*> clients = {&client};
+  clients.insert(clients.end(), more_clients.begin(), more_clients.end());
   if (config.callbacks) {
-    RunSlots(client, drive, config.seed, records);
+    RunSlots(clients, drive, config.seed, records);
   } else {
-    RunThreads(client, drive, config.seed, records);
+    RunThreads(clients, drive, config.seed, records);
   }
 
   BenchReport report;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -59,7 +60,11 @@ struct BenchReport {
 // Nearest-rank percentiles of `latencies` (sorted in place).
 LatencySummary Summarize(std::vector<absl::Duration>& latencies);
 
-absl::StatusOr<BenchReport> RunBench(Client& client, const BenchConfig& config);
+// The requests in flight go round robin to `client` and `more_clients` (clients on
+// channels of their own connections, MakeStripeChannels, to spread the load over
+// several HTTP/2 connections as several callers would).
+absl::StatusOr<BenchReport> RunBench(Client& client, const BenchConfig& config,
+                                     std::span<Client* const> more_clients = {});
 
 std::string FormatBenchReport(const BenchReport& report);
 

@@ -290,18 +290,26 @@ absl::Status RunBenchCommand(const CliConfig& config, Client& client, const Args
     GC_ASSIGN_OR_RETURN(bench.dtype, AsUsageError(ParseDTypeName(config.dtype)));
   }
   if (bench.concurrency < 1) return UsageError("--concurrency must be at least 1");
+  if (config.connections < 1) return UsageError("--connections must be at least 1");
+  std::vector<std::unique_ptr<Client>> more_clients;
+  std::vector<Client*> more;
+  for (const std::shared_ptr<grpc::Channel>& channel :
+       MakeStripeChannels(config.target, config.connections - 1)) {
+    more_clients.push_back(std::make_unique<Client>(channel, ClientOptions{.timeout = config.timeout}));
+    more.push_back(more_clients.back().get());
+  }
 
   std::vector<std::string> mix_text;
   for (const MixEntry& entry : bench.mix) {
     mix_text.push_back(absl::StrCat(BenchOpName(entry.op), ":", entry.weight));
   }
-  absl::PrintF("bench       %s, %d in flight, %s, %d-element %s results, mix %s\n", config.target,
-               bench.concurrency,
+  absl::PrintF("bench       %s, %d in flight on %d connection%s, %s, %d-element %s results, mix %s\n",
+               config.target, bench.concurrency, config.connections, config.connections == 1 ? "" : "s",
                bench.count != 0 ? absl::StrCat(bench.count, " requests")
                                 : absl::FormatDuration(bench.duration),
                bench.size, DTypeName(bench.dtype), absl::StrJoin(mix_text, ","));
   std::cout.flush();
-  GC_ASSIGN_OR_RETURN(const BenchReport report, AsUsageError(RunBench(client, bench)));
+  GC_ASSIGN_OR_RETURN(const BenchReport report, AsUsageError(RunBench(client, bench, more)));
   std::cout << FormatBenchReport(report);
   if (report.requests > 0 && report.succeeded == 0) {
     return absl::UnavailableError("every request failed");
@@ -428,9 +436,9 @@ const std::vector<Command>& Commands() {
        "bench [--concurrency=8] [--duration=10s | --count=N] [--size=65536]\n"
        "                     [--mix=normalize:1,haversine:1,discount:1,lombscargle:1]\n"
        "                     [--dtype=float32|float64] [--chunk_bytes=N] [--complete_results]\n"
-       "                     [--unary_results] [--callbacks]",
+       "                     [--unary_results] [--callbacks] [--connections=1]",
        {"concurrency", "duration", "count", "mix", "size", "dtype", "chunk_bytes",
-        "complete_results", "unary_results", "callbacks"},
+        "complete_results", "unary_results", "callbacks", "connections"},
        0,
        RunBenchCommand},
   };

@@ -1,9 +1,10 @@
 // gpucompute-cli bench's load loop against an in-process server (CPU backend): a
 // count of requests in flight as threads on the blocking API and as slots on the
 // callback API (BenchConfig::callbacks) all come back, counted once each, with
-// their bytes; refused requests are counted by code; the callback form refuses
+// their bytes, also spread over several connections; refused requests are counted by code; the callback form refuses
 // what it cannot read (streamed results, health checks).
 #include <memory>
+#include <vector>
 
 #include "client/bench.h"
 #include "gmock/gmock.h"
@@ -55,6 +56,20 @@ TEST_P(BenchTest, EveryCountedRequestComesBackOnce) {
   uint64_t by_op = 0;
   for (const auto& [op, summary] : report->latency_by_op) by_op += summary.count;
   EXPECT_EQ(by_op, 64u);
+}
+
+TEST_P(BenchTest, RequestsSpreadOverMoreConnectionsAllComeBack) {
+  std::vector<std::unique_ptr<client::Client>> owned;
+  std::vector<client::Client*> more;
+  for (const auto& channel : client::MakeStripeChannels(server_->target(), 2)) {
+    owned.push_back(std::make_unique<client::Client>(channel));
+    more.push_back(owned.back().get());
+  }
+  absl::StatusOr<BenchReport> report = client::RunBench(server_->client(), Counted(), more);
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  EXPECT_EQ(report->requests, 64u);
+  EXPECT_EQ(report->succeeded, 64u);
+  EXPECT_THAT(report->errors_by_code, IsEmpty());
 }
 
 TEST_P(BenchTest, RefusedRequestsAreCountedByCode) {
