@@ -174,19 +174,17 @@ struct Raw {
   }
 };
 
-// `threads` threads, each with its own Raw, calling `one` for a second: calls per second.
-double CallsPerSecond(int threads, int sm_count, cudaMemPool_t pool, int device,
-                      void (Raw::*one)() const) {
-  std::vector<Raw> raws(threads);
-  for (Raw& r : raws) r.Make(sm_count, pool);
+// `threads` threads, thread t calling what make_call(t) returns (made on that
+// thread) over and over; calls per second over all of them, after a warm-up.
+double CallsPerSecond(int threads, const std::function<std::function<void()>(int)>& make_call) {
   std::atomic<bool> stop{false};
   std::atomic<int64_t> done{0};
-  std::vector<std::thread> pool_threads;
+  std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
-    pool_threads.emplace_back([&, t] {
-      const cuda::ScopedDevice on(device);
+    pool.emplace_back([&, t] {
+      const std::function<void()> call = make_call(t);
       while (!stop.load(std::memory_order_relaxed)) {
-        (raws[t].*one)();
+        call();
         done.fetch_add(1, std::memory_order_relaxed);
       }
     });
@@ -198,8 +196,12 @@ double CallsPerSecond(int threads, int sm_count, cudaMemPool_t pool, int device,
   const int64_t counted = done.load() - before;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stop.store(true);
-  for (std::thread& t : pool_threads) t.join();
+  for (std::thread& t : pool) t.join();
   return counted / seconds;
+}
+
+void PrintCallsPerSecond(int threads, double calls) {
+  std::printf("    %2d threads %9.0f calls/s\n", threads, calls);
 }
 
 int Main(int argc, char** argv) {
@@ -269,8 +271,13 @@ int Main(int argc, char** argv) {
   for (const Sequence& seq : sequences) {
     Print(seq.name, TimeCalls(calls, [&] { (raw.*seq.one)(); }));
     for (int threads : thread_counts) {
-      std::printf("    %2d threads %9.0f calls/s\n", threads,
-                  CallsPerSecond(threads, prop.multiProcessorCount, pool, device, seq.one));
+      std::vector<Raw> raws(threads);  // each thread its own stream and buffers
+      for (Raw& r : raws) r.Make(prop.multiProcessorCount, pool);
+      PrintCallsPerSecond(threads, CallsPerSecond(threads, [&](int t) {
+                            return [&, t, on = std::make_shared<cuda::ScopedDevice>(device)] {
+                              (raws[t].*seq.one)();
+                            };
+                          }));
     }
   }
   std::vector<float> expect(raw.host_out, raw.host_out + kCols);
@@ -296,27 +303,10 @@ int Main(int argc, char** argv) {
   };
   Print("backend RunFromHost", TimeCalls(calls, backend_call));
   for (int threads : thread_counts) {
-    std::atomic<bool> stop{false};
-    std::atomic<int64_t> done{0};
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&] {
-        backend.PrepareThread();
-        while (!stop.load(std::memory_order_relaxed)) {
-          backend_call();
-          done.fetch_add(1, std::memory_order_relaxed);
-        }
-      });
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    const int64_t before = done.load();
-    const auto t0 = std::chrono::steady_clock::now();
-    std::this_thread::sleep_for(std::chrono::seconds(1));
-    const int64_t counted = done.load() - before;
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    stop.store(true);
-    for (std::thread& t : pool) t.join();
-    std::printf("    %2d threads %9.0f calls/s\n", threads, counted / seconds);
+    PrintCallsPerSecond(threads, CallsPerSecond(threads, [&](int) {
+                          backend.PrepareThread();
+                          return backend_call;
+                        }));
   }
   return 0;
 }

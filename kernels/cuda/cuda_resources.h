@@ -92,13 +92,18 @@ class Event {
   cudaEvent_t e_ = nullptr;
 };
 
-// Pinned (page-locked) host memory, portable across devices.
-class PinnedBuffer {
+// Memory from the CUDA runtime, released with its owner: pinned (page-locked) host
+// memory, portable across devices, or device memory from cudaMalloc, outside the
+// stream-ordered pool.
+enum class CudaMemoryKind { kPinnedHost, kDevice };
+
+template <CudaMemoryKind kKind>
+class CudaBytes {
  public:
-  PinnedBuffer() = default;
-  PinnedBuffer(PinnedBuffer&& o) noexcept
+  CudaBytes() = default;
+  CudaBytes(CudaBytes&& o) noexcept
       : p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+  CudaBytes& operator=(CudaBytes&& o) noexcept {
     if (this != &o) {
       Reset();
       p_ = std::exchange(o.p_, nullptr);
@@ -106,11 +111,16 @@ class PinnedBuffer {
     }
     return *this;
   }
-  ~PinnedBuffer() { Reset(); }
-  static absl::StatusOr<PinnedBuffer> Create(size_t bytes) {
-    PinnedBuffer b;
-    GC_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&b.p_, bytes, cudaHostAllocPortable),
-                            absl::StrCat("cudaHostAlloc(", bytes, ")"));
+  ~CudaBytes() { Reset(); }
+  // Device memory on the calling thread's device.
+  static absl::StatusOr<CudaBytes> Create(size_t bytes) {
+    CudaBytes b;
+    if constexpr (kKind == CudaMemoryKind::kPinnedHost) {
+      GC_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&b.p_, bytes, cudaHostAllocPortable),
+                              absl::StrCat("cudaHostAlloc(", bytes, ")"));
+    } else {
+      GC_CUDA_RETURN_IF_ERROR(cudaMalloc(&b.p_, bytes), absl::StrCat("cudaMalloc(", bytes, ")"));
+    }
     b.bytes_ = bytes;
     return b;
   }
@@ -119,48 +129,21 @@ class PinnedBuffer {
 
  private:
   void Reset() {
-    if (p_ != nullptr) (void)cudaFreeHost(p_);
-    p_ = nullptr;
-    bytes_ = 0;
-  }
-  void* p_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-// Device memory from cudaMalloc, outside the stream-ordered pool.
-class DeviceBytes {
- public:
-  DeviceBytes() = default;
-  DeviceBytes(DeviceBytes&& o) noexcept
-      : p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  DeviceBytes& operator=(DeviceBytes&& o) noexcept {
-    if (this != &o) {
-      Reset();
-      p_ = std::exchange(o.p_, nullptr);
-      bytes_ = std::exchange(o.bytes_, 0);
+    if (p_ == nullptr) return;
+    if constexpr (kKind == CudaMemoryKind::kPinnedHost) {
+      (void)cudaFreeHost(p_);
+    } else {
+      (void)cudaFree(p_);
     }
-    return *this;
-  }
-  ~DeviceBytes() { Reset(); }
-  // On the calling thread's device.
-  static absl::StatusOr<DeviceBytes> Create(size_t bytes) {
-    DeviceBytes b;
-    GC_CUDA_RETURN_IF_ERROR(cudaMalloc(&b.p_, bytes), absl::StrCat("cudaMalloc(", bytes, ")"));
-    b.bytes_ = bytes;
-    return b;
-  }
-  void* data() const { return p_; }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void Reset() {
-    if (p_ != nullptr) (void)cudaFree(p_);
     p_ = nullptr;
     bytes_ = 0;
   }
   void* p_ = nullptr;
   size_t bytes_ = 0;
 };
+
+using PinnedBuffer = CudaBytes<CudaMemoryKind::kPinnedHost>;
+using DeviceBytes = CudaBytes<CudaMemoryKind::kDevice>;
 
 // A stream with a small pinned host buffer of its own (for staging request
 // constants and small copies in, and reading result flags back, on that stream),
