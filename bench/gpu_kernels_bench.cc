@@ -350,7 +350,8 @@ void Normalize(Bench& b, bool quick) {
         {cuda::NormalizeVariant::kPipelinedLagged, "  pipelined lagged"},
         {cuda::NormalizeVariant::kPipelinedRowByRow, "  pipelined rowwise"},
         {cuda::NormalizeVariant::kClusterBulk, "  cluster bulk"},
-        {cuda::NormalizeVariant::kClusterBulkV4, "  cluster bulk v4"}};
+        {cuda::NormalizeVariant::kClusterBulkV4, "  cluster bulk v4"},
+        {cuda::NormalizeVariant::kClusterBulkHalf, "  cluster bulk half"}};
     std::string policy;
     for (const auto& [variant, name] : variants) {
       absl::StrAppend(&policy, policy.empty() ? "" : "; ", std::string(name).substr(2), " = ",

@@ -1,6 +1,7 @@
-// sm_90, rows past a tile read once with TMA (normalize.cu, its only includer;
-// NormalizeVariant::kClusterBulk / kClusterBulkV4): one persistent launch of as many
-// clusters as fit at once, one block per SM; cluster j owns rows j, j + clusters, ...
+// sm_90, long rows read once with TMA (for normalize.cu and its plan;
+// NormalizeVariant::kClusterBulk / kClusterBulkV4 / kClusterBulkHalf): one persistent
+// launch of as many clusters as fit at once, one block per SM (two with half slices);
+// cluster j owns rows j, j + clusters, ...
 // Block k of a cluster holds slice k of its row in shared memory, loaded by ONE bulk
 // copy (cp.async.bulk, completion on an mbarrier), with two buffers: while row i is
 // reduced and scaled from one, row i + 1 already lands in the other, so every SM keeps
@@ -31,9 +32,12 @@ namespace {
 
 struct ClusterBulkPolicy {
   static constexpr int kThreads = 512;  // one block per SM: enough warps to hide float64 latency
-  static constexpr int kMinBlocksPerSm = 1;
+  // Two with half slices (kClusterBulkHalf): 64 registers a thread at most, which every
+  // instance fits without spills.
+  static constexpr int kMinBlocksPerSm = 2;
   static constexpr int kUnroll = 4;                      // independent accumulators per thread
   static constexpr int64_t kMaxSliceBytes = 100 << 10;   // two buffers of it per block
+  static constexpr int64_t kHalfSliceBytes = 50 << 10;   // kClusterBulkHalf: two blocks per SM
   static constexpr int64_t kMinRowBytes = 32 << 10;      // shorter rows: tiles
   static constexpr int kMinBlocks = 2;
   static constexpr int kMaxPortableBlocks = 8;
@@ -185,15 +189,15 @@ __global__ void __launch_bounds__(ClusterBulkPolicy::kThreads, ClusterBulkPolicy
   Agent{in, out, rows, cols, slice, result}.Run(sh, reinterpret_cast<T*>(smem));
 }
 
-// Blocks per row (the fewest of 2, 4, 8, 16 whose slices fit two buffers) and the
-// slice of each (a multiple of 16 bytes); 0 where the path does not apply.
+// Blocks per row (the fewest of 2, 4, 8, 16 whose slices fit two buffers of at most
+// `slice_bytes`) and the slice of each (a multiple of 16 bytes); 0 where the path does
+// not apply.
 template <typename T>
-inline int ClusterBulkBlocksFor(int64_t cols, int64_t limit, int64_t* slice) {
+inline int ClusterBulkBlocksFor(int64_t cols, int64_t limit, int64_t slice_bytes, int64_t* slice) {
   constexpr int64_t V = Vec16<T>::kCount;
   const int64_t row_bytes = cols * static_cast<int64_t>(sizeof(T));
   if (row_bytes % 16 != 0 || row_bytes < ClusterBulkPolicy::kMinRowBytes) return 0;
-  const int64_t max_slice_bytes =
-      std::min(ClusterBulkPolicy::kMaxSliceBytes, (limit - ClusterBulkPolicy::kReservedBytes) / 2);
+  const int64_t max_slice_bytes = std::min(slice_bytes, (limit - ClusterBulkPolicy::kReservedBytes) / 2);
   for (int blocks = ClusterBulkPolicy::kMinBlocks; blocks <= ClusterBulkPolicy::kMaxBlocks; blocks *= 2) {
     *slice = CeilDiv(CeilDiv(cols, blocks), V) * V;
     if (*slice * static_cast<int64_t>(sizeof(T)) <= max_slice_bytes) return blocks;

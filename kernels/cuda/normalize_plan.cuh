@@ -118,13 +118,19 @@ cudaError_t PlanFor(int64_t cols, NormalizeVariant variant, NormalizePlan* plan)
       }
       break;
     case NormalizeVariant::kClusterBulk:
-    case NormalizeVariant::kClusterBulkV4: {
+    case NormalizeVariant::kClusterBulkV4:
+    case NormalizeVariant::kClusterBulkHalf: {
       bool clusters = false;
       GC_TRY(HasClusters(&clusters));
-      plan->blocks = clusters ? ClusterBulkBlocksFor<T>(cols, plan->limit, &plan->slice) : 0;
+      if (clusters && variant == NormalizeVariant::kClusterBulkHalf) {
+        plan->blocks = ClusterBulkBlocksFor<T>(cols, plan->limit, ClusterBulkPolicy::kHalfSliceBytes, &plan->slice);
+      }
+      if (clusters && plan->blocks == 0) {
+        plan->blocks = ClusterBulkBlocksFor<T>(cols, plan->limit, ClusterBulkPolicy::kMaxSliceBytes, &plan->slice);
+      }
       if (plan->blocks > 0) {
         plan->path = NormalizePath::kClusterBulk;
-        plan->bulk_store = variant == NormalizeVariant::kClusterBulk;
+        plan->bulk_store = variant != NormalizeVariant::kClusterBulkV4;
         return cudaSuccess;
       }
       plan->blocks = 0;

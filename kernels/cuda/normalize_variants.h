@@ -36,6 +36,9 @@ enum class NormalizeVariant {
                        // loaded by one TMA bulk copy, two buffers, a bulk store back
                        // (normalize_bulk.cuh); else kDefault
   kClusterBulkV4 = 11,  // kClusterBulk, storing with 16-byte stores from registers
+  kClusterBulkHalf = 12,  // kClusterBulk with slices up to 50 KiB (twice the blocks a row,
+                          // two blocks a SM: one's reduction overlaps the other's); rows
+                          // past 16 such slices as kClusterBulk
 };
 
 // What `variant` runs for this shape on the current device (for the benchmark's log).
