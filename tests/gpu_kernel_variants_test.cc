@@ -248,6 +248,7 @@ TEST(GpuKernelVariants, NormalizeBadRowsUnderRacecheck) {  // small: racecheck i
 // bytes are not a multiple of 16 and offset pointers (the default runs).
 TEST(GpuKernelVariants, NormalizeClusterBulk) {
   REQUIRE_GPU();
+  if (test::Sanitized()) GTEST_SKIP() << "too slow there: NormalizeClusterBulkSmall is the sanitizers' test";
   for (int64_t cols : {40000, 100004, 200000, 250000}) {
     CheckNormalizeVariants<float>(5, cols, kClusterBulkVariants);
     CheckNormalizeVariants<double>(3, cols / 2, kClusterBulkVariants);
