@@ -319,10 +319,11 @@ void Normalize(Bench& b, bool quick) {
                           {10, 10000000, DType::kFloat64, NormKind::kL2, "l2"},
                           {1000000, 100, DType::kFloat32, NormKind::kSum, "sum"},
                           {10000000, 10, DType::kFloat32, NormKind::kL1, "l1"}};
-  // Every row length from 1e3 to 1e6, 1e8 elements in all (float64: 5e7); and the
-  // short rows where lane groups and tiles trade places (64 .. 512 columns).
+  // Every row length from 1e3 to 1e6, 1e8 elements in all (float64: 5e7); the short
+  // rows where lane groups and tiles trade places (64 .. 512 columns); and 5e4 and 4e5,
+  // the TMA clusters' 2 and 16 blocks a row (float32).
   for (int64_t cols : {int64_t{64}, int64_t{128}, int64_t{256}, int64_t{512}, int64_t{1000}, int64_t{10000},
-                       int64_t{100000}, int64_t{1000000}}) {
+                       int64_t{50000}, int64_t{100000}, int64_t{400000}, int64_t{1000000}}) {
     cases.push_back({100000000 / cols, cols, DType::kFloat32, NormKind::kSum, "sum"});
     cases.push_back({50000000 / cols, cols, DType::kFloat64, NormKind::kL2, "l2"});
   }
@@ -347,7 +348,10 @@ void Normalize(Bench& b, bool quick) {
         {cuda::NormalizeVariant::kNarrowGroups, "  narrow groups"}, {cuda::NormalizeVariant::kPipelined, "  pipelined"},
         {cuda::NormalizeVariant::kPipelinedPlain, "  pipelined plain"}, {cuda::NormalizeVariant::kCluster16, "  cluster16"},
         {cuda::NormalizeVariant::kPipelinedLagged, "  pipelined lagged"},
-        {cuda::NormalizeVariant::kPipelinedRowByRow, "  pipelined rowwise"}};
+        {cuda::NormalizeVariant::kPipelinedRowByRow, "  pipelined rowwise"},
+        {cuda::NormalizeVariant::kClusterBulk, "  cluster bulk"},
+        {cuda::NormalizeVariant::kClusterBulkV4, "  cluster bulk v4"},
+        {cuda::NormalizeVariant::kClusterBulkHalf, "  cluster bulk half"}};
     std::string policy;
     for (const auto& [variant, name] : variants) {
       absl::StrAppend(&policy, policy.empty() ? "" : "; ", std::string(name).substr(2), " = ",

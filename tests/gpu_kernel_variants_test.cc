@@ -94,7 +94,10 @@ constexpr cuda::NormalizeVariant kNormalizeVariants[] = {
     cuda::NormalizeVariant::kCluster, cuda::NormalizeVariant::kNarrowGroups, cuda::NormalizeVariant::kPipelined,
     // The same kernels as ones above, other hints, cluster size or order:
     cuda::NormalizeVariant::kPipelinedPlain, cuda::NormalizeVariant::kCluster16,
-    cuda::NormalizeVariant::kPipelinedLagged, cuda::NormalizeVariant::kPipelinedRowByRow};
+    cuda::NormalizeVariant::kPipelinedLagged, cuda::NormalizeVariant::kPipelinedRowByRow,
+    // The TMA cluster kernels (under the sanitizers: NormalizeClusterBulkSmall).
+    cuda::NormalizeVariant::kClusterBulk, cuda::NormalizeVariant::kClusterBulkV4,
+    cuda::NormalizeVariant::kClusterBulkHalf};
 constexpr size_t kDistinctNormalizeKernels = 6;
 
 // Every variant; under compute-sanitizer (slow) the first kDistinctNormalizeKernels.
@@ -105,6 +108,9 @@ std::span<const cuda::NormalizeVariant> NormalizeVariants() {
 constexpr cuda::NormalizeVariant kPipelineVariants[] = {
     cuda::NormalizeVariant::kPipelined, cuda::NormalizeVariant::kPipelinedPlain,
     cuda::NormalizeVariant::kPipelinedLagged, cuda::NormalizeVariant::kPipelinedRowByRow};
+constexpr cuda::NormalizeVariant kClusterBulkVariants[] = {
+    cuda::NormalizeVariant::kClusterBulk, cuda::NormalizeVariant::kClusterBulkV4,
+    cuda::NormalizeVariant::kClusterBulkHalf};
 
 // Runs one variant on x (rows x cols) and returns the device's result struct and output.
 template <typename T>
@@ -199,11 +205,12 @@ TEST(GpuKernelVariants, NormalizePipelineRowByRow) {
 // A zero row is never divided by: the lowest bad row is reported, the others are
 // normalized, on every path (rows `first` and `first` + 2 are zero).
 template <typename T>
-void CheckBadRows(int64_t cols, int64_t rows = 7, int64_t first = 3) {
+void CheckBadRows(int64_t cols, int64_t rows = 7, int64_t first = 3,
+                  std::span<const cuda::NormalizeVariant> variants = NormalizeVariants()) {
   std::vector<T> x = Uniform<T>(rows * cols, 0.5, 1.5, FreshSeed());
   for (int64_t r : {first, first + 2}) std::fill(x.begin() + r * cols, x.begin() + (r + 1) * cols, T(0));
   for (NormKind norm : kAllNorms) {
-    for (cuda::NormalizeVariant v : NormalizeVariants()) {
+    for (cuda::NormalizeVariant v : variants) {
       SCOPED_TRACE(absl::StrCat(cols, " cols", sizeof(T) == 4 ? " f32" : " f64", " norm ", static_cast<int>(norm),
                                 " variant ", static_cast<int>(v)));
       cuda::NormalizeResult result{};
@@ -232,6 +239,36 @@ TEST(GpuKernelVariants, NormalizeBadRowsUnderRacecheck) {  // small: racecheck i
   REQUIRE_GPU();
   for (int64_t cols : {3, 100, 2000, 9000}) CheckBadRows<float>(cols);
   CheckBadRows<float>(60001, 5, 1);  // past a tile: clusters, chunks, the pipeline
+}
+
+// The TMA cluster path (sm_90; elsewhere, and where bulk copies cannot run, the
+// default): clusters of 2, 4, 8 and 16 blocks (float32 rows of 40000, 100004 (the last
+// slice shorter), 200000 and 250000 elements; float64 half as many), more rows than
+// clusters (both buffers and both partial slots reused, a bad row late), rows whose
+// bytes are not a multiple of 16 and offset pointers (the default runs).
+TEST(GpuKernelVariants, NormalizeClusterBulk) {
+  REQUIRE_GPU();
+  if (test::Sanitized()) GTEST_SKIP() << "too slow there: NormalizeClusterBulkSmall is the sanitizers' test";
+  for (int64_t cols : {40000, 100004, 200000, 250000}) {
+    CheckNormalizeVariants<float>(5, cols, kClusterBulkVariants);
+    CheckNormalizeVariants<double>(3, cols / 2, kClusterBulkVariants);
+    CheckBadRows<float>(cols, 7, 3, kClusterBulkVariants);
+    CheckBadRows<double>(cols / 2, 7, 3, kClusterBulkVariants);
+  }
+  CheckNormalizeVariants<float>(600, 8200, kClusterBulkVariants);  // 32.8 KB rows: 2 blocks each
+  CheckNormalizeVariants<double>(300, 8200, kClusterBulkVariants);
+  CheckNormalizeVariants<float>(3, 40001, kClusterBulkVariants);
+  CheckNormalizeVariants<double>(3, 20001, kClusterBulkVariants);
+  CheckBadRows<float>(8200, 600, 500, kClusterBulkVariants);
+}
+
+// Small enough for compute-sanitizer's memcheck, racecheck and synccheck: every norm
+// against the reference, and rows wrapping around the clusters (more rows than an H100
+// runs clusters of 2 at once) with a bad row among them.
+TEST(GpuKernelVariants, NormalizeClusterBulkSmall) {
+  REQUIRE_GPU();
+  CheckNormalizeVariants<double>(2, 20000, kClusterBulkVariants);
+  CheckBadRows<float>(8200, 300, 250, kClusterBulkVariants);
 }
 
 // ---- haversine ----------------------------------------------------------------------------

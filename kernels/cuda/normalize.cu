@@ -8,6 +8,8 @@
 //     scales it; rows up to 8 elements per lane stay in registers (one read), longer
 //     ones (kTwoReads only) are read twice (the second from L1/L2);
 //   clusters (sm_90): a row past a tile over 8 blocks' shared memory, read once;
+//   bulk clusters (sm_90, kClusterBulk* only, normalize_bulk.cuh): persistent clusters
+//     that load each block's slice with one TMA copy, the next row's in flight;
 //   pipeline (kPipelined only, normalize_pipeline.cuh): rows past a tile in one
 //     persistent launch that re-reads each chunk from L2 soon after reducing it;
 //   chunks (sm_80/86/89 past a tile, or rows past a cluster): ChunkReduceKernel splits every row into chunks (one block each, block
@@ -41,6 +43,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launchers.h"
+#include "kernels/cuda/normalize_bulk.cuh"
 #include "kernels/cuda/normalize_ops.cuh"
 #include "kernels/cuda/normalize_pipeline.cuh"
 #include "kernels/cuda/normalize_plan.cuh"
@@ -353,6 +356,12 @@ cudaError_t LaunchT(const T* in, T* out, int64_t rows, int64_t cols, NormalizeRe
     case NormalizePath::kTile: return LaunchTile<T, kNorm>(in, out, rows, cols, plan.group, result, env, plan.limit);
     case NormalizePath::kCluster:
       return LaunchClusterRows<T, kNorm>(in, out, rows, cols, plan.blocks, plan.slice, result, env, plan.limit);
+    case NormalizePath::kClusterBulk: {
+      bool launched = false;
+      GC_TRY((LaunchClusterBulk<T, kNorm>(in, out, rows, cols, plan.blocks, plan.slice, plan.bulk_store, result,
+                                          env, plan.limit, &launched)));
+      return launched ? cudaSuccess : LaunchT<T, kNorm>(in, out, rows, cols, result, env, NormalizeVariant::kDefault);
+    }
     case NormalizePath::kPipeline:
       return LaunchPipeline<T, kNorm>(in, out, rows, cols, plan.streaming, plan.order, result, env);
     case NormalizePath::kChunks: break;
@@ -400,6 +409,8 @@ void ListNormT(std::vector<KernelEntry>& out, const std::string& name) {
   out.push_back({"normalize.tile16<" + name + ">", (const void*)&TileKernel<T, kNorm, 16>});
   out.push_back({"normalize.tile32<" + name + ">", (const void*)&TileKernel<T, kNorm, 32>});
   out.push_back({"normalize.cluster_row<" + name + ">", (const void*)&ClusterRowKernel<T, kNorm>});
+  out.push_back({"normalize.cluster_bulk<" + name + ">", (const void*)&ClusterBulkKernel<T, kNorm, true>});
+  out.push_back({"normalize.cluster_bulk<" + name + ",v4>", (const void*)&ClusterBulkKernel<T, kNorm, false>});
   out.push_back({"normalize.pipeline<" + name + ",vec>", (const void*)&PipelineKernel<T, kNorm, true, true>});
   out.push_back({"normalize.pipeline<" + name + ">", (const void*)&PipelineKernel<T, kNorm, false, true>});
   out.push_back({"normalize.pipeline<" + name + ",vec,plain>", (const void*)&PipelineKernel<T, kNorm, true, false>});

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/cuda/normalize_bulk.cuh"
 #include "kernels/cuda/normalize_ops.cuh"
 #include "kernels/cuda/normalize_pipeline.cuh"
 #include "kernels/cuda/normalize_tile.cuh"
@@ -16,13 +17,14 @@ namespace gpucompute::cuda {
 namespace {
 
 // What runs for one shape (LaunchT in normalize.cu runs it).
-enum class NormalizePath { kRowGroups, kTile, kCluster, kPipeline, kChunks };
+enum class NormalizePath { kRowGroups, kTile, kCluster, kClusterBulk, kPipeline, kChunks };
 struct NormalizePlan {
   NormalizePath path = NormalizePath::kChunks;
   int group = 32;          // kRowGroups, kTile: lanes per row
   int64_t limit = 0;       // kTile, kCluster: shared memory one block may have
-  int blocks = 0;          // kCluster: blocks per row
-  int64_t slice = 0;       // kCluster: elements per block
+  int blocks = 0;          // kCluster, kClusterBulk: blocks per row
+  int64_t slice = 0;       // kCluster, kClusterBulk: elements per block
+  bool bulk_store = false;  // kClusterBulk: a TMA store (else 16-byte stores)
   bool streaming = false;  // kPipeline: cache hints
   PipelineOrderChoice order = PipelineOrderChoice::kByRowSize;  // kPipeline
 };
@@ -115,6 +117,25 @@ cudaError_t PlanFor(int64_t cols, NormalizeVariant variant, NormalizePlan* plan)
         return cudaSuccess;
       }
       break;
+    case NormalizeVariant::kClusterBulk:
+    case NormalizeVariant::kClusterBulkV4:
+    case NormalizeVariant::kClusterBulkHalf: {
+      bool clusters = false;
+      GC_TRY(HasClusters(&clusters));
+      if (clusters && variant == NormalizeVariant::kClusterBulkHalf) {
+        plan->blocks = ClusterBulkBlocksFor<T>(cols, plan->limit, ClusterBulkPolicy::kHalfSliceBytes, &plan->slice);
+      }
+      if (clusters && plan->blocks == 0) {
+        plan->blocks = ClusterBulkBlocksFor<T>(cols, plan->limit, ClusterBulkPolicy::kMaxSliceBytes, &plan->slice);
+      }
+      if (plan->blocks > 0) {
+        plan->path = NormalizePath::kClusterBulk;
+        plan->bulk_store = variant != NormalizeVariant::kClusterBulkV4;
+        return cudaSuccess;
+      }
+      plan->blocks = 0;
+      break;
+    }
     case NormalizeVariant::kDefault:
       break;
   }
@@ -161,6 +182,10 @@ std::string DescribePlan(int64_t rows, int64_t cols, NormalizeVariant variant) {
     case NormalizePath::kCluster:
       return "cluster of " + std::to_string(plan.blocks) + " blocks/row, " + std::to_string(plan.slice) +
              " elements each";
+    case NormalizePath::kClusterBulk:
+      return "persistent clusters of " + std::to_string(plan.blocks) + " blocks/row, " +
+             std::to_string(plan.slice) + "-element TMA loads, 2 buffers, " +
+             (plan.bulk_store ? "TMA store" : "16-byte stores") + " (default where unaligned)";
     case NormalizePath::kPipeline: {
       bool row_by_row = false;
       if (PipelineRowByRow<T>(cols, plan.order, &row_by_row) != cudaSuccess) return "no device";

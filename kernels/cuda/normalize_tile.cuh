@@ -340,6 +340,24 @@ inline int ClusterBlocksFor(int64_t cols, int64_t limit, int64_t* slice, int blo
   return *slice <= per_block ? blocks : 0;
 }
 
+// A launch of `grid` blocks of `threads`, in clusters of `blocks` along x; *attr holds
+// the cluster size and must outlive the config.
+inline cudaLaunchConfig_t ClusterLaunchConfig(int64_t grid, int blocks, int threads, int64_t smem,
+                                              cudaStream_t stream, cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(grid));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = static_cast<size_t>(smem);
+  config.stream = stream;
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = static_cast<unsigned>(blocks);
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return config;
+}
+
 template <typename T, NormKind kNorm>
 cudaError_t LaunchClusterRows(const T* in, T* out, int64_t rows, int64_t cols, int blocks, int64_t slice,
                               NormalizeResult* result, const LaunchEnv& env, int64_t limit) {
@@ -350,18 +368,9 @@ cudaError_t LaunchClusterRows(const T* in, T* out, int64_t rows, int64_t cols, i
   if (blocks > ClusterPolicy::kMaxBlocks) {
     GC_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   }
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(rows * blocks));
-  config.blockDim = dim3(ClusterPolicy::kThreads);
-  config.dynamicSmemBytes = static_cast<size_t>(smem);
-  config.stream = env.stream;
   cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = static_cast<unsigned>(blocks);
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  config.attrs = &attr;
-  config.numAttrs = 1;
+  cudaLaunchConfig_t config =
+      ClusterLaunchConfig(rows * blocks, blocks, ClusterPolicy::kThreads, smem, env.stream, &attr);
   if (blocks > ClusterPolicy::kMaxBlocks) {
     // A device that cannot place such a cluster: 8 blocks (the plan made sure the row fits).
     int clusters = 0;
