@@ -7,12 +7,14 @@
 //   row groups: RowGroupKernel, a group of lanes per row reduces it with shuffles and
 //     scales it; rows up to 8 elements per lane stay in registers (one read), longer
 //     ones (kTwoReads only) are read twice (the second from L1/L2);
+//   bulk clusters (sm_90, normalize_bulk.cuh): a row past a tile over a persistent
+//     cluster whose blocks load their slices with one TMA copy each, the next row's in
+//     flight, read once; rows whose bytes are not a multiple of 16 go on to
 //   clusters (sm_90): a row past a tile over 8 blocks' shared memory, read once;
-//   bulk clusters (sm_90, kClusterBulk* only, normalize_bulk.cuh): persistent clusters
-//     that load each block's slice with one TMA copy, the next row's in flight;
-//   pipeline (kPipelined only, normalize_pipeline.cuh): rows past a tile in one
-//     persistent launch that re-reads each chunk from L2 soon after reducing it;
-//   chunks (sm_80/86/89 past a tile, or rows past a cluster): ChunkReduceKernel splits every row into chunks (one block each, block
+//   pipeline (normalize_pipeline.cuh; sm_90, rows past a cluster up to a quarter of
+//     L2): one persistent launch that re-reads each chunk from L2 soon after reducing it;
+//   chunks (sm_80/86/89 past a tile, or rows past a cluster): ChunkReduceKernel
+//     splits every row into chunks (one block each, block
 //     reduction via cub::BlockReduce, 16-byte loads); the last block to finish a row
 //     (threadfence + ticket) sums that row's partials in a fixed order, so the norm is
 //     deterministic; then ChunkScaleKernel divides with 16-byte loads/stores, walking
@@ -346,11 +348,11 @@ cudaError_t LaunchChunks(const T* in, T* out, int64_t rows, int64_t cols, Normal
   return cudaSuccess;
 }
 
+// Runs `plan`; the TMA clusters turn down rows they cannot load (unaligned ones),
+// which then run the default's plan without them.
 template <typename T, NormKind kNorm>
-cudaError_t LaunchT(const T* in, T* out, int64_t rows, int64_t cols, NormalizeResult* result,
-                    const LaunchEnv& env, NormalizeVariant variant) {
-  NormalizePlan plan;
-  GC_TRY(PlanFor<T>(cols, variant, &plan));
+cudaError_t LaunchPlanned(const NormalizePlan& plan, const T* in, T* out, int64_t rows, int64_t cols,
+                          NormalizeResult* result, const LaunchEnv& env) {
   switch (plan.path) {
     case NormalizePath::kRowGroups: return LaunchRowGroups<T, kNorm>(in, out, rows, cols, plan.group, result, env);
     case NormalizePath::kTile: return LaunchTile<T, kNorm>(in, out, rows, cols, plan.group, result, env, plan.limit);
@@ -360,13 +362,24 @@ cudaError_t LaunchT(const T* in, T* out, int64_t rows, int64_t cols, NormalizeRe
       bool launched = false;
       GC_TRY((LaunchClusterBulk<T, kNorm>(in, out, rows, cols, plan.blocks, plan.slice, plan.bulk_store, result,
                                           env, plan.limit, &launched)));
-      return launched ? cudaSuccess : LaunchT<T, kNorm>(in, out, rows, cols, result, env, NormalizeVariant::kDefault);
+      if (launched) return cudaSuccess;
+      NormalizePlan fallback;
+      GC_TRY(PlanFor<T>(cols, NormalizeVariant::kDefault, &fallback, /*bulk=*/false));
+      return LaunchPlanned<T, kNorm>(fallback, in, out, rows, cols, result, env);
     }
     case NormalizePath::kPipeline:
       return LaunchPipeline<T, kNorm>(in, out, rows, cols, plan.streaming, plan.order, result, env);
     case NormalizePath::kChunks: break;
   }
   return LaunchChunks<T, kNorm>(in, out, rows, cols, result, env);
+}
+
+template <typename T, NormKind kNorm>
+cudaError_t LaunchT(const T* in, T* out, int64_t rows, int64_t cols, NormalizeResult* result,
+                    const LaunchEnv& env, NormalizeVariant variant) {
+  NormalizePlan plan;
+  GC_TRY(PlanFor<T>(cols, variant, &plan));
+  return LaunchPlanned<T, kNorm>(plan, in, out, rows, cols, result, env);
 }
 
 template <typename T>

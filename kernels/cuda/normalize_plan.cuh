@@ -36,9 +36,14 @@ struct NormalizePlan {
 //   registers (64: 0.296 against a warp a row's 0.627; 100: 0.303 / 0.426; 128: 0.301 /
 //   0.349), float64 a tile with 8 / 16 lanes a row (64: 0.274 / 0.307; 128: 0.274 /
 //   0.294; 256: 0.276 / 0.290);
-// - rows that fit one block's shared memory: a tile (1e3, 1e4: ~0.31 f32, ~0.28 f64);
-// - longer rows: on sm_90 a cluster where the row fits it, of 8 blocks, or of 16 where
-//   8 would hold more than kWideClusterSliceBytes each (1e5: f32 8 blocks 0.342 against
+// - rows that fit half a block's shared memory: a tile (1e3, 1e4: ~0.31 f32, ~0.28 f64);
+// - longer rows: on sm_90 the TMA clusters where the row's bytes are a multiple of 16
+//   and its slices fit (normalize_bulk.cuh; H100, 2026-11-24 session 8, against what
+//   ran there before: f32 5e4 0.311 / 0.538 ms (a 195 KiB tile), 1e5 0.297 / 0.341 and
+//   4e5 0.370 / 0.432 (clusters of 8 / 16), f64 5e4 0.291 / 0.307, 1e5 0.305 / 0.316);
+// - else a tile where the row fits one block; else on sm_90 a cluster where the row
+//   fits it, of 8 blocks, or of 16 where 8 would hold more than
+//   kWideClusterSliceBytes each (1e5: f32 8 blocks 0.342 against
 //   16's 0.426 and the chunks' 0.442; f64 16 blocks 0.314 against 8's 0.360, run of
 //   2026-11-24);
 // - rows past a cluster up to a quarter of L2: the pipeline, lagged (1e6: f32 0.351, f64
@@ -78,8 +83,29 @@ cudaError_t PlanCluster(int64_t cols, NormalizePlan* plan, bool wide = false) {
   return cudaSuccess;
 }
 
+// The TMA clusters where the device has them (sm_90) and the row's slices fit
+// (`half`: slices up to ClusterBulkPolicy::kHalfSliceBytes where they can be, two
+// blocks an SM), with the TMA store; else the plan unchanged.
 template <typename T>
-cudaError_t PlanFor(int64_t cols, NormalizeVariant variant, NormalizePlan* plan) {
+cudaError_t PlanClusterBulk(int64_t cols, bool half, NormalizePlan* plan) {
+  bool clusters = false;
+  GC_TRY(HasClusters(&clusters));
+  if (!clusters) return cudaSuccess;
+  int64_t slice = 0;
+  int blocks = half ? ClusterBulkBlocksFor<T>(cols, plan->limit, ClusterBulkPolicy::kHalfSliceBytes, &slice) : 0;
+  if (blocks == 0) blocks = ClusterBulkBlocksFor<T>(cols, plan->limit, ClusterBulkPolicy::kMaxSliceBytes, &slice);
+  if (blocks == 0) return cudaSuccess;
+  plan->path = NormalizePath::kClusterBulk;
+  plan->blocks = blocks;
+  plan->slice = slice;
+  plan->bulk_store = true;
+  return cudaSuccess;
+}
+
+// `bulk`: whether kDefault may take the TMA clusters (false: the plan for rows they
+// turned down at launch, unaligned ones).
+template <typename T>
+cudaError_t PlanFor(int64_t cols, NormalizeVariant variant, NormalizePlan* plan, bool bulk = true) {
   using Policy = DefaultNormalizePolicy<T>;
   *plan = NormalizePlan{};
   GC_TRY(TileSharedLimit(&plan->limit));
@@ -119,23 +145,13 @@ cudaError_t PlanFor(int64_t cols, NormalizeVariant variant, NormalizePlan* plan)
       break;
     case NormalizeVariant::kClusterBulk:
     case NormalizeVariant::kClusterBulkV4:
-    case NormalizeVariant::kClusterBulkHalf: {
-      bool clusters = false;
-      GC_TRY(HasClusters(&clusters));
-      if (clusters && variant == NormalizeVariant::kClusterBulkHalf) {
-        plan->blocks = ClusterBulkBlocksFor<T>(cols, plan->limit, ClusterBulkPolicy::kHalfSliceBytes, &plan->slice);
-      }
-      if (clusters && plan->blocks == 0) {
-        plan->blocks = ClusterBulkBlocksFor<T>(cols, plan->limit, ClusterBulkPolicy::kMaxSliceBytes, &plan->slice);
-      }
-      if (plan->blocks > 0) {
-        plan->path = NormalizePath::kClusterBulk;
+    case NormalizeVariant::kClusterBulkHalf:
+      GC_TRY(PlanClusterBulk<T>(cols, variant == NormalizeVariant::kClusterBulkHalf, plan));
+      if (plan->path == NormalizePath::kClusterBulk) {
         plan->bulk_store = variant != NormalizeVariant::kClusterBulkV4;
         return cudaSuccess;
       }
-      plan->blocks = 0;
       break;
-    }
     case NormalizeVariant::kDefault:
       break;
   }
@@ -143,9 +159,18 @@ cudaError_t PlanFor(int64_t cols, NormalizeVariant variant, NormalizePlan* plan)
     PlanTile(cols, false, plan);
   } else if (cols <= Policy::kRegisterCols && Policy::kRegisterRowsInGroups) {
     PlanNarrowGroups(cols, plan);
-  } else if (fits_tile) {
+  } else if (fits_tile && 2 * TileSharedBytes<T>(1, cols) <= plan->limit) {
     PlanTile(cols, cols <= Policy::kRegisterCols, plan);
   } else {
+    // A row taking over half a block's shared memory leaves one tile a multiprocessor,
+    // too few loads in flight (f32 5e4, a 195 KiB tile: 0.538 ms against the TMA
+    // clusters' 0.311).
+    if (bulk) GC_TRY(PlanClusterBulk<T>(cols, /*half=*/false, plan));
+    if (plan->path == NormalizePath::kClusterBulk) return cudaSuccess;
+    if (fits_tile) {
+      PlanTile(cols, cols <= Policy::kRegisterCols, plan);
+      return cudaSuccess;
+    }
     GC_TRY(PlanCluster<T>(cols, plan));
     if (plan->path == NormalizePath::kCluster &&
         plan->slice * static_cast<int64_t>(sizeof(T)) > Policy::kWideClusterSliceBytes) {

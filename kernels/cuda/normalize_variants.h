@@ -34,7 +34,7 @@ enum class NormalizeVariant {
   kClusterBulk = 10,   // sm_90, rows of 32 KiB .. 16 x 100 KiB whose bytes are a multiple of 16
                        // (aligned pointers): persistent clusters of 2-16 blocks, each slice
                        // loaded by one TMA bulk copy, two buffers, a bulk store back
-                       // (normalize_bulk.cuh); else kDefault
+                       // (normalize_bulk.cuh; kDefault's choice there); else kDefault
   kClusterBulkV4 = 11,  // kClusterBulk, storing with 16-byte stores from registers
   kClusterBulkHalf = 12,  // kClusterBulk with slices up to 50 KiB (twice the blocks a row,
                           // two blocks a SM: one's reduction overlaps the other's); rows
