@@ -3,8 +3,9 @@
 // the result back in host memory, against an allocation, a copy and a wait each;
 // work too large for that comes back on the device): the same bytes,
 // the same errors, inputs in pieces, results rewritten after the launch (float64
-// L2 rows whose squares overflow), work too large for one submission, and a
-// stream that serves the next call after a failure. Both run the same kernels, so
+// L2 rows whose squares overflow), work too large for one submission or filling
+// it, calls from several threads at once, and a stream that serves the next call
+// after a failure. Both run the same kernels, so
 // results must match bit for bit. Memory budgets: the result is charged while it
 // lives, the inputs only during the call.
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -111,6 +113,51 @@ TYPED_TEST(RunFromHostTest, BadRowFailsAsStepByStepThenTheNextCallRuns) {
   EXPECT_EQ(one, steps);
   EXPECT_THAT(std::string(one.message()), HasSubstr("row 1"));
   this->ExpectSame(this->Values(3 * 32, 0.5, 1.5), 3, 32);
+}
+
+TYPED_TEST(RunFromHostTest, WorkFillingAStreamsBytesTakesItsScratchElsewhere) {
+  // Input and result 512 KiB each: a CUDA stream's 1 MiB of io bytes hold them with
+  // no byte left for the operation's scratch, which comes from the pool instead.
+  using T = typename TestFixture::T;
+  constexpr int64_t kCols = 32;
+  constexpr int64_t kRows = (512 << 10) / (kCols * static_cast<int64_t>(sizeof(T)));
+  this->ExpectSame(this->Values(kRows * kCols, 0.5, 1.5), kRows, kCols);
+}
+
+TYPED_TEST(RunFromHostTest, ConcurrentCallsEachGetTheirOwnResult) {
+  // Streams, their bytes and their scratch are lent to one call at a time: calls
+  // from several threads, each with inputs of its own, must not see each other's.
+  using T = typename TestFixture::T;
+  constexpr int kThreads = 8;
+  constexpr int kCallsEach = 25;
+  std::vector<std::vector<T>> inputs, expected;
+  for (int t = 0; t < kThreads; ++t) {
+    inputs.push_back(this->Values((t + 1) * 4 * 256, -2, 2));
+    absl::StatusOr<std::vector<T>> steps = this->Normalize(inputs[t], (t + 1) * 4, 256, true);
+    ASSERT_TRUE(steps.ok()) << steps.status().message();
+    expected.push_back(*std::move(steps));
+  }
+  std::vector<int> mismatches(kThreads, 0);
+  std::vector<absl::Status> failures(kThreads);
+  {
+    std::vector<std::jthread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < kCallsEach; ++i) {
+          absl::StatusOr<std::vector<T>> one = this->Normalize(inputs[t], (t + 1) * 4, 256, false);
+          if (!one.ok()) {
+            failures[t] = one.status();
+            return;
+          }
+          if (*one != expected[t]) ++mismatches[t];
+        }
+      });
+    }
+  }
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_TRUE(failures[t].ok()) << "thread " << t << ": " << failures[t].message();
+    EXPECT_EQ(mismatches[t], 0) << "thread " << t;
+  }
 }
 
 TYPED_TEST(RunFromHostTest, WorkLargerThanOneSubmissionRunsStepByStep) {

@@ -6,6 +6,7 @@ target_sources(gpucompute_kernels PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cuda_backend.cc
   ${CMAKE_CURRENT_LIST_DIR}/device.cc
   ${CMAKE_CURRENT_LIST_DIR}/host_copy.cc
+  ${CMAKE_CURRENT_LIST_DIR}/lombscargle_op.cc
   ${CMAKE_CURRENT_LIST_DIR}/op_runner.cc
   ${CMAKE_CURRENT_LIST_DIR}/shared_memory.cc
   ${CMAKE_CURRENT_LIST_DIR}/discount_product.cu
