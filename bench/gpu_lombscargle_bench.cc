@@ -229,12 +229,14 @@ void RunSmall(int64_t batch, int64_t samples, int64_t frequencies, DType dtype, 
   a.x = xs->data();
   a.y = ys->data();
   a.out = (*out)->data();
+  // The old policy, then the small path's policies (the first LaunchLombScargle's).
+  static_assert(cuda::kLombScargleSmallVariants == 3, "the table has three columns for them");
   const int old_variant = cuda::LombScargleDefaultVariant(dtype, a, env, false);
-  const int small_variant = cuda::LombScargleVariantCount(dtype) - 1;
+  const int small_variant = cuda::LombScargleVariantCount(dtype) - cuda::kLombScargleSmallVariants;
   const int picked = cuda::LombScargleDefaultVariant(dtype, a, env, true);
-  double us[2], error[2];
-  for (int i = 0; i < 2; ++i) {
-    const int variant = i == 0 ? old_variant : small_variant;
+  double us[1 + cuda::kLombScargleSmallVariants], error[1 + cuda::kLombScargleSmallVariants];
+  for (int i = 0; i <= cuda::kLombScargleSmallVariants; ++i) {
+    const int variant = i == 0 ? old_variant : small_variant + i - 1;
     us[i] = MedianLaunchUs(stream, [&] { return cuda::LaunchLombScargleVariant(dtype, a, result, env, variant); });
     cuda::LombScargleResult flags{};
     CHECK_CUDA(cudaMemcpy(&flags, result, sizeof(flags), cudaMemcpyDeviceToHost));
@@ -253,10 +255,11 @@ void RunSmall(int64_t batch, int64_t samples, int64_t frequencies, DType dtype, 
     service_us.push_back(1e3 * absl::ToDoubleMilliseconds(ctx.compute_time));
   }
   std::sort(service_us.begin(), service_us.end());
-  std::printf("%5lld x %5lld x %5lld  %-4s  v%-2d %9.1f  %9.1f  %6.2fx  %-5s %9.1f   %.1e  %.1e\n",
+  std::printf("%5lld x %5lld x %5lld  %-4s  v%-2d %7.1f  %7.1f %7.1f %7.1f  %6.2fx  %-5s %7.1f   %.1e  %.1e\n",
               static_cast<long long>(batch), static_cast<long long>(samples), static_cast<long long>(frequencies),
-              dtype == DType::kFloat32 ? "f32" : "f64", old_variant, us[0], us[1], us[0] / us[1],
-              picked == small_variant ? "small" : "old", service_us[service_us.size() / 2], error[0], error[1]);
+              dtype == DType::kFloat32 ? "f32" : "f64", old_variant, us[0], us[1], us[2], us[3], us[0] / us[1],
+              picked == small_variant ? "small" : "old", service_us[service_us.size() / 2], error[0],
+              *std::max_element(error + 1, error + 1 + cuda::kLombScargleSmallVariants));
   std::fflush(stdout);
   CHECK_CUDA(cudaFree(result));
 }
@@ -269,8 +272,10 @@ void RunSmallCases() {
   CHECK_CUDA(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, g_device));
   std::printf("B x N x M (samples N, frequencies M on a grid), %d SMs; us: median launch (memset + kernels)\n",
               sm_count);
-  std::printf("%-23s  %-4s  %-3s %9s  %9s  %7s  %-5s %9s   %-7s  %-7s\n", "B x N x M", "type", "old",
-              "old us", "small us", "speedup", "picks", "backend", "err old", "err small");
+  std::printf("small us: policies 0 (LaunchLombScargle's: 8 warps x 32 frequencies), 1 (4 warps), 2 (8 warps x 64);\n"
+              "speedup: old / small 0; backend: ctx.compute_time us of what LaunchLombScargle picks\n");
+  std::printf("%-23s  %-4s  %-3s %7s  %7s %7s %7s  %7s  %-5s %7s   %-7s  %-7s\n", "B x N x M", "type", "old",
+              "old us", "small 0", "1", "2", "speedup", "picks", "backend", "err old", "err small");
   struct Shape3 {
     int64_t batch, samples, frequencies;
   };

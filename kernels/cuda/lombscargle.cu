@@ -317,8 +317,7 @@ cudaError_t LaunchTVariant(const LombScargleArgs& a, LombScargleResult* result,
     if (variant == V) return LaunchT<T, V>(a, result, env);
     return LaunchTVariant<T, V + 1>(a, result, env, variant);
   } else {
-    if (variant == kPeriodogramVariants<T>) return LaunchSmall<T>(a, result, env);
-    return cudaErrorInvalidValue;
+    return LaunchSmall<T>(a, result, env, variant - kPeriodogramVariants<T>);
   }
 }
 
@@ -378,7 +377,7 @@ int LombScargleDefaultVariant(DType dtype, const LombScargleArgs& a, const Launc
                               bool small_path) {
   // Few results: the default policies below would give fewer threads work than one
   // block per SM (lombscargle_small.cu spreads each row's samples over warps instead).
-  if (small_path && SmallProblem(a, env)) return LombScargleVariantCount(dtype) - 1;
+  if (small_path && SmallProblem(a, env)) return LombScargleVariantCount(dtype) - kLombScargleSmallVariants;
   if (dtype == DType::kFloat64) {
     // A grid with blocks for every SM twice: 8 frequencies per thread, 2 sincos + 7
     // rotations per 8 pairs (H100: 1.29 ms against 1.59 ms with 4, 2^10 x 2^20).
@@ -407,8 +406,8 @@ cudaError_t LaunchLombScargleVariant(DType dtype, const LombScargleArgs& a,
 }
 
 int LombScargleVariantCount(DType dtype) {
-  // The policies' variants, then the small-problem path.
-  return 1 + (dtype == DType::kFloat32 ? kPeriodogramVariants<float> : kPeriodogramVariants<double>);
+  // The policies' variants, then the small-problem path's.
+  return kLombScargleSmallVariants + (dtype == DType::kFloat32 ? kPeriodogramVariants<float> : kPeriodogramVariants<double>);
 }
 
 void ListLombScargleKernels(std::vector<KernelEntry>& out) {

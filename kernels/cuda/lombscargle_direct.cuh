@@ -16,6 +16,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launchers.h"
+#include "kernels/cuda/lombscargle_variants.h"
 #include "kernels/cuda/sincos_table.cuh"
 #include "kernels/lombscargle_power.h"
 
@@ -342,9 +343,12 @@ struct ThreadFrequencies {
 // ---- the small-problem path (lombscargle_small.cu) -------------------------------------
 // Whether LaunchLombScargle takes it for these arguments.
 bool SmallProblem(const LombScargleArgs& a, const LaunchEnv& env);
-// The memset-initialized result flags bad weights as the prep kernel does.
+// Its launch policies (kLombScargleSmallVariants): 0 LaunchLombScargle's, the others for
+// the benchmark. The result, set to kNoIndex by the caller, flags bad weights as the
+// prep kernel does.
 template <typename T>
-cudaError_t LaunchSmall(const LombScargleArgs& a, LombScargleResult* result, const LaunchEnv& env);
+cudaError_t LaunchSmall(const LombScargleArgs& a, LombScargleResult* result, const LaunchEnv& env,
+                        int variant);
 template <typename T>
 void ListSmallKernels(std::vector<KernelEntry>& out, const std::string& t);
 

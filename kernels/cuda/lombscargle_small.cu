@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
@@ -39,12 +40,14 @@ struct SmallProblemRule {
   static constexpr double kMaxPairs = 1 << 24;
 };
 
-template <typename T>
+// Variant 0 is LaunchLombScargle's; the others are timed against it
+// (gpu_lombscargle_bench --small): 4 slices, or 2 frequencies per lane.
+template <typename T, int kVariant>
 struct SmallPolicy {
   using Table = std::conditional_t<std::is_same_v<T, double>, ConflictFreeTable, NoTable>;
-  static constexpr int kThreads = 256;       // 8 warps: 8 slices of the samples
+  static constexpr int kThreads = kVariant == 1 ? 128 : 256;  // warps: slices of the samples
   static constexpr int kMinBlocksPerSm = 2;  // float64: 2 x (64 KiB table + 28 KiB) per SM
-  static constexpr int kFreqsPerThread = 1;  // the most blocks per row
+  static constexpr int kFreqsPerThread = kVariant == 2 ? 2 : 1;  // 1: the most blocks per row
   static constexpr int kInnerUnroll = 4;     // independent samples in flight per thread
   static constexpr int kTile = 512;          // samples staged per shared-memory tile
 };
@@ -59,9 +62,8 @@ struct SmallParams {
   LombScargleResult* result;
 };
 
-template <typename T, bool kFloatingMean, bool kGrid, bool kWeighted>
+template <typename T, typename Policy, bool kFloatingMean, bool kGrid, bool kWeighted>
 struct SmallAgent {
-  using Policy = SmallPolicy<T>;
   static constexpr int F = Policy::kFreqsPerThread;
   static constexpr int kSlices = Policy::kThreads / kWarpLanes;
   using Table = typename Policy::Table;
@@ -137,20 +139,20 @@ struct SmallAgent {
   }
 };
 
-template <typename T, bool kFloatingMean, bool kGrid, bool kWeighted>
-__global__ void __launch_bounds__(SmallPolicy<T>::kThreads, SmallPolicy<T>::kMinBlocksPerSm)
+template <typename T, int kVariant, bool kFloatingMean, bool kGrid, bool kWeighted>
+__global__ void __launch_bounds__(SmallPolicy<T, kVariant>::kThreads, SmallPolicy<T, kVariant>::kMinBlocksPerSm)
     SmallPeriodogramKernel(const __grid_constant__ SmallParams<T> p) {
-  using Agent = SmallAgent<T, kFloatingMean, kGrid, kWeighted>;
+  using Agent = SmallAgent<T, SmallPolicy<T, kVariant>, kFloatingMean, kGrid, kWeighted>;
   __shared__ typename Agent::TempStorage storage;
   extern __shared__ double2 dynamic_table[];
   Agent{p, storage, dynamic_table}.Run();
 }
 
-template <typename T, bool kFloatingMean, bool kGrid, bool kWeighted>
+template <typename T, int kVariant, bool kFloatingMean, bool kGrid, bool kWeighted>
 cudaError_t LaunchSmallKernel(const SmallParams<T>& p, const LaunchEnv& env) {
-  using Policy = SmallPolicy<T>;
+  using Policy = SmallPolicy<T, kVariant>;
   constexpr size_t kTableBytes = Policy::Table::Bytes();
-  const auto kernel = &SmallPeriodogramKernel<T, kFloatingMean, kGrid, kWeighted>;
+  const auto kernel = &SmallPeriodogramKernel<T, kVariant, kFloatingMean, kGrid, kWeighted>;
   if constexpr (kTableBytes > 0) {
     GC_TRY(AllowSharedLimit(kernel, kTableBytes));
   }
@@ -162,19 +164,29 @@ cudaError_t LaunchSmallKernel(const SmallParams<T>& p, const LaunchEnv& env) {
   return cudaSuccess;
 }
 
-template <typename T, bool kFloatingMean, bool kGrid>
+template <typename T, int kVariant, bool kFloatingMean, bool kGrid>
 cudaError_t LaunchSmallKernel(const SmallParams<T>& p, const LaunchEnv& env) {
-  if (p.w != nullptr) return LaunchSmallKernel<T, kFloatingMean, kGrid, true>(p, env);
-  return LaunchSmallKernel<T, kFloatingMean, kGrid, false>(p, env);
+  if (p.w != nullptr) return LaunchSmallKernel<T, kVariant, kFloatingMean, kGrid, true>(p, env);
+  return LaunchSmallKernel<T, kVariant, kFloatingMean, kGrid, false>(p, env);
 }
 
-template <typename T, bool kWeighted>
-void ListSmallVariants(std::vector<KernelEntry>& out, const std::string& t) {
-  const std::string w = kWeighted ? ",weighted" : "";
-  out.push_back({"lombscargle.small<" + t + ",floating_mean,grid" + w + ">", (const void*)&SmallPeriodogramKernel<T, true, true, kWeighted>});
-  out.push_back({"lombscargle.small<" + t + ",floating_mean" + w + ">", (const void*)&SmallPeriodogramKernel<T, true, false, kWeighted>});
-  out.push_back({"lombscargle.small<" + t + ",grid" + w + ">", (const void*)&SmallPeriodogramKernel<T, false, true, kWeighted>});
-  out.push_back({"lombscargle.small<" + t + w + ">", (const void*)&SmallPeriodogramKernel<T, false, false, kWeighted>});
+template <typename T, int kVariant>
+cudaError_t LaunchSmallVariant(const SmallParams<T>& p, const LombScargleArgs& a, const LaunchEnv& env) {
+  if (a.floating_mean) {
+    if (a.freqs == nullptr) return LaunchSmallKernel<T, kVariant, true, true>(p, env);
+    return LaunchSmallKernel<T, kVariant, true, false>(p, env);
+  }
+  if (a.freqs == nullptr) return LaunchSmallKernel<T, kVariant, false, true>(p, env);
+  return LaunchSmallKernel<T, kVariant, false, false>(p, env);
+}
+
+template <typename T, int V, bool kWeighted>
+void ListSmallVariant(std::vector<KernelEntry>& out, const std::string& t) {
+  const std::string v = (V == 0 ? "" : ",v" + std::to_string(V)) + (kWeighted ? ",weighted" : "");
+  out.push_back({"lombscargle.small<" + t + ",floating_mean,grid" + v + ">", (const void*)&SmallPeriodogramKernel<T, V, true, true, kWeighted>});
+  out.push_back({"lombscargle.small<" + t + ",floating_mean" + v + ">", (const void*)&SmallPeriodogramKernel<T, V, true, false, kWeighted>});
+  out.push_back({"lombscargle.small<" + t + ",grid" + v + ">", (const void*)&SmallPeriodogramKernel<T, V, false, true, kWeighted>});
+  out.push_back({"lombscargle.small<" + t + v + ">", (const void*)&SmallPeriodogramKernel<T, V, false, false, kWeighted>});
 }
 
 }  // namespace
@@ -186,25 +198,29 @@ bool SmallProblem(const LombScargleArgs& a, const LaunchEnv& env) {
 }
 
 template <typename T>
-cudaError_t LaunchSmall(const LombScargleArgs& a, LombScargleResult* result, const LaunchEnv& env) {
+cudaError_t LaunchSmall(const LombScargleArgs& a, LombScargleResult* result, const LaunchEnv& env,
+                        int variant) {
   const SmallParams<T> p{ParamsOf<T>(a), static_cast<const T*>(a.y), static_cast<const T*>(a.weights),
                          a.weights_batched, a.precenter, result};
-  if (a.floating_mean) {
-    if (a.freqs == nullptr) return LaunchSmallKernel<T, true, true>(p, env);
-    return LaunchSmallKernel<T, true, false>(p, env);
+  static_assert(kLombScargleSmallVariants == 3);
+  switch (variant) {
+    case 0: return LaunchSmallVariant<T, 0>(p, a, env);
+    case 1: return LaunchSmallVariant<T, 1>(p, a, env);
+    case 2: return LaunchSmallVariant<T, 2>(p, a, env);
+    default: return cudaErrorInvalidValue;
   }
-  if (a.freqs == nullptr) return LaunchSmallKernel<T, false, true>(p, env);
-  return LaunchSmallKernel<T, false, false>(p, env);
 }
 
 template <typename T>
 void ListSmallKernels(std::vector<KernelEntry>& out, const std::string& t) {
-  ListSmallVariants<T, true>(out, t);
-  ListSmallVariants<T, false>(out, t);
+  [&]<int... V>(std::integer_sequence<int, V...>) {
+    (ListSmallVariant<T, V, true>(out, t), ...);
+    (ListSmallVariant<T, V, false>(out, t), ...);
+  }(std::make_integer_sequence<int, kLombScargleSmallVariants>{});
 }
 
-template cudaError_t LaunchSmall<float>(const LombScargleArgs&, LombScargleResult*, const LaunchEnv&);
-template cudaError_t LaunchSmall<double>(const LombScargleArgs&, LombScargleResult*, const LaunchEnv&);
+template cudaError_t LaunchSmall<float>(const LombScargleArgs&, LombScargleResult*, const LaunchEnv&, int);
+template cudaError_t LaunchSmall<double>(const LombScargleArgs&, LombScargleResult*, const LaunchEnv&, int);
 template void ListSmallKernels<float>(std::vector<KernelEntry>&, const std::string&);
 template void ListSmallKernels<double>(std::vector<KernelEntry>&, const std::string&);
 

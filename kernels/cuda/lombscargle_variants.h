@@ -13,8 +13,11 @@ namespace gpucompute::cuda {
 // `variant` in [0, LombScargleVariantCount(dtype)). float32: 0 = 8 frequencies per
 // thread, 1 = 4; float64: 0 = 4 per thread, 1 = 8 on 128-thread blocks, 2 = 3, 3 = 5,
 // 0-2 with the 512-angle sin/cos table in 8 copies, 3 with the 2048-angle table in 2,
-// 4 = 5 per thread with the 512-angle table (sincos_table.cuh, lombscargle.cu); the last
-// (float32 2, float64 5) = the small-problem path (lombscargle_small.cu).
+// 4 = 5 per thread with the 512-angle table (sincos_table.cuh, lombscargle.cu); then the
+// small-problem path's (lombscargle_small.cu), from float32 2 and float64 5: 8 warps
+// splitting the samples of 32 frequencies (LaunchLombScargle's), 4 warps, and 8 warps
+// for 64 (2 per lane).
+inline constexpr int kLombScargleSmallVariants = 3;
 cudaError_t LaunchLombScargleVariant(DType dtype, const LombScargleArgs& args,
                                      LombScargleResult* result, const LaunchEnv& env, int variant);
 int LombScargleVariantCount(DType dtype);
