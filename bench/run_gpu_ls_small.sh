@@ -19,9 +19,10 @@
 #      for small shapes: backend_conformance_test LombScargle*cuda* and
 #      lombscargle_methods_test *cuda* (limit 100 s);
 #   3. compute-sanitizer memcheck on the variants test's small shapes and bad weights
-#      (limit 60 s);
-#   4. gpu_lombscargle_bench --small: old policy against the small path per shape, both
-#      dtypes, and what LaunchLombScargle picks (limit 40 s);
+#      (limit 90 s);
+#   4. gpu_lombscargle_bench --small: per shape and dtype the old policy against the small
+#      path's three policies (0 is LaunchLombScargle's), what it picks, the backend's
+#      compute time and the errors (limit 40 s);
 #   5. gpu_lombscargle_bench on three large cases, which keep the old path (its per-thread
 #      code now shared as ThreadFrequencies), against bench/results/
 #      h100_lombscargle_methods_run1.log's direct times (limit 60 s each).
@@ -52,9 +53,9 @@ echo "rc=$? (lombscargle_methods_test)" >> "$OUT/lssmall_suites.log"
 results "$OUT/lssmall_suites.log"
 
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
-step "3. memcheck (limit 60 s): ${SAN:-not found}"
+step "3. memcheck (limit 90 s): ${SAN:-not found}"
 if [ -n "${SAN:-}" ]; then
-  GPUCOMPUTE_SANITIZER=1 timeout 60 "$SAN" --tool memcheck --error-exitcode 17 "$BUNDLE/gpu_lombscargle_variants_test" \
+  GPUCOMPUTE_SANITIZER=1 timeout 90 "$SAN" --tool memcheck --error-exitcode 17 "$BUNDLE/gpu_lombscargle_variants_test" \
     --gtest_color=no --gtest_filter='*SmallShapes*:*BadWeights*' > "$OUT/lssmall_memcheck.log" 2>&1
   echo "rc=$?" >> "$OUT/lssmall_memcheck.log"
   grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED) |^rc=|Invalid' "$OUT/lssmall_memcheck.log" | head -10
