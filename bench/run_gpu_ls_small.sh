@@ -19,7 +19,7 @@
 #      for small shapes: backend_conformance_test LombScargle*cuda* and
 #      lombscargle_methods_test *cuda* (limit 100 s);
 #   3. compute-sanitizer memcheck on the variants test's small shapes and bad weights
-#      (limit 90 s);
+#      (limit 90 s), racecheck on bad weights (4 rows, 2 tiles, every variant; limit 60 s);
 #   4. gpu_lombscargle_bench --small: per shape and dtype the old policy against the small
 #      path's three policies (0 is LaunchLombScargle's), what it picks, the backend's
 #      compute time and the errors (limit 40 s);
@@ -59,6 +59,10 @@ if [ -n "${SAN:-}" ]; then
     --gtest_color=no --gtest_filter='*SmallShapes*:*BadWeights*' > "$OUT/lssmall_memcheck.log" 2>&1
   echo "rc=$?" >> "$OUT/lssmall_memcheck.log"
   grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED) |^rc=|Invalid' "$OUT/lssmall_memcheck.log" | head -10
+  timeout 60 "$SAN" --tool racecheck --error-exitcode 17 "$BUNDLE/gpu_lombscargle_variants_test" \
+    --gtest_color=no --gtest_filter='*BadWeights*' > "$OUT/lssmall_racecheck.log" 2>&1
+  echo "rc=$?" >> "$OUT/lssmall_racecheck.log"
+  grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|^\[  (PASSED|FAILED) |^rc=|hazard' "$OUT/lssmall_racecheck.log" | head -10
 fi
 
 step "4. old policy against the small path (limit 40 s)"
@@ -76,4 +80,5 @@ grep -E 'direct -> direct|^rc=' "$OUT/lssmall_large.log"
 step "summary"
 grep -E '^rc=' "$OUT/lssmall_variants.log" "$OUT/lssmall_suites.log" | tr '\n' ' '; echo
 [ -f "$OUT/lssmall_memcheck.log" ] && grep -E 'ERROR SUMMARY' "$OUT/lssmall_memcheck.log" | tail -1
+[ -f "$OUT/lssmall_racecheck.log" ] && grep -E 'SUMMARY|^rc=' "$OUT/lssmall_racecheck.log" | tail -2
 grep -E '^ +4 x +256 x +256' "$OUT/lssmall_bench.log"

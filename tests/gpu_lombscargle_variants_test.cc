@@ -187,10 +187,11 @@ TEST(GpuLombScargleVariants, BenchNeighbours) {
 }
 
 // Rows 1 and 3 (of 4) have a negative weight and a zero sum: every variant flags the
-// first, row 0 is still computed.
+// first, row 0 is still computed. Small enough for racecheck (bench/run_gpu_ls_small.sh),
+// with samples over two of the small path's tiles.
 TEST(GpuLombScargleVariants, BadWeightsOnEveryVariant) {
   REQUIRE_GPU();
-  const int64_t b = 4, n = 40, m = 50;
+  const int64_t b = 4, n = 600, m = 50;
   std::vector<double> x(n), y(b * n), w(b * n, 1.0);
   for (int64_t i = 0; i < n; ++i) x[i] = 0.37 * static_cast<double>(i);
   for (int64_t i = 0; i < b * n; ++i) y[i] = std::sin(0.9 * static_cast<double>(i));
