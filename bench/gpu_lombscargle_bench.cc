@@ -279,10 +279,10 @@ void RunSmallCases() {
   struct Shape3 {
     int64_t batch, samples, frequencies;
   };
-  // The bench's request, its neighbours, and two past the rule (old path kept): more
-  // results than sm_count x 1024, and more than 2^24 pairs.
+  // The bench's request, its neighbours, and three past the rule (old path kept): more
+  // results than sm_count x 1024, and more than 2^24 pairs (twice), to place the rule.
   for (const Shape3& c : std::vector<Shape3>{{4, 256, 256}, {1, 256, 64}, {16, 1024, 1024}, {64, 256, 256},
-                                             {256, 256, 1024}, {1, 4096, 16384}}) {
+                                             {256, 256, 1024}, {1, 4096, 16384}, {100, 3000, 1000}}) {
     for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
       RunSmall(c.batch, c.samples, c.frequencies, dtype, stream, sm_count);
     }

@@ -22,7 +22,7 @@
 #      (limit 90 s), racecheck on bad weights (4 rows, 2 tiles, every variant; limit 60 s);
 #   4. gpu_lombscargle_bench --small: per shape and dtype the old policy against the small
 #      path's three policies (0 is LaunchLombScargle's), what it picks, the backend's
-#      compute time and the errors (limit 40 s);
+#      compute time and the errors (limit 60 s);
 #   5. gpu_lombscargle_bench on three large cases, which keep the old path (its per-thread
 #      code now shared as ThreadFrequencies), against bench/results/
 #      h100_lombscargle_methods_run1.log's direct times (limit 60 s each).
@@ -65,8 +65,8 @@ if [ -n "${SAN:-}" ]; then
   grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|^\[  (PASSED|FAILED) |^rc=|hazard' "$OUT/lssmall_racecheck.log" | head -10
 fi
 
-step "4. old policy against the small path (limit 40 s)"
-timeout 40 "$BUNDLE/gpu_lombscargle_bench" --small 2>&1 | tee "$OUT/lssmall_bench.log"
+step "4. old policy against the small path (limit 60 s)"
+timeout 60 "$BUNDLE/gpu_lombscargle_bench" --small 2>&1 | tee "$OUT/lssmall_bench.log"
 
 step "5. large problems, old path kept (run1 direct, ms: 3000 x 1e6 grid f64 6.55 f32 1.56;"
 echo "    100 series f64 1.11 f32 0.325; 10000 x 1e6 explicit f64 33.06 f32 7.39)"
