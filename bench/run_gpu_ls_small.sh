@@ -9,6 +9,10 @@
 #       build-cuda/tests/lombscargle_methods_test build-cuda/tests/backend_conformance_test \
 #       build-cuda/bench/gpu_lombscargle_bench
 #   rm -f .device/lssmall/lib/libcufft*   # ~280 MB: the machine has /usr/local/cuda/lib64's
+#   # Still ~480 MB (4 binaries of ~120 MB, fat binaries for 4 architectures): stripped and
+#   # xz'd ~42 MB, under the device call's 64 MiB; the script unpacks it when the folder is absent.
+#   (cd .device && strip lssmall/*_test lssmall/gpu_lombscargle_bench &&
+#    tar cf - lssmall | xz -T2 > lssmall.tar.xz && rm -rf lssmall)
 # On the GPU machine (device tool: carry [".device"]):
 #   bash bench/run_gpu_ls_small.sh        # logs under $OUT (or ./gpu-out)
 #
@@ -30,6 +34,7 @@ set -u
 BUNDLE=${BUNDLE:-.device/lssmall}
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
+[ -d "$BUNDLE" ] || [ ! -f "$BUNDLE.tar.xz" ] || tar xJf "$BUNDLE.tar.xz" -C "$(dirname "$BUNDLE")"
 CUFFT_DIR=$(dirname "$(ls /usr/local/cuda/lib64/libcufft.so* 2>/dev/null | head -1)" 2>/dev/null)
 export LD_LIBRARY_PATH="$BUNDLE/lib:${CUFFT_DIR:-}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 step() { echo; echo "=== $* ($(date +%T))"; }
