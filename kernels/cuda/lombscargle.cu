@@ -17,6 +17,9 @@
 //        and the spacing get sin/cos per sample, the thread's other frequencies follow
 //        by rotation (kFreqsPerThread - 1 rotations of 4 FMAs: error ~ 1 ulp each).
 //        Without weights every normalized weight is 1 / N: the sums skip the multiply.
+//   or, for few results (lombscargle_small.cu SmallProblem), one kernel that preps each
+//   row in every block and splits the row's samples over the block's warps.
+//   Parts both use (row sums, phases, one thread's frequencies): lombscargle_direct.cuh.
 //
 // Both dtypes take sin and cos of the exact product f x (float64: sincos_table.cuh).
 // float32 phase: f * x is split exactly into p + e (e = fma(f, x, -p)), reduced
@@ -27,19 +30,20 @@
 // float low part (f = hi + lo), so rounding f to float32 costs nothing either.
 #include <cuda_runtime.h>
 
-#include <cub/block/block_reduce.cuh>
-#include <cuda/functional>
 #include <cstdint>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launchers.h"
+#include "kernels/cuda/lombscargle_direct.cuh"
 #include "kernels/cuda/lombscargle_variants.h"
-#include "kernels/cuda/sincos_table.cuh"
-#include "kernels/lombscargle_power.h"
 
 namespace gpucompute::cuda {
 namespace {
+
+using namespace lombscargle;  // this file's own parts, in lombscargle_direct.cuh
 
 struct PrepPolicy {
   static constexpr int kThreads = 256;
@@ -51,17 +55,6 @@ struct PrepPolicy {
 // chains; it costs registers (f32: ~60 -> ~120 at 4 freqs/thread).
 template <typename T, int kVariant>
 struct PeriodogramPolicy;
-struct NoTable {
-  static constexpr size_t Bytes() { return 0; }
-};
-// float64 sin/cos tables (sincos_table.cuh), 64 KiB each, two blocks per SM still fit:
-// 512 angles in 8 copies, 14 FP64 operations per sin/cos pair and no bank conflicts; or
-// 2048 angles in 2 copies, 13 operations and ~2x the shared-memory wavefronts. H100,
-// 10,000 x 1e6 explicit: 5 frequencies per thread 13.3 ms with the 2048-angle table
-// against 14.1 ms with the 512 (variant 4); 4 per thread the other way round (13.9
-// against 14.3 ms), and the grid's 8 (two sin/cos per 8 pairs) gains nothing from it.
-using ConflictFreeTable = SinCosTable<512, 8>;
-using FinerTable = SinCosTable<2048, 2>;
 
 template <>
 struct PeriodogramPolicy<float, 0> {
@@ -127,14 +120,11 @@ struct PeriodogramPolicy<double, 4> : PeriodogramPolicy<double, 3> {
 template <typename T>
 constexpr int kPeriodogramVariants = std::is_same_v<T, float> ? 2 : 5;
 
-using BatchStats = LombScargleRowStats;
-
 // ---- prep ----------------------------------------------------------------------------
 // Inputs of T; normalized weights written as W: T for the direct kernel, double for
 // the NUFFT, whose sums must see weights summing to 1 in float64.
 template <typename T, typename W>
 struct PrepAgent {
-  using BlockReduce = cub::BlockReduce<double, PrepPolicy::kThreads>;
   const T* y;
   const T* w;  // null: all ones
   bool w_batched;
@@ -146,53 +136,25 @@ struct PrepAgent {
   LombScargleResult* result;
 
   __device__ void Run() {
-    __shared__ typename BlockReduce::TempStorage tmp;
-    __shared__ double s_wsum, s_ymean;
-    __shared__ int s_neg;
     for (int64_t b = blockIdx.x; b < batch; b += gridDim.x) {
       const T* yb = y + b * n;
       const T* wb = w == nullptr ? nullptr : w + (w_batched ? b * n : 0);
-      double ws = 0, ys = 0;
-      int neg = 0;
-      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const double wi = wb == nullptr ? 1.0 : static_cast<double>(wb[i]);
-        neg |= !(wi >= 0.0);  // negative or NaN
-        ws += wi;
-        ys += static_cast<double>(yb[i]);
-      }
-      if (threadIdx.x == 0) s_neg = 0;
-      __syncthreads();
-      if (neg) atomicOr(&s_neg, 1);
-      const double ws_total = BlockReduce(tmp).Sum(ws);
-      __syncthreads();
-      const double ys_total = BlockReduce(tmp).Sum(ys);
-      if (threadIdx.x == 0) {
-        s_wsum = ws_total;
-        s_ymean = precenter ? ys_total / static_cast<double>(n) : 0.0;
-      }
-      __syncthreads();
-      const double wsum = s_wsum;
-      const double ymean = s_ymean;
-      const bool bad = s_neg != 0 || !(wsum > 0.0) || !isfinite(wsum);
-      if (bad) {
+      const RowWeights row = SumRowWeights<PrepPolicy::kThreads>(yb, wb, n, precenter);
+      if (row.bad) {
         if (threadIdx.x == 0) atomicMin(&result->bad_batch, static_cast<unsigned long long>(b));
-        __syncthreads();
         continue;
       }
       double y1 = 0, y2 = 0;
-      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const double wi = (wb == nullptr ? 1.0 : static_cast<double>(wb[i])) / wsum;
-        const double yc = static_cast<double>(yb[i]) - ymean;
+      for (int64_t i = threadIdx.x; i < n; i += PrepPolicy::kThreads) {
+        double wi, yc;
+        NormalizedSample(yb, wb, i, row, &wi, &yc);
         wn[b * n + i] = static_cast<W>(wi);
         wy[b * n + i] = static_cast<W>(wi * yc);
         y1 += wi * yc;
         y2 += wi * yc * yc;
       }
-      const double y1_total = BlockReduce(tmp).Sum(y1);
-      __syncthreads();
-      const double y2_total = BlockReduce(tmp).Sum(y2);
-      if (threadIdx.x == 0) stats[b] = BatchStats{y1_total, y2_total};
-      __syncthreads();
+      const BatchStats st = SumRowStats<PrepPolicy::kThreads>(y1, y2);
+      if (threadIdx.x == 0) stats[b] = st;
     }
   }
 };
@@ -204,161 +166,30 @@ __global__ void __launch_bounds__(PrepPolicy::kThreads)
   PrepAgent<T, W>{y, w, w_batched, batch, n, precenter, wn, wy, stats, result}.Run();
 }
 
-// ---- phase -------------------------------------------------------------------------------
-// A frequency as an unevaluated sum hi + lo. Frequencies from an array are exact in
-// T (lo = 0); grid frequencies are computed in float64 and, for float32, split into
-// two floats, so a float32 periodogram on a grid sees the float64 grid.
-template <typename T>
-struct Freq {
-  T hi, lo;
-};
-
-// sin and cos of (f.hi + f.lo) x, accurate to ~3e-7 rad for any |f x| < 2^22.
-template <bool kHasLo>
-__device__ __forceinline__ void SinCosPhase(const Freq<float>& f, float x, float* s, float* c) {
-  constexpr float kInv2Pi = 0.15915494309189535f;
-  constexpr float k2PiHi = 6.28318548202514648f;     // float(2 pi)
-  constexpr float k2PiLo = -1.7484555314695172e-7f;  // 2 pi - k2PiHi
-  constexpr float kRound = 12582912.0f;              // 1.5 * 2^23: round to nearest integer
-  const float p = f.hi * x;
-  float e = fmaf(f.hi, x, -p);         // exact: f.hi x = p + e
-  if constexpr (kHasLo) e = fmaf(f.lo, x, e);
-  const float k = fmaf(p, kInv2Pi, kRound) - kRound;
-  float r = fmaf(-k, k2PiHi, p);       // exact for |p| >= 4
-  r = fmaf(-k, k2PiLo, r);
-  r += e;
-  __sincosf(r, s, c);
-}
-
-// float64, of the exact product f x: the table's reduction where the thread's largest
-// |f x| allows it (kFast; f then holds the frequency in table steps, Table::StepsOf),
-// else libdevice's sincos of the rounded product p, exact for any phase, turned by the
-// product's rounding error e = f x - p.
-template <typename Table, bool kHasLo, bool kFast>
-__device__ __forceinline__ void SinCosPhase(const Freq<double>& f, double x,
-                                            const double2* lane_table, double* s, double* c) {
-  if constexpr (kFast) {
-    Table::SinCos(lane_table, f.hi, f.lo, x, s, c);
-  } else {
-    const double p = f.hi * x;
-    double sp, cp, se, ce;
-    sincos(p, &sp, &cp);
-    sincos(fma(f.hi, x, -p), &se, &ce);
-    *s = fma(sp, ce, cp * se);
-    *c = fma(cp, ce, -(sp * se));
-  }
-}
-template <typename Table, bool kHasLo, bool kFast>
-__device__ __forceinline__ void SinCosPhase(const Freq<float>& f, float x, const double2*,
-                                            float* s, float* c) {
-  SinCosPhase<kHasLo>(f, x, s, c);
-}
-
-__device__ __forceinline__ double GridAt(double start, double stop, int64_t count, int64_t i) {
-  if (count == 1) return start;
-  if (i == count - 1) return stop;
-  return start + static_cast<double>(i) * ((stop - start) / static_cast<double>(count - 1));
-}
-
-template <typename T>
-struct PeriodogramParams {
-  const T* x;
-  int64_t x_batch_stride;  // 0 when x is shared by the batch
-  const T* wn;
-  const T* wy;
-  const BatchStats* stats;
-  const T* freqs;
-  double grid_start, grid_stop;
-  int64_t batch, n, m;
-  bool normalize;
-  bool amplitude;  // out (B, M, 2)
-  T* out;
-};
-
 // ---- the fused periodogram -------------------------------------------------------------
 // Static shared memory of a block: the staged samples. The float64 sin/cos table is in
 // dynamic shared memory (Policy::Table::Bytes(), over the 48 KiB of static); float32
 // phases use __sincosf.
 template <typename T, int kTile>
 struct PeriodogramStorage {
-  struct alignas(4 * sizeof(T)) Sample {  // one 16-byte (f32) or two (f64) broadcast loads
-    T x, w, wy, pad;
-  };
-  Sample tile[kTile];
+  PairSample<T> tile[kTile];
   double abs_x_max;  // the row's largest |x|: whether the table's phase bound holds
 };
 
-// kWeighted: the row has weights; without, every normalized weight is the same 1 / N, so
-// the sums run over c, s (one multiply per pair fewer) and take the weight at the end.
+// Each block owns kThreads * F frequencies of a row at a time (grid-stride) and every
+// thread walks all of the row's samples for its F (ThreadFrequencies).
 template <typename T, typename Policy, bool kFloatingMean, bool kGrid, bool kWeighted>
 struct PeriodogramAgent {
   static constexpr int F = Policy::kFreqsPerThread;
   static constexpr int kTile = Policy::kTile;
   using Table = typename Policy::Table;
   using TempStorage = PeriodogramStorage<T, kTile>;
-  using Sample = typename TempStorage::Sample;
-
-  // Per-frequency sums of this thread's F frequencies.
-  struct FreqSums {
-    T c[F] = {}, s[F] = {}, cc[F] = {}, cs[F] = {}, yc[F] = {}, ys[F] = {};
-  };
+  // Frequencies of this thread: k_j = base + j * kThreads + tid (coalesced stores).
+  using Frequencies = ThreadFrequencies<T, Table, F, Policy::kThreads, kFloatingMean, kGrid, kWeighted>;
 
   const PeriodogramParams<T>& p;
   TempStorage& storage;
   double2* table;  // float64: Table::Bytes() of dynamic shared memory
-
-  // The sums over one staged tile. kFast: float64 phases through the table.
-  template <bool kFast>
-  __device__ __forceinline__ void AccumulateTile(int nt, const Freq<T> (&f)[F], const Freq<T>& delta,
-                                                 FreqSums& acc) const {
-    const double2* lane_table = nullptr;
-    if constexpr (std::is_same_v<T, double>) lane_table = Table::LaneCopy(table);
-#pragma unroll(Policy::kInnerUnroll)
-    for (int i = 0; i < nt; ++i) {
-      const Sample smp = storage.tile[i];  // broadcast read
-      T sn[F], cn[F];
-      if constexpr (kGrid && F > 1) {
-        SinCosPhase<Table, true, kFast>(f[0], smp.x, lane_table, &sn[0], &cn[0]);
-        T sd, cd;
-        SinCosPhase<Table, true, kFast>(delta, smp.x, lane_table, &sd, &cd);
-#pragma unroll
-        for (int j = 1; j < F; ++j) {
-          cn[j] = fma(cn[j - 1], cd, -(sn[j - 1] * sd));
-          sn[j] = fma(sn[j - 1], cd, cn[j - 1] * sd);
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < F; ++j) {
-          SinCosPhase<Table, kGrid, kFast>(f[j], smp.x, lane_table, &sn[j], &cn[j]);
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < F; ++j) {
-        const T c = cn[j], s = sn[j];
-        const T wc = kWeighted ? smp.w * c : c;
-        if constexpr (kFloatingMean) {
-          acc.c[j] += wc;
-          acc.s[j] = kWeighted ? fma(smp.w, s, acc.s[j]) : acc.s[j] + s;
-        }
-        acc.cc[j] = fma(wc, c, acc.cc[j]);
-        acc.cs[j] = fma(wc, s, acc.cs[j]);
-        acc.yc[j] = fma(smp.wy, c, acc.yc[j]);
-        acc.ys[j] = fma(smp.wy, s, acc.ys[j]);
-      }
-    }
-  }
-
-  // float64 only: the row's largest |x|, for the table's phase bound.
-  __device__ void FindAbsXMax(const T* xb) {
-    using BlockReduce = cub::BlockReduce<double, Policy::kThreads>;
-    __shared__ typename BlockReduce::TempStorage reduce;
-    double m = 0;
-    for (int64_t i = threadIdx.x; i < p.n; i += Policy::kThreads) m = fmax(m, fabs(xb[i]));
-    __syncthreads();  // the previous row's abs_x_max is read
-    m = BlockReduce(reduce).Reduce(m, ::cuda::maximum<>{});
-    if (threadIdx.x == 0) storage.abs_x_max = m;
-    __syncthreads();
-  }
 
   __device__ void Run() {
     if constexpr (std::is_same_v<T, double>) Table::Fill(table);  // synchronized below
@@ -368,82 +199,20 @@ struct PeriodogramAgent {
       const T* wb = p.wn + b * p.n;
       const T* wyb = p.wy + b * p.n;
       const BatchStats st = p.stats[b];
-      if constexpr (std::is_same_v<T, double>) FindAbsXMax(xb);
+      if constexpr (std::is_same_v<T, double>) RowAbsMax<Policy::kThreads>(xb, p.n, &storage.abs_x_max);
       for (int64_t base = blockIdx.x * per_block; base < p.m; base += gridDim.x * per_block) {
-        // Frequencies of this thread: k_j = base + j * kThreads + tid (coalesced stores).
-        // On a grid they are evenly spaced by delta = kThreads * step, so only f_0 and
-        // delta need sin/cos per sample; f_1.. follow by rotation (4 FMAs each).
-        Freq<T> f[F];
-        Freq<T> delta{T(0), T(0)};
-        double abs_f_max = 0;
-#pragma unroll
-        for (int j = 0; j < F; ++j) {
-          const int64_t k = base + j * Policy::kThreads + threadIdx.x;
-          if constexpr (kGrid) {
-            const double fd = k < p.m ? GridAt(p.grid_start, p.grid_stop, p.m, k) : 0.0;
-            f[j].hi = static_cast<T>(fd);
-            f[j].lo = static_cast<T>(fd - static_cast<double>(f[j].hi));
-          } else {
-            f[j].hi = k < p.m ? p.freqs[k] : T(0);
-            f[j].lo = T(0);
-          }
-          abs_f_max = fmax(abs_f_max, fabs(static_cast<double>(f[j].hi)));
-        }
-        if constexpr (kGrid && F > 1) {
-          const double step = p.m > 1 ? (p.grid_stop - p.grid_start) / static_cast<double>(p.m - 1) : 0.0;
-          const double dd = step * Policy::kThreads;
-          delta.hi = static_cast<T>(dd);
-          delta.lo = static_cast<T>(dd - static_cast<double>(delta.hi));
-          // f_0 of the rotation: the grid point itself (exact), or 0 past the end.
-          const int64_t k0 = base + threadIdx.x;
-          const double f0 = k0 < p.m ? p.grid_start + static_cast<double>(k0) * step : 0.0;
-          f[0].hi = static_cast<T>(f0);
-          f[0].lo = static_cast<T>(f0 - static_cast<double>(f[0].hi));
-          abs_f_max = fmax(abs_f_max, fmax(fabs(f0), fabs(dd)));
-        }
-        bool fast = false;
-        if constexpr (std::is_same_v<T, double>) {
-          fast = abs_f_max * storage.abs_x_max <= Table::kMaxPhase;
-          if (fast) {  // the table takes frequencies in its steps (a float64 f has no lo)
-#pragma unroll
-            for (int j = 0; j < F; ++j) Table::StepsOf(f[j].hi, &f[j].hi, &f[j].lo);
-            Table::StepsOf(delta.hi, &delta.hi, &delta.lo);
-          }
-        }
-        FreqSums acc;
+        Frequencies freqs;
+        freqs.Start(p, base, threadIdx.x, storage.abs_x_max);
         for (int64_t t0 = 0; t0 < p.n; t0 += kTile) {
           const int nt = p.n - t0 < kTile ? static_cast<int>(p.n - t0) : kTile;
           __syncthreads();  // the previous tile is consumed (and the table filled)
           for (int i = threadIdx.x; i < nt; i += Policy::kThreads) {
-            storage.tile[i] = Sample{xb[t0 + i], wb[t0 + i], wyb[t0 + i], T(0)};
+            storage.tile[i] = PairSample<T>{xb[t0 + i], wb[t0 + i], wyb[t0 + i], T(0)};
           }
           __syncthreads();
-          if (fast) {
-            AccumulateTile<true>(nt, f, delta, acc);
-          } else {
-            AccumulateTile<false>(nt, f, delta, acc);
-          }
+          freqs.template AddTile<Policy::kInnerUnroll>(storage.tile, 0, nt, 1, table);
         }
-        // The O(1) combination per frequency runs in float64 for both dtypes: in
-        // float32 its own roundings (centring, D, the products of r and G) are
-        // amplified by 1 / D, up to ~100x the error the float32 sums carry.
-        const PowerSettings settings{st.y_sum, st.yy_sum,    p.n,
-                                     p.normalize, kFloatingMean, p.amplitude};
-        const double weight = kWeighted ? 1.0 : static_cast<double>(wb[0]);
-#pragma unroll
-        for (int j = 0; j < F; ++j) {
-          const int64_t k = base + j * Policy::kThreads + threadIdx.x;
-          if (k >= p.m) continue;
-          if constexpr (!kWeighted) {
-            acc.cc[j] *= weight;
-            acc.cs[j] *= weight;
-            acc.c[j] *= weight;
-            acc.s[j] *= weight;
-          }
-          const Sums sums{acc.cc[j], 1.0 - acc.cc[j], acc.cs[j], acc.yc[j],
-                          acc.ys[j], acc.c[j],        acc.s[j]};
-          StoreValue(ValueOf(sums, settings), p.amplitude, b * p.m + k, p.out);
-        }
+        freqs.Store(p, b, base, threadIdx.x, st, kWeighted ? 1.0 : static_cast<double>(wb[0]));
       }
     }
   }
@@ -510,21 +279,10 @@ cudaError_t LaunchT(const LombScargleArgs& a, LombScargleResult* result, const L
         a.samples, a.precenter, wn, wy, stats, result);
     GC_CHECK_LAUNCH();
   }
-  PeriodogramParams<T> p{};
-  p.x = static_cast<const T*>(a.x);
-  p.x_batch_stride = a.x_batched ? a.samples : 0;
+  PeriodogramParams<T> p = ParamsOf<T>(a);
   p.wn = wn;
   p.wy = wy;
   p.stats = stats;
-  p.freqs = static_cast<const T*>(a.freqs);
-  p.grid_start = a.grid_start;
-  p.grid_stop = a.grid_stop;
-  p.batch = a.batch;
-  p.n = a.samples;
-  p.m = a.frequencies;
-  p.normalize = a.normalize;
-  p.amplitude = a.amplitude;
-  p.out = static_cast<T*>(a.out);
   const int64_t per_block = static_cast<int64_t>(Policy::kThreads) * Policy::kFreqsPerThread;
   const int64_t gx = std::min<int64_t>(CeilDiv(a.frequencies, per_block),
                                        static_cast<int64_t>(env.sm_count) * Policy::kMinBlocksPerSm);
@@ -549,6 +307,7 @@ void ListT(std::vector<KernelEntry>& out, const std::string& t) {
     (ListVariant<T, V, true>(out, t), ...);
     (ListVariant<T, V, false>(out, t), ...);
   }(std::make_integer_sequence<int, kPeriodogramVariants<T>>{});
+  ListSmallKernels<T>(out, t);
 }
 
 template <typename T, int V = 0>
@@ -558,7 +317,7 @@ cudaError_t LaunchTVariant(const LombScargleArgs& a, LombScargleResult* result,
     if (variant == V) return LaunchT<T, V>(a, result, env);
     return LaunchTVariant<T, V + 1>(a, result, env, variant);
   } else {
-    return cudaErrorInvalidValue;
+    return LaunchSmall<T>(a, result, env, variant - kPeriodogramVariants<T>);
   }
 }
 
@@ -614,8 +373,11 @@ int FullestWavesVariant(const LombScargleArgs& a, const LaunchEnv& env) {
   return best;
 }
 
-cudaError_t LaunchLombScargle(DType dtype, const LombScargleArgs& a, LombScargleResult* result,
-                              const LaunchEnv& env) {
+int LombScargleDefaultVariant(DType dtype, const LombScargleArgs& a, const LaunchEnv& env,
+                              bool small_path) {
+  // Few results: the default policies below would give fewer threads work than one
+  // block per SM (lombscargle_small.cu spreads each row's samples over warps instead).
+  if (small_path && SmallProblem(a, env)) return LombScargleVariantCount(dtype) - kLombScargleSmallVariants;
   if (dtype == DType::kFloat64) {
     // A grid with blocks for every SM twice: 8 frequencies per thread, 2 sincos + 7
     // rotations per 8 pairs (H100: 1.29 ms against 1.59 ms with 4, 2^10 x 2^20).
@@ -623,16 +385,19 @@ cudaError_t LaunchLombScargle(DType dtype, const LombScargleArgs& a, LombScargle
     // independent chains; bench/gpu_kernels_bench times each).
     using P1 = PeriodogramPolicy<double, 1>;
     const int64_t grid_blocks = CeilDiv(a.frequencies, int64_t{P1::kThreads} * P1::kFreqsPerThread) * a.batch;
-    if (a.freqs == nullptr) {
-      return LaunchVariant(dtype, a, result, env, grid_blocks >= 2 * int64_t{env.sm_count} ? 1 : 0);
-    }
-    return LaunchVariant(dtype, a, result, env, FullestWavesVariant<3, 0, 2>(a, env));
+    if (a.freqs == nullptr) return grid_blocks >= 2 * int64_t{env.sm_count} ? 1 : 0;
+    return FullestWavesVariant<3, 0, 2>(a, env);
   }
   // float32: 8 frequencies per thread where that still gives every SM two blocks,
   // else 4 (twice the blocks).
   using P0 = PeriodogramPolicy<float, 0>;
   const int64_t blocks = CeilDiv(a.frequencies, int64_t{P0::kThreads} * P0::kFreqsPerThread) * a.batch;
-  return LaunchVariant(dtype, a, result, env, blocks >= 2 * int64_t{env.sm_count} ? 0 : 1);
+  return blocks >= 2 * int64_t{env.sm_count} ? 0 : 1;
+}
+
+cudaError_t LaunchLombScargle(DType dtype, const LombScargleArgs& a, LombScargleResult* result,
+                              const LaunchEnv& env) {
+  return LaunchVariant(dtype, a, result, env, LombScargleDefaultVariant(dtype, a, env, true));
 }
 
 cudaError_t LaunchLombScargleVariant(DType dtype, const LombScargleArgs& a,
@@ -641,7 +406,8 @@ cudaError_t LaunchLombScargleVariant(DType dtype, const LombScargleArgs& a,
 }
 
 int LombScargleVariantCount(DType dtype) {
-  return dtype == DType::kFloat32 ? kPeriodogramVariants<float> : kPeriodogramVariants<double>;
+  // The policies' variants, then the small-problem path's.
+  return kLombScargleSmallVariants + (dtype == DType::kFloat32 ? kPeriodogramVariants<float> : kPeriodogramVariants<double>);
 }
 
 void ListLombScargleKernels(std::vector<KernelEntry>& out) {

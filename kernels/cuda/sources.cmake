@@ -15,6 +15,7 @@ target_sources(gpucompute_kernels PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/lombscargle.cu
   ${CMAKE_CURRENT_LIST_DIR}/lombscargle_nufft.cu
   ${CMAKE_CURRENT_LIST_DIR}/lombscargle_ragged.cu
+  ${CMAKE_CURRENT_LIST_DIR}/lombscargle_small.cu
   ${CMAKE_CURRENT_LIST_DIR}/cufft_plans.cc
   ${CMAKE_CURRENT_LIST_DIR}/support.cu
   ${CMAKE_CURRENT_LIST_DIR}/value_check.cu)
