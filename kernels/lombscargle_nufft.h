@@ -113,7 +113,8 @@ inline double NufftKernel(double z, double beta) {
 }
 
 // kDirect or kNufft. kAuto: NUFFT where the frequencies are evenly spaced and its
-// estimated work is well below the direct sums'. kNufft on frequencies that are not
+// estimated work, a fixed cost per call included, is well below the direct sums'
+// (small requests run direct). kNufft on frequencies that are not
 // evenly spaced fails with `uneven`, the reason EvenlySpaced gave.
 absl::StatusOr<LombScargleMethod> ChooseLombScargleMethod(const LombScargleOptions& options,
                                                           const LombScargleShape& shape,

@@ -318,6 +318,20 @@ TYPED_TEST(LombScargleMethods, AutoPicksTheNufftOnLargeEvenGrids) {
   EXPECT_EQ(this->ctx_.method, "direct");
 }
 
+TYPED_TEST(LombScargleMethods, AutoPicksTheDirectSumsForSmallRequests) {
+  // gpucompute-cli bench's request: 4 rows of 256 samples, 256 frequencies of a grid.
+  // The NUFFT's fixed cost per call is more than these sums.
+  std::vector<double> x = this->Uniform(256, 0, 100), y = this->Uniform(4 * 256, -1, 1);
+  auto x_array = this->Upload({256}, x);
+  auto y_array = this->Upload({4, 256}, y);
+  auto out = this->Poisoned({4, 256});
+  const Linspace grid{0.01, 10, 256};
+  absl::Status status =
+      this->backend_->LombScargle(*x_array, *y_array, nullptr, nullptr, grid, {}, *out, this->ctx_);
+  ASSERT_TRUE(status.ok()) << status.message();
+  EXPECT_EQ(this->ctx_.method, "direct");
+}
+
 TYPED_TEST(LombScargleMethods, RefusesWhatTheNufftCannotDo) {
   std::vector<double> x = this->Uniform(40, 0, 10), y = this->Uniform(40, -1, 1);
   std::vector<double> freqs = {0.5, 1.0, 1.5, 2.25, 2.5};
