@@ -34,11 +34,9 @@
 namespace gpucompute::cpu {
 namespace {
 
-// Frequencies per task. The rotation's error grows by about one rounding per
-// frequency: after 128, ~1e-14, as large as the rounding of the phase f x
-// itself when |f x| ~ 100.
+// Frequencies per task, at most one DirectValues call.
 constexpr int64_t kMinFrequencyBlock = 32;
-constexpr int64_t kMaxFrequencyBlock = 128;
+constexpr int64_t kMaxFrequencyBlock = kMaxDirectValues;
 
 // Distinct gaps between consecutive frequencies that one block follows by
 // rotation. numpy.linspace rounds its points to the dtype, so the gaps of one
@@ -240,27 +238,12 @@ absl::Status DirectSums(ThreadPool& pool, const LombScargleShape& shape, const P
     const int64_t b = task / blocks;
     const int64_t first = (task % blocks) * block_size;
     const int64_t count = std::min(m, first + block_size) - first;
-    const Lanes* x_row = rows.x.data() + (shape.x_batched ? b * vectors : 0);
-    const Lanes* w = rows.w.data() + b * vectors;
-    const Lanes* wy = rows.wy.data() + b * vectors;
-    const PowerSettings settings = SettingsFor(rows, shape, b, options);
     std::array<double, kMaxFrequencyBlock> f{};
     for (int64_t k = 0; k < count; ++k) f[k] = freqs.At<T>(first + k);
-    const std::optional<Rotations> rotations = RotationsFor(f.data(), count, x_row, vectors);
-    std::vector<Lanes> c(vectors), s(vectors);
-    if (rotations.has_value()) SinCos(f[0], x_row, c.data(), s.data(), vectors);
+    std::array<PeriodogramValue, kMaxFrequencyBlock> values;
+    DirectValues(rows, shape, b, f.data(), count, options, values.data());
     for (int64_t k = 0; k < count; ++k) {
-      Sums sums;
-      if (!rotations.has_value()) {
-        SinCos(f[k], x_row, c.data(), s.data(), vectors);
-        sums = Accumulate<false>(w, wy, c.data(), s.data(), nullptr, nullptr, vectors);
-      } else if (k + 1 < count) {
-        sums = Accumulate<true>(w, wy, c.data(), s.data(), rotations->CosTo(k),
-                                rotations->SinTo(k), vectors);
-      } else {
-        sums = Accumulate<false>(w, wy, c.data(), s.data(), nullptr, nullptr, vectors);
-      }
-      StoreValue(ValueOf(sums, settings), options.amplitude, b * m + first + k, result);
+      StoreValue(values[k], options.amplitude, b * m + first + k, result);
     }
   };
   return pool.ParallelFor(shape.batch * blocks, GrainFor(block_size * shape.samples, 1 << 18), ctx,
@@ -277,15 +260,30 @@ PowerSettings SettingsFor(const PreparedRows& rows, const LombScargleShape& shap
           options.normalize, options.floating_mean, options.amplitude};
 }
 
-PeriodogramValue DirectValue(const PreparedRows& rows, const LombScargleShape& shape, int64_t b,
-                             double f, const LombScargleOptions& options) {
+void DirectValues(const PreparedRows& rows, const LombScargleShape& shape, int64_t b,
+                  const double* f, int64_t count, const LombScargleOptions& options,
+                  PeriodogramValue* values) {
   const int64_t vectors = rows.vectors;
-  std::vector<Lanes> c(vectors), s(vectors);
   const Lanes* x = rows.x.data() + (shape.x_batched ? b * vectors : 0);
-  SinCos(f, x, c.data(), s.data(), vectors);
-  const Sums sums = Accumulate<false>(rows.w.data() + b * vectors, rows.wy.data() + b * vectors,
-                                      c.data(), s.data(), nullptr, nullptr, vectors);
-  return ValueOf(sums, SettingsFor(rows, shape, b, options));
+  const Lanes* w = rows.w.data() + b * vectors;
+  const Lanes* wy = rows.wy.data() + b * vectors;
+  const PowerSettings settings = SettingsFor(rows, shape, b, options);
+  const std::optional<Rotations> rotations = RotationsFor(f, count, x, vectors);
+  std::vector<Lanes> c(vectors), s(vectors);
+  if (rotations.has_value()) SinCos(f[0], x, c.data(), s.data(), vectors);
+  for (int64_t k = 0; k < count; ++k) {
+    Sums sums;
+    if (!rotations.has_value()) {
+      SinCos(f[k], x, c.data(), s.data(), vectors);
+      sums = Accumulate<false>(w, wy, c.data(), s.data(), nullptr, nullptr, vectors);
+    } else if (k + 1 < count) {
+      sums = Accumulate<true>(w, wy, c.data(), s.data(), rotations->CosTo(k), rotations->SinTo(k),
+                              vectors);
+    } else {
+      sums = Accumulate<false>(w, wy, c.data(), s.data(), nullptr, nullptr, vectors);
+    }
+    values[k] = ValueOf(sums, settings);
+  }
 }
 
 template <typename T>

@@ -5,6 +5,7 @@
 #include <fftw3.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <complex>
@@ -85,6 +86,11 @@ void Spread(Complex value, double u, const NufftPlan& plan, Complex* grid) {
 
 // Host memory the modes, powers and bounds of one chunk of rows may take.
 constexpr int64_t kChunkBytes = int64_t{256} << 20;
+
+// A window of frequencies to redo is recomputed whole where at least 1 in this many
+// of its frequencies need it: turning cos and sin on costs a few multiply-adds a
+// term, taking them afresh a sin and a cos.
+constexpr int64_t kWholeWindowRedoFraction = 8;
 
 // Which of a row's three transforms: the sums of w and of w y at f_k, of w at 2 f_k.
 enum Transform { kWeights = 0, kWeightedY = 1, kWeightsDouble = 2, kTransforms = 3 };
@@ -192,12 +198,41 @@ absl::Status LombScargleNufft(ThreadPool& pool, const LombScargleShape& shape,
         }
       }
     }
+    // By windows of kMaxDirectValues consecutive frequencies of one row: a window
+    // with many to redo is recomputed whole, cos and sin turned from one frequency
+    // to the next (a few multiply-adds a term), the others one frequency at a time
+    // (a sin and a cos a term). Short rows of noise come back almost whole: one at
+    // a time, 16 rows x 1024 samples x 1024 frequencies took 118 ms here against
+    // the direct method's 8.5.
+    std::vector<size_t> window_starts;  // ranges of `redo` in one window each
+    const auto window_of = [&](int64_t i) { return (i / m) * m + (i % m) / kMaxDirectValues; };
+    for (size_t e = 0; e < redo.size(); ++e) {
+      if (window_starts.empty() || window_of(redo[e]) != window_of(redo[window_starts.back()])) {
+        window_starts.push_back(e);
+      }
+    }
+    window_starts.push_back(redo.size());
+    const int64_t windows = static_cast<int64_t>(window_starts.size()) - 1;
     GC_RETURN_IF_ERROR(pool.ParallelFor(
-        static_cast<int64_t>(redo.size()), GrainFor(padded), ctx, [&](int64_t begin, int64_t end) {
-          for (int64_t e = begin; e < end; ++e) {
-            const int64_t r = redo[e] / m, k = redo[e] % m;
-            value[redo[e]] = DirectValue(rows, shape, first + r,
-                                         freqs.start + static_cast<double>(k) * freqs.step, options);
+        windows, GrainFor(padded * kMaxDirectValues), ctx, [&](int64_t begin, int64_t end) {
+          std::array<double, kMaxDirectValues> f{};
+          std::array<PeriodogramValue, kMaxDirectValues> values;
+          for (int64_t w = begin; w < end; ++w) {
+            const size_t from = window_starts[w], to = window_starts[w + 1];
+            const int64_t r = redo[from] / m;
+            const int64_t k0 = (redo[from] % m) / kMaxDirectValues * kMaxDirectValues;
+            const int64_t span = std::min<int64_t>(kMaxDirectValues, m - k0);
+            if (static_cast<int64_t>(to - from) * kWholeWindowRedoFraction >= span) {
+              for (int64_t k = 0; k < span; ++k) f[k] = freqs.start + static_cast<double>(k0 + k) * freqs.step;
+              DirectValues(rows, shape, first + r, f.data(), span, options, values.data());
+              for (size_t e = from; e < to; ++e) value[redo[e]] = values[redo[e] % m - k0];
+              continue;
+            }
+            for (size_t e = from; e < to; ++e) {
+              f[0] = freqs.start + static_cast<double>(redo[e] % m) * freqs.step;
+              DirectValues(rows, shape, first + r, f.data(), 1, options, values.data());
+              value[redo[e]] = values[0];
+            }
           }
         }));
     for (int64_t i = 0; i < count * m; ++i) {

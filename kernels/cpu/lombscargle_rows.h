@@ -57,9 +57,16 @@ absl::StatusOr<PreparedRows> PrepareRows(ThreadPool& pool, const LombScargleShap
 PowerSettings SettingsFor(const PreparedRows& rows, const LombScargleShape& shape, int64_t b,
                           const LombScargleOptions& options);
 
-// The value at frequency f of batch row b by the direct sums.
-PeriodogramValue DirectValue(const PreparedRows& rows, const LombScargleShape& shape, int64_t b,
-                             double f, const LombScargleOptions& options);
+// Frequencies one DirectValues call takes: the rotation from one to the next adds
+// about one rounding each (after 128, ~1e-14, the rounding of a phase f x ~ 100).
+inline constexpr int64_t kMaxDirectValues = 128;
+
+// The values at frequencies f[0, count) (count <= kMaxDirectValues) of batch row b by
+// the direct sums: cos and sin of f x turned from one frequency to the next where
+// the gaps between them take few values, else taken at each.
+void DirectValues(const PreparedRows& rows, const LombScargleShape& shape, int64_t b,
+                  const double* f, int64_t count, const LombScargleOptions& options,
+                  PeriodogramValue* values);
 
 // The NUFFT method: out (T, B x M, or B x M x 2 for an amplitude) at the evenly
 // spaced frequencies.
