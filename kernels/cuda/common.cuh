@@ -94,15 +94,12 @@ class Scratch {
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
   ~Scratch() {
-    if (pooled_) (void)cudaFreeAsync(ptr_, stream_);
+    if (pooled_ && ptr_ != nullptr) (void)cudaFreeAsync(ptr_, stream_);
   }
   cudaError_t Allocate(size_t bytes, const LaunchEnv& env) {
     stream_ = env.stream;
     if (bytes == 0) bytes = 16;
-    if (env.arena != nullptr && (ptr_ = env.arena->Take(bytes)) != nullptr) return cudaSuccess;
-    pooled_ = true;
-    if (env.pool != nullptr) return cudaMallocFromPoolAsync(&ptr_, bytes, env.pool, env.stream);
-    return cudaMallocAsync(&ptr_, bytes, env.stream);
+    return AllocateScratch(bytes, env, &ptr_, &pooled_);
   }
   template <typename T>
   T* as() const { return static_cast<T*>(ptr_); }

@@ -29,9 +29,12 @@ struct ScratchArena {
   char* next = nullptr;
   char* end = nullptr;
 
+  static constexpr size_t Aligned(size_t bytes) {
+    return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  }
   // `bytes` (aligned), or null where they do not fit.
   void* Take(size_t bytes) {
-    const size_t aligned = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    const size_t aligned = Aligned(bytes);
     if (next == nullptr || aligned > static_cast<size_t>(end - next)) return nullptr;
     void* taken = next;
     next += aligned;
@@ -46,6 +49,17 @@ struct LaunchEnv {
   int sm_count = 1;              // multiprocessors of the device (grid sizing)
   ScratchArena* arena = nullptr;  // scratch first taken from here, where set
 };
+
+// `bytes` of scratch for work on env.stream: from env.arena where it fits (*pooled
+// false: nothing to give back), else in stream order from env.pool, or the device's
+// default pool (*pooled true: the caller frees it on env.stream).
+inline cudaError_t AllocateScratch(size_t bytes, const LaunchEnv& env, void** out, bool* pooled) {
+  *out = env.arena != nullptr ? env.arena->Take(bytes) : nullptr;
+  *pooled = *out == nullptr;
+  if (!*pooled) return cudaSuccess;
+  if (env.pool != nullptr) return cudaMallocFromPoolAsync(out, bytes, env.pool, env.stream);
+  return cudaMallocAsync(out, bytes, env.stream);
+}
 
 // A kernel known to the backend: loaded (cudaFuncGetAttributes) at start-up.
 struct KernelEntry {

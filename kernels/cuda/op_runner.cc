@@ -29,10 +29,6 @@ cudaError_t StreamSubmission::QueueOutput() {
 namespace gpucompute::cuda {
 namespace {
 
-constexpr size_t kIoAlignment = ScratchArena::kAlignment;
-
-size_t IoAligned(size_t bytes) { return (bytes + kIoAlignment - 1) / kIoAlignment * kIoAlignment; }
-
 absl::Status CancelledBeforeLaunch(absl::string_view op) {
   return absl::CancelledError(absl::StrCat(op, " was cancelled before it was launched"));
 }
@@ -110,7 +106,7 @@ absl::Status QueueAndRun(const std::shared_ptr<DeviceState>& d, std::span<const 
       if (piece.bytes > 0) std::memcpy(io + at, piece.data, piece.bytes);
       at += piece.bytes;
     }
-    at = IoAligned(at);
+    at = ScratchArena::Aligned(at);
     arrays.push_back(std::move(array));
   }
   if (at > 0) {
@@ -121,7 +117,7 @@ absl::Status QueueAndRun(const std::shared_ptr<DeviceState>& d, std::span<const 
   GC_ASSIGN_OR_RETURN(out, make_array(out_dtype, out_shape, at));
   submission.out = out.get();
   submission.out_host = io + at;
-  submission.arena = {device_io + IoAligned(at + out->bytes()),
+  submission.arena = {device_io + ScratchArena::Aligned(at + out->bytes()),
                       device_io + submission.lease->device_io().bytes()};
   ctx.submission = &submission;
   const absl::Status ran = run(arrays, *out, ctx);
@@ -140,13 +136,13 @@ bool FitsOneSubmission(std::span<const HostInput> inputs, DType out_dtype, const
   const absl::StatusOr<int64_t> count =
       CheckedElementCount(out_shape, static_cast<int64_t>(kHostIoBytes), "result");
   if (!count.ok()) return false;
-  size_t total = IoAligned(static_cast<size_t>(*count) * ElementSize(out_dtype));
+  size_t total = ScratchArena::Aligned(static_cast<size_t>(*count) * ElementSize(out_dtype));
   for (const HostInput& input : inputs) {
     for (const HostPiece& piece : input.pieces) {
       if (piece.bytes > kHostIoBytes) return false;
       total += piece.bytes;
     }
-    total = IoAligned(total);
+    total = ScratchArena::Aligned(total);
     if (total > kHostIoBytes) return false;
   }
   return true;
@@ -187,14 +183,13 @@ absl::StatusOr<std::shared_ptr<Array>> RunFromHostOnStream(const std::shared_ptr
 }
 
 OpScratch::~OpScratch() {
-  for (void* p : ptrs_) (void)cudaFreeAsync(p, stream_);
+  for (void* p : ptrs_) (void)cudaFreeAsync(p, env_.stream);
 }
 
 cudaError_t OpScratch::Allocate(size_t bytes, void** out) {
-  *out = submission_ != nullptr ? submission_->arena.Take(std::max<size_t>(bytes, 16)) : nullptr;
-  if (*out != nullptr) return cudaSuccess;
-  const cudaError_t e = cudaMallocFromPoolAsync(out, std::max<size_t>(bytes, 16), pool_, stream_);
-  if (e == cudaSuccess) ptrs_.push_back(*out);
+  bool pooled = false;
+  const cudaError_t e = AllocateScratch(std::max<size_t>(bytes, 16), env_, out, &pooled);
+  if (e == cudaSuccess && pooled) ptrs_.push_back(*out);
   return e;
 }
 
@@ -210,7 +205,7 @@ absl::Status RunOp(DeviceState& d, HostCopies& copies, absl::string_view op, OpC
           op, " runs on ", d.name, " but its submission is on ", submission->device->name));
     }
     const StreamPool::Lease& lease = *submission->lease;
-    OpScratch scratch(lease.stream(), d.pool, submission);
+    OpScratch scratch(lease.stream(), d.pool, &submission->arena);
     const OpEnv env{LaunchEnv{lease.stream(), d.pool, d.sm_count, &submission->arena},
                     lease.small(), &scratch, &copies, submission};
     return RunSteps(d, op, ctx, steps, env, lease.start(), lease.stop());

@@ -49,17 +49,15 @@ namespace gpucompute::cuda {
 // lent again; in a submission, from the stream's own device bytes where it fits.
 class OpScratch {
  public:
-  OpScratch(cudaStream_t s, cudaMemPool_t pool, StreamSubmission* submission = nullptr)
-      : stream_(s), pool_(pool), submission_(submission) {}
+  OpScratch(cudaStream_t s, cudaMemPool_t pool, ScratchArena* arena = nullptr)
+      : env_{.stream = s, .pool = pool, .arena = arena} {}
   OpScratch(const OpScratch&) = delete;
   OpScratch& operator=(const OpScratch&) = delete;
   ~OpScratch();
   cudaError_t Allocate(size_t bytes, void** out);
 
  private:
-  cudaStream_t stream_;
-  cudaMemPool_t pool_;
-  StreamSubmission* submission_;
+  LaunchEnv env_;            // where scratch comes from
   std::vector<void*> ptrs_;  // from the pool
 };
 
