@@ -164,7 +164,9 @@ int RunStreaming(gc::Client& client, uint64_t bytes, int pid) {
   header.mutable_factors()->set_buffer_id(stored->id());
   const absl::string_view operand(reinterpret_cast<const char*>(values.data()), elements * 8);
   std::vector<Sample> samples;
+  std::map<std::string, double> thread_cpu;
   for (int r = 0; r < absl::GetFlag(FLAGS_repeat); ++r) {
+    const std::map<std::string, double> threads = ThreadCpuSeconds(pid);
     const double cpu = CpuSeconds(pid), own = OwnCpuSeconds();
     const absl::Time start = absl::Now();
     absl::StatusOr<gc::Result> result = client.StreamingCompute(header, {&operand, 1});
@@ -174,6 +176,7 @@ int RunStreaming(gc::Client& client, uint64_t bytes, int pid) {
     }
     samples.push_back({absl::ToDoubleSeconds(absl::Now() - start), CpuSeconds(pid) - cpu,
                        OwnCpuSeconds() - own});
+    AddThreadCpu(threads, ThreadCpuSeconds(pid), thread_cpu);
     const double* out = reinterpret_cast<const double*>(result->data.data());
     for (uint64_t i = 0; i < elements; ++i) {
       if (out[i] != factors[i % kFactorElements] * values[i]) {
@@ -184,6 +187,7 @@ int RunStreaming(gc::Client& client, uint64_t bytes, int pid) {
     }
   }
   Report("streaming", elements * 8, std::move(samples));
+  ReportThreads("streaming", elements * 8, absl::GetFlag(FLAGS_repeat), thread_cpu);
   return client.Delete(stored->id()).ok() ? 0 : 1;
 }
 
