@@ -7,7 +7,9 @@
 #     per GB by thread;
 #  2. the same with more chunks in flight per call (--streaming_chunks_in_flight=16);
 #  3. the Python client, one call, and K Python processes streaming 1/K of the values
-#     each at once (what process stripes can reach, one GIL each).
+#     each at once (what process stripes can reach, one GIL each);
+#  4. seed 000's full case through the C++ client: 80 GB each way as 10 calls of 8 GB on
+#     8 stripes, each call's result checked (untimed) in one reused buffer.
 #
 # Here:   cmake --build build-cuda --target gpucompute-server gpucompute-cli bulk-transfer-bench
 #         /work/shared/tools/device-bundle .device/strm/b build-cuda/server/gpucompute-server \
@@ -108,6 +110,15 @@ for parts in 1 4 8; do
   rm -f "$OUT"/go*
 done
 stop_server
+
+step "4. seed 000's full case, C++ client: 80 GB of values each way as 10 calls of 8 GB, 8 stripes"
+for inflight in 4 16; do
+  start_server --streaming_chunks_in_flight=$inflight
+  timeout 200 "$BENCH" --target=127.0.0.1:$PORT --streaming --bytes=8000000000 \
+    --streaming_total_bytes=80000000000 --repeat=1 --stripes=8 --server_pid=$SERVER \
+    --label=cpp-seed000-inflight$inflight 2>&1 | tee -a "$OUT/table.txt"
+  stop_server
+done
 
 step "summary"
 cat "$OUT/table.txt"
