@@ -9,7 +9,9 @@
 #  3. the Python client, one call, and K Python processes streaming 1/K of the values
 #     each at once (what process stripes can reach, one GIL each);
 #  4. seed 000's full case through the C++ client: 80 GB each way as 10 calls of 8 GB on
-#     8 stripes, each call's result checked (untimed) in one reused buffer.
+#     8 stripes, each call's result checked (untimed) in one reused buffer;
+#  5. the CLI streaming between .npy files in /dev/shm on 1 and 8 stripes.
+# SECTIONS=45 runs sections 4 and 5 only.
 #
 # Here:   cmake --build build-cuda --target gpucompute-server gpucompute-cli bulk-transfer-bench
 #         /work/shared/tools/device-bundle .device/strm/b build-cuda/server/gpucompute-server \
@@ -45,6 +47,8 @@ start_server() {  # flags...
 }
 stop_server() { kill -TERM $SERVER 2>/dev/null; wait $SERVER 2>/dev/null; }
 
+SECTIONS=${SECTIONS:-12345}
+if [[ $SECTIONS == *1* ]]; then
 step "1. C++ client, $BYTES bytes of float64 values each way, default server"
 start_server
 for s in 1 2 4 8; do
@@ -53,6 +57,8 @@ for s in 1 2 4 8; do
 done
 stop_server
 
+fi
+if [[ $SECTIONS == *2* ]]; then
 step "2. C++ client, --streaming_chunks_in_flight=16"
 start_server --streaming_chunks_in_flight=16
 for s in 1 4 8; do
@@ -61,6 +67,8 @@ for s in 1 4 8; do
 done
 stop_server
 
+fi
+if [[ $SECTIONS == *3* ]]; then
 step "3. Python client: one call, and K processes at once over 1/K of the values each"
 start_server
 cat > "$OUT/py_stream.py" <<'PY'
@@ -111,6 +119,8 @@ for parts in 1 4 8; do
 done
 stop_server
 
+fi
+if [[ $SECTIONS == *4* ]]; then
 step "4. seed 000's full case, C++ client: 80 GB of values each way as 10 calls of 8 GB, 8 stripes"
 for inflight in 4 16; do
   start_server --streaming_chunks_in_flight=$inflight
@@ -119,6 +129,41 @@ for inflight in 4 16; do
     --label=cpp-seed000-inflight$inflight 2>&1 | tee -a "$OUT/table.txt"
   stop_server
 done
+
+fi
+if [[ $SECTIONS == *5* ]]; then
+step "5. the CLI: stream discount-product between .npy files in /dev/shm, 1 and 8 stripes"
+SHM=/dev/shm/gc-streaming
+mkdir -p $SHM
+python3 - $SHM $BYTES <<'PY'
+import sys
+import numpy as np
+shm, nbytes = sys.argv[1], int(sys.argv[2])
+n = 1_000_000
+d = nbytes // (n * 5 * 8)
+np.save(f"{shm}/factors.npy", np.linspace(0.5, 1.0, n * 5).reshape(n, 5))
+values = np.lib.format.open_memmap(f"{shm}/values.npy", mode="w+", dtype=np.float64, shape=(d, n, 5))
+for k in range(d):
+    values[k] = np.arange(k * n * 5, (k + 1) * n * 5, dtype=np.float64).reshape(n, 5)
+values.flush()
+PY
+start_server
+clk=$(getconf CLK_TCK)
+for s in 1 8; do
+  cpu0=$(awk '{print $14 + $15}' /proc/$SERVER/stat); t0=$(date +%s%N)
+  timeout 100 "$CLI" --target=127.0.0.1:$PORT --stripes=$s stream discount-product \
+    --factors=$SHM/factors.npy --values=$SHM/values.npy --out=$SHM/out$s.npy > "$OUT/cli$s.txt" 2>&1 \
+    || { echo "cli stream failed"; cat "$OUT/cli$s.txt"; }
+  t1=$(date +%s%N); cpu1=$(awk '{print $14 + $15}' /proc/$SERVER/stat)
+  b=$(stat -c %s $SHM/values.npy)
+  awk -v s=$s -v b=$b -v ns=$((t1 - t0)) -v t=$((cpu1 - cpu0)) -v clk=$clk 'BEGIN {
+    printf "cli stripes=%d stream %.2f GB each way in %.3f s: %.2f GB/s each way, server %.2f core-s/GB\n",
+      s, b / 1e9, ns / 1e9, b / ns, t / clk / (b / 1e9) }' | tee -a "$OUT/table.txt"
+done
+cmp $SHM/out1.npy $SHM/out8.npy && echo "cli: 1 and 8 stripes byte-identical" | tee -a "$OUT/table.txt"
+stop_server
+rm -rf $SHM
+fi
 
 step "summary"
 cat "$OUT/table.txt"
