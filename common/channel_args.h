@@ -23,6 +23,11 @@ using IntChannelArgs = std::vector<std::pair<std::string, int>>;
 // (bench/run_gpu_transport.sh, bench/BULK_TRANSFER.md).
 inline constexpr int kMaxHttp2FrameBytes = (1 << 24) - 1;
 
+// The server's largest socket read (GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE): larger read
+// buffers sit above the server's mmap threshold (main.cc ConfigureMalloc), so each one
+// is mapped and page-faulted afresh; measured on uploads, bench/BULK_TRANSFER.md.
+inline constexpr int kMaxSocketReadBytes = 128 << 10;
+
 // Each entry "grpc.NAME=INTEGER"; INVALID_ARGUMENT naming `what` and the entry otherwise.
 inline absl::StatusOr<IntChannelArgs> ParseIntChannelArgs(const std::vector<std::string>& entries,
                                                           absl::string_view what) {

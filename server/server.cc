@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/channel_args.h"
 #include "common/status_macros.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
@@ -45,8 +46,6 @@ constexpr int kMaxPingStrikes = 2;
 constexpr int kMaxHeaderBlockBytes = 64 << 10;
 // A connection that has not finished its (TLS) handshake by then is closed.
 constexpr absl::Duration kHandshakeTimeout = absl::Seconds(10);
-// Largest socket read (see the channel argument below).
-constexpr int kMaxSocketReadBytes = 128 << 10;
 
 // gRPC channel arguments take int milliseconds; INT_MAX means "never".
 int Millis(absl::Duration d) {
@@ -153,9 +152,6 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
   quota.Resize(server->config_.resource_quota_bytes);
   builder.SetResourceQuota(quota);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, config.max_concurrent_streams);
-  // Socket reads of at most 128 KiB: larger read buffers sit above the mmap
-  // threshold (main.cc ConfigureMalloc), so each one is mapped and page-faulted
-  // afresh; measured on uploads, bench/BULK_TRANSFER.md.
   builder.AddChannelArgument(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, kMaxSocketReadBytes);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kMaxHttp2FrameBytes);
   // gRPC 1.51 predates the HTTP/2 rapid-reset (CVE-2023-44487) mitigations; these
