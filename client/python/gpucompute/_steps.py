@@ -34,6 +34,8 @@ class Unary:
     cleanup: bool = False
     #: the stripe channel it runs on (0: the client's own)
     channel: int = 0
+    #: a stripe's _stripe_workers.StripeJob: how a worker process builds this step
+    job: Any = None
 
 
 @dataclass
@@ -49,6 +51,8 @@ class Stream:
     #: read as a unary call (``rpc + UNARY``): the request asks for a single-message
     #: result (OutputOptions.single_message), so one message or a status is all there is
     unary: bool = False
+    #: a stripe's _stripe_workers.StripeJob: how a worker process builds this step
+    job: Any = None
 
 
 #: the suffix of a compute RPC's unary stub (the same method, read as one message)

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, List, Optional, Tuple, Union
 
 import grpc
 import grpc.experimental
+import numpy as np
 
 from ._api import DEFAULT_UPLOAD_THRESHOLD, ClientApi
 from ._pb import pb
@@ -57,12 +59,23 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
         self._remember_limits(raw)
 
     def close(self) -> None:
-        """Unregisters this client's shared memory, then closes the channels."""
+        """Unregisters this client's shared memory, then closes the channels and stops
+        the stripe processes."""
         try:
             self._call("close", None, self._free_all_shared())
         finally:
             for channel in [self._channel] + self._stripe_channels:
                 channel.close()
+            if self._workers is not None:
+                self._workers.close()
+
+    def stripe_array(self, shape: Any, dtype: Any = np.float64) -> Any:
+        """An empty NumPy array in memory the stripe processes share
+        (``stripe_processes=True``): an input made in it reaches them without the copy
+        into shared memory (fill it by slices on several threads; NumPy drops the GIL).
+        Freed with its last view. Without stripe processes, a plain np.empty."""
+        dims = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
+        return self._empty(dims, dtype)
 
     def __enter__(self) -> "Client":
         return self
@@ -109,8 +122,14 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
         group = _CallGroup()
         pool = ThreadPoolExecutor(max_workers=self.stripes)
         try:
-            futures = [pool.submit(self._send_retrying, s, timeout, step.retries, group)
-                       for s in step.steps]
+            if self._workers is not None and all(s.job is not None for s in step.steps):
+                # Each stripe in a worker process; this thread waits for its reply.
+                deadline = None if timeout is None else time.monotonic() + timeout
+                futures = [pool.submit(self._workers.run, s, deadline, step.retries, group)
+                           for s in step.steps]
+            else:
+                futures = [pool.submit(self._send_retrying, s, timeout, step.retries, group)
+                           for s in step.steps]
             for done in as_completed(futures):
                 error = done.exception()
                 if error is not None:
