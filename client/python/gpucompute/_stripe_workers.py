@@ -40,6 +40,10 @@ from .errors import StripeWorkerDied
 #: the most fds one message carries (a stripe's arrays lie in a few blocks)
 _MAX_FDS = 16
 _HEAD = struct.Struct("<Q")
+#: glibc malloc in the workers keeps freed blocks up to 64 MiB and 1 GiB of freed heap
+#: mapped, so grpc's per-message buffers reuse pages instead of faulting fresh ones in
+#: (what bench/bulk_transfer.py --keep-freed-memory does for a caller's own process)
+_WORKER_MALLOC = "glibc.malloc.mmap_threshold=67108864:glibc.malloc.trim_threshold=1073741824"
 #: how long close() waits for a worker to stop before killing it
 _STOP_TIMEOUT_S = 5.0
 
@@ -247,6 +251,7 @@ class _Worker:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root,
                                                           env.get("PYTHONPATH")]))
+        env.setdefault("GLIBC_TUNABLES", _WORKER_MALLOC)
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", "import sys; from gpucompute._stripe_workers import "
