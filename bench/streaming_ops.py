@@ -19,12 +19,15 @@ server's CPU time per GB of input.
         [--stripes 1 8] [--processes 4 8 [--stripe-array]] [--no-round-trip]
 
 With --processes the input is an ordinary array copied into shared memory by each call
-(timed), or with --stripe-array made in Client.stripe_array; client core-s/GB counts the
-workers' CPU too; the workers are started before the timed runs.
+(timed) and the result a new array each time, or with --stripe-array both input and the
+reused result (out=, as the thread runs have) made in Client.stripe_array; client
+core-s/GB counts the workers' CPU too; the workers are started before the timed runs.
 """
 import argparse
+import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -66,7 +69,7 @@ def main():
     p.add_argument("--input-chunk-bytes", type=int, default=2 << 20)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--server-pid", type=int, default=0)
-    p.add_argument("--stripes", type=int, nargs="+", default=[1],
+    p.add_argument("--stripes", type=int, nargs="*", default=[1],
                    help="the streamed runs' stripe counts (the round trip: one stream)")
     p.add_argument("--processes", type=int, nargs="*", default=[],
                    help="stripe counts of streamed runs with stripes in worker processes")
@@ -82,10 +85,16 @@ def main():
              for k in args.processes}
     values = (next(iter(procs.values())).stripe_array((rows, args.row), np.float32)
               if procs and args.stripe_array else np.empty((rows, args.row), np.float32))
-    for begin in range(0, rows, 4096):  # cheap fill, not one huge temporary
-        values[begin:begin + 4096] = rng.standard_normal((min(4096, rows - begin), args.row),
-                                                         dtype=np.float32)
-    out = np.empty_like(values)
+
+    def fill(begin):  # by slices on several threads, not one huge temporary
+        part = np.random.default_rng(begin).standard_normal(
+            (min(4096, rows - begin), args.row), dtype=np.float32)
+        values[begin:begin + len(part)] = part
+
+    with ThreadPoolExecutor(min(16, os.cpu_count() or 1)) as pool:
+        list(pool.map(fill, range(0, rows, 4096)))
+    out = (next(iter(procs.values())).stripe_array(values.shape, values.dtype)
+           if procs and args.stripe_array else np.empty_like(values))
     client = gpucompute.Client(args.target, timeout=1200)
     client.stream_discount_product(factors, values[:64])  # warm the connection and server
     striped = {k: gpucompute.Client(args.target, timeout=1200, stripes=k) for k in args.stripes}
@@ -96,7 +105,8 @@ def main():
 
     def in_processes(stripes):
         return procs[stripes].stream_discount_product(
-            factors, values, input_chunk_bytes=args.input_chunk_bytes)
+            factors, values, out=out if args.stripe_array else None,
+            input_chunk_bytes=args.input_chunk_bytes)
 
     for c in procs.values():  # start the workers: what the first striped call pays
         t0 = time.perf_counter()
