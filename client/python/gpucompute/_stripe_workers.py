@@ -29,13 +29,16 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import grpc
 import numpy as np
 
 from ._pb import pb
+from ._steps import Stream, Unary
 from .errors import StripeWorkerDied
+
+StepT = TypeVar("StepT", bound=Union[Unary, Stream])
 
 #: the most fds one message carries (a stripe's arrays lie in a few blocks)
 _MAX_FDS = 16
@@ -44,6 +47,8 @@ _HEAD = struct.Struct("<Q")
 #: mapped, so grpc's per-message buffers reuse pages instead of faulting fresh ones in
 #: (what bench/bulk_transfer.py --keep-freed-memory does for a caller's own process)
 _WORKER_MALLOC = "glibc.malloc.mmap_threshold=67108864:glibc.malloc.trim_threshold=1073741824"
+#: the pieces an input is copied into shared memory by, between checks for cancellation
+_COPY_PIECE = 16 << 20
 #: how long close() waits for a worker to stop before killing it
 _STOP_TIMEOUT_S = 5.0
 
@@ -118,7 +123,7 @@ class StripeJob:
     label: str
 
 
-def stripe_step(build: Callable[..., Any], args: Tuple[Any, ...], label: str) -> Any:
+def stripe_step(build: Callable[..., StepT], args: Tuple[Any, ...], label: str) -> StepT:
     """The step ``build(*args)`` with its job attached (thread stripes send the step
     itself; process stripes send the job)."""
     step = build(*(a.array if isinstance(a, Out) else a for a in args))
@@ -157,10 +162,29 @@ def _local(value: Any) -> Any:
     return value
 
 
+def _cancelled_error() -> grpc.RpcError:
+    return _RemoteRpcError(grpc.StatusCode.CANCELLED, "cancelled before it started")
+
+
+def _copy(target: np.ndarray, source: np.ndarray,  # type: ignore[type-arg]
+          cancelled: Callable[[], bool]) -> None:
+    """np.copyto by pieces of about _COPY_PIECE bytes along the first axis, so that a
+    sibling's failure or Ctrl-C stops it soon."""
+    if target.ndim == 0 or target.nbytes <= _COPY_PIECE:
+        np.copyto(target, source)
+        return
+    rows = max(1, _COPY_PIECE * len(target) // target.nbytes)
+    for begin in range(0, len(target), rows):
+        if cancelled():
+            raise _cancelled_error()
+        np.copyto(target[begin:begin + rows], source[begin:begin + rows])
+
+
 class _Placed:
     """A job's arguments with arrays turned into _Refs, and the copies around it."""
 
-    def __init__(self, args: Tuple[Any, ...]):
+    def __init__(self, args: Tuple[Any, ...], cancelled: Callable[[], bool]):
+        self._cancelled = cancelled
         self.blocks: List[Block] = []  # kept alive until the job ends
         self.copy_back: List[Tuple[np.ndarray, np.ndarray]] = []  # type: ignore[type-arg]
         self.args = tuple(self._place(a) for a in args)
@@ -180,7 +204,7 @@ class _Placed:
             if out:
                 self.copy_back.append((arr, shared))
             else:
-                np.copyto(shared, arr)  # the one copy of an input (no GIL held)
+                _copy(shared, arr, self._cancelled)  # the one copy of an input (no GIL)
             arr = shared
             found = find_block(arr)
             assert found is not None
@@ -193,7 +217,7 @@ class _Placed:
 
     def finish(self) -> None:
         for target, shared in self.copy_back:
-            np.copyto(target, shared)
+            _copy(target, shared, lambda: False)
 
 
 # -- messages: a length, a pickle, and fds with the first byte ---------------------------
@@ -227,7 +251,7 @@ def _recv(sock: socket.socket) -> Tuple[Any, List[int]]:
 
 # -- the parent's side ------------------------------------------------------------------
 
-class _RemoteRpcError(grpc.RpcError):
+class _RemoteRpcError(grpc.RpcError):  # type: ignore[misc]  # grpc has no types
     """A worker's gRPC failure as the thread path raises it (Run turns it into the
     errors.py class of its code)."""
 
@@ -280,7 +304,7 @@ class _Worker:
     def run(self, job: StripeJob, deadline: Optional[float], retries: int,
             group: Any) -> Any:
         """Runs ``job`` in the worker; its reply (a Unary's message, a Stream's trailer)."""
-        placed = _Placed(job.args)
+        placed = _Placed(job.args, lambda: group is not None and group.cancelled)
         self._next_job += 1
         job_id = self._next_job
         try:
@@ -371,6 +395,8 @@ class StripeWorkers:
     def run(self, step: Any, deadline: Optional[float], retries: int, group: Any) -> Any:
         """``step`` (which has a job) on the next free worker: a Unary's reply; a
         Stream's trailer is set on its sink, and its reply is None."""
+        if group is not None and group.cancelled:
+            raise _cancelled_error()
         worker = self._checkout()
         alive = True
         try:

@@ -37,7 +37,7 @@ def _upload_messages(header: Any, view: memoryview, step: int) -> Iterator[Any]:
 
 def _upload_part(header: Any, data: Array, step: int, channel: int) -> Unary:
     """One range of a striped upload (a list of views, no copies: a retry sends it again)."""
-    return Unary("Buffers.Upload", list(_upload_messages(header, memoryview(data), step)),
+    return Unary("Buffers.Upload", list(_upload_messages(header, byte_view(data), step)),
                  channel=channel)
 
 
@@ -88,7 +88,7 @@ class TransferMethods(Generic[ResultT, DeviceArrayT]):
             info = yield from self._striped_upload(header, view, step)
         else:
             info = yield Unary("Buffers.Upload", _upload_messages(header, view, step))
-        return DeviceArray._from_info(self, info)
+        return DeviceArray._from_info(cast(Any, self), info)
 
     def _striped_upload(self, header: Any, view: memoryview, step: int) -> Steps[Any]:
         """Ranges of stripe_bytes into one upload session (UploadHeader.session_token):

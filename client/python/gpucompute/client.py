@@ -169,6 +169,10 @@ class _CallGroup:
                 return
         call.cancel()
 
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
     def cancel(self) -> None:
         with self._lock:
             self._cancelled = True
