@@ -113,17 +113,22 @@ def test_striped_streaming_aio(server, rng):
     assert asyncio.run(run()).tobytes() == (factors * values).tobytes()
 
 
-def test_a_failing_stripe_fails_the_call_and_the_others_are_cancelled(rng):
+@pytest.mark.parametrize("processes", [False, True])
+def test_a_failing_stripe_fails_the_call_and_the_others_are_cancelled(rng, processes):
     """One request in flight at most: the stripes beyond the first are refused; the call
-    fails with that status and the admitted stripe is cancelled, freeing its slot."""
+    fails with that status and the admitted stripe is cancelled, freeing its slot. In
+    stripe processes (test_stripe_processes.py) the error names the stripe's rows."""
     server = ServerProcess("--max_in_flight=1")
     try:
         values = rng.uniform(-1, 1, (3, 1 << 22)).astype(np.float32)  # 3 stripes of 16 MiB
         factors = rng.uniform(0.5, 1.0, 1 << 22).astype(np.float32)
-        with server.client(timeout=60, stripes=3, stripe_bytes=1 << 20) as c:
+        with server.client(timeout=60, stripes=3, stripe_bytes=1 << 20,
+                           stripe_processes=processes) as c:
             with pytest.raises(gpucompute.ResourceExhausted) as e:
                 c.stream_discount_product(factors, values)
             assert "max_in_flight 1" in str(e.value)
+            assert e.value.call == "stream_discount_product"
+            assert ("(stripe rows [" in str(e.value)) == processes
             small = values[:, :1000]
             deadline = time.monotonic() + 10
             while True:  # the cancelled stripe's slot comes back as the server sees it
@@ -134,6 +139,7 @@ def test_a_failing_stripe_fails_the_call_and_the_others_are_cancelled(rng):
                     assert time.monotonic() < deadline, "a stripe's slot was never freed"
                     time.sleep(0.05)
             assert back.tobytes() == (factors[:1000] * small).tobytes()
+            assert not c.list_buffers()
     finally:
         server.stop()
 

@@ -314,11 +314,12 @@ class _Worker:
             raise self.died(job.label) from None
         if group is not None:
             group.add(_RemoteCall(self, job_id))
-        try:
-            (kind, reply_id, value), _ = _recv(self.sock)
-        except (EOFError, OSError):
-            raise self.died(job.label) from None
-        assert reply_id == job_id
+        reply_id = 0
+        while reply_id != job_id:  # (an earlier job's reply cannot be pending; if it were)
+            try:
+                (kind, reply_id, value), _ = _recv(self.sock)
+            except (EOFError, OSError):
+                raise self.died(job.label) from None
         if kind == "rpc":
             code, details = value
             raise _RemoteRpcError(grpc.StatusCode[code], f"{details} (stripe {job.label})")
