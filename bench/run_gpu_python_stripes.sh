@@ -5,13 +5,16 @@
 #     stripes (the input copied into shared memory by the call), 8 process stripes with
 #     the input made in Client.stripe_array (no copy);
 #   stream_discount_product of 8 GiB float32: one call, 4 and 8 process stripes (input
-#     copied), 8 process stripes with the input in stripe_array;
+#     copied, a new result each call), 8 and 16 process stripes with the input and the
+#     reused result in stripe_array (as a caller after speed has them);
 #   seed 000's full case streamed with 8 process stripes, the first 3 batches of $BATCH
 #     slices (its calls timed apart from making and checking the values);
 # each with the server's CPU per GB moved (and the client's, its workers included; the
 # workers' start-up, paid by a first striped call, is printed apart). Timeouts bound it
 # to about 10 minutes if everything hangs.
 # Goal (issue #12): seed 000's 80 GB each way in <= 25 s, >= 3.2 GB/s each way at once.
+# (Session 9, bench/run_gpu_streaming.sh: 4 / 8 separate Python processes streaming at
+# once reached 2.38 / 2.99 GB/s each way together, the ceiling to compare with.)
 #
 # Here:   cmake --build build-cuda --target gpucompute-server
 #         /work/shared/tools/device-bundle .device/pystripes/b build-cuda/server/gpucompute-server
@@ -67,9 +70,9 @@ bulk --stripes 8 --processes --stripe-array
 step "stream_discount_product, 8 GiB float32"
 timeout 130 "$PYTHON" bench/streaming_ops.py --target $TARGET --bytes $STREAM_BYTES --repeat 2 \
   --server-pid $SERVER --stripes 1 --processes 4 8 --no-round-trip 2>&1 | tee "$OUT/streaming.txt"
-timeout 80 "$PYTHON" bench/streaming_ops.py --target $TARGET --bytes $STREAM_BYTES --repeat 2 \
-  --server-pid $SERVER --stripes --processes 8 --stripe-array --no-round-trip 2>&1 \
-  | sed 's/procs x8 /procs x8 stripe_array /' | tee "$OUT/streaming_array.txt"
+timeout 100 "$PYTHON" bench/streaming_ops.py --target $TARGET --bytes $STREAM_BYTES --repeat 2 \
+  --server-pid $SERVER --stripes --processes 8 16 --stripe-array --no-round-trip 2>&1 \
+  | sed 's/procs x\([0-9]*\) /procs x\1 stripe_array /' | tee "$OUT/streaming_array.txt"
 
 step "seed 000 full case streamed, 8 process stripes, first 3 batches of $BATCH slices"
 CPU0=$(server_cpu)

@@ -290,6 +290,15 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
                           self._unary("SharedMemory.SharedMemoryStatus",
                                       pb.SharedMemoryStatusRequest()))
 
+    def stripe_array(self, shape: Any, dtype: Any = np.float64) -> Array:
+        """An empty NumPy array in memory the stripe processes share
+        (``stripe_processes=True``): an input made in it reaches them without the copy
+        into shared memory, a result written into it (``out=``) without a copy back (fill
+        it by slices on several threads: NumPy drops the GIL). Freed with its last view.
+        Without stripe processes (and in gpucompute.aio, not awaited) a plain np.empty."""
+        dims = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
+        return self._empty(dims, dtype)
+
     def _free_all_shared(self) -> Steps[None]:
         return (yield from _shared_memory.free_all(self))
 

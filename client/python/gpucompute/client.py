@@ -8,7 +8,6 @@ from typing import Any, List, Optional, Tuple, Union
 
 import grpc
 import grpc.experimental
-import numpy as np
 
 from ._api import DEFAULT_UPLOAD_THRESHOLD, ClientApi
 from ._pb import pb
@@ -68,14 +67,6 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
                 channel.close()
             if self._workers is not None:
                 self._workers.close()
-
-    def stripe_array(self, shape: Any, dtype: Any = np.float64) -> Any:
-        """An empty NumPy array in memory the stripe processes share
-        (``stripe_processes=True``): an input made in it reaches them without the copy
-        into shared memory (fill it by slices on several threads; NumPy drops the GIL).
-        Freed with its last view. Without stripe processes, a plain np.empty."""
-        dims = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
-        return self._empty(dims, dtype)
 
     def __enter__(self) -> "Client":
         return self
