@@ -114,7 +114,7 @@ def test_a_dead_worker_is_reported_and_replaced(server, rng):
         assert victim not in c._workers.pids() and len(c._workers.pids()) == 2
 
 
-def test_process_stripes_need_the_blocking_client_without_credentials(server):
+def test_process_stripes_need_no_credentials(server):
     import grpc
 
     with pytest.raises(ValueError, match="stripe_processes"):

@@ -61,9 +61,11 @@ def test_striped_upload_is_byte_exact(server, stripes):
         plain.delete(buf.id)
 
 
-def test_striped_aio_round_trip(server):
+@pytest.mark.parametrize("processes", [False, True])
+def test_striped_aio_round_trip(server, processes):
     async def run():
-        async with gpucompute.aio.Client(server.target, stripes=3, stripe_bytes=1 << 20) as c:
+        async with gpucompute.aio.Client(server.target, stripes=3, stripe_bytes=1 << 20,
+                                         stripe_processes=processes) as c:
             data = _pattern((2 << 20) // 4 + 5)
             buf = await c.upload(data)
             back = await c.download(buf)
@@ -144,7 +146,8 @@ def test_a_failing_stripe_fails_the_call_and_the_others_are_cancelled(rng, proce
         server.stop()
 
 
-def test_cancelling_a_striped_stream_cancels_every_stripe(rng):
+@pytest.mark.parametrize("processes", [False, True])
+def test_cancelling_a_striped_stream_cancels_every_stripe(rng, processes):
     """An asyncio task cancelled mid-call: each stripe's call is cancelled, so the server
     frees their slots (three in flight at most: a full-width call runs right after)."""
     server = ServerProcess("--max_in_flight=3")
@@ -154,7 +157,7 @@ def test_cancelling_a_striped_stream_cancels_every_stripe(rng):
 
     async def run():
         async with gpucompute.aio.Client(server.target, timeout=60, stripes=3,
-                                         stripe_bytes=1 << 20) as c:
+                                         stripe_bytes=1 << 20, stripe_processes=processes) as c:
             task = asyncio.ensure_future(c.stream_discount_product(factors, values))
             await asyncio.sleep(0.02)
             assert not task.done()

@@ -107,7 +107,7 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
         up to this many calls at once over ranges of their first axis; the first failing
         range fails the call and cancels the others; 1: one stream.
     stripe_processes: run those stripes in ``stripes`` worker processes (started at the
-        first striped call, each with its own connection; blocking Client only) instead
+        first striped call, each with its own connection; not with credentials) instead
         of threads of this one, whose GIL holds them to one core's worth of grpcio's
         copying (~2 GB/s); inputs are copied once into shared memory for them (not those
         made with Client.stripe_array), results come back in shared memory.
@@ -139,9 +139,9 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
         self.stripes, self.stripe_bytes = int(stripes), int(stripe_bytes)
         self._workers: Optional[_stripe_workers.StripeWorkers] = None
         if stripe_processes and self.stripes > 1:
-            if not self.blocking or credentials is not None:
-                raise ValueError("stripe_processes: the blocking Client only, without "
-                                 "credentials (which cannot pass to other processes)")
+            if credentials is not None:
+                raise ValueError("stripe_processes: credentials cannot pass to other "
+                                 "processes (a token can)")
             self._workers = _stripe_workers.StripeWorkers(self.stripes, dict(
                 target=target, token=token, options=list(options)))
         self._channel = self._connect(credentials, self._channel_options)
@@ -295,7 +295,7 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
         (``stripe_processes=True``): an input made in it reaches them without the copy
         into shared memory, a result written into it (``out=``) without a copy back (fill
         it by slices on several threads: NumPy drops the GIL). Freed with its last view.
-        Without stripe processes (and in gpucompute.aio, not awaited) a plain np.empty."""
+        Without stripe processes a plain np.empty; not awaited in gpucompute.aio."""
         dims = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
         return self._empty(dims, dtype)
 

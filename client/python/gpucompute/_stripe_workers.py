@@ -35,7 +35,7 @@ import grpc
 import numpy as np
 
 from ._pb import pb
-from ._steps import Stream, Unary
+from ._steps import CallGroup, Stream, Unary
 from .errors import StripeWorkerDied
 
 StepT = TypeVar("StepT", bound=Union[Unary, Stream])
@@ -342,7 +342,7 @@ class _Worker:
 
 
 class _RemoteCall:
-    """A job in a worker, as a _CallGroup cancels it."""
+    """A job in a worker, as a CallGroup cancels it."""
 
     def __init__(self, worker: _Worker, job_id: int):
         self._worker, self._job_id = worker, job_id
@@ -478,7 +478,7 @@ def worker_main(fd: int) -> None:
     sock = socket.socket(fileno=fd)
     (kind, config), _ = _recv(sock)
     assert kind == "config"
-    from .client import Client, _CallGroup
+    from .client import Client
     client = Client(config["target"], token=config["token"], options=config["options"])
     send_lock = threading.Lock()
     groups: Dict[int, Any] = {}
@@ -489,7 +489,7 @@ def worker_main(fd: int) -> None:
             except (EOFError, OSError):
                 break
             if message[0] == "job":
-                groups = {message[1]: _CallGroup()}  # one job at a time
+                groups = {message[1]: CallGroup()}  # one job at a time
                 threading.Thread(target=_run_job, daemon=True,
                                  args=(client, sock, send_lock, groups[message[1]],
                                        message, fds)).start()
