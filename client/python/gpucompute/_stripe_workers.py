@@ -328,17 +328,24 @@ class _Worker:
         placed.finish()
         return _local(value)
 
-    def stop(self) -> None:
+    def ask_to_stop(self) -> None:
         try:
             self.send(("stop",))
         except OSError:
             pass
         self.sock.close()
+
+    def wait(self) -> None:
+        """Until the process ends (killed if it has not within _STOP_TIMEOUT_S)."""
         try:
             self.proc.wait(timeout=_STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+    def stop(self) -> None:
+        self.ask_to_stop()
+        self.wait()
 
 
 class _RemoteCall:
@@ -355,8 +362,10 @@ class _RemoteCall:
 
 
 def _stop_all(workers: List[_Worker]) -> None:
-    for worker in list(workers):
-        worker.stop()
+    for worker in workers:  # all at once, then wait for each
+        worker.ask_to_stop()
+    for worker in workers:
+        worker.wait()
     workers.clear()
 
 
