@@ -139,7 +139,6 @@ class _Ref:
     offset: int
     shape: Tuple[int, ...]
     dtype: str
-    out: bool
 
 
 @dataclass
@@ -213,7 +212,7 @@ class _Placed:
         if index is None:
             index = len(self.blocks)
             self.blocks.append(block)
-        return _Ref(index, offset, tuple(arr.shape), arr.dtype.str, out)
+        return _Ref(index, offset, tuple(arr.shape), arr.dtype.str)
 
     def finish(self) -> None:
         for target, shared in self.copy_back:
@@ -389,7 +388,9 @@ class StripeWorkers:
                 raise ValueError("the client is closed")
             if not self._started:
                 for _ in range(self._count):
-                    self._add(_Worker(self._config))
+                    started = _Worker(self._config)
+                    self._all.append(started)
+                    self._idle.put(started)
                 self._started = True
         worker = self._idle.get()
         if worker is None:  # a dead worker's place: a new one
@@ -397,10 +398,6 @@ class StripeWorkers:
                 worker = _Worker(self._config)
                 self._all.append(worker)
         return worker
-
-    def _add(self, worker: _Worker) -> None:
-        self._all.append(worker)
-        self._idle.put(worker)
 
     def run(self, step: Any, deadline: Optional[float], retries: int, group: Any) -> Any:
         """``step`` (which has a job) on the next free worker: a Unary's reply; a
