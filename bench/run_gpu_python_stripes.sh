@@ -7,8 +7,9 @@
 #   stream_discount_product of 8 GiB float32: one call, 4 and 8 process stripes (input
 #     copied, a new result each call), 8 and 16 process stripes with the input and the
 #     reused result in stripe_array (as a caller after speed has them);
-#   seed 000's full case streamed with 8 process stripes, the first 3 batches of $BATCH
-#     slices (its calls timed apart from making and checking the values);
+#   seed 000's full case streamed with $SEED_STRIPES (8) process stripes, the first 3
+#     batches of $BATCH (16) slices, 6.4 GB each way per batch (its calls timed apart from
+#     making and checking the values);
 # each with the server's CPU per GB moved (and the client's, its workers included; the
 # workers' start-up, paid by a first striped call, is printed apart). Timeouts bound it
 # to about 10 minutes if everything hangs.
@@ -26,6 +27,7 @@ set -u
 BUNDLE=${BUNDLE:-.device/pystripes/b}
 OUT=${OUT:-gpu-out/python_stripes}
 BATCH=${BATCH:-16}
+SEED_STRIPES=${SEED_STRIPES:-8}
 PORT=${PORT:-50231}
 # A dry run elsewhere: BACKEND=cpu BULK_BYTES=268435456 STREAM_BYTES=268435456
 # SEED_ARGS="--n 400000" PYTHON=/usr/bin/python3 BUNDLE=build-cpu/server bash bench/run_gpu_python_stripes.sh
@@ -74,10 +76,10 @@ timeout 100 "$PYTHON" bench/streaming_ops.py --target $TARGET --bytes $STREAM_BY
   --server-pid $SERVER --stripes --processes 8 16 --stripe-array --no-round-trip 2>&1 \
   | sed 's/procs x\([0-9]*\) /procs x\1 stripe_array /' | tee "$OUT/streaming_array.txt"
 
-step "seed 000 full case streamed, 8 process stripes, first 3 batches of $BATCH slices"
+step "seed 000 full case streamed, $SEED_STRIPES process stripes, first 3 batches of $BATCH slices"
 CPU0=$(server_cpu)
 timeout 100 "$PYTHON" examples/seed000_discount.py --target $TARGET --streaming $SEED_ARGS \
-  --stripes 8 --processes --batch "$BATCH" --max-batches 3 2>&1 | tail -8 | tee "$OUT/seed000.txt"
+  --stripes "$SEED_STRIPES" --processes --batch "$BATCH" --max-batches 3 2>&1 | tail -8 | tee "$OUT/seed000.txt"
 CPU1=$(server_cpu)
 
 step "table (GB/s each way; core-s per GB of input)"
@@ -96,11 +98,11 @@ step "table (GB/s each way; core-s per GB of input)"
     best = $(m + 6); sub(/\)/, "", best)
     printf "%-48s %9s %9s %11s %11s\n", name, $(m + 3), best, $(s + 1), $(s + 3) }'
   # seed000: "full case: X GB in and out in T s, of which the calls C s (R GB/s each way); ..."
-  awk -v cpu0="$CPU0" -v cpu1="$CPU1" '/^full case:/ {
+  awk -v cpu0="$CPU0" -v cpu1="$CPU1" -v k="$SEED_STRIPES" '/^full case:/ {
     cpu = cpu1 - cpu0
     for (i = 1; i <= NF; i++) if ($i == "calls") c = i
     gb = $3 * ($4 == "GB" ? 1 : $4 == "MB" ? 1e-3 : 1e-6)
-    printf "%-48s %9s %9s %11.2f %11s\n", "seed000 streamed procs x8 (" $3 " " $4 ")",
+    printf "%-48s %9s %9s %11.2f %11s\n", "seed000 streamed procs x" k " (" $3 " " $4 ")",
       substr($(c + 3), 2), "-", cpu / gb, "-" }' "$OUT/seed000.txt"
 } | tee "$OUT/table.txt"
 grep -h "workers started" "$OUT"/*.txt
