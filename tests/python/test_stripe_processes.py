@@ -45,7 +45,7 @@ def _ended(pid: int, timeout: float = 10.0) -> bool:
 
 
 def test_process_stripes_are_byte_exact_and_leave_nothing(server, rng):
-    data = _pattern((5 << 20) // 4 + 3085)  # not a multiple of the stripe
+    data = _pattern((17 << 20) // 4 + 3085)  # not a multiple of the stripe; out= copied by parts
     values = rng.uniform(0.1, 10, (37, 300, 7)).astype(np.float32)  # 37 rows over 3 calls
     factors = rng.uniform(0.5, 1.0, (300, 7)).astype(np.float32)
     shm_before = _shm_entries()

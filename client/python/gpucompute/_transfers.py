@@ -29,6 +29,7 @@ DEFAULT_UPLOAD_CHUNK = 2 << 20
 #: bytes of each ranged download of a striped download
 DEFAULT_STRIPE_BYTES = 64 << 20
 
+
 def _upload_messages(header: Any, view: memoryview, step: int) -> Iterator[Any]:
     yield header
     for off in range(0, view.nbytes, step):
@@ -154,6 +155,6 @@ class TransferMethods(Generic[ResultT, DeviceArrayT]):
         if stripes:
             yield Parallel(stripes)
         if out is not None and options.out is None:
-            np.copyto(out, array)
+            _stripe_workers.copy_on_threads(out, array, self.stripes)
             array = out
         return options.deliver(array, sink.trailer, start)
