@@ -110,9 +110,7 @@ def main():
 
     for c in procs.values():  # start the workers: what the first striped call pays
         t0 = time.perf_counter()
-        c.stripe_bytes, stripe_bytes = 1 << 16, c.stripe_bytes  # a small call striped
-        c.stream_discount_product(factors, values[:c.stripes * 64])
-        c.stripe_bytes = stripe_bytes
+        c._workers.start()
         print(f"python streaming procs x{c.stripes}: workers started in "
               f"{time.perf_counter() - t0:.2f} s", flush=True)
 

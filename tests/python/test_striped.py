@@ -115,6 +115,18 @@ def test_striped_streaming_aio(server, rng):
     assert asyncio.run(run()).tobytes() == (factors * values).tobytes()
 
 
+def _admitted(call):
+    """call()'s result once the server admits it: slots of cancelled calls come back as
+    the server sees the cancellations."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return call()
+        except gpucompute.ResourceExhausted:
+            assert time.monotonic() < deadline, "a stripe's slot was never freed"
+            time.sleep(0.05)
+
+
 @pytest.mark.parametrize("processes", [False, True])
 def test_a_failing_stripe_fails_the_call_and_the_others_are_cancelled(rng, processes):
     """One request in flight at most: the stripes beyond the first are refused; the call
@@ -126,20 +138,15 @@ def test_a_failing_stripe_fails_the_call_and_the_others_are_cancelled(rng, proce
         factors = rng.uniform(0.5, 1.0, 1 << 22).astype(np.float32)
         with server.client(timeout=60, stripes=3, stripe_bytes=1 << 20,
                            stripe_processes=processes) as c:
+            if processes:  # the workers up first, so that the stripes start at once
+                c._workers.start()
             with pytest.raises(gpucompute.ResourceExhausted) as e:
                 c.stream_discount_product(factors, values)
             assert "max_in_flight 1" in str(e.value)
             assert e.value.call == "stream_discount_product"
             assert ("(stripe rows [" in str(e.value)) == processes
             small = values[:, :1000]
-            deadline = time.monotonic() + 10
-            while True:  # the cancelled stripe's slot comes back as the server sees it
-                try:
-                    back = c.stream_discount_product(factors[:1000], small)
-                    break
-                except gpucompute.ResourceExhausted:
-                    assert time.monotonic() < deadline, "a stripe's slot was never freed"
-                    time.sleep(0.05)
+            back = _admitted(lambda: c.stream_discount_product(factors[:1000], small))
             assert back.tobytes() == (factors[:1000] * small).tobytes()
             assert not c.list_buffers()
     finally:

@@ -29,8 +29,10 @@ import threading
 import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar,
+                    Union)
 
 import grpc
 import numpy as np
@@ -299,7 +301,20 @@ class _Worker:
         self.sock = parent
         self._send_lock = threading.Lock()
         self._next_job = 0
+        self._ready = False
         self.send(("config", config))
+
+    def wait_ready(self, label: str) -> None:
+        """Until the worker has its Client (its first message); StripeWorkerDied if it
+        ends first."""
+        if self._ready:
+            return
+        try:
+            (kind, _, _), _ = _recv(self.sock)
+        except (EOFError, OSError):
+            raise self.died(label) from None
+        assert kind == "ready"
+        self._ready = True
 
     def send(self, message: Any, fds: Sequence[int] = ()) -> None:
         with self._send_lock:
@@ -317,6 +332,7 @@ class _Worker:
     def run(self, job: StripeJob, deadline: Optional[float], retries: int,
             group: Any) -> Any:
         """Runs ``job`` in the worker; its reply (a Unary's message, a Stream's trailer)."""
+        self.wait_ready(job.label)
         placed = _Placed(job.args, lambda: group is not None and group.cancelled)
         self._next_job += 1
         job_id = self._next_job
@@ -413,15 +429,13 @@ class StripeWorkers:
                 self._all.append(worker)
         return worker
 
-    def run(self, step: Any, deadline: Optional[float], retries: int, group: Any) -> Any:
-        """``step`` (which has a job) on the next free worker: a Unary's reply; a
-        Stream's trailer is set on its sink, and its reply is None."""
-        if group is not None and group.cancelled:
-            raise _cancelled_error()
+    @contextmanager
+    def _borrowed(self) -> Iterator[_Worker]:
+        """A free worker for one job; back to the others after it, or replaced if it died."""
         worker = self._checkout()
         alive = True
         try:
-            reply = worker.run(step.job, deadline, retries, group)
+            yield worker
         except StripeWorkerDied:
             alive = False
             raise
@@ -433,6 +447,21 @@ class StripeWorkers:
                     self._all.remove(worker)
                 worker.stop()
                 self._idle.put(None)
+
+    def start(self) -> None:
+        """Starts the workers now (else the first job does) and waits until each is
+        ready: what a first striped call would pay, paid before timing one."""
+        with ExitStack() as stack:
+            for _ in range(self._count):
+                stack.enter_context(self._borrowed()).wait_ready("start-up")
+
+    def run(self, step: Any, deadline: Optional[float], retries: int, group: Any) -> Any:
+        """``step`` (which has a job) on the next free worker: a Unary's reply; a
+        Stream's trailer is set on its sink, and its reply is None."""
+        if group is not None and group.cancelled:
+            raise _cancelled_error()
+        with self._borrowed() as worker:
+            reply = worker.run(step.job, deadline, retries, group)
         if hasattr(step, "sink"):
             step.sink.trailer = reply
             return None
@@ -500,6 +529,7 @@ def worker_main(fd: int) -> None:
     assert kind == "config"
     from .client import Client
     client = Client(config["target"], token=config["token"], options=config["options"])
+    _send(sock, ("ready", 0, None))
     send_lock = threading.Lock()
     groups: Dict[int, Any] = {}
     try:
