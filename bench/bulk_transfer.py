@@ -4,7 +4,12 @@ end to end (median of --repeat), checked byte-exact; with --server-pid, the serv
 time per GB moved. Prints the same line format as bulk-transfer-bench.
 
     python3 bench/bulk_transfer.py --target 127.0.0.1:50051 --bytes 2147483648 [--stripes 4]
-        [--chunk-bytes N] [--upload-chunk-bytes N]
+        [--processes [--stripe-array]] [--chunk-bytes N] [--upload-chunk-bytes N]
+
+--processes: the stripes in worker processes (Client(stripe_processes=True)), started
+before the timed runs (the time printed apart); client core-s/GB then counts the
+workers' CPU too. The upload's data is an ordinary array, copied into shared memory
+by the call (timed), or with --stripe-array made in Client.stripe_array (no copy).
 """
 import argparse
 import ctypes
@@ -57,10 +62,19 @@ def report(label, stripes, what, nbytes, samples):
           flush=True)
 
 
-def since(start, server_pid):
+def client_cpu(client):
+    """This process's CPU seconds and its stripe workers'."""
+    workers = client._workers.pids() if client._workers is not None else []
+    return time.process_time() + sum(cpu_seconds(pid) for pid in workers)
+
+
+def mark(client, server_pid):
+    return (time.perf_counter(), cpu_seconds(server_pid), client_cpu(client), faults())
+
+
+def since(start, client, server_pid):
     """(seconds, server core-s, client core-s, client faults) since ``start``."""
-    now = (time.perf_counter(), cpu_seconds(server_pid), time.process_time(), faults())
-    return tuple(b - a for a, b in zip(start, now))
+    return tuple(b - a for a, b in zip(start, mark(client, server_pid)))
 
 
 def main():
@@ -75,28 +89,45 @@ def main():
                    help="download chunk size (default: the client's)")
     p.add_argument("--upload-chunk-bytes", type=int, default=None,
                    help="upload message size (default: the client's)")
+    p.add_argument("--processes", action="store_true",
+                   help="stripes in worker processes (stripe_processes=True)")
+    p.add_argument("--stripe-array", action="store_true",
+                   help="with --processes: the upload's data made in Client.stripe_array")
     p.add_argument("--keep-freed-memory", action="store_true",
                    help="glibc malloc keeps freed memory mapped (keep_freed_memory_mapped)")
     args = p.parse_args()
     if args.keep_freed_memory:
         keep_freed_memory_mapped()
     kwargs = {"stripes": args.stripes} if args.stripes != 1 else {}
+    if args.processes:
+        kwargs["stripe_processes"] = True
     client = gpucompute.Client(args.target, timeout=600, **kwargs)
+    label = args.label + (" processes" if args.processes else "")
     data = (np.arange(args.bytes // 4, dtype=np.int64) % 1000003).astype(np.float32) * 0.5
+    if args.processes and args.stripe_array:
+        shared = client.stripe_array(data.shape, data.dtype)
+        shared[...] = data
+        data, label = shared, label + " (stripe_array)"
+    if client._workers is not None:  # start the workers: what the first call pays
+        t0 = time.perf_counter()
+        client._workers.start()
+        print(f"{label}: {args.stripes} workers started in "
+              f"{time.perf_counter() - t0:.2f} s", flush=True)
     ups, downs = [], []
     for _ in range(args.repeat):
-        start = (time.perf_counter(), cpu_seconds(args.server_pid), time.process_time(), faults())
+        start = mark(client, args.server_pid)
         buf = client.upload(data, "bulk", chunk_bytes=args.upload_chunk_bytes)
-        ups.append(since(start, args.server_pid))
-        start = (time.perf_counter(), cpu_seconds(args.server_pid), time.process_time(), faults())
+        ups.append(since(start, client, args.server_pid))
+        start = mark(client, args.server_pid)
         back = client.download(buf, chunk_bytes=args.chunk_bytes)
-        downs.append(since(start, args.server_pid))
+        downs.append(since(start, client, args.server_pid))
         if not np.array_equal(back.view(np.uint32), data.view(np.uint32)):
             sys.exit("download differs from the upload")
         del back
         client.delete(buf)
-    report(args.label, args.stripes, "upload", data.nbytes, ups)
-    report(args.label, args.stripes, "download", data.nbytes, downs)
+    report(label, args.stripes, "upload", data.nbytes, ups)
+    report(label, args.stripes, "download", data.nbytes, downs)
+    client.close()
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--stripes", type=int, default=1,
                    help="split large uploads, downloads and streamed calls over this many "
                    "connections")
+    p.add_argument("--processes", action="store_true",
+                   help="run those stripes in as many worker processes (stripe_processes)")
     return p
 
 
@@ -42,7 +44,7 @@ def connect(args):
     import grpc
     creds = grpc.ssl_channel_credentials() if args.tls else None
     client = gc.Client(args.target, credentials=creds, token=args.token, timeout=args.timeout,
-                       stripes=args.stripes)
+                       stripes=args.stripes, stripe_processes=args.processes)
     status = client.health(timeout=min(args.timeout, 30.0))
     info = client.info()
     dev = info.devices[0] if info.devices else None

@@ -61,9 +61,11 @@ def test_striped_upload_is_byte_exact(server, stripes):
         plain.delete(buf.id)
 
 
-def test_striped_aio_round_trip(server):
+@pytest.mark.parametrize("processes", [False, True])
+def test_striped_aio_round_trip(server, processes):
     async def run():
-        async with gpucompute.aio.Client(server.target, stripes=3, stripe_bytes=1 << 20) as c:
+        async with gpucompute.aio.Client(server.target, stripes=3, stripe_bytes=1 << 20,
+                                         stripe_processes=processes) as c:
             data = _pattern((2 << 20) // 4 + 5)
             buf = await c.upload(data)
             back = await c.download(buf)
@@ -113,32 +115,46 @@ def test_striped_streaming_aio(server, rng):
     assert asyncio.run(run()).tobytes() == (factors * values).tobytes()
 
 
-def test_a_failing_stripe_fails_the_call_and_the_others_are_cancelled(rng):
+def _admitted(call):
+    """call()'s result once the server admits it: slots of cancelled calls come back as
+    the server sees the cancellations."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return call()
+        except gpucompute.ResourceExhausted:
+            assert time.monotonic() < deadline, "a stripe's slot was never freed"
+            time.sleep(0.05)
+
+
+@pytest.mark.parametrize("processes", [False, True])
+def test_a_failing_stripe_fails_the_call_and_the_others_are_cancelled(rng, processes):
     """One request in flight at most: the stripes beyond the first are refused; the call
-    fails with that status and the admitted stripe is cancelled, freeing its slot."""
+    fails with that status and the admitted stripe is cancelled, freeing its slot. In
+    stripe processes (test_stripe_processes.py) the error names the stripe's rows."""
     server = ServerProcess("--max_in_flight=1")
     try:
         values = rng.uniform(-1, 1, (3, 1 << 22)).astype(np.float32)  # 3 stripes of 16 MiB
         factors = rng.uniform(0.5, 1.0, 1 << 22).astype(np.float32)
-        with server.client(timeout=60, stripes=3, stripe_bytes=1 << 20) as c:
+        with server.client(timeout=60, stripes=3, stripe_bytes=1 << 20,
+                           stripe_processes=processes) as c:
+            if processes:  # the workers up first, so that the stripes start at once
+                c._workers.start()
             with pytest.raises(gpucompute.ResourceExhausted) as e:
                 c.stream_discount_product(factors, values)
             assert "max_in_flight 1" in str(e.value)
+            assert e.value.call == "stream_discount_product"
+            assert ("(stripe rows [" in str(e.value)) == processes
             small = values[:, :1000]
-            deadline = time.monotonic() + 10
-            while True:  # the cancelled stripe's slot comes back as the server sees it
-                try:
-                    back = c.stream_discount_product(factors[:1000], small)
-                    break
-                except gpucompute.ResourceExhausted:
-                    assert time.monotonic() < deadline, "a stripe's slot was never freed"
-                    time.sleep(0.05)
+            back = _admitted(lambda: c.stream_discount_product(factors[:1000], small))
             assert back.tobytes() == (factors[:1000] * small).tobytes()
+            assert not c.list_buffers()
     finally:
         server.stop()
 
 
-def test_cancelling_a_striped_stream_cancels_every_stripe(rng):
+@pytest.mark.parametrize("processes", [False, True])
+def test_cancelling_a_striped_stream_cancels_every_stripe(rng, processes):
     """An asyncio task cancelled mid-call: each stripe's call is cancelled, so the server
     frees their slots (three in flight at most: a full-width call runs right after)."""
     server = ServerProcess("--max_in_flight=3")
@@ -148,7 +164,7 @@ def test_cancelling_a_striped_stream_cancels_every_stripe(rng):
 
     async def run():
         async with gpucompute.aio.Client(server.target, timeout=60, stripes=3,
-                                         stripe_bytes=1 << 20) as c:
+                                         stripe_bytes=1 << 20, stripe_processes=processes) as c:
             task = asyncio.ensure_future(c.stream_discount_product(factors, values))
             await asyncio.sleep(0.02)
             assert not task.done()

@@ -33,6 +33,12 @@ def test_seed000_discount_streaming(server):
     assert "streamed" in out and "batch 3/3" in out  # each batch one StreamingCompute call
 
 
+def test_seed000_discount_streaming_in_processes(server):
+    out = run_example("seed000_discount.py", server.target, "--small", "--streaming",
+                      "--batch", "6", "--stripes", "2", "--processes")
+    assert "streamed" in out and "batch 2/2" in out
+
+
 def test_seed001_haversine(server):
     out = run_example("seed001_haversine.py", server.target, "--n", "200", "--repeats", "2")
     assert "float32 mesh matches NumPy haversine" in out

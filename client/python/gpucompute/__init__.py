@@ -27,7 +27,7 @@ _ERROR_NAMES = ("GpuComputeError", "Cancelled", "Unknown", "InvalidArgument",
                 "DeadlineExceeded", "NotFound", "AlreadyExists", "PermissionDenied",
                 "ResourceExhausted", "FailedPrecondition", "Aborted", "OutOfRange",
                 "Unimplemented", "Internal", "Unavailable", "DataLoss", "Unauthenticated",
-                "ProtocolError")
+                "ProtocolError", "StripeWorkerDied")
 # public name -> the module that defines it
 _HOMES = {
     "Client": "client", "DEFAULT_UPLOAD_THRESHOLD": "_api", "ReplicatedClient": "replicas",

@@ -5,23 +5,24 @@ themselves (it blocks), ``aio.Client`` binds awaitables of them.
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
-from typing import (Any, Callable, Dict, Generic, Iterator, List, Optional, Sequence, Tuple,
+from typing import (Any, Callable, Dict, Generic, List, Optional, Sequence, Tuple,
                     TypeVar, Union, cast)
 
 import numpy as np
 
-from . import _shared_memory, _wire
+from . import _shared_memory, _stripe_workers
 from ._device_array import DeviceArray
-from ._operands import (NORMS, ArrayLike, Operand, as_array, byte_view, haversine_request,
-                        result_dtype, same_dtype, set_operand)
+from ._operands import (NORMS, ArrayLike, Operand, as_array, haversine_request, result_dtype,
+                        same_dtype, set_operand)
 from ._pb import pb
-from ._steps import Parallel, Run, Steps, Stream, Unary, make_stubs
+from ._steps import Run, Steps, Stream, Unary, make_stubs
 from ._stream import ResultOptions, ResultStream
 from ._streaming import StreamingMethods
-from ._types import (DEFAULT_RADIUS_KM, NP_TO_PB, Array, BufferList, FrequencyGrid, LatLonMesh,
+from ._transfers import (_MESSAGE_MARGIN, _UNASKED_INLINE_BYTES, DEFAULT_STRIPE_BYTES,
+                         TransferMethods)
+from ._types import (DEFAULT_RADIUS_KM, Array, BufferList, FrequencyGrid, LatLonMesh,
                      ServerInfo)
 from .errors import FailedPrecondition, GpuComputeError
 
@@ -34,10 +35,6 @@ _SAFE_MESSAGE_BYTES = 4 << 20
 # stream at once, since a result too large for one message is refused and the whole
 # request sent again (an 8 MiB normalize: 28 -> 43 ms on the CPU backend).
 _SMALL_INPUT_BYTES = 1 << 20
-#: inline requests up to this size go out without asking the server for its limit
-_UNASKED_INLINE_BYTES = 256 << 10
-#: room for the request's other fields and framing
-_MESSAGE_MARGIN = 64 << 10
 #: lombscargle's method names
 _LOMB_SCARGLE_METHODS = {"auto": pb.LOMB_SCARGLE_METHOD_AUTO,
                          "direct": pb.LOMB_SCARGLE_METHOD_DIRECT,
@@ -72,10 +69,6 @@ def _ragged(x: Any, y: Sequence[ArrayLike], weights: Any) -> Tuple[Any, Any, Any
     return np.concatenate(xs), np.concatenate(ys), flat_w, offsets
 
 
-#: default size of Upload data chunks (below any server's message limit)
-DEFAULT_UPLOAD_CHUNK = 2 << 20
-#: bytes of each ranged download of a striped download
-DEFAULT_STRIPE_BYTES = 64 << 20
 
 # What each kind of method returns (the value, or an awaitable of it).
 ResultT = TypeVar("ResultT")        # compute methods and download: _stream.Result
@@ -90,13 +83,7 @@ Named = List[Tuple[str, Operand]]
 Placed = Dict[str, Operand]
 
 
-def _upload_messages(header: Any, view: memoryview, step: int) -> Iterator[Any]:
-    yield header
-    for off in range(0, view.nbytes, step):
-        yield _wire.UploadData(view[off:off + step])
-
-
-class ClientApi(StreamingMethods[ResultT],
+class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT],
                 Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferListT]):
     """Connection settings and every public method; a subclass runs the steps (``_perform``).
 
@@ -119,6 +106,11 @@ class ClientApi(StreamingMethods[ResultT],
         stream_discount_product and stream_normalize larger than ``stripe_bytes`` run as
         up to this many calls at once over ranges of their first axis; the first failing
         range fails the call and cancels the others; 1: one stream.
+    stripe_processes: run those stripes in ``stripes`` worker processes (started at the
+        first striped call, each with its own connection; not with credentials) instead
+        of threads of this one, whose GIL holds them to one core's worth of grpcio's
+        copying (~2 GB/s); inputs are copied once into shared memory for them (not those
+        made with Client.stripe_array), results come back in shared memory.
     """
 
     #: False where calls return awaitables (DeviceArray.__array__ cannot download then)
@@ -128,7 +120,7 @@ class ClientApi(StreamingMethods[ResultT],
                  token: Optional[str] = None, timeout: Optional[float] = None,
                  upload_threshold: int = DEFAULT_UPLOAD_THRESHOLD,
                  options: Sequence[Tuple[str, Any]] = (), stripes: int = 1,
-                 stripe_bytes: int = DEFAULT_STRIPE_BYTES):
+                 stripe_bytes: int = DEFAULT_STRIPE_BYTES, stripe_processes: bool = False):
         self.target = target
         self.timeout = timeout
         self.upload_threshold = int(upload_threshold)
@@ -145,13 +137,20 @@ class ClientApi(StreamingMethods[ResultT],
         if int(stripes) < 1 or int(stripe_bytes) < 1:
             raise ValueError(f"stripes {stripes} and stripe_bytes {stripe_bytes} must be >= 1")
         self.stripes, self.stripe_bytes = int(stripes), int(stripe_bytes)
+        self._workers: Optional[_stripe_workers.StripeWorkers] = None
+        if stripe_processes and self.stripes > 1:
+            if credentials is not None:
+                raise ValueError("stripe_processes: credentials cannot pass to other "
+                                 "processes (a token can)")
+            self._workers = _stripe_workers.StripeWorkers(self.stripes, dict(
+                target=target, token=token, options=list(options)))
         self._channel = self._connect(credentials, self._channel_options)
         # Each stripe channel has its own connection (gRPC shares one between channels of
-        # equal options otherwise).
+        # equal options otherwise); process stripes have theirs in the workers.
         self._stripe_channels = [
             self._connect(credentials, self._channel_options
                           + [("grpc.use_local_subchannel_pool", 1)])
-            for _ in range(self.stripes - 1)]
+            for _ in range(self.stripes - 1 if self._workers is None else 0)]
         self._stubs = make_stubs(self._channel)
         self._stripe_stubs = [self._stubs] + [make_stubs(c) for c in self._stripe_channels]
         self._shared = _shared_memory.SharedRegions()
@@ -162,6 +161,12 @@ class ClientApi(StreamingMethods[ResultT],
 
     def __repr__(self) -> str:
         return f"{type(self).__module__}.{type(self).__name__}({self.target!r})"
+
+    def _empty(self, shape: Sequence[int], dtype: Any) -> Array:
+        """A striped result's array: in shared memory that stripe processes write."""
+        if self._workers is None:
+            return np.empty(shape, dtype)
+        return _stripe_workers.empty(shape, dtype)
 
     def _connect(self, credentials: Optional[Any], options: List[Tuple[str, Any]]) -> Any:
         """A grpc.Channel or a grpc.aio.Channel to self.target."""
@@ -226,96 +231,6 @@ class ClientApi(StreamingMethods[ResultT],
 
     # -- buffers -------------------------------------------------------------------
 
-    def upload(self, array: ArrayLike, name: str = "", *, chunk_bytes: Optional[int] = None,
-               timeout: Optional[float] = None) -> DeviceArrayT:
-        """Store `array` on the server; returns its DeviceArray handle."""
-        if isinstance(array, DeviceArray):
-            raise TypeError("array is already a DeviceArray")
-        arr = as_array(array, "array")
-        assert isinstance(arr, np.ndarray)
-        if chunk_bytes is not None and int(chunk_bytes) <= 0:
-            raise ValueError(f"chunk_bytes is {chunk_bytes}; it must be > 0")
-        return cast(DeviceArrayT, self._call("upload", timeout,
-                                             self._upload(arr, name, chunk_bytes)))
-
-    def _upload(self, arr: Array, name: str, chunk_bytes: Optional[int]) -> Steps[DeviceArray]:
-        if chunk_bytes is None:
-            step = DEFAULT_UPLOAD_CHUNK
-            if arr.nbytes > _UNASKED_INLINE_BYTES:  # stay below the server's message limit
-                limit = yield from self._max_message_bytes()
-                step = max(4096, min(step, limit - _MESSAGE_MARGIN))
-        else:
-            step = int(chunk_bytes)
-        header = pb.UploadRequest(header=pb.UploadHeader(
-            name=name, dtype=NP_TO_PB[arr.dtype], shape=[int(s) for s in arr.shape]))
-        view = byte_view(arr)
-        if self.stripes > 1 and view.nbytes > self.stripe_bytes:
-            info = yield from self._striped_upload(header, view, step)
-        else:
-            info = yield Unary("Buffers.Upload", _upload_messages(header, view, step))
-        return DeviceArray._from_info(self, info)
-
-    def _striped_upload(self, header: Any, view: memoryview, step: int) -> Steps[Any]:
-        """Ranges of stripe_bytes into one upload session (UploadHeader.session_token):
-        the first creates it, the others go at once; a range whose connection breaks is
-        sent again whole. The stream that completes the session answers the stored
-        buffer; if none could, an empty stream stores it."""
-        header.header.session_token = os.urandom(16).hex()
-        size, stripe = view.nbytes, self.stripe_bytes
-
-        def part(begin: int, end: int, channel: int) -> Unary:
-            ranged = pb.UploadRequest()
-            ranged.CopyFrom(header)
-            ranged.header.offset = begin
-            # A list (of views, no copies): a retry sends it again.
-            return Unary("Buffers.Upload", list(_upload_messages(ranged, view[begin:end], step)),
-                         channel=channel)
-
-        infos = [(yield part(0, min(stripe, size), 0))]
-        rest = [part(b, min(b + stripe, size), k % self.stripes)
-                for k, b in enumerate(range(stripe, size, stripe))]
-        if rest:
-            infos += yield Parallel(rest)
-        stored = next((info for info in infos if info.id), None)
-        if stored is None:
-            header.header.offset = size
-            stored = yield Unary("Buffers.Upload", [header])
-        return stored
-
-    def download(self, buffer: Union[DeviceArray, str], *, out: Optional[Array] = None,
-                 chunk_bytes: Optional[int] = None, return_timing: bool = False,
-                 timeout: Optional[float] = None) -> ResultT:
-        """A stored buffer's contents as a NumPy array (written into ``out`` when given)."""
-        options = ResultOptions(chunk_bytes=chunk_bytes, return_timing=return_timing,
-                                timeout=timeout, out=out)
-        buffer_id = buffer.id if isinstance(buffer, DeviceArray) else str(buffer)
-        request = pb.DownloadRequest(buffer_id=buffer_id, chunk_bytes=options.bulk_chunk_bytes())
-        return cast(ResultT, self._call("download", timeout, self._download(request, options)))
-
-    def _download(self, request: Any, options: ResultOptions) -> Steps[Any]:
-        start = time.perf_counter()
-        if self.stripes == 1:
-            sink = ResultStream(options)
-            array = yield Stream("Buffers.Download", request, sink)
-            return options.deliver(array, sink.trailer, start)
-        # Striped: the first stripe's header gives the size and the array; the other
-        # stripes then fill it in place, at once.
-        step = self.stripe_bytes
-        request.length = step
-        sink = ResultStream(options, 0, step)
-        array = yield Stream("Buffers.Download", request, sink)
-        stripes = []
-        for k, begin in enumerate(range(step, sink.total, step)):
-            ranged = pb.DownloadRequest()
-            ranged.CopyFrom(request)
-            ranged.offset, ranged.length = begin, step
-            stripes.append(Stream("Buffers.Download", ranged,
-                                  ResultStream(ResultOptions(out=array), begin, begin + step),
-                                  channel=k % self.stripes))
-        if stripes:
-            yield Parallel(stripes)
-        return options.deliver(array, sink.trailer, start)
-
     def delete(self, buffer: Union[DeviceArray, str], *,
                timeout: Optional[float] = None) -> IntT:
         """Free a stored buffer; returns the bytes freed (a DeviceArray's handle: 0 when
@@ -374,6 +289,15 @@ class ClientApi(StreamingMethods[ResultT],
         return self._call("shared_memory_status", timeout,
                           self._unary("SharedMemory.SharedMemoryStatus",
                                       pb.SharedMemoryStatusRequest()))
+
+    def stripe_array(self, shape: Any, dtype: Any = np.float64) -> Array:
+        """An empty NumPy array in memory the stripe processes share
+        (``stripe_processes=True``): an input made in it reaches them without the copy
+        into shared memory, a result written into it (``out=``) without a copy back (fill
+        it by slices on several threads: NumPy drops the GIL). Freed with its last view.
+        Without stripe processes a plain np.empty; not awaited in gpucompute.aio."""
+        dims = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
+        return self._empty(dims, dtype)
 
     def _free_all_shared(self) -> Steps[None]:
         return (yield from _shared_memory.free_all(self))

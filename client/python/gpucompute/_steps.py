@@ -7,11 +7,12 @@ grpc.aio) sends each step over its channel, blocking or awaiting.
 """
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import (Any, Callable, Dict, Generator, Generic, Iterator, Optional, Sequence,
-                    TypeVar, Union)
+from typing import (Any, Callable, Dict, Generator, Generic, Iterator, List, Optional,
+                    Sequence, TypeVar, Union)
 
 import grpc
 
@@ -34,6 +35,8 @@ class Unary:
     cleanup: bool = False
     #: the stripe channel it runs on (0: the client's own)
     channel: int = 0
+    #: a stripe's _stripe_workers.StripeJob: how a worker process builds this step
+    job: Any = None
 
 
 @dataclass
@@ -49,6 +52,8 @@ class Stream:
     #: read as a unary call (``rpc + UNARY``): the request asks for a single-message
     #: result (OutputOptions.single_message), so one message or a status is all there is
     unary: bool = False
+    #: a stripe's _stripe_workers.StripeJob: how a worker process builds this step
+    job: Any = None
 
 
 #: the suffix of a compute RPC's unary stub (the same method, read as one message)
@@ -181,3 +186,31 @@ class Run(Generic[T]):
             self._advance(lambda: self._steps.throw(error))
         else:
             self._advance(lambda: self._steps.send(self.reply))
+
+
+class CallGroup:
+    """The RPCs of one Parallel step, so that the first failure cancels the others."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: List[Any] = []
+        self._cancelled = False
+
+    def add(self, call: Any) -> None:
+        """A call just started; cancelled at once when the group already is."""
+        with self._lock:
+            if not self._cancelled:
+                self._calls.append(call)
+                return
+        call.cancel()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            calls, self._calls = self._calls, []
+        for call in calls:
+            call.cancel()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, Callable, List, Optional, Tuple, Union
 
 import grpc
 import numpy as np
@@ -113,8 +113,10 @@ class ResultStream:
     each run, interleaved (StreamingCompute's haversine points: a run per reference)."""
 
     def __init__(self, options: ResultOptions, begin: int = 0, end: Optional[int] = None,
-                 runs: int = 1):
+                 runs: int = 1, allocate: Callable[[Tuple[int, ...], Any], Array] = np.empty):
         self.keep = options.keep_on_device
+        #: makes the result's array where no ``out`` is given
+        self.allocate = allocate
         self.out = options.out
         self.runs = max(1, runs)
         #: the server writes the result into ``out`` (shared memory): no data chunks
@@ -164,7 +166,7 @@ class ResultStream:
         if self.out is not None and (self.out.shape != shape or self.out.dtype != dtype):
             raise ValueError(f"out has shape {self.out.shape} and dtype {self.out.dtype}; "
                              f"the result has shape {shape} and dtype {dtype}")
-        self.array = np.empty(shape, dtype) if self.out is None else self.out
+        self.array = self.allocate(shape, dtype) if self.out is None else self.out
         if not self.shared_out:
             self.bytes = np.frombuffer(byte_view(self.array), np.uint8)
 

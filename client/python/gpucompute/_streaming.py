@@ -24,6 +24,7 @@ from . import _wire
 from ._operands import NORMS, ArrayLike, as_array, byte_view, haversine_request, set_operand
 from ._pb import pb
 from ._steps import Parallel, Steps, Stream
+from ._stripe_workers import Out, stripe_step
 from ._stream import ResultOptions, ResultStream
 from ._types import DEFAULT_RADIUS_KM, NP_TO_PB, Array
 
@@ -127,6 +128,14 @@ def _input_parts(data: Any, count: int, name: str, shape: Optional[Sequence[int]
     return parts(), tuple(int(s) for s in shape), np_dtype
 
 
+def _streaming_part(header: Any, arrays: Tuple[Array, ...], out: Array, row_bytes: int,
+                    input_chunk_bytes: int, channel: int) -> Stream:
+    """One call of a striped stream_* call: its rows of the input in, of the result out."""
+    return Stream("Compute.StreamingCompute",
+                  _requests(header, [arrays], row_bytes, input_chunk_bytes),
+                  ResultStream(ResultOptions(out=out)), channel=channel)
+
+
 class StreamingMethods(Generic[ResultT]):
     """The stream_* methods of ClientApi (both clients)."""
 
@@ -135,6 +144,8 @@ class StreamingMethods(Generic[ResultT]):
         stripe_bytes: int
 
         def _call(self, name: str, timeout: Optional[float], steps: Steps[Any]) -> Any: ...
+
+        def _empty(self, shape: Sequence[int], dtype: Any) -> Array: ...
 
     def stream_discount_product(self, factors: ArrayLike, values: StreamInput, *,
                                 shape: Optional[Sequence[int]] = None, dtype: Any = None,
@@ -231,7 +242,7 @@ class StreamingMethods(Generic[ResultT]):
         per stripe connection, each writing its rows of the result in place."""
         start = time.perf_counter()
         shape = tuple(int(e) for e in header.shape)
-        result = options.out if options.out is not None else np.empty(shape, dtype)
+        result = options.out if options.out is not None else self._empty(shape, dtype)
         if result.shape != shape or result.dtype != dtype:
             raise ValueError(f"out has shape {result.shape} and dtype {result.dtype}; the "
                              f"result has shape {shape} and dtype {dtype}")
@@ -241,10 +252,9 @@ class StreamingMethods(Generic[ResultT]):
             part = pb.StreamingComputeHeader()
             part.CopyFrom(header)
             part.shape[0] = end - begin
-            requests = _requests(part, [tuple(a[begin:end] for a in arrays)], row_bytes,
-                                 input_chunk_bytes)
-            steps.append(Stream("Compute.StreamingCompute", requests,
-                                ResultStream(ResultOptions(out=result[begin:end])), channel=k))
+            steps.append(stripe_step(_streaming_part, (
+                part, tuple(a[begin:end] for a in arrays), Out(result[begin:end]), row_bytes,
+                input_chunk_bytes, k), f"rows [{begin}, {end})"))
         # No retries: a call's requests are a generator, read once.
         yield Parallel(steps, retries=0)
         return options.deliver(result, _merged_trailer([s.sink.trailer for s in steps]), start)

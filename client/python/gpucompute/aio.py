@@ -9,6 +9,8 @@ signatures as ``gpucompute.Client``, each returning an awaitable.
 from __future__ import annotations
 
 import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, List, Optional, Tuple, Union
 
 import grpc
@@ -16,7 +18,8 @@ import grpc.aio
 
 from ._api import ClientApi
 from ._device_array import DeviceArray
-from ._steps import UNARY, Parallel, Run, Step, Stream, Unary, cancel_on_error
+from ._steps import (UNARY, CallGroup, Parallel, Run, Step, Stream, Unary,
+                     cancel_on_error)
 from ._stream import Result
 from ._types import BufferList, ServerInfo
 
@@ -43,6 +46,8 @@ class Client(ClientApi[Awaitable[Result], Awaitable[DeviceArray], Awaitable[str]
         finally:
             for channel in [self._channel] + self._stripe_channels:
                 await channel.close()
+            if self._workers is not None:
+                self._workers.close()
 
     async def __aenter__(self) -> "Client":
         return self
@@ -78,6 +83,8 @@ class Client(ClientApi[Awaitable[Result], Awaitable[DeviceArray], Awaitable[str]
     async def _send_parallel(self, step: Parallel, timeout: Optional[float]) -> List[Any]:
         """The steps at once; the first failure (or the caller's cancellation) cancels the
         others (their calls with them), then is raised."""
+        if self._workers is not None and all(s.job is not None for s in step.steps):
+            return await self._send_in_workers(step, timeout)
         tasks = [asyncio.ensure_future(self._send_retrying(s, timeout, step.retries))
                  for s in step.steps]
         try:
@@ -90,6 +97,27 @@ class Client(ClientApi[Awaitable[Result], Awaitable[DeviceArray], Awaitable[str]
         if failed:
             raise failed[0].exception()  # type: ignore[misc]
         return [task.result() for task in tasks]
+
+    async def _send_in_workers(self, step: Parallel, timeout: Optional[float]) -> List[Any]:
+        """The steps in the stripe processes, each waited for on a thread; the first
+        failure (or the caller's cancellation) cancels the others, then is raised."""
+        assert self._workers is not None
+        group = CallGroup()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        loop = asyncio.get_running_loop()
+        with ThreadPoolExecutor(max_workers=self.stripes) as pool:
+            futures = [loop.run_in_executor(pool, self._workers.run, s, deadline,
+                                            step.retries, group) for s in step.steps]
+            try:
+                await asyncio.wait(futures, return_when=asyncio.FIRST_EXCEPTION)
+            finally:
+                failed = [f for f in futures if f.done() and not f.cancelled() and f.exception()]
+                if failed or not all(f.done() for f in futures):
+                    group.cancel()
+                await asyncio.gather(*futures, return_exceptions=True)
+        if failed:
+            raise failed[0].exception()  # type: ignore[misc]
+        return [f.result() for f in futures]
 
     async def _send_retrying(self, step: Union[Unary, Stream], timeout: Optional[float],
                              retries: int) -> Any:

@@ -1,7 +1,7 @@
 """The gpucompute Python client: NumPy arrays in, NumPy arrays (or DeviceArrays) out."""
 from __future__ import annotations
 
-import threading
+import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, List, Optional, Tuple, Union
 
@@ -11,7 +11,8 @@ import grpc.experimental
 from ._api import DEFAULT_UPLOAD_THRESHOLD, ClientApi
 from ._pb import pb
 from ._device_array import DeviceArray
-from ._steps import UNARY, Parallel, Run, Step, Stream, Unary, cancel_on_error
+from ._steps import (UNARY, CallGroup, Parallel, Run, Step, Stream, Unary,
+                     cancel_on_error)
 from ._stream import Result
 from ._types import BufferList, ServerInfo
 
@@ -57,12 +58,15 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
         self._remember_limits(raw)
 
     def close(self) -> None:
-        """Unregisters this client's shared memory, then closes the channels."""
+        """Unregisters this client's shared memory, then closes the channels and stops
+        the stripe processes."""
         try:
             self._call("close", None, self._free_all_shared())
         finally:
             for channel in [self._channel] + self._stripe_channels:
                 channel.close()
+            if self._workers is not None:
+                self._workers.close()
 
     def __enter__(self) -> "Client":
         return self
@@ -77,7 +81,7 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
         return run.result
 
     def _send(self, step: Step, timeout: Optional[float],
-              group: Optional["_CallGroup"] = None) -> Any:
+              group: Optional[CallGroup] = None) -> Any:
         if isinstance(step, Parallel):
             return self._send_parallel(step, timeout)
         stubs = self._stripe_stubs[step.channel]
@@ -106,11 +110,17 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
         """The steps on up to ``stripes`` threads; the first failure (or the caller's
         interrupt) cancels the calls still running and the steps not started, then is
         raised once all have ended."""
-        group = _CallGroup()
+        group = CallGroup()
         pool = ThreadPoolExecutor(max_workers=self.stripes)
         try:
-            futures = [pool.submit(self._send_retrying, s, timeout, step.retries, group)
-                       for s in step.steps]
+            if self._workers is not None and all(s.job is not None for s in step.steps):
+                # Each stripe in a worker process; this thread waits for its reply.
+                deadline = None if timeout is None else time.monotonic() + timeout
+                futures = [pool.submit(self._workers.run, s, deadline, step.retries, group)
+                           for s in step.steps]
+            else:
+                futures = [pool.submit(self._send_retrying, s, timeout, step.retries, group)
+                           for s in step.steps]
             for done in as_completed(futures):
                 error = done.exception()
                 if error is not None:
@@ -123,7 +133,7 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
             pool.shutdown(wait=True, cancel_futures=True)
 
     def _send_retrying(self, step: Union[Unary, Stream], timeout: Optional[float],
-                       retries: int, group: Optional["_CallGroup"] = None) -> Any:
+                       retries: int, group: Optional[CallGroup] = None) -> Any:
         for attempt in range(retries + 1):
             try:
                 return self._send(step, timeout, group)
@@ -132,27 +142,3 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
                     raise
                 if isinstance(step, Stream):
                     step.sink.reset()
-
-
-class _CallGroup:
-    """The RPCs of one Parallel step, so that the first failure cancels the others."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._calls: List[Any] = []
-        self._cancelled = False
-
-    def add(self, call: Any) -> None:
-        """A call just started; cancelled at once when the group already is."""
-        with self._lock:
-            if not self._cancelled:
-                self._calls.append(call)
-                return
-        call.cancel()
-
-    def cancel(self) -> None:
-        with self._lock:
-            self._cancelled = True
-            calls, self._calls = self._calls, []
-        for call in calls:
-            call.cancel()

@@ -100,6 +100,11 @@ class Unauthenticated(GpuComputeError):
     default_code = grpc.StatusCode.UNAUTHENTICATED
 
 
+class StripeWorkerDied(Aborted):
+    """A stripe's worker process (Client(stripe_processes=True)) ended during the stripe
+    (killed, out of memory); a new one takes its place for the next call."""
+
+
 class ProtocolError(DataLoss):
     """The result stream broke the API's framing (offsets, sizes, order)."""
 
