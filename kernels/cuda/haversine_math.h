@@ -109,6 +109,63 @@ GC_HOST_DEVICE float AsinSqrtTail(float w) {
   return Horner(kC, w);
 }
 
+// a > b ? x : y, a and b compared as signed integers (Bits; a float's fit in 32
+// bits), as one select the compiler cannot see through: NVVM turns the reduced step's
+// selects into branches around the square root, and each branch ends a block, so the
+// scheduler cannot interleave a thread's points (a 12-deep FMA chain each) across it.
+GC_HOST_DEVICE double SelectIfGreater(long long a, long long b, double x, double y) {
+#if defined(__CUDA_ARCH__)
+  double r;
+  asm("{\n\t.reg .pred q;\n\tsetp.gt.s64 q, %3, %4;\n\tselp.f64 %0, %1, %2, q;\n\t}"
+      : "=d"(r) : "d"(x), "d"(y), "l"(a), "l"(b));
+  return r;
+#else
+  return a > b ? x : y;
+#endif
+}
+GC_HOST_DEVICE float SelectIfGreater(long long a, long long b, float x, float y) {
+#if defined(__CUDA_ARCH__)
+  float r;
+  asm("{\n\t.reg .pred q;\n\tsetp.gt.s32 q, %3, %4;\n\tselp.f32 %0, %1, %2, q;\n\t}"
+      : "=f"(r) : "f"(x), "f"(y), "r"(static_cast<int>(a)), "r"(static_cast<int>(b)));
+  return r;
+#else
+  return a > b ? x : y;
+#endif
+}
+
+// float64 sqrt(m) from MUFU.RSQ64H's estimate y0 (rsqrt.approx.ftz.f64, ~2^-23
+// relative) without the library rsqrt's range checks and slow-path branch: one
+// coupled Newton step for s = sqrt(m) and h = 1/(2 sqrt(m)) together (s0 = m y0,
+// h0 = y0/2, r = 1/2 - s0 h0: both to ~e0^2), then s + (m - s^2) h, the residual by
+// FMA. 7 double operations, ~0.5 ulp for any estimate within 2^-16 (checked in long
+// double on the CPU with the estimate perturbed); m below the smallest normal (the
+// estimate flushes it) gives 0.
+GC_HOST_DEVICE double SqrtByRsqrtNewton(double m) {
+#if defined(__CUDA_ARCH__)
+  double y;
+  asm("rsqrt.approx.ftz.f64 %0, %1;" : "=d"(y) : "d"(m));
+  double s = m * y, h = 0.5 * y;
+  const double r = Fma(-s, h, 0.5);
+  s = Fma(s, r, s);
+  h = Fma(h, r, h);
+  const double root = Fma(Fma(-s, s, m), h, s);
+  return SelectIfGreater(Bits(m), Bits(0x1p-1022) - 1, root, 0.0);
+#else
+  return Bits(m) > 0 ? std::sqrt(m) : 0.0;
+#endif
+}
+
+// sqrt(m) for the reduced step (m <= 1/4).
+template <bool kNewton, typename T>
+GC_HOST_DEVICE T ReducedSqrt(T m) {
+  if constexpr (kNewton && sizeof(T) == 8) {
+    return SqrtByRsqrtNewton(m);
+  } else {
+    return SqrtOfNonNegative(m);
+  }
+}
+
 // scale * asin(sqrt(h)) from h and g = 1 - h, each formed without cancellation
 // (HaversineG): near h = 1 the angle is pi/2 - asin(sqrt(g)), and g = 1 - h from a
 // rounded h would carry h's absolute error, u / (2 sqrt(g)) in the angle (~10 ulp at
@@ -117,15 +174,25 @@ GC_HOST_DEVICE float AsinSqrtTail(float w) {
 // m) for m = h <= 1/4, (pi/2, -1, sqrt(m), m) for m = g <= 1/4, and (pi/4, 1/2, z, z^2)
 // between, z = h - g = 2h - 1. The range tests compare bits (integer pipe; a rounding
 // below 0 has negative bits and gives sqrt 0); base and k are selected constants, so
-// the kernels keep no extra registers for them.
-template <typename T>
+// the kernels keep no extra registers for them (folding scale into them saves a
+// multiply but holds four more doubles across the loop: the fused kernel spilled).
+// kNewton (HaversineAngle::kAsinReducedNewton): sqrt(m) by SqrtByRsqrtNewton, and
+// the selects of m, w and x forced (SelectIfGreater): no branch at all.
+template <typename T, bool kNewton = false>
 GC_HOST_DEVICE T ScaledHalfAngleReduced(T h, T g, T scale) {
   const bool upper = Bits(h) > Bits(g);
-  const T m = upper ? g : h;
-  const bool middle = Bits(m) > Bits(T(0.25));
   const T z = h - g;
-  const T w = middle ? z * z : m;
-  const T x = middle ? z : SqrtOfNonNegative(m);
+  T m, w, x;
+  if constexpr (kNewton) {
+    m = SelectIfGreater(Bits(h), Bits(g), g, h);
+    w = SelectIfGreater(Bits(m), Bits(T(0.25)), z * z, m);
+    x = SelectIfGreater(Bits(m), Bits(T(0.25)), z, ReducedSqrt<true>(m));
+  } else {
+    m = upper ? g : h;
+    w = Bits(m) > Bits(T(0.25)) ? z * z : m;
+    x = Bits(m) > Bits(T(0.25)) ? z : ReducedSqrt<false>(m);
+  }
+  const bool middle = Bits(m) > Bits(T(0.25));
   const T k = middle ? T(0.5) : (upper ? T(-1) : T(1));
   const T base = middle ? static_cast<T>(kPi / 4) : (upper ? static_cast<T>(kPi / 2) : T(0));
   return scale * Fma(k, Fma(x, w * AsinSqrtTail(w), x), base);
@@ -319,13 +386,20 @@ __device__ __forceinline__ T HalfAngle(T h) {
   }
 }
 
-// d = 2 R asin(sqrt(h)), h clamped to [0, 1]. kAsinReduced is not here: it takes
-// g = 1 - h as well (ScaledHalfAngleReduced).
+// d = 2 R asin(sqrt(h)), h clamped to [0, 1]. The kAsinReduced* formulations are not
+// here: they take g = 1 - h as well (DistanceFromHG).
 template <typename T, HaversineAngle kAngle>
 __device__ __forceinline__ T DistanceFromH(T h, T two_r) {
-  static_assert(kAngle != HaversineAngle::kAsinReduced);
+  static_assert(!TakesG(kAngle));
   h = fmin(fmax(h, T(0)), T(1));
   return two_r * HalfAngle<T, kAngle>(h);
+}
+
+// d = 2 R asin(sqrt(h)) by a kAsinReduced* formulation, g = 1 - h from its own terms.
+template <typename T, HaversineAngle kAngle>
+__device__ __forceinline__ T DistanceFromHG(T h, T g, T two_r) {
+  static_assert(TakesG(kAngle));
+  return ScaledHalfAngleReduced<T, kAngle == HaversineAngle::kAsinReducedNewton>(h, g, two_r);
 }
 #endif  // __CUDACC__
 

@@ -19,7 +19,15 @@ enum class HaversineAngle {
   kAsinReduced = 4,  // one polynomial on [0, 1/4] for three ranges of h, by selects, and
                      // g = 1 - h from its own terms (haversine_math.h: ScaledHalfAngleReduced,
                      // HaversineG), accurate near the antipode
+  kAsinReducedNewton = 5,  // kAsinReduced, float64 sqrt(m) from the MUFU rsqrt estimate
+                           // and Newton steps (SqrtByRsqrtNewton): no range checks nor
+                           // slow-path branch
 };
+
+// The formulations that take g = 1 - h from its own terms (ScaledHalfAngleReduced*).
+constexpr bool TakesG(HaversineAngle a) {
+  return a == HaversineAngle::kAsinReduced || a == HaversineAngle::kAsinReducedNewton;
+}
 
 // How the mesh kernel covers the grid.
 enum class HaversineMeshSchedule {
@@ -29,6 +37,12 @@ enum class HaversineMeshSchedule {
                           // loaded while these are computed
   kFullWavesFused = 3,    // kFullWaves in one launch: each warp computes its rows' terms
                           // (a lane per row, shuffled), each thread its columns'
+  kFullWavesFusedWide = 4,  // kFullWavesFused, two vectors of columns per thread (a grid's
+                            // width apart, each store coalesced): half the shuffles and
+                            // loop work per point, two independent chains
+  kFullWavesFusedStaged = 5,      // kFullWavesFused, row terms through shared memory
+                                  // instead of shuffles (haversine_mesh.cuh)
+  kFullWavesFusedWideStaged = 6,  // both
 };
 
 enum class HaversinePointsVariant {
@@ -40,6 +54,7 @@ enum class HaversinePointsVariant {
                  // degrees, g = 1 - h from cosines, ScaledHalfAngleReduced; as many
                  // blocks as fit at once
   kReducedPrefetch = 4,  // kReduced, the next points loaded while these are computed
+  kReducedNewton = 5,  // kReduced with the last step of HaversineAngle::kAsinReducedNewton
 };
 
 cudaError_t LaunchHaversineMeshVariant(DType dtype, const MeshAxis& lat, const MeshAxis& lon,
