@@ -311,7 +311,9 @@ void Haversine(Bench& b, bool quick) {
                                  std::pair{cuda::HaversinePointsVariant::kSplitPrefetch, "  points prefetch"},
                                  std::pair{cuda::HaversinePointsVariant::kReduced, "  points reduced"},
                                  std::pair{cuda::HaversinePointsVariant::kReducedPrefetch, "  points reduced prefetch"},
-                                 std::pair{cuda::HaversinePointsVariant::kReducedNewton, "  points reduced newton"}}) {
+                                 std::pair{cuda::HaversinePointsVariant::kReducedNewton, "  points reduced newton"},
+                                 std::pair{cuda::HaversinePointsVariant::kReducedNewtonPrefetch,
+                                           "  points newton prefetch"}}) {
       TimeLaunch(b, name, Short(dt), "1e7 pts x 4 refs", bytes, 0, [&] {
         return cuda::LaunchHaversinePointsVariant(dt, lat->data(), lon->data(), n, d_refs.d, 4,
                                                   kDefaultEarthRadiusKm, out->data(), res, env, variant);

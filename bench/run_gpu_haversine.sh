@@ -20,11 +20,12 @@
 # Names in the table: mesh reduced fused = HaversineAngle::kAsinReduced on
 # kFullWavesFused (the f64 default), newton = kAsinReducedNewton, wide / staged /
 # wide staged = kFullWavesFusedWide / kFullWavesFusedStaged / kFullWavesFusedWideStaged;
-# points reduced = HaversinePointsVariant::kReduced (the f64 default), reduced newton =
-# kReducedNewton. The ulps: the mesh against long double (angle 4 = reduced, 5 =
-# newton; schedule 0 covering, 3 fused, 4 wide, 5 staged, 6 wide staged), the points
-# against the CPU float64 reference (variant 3 = reduced, 4 = reduced prefetch, 5 =
-# reduced newton).
+# points reduced = HaversinePointsVariant::kReduced (the f64 default), reduced
+# newton = kReducedNewton, newton prefetch = kReducedNewtonPrefetch. The ulps: the
+# mesh against long double (angle 4 = reduced, 5 = newton; schedule 0 covering,
+# 3 fused, 4 wide, 5 staged, 6 wide staged), the points against the CPU float64
+# reference (variant 3 = reduced, 4 = reduced prefetch, 5 = reduced newton, 6 =
+# newton prefetch).
 set -u
 BUNDLE=${BUNDLE:-.device/hav}
 OUT=${OUT:-gpu-out}

@@ -344,7 +344,8 @@ TEST(GpuKernelVariants, HaversineMeshEveryAngleFormulation) {
 constexpr std::initializer_list<cuda::HaversinePointsVariant> kEveryPointsVariant = {
     cuda::HaversinePointsVariant::kSplitTerms, cuda::HaversinePointsVariant::kDirect,
     cuda::HaversinePointsVariant::kSplitPrefetch, cuda::HaversinePointsVariant::kReduced,
-    cuda::HaversinePointsVariant::kReducedPrefetch, cuda::HaversinePointsVariant::kReducedNewton};
+    cuda::HaversinePointsVariant::kReducedPrefetch, cuda::HaversinePointsVariant::kReducedNewton,
+    cuda::HaversinePointsVariant::kReducedNewtonPrefetch};
 
 // The reduced variant elementwise against long double, across the globe and through
 // each antipode (h near 1, where it forms g = 1 - h from its own terms): a few ulp plus
@@ -488,7 +489,7 @@ TEST(GpuKernelVariants, HaversinePointsEveryVariant) {
 TEST(GpuKernelVariants, HaversinePointsReducedFarLongitudes) {
   REQUIRE_GPU();
   for (auto v : {cuda::HaversinePointsVariant::kReduced, cuda::HaversinePointsVariant::kReducedPrefetch,
-                 cuda::HaversinePointsVariant::kReducedNewton}) {
+                 cuda::HaversinePointsVariant::kReducedNewton, cuda::HaversinePointsVariant::kReducedNewtonPrefetch}) {
     CheckPointsVariants<float>(30011, 5, 1e6, {v});
     CheckPointsVariants<double>(30011, 5, 1e6, {v});
   }

@@ -247,8 +247,15 @@ struct PointsSplitAgent {
   }
 };
 
+// Blocks per SM the split kernel is built for (its register cap): the Newton step
+// with prefetched points spilled at 64 registers (the reduced one with prefetch does
+// too, and is kept as measured).
+template <bool kPrefetch, HaversineAngle kLast>
+constexpr int kPointsMinBlocksPerSm =
+    kPrefetch && kLast == HaversineAngle::kAsinReducedNewton ? 3 : PointsPolicy::kMinBlocksPerSm;
+
 template <typename T, bool kPrefetch, HaversineAngle kLast = kPointsAngle<T>>
-__global__ void __launch_bounds__(PointsPolicy::kThreads, PointsPolicy::kMinBlocksPerSm)
+__global__ void __launch_bounds__(PointsPolicy::kThreads, (kPointsMinBlocksPerSm<kPrefetch, kLast>))
     PointsSplitKernel(const T* lat, const T* lon, int64_t n, const RefTerms<T>* terms, int64_t n_ref,
                       T two_r, T* out, PointsResult* result) {
   PointsSplitAgent<T, kPrefetch, kLast>{lat, lon, n, terms, n_ref, two_r, out, result}.Run();
@@ -329,6 +336,8 @@ cudaError_t LaunchPointsT(const T* lat, const T* lon, int64_t n, const RefPoint*
   static const int reduced_prefetch_blocks =
       ResidentBlocksPerSm(PointsSplitKernel<T, true, kReduced>, PointsPolicy::kThreads);
   static const int newton_blocks = ResidentBlocksPerSm(PointsSplitKernel<T, false, kNewton>, PointsPolicy::kThreads);
+  static const int newton_prefetch_blocks =
+      ResidentBlocksPerSm(PointsSplitKernel<T, true, kNewton>, PointsPolicy::kThreads);
   auto kernel = PointsSplitKernel<T, false>;
   int blocks_per_sm = PointsPolicy::kMinBlocksPerSm * 2;
   switch (variant) {
@@ -346,6 +355,10 @@ cudaError_t LaunchPointsT(const T* lat, const T* lon, int64_t n, const RefPoint*
     case V::kReducedNewton:
       kernel = PointsSplitKernel<T, false, kNewton>;
       blocks_per_sm = newton_blocks;
+      break;
+    case V::kReducedNewtonPrefetch:
+      kernel = PointsSplitKernel<T, true, kNewton>;
+      blocks_per_sm = newton_prefetch_blocks;
       break;
   }
   const int64_t want = static_cast<int64_t>(env.sm_count) * blocks_per_sm;
@@ -485,6 +498,8 @@ void ListMeshT(std::vector<KernelEntry>& out, const std::string& t) {
   out.push_back({"haversine.points_split<" + t + ",prefetch,reduced>", (const void*)&PointsSplitKernel<T, true, kReduced>});
   out.push_back({"haversine.points_split<" + t + ",reduced newton>",
                  (const void*)&PointsSplitKernel<T, false, HaversineAngle::kAsinReducedNewton>});
+  out.push_back({"haversine.points_split<" + t + ",prefetch,reduced newton>",
+                 (const void*)&PointsSplitKernel<T, true, HaversineAngle::kAsinReducedNewton>});
 }
 
 void ListHaversineKernels(std::vector<KernelEntry>& out) {
@@ -517,7 +532,8 @@ cudaError_t WarmupHaversine(const LaunchEnv& env) {
     }
     for (HaversinePointsVariant v : {HaversinePointsVariant::kSplitTerms, HaversinePointsVariant::kDirect,
                                      HaversinePointsVariant::kSplitPrefetch, HaversinePointsVariant::kReduced,
-                                     HaversinePointsVariant::kReducedPrefetch, HaversinePointsVariant::kReducedNewton}) {
+                                     HaversinePointsVariant::kReducedPrefetch, HaversinePointsVariant::kReducedNewton,
+                                     HaversinePointsVariant::kReducedNewtonPrefetch}) {
       GC_TRY(LaunchHaversinePointsVariant(t, buf + 32, buf + 40, 4, ref, 1, 6371.0, buf, result, env, v));
     }
   }

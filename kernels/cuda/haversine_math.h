@@ -11,10 +11,12 @@
 // loses g's digits) and m = min(h, g): m <= 1/4 gives sqrt(m) R(m) (pi/2 minus that
 // when m = g); 1/4 < m gives pi/4 + z R(z^2) / 2, z = h - g, z^2 <= 1/4. One polynomial R on
 // [0, 1/4] (the Chebyshev interpolant, float64 13 terms, 0.05 ulp; float32 5 terms,
-// 0.3 ulp) serves all three, chosen by selects: no divergent branch, no IEEE sqrt slow
-// path (sqrt(m) = m rsqrt(m)), none of the library asin's two-polynomial branch. In
-// all ~2 ulp (haversine_math_test), near the antipode too, ~1 more on the device from
-// rsqrt.
+// 0.3 ulp) serves all three, chosen by selects: no IEEE sqrt slow path (sqrt(m) =
+// m rsqrt(m)), none of the library asin's two-polynomial branch (NVVM still turns the
+// selects into branches around the square root). In all ~2 ulp (haversine_math_test),
+// near the antipode too, ~1 more on the device from rsqrt. kAsinReducedNewton: the
+// same with the selects forced and sqrt(m) from the MUFU estimate and a Newton step
+// (SqrtByRsqrtNewton, ~0.5 ulp): straight-line code.
 //
 // Points and mesh terms: sin and cos of a half angle in degrees. Latitudes are checked
 // to +-90, so lat / 2 is within +-45 degrees (|t| <= pi/4) and needs no reduction; other
@@ -370,7 +372,7 @@ __device__ __forceinline__ T HalfAngleByPolynomial(T h) {
 // The formulations of the last step the benchmark compares (haversine_variants.h):
 // kAtan2: atan2(sqrt(h), sqrt(1 - h)) (float32: HalfCentralAngle); kAsinSplit:
 // HalfAngleByAsin; kAsin: asin(sqrt(h)); kAsinPolynomial: HalfAngleByPolynomial.
-// kAsinReduced: DistanceFromH.
+// kAsinReduced, kAsinReducedNewton: DistanceFromHG.
 template <typename T, HaversineAngle kAngle>
 __device__ __forceinline__ T HalfAngle(T h) {
   if constexpr (kAngle == HaversineAngle::kAsinSplit) {

@@ -55,6 +55,8 @@ enum class HaversinePointsVariant {
                  // blocks as fit at once
   kReducedPrefetch = 4,  // kReduced, the next points loaded while these are computed
   kReducedNewton = 5,  // kReduced with the last step of HaversineAngle::kAsinReducedNewton
+  kReducedNewtonPrefetch = 6,  // kReducedNewton, the next points loaded while these are
+                               // computed (3 blocks per SM: 80 registers)
 };
 
 cudaError_t LaunchHaversineMeshVariant(DType dtype, const MeshAxis& lat, const MeshAxis& lon,
