@@ -13,9 +13,10 @@
 #     -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache
 #   nice cmake --build build-cuda -j2 --target gpu_kernel_variants_test gpu_kernels_bench
 #   /work/shared/tools/device-bundle .device/hav build-cuda/tests/gpu_kernel_variants_test build-cuda/bench/gpu_kernels_bench
-#   rm -f .device/hav/lib/libcufft*     # neither binary needs cuFFT; keeps the carry small
-# On the GPU machine (device tool: carry [".device"]):
-#   bash bench/run_gpu_haversine.sh     # logs under $OUT (or ./gpu-out)
+#   rm -f .device/hav/lib/libcufft*   # the GPU machine has it in /usr/local/cuda/lib64
+#   tar -C .device -cf - hav | xz -T2 -6 > .device/hav.txz   # 215 MB -> 22 MB (64 MiB carry)
+# On the GPU machine (device tool: carry [".device/hav.txz"]):
+#   bash bench/run_gpu_haversine.sh     # unpacks the bundle; logs under $OUT (or ./gpu-out)
 #
 # Names in the table: mesh reduced fused = HaversineAngle::kAsinReduced on
 # kFullWavesFused (the f64 default), newton = kAsinReducedNewton, wide / staged /
@@ -30,7 +31,8 @@ set -u
 BUNDLE=${BUNDLE:-.device/hav}
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+[ -d "$BUNDLE" ] || tar -C "$(dirname "$BUNDLE")" -xJf "$BUNDLE.txz" || exit 1
+export LD_LIBRARY_PATH="$BUNDLE/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 VARIANTS="$BUNDLE/gpu_kernel_variants_test"
 BENCH="$BUNDLE/gpu_kernels_bench"
 FILTER='GpuKernelVariants.Haversine*'
@@ -91,9 +93,31 @@ if [ -n "${CUOBJ:-}" ]; then
          if (name != "") printf "%5d instr  DFMA %3d DMUL %3d DADD %3d MUFU %2d SHFL %2d LDS %2d SEL %3d ISETP %3d BRA %2d  %s\n",
            n, c["DFMA"], c["DMUL"], c["DADD"], c["MUFU"], c["SHFL"], c["LDS"], c["SEL"] + c["FSEL"], c["ISETP"], c["BRA"], name
        }
-       /Function : /{flush(); name = $3; split("", c); n = 0; next}
+       /Function : /{flush(); name = $3; sub(/^.*haversine_(mesh15|cu_[0-9a-f]+17)/, "", name); sub(/EEEv.*/, "", name)
+                     split("", c); n = 0; next}
        /^ +\/\*[0-9a-f]+\*\// {n++; op = ($2 ~ /^@/) ? $3 : $2; sub(/\..*/, "", op); sub(/;$/, "", op); c[op]++}
        END {flush()}' "$OUT/sass_f64.txt" | tee "$OUT/sass_counts.txt"
+  echo "their loops (a backward branch; the innermost with the distance math is the per-row work):"
+  awk 'function hex(x,   i, v) {v = 0; x = tolower(x); for (i = 1; i <= length(x); i++) v = v * 16 + index("0123456789abcdef", substr(x, i, 1)) - 1; return v}
+       function count(from, to,   i, k) {
+         split("", k); for (i = 1; i <= n; i++) if (addr[i] >= from && addr[i] <= to) k[op[i]]++
+         printf "  %-60s loop 0x%05x-0x%05x: %4d instr  DFMA %3d DMUL %3d DADD %3d MUFU %2d SHFL %2d LDS %2d\n", name,
+                from, to, (to - from) / 16 + 1, k["DFMA"], k["DMUL"], k["DADD"], k["MUFU"], k["SHFL"], k["LDS"]
+       }
+       /Function : /{name = $3; sub(/^.*haversine_(mesh15|cu_[0-9a-f]+17)/, "", name); sub(/EEEv.*/, "", name)
+                     n = 0; split("", lab); pending = ""; next}
+       /^[ \t]*\.L_x_[0-9]+:/ {pending = $1; sub(/:.*/, "", pending); next}
+       /^ +\/\*[0-9a-f]+\*\// {
+         a = hex(substr($1, 3, length($1) - 4)); o = ($2 ~ /^@/) ? $3 : $2; sub(/\..*/, "", o); sub(/;$/, "", o)
+         n++; addr[n] = a; op[n] = o
+         if (pending != "") {lab[pending] = a; pending = ""}
+         if (o == "BRA") {
+           t = -1
+           if (match($0, /\.L_x_[0-9]+/)) {l = substr($0, RSTART, RLENGTH); if (l in lab) t = lab[l]}
+           else if (match($0, /BRA 0x[0-9a-f]+/)) t = hex(substr($0, RSTART + 6, RLENGTH - 6))
+           if (t >= 0 && t < a && (a - t) / 16 >= 20) count(t, a)
+         }
+       }' "$OUT/sass_f64.txt" | tee "$OUT/sass_loops.txt"
 else
   echo "cuobjdump not found"
 fi
