@@ -39,6 +39,10 @@
 ABSL_FLAG(std::string, target, "localhost:50051", "server address, HOST:PORT or unix:PATH");
 ABSL_FLAG(absl::Duration, timeout, absl::InfiniteDuration(),
           "deadline of each call, e.g. 30s; inf for none");
+ABSL_FLAG(int32_t, stripes, 1,
+          "uploads, downloads and streamed operations larger than --stripe_bytes run as up to "
+          "this many streams at once, each on its own connection (ClientOptions::stripes)");
+ABSL_FLAG(uint64_t, stripe_bytes, uint64_t{64} << 20, "bytes of each stripe");
 ABSL_FLAG(bool, progress, false, "draw progress bars even when stderr is not a terminal");
 // Transfers and results.
 ABSL_FLAG(std::string, name, "",
@@ -151,7 +155,8 @@ CliConfig ReadConfig(std::set<std::string> given) {
   return config;
 }
 
-const std::vector<absl::string_view> kConnectionFlags = {"target", "timeout", "progress"};
+const std::vector<absl::string_view> kConnectionFlags = {"target", "timeout", "progress", "stripes",
+                                                         "stripe_bytes"};
 // Flags that may be repeated; their values are joined with ';'.
 constexpr absl::string_view kRepeatableFlags[] = {"ref"};
 
@@ -168,6 +173,7 @@ bool IsKnownFlag(absl::string_view name) {
 std::string UsageText() {
   std::string out =
       "usage: gpucompute-cli [--target=HOST:PORT] [--timeout=DURATION] [--progress]\n"
+      "                      [--stripes=N [--stripe_bytes=N]]\n"
       "                      SUBCOMMAND [ARGS] [FLAGS]\n\nsubcommands:\n";
   for (const Command& command : Commands()) absl::StrAppend(&out, "  ", command.synopsis, "\n");
   absl::StrAppend(
@@ -223,7 +229,17 @@ absl::Status Run(int argc, char** argv) {
                                    ": ", command->synopsis));
   }
   const CliConfig config = ReadConfig(line.given);
-  Client client(MakeChannel(config.target), ClientOptions{.timeout = config.timeout});
+  ClientOptions options{.timeout = config.timeout};
+  options.stripes = absl::GetFlag(FLAGS_stripes);
+  options.stripe_bytes = absl::GetFlag(FLAGS_stripe_bytes);
+  if (options.stripes < 1 || options.stripe_bytes < 1) {
+    return UsageError(absl::StrCat("--stripes ", options.stripes, " and --stripe_bytes ",
+                                   options.stripe_bytes, " must be >= 1"));
+  }
+  if (options.stripes > 1) {
+    options.stripe_channels = MakeStripeChannels(config.target, options.stripes - 1);
+  }
+  Client client(MakeChannel(config.target), std::move(options));
   return command->run(config, client, args);
 }
 

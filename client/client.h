@@ -155,6 +155,10 @@ class Client {
   // (gRPC sends from `operands` themselves) while the result chunks come back and
   // are written where `destination` says (unset: Result::data). The server
   // holds a bounded number of chunks; the call's memory here is the result's.
+  // With ClientOptions::stripes, an input over stripe_bytes runs as up to
+  // `stripes` calls at once over ranges of its leading axis where that gives the
+  // same result (normalize of rank >= 2; a discount product whose factors repeat
+  // along that axis), each on the next stripe channel; the trailer sums their work.
   absl::StatusOr<Result> StreamingCompute(const v1::StreamingComputeHeader& header,
                                           std::span<const absl::string_view> operands,
                                           const ResultDestination& destination = {},
@@ -200,6 +204,24 @@ class Client {
   const grpc::internal::RpcMethod& MethodOf(const v1::LombScargleRequest&) const {
     return lomb_scargle_method_;
   }
+  // Whether StreamingCompute calls over ranges of the header's leading axis give
+  // the whole's result (normalize by rows; a discount product whose factors do not
+  // span that axis: a stored buffer's shape is looked up with List).
+  absl::StatusOr<bool> SplitsOnLeadingAxis(const v1::StreamingComputeHeader& header);
+  // One StreamingCompute call on `channel` (the operands' bytes each; the result
+  // placed as `options` say).
+  absl::StatusOr<Result> StreamingCall(grpc::Channel& channel, grpc::ClientContext& context,
+                                       const v1::StreamingComputeHeader& header,
+                                       std::span<const absl::string_view> operands,
+                                       uint64_t operand_bytes,
+                                       ResultAssembler::Options options) const;
+  // `calls` StreamingCompute calls at once over equal ranges of the leading axis,
+  // on the stripe channels round robin; the first failure cancels the others.
+  absl::StatusOr<Result> StripedStreamingCompute(const v1::StreamingComputeHeader& header,
+                                                 std::span<const absl::string_view> operands,
+                                                 uint64_t calls,
+                                                 const ResultDestination& destination,
+                                                 const ProgressCallback& progress);
   // One Upload stream on `channel` carrying `header` and then `data`.
   absl::StatusOr<v1::BufferInfo> UploadStream(grpc::Channel& channel,
                                               const v1::UploadHeader& header,

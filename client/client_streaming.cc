@@ -1,13 +1,18 @@
 // Client::StreamingCompute: a writer thread sends the header and the input
-// chunks while the calling thread reads and places the result chunks.
+// chunks while the calling thread reads and places the result chunks. With
+// ClientOptions::stripes, an input larger than stripe_bytes whose leading axis
+// can be cut runs as that many calls at once over ranges of it, each on its own
+// stripe connection, writing its rows of the result in place.
 #include <algorithm>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "client/client.h"
 #include "common/status_macros.h"
+#include "common/thread_name.h"
 #include "gpucompute/v1/bulk_wire.h"
 
 namespace gpucompute::client {
@@ -25,7 +30,92 @@ uint64_t RowElements(const v1::StreamingComputeHeader& header) {
   return elements;
 }
 
+// One trailer for calls that ran at once: work summed, waits and spans the longest.
+void MergeTrailer(const v1::ResultTrailer& part, v1::ResultTrailer& merged) {
+  v1::Timing& timing = *merged.mutable_timing();
+  timing.set_transfer_in_us(timing.transfer_in_us() + part.timing().transfer_in_us());
+  timing.set_compute_us(timing.compute_us() + part.timing().compute_us());
+  timing.set_transfer_out_us(timing.transfer_out_us() + part.timing().transfer_out_us());
+  timing.set_queue_us(std::max(timing.queue_us(), part.timing().queue_us()));
+  timing.set_total_us(std::max(timing.total_us(), part.timing().total_us()));
+  merged.set_streamed_chunks(merged.streamed_chunks() + part.streamed_chunks());
+}
+
 }  // namespace
+
+absl::StatusOr<bool> Client::SplitsOnLeadingAxis(const v1::StreamingComputeHeader& header) {
+  const int rank = header.shape_size();
+  switch (header.operation()) {
+    case v1::STREAMING_NORMALIZE:
+      return rank >= 2;  // rows are the last axis
+    case v1::STREAMING_DISCOUNT_PRODUCT: {
+      // Calls over ranges of the leading axis see the same factors when these
+      // repeat along it: they do not span it (leading extents of 1 aside).
+      std::vector<int64_t> factors_shape;
+      const v1::Operand& factors = header.factors();
+      if (factors.has_tensor()) {
+        factors_shape.assign(factors.tensor().shape().begin(), factors.tensor().shape().end());
+      } else if (factors.has_shared_memory()) {
+        factors_shape.assign(factors.shared_memory().shape().begin(),
+                             factors.shared_memory().shape().end());
+      } else {
+        GC_ASSIGN_OR_RETURN(const v1::ListResponse list, List());
+        const auto stored = std::find_if(
+            list.buffers().begin(), list.buffers().end(),
+            [&](const v1::BufferInfo& info) { return info.id() == factors.buffer_id(); });
+        if (stored == list.buffers().end()) return false;  // the server says why
+        factors_shape.assign(stored->shape().begin(), stored->shape().end());
+      }
+      const auto first_spanned = std::find_if(factors_shape.begin(), factors_shape.end(),
+                                              [](int64_t extent) { return extent != 1; });
+      return factors_shape.end() - first_spanned < rank;
+    }
+    default:
+      return false;  // haversine points: the result's runs interleave the ranges
+  }
+}
+
+absl::StatusOr<Result> Client::StreamingCall(grpc::Channel& channel, grpc::ClientContext& context,
+                                             const v1::StreamingComputeHeader& header,
+                                             std::span<const absl::string_view> operands,
+                                             uint64_t operand_bytes,
+                                             ResultAssembler::Options options) const {
+  const uint64_t row_bytes = RowElements(header) * (header.dtype() == v1::FLOAT32 ? 4 : 8);
+  const uint64_t rows_per_chunk = std::max<uint64_t>(
+      1, options_.upload_chunk_bytes / (row_bytes * operands.size()));
+  const uint64_t chunk_bytes = rows_per_chunk * row_bytes;
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
+      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+          &channel, streaming_compute_method_, &context));
+  // A failed Write means the call ended (the server failed it, or the reader
+  // cancelled it): the statuses below say why.
+  std::thread writer([&] {
+    NameThisThread("gc-stream-send");
+    v1::StreamingComputeRequest first;
+    *first.mutable_header() = header;
+    bool open = stream->Write(v1::wire::SerializedMessage(first));
+    for (uint64_t offset = 0; open && offset < operand_bytes; offset += chunk_bytes) {
+      const uint64_t length = std::min(chunk_bytes, operand_bytes - offset);
+      std::vector<grpc::Slice> payload;
+      // gRPC sends from the operands themselves, which outlive the call.
+      for (absl::string_view operand : operands) {
+        payload.emplace_back(operand.data() + offset, length, grpc::Slice::STATIC_SLICE);
+      }
+      open = stream->Write(v1::wire::UploadDataMessage(std::move(payload)));
+    }
+    if (open) stream->WritesDone();
+  });
+  if (header.operation() == v1::STREAMING_HAVERSINE_POINTS) {
+    options.result_runs = std::max(1, header.references_size());
+  }
+  ResultAssembler assembler(std::move(options));
+  const absl::Status framing = ReadResultStream(*stream, context, assembler);
+  writer.join();
+  const grpc::Status status = stream->Finish();
+  GC_RETURN_IF_ERROR(framing);
+  GC_RETURN_IF_ERROR(ToAbslStatus(status));
+  return std::move(assembler).Finish();
+}
 
 absl::StatusOr<Result> Client::StreamingCompute(const v1::StreamingComputeHeader& header,
                                                 std::span<const absl::string_view> operands,
@@ -44,47 +134,108 @@ absl::StatusOr<Result> Client::StreamingCompute(const v1::StreamingComputeHeader
           "a streamed operand has ", operand.size(), " bytes; header.shape needs ", operand_bytes));
     }
   }
-  const uint64_t row_bytes =
-      RowElements(header) * (header.dtype() == v1::FLOAT32 ? 4 : 8);
-  const uint64_t rows_per_chunk = std::max<uint64_t>(
-      1, options_.upload_chunk_bytes / (row_bytes * expected_operands));
-  const uint64_t chunk_bytes = rows_per_chunk * row_bytes;
-
+  const uint64_t calls =
+      header.shape_size() == 0
+          ? 1
+          : std::min({static_cast<uint64_t>(std::max(options_.stripes, 1)),
+                      static_cast<uint64_t>(header.shape(0)),
+                      operand_bytes / std::max<uint64_t>(options_.stripe_bytes, 1)});
+  if (calls > 1) {
+    GC_ASSIGN_OR_RETURN(const bool splits, SplitsOnLeadingAxis(header));
+    if (splits) return StripedStreamingCompute(header, operands, calls, destination, progress);
+  }
   grpc::ClientContext context;
   SetDeadline(context);
-  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
-      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
-          channel_.get(), streaming_compute_method_, &context));
-  // A failed Write means the call ended (the server failed it, or the reader
-  // cancelled it): the statuses below say why.
-  std::thread writer([&] {
-    v1::StreamingComputeRequest first;
-    *first.mutable_header() = header;
-    bool open = stream->Write(v1::wire::SerializedMessage(first));
-    for (uint64_t offset = 0; open && offset < operand_bytes; offset += chunk_bytes) {
-      const uint64_t length = std::min(chunk_bytes, operand_bytes - offset);
-      std::vector<grpc::Slice> payload;
-      // gRPC sends from the operands themselves, which outlive the call.
-      for (absl::string_view operand : operands) {
-        payload.emplace_back(operand.data() + offset, length, grpc::Slice::STATIC_SLICE);
-      }
-      open = stream->Write(v1::wire::UploadDataMessage(std::move(payload)));
-    }
-    if (open) stream->WritesDone();
-  });
-
   ResultAssembler::Options options = AssemblerOptions(/*expect_data=*/true, progress);
   options.destination = destination;
-  if (header.operation() == v1::STREAMING_HAVERSINE_POINTS) {
-    options.result_runs = std::max(1, header.references_size());
+  return StreamingCall(*channel_, context, header, operands, operand_bytes, std::move(options));
+}
+
+absl::StatusOr<Result> Client::StripedStreamingCompute(
+    const v1::StreamingComputeHeader& header, std::span<const absl::string_view> operands,
+    uint64_t calls, const ResultDestination& destination, const ProgressCallback& progress) {
+  std::vector<grpc::Channel*> channels = {channel_.get()};
+  for (const auto& channel : options_.stripe_channels) channels.push_back(channel.get());
+  const uint64_t leading = static_cast<uint64_t>(header.shape(0));
+  const uint64_t slice_bytes = operands[0].size() / leading;  // of one leading index
+
+  // The whole result's memory, before any call: every call writes its rows there.
+  Result result;
+  v1::ResultHeader& whole = result.header;
+  whole.set_dtype(header.dtype());
+  whole.mutable_shape()->CopyFrom(header.shape());
+  whole.set_total_bytes(operands[0].size());
+  char* memory = nullptr;
+  if (destination) {
+    GC_ASSIGN_OR_RETURN(memory, destination(whole));
+  } else {
+    result.data = HostBytes::Allocate(whole.total_bytes());
+    memory = result.data.data();
   }
-  ResultAssembler assembler(std::move(options));
-  const absl::Status framing = ReadResultStream(*stream, context, assembler);
-  writer.join();
-  const grpc::Status status = stream->Finish();
-  GC_RETURN_IF_ERROR(framing);
-  GC_RETURN_IF_ERROR(ToAbslStatus(status));
-  return std::move(assembler).Finish();
+
+  absl::Mutex mu;
+  absl::Status failure;  // the first failure; it cancels the other calls
+  uint64_t done_bytes = 0;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<v1::ResultTrailer> trailers(calls);
+  for (uint64_t k = 0; k < calls; ++k) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    SetDeadline(*contexts.back());
+  }
+  const auto run = [&](uint64_t k) {
+    const uint64_t begin = leading * k / calls, end = leading * (k + 1) / calls;
+    v1::StreamingComputeHeader part = header;
+    part.set_shape(0, static_cast<int64_t>(end - begin));
+    std::vector<absl::string_view> part_operands;
+    for (absl::string_view operand : operands) {
+      part_operands.push_back(operand.substr(begin * slice_bytes, (end - begin) * slice_bytes));
+    }
+    const uint64_t part_bytes = (end - begin) * slice_bytes;
+    ResultAssembler::Options options = AssemblerOptions(/*expect_data=*/true, {});
+    options.destination = [&, begin, part_bytes](
+                              const v1::ResultHeader& got) -> absl::StatusOr<char*> {
+      if (got.total_bytes() != part_bytes) {
+        return absl::DataLossError(absl::StrCat("striped StreamingCompute: call ", k,
+                                                "'s header declares ", got.total_bytes(),
+                                                " bytes, its rows ", part_bytes));
+      }
+      return memory + begin * slice_bytes;
+    };
+    if (progress) {
+      options.progress = [&, last = uint64_t{0}](uint64_t done, uint64_t) mutable {
+        absl::MutexLock lock(&mu);
+        done_bytes += done - last;
+        last = done;
+        progress(done_bytes, operands[0].size());
+      };
+    }
+    absl::StatusOr<Result> done = StreamingCall(*channels[k % channels.size()], *contexts[k],
+                                                part, part_operands, part_bytes,
+                                                std::move(options));
+    absl::MutexLock lock(&mu);
+    if (done.ok()) {
+      trailers[k] = std::move(done->trailer);
+      return;
+    }
+    if (!failure.ok()) return;  // cancelled by the first failure
+    failure = absl::Status(done.status().code(),
+                           absl::StrCat("striped StreamingCompute, call ", k, " (leading rows ",
+                                        begin, " to ", end - 1, "): ", done.status().message()));
+    for (const auto& context : contexts) context->TryCancel();
+  };
+  std::vector<std::thread> threads;
+  for (uint64_t k = 1; k < calls; ++k) {
+    threads.emplace_back([&run, k] {
+      NameThisThread("gc-stripe");
+      run(k);
+    });
+  }
+  run(0);
+  for (std::thread& thread : threads) thread.join();
+  GC_RETURN_IF_ERROR(failure);
+  result.trailer = trailers[0];
+  for (uint64_t k = 1; k < calls; ++k) MergeTrailer(trailers[k], result.trailer);
+  return result;
 }
 
 }  // namespace gpucompute::client

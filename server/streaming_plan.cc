@@ -196,7 +196,12 @@ absl::StatusOr<std::shared_ptr<Array>> PrepareFactors(const StreamingPlan& plan,
   GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> factors, OnDevice(*plan.factors, device, backend));
   const int64_t period = Product(plan.factor_shape);
   if (factors->size() == period) return factors;
-  // Broadcast within the period (extents of 1): factors * 1, exact.
+  // Broadcast within the period (extents of 1): factors * 1, exact. The factors'
+  // leading extents of 1 lie outside the period: dropped, so that they do not
+  // widen it ((1, 24, 1) over a (24, 7) period is (24, 1)).
+  const Shape& shape = factors->shape();
+  const Shape within(shape.end() - std::min(shape.size(), plan.factor_shape.size()), shape.end());
+  factors = std::make_shared<ArraySlice>(factors, 0, within, factors->size());
   GC_ASSIGN_OR_RETURN(std::shared_ptr<Array> ones,
                       backend.Allocate(plan.dtype, plan.factor_shape, device));
   if (plan.dtype == DType::kFloat32) {

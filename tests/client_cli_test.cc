@@ -176,6 +176,41 @@ TEST_F(CliTest, StreamWritesTheResultFileAndLeavesNoneOnFailure) {
   EXPECT_FALSE(std::filesystem::exists(PathOf("refused.npy")));
 }
 
+// --stripes: upload, download and stream over three connections, byte for byte
+// what one stream gives.
+TEST_F(CliTest, StripedTransfersAndStreamsAreByteExact) {
+  const int64_t rows = 600, columns = 50;
+  std::vector<double> data(rows * columns);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = 1.0 + static_cast<double>(i % 977) / 7;
+  const std::vector<int64_t> shape = {rows, columns};
+  const absl::string_view bytes(reinterpret_cast<const char*>(data.data()),
+                                data.size() * sizeof(double));
+  ASSERT_TRUE(client::WriteNpyFile(PathOf("data.npy"), v1::FLOAT64, shape, bytes).ok());
+  const std::vector<std::string> striped = {"--stripes=3", "--stripe_bytes=16384"};
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.end(), striped.begin(), striped.end());
+    return args;
+  };
+  const CliRun upload = Cli(with({"upload", PathOf("data.npy")}));
+  ASSERT_EQ(upload.exit_code, 0) << upload.err;
+  const std::string id = OnlyBufferId();
+  const CliRun download = Cli(with({"download", id, PathOf("back.npy")}));
+  ASSERT_EQ(download.exit_code, 0) << download.err;
+  absl::StatusOr<client::NpyArray> back = client::ReadNpyFile(PathOf("back.npy"));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_TRUE(back->data == bytes);
+
+  const CliRun one = Cli({"stream", "normalize", absl::StrCat("--input=", PathOf("data.npy")),
+                          absl::StrCat("--out=", PathOf("one.npy"))});
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const CliRun three =
+      Cli(with({"stream", "normalize", absl::StrCat("--input=", PathOf("data.npy")),
+                absl::StrCat("--out=", PathOf("three.npy"))}));
+  ASSERT_EQ(three.exit_code, 0) << three.err;
+  EXPECT_EQ(ReadAll(PathOf("three.npy")), ReadAll(PathOf("one.npy")));
+  EXPECT_THAT(Cli({"list", "--stripes=0"}).err, HasSubstr("--stripes 0 and --stripe_bytes"));
+}
+
 TEST_F(CliTest, KeepOnDevicePrintsTheStoredIdAloneOnStdout) {
   WriteRows(PathOf("data.npy"));
   const CliRun kept = Cli({"normalize", absl::StrCat("--input=", PathOf("data.npy")),

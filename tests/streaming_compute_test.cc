@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -120,7 +121,7 @@ TEST_P(StreamingComputeTest, DiscountProductMatchesTheUnaryOperationByteForByte)
   const std::vector<int64_t> shape = {301, 24, 7};
   const std::string values = Random(301 * 24 * 7, -100, 100, 2);
   const std::vector<std::vector<int64_t>> factor_shapes = {
-      {24, 7}, {24, 1}, {7}, {1, 1, 7}, {301, 1, 7}, {301, 24, 7}};
+      {24, 7}, {24, 1}, {7}, {1, 1, 7}, {1, 24, 1}, {301, 1, 7}, {301, 24, 7}};
   for (const std::vector<int64_t>& factor_shape : factor_shapes) {
     int64_t count = 1;
     for (int64_t extent : factor_shape) count *= extent;
@@ -184,6 +185,52 @@ TEST_P(StreamingComputeTest, ManySmallChunksKeepTheirOrder) {
   header.set_chunk_bytes(4096);
   const absl::string_view operands[] = {input};
   ExpectSameResult(tiny.StreamingCompute(header, operands), client_->Normalize(unary), 255);
+}
+
+// A striped client: calls over ranges of the leading axis on three connections,
+// wherever that gives the whole's result; one call elsewhere. Each result byte for
+// byte the unary operation's.
+TEST_P(StreamingComputeTest, StripedCallsMatchTheUnaryOperationByteForByte) {
+  client::ClientOptions options;
+  options.upload_chunk_bytes = 24 << 10;
+  options.stripes = 3;
+  options.stripe_bytes = 4096;
+  options.stripe_channels = client::MakeStripeChannels(server_->target(), 2);
+  client::Client striped(server_->channel(), options);
+  const std::vector<int64_t> shape = {301, 24, 7};
+  const std::string values = Random(301 * 24 * 7, -100, 100, 7);
+  // Repeating along the leading axis (split), spanning it (one call), and stored
+  // on the server (its shape looked up).
+  struct Factors {
+    std::vector<int64_t> shape;
+    bool stored;
+  };
+  for (const Factors& f : {Factors{{24, 7}, false}, Factors{{1, 24, 1}, false},
+                           Factors{{301, 1, 7}, false}, Factors{{24, 7}, true}}) {
+    SCOPED_TRACE(absl::StrCat("factors ", absl::StrJoin(f.shape, "x"), f.stored ? " stored" : ""));
+    int64_t count = 1;
+    for (int64_t extent : f.shape) count *= extent;
+    const std::string factors = Random(count, 0.5, 1.0, 8);
+    v1::DiscountProductRequest unary;
+    *unary.mutable_factors()->mutable_tensor() = TensorOf(dtype(), f.shape, factors);
+    *unary.mutable_values()->mutable_tensor() = TensorOf(dtype(), shape, values);
+    v1::StreamingComputeHeader header = Header(v1::STREAMING_DISCOUNT_PRODUCT, dtype(), shape);
+    if (f.stored) {
+      absl::StatusOr<v1::BufferInfo> info = client_->Upload("factors", dtype(), f.shape, factors);
+      ASSERT_TRUE(info.ok()) << info.status().message();
+      header.mutable_factors()->set_buffer_id(info->id());
+    } else {
+      *header.mutable_factors()->mutable_tensor() = TensorOf(dtype(), f.shape, factors);
+    }
+    const absl::string_view operands[] = {values};
+    ExpectSameResult(striped.StreamingCompute(header, operands), client_->DiscountProduct(unary));
+  }
+  const std::string input = Random(301 * 24 * 7, 0.1, 10, 9);
+  v1::NormalizeRequest unary;
+  *unary.mutable_input()->mutable_tensor() = TensorOf(dtype(), shape, input);
+  v1::StreamingComputeHeader header = Header(v1::STREAMING_NORMALIZE, dtype(), shape);
+  const absl::string_view operands[] = {input};
+  ExpectSameResult(striped.StreamingCompute(header, operands), client_->Normalize(unary));
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, StreamingComputeTest, ::testing::Values(v1::FLOAT32, v1::FLOAT64),
@@ -346,6 +393,32 @@ TEST(StreamingComputeMemoryTest, SilentOrStalledClientsAreCancelledAfterTheIdleT
     }
     EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
   }
+  EXPECT_EQ(server.AwaitHostBudgetUsed(baseline), baseline);
+}
+
+// A zero row in the last of three striped calls: that call fails, naming its rows,
+// the others are cancelled, and the server frees every charged byte.
+TEST(StreamingComputeErrorsTest, AFailingStripeCancelsTheOthersAndFreesEverything) {
+  auto started = TestServer::Start(StreamingConfig());
+  ASSERT_TRUE(started.ok()) << started.status().message();
+  TestServer& server = **started;
+  const uint64_t baseline = server.HostBudgetUsed();
+  client::ClientOptions options;
+  options.upload_chunk_bytes = 64 << 10;
+  options.stripes = 3;
+  options.stripe_bytes = 4096;
+  options.stripe_channels = client::MakeStripeChannels(server.target(), 2);
+  client::Client striped(server.channel(), options);
+  const int64_t rows = 3000, columns = 64;
+  std::string input = RandomBytes<double>(rows * columns, 0.1, 10, 10);
+  std::memset(input.data() + (rows - 1) * columns * 8, 0, columns * 8);  // a zero sum
+  v1::StreamingComputeHeader header = Header(v1::STREAMING_NORMALIZE, v1::FLOAT64, {rows, columns});
+  const absl::string_view operands[] = {input};
+  const absl::StatusOr<client::Result> result = striped.StreamingCompute(header, operands);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status().message();
+  EXPECT_THAT(result.status().message(),
+              HasSubstr("striped StreamingCompute, call 2 (leading rows 2000 to 2999)"));
   EXPECT_EQ(server.AwaitHostBudgetUsed(baseline), baseline);
 }
 

@@ -40,9 +40,11 @@ constexpr int64_t kMaxFrequencyBlock = kMaxDirectValues;
 
 // Distinct gaps between consecutive frequencies that one block follows by
 // rotation. numpy.linspace rounds its points to the dtype, so the gaps of one
-// take up to four values in a block; only a block spanning binades near zero
-// takes more, and calls sin and cos.
-constexpr int kMaxGaps = 4;
+// take a few values per binade the block spans: a grid from near zero (0.01 to 5
+// takes 8 in its first block of 128) as much as one far from it. Tables past the
+// first cost a small rotation each (RotationsFor), far less than the sin and cos
+// of every term that a block with more gaps than this pays.
+constexpr int kMaxGaps = 32;
 
 // Largest |angle| whose cos and sin are taken from their Taylor series to the
 // fifth power: the first term left out is below 1e-17.
