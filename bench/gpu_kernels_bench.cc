@@ -279,7 +279,11 @@ void Haversine(Bench& b, bool quick) {
                  {Angle::kAsinReduced, Schedule::kFullWavesFusedWide, "  mesh reduced wide"},
                  {Angle::kAsinReducedNewton, Schedule::kFullWavesFusedWide, "  mesh newton wide"},
                  {Angle::kAsinReduced, Schedule::kFullWavesFusedWideStaged, "  mesh reduced wide staged"},
-                 {Angle::kAsinReducedNewton, Schedule::kFullWavesFusedWideStaged, "  mesh newton wide staged"}}) {
+                 {Angle::kAsinReducedNewton, Schedule::kFullWavesFusedWideStaged, "  mesh newton wide staged"},
+                 {Angle::kAsinReducedBranchFree, Schedule::kFullWavesFused, "  mesh branchfree fused"},
+                 {Angle::kAsinReducedBranchFree, Schedule::kFullWavesFusedStaged, "  mesh branchfree staged"},
+                 {Angle::kAsinReducedBranchFree, Schedule::kFullWavesFusedWide, "  mesh branchfree wide"},
+                 {Angle::kAsinReducedBranchFree, Schedule::kFullWavesFusedWideStaged, "  mesh branchfree wide staged"}}) {
           TimeLaunch(b, v.name, Short(dt), label, static_cast<double>(out->bytes()), 0, [&] {
             const cuda::MeshAxis lat{axes.lat.start, axes.lat.stop, axes.lat.count};
             const cuda::MeshAxis lon{axes.lon.start, axes.lon.stop, axes.lon.count};
@@ -313,7 +317,8 @@ void Haversine(Bench& b, bool quick) {
                                  std::pair{cuda::HaversinePointsVariant::kReducedPrefetch, "  points reduced prefetch"},
                                  std::pair{cuda::HaversinePointsVariant::kReducedNewton, "  points reduced newton"},
                                  std::pair{cuda::HaversinePointsVariant::kReducedNewtonPrefetch,
-                                           "  points newton prefetch"}}) {
+                                           "  points newton prefetch"},
+                                 std::pair{cuda::HaversinePointsVariant::kReducedBranchFree, "  points branchfree"}}) {
       TimeLaunch(b, name, Short(dt), "1e7 pts x 4 refs", bytes, 0, [&] {
         return cuda::LaunchHaversinePointsVariant(dt, lat->data(), lon->data(), n, d_refs.d, 4,
                                                   kDefaultEarthRadiusKm, out->data(), res, env, variant);

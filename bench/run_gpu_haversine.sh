@@ -19,14 +19,15 @@
 #   bash bench/run_gpu_haversine.sh     # unpacks the bundle; logs under $OUT (or ./gpu-out)
 #
 # Names in the table: mesh reduced fused = HaversineAngle::kAsinReduced on
-# kFullWavesFused (the f64 default), newton = kAsinReducedNewton, wide / staged /
-# wide staged = kFullWavesFusedWide / kFullWavesFusedStaged / kFullWavesFusedWideStaged;
-# points reduced = HaversinePointsVariant::kReduced (the f64 default), reduced
-# newton = kReducedNewton, newton prefetch = kReducedNewtonPrefetch. The ulps: the
-# mesh against long double (angle 4 = reduced, 5 = newton; schedule 0 covering,
-# 3 fused, 4 wide, 5 staged, 6 wide staged), the points against the CPU float64
-# reference (variant 3 = reduced, 4 = reduced prefetch, 5 = reduced newton, 6 =
-# newton prefetch).
+# kFullWavesFused (the f64 default), newton = kAsinReducedNewton, branchfree =
+# kAsinReducedBranchFree; wide / staged / wide staged = kFullWavesFusedWide /
+# kFullWavesFusedStaged / kFullWavesFusedWideStaged. Points reduced =
+# HaversinePointsVariant::kReduced (the f64 default), reduced newton = kReducedNewton,
+# newton prefetch = kReducedNewtonPrefetch, branchfree = kReducedBranchFree. The
+# ulps: the mesh against long double (angle 4 = reduced, 5 = newton, 6 = branchfree;
+# schedule 0 covering, 3 fused, 4 wide, 5 staged, 6 wide staged), the points against
+# the CPU float64 reference (variant 3 = reduced, 4 = reduced prefetch, 5 = reduced
+# newton, 6 = newton prefetch, 7 = branchfree).
 set -u
 BUNDLE=${BUNDLE:-.device/hav}
 OUT=${OUT:-gpu-out}
@@ -72,8 +73,8 @@ step "4. table: 10000x10000 meshes (ratio to write-only), 1e7 x 4 points (to D2D
 grep '^haversine ulps' "$OUT/test.log" > "$OUT/ulps.txt"
 # bench.csv: op,dtype,size,median_ms,...,ceiling,ratio_to_ceiling
 awk -F, 'FNR == NR {  # ulps.txt
-    split("reduced newton", angle, " "); split("- - - fused wide staged wide_staged", sched, " ")
-    split("- - - reduced reduced_prefetch reduced_newton newton_prefetch", pts, " ")
+    split("reduced newton branchfree", angle, " "); split("- - - fused wide staged wide_staged", sched, " ")
+    split("- - - reduced reduced_prefetch reduced_newton newton_prefetch branchfree", pts, " ")
     dt = $0; sub(/^haversine ulps: (mesh|points) /, "", dt); dt = substr(dt, 1, 3)
     match($0, /max [0-9.]+/); u = substr($0, RSTART + 4, RLENGTH - 4) + 0
     if ($0 ~ /: mesh /) {
@@ -96,7 +97,7 @@ awk -F, 'FNR == NR {  # ulps.txt
            (k in ulp) ? sprintf("%.2f ulp", ulp[k]) : "", ($12 >= goal) ? "  MEETS " goal : ""
   }' "$OUT/ulps.txt" "$OUT/bench.csv" | tee "$OUT/table.txt"
 
-step "5. SASS of the f64 reduced / Newton kernels (sm_90): instructions by class, whole kernel"
+step "5. SASS of the f64 reduced / Newton / branch-free kernels (sm_90): instructions by class"
 # Their terms code is common, so differences between rows are the per-point work
 # times the points per thread (fused 2, wide 4; points 2 per reference).
 CUOBJ=$(command -v cuobjdump || ls /usr/local/cuda*/bin/cuobjdump 2>/dev/null | head -1)
@@ -106,8 +107,8 @@ if [ -n "${CUOBJ:-}" ]; then
   (cd "$CUBINS" && timeout 20 "$CUOBJ" -xelf all "$BENCH_ABS" > /dev/null 2>&1)
   CUBIN=$(grep -l MeshFusedKernel "$CUBINS"/*sm_90*.cubin 2>/dev/null | head -1)
   timeout 20 "$CUOBJ" -sass "${CUBIN:-$BENCH_ABS}" 2>/dev/null |
-    awk '/Function : /{keep = ($0 ~ /MeshFusedKernelIdLb1ELNS0_14HaversineAngleE[45]E/ ||
-                               $0 ~ /PointsSplitKernelIdLb[01]ELNS0_14HaversineAngleE[45]E/)} keep' > "$OUT/sass_f64.txt"
+    awk '/Function : /{keep = ($0 ~ /MeshFusedKernelIdLb1ELNS0_14HaversineAngleE[456]E/ ||
+                               $0 ~ /PointsSplitKernelIdLb[01]ELNS0_14HaversineAngleE[456]E/)} keep' > "$OUT/sass_f64.txt"
   rm -rf "$CUBINS"
   awk 'function flush() {
          if (name != "") printf "%5d instr  DFMA %3d DMUL %3d DADD %3d MUFU %2d SHFL %2d LDS %2d SEL %3d ISETP %3d BRA %2d  %s\n",

@@ -297,7 +297,7 @@ void CheckMeshAngles(const LatLonMesh& mesh, const std::vector<GeoPoint>& refs, 
   const DeviceRefs d_refs(refs);
   for (auto angle : {cuda::HaversineAngle::kAtan2, cuda::HaversineAngle::kAsinSplit, cuda::HaversineAngle::kAsin,
                      cuda::HaversineAngle::kAsinPolynomial, cuda::HaversineAngle::kAsinReduced,
-                     cuda::HaversineAngle::kAsinReducedNewton}) {
+                     cuda::HaversineAngle::kAsinReducedNewton, cuda::HaversineAngle::kAsinReducedBranchFree}) {
     for (auto [schedule, offset] : {std::pair{cuda::HaversineMeshSchedule::kCovering, 0},
                                     std::pair{cuda::HaversineMeshSchedule::kCovering, 1},  // scalar stores
                                     std::pair{cuda::HaversineMeshSchedule::kFullWaves, 0},
@@ -345,7 +345,7 @@ constexpr std::initializer_list<cuda::HaversinePointsVariant> kEveryPointsVarian
     cuda::HaversinePointsVariant::kSplitTerms, cuda::HaversinePointsVariant::kDirect,
     cuda::HaversinePointsVariant::kSplitPrefetch, cuda::HaversinePointsVariant::kReduced,
     cuda::HaversinePointsVariant::kReducedPrefetch, cuda::HaversinePointsVariant::kReducedNewton,
-    cuda::HaversinePointsVariant::kReducedNewtonPrefetch};
+    cuda::HaversinePointsVariant::kReducedNewtonPrefetch, cuda::HaversinePointsVariant::kReducedBranchFree};
 
 // The reduced variant elementwise against long double, across the globe and through
 // each antipode (h near 1, where it forms g = 1 - h from its own terms): a few ulp plus
@@ -416,8 +416,9 @@ double CheckReducedAgainstLongDouble(cuda::HaversineAngle angle, cuda::Haversine
 }
 
 // The max includes the device's linspace rounding a coordinate differently (up to
-// coordinate_ulp_km, a few ulp of a short distance), the same for both formulations:
-// the Newton square root (~0.5 ulp) may cost at most 1 ulp over the library rsqrt.
+// coordinate_ulp_km, a few ulp of a short distance), the same for every formulation:
+// the Newton square root (~0.5 ulp) may cost at most 1 ulp over the library rsqrt, and
+// forcing the selects changes no arithmetic.
 TEST(GpuKernelVariants, HaversineReducedWithinAFewUlpsOfLongDouble) {
   REQUIRE_GPU();
   using S = cuda::HaversineMeshSchedule;
@@ -426,9 +427,14 @@ TEST(GpuKernelVariants, HaversineReducedWithinAFewUlpsOfLongDouble) {
     // float64 9 to 18 ulp, float32 8 to 16: catches a bad formulation, not 1 ulp.
     const double reduced = CheckReducedAgainstLongDouble<double>(cuda::HaversineAngle::kAsinReduced, schedule, 2e-15);
     const double newton = CheckReducedAgainstLongDouble<double>(cuda::HaversineAngle::kAsinReducedNewton, schedule, 2e-15);
+    const double branch_free =
+        CheckReducedAgainstLongDouble<double>(cuda::HaversineAngle::kAsinReducedBranchFree, schedule, 2e-15);
     EXPECT_LE(newton, reduced + 1) << "schedule " << static_cast<int>(schedule);
-    CheckReducedAgainstLongDouble<float>(cuda::HaversineAngle::kAsinReduced, schedule, 1e-6);
-    CheckReducedAgainstLongDouble<float>(cuda::HaversineAngle::kAsinReducedNewton, schedule, 1e-6);
+    EXPECT_LE(branch_free, reduced + 1) << "schedule " << static_cast<int>(schedule);
+    for (auto angle : {cuda::HaversineAngle::kAsinReduced, cuda::HaversineAngle::kAsinReducedNewton,
+                       cuda::HaversineAngle::kAsinReducedBranchFree}) {
+      CheckReducedAgainstLongDouble<float>(angle, schedule, 1e-6);
+    }
   }
 }
 
@@ -489,7 +495,8 @@ TEST(GpuKernelVariants, HaversinePointsEveryVariant) {
 TEST(GpuKernelVariants, HaversinePointsReducedFarLongitudes) {
   REQUIRE_GPU();
   for (auto v : {cuda::HaversinePointsVariant::kReduced, cuda::HaversinePointsVariant::kReducedPrefetch,
-                 cuda::HaversinePointsVariant::kReducedNewton, cuda::HaversinePointsVariant::kReducedNewtonPrefetch}) {
+                 cuda::HaversinePointsVariant::kReducedNewton, cuda::HaversinePointsVariant::kReducedNewtonPrefetch,
+                 cuda::HaversinePointsVariant::kReducedBranchFree}) {
     CheckPointsVariants<float>(30011, 5, 1e6, {v});
     CheckPointsVariants<double>(30011, 5, 1e6, {v});
   }

@@ -335,7 +335,10 @@ cudaError_t LaunchPointsT(const T* lat, const T* lon, int64_t n, const RefPoint*
   static const int reduced_blocks = ResidentBlocksPerSm(PointsSplitKernel<T, false, kReduced>, PointsPolicy::kThreads);
   static const int reduced_prefetch_blocks =
       ResidentBlocksPerSm(PointsSplitKernel<T, true, kReduced>, PointsPolicy::kThreads);
+  constexpr HaversineAngle kBranchFree = HaversineAngle::kAsinReducedBranchFree;
   static const int newton_blocks = ResidentBlocksPerSm(PointsSplitKernel<T, false, kNewton>, PointsPolicy::kThreads);
+  static const int branch_free_blocks =
+      ResidentBlocksPerSm(PointsSplitKernel<T, false, kBranchFree>, PointsPolicy::kThreads);
   static const int newton_prefetch_blocks =
       ResidentBlocksPerSm(PointsSplitKernel<T, true, kNewton>, PointsPolicy::kThreads);
   auto kernel = PointsSplitKernel<T, false>;
@@ -359,6 +362,10 @@ cudaError_t LaunchPointsT(const T* lat, const T* lon, int64_t n, const RefPoint*
     case V::kReducedNewtonPrefetch:
       kernel = PointsSplitKernel<T, true, kNewton>;
       blocks_per_sm = newton_prefetch_blocks;
+      break;
+    case V::kReducedBranchFree:
+      kernel = PointsSplitKernel<T, false, kBranchFree>;
+      blocks_per_sm = branch_free_blocks;
       break;
   }
   const int64_t want = static_cast<int64_t>(env.sm_count) * blocks_per_sm;
@@ -405,6 +412,7 @@ cudaError_t LaunchHaversineMeshVariant(DType dtype, const MeshAxis& lat, const M
       case A::kAsinPolynomial: return launch(std::integral_constant<A, A::kAsinPolynomial>{});
       case A::kAsinReduced: return launch(std::integral_constant<A, A::kAsinReduced>{});
       case A::kAsinReducedNewton: return launch(std::integral_constant<A, A::kAsinReducedNewton>{});
+      case A::kAsinReducedBranchFree: return launch(std::integral_constant<A, A::kAsinReducedBranchFree>{});
     }
     return cudaErrorInvalidValue;
   };
@@ -489,6 +497,7 @@ void ListMeshT(std::vector<KernelEntry>& out, const std::string& t) {
   ListMeshAngle<T, HaversineAngle::kAsinPolynomial>(out, t, "asin_polynomial");
   ListMeshAngle<T, HaversineAngle::kAsinReduced>(out, t, "asin_reduced");
   ListMeshAngle<T, HaversineAngle::kAsinReducedNewton>(out, t, "asin_reduced_newton");
+  ListMeshAngle<T, HaversineAngle::kAsinReducedBranchFree>(out, t, "asin_reduced_branch_free");
   out.push_back({"haversine.points<" + t + ">", (const void*)&PointsKernel<T>});
   out.push_back({"haversine.ref_terms<" + t + ">", (const void*)&RefTermsKernel<T>});
   out.push_back({"haversine.points_split<" + t + ">", (const void*)&PointsSplitKernel<T, false>});
@@ -500,6 +509,8 @@ void ListMeshT(std::vector<KernelEntry>& out, const std::string& t) {
                  (const void*)&PointsSplitKernel<T, false, HaversineAngle::kAsinReducedNewton>});
   out.push_back({"haversine.points_split<" + t + ",prefetch,reduced newton>",
                  (const void*)&PointsSplitKernel<T, true, HaversineAngle::kAsinReducedNewton>});
+  out.push_back({"haversine.points_split<" + t + ",reduced branch free>",
+                 (const void*)&PointsSplitKernel<T, false, HaversineAngle::kAsinReducedBranchFree>});
 }
 
 void ListHaversineKernels(std::vector<KernelEntry>& out) {
@@ -520,7 +531,7 @@ cudaError_t WarmupHaversine(const LaunchEnv& env) {
   for (DType t : {DType::kFloat32, DType::kFloat64}) {
     for (HaversineAngle a : {HaversineAngle::kAtan2, HaversineAngle::kAsinSplit, HaversineAngle::kAsin,
                              HaversineAngle::kAsinPolynomial, HaversineAngle::kAsinReduced,
-                             HaversineAngle::kAsinReducedNewton}) {
+                             HaversineAngle::kAsinReducedNewton, HaversineAngle::kAsinReducedBranchFree}) {
       for (HaversineMeshSchedule m : {HaversineMeshSchedule::kCovering, HaversineMeshSchedule::kFullWaves,
                                       HaversineMeshSchedule::kFullWavesTwoRows, HaversineMeshSchedule::kFullWavesFused,
                                       HaversineMeshSchedule::kFullWavesFusedWide,
@@ -533,7 +544,8 @@ cudaError_t WarmupHaversine(const LaunchEnv& env) {
     for (HaversinePointsVariant v : {HaversinePointsVariant::kSplitTerms, HaversinePointsVariant::kDirect,
                                      HaversinePointsVariant::kSplitPrefetch, HaversinePointsVariant::kReduced,
                                      HaversinePointsVariant::kReducedPrefetch, HaversinePointsVariant::kReducedNewton,
-                                     HaversinePointsVariant::kReducedNewtonPrefetch}) {
+                                     HaversinePointsVariant::kReducedNewtonPrefetch,
+                                     HaversinePointsVariant::kReducedBranchFree}) {
       GC_TRY(LaunchHaversinePointsVariant(t, buf + 32, buf + 40, 4, ref, 1, 6371.0, buf, result, env, v));
     }
   }

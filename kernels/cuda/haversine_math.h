@@ -14,9 +14,9 @@
 // 0.3 ulp) serves all three, chosen by selects: no IEEE sqrt slow path (sqrt(m) =
 // m rsqrt(m)), none of the library asin's two-polynomial branch (NVVM still turns the
 // selects into branches around the square root). In all ~2 ulp (haversine_math_test),
-// near the antipode too, ~1 more on the device from rsqrt. kAsinReducedNewton: the
-// same with the selects forced and sqrt(m) from the MUFU estimate and a Newton step
-// (SqrtByRsqrtNewton, ~0.5 ulp): straight-line code.
+// near the antipode too, ~1 more on the device from rsqrt. kAsinReducedBranchFree: the
+// same with the selects forced (straight-line code); kAsinReducedNewton: that with
+// sqrt(m) from the MUFU estimate and a Newton step (SqrtByRsqrtNewton, ~0.5 ulp).
 //
 // Points and mesh terms: sin and cos of a half angle in degrees. Latitudes are checked
 // to +-90, so lat / 2 is within +-45 degrees (|t| <= pi/4) and needs no reduction; other
@@ -85,15 +85,21 @@ GC_HOST_DEVICE long long Bits(float x) {
 #endif
 }
 
-// sqrt(m) without the IEEE square root's range checks: m rsqrt(m) (rsqrt 1 ulp on the
-// device: ~1.5 ulp in all), 0 for m <= 0 (a rounding below 0).
+// sqrt(m) for m > 0 without the IEEE square root's range checks: m rsqrt(m) (rsqrt
+// 1 ulp on the device: ~1.5 ulp in all).
+template <typename T>
+GC_HOST_DEVICE T SqrtOfPositive(T m) {
+#if defined(__CUDA_ARCH__)
+  return m * rsqrt(m);
+#else
+  return std::sqrt(m);
+#endif
+}
+
+// SqrtOfPositive, 0 for m <= 0 (a rounding below 0).
 template <typename T>
 GC_HOST_DEVICE T SqrtOfNonNegative(T m) {
-#if defined(__CUDA_ARCH__)
-  return Bits(m) > 0 ? m * rsqrt(m) : T(0);
-#else
-  return Bits(m) > 0 ? std::sqrt(m) : T(0);
-#endif
+  return Bits(m) > 0 ? SqrtOfPositive(m) : T(0);
 }
 
 // (R(w) - 1) / w, R(w) = asin(sqrt(w)) / sqrt(w), w in [0, 1/4].
@@ -158,13 +164,23 @@ GC_HOST_DEVICE double SqrtByRsqrtNewton(double m) {
 #endif
 }
 
-// sqrt(m) for the reduced step (m <= 1/4).
-template <bool kNewton, typename T>
+// How the reduced step takes sqrt(m) and makes its choices (HaversineAngle::
+// kAsinReduced, kAsinReducedBranchFree, kAsinReducedNewton).
+enum class ReducedForm {
+  kPlain,       // m rsqrt(m); selects, which NVVM turns into branches around the sqrt
+  kBranchFree,  // m rsqrt(m), every select forced (SelectIfGreater)
+  kNewton,      // float64 SqrtByRsqrtNewton, every select forced
+};
+
+// sqrt(m) for the reduced step (m <= 1/4), 0 for m <= 0.
+template <ReducedForm kForm, typename T>
 GC_HOST_DEVICE T ReducedSqrt(T m) {
-  if constexpr (kNewton && sizeof(T) == 8) {
+  if constexpr (kForm == ReducedForm::kNewton && sizeof(T) == 8) {
     return SqrtByRsqrtNewton(m);
-  } else {
+  } else if constexpr (kForm == ReducedForm::kPlain) {
     return SqrtOfNonNegative(m);
+  } else {
+    return SelectIfGreater(Bits(m), 0, SqrtOfPositive(m), T(0));
   }
 }
 
@@ -178,21 +194,21 @@ GC_HOST_DEVICE T ReducedSqrt(T m) {
 // below 0 has negative bits and gives sqrt 0); base and k are selected constants, so
 // the kernels keep no extra registers for them (folding scale into them saves a
 // multiply but holds four more doubles across the loop: the fused kernel spilled).
-// kNewton (HaversineAngle::kAsinReducedNewton): sqrt(m) by SqrtByRsqrtNewton, and
-// the selects of m, w and x forced (SelectIfGreater): no branch at all.
-template <typename T, bool kNewton = false>
+// kForm: ReducedForm (kBranchFree, kNewton: the selects of m, w and x and the
+// square root's forced, no branch at all).
+template <typename T, ReducedForm kForm = ReducedForm::kPlain>
 GC_HOST_DEVICE T ScaledHalfAngleReduced(T h, T g, T scale) {
   const bool upper = Bits(h) > Bits(g);
   const T z = h - g;
   T m, w, x;
-  if constexpr (kNewton) {
+  if constexpr (kForm != ReducedForm::kPlain) {
     m = SelectIfGreater(Bits(h), Bits(g), g, h);
     w = SelectIfGreater(Bits(m), Bits(T(0.25)), z * z, m);
-    x = SelectIfGreater(Bits(m), Bits(T(0.25)), z, ReducedSqrt<true>(m));
+    x = SelectIfGreater(Bits(m), Bits(T(0.25)), z, ReducedSqrt<kForm>(m));
   } else {
     m = upper ? g : h;
     w = Bits(m) > Bits(T(0.25)) ? z * z : m;
-    x = Bits(m) > Bits(T(0.25)) ? z : ReducedSqrt<false>(m);
+    x = Bits(m) > Bits(T(0.25)) ? z : ReducedSqrt<kForm>(m);
   }
   const bool middle = Bits(m) > Bits(T(0.25));
   const T k = middle ? T(0.5) : (upper ? T(-1) : T(1));
@@ -372,7 +388,7 @@ __device__ __forceinline__ T HalfAngleByPolynomial(T h) {
 // The formulations of the last step the benchmark compares (haversine_variants.h):
 // kAtan2: atan2(sqrt(h), sqrt(1 - h)) (float32: HalfCentralAngle); kAsinSplit:
 // HalfAngleByAsin; kAsin: asin(sqrt(h)); kAsinPolynomial: HalfAngleByPolynomial.
-// kAsinReduced, kAsinReducedNewton: DistanceFromHG.
+// kAsinReduced*: DistanceFromHG.
 template <typename T, HaversineAngle kAngle>
 __device__ __forceinline__ T HalfAngle(T h) {
   if constexpr (kAngle == HaversineAngle::kAsinSplit) {
@@ -401,7 +417,10 @@ __device__ __forceinline__ T DistanceFromH(T h, T two_r) {
 template <typename T, HaversineAngle kAngle>
 __device__ __forceinline__ T DistanceFromHG(T h, T g, T two_r) {
   static_assert(TakesG(kAngle));
-  return ScaledHalfAngleReduced<T, kAngle == HaversineAngle::kAsinReducedNewton>(h, g, two_r);
+  constexpr ReducedForm kForm = kAngle == HaversineAngle::kAsinReducedNewton       ? ReducedForm::kNewton
+                                : kAngle == HaversineAngle::kAsinReducedBranchFree ? ReducedForm::kBranchFree
+                                                                                   : ReducedForm::kPlain;
+  return ScaledHalfAngleReduced<T, kForm>(h, g, two_r);
 }
 #endif  // __CUDACC__
 

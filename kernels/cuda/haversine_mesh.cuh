@@ -264,10 +264,10 @@ struct MeshFusedAgent {
 };
 
 // Blocks per SM the fused kernel is built for (its register cap), from ptxas's spills
-// (sm_90, float64): kVecs = 2 keeps twice the column terms and chains, and the Newton
-// square root's temporaries add to each chain: at 64 registers the Newton kernel
-// spilled 60 bytes, the wide kernels at 80 registers 8 (reduced) and 124 (Newton);
-// with these caps 8 bytes are left in the wide reduced and the Newton kernels.
+// (float64): kVecs = 2 keeps twice the column terms and chains, and the Newton square
+// root's temporaries add to each chain: at 64 registers the Newton kernel spilled 60
+// bytes, the wide kernels at 80 registers 8 (reduced) and 124 (Newton); with these
+// caps up to 16 bytes are left in the wide reduced and branch-free kernels.
 template <HaversineAngle kAngle, int kVecs>
 constexpr int kFusedMinBlocksPerSm =
     (kVecs == 1 ? MeshPolicy::kMinBlocksPerSm : 3) - (kAngle == HaversineAngle::kAsinReducedNewton ? 1 : 0);

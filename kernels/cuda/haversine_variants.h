@@ -19,14 +19,17 @@ enum class HaversineAngle {
   kAsinReduced = 4,  // one polynomial on [0, 1/4] for three ranges of h, by selects, and
                      // g = 1 - h from its own terms (haversine_math.h: ScaledHalfAngleReduced,
                      // HaversineG), accurate near the antipode
-  kAsinReducedNewton = 5,  // kAsinReduced, float64 sqrt(m) from the MUFU rsqrt estimate
-                           // and Newton steps (SqrtByRsqrtNewton): no range checks nor
-                           // slow-path branch
+  kAsinReducedNewton = 5,  // kAsinReducedBranchFree, float64 sqrt(m) from the MUFU rsqrt
+                           // estimate and a Newton step (SqrtByRsqrtNewton): no range
+                           // checks nor slow-path branch
+  kAsinReducedBranchFree = 6,  // kAsinReduced with its selects forced (SelectIfGreater):
+                               // NVVM turns them into branches around the sqrt
 };
 
 // The formulations that take g = 1 - h from its own terms (ScaledHalfAngleReduced*).
 constexpr bool TakesG(HaversineAngle a) {
-  return a == HaversineAngle::kAsinReduced || a == HaversineAngle::kAsinReducedNewton;
+  return a == HaversineAngle::kAsinReduced || a == HaversineAngle::kAsinReducedNewton ||
+         a == HaversineAngle::kAsinReducedBranchFree;
 }
 
 // How the mesh kernel covers the grid.
@@ -57,6 +60,7 @@ enum class HaversinePointsVariant {
   kReducedNewton = 5,  // kReduced with the last step of HaversineAngle::kAsinReducedNewton
   kReducedNewtonPrefetch = 6,  // kReducedNewton, the next points loaded while these are
                                // computed (3 blocks per SM: 80 registers)
+  kReducedBranchFree = 7,  // kReduced with the last step of kAsinReducedBranchFree
 };
 
 cudaError_t LaunchHaversineMeshVariant(DType dtype, const MeshAxis& lat, const MeshAxis& lon,
