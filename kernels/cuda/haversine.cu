@@ -322,6 +322,16 @@ cudaError_t LaunchMeshT(const MeshAxis& lat, const MeshAxis& lon, const RefPoint
 }
 
 template <typename T>
+using PointsSplitKernelFn = void (*)(const T*, const T*, int64_t, const RefTerms<T>*, int64_t, T, T*, PointsResult*);
+
+// A split kernel and how many of its blocks fit on an SM at once (asked once).
+template <typename T, bool kPrefetch, HaversineAngle kLast>
+std::pair<PointsSplitKernelFn<T>, int> PointsSplitFullWaves() {
+  static const int blocks = ResidentBlocksPerSm(PointsSplitKernel<T, kPrefetch, kLast>, PointsPolicy::kThreads);
+  return {PointsSplitKernel<T, kPrefetch, kLast>, blocks};
+}
+
+template <typename T>
 cudaError_t LaunchPointsT(const T* lat, const T* lon, int64_t n, const RefPoint* refs,
                           int64_t n_ref, double radius, T* out, PointsResult* result,
                           const LaunchEnv& env, HaversinePointsVariant variant) {
@@ -332,42 +342,19 @@ cudaError_t LaunchPointsT(const T* lat, const T* lon, int64_t n, const RefPoint*
   // many blocks as fit at once.
   constexpr HaversineAngle kReduced = HaversineAngle::kAsinReduced;
   constexpr HaversineAngle kNewton = HaversineAngle::kAsinReducedNewton;
-  static const int reduced_blocks = ResidentBlocksPerSm(PointsSplitKernel<T, false, kReduced>, PointsPolicy::kThreads);
-  static const int reduced_prefetch_blocks =
-      ResidentBlocksPerSm(PointsSplitKernel<T, true, kReduced>, PointsPolicy::kThreads);
   constexpr HaversineAngle kBranchFree = HaversineAngle::kAsinReducedBranchFree;
-  static const int newton_blocks = ResidentBlocksPerSm(PointsSplitKernel<T, false, kNewton>, PointsPolicy::kThreads);
-  static const int branch_free_blocks =
-      ResidentBlocksPerSm(PointsSplitKernel<T, false, kBranchFree>, PointsPolicy::kThreads);
-  static const int newton_prefetch_blocks =
-      ResidentBlocksPerSm(PointsSplitKernel<T, true, kNewton>, PointsPolicy::kThreads);
-  auto kernel = PointsSplitKernel<T, false>;
-  int blocks_per_sm = PointsPolicy::kMinBlocksPerSm * 2;
+  std::pair<PointsSplitKernelFn<T>, int> kernel{PointsSplitKernel<T, false>, PointsPolicy::kMinBlocksPerSm * 2};
   switch (variant) {
     case V::kSplitTerms:
     case V::kDirect: break;
-    case V::kSplitPrefetch: kernel = PointsSplitKernel<T, true>; break;
-    case V::kReduced:
-      kernel = PointsSplitKernel<T, false, kReduced>;
-      blocks_per_sm = reduced_blocks;
-      break;
-    case V::kReducedPrefetch:
-      kernel = PointsSplitKernel<T, true, kReduced>;
-      blocks_per_sm = reduced_prefetch_blocks;
-      break;
-    case V::kReducedNewton:
-      kernel = PointsSplitKernel<T, false, kNewton>;
-      blocks_per_sm = newton_blocks;
-      break;
-    case V::kReducedNewtonPrefetch:
-      kernel = PointsSplitKernel<T, true, kNewton>;
-      blocks_per_sm = newton_prefetch_blocks;
-      break;
-    case V::kReducedBranchFree:
-      kernel = PointsSplitKernel<T, false, kBranchFree>;
-      blocks_per_sm = branch_free_blocks;
-      break;
+    case V::kSplitPrefetch: kernel.first = PointsSplitKernel<T, true>; break;
+    case V::kReduced: kernel = PointsSplitFullWaves<T, false, kReduced>(); break;
+    case V::kReducedPrefetch: kernel = PointsSplitFullWaves<T, true, kReduced>(); break;
+    case V::kReducedNewton: kernel = PointsSplitFullWaves<T, false, kNewton>(); break;
+    case V::kReducedNewtonPrefetch: kernel = PointsSplitFullWaves<T, true, kNewton>(); break;
+    case V::kReducedBranchFree: kernel = PointsSplitFullWaves<T, false, kBranchFree>(); break;
   }
+  const int blocks_per_sm = kernel.second;
   const int64_t want = static_cast<int64_t>(env.sm_count) * blocks_per_sm;
   const int64_t gx = std::min<int64_t>(CeilDiv(n, PointsPolicy::kThreads * per_thread), want);
   const int64_t gy = std::clamp<int64_t>(want / gx, 1, std::min<int64_t>(n_ref, 65535));
@@ -383,8 +370,8 @@ cudaError_t LaunchPointsT(const T* lat, const T* lon, int64_t n, const RefPoint*
   const unsigned tgrid = GridFor(CeilDiv(n_ref, TermsPolicy::kThreads), env.sm_count, TermsPolicy::kMinBlocksPerSm);
   RefTermsKernel<T><<<tgrid, TermsPolicy::kThreads, 0, env.stream>>>(refs, n_ref, terms.as<RefTerms<T>>());
   GC_CHECK_LAUNCH();
-  kernel<<<grid, PointsPolicy::kThreads, 0, env.stream>>>(lat, lon, n, terms.as<RefTerms<T>>(), n_ref, two_r, out,
-                                                           result);
+  kernel.first<<<grid, PointsPolicy::kThreads, 0, env.stream>>>(lat, lon, n, terms.as<RefTerms<T>>(), n_ref, two_r,
+                                                                 out, result);
   GC_CHECK_LAUNCH();
   return cudaSuccess;
 }
