@@ -283,7 +283,8 @@ void Haversine(Bench& b, bool quick) {
                  {Angle::kAsinReducedBranchFree, Schedule::kFullWavesFused, "  mesh branchfree fused"},
                  {Angle::kAsinReducedBranchFree, Schedule::kFullWavesFusedStaged, "  mesh branchfree staged"},
                  {Angle::kAsinReducedBranchFree, Schedule::kFullWavesFusedWide, "  mesh branchfree wide"},
-                 {Angle::kAsinReducedBranchFree, Schedule::kFullWavesFusedWideStaged, "  mesh branchfree wide staged"}}) {
+                 {Angle::kAsinReducedBranchFree, Schedule::kFullWavesFusedWideStaged,
+                  "  mesh branchfree wide staged"}}) {
           TimeLaunch(b, v.name, Short(dt), label, static_cast<double>(out->bytes()), 0, [&] {
             const cuda::MeshAxis lat{axes.lat.start, axes.lat.stop, axes.lat.count};
             const cuda::MeshAxis lon{axes.lon.start, axes.lon.stop, axes.lon.count};
