@@ -249,7 +249,7 @@ void Haversine(Bench& b, bool quick) {
       if (n < 10000) continue;
       // The last step's formulations and the grid schedules (haversine_variants.h),
       // kernels only: every angle on the default schedule, then the fastest angles and
-      // the new one on each full-wave schedule. On the 2-degree mesh around the
+      // the new ones on each full-wave schedule. On the 2-degree mesh around the
       // reference every h is small; across the globe h spans [0, 1] within a warp
       // (the library asin's two branches diverge).
       const DeviceRefs d_refs(refs);
@@ -271,7 +271,20 @@ void Haversine(Bench& b, bool quick) {
                  {Angle::kAsinPolynomial, Schedule::kFullWavesTwoRows, "  mesh asin_poly waves2"},
                  {Angle::kAsinReduced, Schedule::kFullWavesTwoRows, "  mesh reduced waves2"},
                  {Angle::kAsinPolynomial, Schedule::kFullWavesFused, "  mesh asin_poly fused"},
-                 {Angle::kAsinReduced, Schedule::kFullWavesFused, "  mesh reduced fused"}}) {
+                 {Angle::kAsinReduced, Schedule::kFullWavesFused, "  mesh reduced fused"},
+                 {Angle::kAsinReducedNewton, Schedule::kFullWavesFused, "  mesh newton fused"},
+                 {Angle::kAsinReduced, Schedule::kFullWavesFusedStaged, "  mesh reduced staged"},
+                 {Angle::kAsinReducedNewton, Schedule::kFullWavesFusedStaged, "  mesh newton staged"},
+                 {Angle::kAsinPolynomial, Schedule::kFullWavesFusedWide, "  mesh asin_poly wide"},
+                 {Angle::kAsinReduced, Schedule::kFullWavesFusedWide, "  mesh reduced wide"},
+                 {Angle::kAsinReducedNewton, Schedule::kFullWavesFusedWide, "  mesh newton wide"},
+                 {Angle::kAsinReduced, Schedule::kFullWavesFusedWideStaged, "  mesh reduced wide staged"},
+                 {Angle::kAsinReducedNewton, Schedule::kFullWavesFusedWideStaged, "  mesh newton wide staged"},
+                 {Angle::kAsinReducedBranchFree, Schedule::kFullWavesFused, "  mesh branchfree fused"},
+                 {Angle::kAsinReducedBranchFree, Schedule::kFullWavesFusedStaged, "  mesh branchfree staged"},
+                 {Angle::kAsinReducedBranchFree, Schedule::kFullWavesFusedWide, "  mesh branchfree wide"},
+                 {Angle::kAsinReducedBranchFree, Schedule::kFullWavesFusedWideStaged,
+                  "  mesh branchfree wide staged"}}) {
           TimeLaunch(b, v.name, Short(dt), label, static_cast<double>(out->bytes()), 0, [&] {
             const cuda::MeshAxis lat{axes.lat.start, axes.lat.stop, axes.lat.count};
             const cuda::MeshAxis lon{axes.lon.start, axes.lon.stop, axes.lon.count};
@@ -302,7 +315,11 @@ void Haversine(Bench& b, bool quick) {
                                  std::pair{cuda::HaversinePointsVariant::kDirect, "  points direct"},
                                  std::pair{cuda::HaversinePointsVariant::kSplitPrefetch, "  points prefetch"},
                                  std::pair{cuda::HaversinePointsVariant::kReduced, "  points reduced"},
-                                 std::pair{cuda::HaversinePointsVariant::kReducedPrefetch, "  points reduced prefetch"}}) {
+                                 std::pair{cuda::HaversinePointsVariant::kReducedPrefetch, "  points reduced prefetch"},
+                                 std::pair{cuda::HaversinePointsVariant::kReducedNewton, "  points reduced newton"},
+                                 std::pair{cuda::HaversinePointsVariant::kReducedNewtonPrefetch,
+                                           "  points newton prefetch"},
+                                 std::pair{cuda::HaversinePointsVariant::kReducedBranchFree, "  points branchfree"}}) {
       TimeLaunch(b, name, Short(dt), "1e7 pts x 4 refs", bytes, 0, [&] {
         return cuda::LaunchHaversinePointsVariant(dt, lat->data(), lon->data(), n, d_refs.d, 4,
                                                   kDefaultEarthRadiusKm, out->data(), res, env, variant);

@@ -10,8 +10,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <initializer_list>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -294,14 +296,21 @@ void CheckMeshAngles(const LatLonMesh& mesh, const std::vector<GeoPoint>& refs, 
   const std::vector<double> want = Read<double>(*Cpu(), *ref);
   const DeviceRefs d_refs(refs);
   for (auto angle : {cuda::HaversineAngle::kAtan2, cuda::HaversineAngle::kAsinSplit, cuda::HaversineAngle::kAsin,
-                     cuda::HaversineAngle::kAsinPolynomial, cuda::HaversineAngle::kAsinReduced}) {
+                     cuda::HaversineAngle::kAsinPolynomial, cuda::HaversineAngle::kAsinReduced,
+                     cuda::HaversineAngle::kAsinReducedNewton, cuda::HaversineAngle::kAsinReducedBranchFree}) {
     for (auto [schedule, offset] : {std::pair{cuda::HaversineMeshSchedule::kCovering, 0},
                                     std::pair{cuda::HaversineMeshSchedule::kCovering, 1},  // scalar stores
                                     std::pair{cuda::HaversineMeshSchedule::kFullWaves, 0},
                                     std::pair{cuda::HaversineMeshSchedule::kFullWavesTwoRows, 0},
                                     std::pair{cuda::HaversineMeshSchedule::kFullWavesTwoRows, 1},
                                     std::pair{cuda::HaversineMeshSchedule::kFullWavesFused, 0},
-                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesFused, 1}}) {
+                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesFused, 1},
+                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesFusedWide, 0},
+                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesFusedWide, 1},
+                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesFusedStaged, 0},
+                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesFusedStaged, 1},
+                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesFusedWideStaged, 0},
+                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesFusedWideStaged, 1}}) {
       SCOPED_TRACE(absl::StrCat(mesh.lat.count, " x ", mesh.lon.count, sizeof(T) == 4 ? " f32" : " f64",
                                 " angle ", static_cast<int>(angle), " schedule ", static_cast<int>(schedule),
                                 " offset ", offset));
@@ -335,7 +344,8 @@ TEST(GpuKernelVariants, HaversineMeshEveryAngleFormulation) {
 constexpr std::initializer_list<cuda::HaversinePointsVariant> kEveryPointsVariant = {
     cuda::HaversinePointsVariant::kSplitTerms, cuda::HaversinePointsVariant::kDirect,
     cuda::HaversinePointsVariant::kSplitPrefetch, cuda::HaversinePointsVariant::kReduced,
-    cuda::HaversinePointsVariant::kReducedPrefetch};
+    cuda::HaversinePointsVariant::kReducedPrefetch, cuda::HaversinePointsVariant::kReducedNewton,
+    cuda::HaversinePointsVariant::kReducedNewtonPrefetch, cuda::HaversinePointsVariant::kReducedBranchFree};
 
 // The reduced variant elementwise against long double, across the globe and through
 // each antipode (h near 1, where it forms g = 1 - h from its own terms): a few ulp plus
@@ -358,19 +368,31 @@ double LinspaceAtLikeTheDevice(const Linspace& a, int64_t i) {
   return std::fma(static_cast<double>(i), (a.stop - a.start) / static_cast<double>(a.count - 1), a.start);
 }
 
+// |got - want| in units in the last place of T at want.
 template <typename T>
-void CheckReducedAgainstLongDouble(cuda::HaversineMeshSchedule schedule, double rtol) {
+double Ulps(T got, long double want) {
+  const T w = static_cast<T>(want);
+  const long double ulp = static_cast<long double>(std::nextafter(w, std::numeric_limits<T>::infinity())) - w;
+  return static_cast<double>(std::fabs(static_cast<long double>(got) - want) / ulp);
+}
+
+// Returns the largest error in ulps (and prints it: bench/run_gpu_haversine.sh's table).
+template <typename T>
+double CheckReducedAgainstLongDouble(cuda::HaversineAngle angle, cuda::HaversineMeshSchedule schedule, double rtol) {
   const LatLonMesh globe{{-89.5, 89.5, 361}, {-180, 180, 724}};
   const std::vector<GeoPoint> refs = {{30, 101}, {-0.25, 0.5}};
   const DeviceRefs d_refs(refs);
   const int64_t n = static_cast<int64_t>(refs.size()) * globe.lat.count * globe.lon.count;
   DeviceBuffer<T> out(n, 0);
-  ASSERT_CUDA(cuda::LaunchHaversineMeshVariant(kDType<T>, {globe.lat.start, globe.lat.stop, globe.lat.count},
-                                               {globe.lon.start, globe.lon.stop, globe.lon.count}, d_refs.buffer.p,
-                                               static_cast<int64_t>(refs.size()), kDefaultEarthRadiusKm, out.p, Env(),
-                                               cuda::HaversineAngle::kAsinReduced, schedule));
-  ASSERT_CUDA(cudaDeviceSynchronize());
+  const cudaError_t launched = cuda::LaunchHaversineMeshVariant(
+      kDType<T>, {globe.lat.start, globe.lat.stop, globe.lat.count}, {globe.lon.start, globe.lon.stop, globe.lon.count},
+      d_refs.buffer.p, static_cast<int64_t>(refs.size()), kDefaultEarthRadiusKm, out.p, Env(), angle, schedule);
+  const cudaError_t synced = cudaDeviceSynchronize();
+  EXPECT_EQ(launched, cudaSuccess) << cudaGetErrorString(launched);
+  EXPECT_EQ(synced, cudaSuccess) << cudaGetErrorString(synced);
+  if (launched != cudaSuccess || synced != cudaSuccess) return 0;
   const std::vector<T> got = out.Download(n);
+  double max_ulps = 0;
   const double coordinate_ulp_km = 2.9e-14 * 111.2;  // one ulp of 180 degrees, in km
   int64_t bad = 0, i = 0;
   for (const GeoPoint& ref : refs) {
@@ -378,6 +400,7 @@ void CheckReducedAgainstLongDouble(cuda::HaversineMeshSchedule schedule, double 
       for (int64_t j = 0; j < globe.lon.count; ++j, ++i) {
         const long double want = LongDoubleDistance(LinspaceAtLikeTheDevice(globe.lat, k),
                                                     LinspaceAtLikeTheDevice(globe.lon, j), ref);
+        max_ulps = std::max(max_ulps, Ulps(got[i], want));
         if (!(std::fabs(got[i] - want) <= rtol * want + coordinate_ulp_km) && ++bad <= 5) {
           ADD_FAILURE() << "element " << i << ": reduced " << got[i] << ", long double "
                         << static_cast<double>(want);
@@ -385,14 +408,33 @@ void CheckReducedAgainstLongDouble(cuda::HaversineMeshSchedule schedule, double 
       }
     }
   }
-  EXPECT_EQ(bad, 0) << (sizeof(T) == 4 ? "f32" : "f64") << " schedule " << static_cast<int>(schedule);
+  EXPECT_EQ(bad, 0) << (sizeof(T) == 4 ? "f32" : "f64") << " angle " << static_cast<int>(angle) << " schedule "
+                    << static_cast<int>(schedule);
+  std::printf("haversine ulps: mesh %s angle %d schedule %d: max %.2f ulp of long double\n", sizeof(T) == 4 ? "f32" : "f64",
+              static_cast<int>(angle), static_cast<int>(schedule), max_ulps);
+  return max_ulps;
 }
 
+// The max includes the device's linspace rounding a coordinate differently (up to
+// coordinate_ulp_km, a few ulp of a short distance), the same for every formulation:
+// the Newton square root (~0.5 ulp) may cost at most 1 ulp over the library rsqrt, and
+// forcing the selects changes no arithmetic.
 TEST(GpuKernelVariants, HaversineReducedWithinAFewUlpsOfLongDouble) {
   REQUIRE_GPU();
-  for (auto schedule : {cuda::HaversineMeshSchedule::kCovering, cuda::HaversineMeshSchedule::kFullWavesFused}) {
-    CheckReducedAgainstLongDouble<double>(schedule, 2e-15);  // 9 to 18 ulp: catches a bad formulation, not 1 ulp
-    CheckReducedAgainstLongDouble<float>(schedule, 1e-6);    // 8 to 16 ulp
+  using S = cuda::HaversineMeshSchedule;
+  for (auto schedule : {S::kCovering, S::kFullWavesFused, S::kFullWavesFusedWide, S::kFullWavesFusedStaged,
+                        S::kFullWavesFusedWideStaged}) {
+    // float64 9 to 18 ulp, float32 8 to 16: catches a bad formulation, not 1 ulp.
+    const double reduced = CheckReducedAgainstLongDouble<double>(cuda::HaversineAngle::kAsinReduced, schedule, 2e-15);
+    const double newton = CheckReducedAgainstLongDouble<double>(cuda::HaversineAngle::kAsinReducedNewton, schedule, 2e-15);
+    const double branch_free =
+        CheckReducedAgainstLongDouble<double>(cuda::HaversineAngle::kAsinReducedBranchFree, schedule, 2e-15);
+    EXPECT_LE(newton, reduced + 1) << "schedule " << static_cast<int>(schedule);
+    EXPECT_LE(branch_free, reduced + 1) << "schedule " << static_cast<int>(schedule);
+    for (auto angle : {cuda::HaversineAngle::kAsinReduced, cuda::HaversineAngle::kAsinReducedNewton,
+                       cuda::HaversineAngle::kAsinReducedBranchFree}) {
+      CheckReducedAgainstLongDouble<float>(angle, schedule, 1e-6);
+    }
   }
 }
 
@@ -431,12 +473,17 @@ void CheckPointsVariants(int64_t n, int n_ref, double lon_range = 540,
     const std::vector<T> got = out.Download(n * n_ref);
     for (T g : got) ASSERT_TRUE(std::isfinite(g)) << "an output element was left unwritten";
     ExpectRelativeL2(ToDoubles(got), want, sizeof(T) == 4 ? 1e-5 : 1e-12);
+    double max_ulps = 0;
+    for (size_t i = 0; i < got.size(); ++i) max_ulps = std::max(max_ulps, Ulps(got[i], want[i]));
+    std::printf("haversine ulps: points %s variant %d (%lld x %d): max %.2f ulp of the float64 reference\n",
+                sizeof(T) == 4 ? "f32" : "f64", static_cast<int>(v), static_cast<long long>(n), n_ref, max_ulps);
   }
 }
 
 TEST(GpuKernelVariants, HaversinePointsEveryVariant) {
   REQUIRE_GPU();
   for (int64_t n : {1, 5, 1023, 300007}) {  // fewer points than one thread's share, odd tails
+    if (test::Sanitized() && n > 5000) continue;  // memcheck: the small shapes cover every path
     CheckPointsVariants<float>(n, 3);
     CheckPointsVariants<double>(n, 3);
   }
@@ -447,7 +494,9 @@ TEST(GpuKernelVariants, HaversinePointsEveryVariant) {
 // the rule's 1e6, where the others' float32 radians lose the angle.
 TEST(GpuKernelVariants, HaversinePointsReducedFarLongitudes) {
   REQUIRE_GPU();
-  for (auto v : {cuda::HaversinePointsVariant::kReduced, cuda::HaversinePointsVariant::kReducedPrefetch}) {
+  for (auto v : {cuda::HaversinePointsVariant::kReduced, cuda::HaversinePointsVariant::kReducedPrefetch,
+                 cuda::HaversinePointsVariant::kReducedNewton, cuda::HaversinePointsVariant::kReducedNewtonPrefetch,
+                 cuda::HaversinePointsVariant::kReducedBranchFree}) {
     CheckPointsVariants<float>(30011, 5, 1e6, {v});
     CheckPointsVariants<double>(30011, 5, 1e6, {v});
   }

@@ -83,6 +83,31 @@ TEST(HaversineMath, HalfAngleReducedAtTheEndsAndRangeBoundaries) {
   }
 }
 
+// The branch-free and Newton forms (HaversineAngle::kAsinReducedBranchFree,
+// kAsinReducedNewton) differ from the plain one on the device only in their control
+// flow and square root; here, where all take std::sqrt, their forced selects must
+// pick the same ranges: equal results, ends included.
+template <typename T, hm::ReducedForm kForm>
+int64_t FormDifferences() {
+  std::mt19937_64 rng(16);
+  int64_t differ = 0;
+  for (int i = 0; i < 100000; ++i) {
+    const auto [h, g] = SampleHG<T>(rng, i);
+    differ += hm::ScaledHalfAngleReduced<T, kForm>(h, g, T(2 * 6371)) != hm::ScaledHalfAngleReduced(h, g, T(2 * 6371));
+  }
+  for (T h : {T(0), T(-1e-17), T(0.25), std::nextafter(T(0.25), T(1)), T(0.5), T(0.75), T(1)}) {
+    differ += hm::ScaledHalfAngleReduced<T, kForm>(h, 1 - h, T(1)) != hm::ScaledHalfAngleReduced(h, 1 - h, T(1));
+  }
+  return differ;
+}
+
+TEST(HaversineMath, HalfAngleReducedForcedFormsSelectTheSameRanges) {
+  EXPECT_EQ((FormDifferences<double, hm::ReducedForm::kBranchFree>()), 0);
+  EXPECT_EQ((FormDifferences<double, hm::ReducedForm::kNewton>()), 0);
+  EXPECT_EQ((FormDifferences<float, hm::ReducedForm::kBranchFree>()), 0);
+  EXPECT_EQ((FormDifferences<float, hm::ReducedForm::kNewton>()), 0);
+}
+
 // Distances from (30, 101) degrees to points around its antipode (-30, -79), 1e-7 to
 // 3 degrees off (19700 km to 20015 km, h in [0.99, 1)), composed as the mesh kernels
 // do (row terms, column terms, h = A + B C, g = HaversineG), against long double.

@@ -156,11 +156,12 @@ __device__ __forceinline__ void SinCos(double x, double* s, double* c) { sincos(
 // kPrefetch (HaversinePointsVariant::kSplitPrefetch): the next K points are loaded
 // before the current ones are computed, so a thread's loads overlap its arithmetic
 // (without it, each iteration waits for its loads); kDefaultPointsVariant picks it.
-// kReduced (HaversinePointsVariant::kReduced*): haversine_math.h's half-angle sines
-// and cosines in degrees and ScaledHalfAngleReduced.
-template <typename T, bool kPrefetch, bool kReduced = false>
+// kLast, the last step: a kAsinReduced* formulation (HaversinePointsVariant::kReduced*)
+// also takes haversine_math.h's half-angle sines and cosines in degrees and forms g.
+template <typename T, bool kPrefetch, HaversineAngle kLast = kPointsAngle<T>>
 struct PointsSplitAgent {
   static constexpr int K = kPointsPerThread<T>;
+  static constexpr bool kReduced = TakesG(kLast);
   const T* lat;
   const T* lon;
   int64_t n;
@@ -237,31 +238,42 @@ struct PointsSplitAgent {
           const T c2 = fma(clo[k], t.cos_half_lon, slo[k] * t.sin_half_lon);
           const T sum = fma(sla[k], t.cos_half_lat, cla[k] * t.sin_half_lat);
           const T cc = c1 * c2, ss = sum * s2;
-          out[r * n + p] = hm::ScaledHalfAngleReduced(h, fma(cc, cc, ss * ss), two_r);
+          out[r * n + p] = hm::DistanceFromHG<T, kLast>(h, fma(cc, cc, ss * ss), two_r);
         } else {
-          out[r * n + p] = hm::DistanceFromH<T, kPointsAngle<T>>(h, two_r);
+          out[r * n + p] = hm::DistanceFromH<T, kLast>(h, two_r);
         }
       }
     }
   }
 };
 
-template <typename T, bool kPrefetch, bool kReduced = false>
-__global__ void __launch_bounds__(PointsPolicy::kThreads, PointsPolicy::kMinBlocksPerSm)
+// Blocks per SM the split kernel is built for (its register cap): the Newton step
+// with prefetched points spilled at 64 registers (the reduced one with prefetch does
+// too, and is kept as measured).
+template <bool kPrefetch, HaversineAngle kLast>
+constexpr int kPointsMinBlocksPerSm =
+    kPrefetch && kLast == HaversineAngle::kAsinReducedNewton ? 3 : PointsPolicy::kMinBlocksPerSm;
+
+template <typename T, bool kPrefetch, HaversineAngle kLast = kPointsAngle<T>>
+__global__ void __launch_bounds__(PointsPolicy::kThreads, (kPointsMinBlocksPerSm<kPrefetch, kLast>))
     PointsSplitKernel(const T* lat, const T* lon, int64_t n, const RefTerms<T>* terms, int64_t n_ref,
                       T two_r, T* out, PointsResult* result) {
-  PointsSplitAgent<T, kPrefetch, kReduced>{lat, lon, n, terms, n_ref, two_r, out, result}.Run();
+  PointsSplitAgent<T, kPrefetch, kLast>{lat, lon, n, terms, n_ref, two_r, out, result}.Run();
 }
 
 // ---- host ------------------------------------------------------------------------------
 template <typename T, HaversineAngle kAngle, HaversineMeshSchedule kSchedule>
 cudaError_t LaunchMeshT(const MeshAxis& lat, const MeshAxis& lon, const RefPoint* refs,
                         int64_t n_ref, double radius, T* out, const LaunchEnv& env) {
-  constexpr bool kFused = kSchedule == HaversineMeshSchedule::kFullWavesFused;
+  using S = HaversineMeshSchedule;
+  constexpr bool kWide = kSchedule == S::kFullWavesFusedWide || kSchedule == S::kFullWavesFusedWideStaged;
+  constexpr bool kStaged = kSchedule == S::kFullWavesFusedStaged || kSchedule == S::kFullWavesFusedWideStaged;
+  constexpr bool kFused = kWide || kStaged || kSchedule == S::kFullWavesFused;
   constexpr int kRows = kSchedule == HaversineMeshSchedule::kFullWavesTwoRows ? 2 : 1;
+  constexpr int kVecs = kWide ? 2 : 1;  // vectors of columns per thread (fused)
   constexpr int kV = Vec16<T>::kCount;
   const bool vec = lon.count % kV == 0 && Aligned16(out);
-  const int64_t units = vec ? lon.count / kV : lon.count;
+  const int64_t units = CeilDiv(vec ? lon.count / kV : lon.count, kFused ? kVecs : 1);
   int bx = 32;  // at least a warp wide: MeshFusedAgent's warps walk rows together
   while (bx < MeshPolicy::kThreads && bx < units) bx *= 2;
   const int by = MeshPolicy::kThreads / bx;
@@ -270,8 +282,10 @@ cudaError_t LaunchMeshT(const MeshAxis& lat, const MeshAxis& lon, const RefPoint
   const int64_t gz = std::min<int64_t>(n_ref, 65535);
   int64_t blocks_per_sm = MeshPolicy::kMinBlocksPerSm * 2;  // kCovering: two waves of 4
   if constexpr (kFused) {  // full waves: asked once per kernel
-    static const int vec_blocks = ResidentBlocksPerSm(MeshFusedKernel<T, true, kAngle>, MeshPolicy::kThreads);
-    static const int scalar_blocks = ResidentBlocksPerSm(MeshFusedKernel<T, false, kAngle>, MeshPolicy::kThreads);
+    static const int vec_blocks =
+        ResidentBlocksPerSm(MeshFusedKernel<T, true, kAngle, kVecs, kStaged>, MeshPolicy::kThreads);
+    static const int scalar_blocks =
+        ResidentBlocksPerSm(MeshFusedKernel<T, false, kAngle, kVecs, kStaged>, MeshPolicy::kThreads);
     blocks_per_sm = vec ? vec_blocks : scalar_blocks;
   } else if constexpr (kSchedule != HaversineMeshSchedule::kCovering) {
     static const int vec_blocks = ResidentBlocksPerSm(MeshKernel<T, true, kAngle, kRows>, MeshPolicy::kThreads);
@@ -285,7 +299,8 @@ cudaError_t LaunchMeshT(const MeshAxis& lat, const MeshAxis& lon, const RefPoint
   const dim3 block(bx, by);
   const T two_r = static_cast<T>(2.0 * radius);
   if constexpr (kFused) {
-    auto kernel = vec ? MeshFusedKernel<T, true, kAngle> : MeshFusedKernel<T, false, kAngle>;
+    auto kernel =
+        vec ? MeshFusedKernel<T, true, kAngle, kVecs, kStaged> : MeshFusedKernel<T, false, kAngle, kVecs, kStaged>;
     kernel<<<grid, block, 0, env.stream>>>(lat, lon, refs, n_ref, two_r, out);
     GC_CHECK_LAUNCH();
     return cudaSuccess;
@@ -307,20 +322,39 @@ cudaError_t LaunchMeshT(const MeshAxis& lat, const MeshAxis& lon, const RefPoint
 }
 
 template <typename T>
+using PointsSplitKernelFn = void (*)(const T*, const T*, int64_t, const RefTerms<T>*, int64_t, T, T*, PointsResult*);
+
+// A split kernel and how many of its blocks fit on an SM at once (asked once).
+template <typename T, bool kPrefetch, HaversineAngle kLast>
+std::pair<PointsSplitKernelFn<T>, int> PointsSplitFullWaves() {
+  static const int blocks = ResidentBlocksPerSm(PointsSplitKernel<T, kPrefetch, kLast>, PointsPolicy::kThreads);
+  return {PointsSplitKernel<T, kPrefetch, kLast>, blocks};
+}
+
+template <typename T>
 cudaError_t LaunchPointsT(const T* lat, const T* lon, int64_t n, const RefPoint* refs,
                           int64_t n_ref, double radius, T* out, PointsResult* result,
                           const LaunchEnv& env, HaversinePointsVariant variant) {
-  const bool split = variant != HaversinePointsVariant::kDirect;
-  const bool reduced = variant == HaversinePointsVariant::kReduced ||
-                       variant == HaversinePointsVariant::kReducedPrefetch;
+  using V = HaversinePointsVariant;
+  const bool split = variant != V::kDirect;
   const int64_t per_thread = split ? kPointsPerThread<T> : 1;
-  // Two waves of 4 per SM; the reduced variants: as many blocks as fit at once.
-  static const int reduced_blocks = ResidentBlocksPerSm(PointsSplitKernel<T, false, true>, PointsPolicy::kThreads);
-  static const int reduced_prefetch_blocks =
-      ResidentBlocksPerSm(PointsSplitKernel<T, true, true>, PointsPolicy::kThreads);
-  const int blocks_per_sm = variant == HaversinePointsVariant::kReduced           ? reduced_blocks
-                            : variant == HaversinePointsVariant::kReducedPrefetch ? reduced_prefetch_blocks
-                                                                                  : PointsPolicy::kMinBlocksPerSm * 2;
+  // The split kernel of each variant; two waves of 4 per SM, the reduced variants as
+  // many blocks as fit at once.
+  constexpr HaversineAngle kReduced = HaversineAngle::kAsinReduced;
+  constexpr HaversineAngle kNewton = HaversineAngle::kAsinReducedNewton;
+  constexpr HaversineAngle kBranchFree = HaversineAngle::kAsinReducedBranchFree;
+  std::pair<PointsSplitKernelFn<T>, int> kernel{PointsSplitKernel<T, false>, PointsPolicy::kMinBlocksPerSm * 2};
+  switch (variant) {
+    case V::kSplitTerms:
+    case V::kDirect: break;
+    case V::kSplitPrefetch: kernel.first = PointsSplitKernel<T, true>; break;
+    case V::kReduced: kernel = PointsSplitFullWaves<T, false, kReduced>(); break;
+    case V::kReducedPrefetch: kernel = PointsSplitFullWaves<T, true, kReduced>(); break;
+    case V::kReducedNewton: kernel = PointsSplitFullWaves<T, false, kNewton>(); break;
+    case V::kReducedNewtonPrefetch: kernel = PointsSplitFullWaves<T, true, kNewton>(); break;
+    case V::kReducedBranchFree: kernel = PointsSplitFullWaves<T, false, kBranchFree>(); break;
+  }
+  const int blocks_per_sm = kernel.second;
   const int64_t want = static_cast<int64_t>(env.sm_count) * blocks_per_sm;
   const int64_t gx = std::min<int64_t>(CeilDiv(n, PointsPolicy::kThreads * per_thread), want);
   const int64_t gy = std::clamp<int64_t>(want / gx, 1, std::min<int64_t>(n_ref, 65535));
@@ -336,12 +370,8 @@ cudaError_t LaunchPointsT(const T* lat, const T* lon, int64_t n, const RefPoint*
   const unsigned tgrid = GridFor(CeilDiv(n_ref, TermsPolicy::kThreads), env.sm_count, TermsPolicy::kMinBlocksPerSm);
   RefTermsKernel<T><<<tgrid, TermsPolicy::kThreads, 0, env.stream>>>(refs, n_ref, terms.as<RefTerms<T>>());
   GC_CHECK_LAUNCH();
-  const bool prefetch = variant == HaversinePointsVariant::kSplitPrefetch ||
-                        variant == HaversinePointsVariant::kReducedPrefetch;
-  auto kernel = reduced ? (prefetch ? PointsSplitKernel<T, true, true> : PointsSplitKernel<T, false, true>)
-                        : (prefetch ? PointsSplitKernel<T, true> : PointsSplitKernel<T, false>);
-  kernel<<<grid, PointsPolicy::kThreads, 0, env.stream>>>(lat, lon, n, terms.as<RefTerms<T>>(), n_ref, two_r, out,
-                                                           result);
+  kernel.first<<<grid, PointsPolicy::kThreads, 0, env.stream>>>(lat, lon, n, terms.as<RefTerms<T>>(), n_ref, two_r,
+                                                                 out, result);
   GC_CHECK_LAUNCH();
   return cudaSuccess;
 }
@@ -368,6 +398,8 @@ cudaError_t LaunchHaversineMeshVariant(DType dtype, const MeshAxis& lat, const M
       case A::kAsin: return launch(std::integral_constant<A, A::kAsin>{});
       case A::kAsinPolynomial: return launch(std::integral_constant<A, A::kAsinPolynomial>{});
       case A::kAsinReduced: return launch(std::integral_constant<A, A::kAsinReduced>{});
+      case A::kAsinReducedNewton: return launch(std::integral_constant<A, A::kAsinReducedNewton>{});
+      case A::kAsinReducedBranchFree: return launch(std::integral_constant<A, A::kAsinReducedBranchFree>{});
     }
     return cudaErrorInvalidValue;
   };
@@ -378,6 +410,10 @@ cudaError_t LaunchHaversineMeshVariant(DType dtype, const MeshAxis& lat, const M
       case S::kFullWaves: return with_angle(tag, std::integral_constant<S, S::kFullWaves>{});
       case S::kFullWavesTwoRows: return with_angle(tag, std::integral_constant<S, S::kFullWavesTwoRows>{});
       case S::kFullWavesFused: return with_angle(tag, std::integral_constant<S, S::kFullWavesFused>{});
+      case S::kFullWavesFusedWide: return with_angle(tag, std::integral_constant<S, S::kFullWavesFusedWide>{});
+      case S::kFullWavesFusedStaged: return with_angle(tag, std::integral_constant<S, S::kFullWavesFusedStaged>{});
+      case S::kFullWavesFusedWideStaged:
+        return with_angle(tag, std::integral_constant<S, S::kFullWavesFusedWideStaged>{});
     }
     return cudaErrorInvalidValue;
   };
@@ -420,14 +456,22 @@ cudaError_t LaunchHaversinePoints(DType dtype, const void* lat, const void* lon,
   return LaunchHaversinePointsVariant(dtype, lat, lon, n_points, refs, n_ref, radius, out, result, env, variant);
 }
 
+template <typename T, HaversineAngle kAngle, int kVecs, bool kStaged>
+void ListMeshFused(std::vector<KernelEntry>& out, const std::string& head, const std::string& tail) {
+  out.push_back({head + ",vec," + tail, (const void*)&MeshFusedKernel<T, true, kAngle, kVecs, kStaged>});
+  out.push_back({head + "," + tail, (const void*)&MeshFusedKernel<T, false, kAngle, kVecs, kStaged>});
+}
+
 template <typename T, HaversineAngle kAngle>
 void ListMeshAngle(std::vector<KernelEntry>& out, const std::string& t, const std::string& name) {
   out.push_back({"haversine.mesh<" + t + ",vec," + name + ">", (const void*)&MeshKernel<T, true, kAngle, 1>});
   out.push_back({"haversine.mesh<" + t + "," + name + ">", (const void*)&MeshKernel<T, false, kAngle, 1>});
   out.push_back({"haversine.mesh<" + t + ",vec," + name + ",2 rows>", (const void*)&MeshKernel<T, true, kAngle, 2>});
   out.push_back({"haversine.mesh<" + t + "," + name + ",2 rows>", (const void*)&MeshKernel<T, false, kAngle, 2>});
-  out.push_back({"haversine.mesh_fused<" + t + ",vec," + name + ">", (const void*)&MeshFusedKernel<T, true, kAngle>});
-  out.push_back({"haversine.mesh_fused<" + t + "," + name + ">", (const void*)&MeshFusedKernel<T, false, kAngle>});
+  ListMeshFused<T, kAngle, 1, false>(out, "haversine.mesh_fused<" + t, name + ">");
+  ListMeshFused<T, kAngle, 2, false>(out, "haversine.mesh_fused<" + t, name + ",wide>");
+  ListMeshFused<T, kAngle, 1, true>(out, "haversine.mesh_fused<" + t, name + ",staged>");
+  ListMeshFused<T, kAngle, 2, true>(out, "haversine.mesh_fused<" + t, name + ",wide,staged>");
 }
 
 template <typename T>
@@ -439,12 +483,21 @@ void ListMeshT(std::vector<KernelEntry>& out, const std::string& t) {
   ListMeshAngle<T, HaversineAngle::kAsin>(out, t, "asin");
   ListMeshAngle<T, HaversineAngle::kAsinPolynomial>(out, t, "asin_polynomial");
   ListMeshAngle<T, HaversineAngle::kAsinReduced>(out, t, "asin_reduced");
+  ListMeshAngle<T, HaversineAngle::kAsinReducedNewton>(out, t, "asin_reduced_newton");
+  ListMeshAngle<T, HaversineAngle::kAsinReducedBranchFree>(out, t, "asin_reduced_branch_free");
   out.push_back({"haversine.points<" + t + ">", (const void*)&PointsKernel<T>});
   out.push_back({"haversine.ref_terms<" + t + ">", (const void*)&RefTermsKernel<T>});
   out.push_back({"haversine.points_split<" + t + ">", (const void*)&PointsSplitKernel<T, false>});
   out.push_back({"haversine.points_split<" + t + ",prefetch>", (const void*)&PointsSplitKernel<T, true>});
-  out.push_back({"haversine.points_split<" + t + ",reduced>", (const void*)&PointsSplitKernel<T, false, true>});
-  out.push_back({"haversine.points_split<" + t + ",prefetch,reduced>", (const void*)&PointsSplitKernel<T, true, true>});
+  constexpr HaversineAngle kReduced = HaversineAngle::kAsinReduced;
+  out.push_back({"haversine.points_split<" + t + ",reduced>", (const void*)&PointsSplitKernel<T, false, kReduced>});
+  out.push_back({"haversine.points_split<" + t + ",prefetch,reduced>", (const void*)&PointsSplitKernel<T, true, kReduced>});
+  out.push_back({"haversine.points_split<" + t + ",reduced newton>",
+                 (const void*)&PointsSplitKernel<T, false, HaversineAngle::kAsinReducedNewton>});
+  out.push_back({"haversine.points_split<" + t + ",prefetch,reduced newton>",
+                 (const void*)&PointsSplitKernel<T, true, HaversineAngle::kAsinReducedNewton>});
+  out.push_back({"haversine.points_split<" + t + ",reduced branch free>",
+                 (const void*)&PointsSplitKernel<T, false, HaversineAngle::kAsinReducedBranchFree>});
 }
 
 void ListHaversineKernels(std::vector<KernelEntry>& out) {
@@ -464,16 +517,22 @@ cudaError_t WarmupHaversine(const LaunchEnv& env) {
   const MeshAxis lat{29.0, 31.0, 2};
   for (DType t : {DType::kFloat32, DType::kFloat64}) {
     for (HaversineAngle a : {HaversineAngle::kAtan2, HaversineAngle::kAsinSplit, HaversineAngle::kAsin,
-                             HaversineAngle::kAsinPolynomial, HaversineAngle::kAsinReduced}) {
+                             HaversineAngle::kAsinPolynomial, HaversineAngle::kAsinReduced,
+                             HaversineAngle::kAsinReducedNewton, HaversineAngle::kAsinReducedBranchFree}) {
       for (HaversineMeshSchedule m : {HaversineMeshSchedule::kCovering, HaversineMeshSchedule::kFullWaves,
-                                      HaversineMeshSchedule::kFullWavesTwoRows, HaversineMeshSchedule::kFullWavesFused}) {
+                                      HaversineMeshSchedule::kFullWavesTwoRows, HaversineMeshSchedule::kFullWavesFused,
+                                      HaversineMeshSchedule::kFullWavesFusedWide,
+                                      HaversineMeshSchedule::kFullWavesFusedStaged,
+                                      HaversineMeshSchedule::kFullWavesFusedWideStaged}) {
         GC_TRY(LaunchHaversineMeshVariant(t, lat, MeshAxis{99.0, 101.0, 4}, ref, 1, 6371.0, buf, env, a, m));
         GC_TRY(LaunchHaversineMeshVariant(t, lat, MeshAxis{99.0, 101.0, 3}, ref, 1, 6371.0, buf, env, a, m));
       }
     }
     for (HaversinePointsVariant v : {HaversinePointsVariant::kSplitTerms, HaversinePointsVariant::kDirect,
                                      HaversinePointsVariant::kSplitPrefetch, HaversinePointsVariant::kReduced,
-                                     HaversinePointsVariant::kReducedPrefetch}) {
+                                     HaversinePointsVariant::kReducedPrefetch, HaversinePointsVariant::kReducedNewton,
+                                     HaversinePointsVariant::kReducedNewtonPrefetch,
+                                     HaversinePointsVariant::kReducedBranchFree}) {
       GC_TRY(LaunchHaversinePointsVariant(t, buf + 32, buf + 40, 4, ref, 1, 6371.0, buf, result, env, v));
     }
   }

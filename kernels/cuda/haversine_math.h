@@ -11,10 +11,12 @@
 // loses g's digits) and m = min(h, g): m <= 1/4 gives sqrt(m) R(m) (pi/2 minus that
 // when m = g); 1/4 < m gives pi/4 + z R(z^2) / 2, z = h - g, z^2 <= 1/4. One polynomial R on
 // [0, 1/4] (the Chebyshev interpolant, float64 13 terms, 0.05 ulp; float32 5 terms,
-// 0.3 ulp) serves all three, chosen by selects: no divergent branch, no IEEE sqrt slow
-// path (sqrt(m) = m rsqrt(m)), none of the library asin's two-polynomial branch. In
-// all ~2 ulp (haversine_math_test), near the antipode too, ~1 more on the device from
-// rsqrt.
+// 0.3 ulp) serves all three, chosen by selects: no IEEE sqrt slow path (sqrt(m) =
+// m rsqrt(m)), none of the library asin's two-polynomial branch (NVVM still turns the
+// selects into branches around the square root). In all ~2 ulp (haversine_math_test),
+// near the antipode too, ~1 more on the device from rsqrt. kAsinReducedBranchFree: the
+// same with the selects forced (straight-line code); kAsinReducedNewton: that with
+// sqrt(m) from the MUFU estimate and a Newton step (SqrtByRsqrtNewton, ~0.5 ulp).
 //
 // Points and mesh terms: sin and cos of a half angle in degrees. Latitudes are checked
 // to +-90, so lat / 2 is within +-45 degrees (|t| <= pi/4) and needs no reduction; other
@@ -83,15 +85,21 @@ GC_HOST_DEVICE long long Bits(float x) {
 #endif
 }
 
-// sqrt(m) without the IEEE square root's range checks: m rsqrt(m) (rsqrt 1 ulp on the
-// device: ~1.5 ulp in all), 0 for m <= 0 (a rounding below 0).
+// sqrt(m) for m > 0 without the IEEE square root's range checks: m rsqrt(m) (rsqrt
+// 1 ulp on the device: ~1.5 ulp in all).
+template <typename T>
+GC_HOST_DEVICE T SqrtOfPositive(T m) {
+#if defined(__CUDA_ARCH__)
+  return m * rsqrt(m);
+#else
+  return std::sqrt(m);
+#endif
+}
+
+// SqrtOfPositive, 0 for m <= 0 (a rounding below 0).
 template <typename T>
 GC_HOST_DEVICE T SqrtOfNonNegative(T m) {
-#if defined(__CUDA_ARCH__)
-  return Bits(m) > 0 ? m * rsqrt(m) : T(0);
-#else
-  return Bits(m) > 0 ? std::sqrt(m) : T(0);
-#endif
+  return Bits(m) > 0 ? SqrtOfPositive(m) : T(0);
 }
 
 // (R(w) - 1) / w, R(w) = asin(sqrt(w)) / sqrt(w), w in [0, 1/4].
@@ -109,6 +117,73 @@ GC_HOST_DEVICE float AsinSqrtTail(float w) {
   return Horner(kC, w);
 }
 
+// a > b ? x : y, a and b compared as signed integers (Bits; a float's fit in 32
+// bits), as one select the compiler cannot see through: NVVM turns the reduced step's
+// selects into branches around the square root, and each branch ends a block, so the
+// scheduler cannot interleave a thread's points (a 12-deep FMA chain each) across it.
+GC_HOST_DEVICE double SelectIfGreater(long long a, long long b, double x, double y) {
+#if defined(__CUDA_ARCH__)
+  double r;
+  asm("{\n\t.reg .pred q;\n\tsetp.gt.s64 q, %3, %4;\n\tselp.f64 %0, %1, %2, q;\n\t}"
+      : "=d"(r) : "d"(x), "d"(y), "l"(a), "l"(b));
+  return r;
+#else
+  return a > b ? x : y;
+#endif
+}
+GC_HOST_DEVICE float SelectIfGreater(long long a, long long b, float x, float y) {
+#if defined(__CUDA_ARCH__)
+  float r;
+  asm("{\n\t.reg .pred q;\n\tsetp.gt.s32 q, %3, %4;\n\tselp.f32 %0, %1, %2, q;\n\t}"
+      : "=f"(r) : "f"(x), "f"(y), "r"(static_cast<int>(a)), "r"(static_cast<int>(b)));
+  return r;
+#else
+  return a > b ? x : y;
+#endif
+}
+
+// float64 sqrt(m) from MUFU.RSQ64H's estimate y0 (rsqrt.approx.ftz.f64, ~2^-23
+// relative) without the library rsqrt's range checks and slow-path branch: one
+// coupled Newton step for s = sqrt(m) and h = 1/(2 sqrt(m)) together (s0 = m y0,
+// h0 = y0/2, r = 1/2 - s0 h0: both to ~e0^2), then s + (m - s^2) h, the residual by
+// FMA. 7 double operations, ~0.5 ulp for any estimate within 2^-16 (checked in long
+// double on the CPU with the estimate perturbed); m below the smallest normal (the
+// estimate flushes it) gives 0.
+GC_HOST_DEVICE double SqrtByRsqrtNewton(double m) {
+#if defined(__CUDA_ARCH__)
+  double y;
+  asm("rsqrt.approx.ftz.f64 %0, %1;" : "=d"(y) : "d"(m));
+  double s = m * y, h = 0.5 * y;
+  const double r = Fma(-s, h, 0.5);
+  s = Fma(s, r, s);
+  h = Fma(h, r, h);
+  const double root = Fma(Fma(-s, s, m), h, s);
+  return SelectIfGreater(Bits(m), Bits(0x1p-1022) - 1, root, 0.0);
+#else
+  return Bits(m) > 0 ? std::sqrt(m) : 0.0;
+#endif
+}
+
+// How the reduced step takes sqrt(m) and makes its choices (HaversineAngle::
+// kAsinReduced, kAsinReducedBranchFree, kAsinReducedNewton).
+enum class ReducedForm {
+  kPlain,       // m rsqrt(m); selects, which NVVM turns into branches around the sqrt
+  kBranchFree,  // m rsqrt(m), every select forced (SelectIfGreater)
+  kNewton,      // float64 SqrtByRsqrtNewton, every select forced
+};
+
+// sqrt(m) for the reduced step (m <= 1/4), 0 for m <= 0.
+template <ReducedForm kForm, typename T>
+GC_HOST_DEVICE T ReducedSqrt(T m) {
+  if constexpr (kForm == ReducedForm::kNewton && sizeof(T) == 8) {
+    return SqrtByRsqrtNewton(m);
+  } else if constexpr (kForm == ReducedForm::kPlain) {
+    return SqrtOfNonNegative(m);
+  } else {
+    return SelectIfGreater(Bits(m), 0, SqrtOfPositive(m), T(0));
+  }
+}
+
 // scale * asin(sqrt(h)) from h and g = 1 - h, each formed without cancellation
 // (HaversineG): near h = 1 the angle is pi/2 - asin(sqrt(g)), and g = 1 - h from a
 // rounded h would carry h's absolute error, u / (2 sqrt(g)) in the angle (~10 ulp at
@@ -117,15 +192,25 @@ GC_HOST_DEVICE float AsinSqrtTail(float w) {
 // m) for m = h <= 1/4, (pi/2, -1, sqrt(m), m) for m = g <= 1/4, and (pi/4, 1/2, z, z^2)
 // between, z = h - g = 2h - 1. The range tests compare bits (integer pipe; a rounding
 // below 0 has negative bits and gives sqrt 0); base and k are selected constants, so
-// the kernels keep no extra registers for them.
-template <typename T>
+// the kernels keep no extra registers for them (folding scale into them saves a
+// multiply but holds four more doubles across the loop: the fused kernel spilled).
+// kForm: ReducedForm (kBranchFree, kNewton: the selects of m, w and x and the
+// square root's forced, no branch at all).
+template <typename T, ReducedForm kForm = ReducedForm::kPlain>
 GC_HOST_DEVICE T ScaledHalfAngleReduced(T h, T g, T scale) {
   const bool upper = Bits(h) > Bits(g);
-  const T m = upper ? g : h;
-  const bool middle = Bits(m) > Bits(T(0.25));
   const T z = h - g;
-  const T w = middle ? z * z : m;
-  const T x = middle ? z : SqrtOfNonNegative(m);
+  T m, w, x;
+  if constexpr (kForm != ReducedForm::kPlain) {
+    m = SelectIfGreater(Bits(h), Bits(g), g, h);
+    w = SelectIfGreater(Bits(m), Bits(T(0.25)), z * z, m);
+    x = SelectIfGreater(Bits(m), Bits(T(0.25)), z, ReducedSqrt<kForm>(m));
+  } else {
+    m = upper ? g : h;
+    w = Bits(m) > Bits(T(0.25)) ? z * z : m;
+    x = Bits(m) > Bits(T(0.25)) ? z : ReducedSqrt<kForm>(m);
+  }
+  const bool middle = Bits(m) > Bits(T(0.25));
   const T k = middle ? T(0.5) : (upper ? T(-1) : T(1));
   const T base = middle ? static_cast<T>(kPi / 4) : (upper ? static_cast<T>(kPi / 2) : T(0));
   return scale * Fma(k, Fma(x, w * AsinSqrtTail(w), x), base);
@@ -303,7 +388,7 @@ __device__ __forceinline__ T HalfAngleByPolynomial(T h) {
 // The formulations of the last step the benchmark compares (haversine_variants.h):
 // kAtan2: atan2(sqrt(h), sqrt(1 - h)) (float32: HalfCentralAngle); kAsinSplit:
 // HalfAngleByAsin; kAsin: asin(sqrt(h)); kAsinPolynomial: HalfAngleByPolynomial.
-// kAsinReduced: DistanceFromH.
+// kAsinReduced*: DistanceFromHG.
 template <typename T, HaversineAngle kAngle>
 __device__ __forceinline__ T HalfAngle(T h) {
   if constexpr (kAngle == HaversineAngle::kAsinSplit) {
@@ -319,13 +404,23 @@ __device__ __forceinline__ T HalfAngle(T h) {
   }
 }
 
-// d = 2 R asin(sqrt(h)), h clamped to [0, 1]. kAsinReduced is not here: it takes
-// g = 1 - h as well (ScaledHalfAngleReduced).
+// d = 2 R asin(sqrt(h)), h clamped to [0, 1]. The kAsinReduced* formulations are not
+// here: they take g = 1 - h as well (DistanceFromHG).
 template <typename T, HaversineAngle kAngle>
 __device__ __forceinline__ T DistanceFromH(T h, T two_r) {
-  static_assert(kAngle != HaversineAngle::kAsinReduced);
+  static_assert(!TakesG(kAngle));
   h = fmin(fmax(h, T(0)), T(1));
   return two_r * HalfAngle<T, kAngle>(h);
+}
+
+// d = 2 R asin(sqrt(h)) by a kAsinReduced* formulation, g = 1 - h from its own terms.
+template <typename T, HaversineAngle kAngle>
+__device__ __forceinline__ T DistanceFromHG(T h, T g, T two_r) {
+  static_assert(TakesG(kAngle));
+  constexpr ReducedForm kForm = kAngle == HaversineAngle::kAsinReducedNewton       ? ReducedForm::kNewton
+                                : kAngle == HaversineAngle::kAsinReducedBranchFree ? ReducedForm::kBranchFree
+                                                                                   : ReducedForm::kPlain;
+  return ScaledHalfAngleReduced<T, kForm>(h, g, two_r);
 }
 #endif  // __CUDACC__
 

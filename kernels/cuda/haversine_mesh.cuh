@@ -1,6 +1,6 @@
 // The haversine mesh kernels (haversine.cu launches them): per-reference row terms
 // (A, B) and column terms C in float64, stored as T, then h = A_i + B_i C_j and the
-// last step (haversine_math.h) per point; kAsinReduced also carries the terms of
+// last step (haversine_math.h) per point; kAsinReduced* also carry the terms of
 // g = 1 - h (two per row, one per column), so g has no cancellation near h = 1. MeshTermsKernel + MeshKernel<kRows> take
 // the terms through global memory; MeshFusedKernel (HaversineMeshSchedule::
 // kFullWavesFused) computes them itself: each thread its columns' C, each lane of a
@@ -28,9 +28,10 @@ struct MeshPolicy {
   static constexpr int kMinBlocksPerSm = 4;
 };
 
-// kAsinReduced also forms g = 1 - h from its own terms (haversine_math.h: HaversineG).
+// The kAsinReduced* formulations also form g = 1 - h from its own terms
+// (haversine_math.h: HaversineG).
 template <HaversineAngle kAngle>
-constexpr bool kWithG = kAngle == HaversineAngle::kAsinReduced;
+constexpr bool kWithG = TakesG(kAngle);
 
 // A row's terms as T: h = a + b C; with g, also cos^2 of half the latitude difference
 // and sin^2 of half the latitude sum. A column's: C = sin^2 of half the longitude
@@ -82,7 +83,7 @@ __device__ __forceinline__ T Distance(const RowTerms<T, kWithG<kAngle>>& row,
   const T h = fma(row.b, col.sin2, row.a);
   if constexpr (kWithG<kAngle>) {
     const T g = haversine_math::HaversineG(row.cos2_half_dlat, row.sin2_half_lat_sum, col.sin2, col.cos2);
-    return haversine_math::ScaledHalfAngleReduced(h, g, two_r);
+    return haversine_math::DistanceFromHG<T, kAngle>(h, g, two_r);
   } else {
     return haversine_math::DistanceFromH<T, kAngle>(h, two_r);
   }
@@ -197,8 +198,13 @@ __global__ void __launch_bounds__(MeshPolicy::kThreads, MeshPolicy::kMinBlocksPe
 // ---- the mesh in one launch: terms computed where they are used -----------------------
 // Lanes past the last column still take part in the shuffles (only warps all past it
 // leave); a warp's lanes share threadIdx.y (blockDim.x >= 32), so they walk the same
-// rows, 32 at a time: row i0 + L row_step's terms come from lane L.
-template <typename T, bool kVec, HaversineAngle kAngle>
+// rows, 32 at a time: row i0 + L row_step's terms come from lane L. kVecs vectors of
+// columns per thread (HaversineMeshSchedule::kFullWavesFusedWide*: 2), the grid's
+// width apart so each store stays coalesced: a row's terms serve kVecs vectors.
+// kStaged (kFullWavesFused*Staged): the lanes' row terms go through the warp's slice
+// of shared memory, each row then two broadcast 16-byte loads instead of eight
+// shuffles, and no register holds the lane's own row across the 32.
+template <typename T, bool kVec, HaversineAngle kAngle, int kVecs, bool kStaged>
 struct MeshFusedAgent {
   static constexpr int kV = kVec ? Vec16<T>::kCount : 1;
   static constexpr bool kG = kWithG<kAngle>;
@@ -209,37 +215,67 @@ struct MeshFusedAgent {
   T* out;
 
   __device__ void Run() {
-    const int64_t unit = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    const bool active = unit < lon.count / kV;
-    if (__all_sync(0xffffffffu, !active)) return;
+    const int64_t unit_step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    int64_t unit[kVecs];
+    bool active[kVecs];  // active[q] implies active[0]
+#pragma unroll
+    for (int q = 0; q < kVecs; ++q) {
+      unit[q] = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x + q * unit_step;
+      active[q] = unit[q] < lon.count / kV;
+    }
+    if (__all_sync(0xffffffffu, !active[0])) return;
     const int lane = threadIdx.x % 32;
     const int64_t row_step = static_cast<int64_t>(gridDim.y) * blockDim.y;
     const int64_t first = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
+    __shared__ RowTerms<T, kG> stage[kStaged ? MeshPolicy::kThreads : 1];
+    RowTerms<T, kG>* const warp_rows = stage + (kStaged ? (threadIdx.y * blockDim.x + threadIdx.x) / 32 * 32 : 0);
     for (int64_t r = blockIdx.z; r < n_ref; r += gridDim.z) {
       const RefPoint ref = refs[r];
-      ColumnTerms<T, kG> c[kV];
+      ColumnTerms<T, kG> c[kVecs][kV];
 #pragma unroll
-      for (int v = 0; v < kV; ++v) c[v] = ColumnTermsAt<T, kG>(lon, active ? unit * kV + v : 0, ref);
+      for (int q = 0; q < kVecs; ++q) {
+#pragma unroll
+        for (int v = 0; v < kV; ++v) c[q][v] = ColumnTermsAt<T, kG>(lon, active[q] ? unit[q] * kV + v : 0, ref);
+      }
       for (int64_t i0 = first; i0 < lat.count; i0 += 32 * row_step) {
         const RowTerms<T, kG> mine = RowTermsAt<T, kG>(lat, min(i0 + lane * row_step, lat.count - 1), ref);
+        if constexpr (kStaged) {
+          __syncwarp();  // the previous 32 rows are read
+          warp_rows[lane] = mine;
+          __syncwarp();
+        }
         const int rows = static_cast<int>(min(int64_t{32}, (lat.count - 1 - i0) / row_step + 1));
         for (int k = 0; k < rows; ++k) {
-          const RowTerms<T, kG> row = ShuffleRow(mine, k);
-          if (!active) continue;
-          T d[kV];
+          const RowTerms<T, kG> row = kStaged ? warp_rows[k] : ShuffleRow(mine, k);
+          if (!active[0]) continue;
+          T* dst = out + (r * lat.count + i0 + k * row_step) * lon.count;
 #pragma unroll
-          for (int v = 0; v < kV; ++v) d[v] = Distance<T, kAngle>(row, c[v], two_r);
-          StoreVec(out + ((r * lat.count + i0 + k * row_step) * lon.count + unit * kV), d);
+          for (int q = 0; q < kVecs; ++q) {
+            if (q > 0 && !active[q]) break;
+            T d[kV];
+#pragma unroll
+            for (int v = 0; v < kV; ++v) d[v] = Distance<T, kAngle>(row, c[q][v], two_r);
+            StoreVec(dst + unit[q] * kV, d);
+          }
         }
       }
     }
   }
 };
 
-template <typename T, bool kVec, HaversineAngle kAngle>
-__global__ void __launch_bounds__(MeshPolicy::kThreads, MeshPolicy::kMinBlocksPerSm)
+// Blocks per SM the fused kernel is built for (its register cap), from ptxas's spills
+// (float64): kVecs = 2 keeps twice the column terms and chains, and the Newton square
+// root's temporaries add to each chain: at 64 registers the Newton kernel spilled 60
+// bytes, the wide kernels at 80 registers 8 (reduced) and 124 (Newton); with these
+// caps up to 16 bytes are left in the wide reduced and branch-free kernels.
+template <HaversineAngle kAngle, int kVecs>
+constexpr int kFusedMinBlocksPerSm =
+    (kVecs == 1 ? MeshPolicy::kMinBlocksPerSm : 3) - (kAngle == HaversineAngle::kAsinReducedNewton ? 1 : 0);
+
+template <typename T, bool kVec, HaversineAngle kAngle, int kVecs, bool kStaged>
+__global__ void __launch_bounds__(MeshPolicy::kThreads, (kFusedMinBlocksPerSm<kAngle, kVecs>))
     MeshFusedKernel(MeshAxis lat, MeshAxis lon, const RefPoint* refs, int64_t n_ref, T two_r, T* out) {
-  MeshFusedAgent<T, kVec, kAngle>{lat, lon, refs, n_ref, two_r, out}.Run();
+  MeshFusedAgent<T, kVec, kAngle, kVecs, kStaged>{lat, lon, refs, n_ref, two_r, out}.Run();
 }
 
 }  // namespace gpucompute::cuda::haversine_mesh

@@ -19,7 +19,18 @@ enum class HaversineAngle {
   kAsinReduced = 4,  // one polynomial on [0, 1/4] for three ranges of h, by selects, and
                      // g = 1 - h from its own terms (haversine_math.h: ScaledHalfAngleReduced,
                      // HaversineG), accurate near the antipode
+  kAsinReducedNewton = 5,  // kAsinReducedBranchFree, float64 sqrt(m) from the MUFU rsqrt
+                           // estimate and a Newton step (SqrtByRsqrtNewton): no range
+                           // checks nor slow-path branch
+  kAsinReducedBranchFree = 6,  // kAsinReduced with its selects forced (SelectIfGreater):
+                               // NVVM turns them into branches around the sqrt
 };
+
+// The formulations that take g = 1 - h from its own terms (ScaledHalfAngleReduced*).
+constexpr bool TakesG(HaversineAngle a) {
+  return a == HaversineAngle::kAsinReduced || a == HaversineAngle::kAsinReducedNewton ||
+         a == HaversineAngle::kAsinReducedBranchFree;
+}
 
 // How the mesh kernel covers the grid.
 enum class HaversineMeshSchedule {
@@ -29,6 +40,12 @@ enum class HaversineMeshSchedule {
                           // loaded while these are computed
   kFullWavesFused = 3,    // kFullWaves in one launch: each warp computes its rows' terms
                           // (a lane per row, shuffled), each thread its columns'
+  kFullWavesFusedWide = 4,  // kFullWavesFused, two vectors of columns per thread (a grid's
+                            // width apart, each store coalesced): half the shuffles and
+                            // loop work per point, two independent chains
+  kFullWavesFusedStaged = 5,      // kFullWavesFused, row terms through shared memory
+                                  // instead of shuffles (haversine_mesh.cuh)
+  kFullWavesFusedWideStaged = 6,  // both
 };
 
 enum class HaversinePointsVariant {
@@ -40,6 +57,10 @@ enum class HaversinePointsVariant {
                  // degrees, g = 1 - h from cosines, ScaledHalfAngleReduced; as many
                  // blocks as fit at once
   kReducedPrefetch = 4,  // kReduced, the next points loaded while these are computed
+  kReducedNewton = 5,  // kReduced with the last step of HaversineAngle::kAsinReducedNewton
+  kReducedNewtonPrefetch = 6,  // kReducedNewton, the next points loaded while these are
+                               // computed (3 blocks per SM: 80 registers)
+  kReducedBranchFree = 7,  // kReduced with the last step of kAsinReducedBranchFree
 };
 
 cudaError_t LaunchHaversineMeshVariant(DType dtype, const MeshAxis& lat, const MeshAxis& lon,
