@@ -55,18 +55,21 @@ struct PointsPolicy {
 template <typename T>
 constexpr int kPointsPerThread = sizeof(T) == 4 ? 4 : 2;
 
-// The defaults, from bench/run_gpu_kernels.sh on an H100 (ratio to the write bound,
-// 2-degree mesh / globe). Mesh float32: the asin(sqrt(m)) polynomial on full waves
-// (0.88). Mesh float64: the reduced last step in one launch (0.63 / 0.68, against asin
-// on full waves 0.67 / 0.53 and asin covering 0.61 / 0.51), now that it forms g = 1 - h
-// from its own terms: a few ulp of long double to the antipode, where the library's
-// asin(sqrt(h)) loses ~1 / sqrt(1 - h) ulp (gpu_kernel_variants_test).
+// The defaults, from bench/run_gpu_kernels.sh and run_gpu_haversine.sh on an H100
+// (ratio to the write bound, 2-degree mesh / globe). Mesh float32: the asin(sqrt(m))
+// polynomial on full waves (0.88). Mesh float64: the reduced last step with the
+// Newton square root, two column vectors a thread and the row terms through shared
+// memory, in one launch (0.69 / 0.69, against the reduced step fused 0.62 / 0.67 and
+// asin on full waves 0.67 / 0.53; bench/results/h100_haversine_f64_run1.txt). It forms
+// g = 1 - h from its own terms: a few ulp of long double to the antipode, where the
+// library's asin(sqrt(h)) loses ~1 / sqrt(1 - h) ulp (gpu_kernel_variants_test).
 template <typename T>
 constexpr HaversineAngle kDefaultMeshAngle =
-    sizeof(T) == 4 ? HaversineAngle::kAsinPolynomial : HaversineAngle::kAsinReduced;
+    sizeof(T) == 4 ? HaversineAngle::kAsinPolynomial : HaversineAngle::kAsinReducedNewton;
 template <typename T>
 constexpr HaversineMeshSchedule kDefaultMeshSchedule =
-    sizeof(T) == 4 ? HaversineMeshSchedule::kFullWaves : HaversineMeshSchedule::kFullWavesFused;
+    sizeof(T) == 4 ? HaversineMeshSchedule::kFullWaves
+                   : HaversineMeshSchedule::kFullWavesFusedWideStaged;
 
 // Points (1e7 x 4 references): float32 prefetches (0.70 of D2D), float64 the reduced
 // variant (0.63 against split terms 0.45; its prefetch spilled). The other points

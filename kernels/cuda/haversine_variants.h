@@ -1,6 +1,7 @@
 // Haversine launches with a forced formulation, for the benchmark (one GPU run times
 // every candidate) and the tests (each against the float64 reference). The backend
-// calls LaunchHaversineMesh / LaunchHaversinePoints, which use the defaults.
+// calls LaunchHaversineMesh / LaunchHaversinePoints, which use the defaults
+// (haversine.cu: kDefaultMeshAngle, kDefaultMeshSchedule, kDefaultPointsVariant).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -13,9 +14,9 @@ namespace gpucompute::cuda {
 enum class HaversineAngle {
   kAtan2 = 0,      // atan2(sqrt(h), sqrt(1 - h)); float32: a polynomial atan
   kAsinSplit = 1,  // asin(sqrt(min(h, 1 - h))), reflected when h > 1/2
-  kAsin = 2,       // asin(sqrt(h)) (default f64)
+  kAsin = 2,       // asin(sqrt(h))
   kAsinPolynomial = 3,  // kAsinSplit with a polynomial for asin(sqrt(m)) / sqrt(m), m <= 1/2
-                        // (float64 degree 19, float32 degree 7; default f32)
+                        // (float64 degree 19, float32 degree 7)
   kAsinReduced = 4,  // one polynomial on [0, 1/4] for three ranges of h, by selects, and
                      // g = 1 - h from its own terms (haversine_math.h: ScaledHalfAngleReduced,
                      // HaversineG), accurate near the antipode
@@ -34,7 +35,7 @@ constexpr bool TakesG(HaversineAngle a) {
 
 // How the mesh kernel covers the grid.
 enum class HaversineMeshSchedule {
-  kCovering = 0,   // blocks for 2 waves of 4 per SM, one row per thread per iteration (default)
+  kCovering = 0,   // blocks for 2 waves of 4 per SM, one row per thread per iteration
   kFullWaves = 1,  // as many blocks as fit at once (occupancy): no partial last wave
   kFullWavesTwoRows = 2,  // kFullWaves, two rows per iteration, the next two rows' terms
                           // loaded while these are computed
@@ -49,10 +50,9 @@ enum class HaversineMeshSchedule {
 };
 
 enum class HaversinePointsVariant {
-  kSplitTerms = 0,  // per-point and per-reference half-angle terms (default f64)
+  kSplitTerms = 0,  // per-point and per-reference half-angle terms
   kDirect = 1,      // two sines per (reference, point)
   kSplitPrefetch = 2,  // kSplitTerms, the next points loaded while these are computed
-                       // (default f32)
   kReduced = 3,  // split terms from haversine_math.h's half-angle sines and cosines in
                  // degrees, g = 1 - h from cosines, ScaledHalfAngleReduced; as many
                  // blocks as fit at once
