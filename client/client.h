@@ -37,8 +37,12 @@
 
 namespace gpucompute::client {
 
-// Below every server's message limit (gRPC's default 4 MiB), framing included.
-inline constexpr uint32_t kDefaultUploadChunkBytes = (4 << 20) - (64 << 10);
+// Upload messages and StreamingCompute input chunks: 1 MiB. On the H100 machine
+// 1 MiB messages moved more than 4 MiB - 64 KiB ones in every call that compared them
+// (one-stream uploads 2.09 / 1.74 against 1.71 / 1.64 GB/s, 8 striped streams 4.07
+// against 3.46 GB/s each way, gRPC alone 2.43 against 1.93: bench/BULK_TRANSFER.md);
+// far below every server's message limit (gRPC's default 4 MiB).
+inline constexpr uint32_t kDefaultUploadChunkBytes = 1 << 20;
 
 struct ChannelOptions {
   // gRPC's default of 4 MiB would refuse result chunks larger than that.

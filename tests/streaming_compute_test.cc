@@ -269,7 +269,10 @@ TEST(StreamingComputeMemoryTest, InputLargerThanTheBudgetStreamsWithBoundedMemor
     }
   });
   const absl::string_view operands[] = {values};
-  absl::StatusOr<client::Result> streamed = server.client().StreamingCompute(header, operands);
+  client::ClientOptions options;
+  options.upload_chunk_bytes = (4 << 20) - (64 << 10);  // the largest a server takes
+  client::Client client(server.channel(), options);
+  absl::StatusOr<client::Result> streamed = client.StreamingCompute(header, operands);
   done.store(true);
   sampler.join();
   ASSERT_TRUE(streamed.ok()) << streamed.status().message();
@@ -280,7 +283,7 @@ TEST(StreamingComputeMemoryTest, InputLargerThanTheBudgetStreamsWithBoundedMemor
   }
   // Per chunk in flight: the received message, its input and output arrays and
   // (on a GPU) the result copy, each about a 4 MiB message.
-  const uint64_t chunk = client::kDefaultUploadChunkBytes + 64 * 1024;
+  const uint64_t chunk = options.upload_chunk_bytes + 64 * 1024;
   EXPECT_LE(peak.load() - baseline, kChunksInFlight * 4 * chunk) << "peak " << peak.load();
   EXPECT_EQ(server.AwaitHostBudgetUsed(baseline), baseline);
 }
