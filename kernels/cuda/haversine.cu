@@ -59,7 +59,7 @@ constexpr int kPointsPerThread = sizeof(T) == 4 ? 4 : 2;
 // (ratio to the write bound, 2-degree mesh / globe). Mesh float32: the asin(sqrt(m))
 // polynomial on full waves (0.88). Mesh float64: the reduced last step with the
 // Newton square root, two column vectors a thread and the row terms through shared
-// memory, in one launch (0.69 / 0.69, against the reduced step fused 0.62 / 0.67 and
+// memory, in one launch (0.68-0.69 / 0.69, against the reduced step fused 0.62 / 0.67 and
 // asin on full waves 0.67 / 0.53; bench/results/h100_haversine_f64_run1.txt). It forms
 // g = 1 - h from its own terms: a few ulp of long double to the antipode, where the
 // library's asin(sqrt(h)) loses ~1 / sqrt(1 - h) ulp (gpu_kernel_variants_test).
