@@ -5,22 +5,11 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
-#include <thread>
-#include <vector>
 
 namespace gpucompute::client {
 namespace {
 
 constexpr size_t kPageBytes = 4096;
-
-// Faults [begin, begin + bytes) in (resident, zeroed by the kernel). MADV_POPULATE_WRITE
-// (Linux 5.14) does it in one call; older kernels get one write per page.
-void Populate(char* begin, size_t bytes) {
-#ifdef MADV_POPULATE_WRITE
-  if (madvise(begin, bytes, MADV_POPULATE_WRITE) == 0) return;
-#endif
-  for (size_t at = 0; at < bytes; at += kPageBytes) begin[at] = 0;
-}
 
 }  // namespace
 
@@ -44,21 +33,8 @@ HostBytes HostBytes::Allocate(size_t bytes) {
   if (p == MAP_FAILED) throw std::bad_alloc();
   char* memory = static_cast<char*>(p);
   block.memory_ = std::unique_ptr<char, HostBytesRelease>(memory, HostBytesRelease{mapped});
-  // Not fatal where transparent huge pages are off: 4 KiB pages, populated all the same.
+  // Not fatal where transparent huge pages are off: 4 KiB pages then.
   (void)madvise(memory, mapped, MADV_HUGEPAGE);
-  const size_t hardware = std::max(1u, std::thread::hardware_concurrency());
-  const size_t threads = std::clamp<size_t>(mapped / kPopulateSliceBytes, 1,
-                                            std::min<size_t>(kMaxPopulateThreads, hardware));
-  // Slices on huge-page boundaries, so that no 2 MiB page is split between threads.
-  constexpr size_t kHugePage = size_t{2} << 20;
-  const size_t slice = (mapped / threads + kHugePage - 1) / kHugePage * kHugePage;
-  std::vector<std::thread> workers;
-  for (size_t t = 1; t < threads && t * slice < mapped; ++t) {
-    workers.emplace_back(
-        [=] { Populate(memory + t * slice, std::min(slice, mapped - t * slice)); });
-  }
-  Populate(memory, std::min(slice, mapped));
-  for (std::thread& worker : workers) worker.join();
   return block;
 }
 

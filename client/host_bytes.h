@@ -1,15 +1,15 @@
 // The memory a downloaded result lands in: allocated uninitialised and, when large,
-// backed by huge pages faulted in by several threads at once.
+// mapped on its own with huge pages.
 //
 // A result written into fresh memory pays the kernel's page faults, each of them
 // zeroing a page: with 4 KiB pages that took more CPU than the copy into it
-// (bench/BULK_TRANSFER.md: page faults were half the C++ client's download CPU, and a
-// std::string result was zero-filled once more, on one thread, before the first
-// byte could land). Here a large block is mapped with MADV_HUGEPAGE and populated by
-// up to kMaxPopulateThreads threads before it is handed out, so the receiving thread
-// writes into resident memory. Populating in the background instead, while the data
-// arrives, measured no faster on the H100 machine (2 GiB downloads over 8 stripes:
-// 4.6-4.9 GB/s against 4.8-5.7 populated first, same session).
+// (bench/BULK_TRANSFER.md), and a std::string result was zero-filled once more, on one
+// thread, before the first byte could land. Here a large block is mapped with
+// MADV_HUGEPAGE (a fault per 2 MiB) and handed out untouched: the threads copying the
+// data in fault its pages as they go, beside the network. Populating it first, on 8
+// threads, held every stripe back until it was done: on the H100 machine 2 GiB
+// downloads moved 3.5-6.0 GB/s over 8 stripes and 2.24 on one stream that way, against
+// 7.6-8.7 and 3.21 untouched (bench/results/h100_result_memory_probe.txt).
 #pragma once
 
 #include <cstddef>
@@ -27,12 +27,9 @@ struct HostBytesRelease {
 
 class HostBytes {
  public:
-  // Blocks from this size are mapped on their own (huge pages, parallel populate);
-  // smaller ones come from the heap.
+  // Blocks from this size are mapped on their own (huge pages); smaller ones come
+  // from the heap.
   static constexpr size_t kMappedFromBytes = size_t{8} << 20;
-  // Each populating thread takes at least this much.
-  static constexpr size_t kPopulateSliceBytes = size_t{128} << 20;
-  static constexpr int kMaxPopulateThreads = 8;
 
   HostBytes() = default;
   // `bytes` bytes, contents unspecified.
