@@ -220,7 +220,8 @@ class Client {
                                        uint64_t operand_bytes,
                                        ResultAssembler::Options options) const;
   // `calls` StreamingCompute calls at once over equal ranges of the leading axis,
-  // on the stripe channels round robin; the first failure cancels the others.
+  // on the stripe channels round robin; a call failing with UNAVAILABLE runs again
+  // (at most stripe_retries times), any other failure cancels the others.
   absl::StatusOr<Result> StripedStreamingCompute(const v1::StreamingComputeHeader& header,
                                                  std::span<const absl::string_view> operands,
                                                  uint64_t calls,

@@ -1,15 +1,14 @@
 // Client::StreamingCompute: a writer thread sends the header and the input
 // chunks while the calling thread reads and places the result chunks. With
 // ClientOptions::stripes, an input larger than stripe_bytes whose leading axis
-// can be cut runs as that many calls at once over ranges of it, each on its own
-// stripe connection, writing its rows of the result in place.
+// can be cut runs as calls over ranges of it (StripedStreamingCompute,
+// client_stripes.cc).
 #include <algorithm>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "client/client.h"
 #include "common/status_macros.h"
 #include "common/thread_name.h"
@@ -28,17 +27,6 @@ uint64_t RowElements(const v1::StreamingComputeHeader& header) {
   uint64_t elements = 1;
   for (int i = 1; i < shape.size(); ++i) elements *= static_cast<uint64_t>(shape[i]);
   return elements;
-}
-
-// One trailer for calls that ran at once: work summed, waits and spans the longest.
-void MergeTrailer(const v1::ResultTrailer& part, v1::ResultTrailer& merged) {
-  v1::Timing& timing = *merged.mutable_timing();
-  timing.set_transfer_in_us(timing.transfer_in_us() + part.timing().transfer_in_us());
-  timing.set_compute_us(timing.compute_us() + part.timing().compute_us());
-  timing.set_transfer_out_us(timing.transfer_out_us() + part.timing().transfer_out_us());
-  timing.set_queue_us(std::max(timing.queue_us(), part.timing().queue_us()));
-  timing.set_total_us(std::max(timing.total_us(), part.timing().total_us()));
-  merged.set_streamed_chunks(merged.streamed_chunks() + part.streamed_chunks());
 }
 
 }  // namespace
@@ -149,93 +137,6 @@ absl::StatusOr<Result> Client::StreamingCompute(const v1::StreamingComputeHeader
   ResultAssembler::Options options = AssemblerOptions(/*expect_data=*/true, progress);
   options.destination = destination;
   return StreamingCall(*channel_, context, header, operands, operand_bytes, std::move(options));
-}
-
-absl::StatusOr<Result> Client::StripedStreamingCompute(
-    const v1::StreamingComputeHeader& header, std::span<const absl::string_view> operands,
-    uint64_t calls, const ResultDestination& destination, const ProgressCallback& progress) {
-  std::vector<grpc::Channel*> channels = {channel_.get()};
-  for (const auto& channel : options_.stripe_channels) channels.push_back(channel.get());
-  const uint64_t leading = static_cast<uint64_t>(header.shape(0));
-  const uint64_t slice_bytes = operands[0].size() / leading;  // of one leading index
-
-  // The whole result's memory, before any call: every call writes its rows there.
-  Result result;
-  v1::ResultHeader& whole = result.header;
-  whole.set_dtype(header.dtype());
-  whole.mutable_shape()->CopyFrom(header.shape());
-  whole.set_total_bytes(operands[0].size());
-  char* memory = nullptr;
-  if (destination) {
-    GC_ASSIGN_OR_RETURN(memory, destination(whole));
-  } else {
-    result.data = HostBytes::Allocate(whole.total_bytes());
-    memory = result.data.data();
-  }
-
-  absl::Mutex mu;
-  absl::Status failure;  // the first failure; it cancels the other calls
-  uint64_t done_bytes = 0;
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
-  std::vector<v1::ResultTrailer> trailers(calls);
-  for (uint64_t k = 0; k < calls; ++k) {
-    contexts.push_back(std::make_unique<grpc::ClientContext>());
-    SetDeadline(*contexts.back());
-  }
-  const auto run = [&](uint64_t k) {
-    const uint64_t begin = leading * k / calls, end = leading * (k + 1) / calls;
-    v1::StreamingComputeHeader part = header;
-    part.set_shape(0, static_cast<int64_t>(end - begin));
-    std::vector<absl::string_view> part_operands;
-    for (absl::string_view operand : operands) {
-      part_operands.push_back(operand.substr(begin * slice_bytes, (end - begin) * slice_bytes));
-    }
-    const uint64_t part_bytes = (end - begin) * slice_bytes;
-    ResultAssembler::Options options = AssemblerOptions(/*expect_data=*/true, {});
-    options.destination = [&, begin, part_bytes](
-                              const v1::ResultHeader& got) -> absl::StatusOr<char*> {
-      if (got.total_bytes() != part_bytes) {
-        return absl::DataLossError(absl::StrCat("striped StreamingCompute: call ", k,
-                                                "'s header declares ", got.total_bytes(),
-                                                " bytes, its rows ", part_bytes));
-      }
-      return memory + begin * slice_bytes;
-    };
-    if (progress) {
-      options.progress = [&, last = uint64_t{0}](uint64_t done, uint64_t) mutable {
-        absl::MutexLock lock(&mu);
-        done_bytes += done - last;
-        last = done;
-        progress(done_bytes, operands[0].size());
-      };
-    }
-    absl::StatusOr<Result> done = StreamingCall(*channels[k % channels.size()], *contexts[k],
-                                                part, part_operands, part_bytes,
-                                                std::move(options));
-    absl::MutexLock lock(&mu);
-    if (done.ok()) {
-      trailers[k] = std::move(done->trailer);
-      return;
-    }
-    if (!failure.ok()) return;  // cancelled by the first failure
-    failure = absl::Status(done.status().code(),
-                           absl::StrCat("striped StreamingCompute, call ", k, " (leading rows ",
-                                        begin, " to ", end - 1, "): ", done.status().message()));
-    for (const auto& context : contexts) context->TryCancel();
-  };
-  std::vector<std::thread> threads;
-  for (uint64_t k = 1; k < calls; ++k) {
-    threads.emplace_back([&run, k] {
-      NameThisThread("gc-stripe");
-      run(k);
-    });
-  }
-  run(0);
-  for (std::thread& thread : threads) thread.join();
-  GC_RETURN_IF_ERROR(failure);
-  result.trailer = trailers[0];
-  for (uint64_t k = 1; k < calls; ++k) MergeTrailer(trailers[k], result.trailer);
-  return result;
 }
 
 }  // namespace gpucompute::client

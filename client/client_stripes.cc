@@ -5,6 +5,8 @@
 // an upload's session). Only UNAVAILABLE (a broken connection) is retried: a
 // download range is fetched again from its start, an upload range resumes with
 // the bytes the session lacks (UploadStatus). The first other failure stops the rest.
+// A striped StreamingCompute runs one call per range of the leading axis at once,
+// each on the next stripe connection; one failing with UNAVAILABLE runs again whole.
 #include <algorithm>
 #include <atomic>
 #include <functional>
@@ -57,6 +59,17 @@ constexpr absl::Duration kReconnectWait = absl::Seconds(5);
 
 void AwaitReconnect(grpc::Channel& channel) {
   (void)channel.WaitForConnected(absl::ToChronoTime(absl::Now() + kReconnectWait));
+}
+
+// One trailer for calls that ran at once: work summed, waits and spans the longest.
+void MergeTrailer(const v1::ResultTrailer& part, v1::ResultTrailer& merged) {
+  v1::Timing& timing = *merged.mutable_timing();
+  timing.set_transfer_in_us(timing.transfer_in_us() + part.timing().transfer_in_us());
+  timing.set_compute_us(timing.compute_us() + part.timing().compute_us());
+  timing.set_transfer_out_us(timing.transfer_out_us() + part.timing().transfer_out_us());
+  timing.set_queue_us(std::max(timing.queue_us(), part.timing().queue_us()));
+  timing.set_total_us(std::max(timing.total_us(), part.timing().total_us()));
+  merged.set_streamed_chunks(merged.streamed_chunks() + part.streamed_chunks());
 }
 
 }  // namespace
@@ -244,6 +257,111 @@ absl::StatusOr<v1::BufferInfo> Client::StripedUpload(v1::UploadHeader header,
     return absl::DataLossError("striped upload: every range was sent but the session is incomplete");
   }
   return stored;
+}
+
+absl::StatusOr<Result> Client::StripedStreamingCompute(
+    const v1::StreamingComputeHeader& header, std::span<const absl::string_view> operands,
+    uint64_t calls, const ResultDestination& destination, const ProgressCallback& progress) {
+  std::vector<grpc::Channel*> channels = {channel_.get()};
+  for (const auto& channel : options_.stripe_channels) channels.push_back(channel.get());
+  const uint64_t leading = static_cast<uint64_t>(header.shape(0));
+  const uint64_t slice_bytes = operands[0].size() / leading;  // of one leading index
+
+  // The whole result's memory, before any call: every call writes its rows there.
+  Result result;
+  v1::ResultHeader& whole = result.header;
+  whole.set_dtype(header.dtype());
+  whole.mutable_shape()->CopyFrom(header.shape());
+  whole.set_total_bytes(operands[0].size());
+  char* memory = nullptr;
+  if (destination) {
+    GC_ASSIGN_OR_RETURN(memory, destination(whole));
+  } else {
+    result.data = HostBytes::Allocate(whole.total_bytes());
+    memory = result.data.data();
+  }
+
+  absl::Mutex mu;
+  absl::Status failure;  // the first failure; it cancels the other calls
+  std::vector<uint64_t> done_by_call(calls, 0);
+  // Each call's context in flight, replaced by a retry; null between attempts.
+  std::vector<grpc::ClientContext*> in_flight(calls, nullptr);
+  std::vector<v1::ResultTrailer> trailers(calls);
+  const auto run = [&](uint64_t k) {
+    const uint64_t begin = leading * k / calls, end = leading * (k + 1) / calls;
+    v1::StreamingComputeHeader part = header;
+    part.set_shape(0, static_cast<int64_t>(end - begin));
+    std::vector<absl::string_view> part_operands;
+    for (absl::string_view operand : operands) {
+      part_operands.push_back(operand.substr(begin * slice_bytes, (end - begin) * slice_bytes));
+    }
+    const uint64_t part_bytes = (end - begin) * slice_bytes;
+    grpc::Channel& channel = *channels[k % channels.size()];
+    absl::StatusOr<Result> done = absl::UnknownError("not run");
+    // A call is one range, rewritten whole: one that fails with UNAVAILABLE (a
+    // connection that broke or did not open) runs again from its start.
+    for (int attempt = 0; attempt <= options_.stripe_retries; ++attempt) {
+      if (attempt > 0) AwaitReconnect(channel);
+      grpc::ClientContext context;
+      SetDeadline(context);
+      {
+        absl::MutexLock lock(&mu);
+        if (!failure.ok()) return;  // another call failed: this one is not needed
+        in_flight[k] = &context;
+        done_by_call[k] = 0;
+      }
+      ResultAssembler::Options options = AssemblerOptions(/*expect_data=*/true, {});
+      options.destination = [&, begin, part_bytes](
+                                const v1::ResultHeader& got) -> absl::StatusOr<char*> {
+        if (got.total_bytes() != part_bytes) {
+          return absl::DataLossError(absl::StrCat("striped StreamingCompute: call ", k,
+                                                  "'s header declares ", got.total_bytes(),
+                                                  " bytes, its rows ", part_bytes));
+        }
+        return memory + begin * slice_bytes;
+      };
+      if (progress) {
+        options.progress = [&, k](uint64_t bytes, uint64_t) {
+          absl::MutexLock lock(&mu);
+          done_by_call[k] = bytes;
+          uint64_t sum = 0;
+          for (uint64_t d : done_by_call) sum += d;
+          progress(sum, operands[0].size());
+        };
+      }
+      done = StreamingCall(channel, context, part, part_operands, part_bytes, std::move(options));
+      {
+        absl::MutexLock lock(&mu);
+        in_flight[k] = nullptr;
+      }
+      if (done.status().code() != absl::StatusCode::kUnavailable) break;
+    }
+    absl::MutexLock lock(&mu);
+    if (done.ok()) {
+      trailers[k] = std::move(done->trailer);
+      return;
+    }
+    if (!failure.ok()) return;  // cancelled by the first failure
+    failure = absl::Status(done.status().code(),
+                           absl::StrCat("striped StreamingCompute, call ", k, " (leading rows ",
+                                        begin, " to ", end - 1, "): ", done.status().message()));
+    for (grpc::ClientContext* context : in_flight) {
+      if (context != nullptr) context->TryCancel();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (uint64_t k = 1; k < calls; ++k) {
+    threads.emplace_back([&run, k] {
+      NameThisThread("gc-stripe");
+      run(k);
+    });
+  }
+  run(0);
+  for (std::thread& thread : threads) thread.join();
+  GC_RETURN_IF_ERROR(failure);
+  result.trailer = trailers[0];
+  for (uint64_t k = 1; k < calls; ++k) MergeTrailer(trailers[k], result.trailer);
+  return result;
 }
 
 }  // namespace gpucompute::client

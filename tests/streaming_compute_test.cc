@@ -425,6 +425,43 @@ TEST(StreamingComputeErrorsTest, AFailingStripeCancelsTheOthersAndFreesEverythin
   EXPECT_EQ(server.AwaitHostBudgetUsed(baseline), baseline);
 }
 
+// A striped call whose connection does not open (no server on its port yet) fails
+// UNAVAILABLE, waits for the connection and runs again whole: the result is right.
+TEST(StreamingComputeErrorsTest, AStripeWhoseConnectionFailsRunsAgain) {
+  auto started = TestServer::Start(StreamingConfig());
+  ASSERT_TRUE(started.ok()) << started.status().message();
+  TestServer& server = **started;
+  int port = 0;
+  {
+    auto gone = TestServer::Start(StreamingConfig());  // a free port, closed again
+    ASSERT_TRUE(gone.ok()) << gone.status().message();
+    port = (*gone)->port();
+  }
+  client::ClientOptions options;
+  options.upload_chunk_bytes = 64 << 10;
+  options.stripes = 2;
+  options.stripe_bytes = 4096;
+  options.stripe_channels = client::MakeStripeChannels(absl::StrCat("127.0.0.1:", port), 1);
+  client::Client striped(server.channel(), options);
+  std::unique_ptr<TestServer> late;
+  std::thread starter([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    ServerConfig config = StreamingConfig();
+    config.address = absl::StrCat("127.0.0.1:", port);
+    absl::StatusOr<std::unique_ptr<TestServer>> up = TestServer::Start(config);
+    if (up.ok()) late = *std::move(up);
+  });
+  const std::string input = RandomBytes<double>(600 * 50, 0.1, 10, 11);
+  v1::StreamingComputeHeader header = Header(v1::STREAMING_NORMALIZE, v1::FLOAT64, {600, 50});
+  const absl::string_view operands[] = {input};
+  const absl::StatusOr<client::Result> streamed = striped.StreamingCompute(header, operands);
+  starter.join();
+  ASSERT_NE(late, nullptr) << "port " << port << " was taken";
+  v1::NormalizeRequest unary;
+  *unary.mutable_input()->mutable_tensor() = TensorOf(v1::FLOAT64, {600, 50}, input);
+  ExpectSameResult(streamed, server.client().Normalize(unary), 1);
+}
+
 TEST(StreamingComputeErrorsTest, BadHeadersAndChunksNameTheFieldAndTheLimit) {
   auto started = TestServer::Start(StreamingConfig());
   ASSERT_TRUE(started.ok()) << started.status().message();
