@@ -1,37 +1,30 @@
 #!/usr/bin/env bash
-# Normalize on sm_90's TMA clusters (issue #15: NormalizeVariant::kClusterBulk, TMA
-# store; kClusterBulkV4, 16-byte stores; kClusterBulkHalf, half slices, two blocks a
-# SM) in one device call, under 5 minutes:
-# the normalize variant tests, compute-sanitizer on the new path, then every normalize
-# variant timed per shape and a table of the new ones against the default.
+# Normalize paths on the GPU in one device call, under 5 minutes (issue #15): the tests
+# of the path under study (FOCUS, a test-name stem: NormalizeClusterBulk, the default),
+# then every other normalize variant test; compute-sanitizer on
+# ${FOCUS}Small; every normalize variant timed per shape; a table of the default, the
+# variants under study (NEW, bench row names joined by '|') and the best other one.
 #
 # Here (no GPU needed):
 #   cmake -S . -B build-cuda -DGPUCOMPUTE_ENABLE_CUDA=ON -DCMAKE_BUILD_TYPE=Release
 #   nice cmake --build build-cuda -j2 --target gpu_kernel_variants_test gpu_kernels_bench
-#   /work/shared/tools/device-bundle .device/ntma build-cuda/tests/gpu_kernel_variants_test build-cuda/bench/gpu_kernels_bench
-#   rm -f .device/ntma/lib/libcufft*   # the GPU machine has it in /usr/local/cuda/lib64
-#   tar -C .device -cf - ntma | xz -T2 -6 > .device/ntma.txz   # 149 MB -> ~17 MB (64 MiB carry)
-# On the GPU machine (device tool: carry [".device/ntma.txz"]; it has /usr/local/cuda/lib64
+#   /work/shared/tools/device-bundle .device/norm build-cuda/tests/gpu_kernel_variants_test build-cuda/bench/gpu_kernels_bench
+#   rm -f .device/norm/lib/libcufft*   # the GPU machine has it in /usr/local/cuda/lib64
+#   tar -C .device -cf - norm | xz -T2 -6 > .device/norm.txz   # ~17 MB (64 MiB carry)
+# On the GPU machine (device tool: carry [".device/norm.txz"]; it has /usr/local/cuda/lib64
 # and /usr/local/cuda/bin/compute-sanitizer):
-#   bash bench/run_gpu_normalize_tma.sh     # unpacks the bundle; logs under $OUT (or ./gpu-out)
-#
-# Steps, each with its own time limit:
-#   1. the TMA path's tests (clusters of 2/4/8/16 blocks, rows wrapping the clusters,
-#      bad rows, unaligned and odd-byte rows on the default), then every other
-#      normalize variant test (which now include the two variants);
-#   2. compute-sanitizer memcheck, racecheck and synccheck on NormalizeClusterBulkSmall;
-#   3. gpu_kernels_bench --only=normalize (every variant per shape, kernels only);
-#   4. per shape: default, the three cluster bulk variants and the best other one,
-#      ms and ratio to the D2D copy of this run (goal 0.85).
+#   bash bench/run_gpu_normalize.sh     # unpacks the bundle; logs under $OUT (or ./gpu-out)
 set -u
-BUNDLE=${BUNDLE:-.device/ntma}
+BUNDLE=${BUNDLE:-.device/norm}
+FOCUS=${FOCUS:-NormalizeClusterBulk}
+NEW=${NEW:-cluster bulk|cluster bulk v4|cluster bulk half}
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 [ -d "$BUNDLE" ] || tar -C "$(dirname "$BUNDLE")" -xJf "$BUNDLE.txz" || exit 1
 export LD_LIBRARY_PATH="$BUNDLE/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 VARIANTS="$BUNDLE/gpu_kernel_variants_test"
 BENCH="$BUNDLE/gpu_kernels_bench"
-T_TMA=${T_TMA:-60}
+T_FOCUS=${T_FOCUS:-90}
 T_TEST=${T_TEST:-90}
 T_SAN=${T_SAN:-45}
 T_BENCH=${T_BENCH:-100}
@@ -45,10 +38,10 @@ run_test() {  # limit, filter
 step "device"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>&1 | tee "$OUT/summary.txt"
 
-step "1. tests (limits ${T_TMA}s, ${T_TEST}s)"
+step "1. tests (limits ${T_FOCUS}s, ${T_TEST}s)"
 : > "$OUT/test.log"
-run_test "$T_TMA" 'GpuKernelVariants.NormalizeClusterBulk*'
-run_test "$T_TEST" 'GpuKernelVariants.Normalize*:-GpuKernelVariants.NormalizeClusterBulk*:*NormalizePipelineRowByRow'
+run_test "$T_FOCUS" "GpuKernelVariants.${FOCUS}*"
+run_test "$T_TEST" "GpuKernelVariants.Normalize*:-GpuKernelVariants.${FOCUS}*:*NormalizePipelineRowByRow"
 grep -E '^\[       OK \]|^\[  FAILED  \]|^\[  PASSED|^\[  SKIPPED \] [0-9]|^rc=' "$OUT/test.log"
 grep -B2 -A14 'Failure' "$OUT/test.log" | head -80
 
@@ -61,7 +54,7 @@ if [ -n "${SAN:-}" ]; then
     [ "$tool" = memcheck ] && extra=(--leak-check full)
     [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
     GPUCOMPUTE_SANITIZER=1 timeout "$T_SAN" "$SAN" --tool "$tool" --error-exitcode 17 "${extra[@]}" \
-      "$VARIANTS" --gtest_color=no --gtest_filter='GpuKernelVariants.NormalizeClusterBulkSmall' \
+      "$VARIANTS" --gtest_color=no --gtest_filter="GpuKernelVariants.${FOCUS}Small" \
       >> "$OUT/sanitizer.log" 2>&1
     echo "rc=$? ($tool)" >> "$OUT/sanitizer.log"
   done
@@ -74,22 +67,27 @@ echo "rc=$?" >> "$OUT/bench.log"
 grep -E '^device|bandwidth|^rc=' "$OUT/bench.log"
 # What the default and the new variants run for the long rows:
 grep -A1 -E '^  normalize .*x(50000|100000|400000|1000000) ' "$OUT/bench.log" | grep -v '^--$' |
-  sed 's/; /\n      /g' | grep -E 'normalize|default =|cluster bulk' | head -40
+  sed 's/; /\n      /g' | grep -E "normalize|default =|${NEW}" | head -60
 
-step "4. per shape: ms (x D2D) of default, the cluster bulk variants, the best other"
-awk -F, 'NR > 1 && $1 ~ /^  / {
+step "4. per shape: ms (x D2D) of default, ${NEW}, the best other"
+awk -F, -v new="$NEW" 'BEGIN { n = split(new, names, "|"); for (i = 1; i <= n; ++i) col[names[i]] = i }
+NR > 1 && $1 ~ /^  / {
   key = $2 " " $3; v = $1; sub(/^ +/, "", v); sub(/ (sum|l1|l2|max_abs)$/, "", v)
   cell = sprintf("%.4f (%.2f)", $4, $9)
   if (v == "default") d[key] = cell
-  else if (v == "cluster bulk") b[key] = cell
-  else if (v == "cluster bulk v4") b4[key] = cell
-  else if (v == "cluster bulk half") bh[key] = cell
+  else if (v in col) c[key, col[v]] = cell
   else if (!(key in best) || $4 < bestms[key]) { bestms[key] = $4; best[key] = v " " cell }
   keys[key] = 1
 } END {
-  printf "%-18s %-16s %-16s %-16s %-16s %s\n", "shape", "default", "cluster bulk", "bulk v4", "bulk half", "best other"
+  printf "%-18s %-16s", "shape", "default"
+  for (i = 1; i <= n; ++i) printf " %-16s", names[i]
+  printf " %s\n", "best other"
   fflush()
-  for (k in keys) printf "%-18s %-16s %-16s %-16s %-16s %s\n", k, d[k], b[k], b4[k], bh[k], best[k] | "sort -V"
+  for (k in keys) {
+    line = sprintf("%-18s %-16s", k, d[k])
+    for (i = 1; i <= n; ++i) line = line sprintf(" %-16s", c[k, i])
+    print line " " best[k] | "sort -V"
+  }
   close("sort -V")
 }' "$OUT/bench.csv" | tee "$OUT/table.txt"
 
