@@ -12,7 +12,6 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "gpucompute/v1/bulk_wire.h"
 #include "gpucompute/v1/gpucompute.pb.h"
 #include "server/compute_request.h"
 #include "server/request_parse.h"
@@ -81,8 +80,9 @@ class SessionReactor final
   void Answer(SessionRequestCall* request, grpc::ByteBuffer answer) override {
     {
       absl::MutexLock lock(&mu_);
-      in_flight_.erase(request->id());
-      if (cancelled_) {
+      const bool answered = cancelled_requests_.erase(request) > 0;  // CANCELLED already
+      if (!answered) in_flight_.erase(request->id());
+      if (cancelled_ || answered) {
         Release(request);
       } else {
         answers_.push_back({request, std::move(answer)});
@@ -151,20 +151,18 @@ class SessionReactor final
     Unpin({stream});
   }
 
-  // Answers `id` with `status`, having started nothing for it.
+  // Answers `id` with `status` apart from any stream (none started, or cancelled).
   void Refuse(uint64_t id, const absl::Status& status) {
-    v1::SessionResponse response;
-    response.set_id(id);
-    const grpc::Status refusal = ToGrpcStatus(status);
-    response.mutable_error()->set_code(refusal.error_code());
-    response.mutable_error()->set_message(refusal.error_message());
+    grpc::ByteBuffer answer = ErrorAnswer(id, ToGrpcStatus(status));
     {
       absl::MutexLock lock(&mu_);
-      if (!cancelled_) answers_.push_back({nullptr, v1::wire::SerializedMessage(response)});
+      if (!cancelled_) answers_.push_back({nullptr, std::move(answer)});
     }
     Act();
   }
 
+  // Answers `id` CANCELLED at once, as a cancelled call's client hears at once,
+  // and cancels its work, which ends when it can (its id is free meanwhile).
   void CancelRequest(uint64_t id) {
     SessionRequestCall* request;
     {
@@ -172,8 +170,11 @@ class SessionReactor final
       auto it = in_flight_.find(id);
       if (it == in_flight_.end()) return;  // answered already, or never sent
       request = it->second;
+      in_flight_.erase(it);
+      cancelled_requests_.insert(request);
       ++pins_[request];
     }
+    Refuse(id, absl::CancelledError("cancelled by the client"));
     request->OnCancel();  // outside mu_: it may answer at once
     Unpin({request});
   }
@@ -190,10 +191,9 @@ class SessionReactor final
         if (waiting.request != nullptr) Release(waiting.request);
       }
       answers_.clear();
-      for (const auto& [id, request] : in_flight_) {
-        requests.push_back(request);
-        ++pins_[request];
-      }
+      for (const auto& [id, request] : in_flight_) requests.push_back(request);
+      requests.insert(requests.end(), cancelled_requests_.begin(), cancelled_requests_.end());
+      for (SessionRequestCall* request : requests) ++pins_[request];
     }
     for (SessionRequestCall* request : requests) request->OnCancel();
     Unpin(requests);
@@ -247,7 +247,8 @@ class SessionReactor final
                      static_cast<size_t>(service_.config.max_in_flight_per_connection);
           if (read) reading_ = true;
           if ((half_closed_ || cancelled_) && !reading_ && !writing_ && in_flight_.empty() &&
-              answers_.empty() && pins_.empty() && ending_ == 0) {
+              cancelled_requests_.empty() && answers_.empty() && pins_.empty() &&
+              ending_ == 0) {
             finished_ = true;
             finish = !status_.ok() || !cancelled_
                          ? status_
@@ -279,6 +280,8 @@ class SessionReactor final
   absl::Mutex mu_;
   // Requests started and not yet answered, by id.
   absl::flat_hash_map<uint64_t, SessionRequestCall*> in_flight_ ABSL_GUARDED_BY(mu_);
+  // Requests cancelled (and answered so) whose work has not ended yet.
+  absl::flat_hash_set<SessionRequestCall*> cancelled_requests_ ABSL_GUARDED_BY(mu_);
   std::deque<Waiting> answers_ ABSL_GUARDED_BY(mu_);  // to be written, in order
   Waiting write_ ABSL_GUARDED_BY(mu_);                // the answer being written
   // Requests the session is still calling (starting or cancelling them) outside

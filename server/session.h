@@ -6,8 +6,9 @@
 // a result of one message, on a ResultStream of its own (SessionRequestStream):
 // it is admitted like a call of its own (over an in-flight limit it is answered
 // RESOURCE_EXHAUSTED and the session goes on), batched and run as one, and
-// answered with its own result or status. A cancel cancels the request in flight
-// with that id only. Several requests run at once; answers are written in the
+// answered with its own result or status. A cancel answers the request in flight
+// with that id CANCELLED at once (as a cancelled call's client hears at once) and
+// cancels its work, which ends when it can; the others go on. Several requests run at once; answers are written in the
 // order they come, one write in flight, the others queued behind it, and a
 // request is ended (OnDone) once its answer is written.
 //

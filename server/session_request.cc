@@ -8,6 +8,14 @@
 
 namespace gpucompute {
 
+grpc::ByteBuffer ErrorAnswer(uint64_t id, const grpc::Status& status) {
+  v1::SessionResponse response;
+  response.set_id(id);
+  response.mutable_error()->set_code(status.error_code());
+  response.mutable_error()->set_message(status.error_message());
+  return v1::wire::SerializedMessage(response);
+}
+
 void SessionRequestCall::StartWriteAndFinish(grpc::ByteBuffer* message, grpc::WriteOptions,
                                              const grpc::Status&) {
   // SessionResponse.complete has ResultChunk.complete's field number: the id,
@@ -23,11 +31,7 @@ void SessionRequestCall::StartWriteAndFinish(grpc::ByteBuffer* message, grpc::Wr
 }
 
 void SessionRequestCall::Finish(const grpc::Status& status) {
-  v1::SessionResponse response;
-  response.set_id(id_);
-  response.mutable_error()->set_code(status.error_code());
-  response.mutable_error()->set_message(status.error_message());
-  session_->Answer(this, v1::wire::SerializedMessage(response));
+  session_->Answer(this, ErrorAnswer(id_, status));
 }
 
 void SessionRequestCall::StartWrite(grpc::ByteBuffer*) { std::abort(); }

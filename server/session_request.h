@@ -15,6 +15,9 @@ namespace gpucompute {
 
 class SessionRequestCall;
 
+// SessionResponse{id, error: status}.
+grpc::ByteBuffer ErrorAnswer(uint64_t id, const grpc::Status& status);
+
 // Where a session's answers go (its reactor, server/session.h).
 class SessionAnswers {
  public:
