@@ -429,7 +429,7 @@ absl::StatusOr<BufferStore::ListCursor> ParsePageToken(absl::string_view token) 
 
 // A Download that passed admission: the stored array it streams, and the range.
 struct AcceptedDownload {
-  ResultStreamReactor::Output output;
+  ResultOutput output;
   std::shared_ptr<Array> array;
   uint64_t begin = 0;
   uint64_t end = 0;
@@ -494,7 +494,8 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* BuffersService::Upload(
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* BuffersService::Download(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
-  auto* reactor = new ResultStreamReactor(service_, idle_timer_, context, Operation::kDownload);
+  auto* reactor = new ResultStreamReactor(service_, idle_timer_, context, Operation::kDownload,
+                                          RpcMethod::kDownload);
   const absl::Time start = absl::Now();
   absl::StatusOr<AcceptedDownload> accepted = AcceptDownload(service_, *context, *bytes);
   if (!accepted.ok()) {

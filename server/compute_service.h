@@ -1,6 +1,7 @@
 // gpucompute.v1.Compute: each RPC parses and checks its request on the gRPC
-// thread and hands the work to a ResultStreamReactor, which runs it on the executor;
-// StreamingCompute has a reactor of its own (streaming_compute.h).
+// thread and hands the work to a ResultStreamReactor, which runs it on the executor
+// (server/compute_request.h); StreamingCompute and Session have reactors of their
+// own (streaming_compute.h, session.h).
 #pragma once
 
 #include "gpucompute/v1/gpucompute.grpc.pb.h"
@@ -17,12 +18,14 @@ class ComputeService final : public ParsingService<v1::Compute> {
   size_t batching() const { return batcher_.waiting(); }
 
  private:
-  template <typename Request, typename PrepareFn>
-  void Serve(absl::string_view method, Operation op, PrepareFn prepare);
+  // Registers the compute RPC that takes `Request`.
+  template <typename Request>
+  void Serve();
 
   ServiceContext& service_;
   DynamicBatcher batcher_;
-  Timer idle_timer_;  // stream_idle_timeout of StreamingCompute calls and result writes
+  // stream_idle_timeout of StreamingCompute calls and result writes (sessions' too)
+  Timer idle_timer_;
 };
 
 }  // namespace gpucompute

@@ -75,6 +75,7 @@ void InfoService::Describe(v1::ServerInfo* response) const {
   limits->set_max_batch_size(config.batching ? static_cast<uint32_t>(config.max_batch_size) : 0);
   limits->set_batch_window_us(static_cast<uint64_t>(absl::ToInt64Microseconds(config.batch_window)));
   limits->set_single_message_results(true);
+  limits->set_sessions(true);
   limits->set_token_auth(!config.security.auth_tokens_file.empty());
   for (const MemoryBudgetStats& budget : service_.backend.Stats().memory_budgets) {
     if (budget.memory == "host") limits->set_host_memory_budget_bytes(budget.capacity_bytes);

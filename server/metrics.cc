@@ -55,6 +55,7 @@ constexpr std::array<RpcName, kRpcMethodCount> kRpcNames = {{
     {"gpucompute.v1.SharedMemory", "UnregisterSharedMemory", "unary"},
     {"gpucompute.v1.SharedMemory", "SharedMemoryStatus", "unary"},
     {"gpucompute.v1.Buffers", "UploadStatus", "unary"},
+    {"gpucompute.v1.Compute", "Session", "bidi_stream"},
 }};
 
 // One health call: recorded when its status is sent, or as cancelled when it

@@ -33,8 +33,10 @@ enum class RpcMethod {
   kUpload, kDownload, kStreamingCompute, kDelete, kList, kGetInfo, kHealthCheck, kHealthWatch,
   kRegisterSystemSharedMemory, kRegisterCudaSharedMemory, kUnregisterSharedMemory,
   kSharedMemoryStatus, kUploadStatus,
+  // Each request of a Compute.Session call (server/session.h) counts as one call.
+  kSession,
 };
-inline constexpr int kRpcMethodCount = 17;
+inline constexpr int kRpcMethodCount = 18;
 
 // The RPC that carries `op`.
 constexpr RpcMethod RpcMethodOf(Operation op) { return static_cast<RpcMethod>(op); }

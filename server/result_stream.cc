@@ -25,25 +25,28 @@ grpc::ByteBuffer HeaderMessage(const v1::ResultHeader& header) {
 
 }  // namespace
 
-absl::StatusOr<ResultStreamReactor::Output> AdmitStream(const ServiceContext& service,
+absl::StatusOr<ResultOutput> AdmitStream(const ServiceContext& service,
                                                         const grpc::CallbackServerContext& context,
                                                         uint32_t chunk_bytes,
                                                         absl::string_view chunk_field) {
-  ResultStreamReactor::Output output;
+  ResultOutput output;
   GC_ASSIGN_OR_RETURN(output.ticket, service.Admit(context));
   GC_ASSIGN_OR_RETURN(output.chunk_bytes, service.ResolveChunkBytes(chunk_bytes, chunk_field));
   return output;
 }
 
-ResultStreamReactor::ResultStreamReactor(ServiceContext& service, Timer& stall_timer,
-                                         grpc::CallbackServerContext* context, Operation op)
+template <typename Call>
+ResultStream<Call>::ResultStream(ServiceContext& service, Timer& stall_timer,
+                                 grpc::CallbackServerContext* context, Operation op,
+                                 RpcMethod method)
     : service_(service), stall_timer_(stall_timer), context_(context), op_(op),
-      rpc_(service.metrics, RpcMethodOf(op), *context), accepted_(rpc_.start()),
+      rpc_(service.metrics, method, *context), accepted_(rpc_.start()),
       host_budget_(HostMemoryBudget(service.backend)) {
   service_.metrics.AddInFlight(op_, 1);
 }
 
-void ResultStreamReactor::Reject(const absl::Status& status) {
+template <typename Call>
+void ResultStream<Call>::Reject(const absl::Status& status) {
   {
     absl::MutexLock lock(&mu_);
     Fail(status);
@@ -51,7 +54,8 @@ void ResultStreamReactor::Reject(const absl::Status& status) {
   Pump();
 }
 
-void ResultStreamReactor::Start(Output output, absl::Duration prepare_time, ProduceFn produce) {
+template <typename Call>
+void ResultStream<Call>::Start(Output output, absl::Duration prepare_time, ProduceFn produce) {
   const Executor::Lane lane = output.lane;
   // The connection, as admission found it (asking the context again costs gRPC a lock
   // and two copies of the string).
@@ -74,7 +78,8 @@ void ResultStreamReactor::Start(Output output, absl::Duration prepare_time, Prod
   Pump();
 }
 
-void ResultStreamReactor::StartInBatch(Output output, absl::Duration prepare_time,
+template <typename Call>
+void ResultStream<Call>::StartInBatch(Output output, absl::Duration prepare_time,
                                        DynamicBatcher& batcher, BatchMember member) {
   member.client = output.ticket.key();  // the connection, as admission found it
   {
@@ -96,7 +101,8 @@ void ResultStreamReactor::StartInBatch(Output output, absl::Duration prepare_tim
   Pump();
 }
 
-void ResultStreamReactor::RunProduce(ProduceFn produce, absl::Status admitted) {
+template <typename Call>
+void ResultStream<Call>::RunProduce(ProduceFn produce, absl::Status admitted) {
   const absl::Time started = absl::Now();
   absl::StatusOr<StreamSource> source;
   if (!admitted.ok()) {
@@ -114,7 +120,8 @@ void ResultStreamReactor::RunProduce(ProduceFn produce, absl::Status admitted) {
   Deliver(std::move(source), started);
 }
 
-void ResultStreamReactor::Deliver(absl::StatusOr<StreamSource> source, absl::Time started) {
+template <typename Call>
+void ResultStream<Call>::Deliver(absl::StatusOr<StreamSource> source, absl::Time started) {
   uint32_t chunk_bytes;
   bool keep;
   bool in_region;
@@ -198,7 +205,8 @@ void ResultStreamReactor::Deliver(absl::StatusOr<StreamSource> source, absl::Tim
   }
 }
 
-absl::StatusOr<grpc::Slice> ResultStreamReactor::CopyOut(const StreamSource& source,
+template <typename Call>
+absl::StatusOr<grpc::Slice> ResultStream<Call>::CopyOut(const StreamSource& source,
                                                          uint64_t offset, uint64_t n,
                                                          absl::Duration& elapsed) {
   const absl::Time start = absl::Now();
@@ -220,7 +228,8 @@ absl::StatusOr<grpc::Slice> ResultStreamReactor::CopyOut(const StreamSource& sou
   return slice;
 }
 
-void ResultStreamReactor::ProduceChunk() {
+template <typename Call>
+void ResultStream<Call>::ProduceChunk() {
   std::shared_ptr<Array> array;
   uint64_t offset;
   uint64_t end;
@@ -253,7 +262,8 @@ void ResultStreamReactor::ProduceChunk() {
   }
 }
 
-void ResultStreamReactor::Fail(const absl::Status& status) {
+template <typename Call>
+void ResultStream<Call>::Fail(const absl::Status& status) {
   if (IsMemoryBudgetRefusal(status)) service_.metrics.Rejected(Rejection::kMemoryBudget);
   if (final_status_.ok()) final_status_ = ToGrpcStatus(status);  // the first error stands
   ready_.clear();
@@ -262,7 +272,8 @@ void ResultStreamReactor::Fail(const absl::Status& status) {
   state_ = State::kAllQueued;
 }
 
-v1::ResultTrailer ResultStreamReactor::MakeTrailer(const v1::BufferInfo* stored) {
+template <typename Call>
+v1::ResultTrailer ResultStream<Call>::MakeTrailer(const v1::BufferInfo* stored) {
   v1::ResultTrailer trailer;
   v1::Timing* timing = trailer.mutable_timing();
   timing->set_queue_us(Micros(queue_time_));
@@ -279,19 +290,22 @@ v1::ResultTrailer ResultStreamReactor::MakeTrailer(const v1::BufferInfo* stored)
   return trailer;
 }
 
-void ResultStreamReactor::QueueTrailer(const v1::BufferInfo* stored) {
+template <typename Call>
+void ResultStream<Call>::QueueTrailer(const v1::BufferInfo* stored) {
   v1::ResultChunk message;
   *message.mutable_trailer() = MakeTrailer(stored);
   ready_.push_back({v1::wire::SerializedMessage(message)});
   state_ = State::kAllQueued;
 }
 
-void ResultStreamReactor::Pump() {
+template <typename Call>
+void ResultStream<Call>::Pump() {
   absl::ReleasableMutexLock lock(&mu_);
   PumpLocked(lock);
 }
 
-void ResultStreamReactor::PumpLocked(absl::ReleasableMutexLock& lock) {
+template <typename Call>
+void ResultStream<Call>::PumpLocked(absl::ReleasableMutexLock& lock) {
   if (state_ == State::kFinished) {
     lock.Release();
     return;
@@ -335,18 +349,19 @@ void ResultStreamReactor::PumpLocked(absl::ReleasableMutexLock& lock) {
   lock.Release();
   if (write_and_finish) {
     RecordFinish(*finish);
-    StartWriteAndFinish(&in_flight_, grpc::WriteOptions(), *finish);
+    this->StartWriteAndFinish(&in_flight_, grpc::WriteOptions(), *finish);
     return;
   }
-  if (write) StartWrite(&in_flight_);
+  if (write) this->StartWrite(&in_flight_);
   if (copy_chunk) service_.executor.SubmitContinuation([this] { ProduceChunk(); });
   if (finish.has_value()) {
     RecordFinish(*finish);
-    Finish(*finish);
+    this->Finish(*finish);
   }
 }
 
-void ResultStreamReactor::ArmStallAlarm() {
+template <typename Call>
+void ResultStream<Call>::ArmStallAlarm() {
   uint64_t write = ++writes_;
   pending_write_->store(write);
   stall_alarm_ = stall_timer_.Schedule(absl::Now() + service_.config.stream_idle_timeout,
@@ -355,7 +370,8 @@ void ResultStreamReactor::ArmStallAlarm() {
                                        });
 }
 
-void ResultStreamReactor::OnStalled() {
+template <typename Call>
+void ResultStream<Call>::OnStalled() {
   service_.metrics.Rejected(Rejection::kStreamIdle);
   cancelled_.store(true);
   // Safe: the call cannot finish while this write is pending. Completes the
@@ -376,7 +392,8 @@ void ResultStreamReactor::OnStalled() {
   Pump();
 }
 
-void ResultStreamReactor::OnWriteDone(bool ok) {
+template <typename Call>
+void ResultStream<Call>::OnWriteDone(bool ok) {
   const bool alarm_took_write = pending_write_->exchange(0) == 0;
   {
     absl::MutexLock lock(&mu_);
@@ -396,12 +413,14 @@ void ResultStreamReactor::OnWriteDone(bool ok) {
   Pump();
 }
 
-void ResultStreamReactor::OnCancel() {
+template <typename Call>
+void ResultStream<Call>::OnCancel() {
   cancelled_.store(true);
   Pump();
 }
 
-void ResultStreamReactor::RecordFinish(const grpc::Status& status) {
+template <typename Call>
+void ResultStream<Call>::RecordFinish(const grpc::Status& status) {
   Metrics& metrics = service_.metrics;
   const absl::Duration total = absl::Now() - accepted_;
   metrics.RequestDone(op_, rpc_.Done(status.error_code()), total);
@@ -418,7 +437,8 @@ void ResultStreamReactor::RecordFinish(const grpc::Status& status) {
   }
 }
 
-void ResultStreamReactor::ArmLastWriteAlarm() {
+template <typename Call>
+void ResultStream<Call>::ArmLastWriteAlarm() {
   last_write_guard_ = std::make_shared<LastWriteGuard>();
   {
     absl::MutexLock lock(&last_write_guard_->mu);
@@ -434,7 +454,8 @@ void ResultStreamReactor::ArmLastWriteAlarm() {
       });
 }
 
-void ResultStreamReactor::OnDone() {
+template <typename Call>
+void ResultStream<Call>::OnDone() {
   {
     absl::MutexLock lock(&mu_);
     if (last_write_guard_ != nullptr) {
@@ -450,5 +471,8 @@ void ResultStreamReactor::OnDone() {
   }
   delete this;
 }
+
+template class ResultStream<grpc::ServerWriteReactor<grpc::ByteBuffer>>;
+template class ResultStream<SessionRequestCall>;
 
 }  // namespace gpucompute

@@ -20,6 +20,10 @@
 // one chunk, is kept, or went into a shared-memory region) goes as
 // ResultChunk.complete in the same framing, its payload slice between the
 // header's and the trailer's bytes, written together with Finish.
+// `Call` is where the messages go: a gRPC call of the request's own
+// (ResultStreamReactor), or one request of a Compute.Session
+// (SessionRequestCall, server/session_request.h), whose result is always that
+// one message or a status.
 #pragma once
 
 #include <atomic>
@@ -41,30 +45,35 @@
 #include "server/dynamic_batcher.h"
 #include "server/operations.h"
 #include "server/service_context.h"
+#include "server/session_request.h"
 
 namespace gpucompute {
 
-class ResultStreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+// Where a result goes and how it is framed.
+struct ResultOutput {
+  Admission::Ticket ticket;
+  uint32_t chunk_bytes = 0;
+  // Set for keep_on_device: the result is stored under this reservation.
+  std::optional<BufferStore::Reservation> keep;
+  std::string buffer_name;
+  // Set for output.shared_memory: the result is written into this region, not streamed.
+  std::string shared_memory_region_id;
+  // The executor lane the work runs on (ServiceContext::LaneFor).
+  Executor::Lane lane = Executor::Lane::kGeneral;
+  // OutputOptions.accept_complete_result: a result of one chunk goes as one message.
+  bool accept_complete = false;
+};
+
+template <typename Call>
+class ResultStream final : public Call {
  public:
   using ProduceFn = absl::AnyInvocable<absl::StatusOr<StreamSource>(OpContext& ctx)>;
+  using Output = ResultOutput;
 
-  struct Output {
-    Admission::Ticket ticket;
-    uint32_t chunk_bytes = 0;
-    // Set for keep_on_device: the result is stored under this reservation.
-    std::optional<BufferStore::Reservation> keep;
-    std::string buffer_name;
-    // Set for output.shared_memory: the result is written into this region, not streamed.
-    std::string shared_memory_region_id;
-    // The executor lane the work runs on (ServiceContext::LaneFor).
-    Executor::Lane lane = Executor::Lane::kGeneral;
-    // OutputOptions.accept_complete_result: a result of one chunk goes as one message.
-    bool accept_complete = false;
-  };
-
-  // `stall_timer` (outliving every call) times each write against stream_idle_timeout.
-  ResultStreamReactor(ServiceContext& service, Timer& stall_timer,
-                      grpc::CallbackServerContext* context, Operation op);
+  // `stall_timer` (outliving every call) times each write against stream_idle_timeout;
+  // `method` is what the request counts as in the grpc_server_* metrics.
+  ResultStream(ServiceContext& service, Timer& stall_timer, grpc::CallbackServerContext* context,
+               Operation op, RpcMethod method);
 
   // Exactly one of these, once, right after construction.
   void Start(Output output, absl::Duration prepare_time, ProduceFn produce);
@@ -179,9 +188,14 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuff
   ExecutionTimes times_ ABSL_GUARDED_BY(mu_);
 };
 
+// A request's own server-streaming call.
+using ResultStreamReactor = ResultStream<grpc::ServerWriteReactor<grpc::ByteBuffer>>;
+// One request of a session.
+using SessionRequestStream = ResultStream<SessionRequestCall>;
+
 // Admits a new streaming request and resolves its chunk size (`chunk_field`
 // names the request field): the Output the stream starts with.
-absl::StatusOr<ResultStreamReactor::Output> AdmitStream(const ServiceContext& service,
+absl::StatusOr<ResultOutput> AdmitStream(const ServiceContext& service,
                                                         const grpc::CallbackServerContext& context,
                                                         uint32_t chunk_bytes,
                                                         absl::string_view chunk_field);

@@ -111,6 +111,10 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
         of threads of this one, whose GIL holds them to one core's worth of grpcio's
         copying (~2 GB/s); inputs are copied once into shared memory for them (not those
         made with Client.stripe_array), results come back in shared memory.
+    session: send the compute calls whose result comes as one message over one open
+        Compute.Session call (opened at the first such call, again after it breaks)
+        instead of a call each, where the server has sessions; results and exceptions
+        are those of the calls. The blocking client only (gpucompute.aio ignores it).
     """
 
     #: False where calls return awaitables (DeviceArray.__array__ cannot download then)
@@ -120,7 +124,8 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
                  token: Optional[str] = None, timeout: Optional[float] = None,
                  upload_threshold: int = DEFAULT_UPLOAD_THRESHOLD,
                  options: Sequence[Tuple[str, Any]] = (), stripes: int = 1,
-                 stripe_bytes: int = DEFAULT_STRIPE_BYTES, stripe_processes: bool = False):
+                 stripe_bytes: int = DEFAULT_STRIPE_BYTES, stripe_processes: bool = False,
+                 session: bool = True):
         self.target = target
         self.timeout = timeout
         self.upload_threshold = int(upload_threshold)
@@ -133,6 +138,9 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
         self._max_message: Optional[int] = None
         #: whether the server honours OutputOptions.single_message (None: not asked yet)
         self._single_message: Optional[bool] = None
+        self.session = bool(session)
+        #: whether the server has Compute.Session (None: not asked yet)
+        self._sessions: Optional[bool] = None
         self._lock = threading.Lock()
         if int(stripes) < 1 or int(stripe_bytes) < 1:
             raise ValueError(f"stripes {stripes} and stripe_bytes {stripe_bytes} must be >= 1")
@@ -201,6 +209,7 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
             if raw.limits.max_receive_message_bytes:
                 self._max_message = int(raw.limits.max_receive_message_bytes)
             self._single_message = bool(raw.limits.single_message_results)
+            self._sessions = bool(raw.limits.sessions)
 
     def _known_max_message(self) -> Optional[int]:
         with self._lock:
@@ -376,8 +385,11 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
         larger than one chunk is refused before it runs)."""
         if try_single_message and (yield from self._single_message_results()):
             request.output.single_message = True
+            with self._lock:
+                session = self.session and bool(self._sessions)
             try:
-                return (yield Stream("Compute." + method, request, sink, unary=True))
+                return (yield Stream("Compute." + method, request, sink, unary=True,
+                                     session=session))
             except FailedPrecondition as e:
                 if not e.message.startswith("output.single_message"):
                     raise

@@ -54,6 +54,8 @@ class Stream:
     unary: bool = False
     #: a stripe's _stripe_workers.StripeJob: how a worker process builds this step
     job: Any = None
+    #: a unary read that may go over the client's open Compute.Session instead
+    session: bool = False
 
 
 #: the suffix of a compute RPC's unary stub (the same method, read as one message)
@@ -89,6 +91,8 @@ _RPCS: Dict[str, Any] = {
                                     _wire.decode_result_chunk)
        for name in ("DiscountProduct", "HaversineGrid", "Normalize", "LombScargle")
        for suffix, kind in (("", "unary_stream"), ("/unary", "unary_unary"))},
+    "Compute.Session": ("stream_stream", "/gpucompute.v1.Compute/Session", bytes,
+                        pb.SessionResponse.FromString),
     "Compute.StreamingCompute": ("stream_stream", "/gpucompute.v1.Compute/StreamingCompute",
                                  _wire.encode_upload_request, _wire.decode_result_chunk),
     "Buffers.Upload": ("stream_unary", "/gpucompute.v1.Buffers/Upload",

@@ -216,14 +216,17 @@ class ResultStream:
         elif kind == "trailer":
             self.on_trailer(message.trailer)
         elif kind == "complete":
-            complete = message.complete
-            self.on_header(complete.header)
-            # No data for a kept result or one written into shared memory.
-            if not (self.keep or self.shared_out) or complete.data:
-                self.on_data(0, complete.data)
-            self.on_trailer(complete.trailer)
+            self.feed_complete(message.complete)
         else:
             raise self._fail("a ResultChunk with no kind set")
+
+    def feed_complete(self, complete: Any) -> None:
+        """A whole result in one pb.ResultComplete."""
+        self.on_header(complete.header)
+        # No data for a kept result or one written into shared memory.
+        if not (self.keep or self.shared_out) or complete.data:
+            self.on_data(0, complete.data)
+        self.on_trailer(complete.trailer)
 
     def finish(self) -> Optional[Array]:
         if self.trailer is None:

@@ -1,6 +1,7 @@
 """The gpucompute Python client: NumPy arrays in, NumPy arrays (or DeviceArrays) out."""
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, List, Optional, Tuple, Union
@@ -10,6 +11,7 @@ import grpc.experimental
 
 from ._api import DEFAULT_UPLOAD_THRESHOLD, ClientApi
 from ._pb import pb
+from ._session import Session
 from ._device_array import DeviceArray
 from ._steps import (UNARY, CallGroup, Parallel, Run, Step, Stream, Unary,
                      cancel_on_error)
@@ -44,6 +46,8 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
         # What a first call would pay, begun here without waiting: the connections (a
         # channel connects on its first call) and the server's message limit (asked by
         # the first call with large inline arrays). A failure is left to the calls.
+        self._session: Optional[Session] = None  # opened by the first call that uses it
+        self._session_lock = threading.Lock()
         for channel in self._stripe_channels:
             grpc.channel_ready_future(channel)
         limits = self._stubs["Server.GetInfo"].future(
@@ -63,6 +67,9 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
         try:
             self._call("close", None, self._free_all_shared())
         finally:
+            with self._session_lock:
+                if self._session is not None:
+                    self._session.close()
             for channel in [self._channel] + self._stripe_channels:
                 channel.close()
             if self._workers is not None:
@@ -88,6 +95,9 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
         # A list of requests (an upload stripe, sent again on a retry) goes as an iterator.
         request = iter(step.request) if isinstance(step.request, list) else step.request
         unary = isinstance(step, Stream) and step.unary
+        if isinstance(step, Stream) and step.session and step.channel == 0:
+            step.sink.feed_complete(self._open_session().run(step.rpc, request, timeout))
+            return step.sink.finish()
         stub = stubs[step.rpc + UNARY if unary else step.rpc]
         if group is not None and not isinstance(step, Stream):
             future = stub.future(request, timeout=timeout, metadata=self._metadata)
@@ -105,6 +115,13 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
             for message in reply:
                 step.sink.feed(message)
         return step.sink.finish()
+
+    def _open_session(self) -> Session:
+        """The client's session, opened anew when there is none or it broke."""
+        with self._session_lock:
+            if self._session is None or self._session.broken:
+                self._session = Session(self._stubs["Compute.Session"], self._metadata)
+            return self._session
 
     def _send_parallel(self, step: Parallel, timeout: Optional[float]) -> List[Any]:
         """The steps on up to ``stripes`` threads; the first failure (or the caller's

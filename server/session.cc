@@ -1,0 +1,309 @@
+#include "server/session.h"
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "gpucompute/v1/gpucompute.pb.h"
+#include "server/compute_request.h"
+#include "server/request_parse.h"
+#include "server/result_stream.h"
+#include "server/session_request.h"
+#include "server/status_convert.h"
+
+namespace gpucompute {
+namespace {
+
+class SessionReactor final
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+      public SessionAnswers {
+ public:
+  SessionReactor(ServiceContext& service, DynamicBatcher& batcher, Timer& idle_timer,
+                 grpc::CallbackServerContext* context)
+      : service_(service), batcher_(batcher), idle_timer_(idle_timer), context_(context) {
+    reading_ = true;
+    StartRead(&read_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client half-closed (or the call ended)
+      {
+        absl::MutexLock lock(&mu_);
+        reading_ = false;
+        half_closed_ = true;
+      }
+      Act();
+      return;
+    }
+    ++messages_read_;
+    absl::StatusOr<v1::SessionRequest> parsed = ParseRequest<v1::SessionRequest>(
+        read_, absl::StrCat("session message ", messages_read_));
+    read_.Clear();
+    if (parsed.ok()) Dispatch(std::make_shared<const v1::SessionRequest>(*std::move(parsed)));
+    {
+      absl::MutexLock lock(&mu_);
+      reading_ = false;
+    }
+    if (!parsed.ok()) {
+      End(parsed.status());
+      return;
+    }
+    Act();
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      write_.message.Clear();
+      if (write_.request != nullptr) Release(std::exchange(write_.request, nullptr));
+    }
+    if (!ok) {  // the call is broken: nothing more can be written
+      End(absl::OkStatus());
+      return;
+    }
+    Act();
+  }
+
+  void OnCancel() override { End(absl::OkStatus()); }
+
+  void OnDone() override { delete this; }
+
+  void Answer(SessionRequestCall* request, grpc::ByteBuffer answer) override {
+    {
+      absl::MutexLock lock(&mu_);
+      const bool answered = cancelled_requests_.erase(request) > 0;  // CANCELLED already
+      if (!answered) in_flight_.erase(request->id());
+      if (cancelled_ || answered) {
+        Release(request);
+      } else {
+        answers_.push_back({request, std::move(answer)});
+      }
+    }
+    Act();
+  }
+
+ private:
+  // An answer waiting to be written, and the request it ends (null for one
+  // refused before it had a stream).
+  struct Waiting {
+    SessionRequestCall* request = nullptr;
+    grpc::ByteBuffer message;
+  };
+
+  void Dispatch(std::shared_ptr<const v1::SessionRequest> message) {
+    switch (message->kind_case()) {
+      case v1::SessionRequest::kDiscountProduct:
+        return Run(message, message->discount_product());
+      case v1::SessionRequest::kHaversineGrid:
+        return Run(message, message->haversine_grid());
+      case v1::SessionRequest::kNormalize:
+        return Run(message, message->normalize());
+      case v1::SessionRequest::kLombscargle:
+        return Run(message, message->lombscargle());
+      case v1::SessionRequest::kCancel:
+        return CancelRequest(message->cancel().id());
+      case v1::SessionRequest::KIND_NOT_SET:
+        return Refuse(message->id(), absl::InvalidArgumentError(absl::StrCat(
+                                         "session message ", messages_read_, " (id ",
+                                         message->id(), ") sets no operation and no cancel")));
+    }
+  }
+
+  // Starts the compute request `request`, a part of `message`, on a stream of its own.
+  template <typename Request>
+  void Run(std::shared_ptr<const v1::SessionRequest> message, const Request& request) {
+    constexpr Operation op = ComputeOp<Request>::kOperation;
+    const absl::Time start = absl::Now();
+    const uint64_t id = message->id();
+    bool duplicate;
+    {
+      absl::MutexLock lock(&mu_);
+      if (cancelled_) return;
+      duplicate = in_flight_.contains(id);
+    }
+    if (duplicate) {
+      return Refuse(id, absl::InvalidArgumentError(absl::StrCat(
+                            "session request id ", id, " is already in flight on this session; "
+                            "ids must be unique among the requests in flight")));
+    }
+    auto* stream = new SessionRequestStream(service_, idle_timer_, context_, op,
+                                            RpcMethod::kSession);
+    stream->Bind(this, id);
+    {
+      absl::MutexLock lock(&mu_);
+      in_flight_[id] = stream;
+      ++pins_[stream];  // StartCompute may touch the stream after it has answered
+    }
+    StartCompute(service_, batcher_, op, start,
+                 AcceptCompute(service_, *context_,
+                               std::shared_ptr<const Request>(std::move(message), &request),
+                               ResultFraming::kOneMessage),
+                 *stream);
+    Unpin({stream});
+  }
+
+  // Answers `id` with `status` apart from any stream (none started, or cancelled).
+  void Refuse(uint64_t id, const absl::Status& status) {
+    grpc::ByteBuffer answer = ErrorAnswer(id, ToGrpcStatus(status));
+    {
+      absl::MutexLock lock(&mu_);
+      if (!cancelled_) answers_.push_back({nullptr, std::move(answer)});
+    }
+    Act();
+  }
+
+  // Answers `id` CANCELLED at once, as a cancelled call's client hears at once,
+  // and cancels its work, which ends when it can (its id is free meanwhile).
+  void CancelRequest(uint64_t id) {
+    SessionRequestCall* request;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = in_flight_.find(id);
+      if (it == in_flight_.end()) return;  // answered already, or never sent
+      request = it->second;
+      in_flight_.erase(it);
+      cancelled_requests_.insert(request);
+      ++pins_[request];
+    }
+    Refuse(id, absl::CancelledError("cancelled by the client"));
+    request->OnCancel();  // outside mu_: it may answer at once
+    Unpin({request});
+  }
+
+  // Cancels every request in flight and drops the answers; the call ends with
+  // `status` (OK: CANCELLED, the client's doing) once they are all done.
+  void End(const absl::Status& status) {
+    std::vector<SessionRequestCall*> requests;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!status.ok() && status_.ok()) status_ = ToGrpcStatus(status);
+      cancelled_ = true;
+      for (Waiting& waiting : answers_) {
+        if (waiting.request != nullptr) Release(waiting.request);
+      }
+      answers_.clear();
+      for (const auto& [id, request] : in_flight_) requests.push_back(request);
+      requests.insert(requests.end(), cancelled_requests_.begin(), cancelled_requests_.end());
+      for (SessionRequestCall* request : requests) ++pins_[request];
+    }
+    for (SessionRequestCall* request : requests) request->OnCancel();
+    Unpin(requests);
+  }
+
+  // `request` answered and its answer written or dropped: it ends, once nothing
+  // holds it.
+  void Release(SessionRequestCall* request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (pins_.contains(request)) {
+      released_while_pinned_.insert(request);
+    } else {
+      to_end_.push_back(request);
+    }
+  }
+
+  void Unpin(const std::vector<SessionRequestCall*>& requests) {
+    {
+      absl::MutexLock lock(&mu_);
+      for (SessionRequestCall* request : requests) {
+        auto it = pins_.find(request);
+        if (--it->second > 0) continue;
+        pins_.erase(it);
+        if (released_while_pinned_.erase(request) > 0) to_end_.push_back(request);
+      }
+    }
+    Act();
+  }
+
+  // Ends the released requests, then starts the next write and read and
+  // finishes the call when it is time; called without mu_ held.
+  void Act() {
+    for (;;) {
+      std::vector<SessionRequestCall*> ending;
+      bool write = false;
+      bool read = false;
+      std::optional<grpc::Status> finish;
+      {
+        absl::MutexLock lock(&mu_);
+        if (!to_end_.empty()) {
+          ending.swap(to_end_);
+          ending_ += ending.size();
+        } else if (!finished_) {
+          write = !writing_ && !answers_.empty();
+          if (write) {
+            write_ = std::move(answers_.front());
+            answers_.pop_front();
+            writing_ = true;
+          }
+          read = !reading_ && !half_closed_ && !cancelled_ &&
+                 answers_.size() <
+                     static_cast<size_t>(service_.config.max_in_flight_per_connection);
+          if (read) reading_ = true;
+          if ((half_closed_ || cancelled_) && !reading_ && !writing_ && in_flight_.empty() &&
+              cancelled_requests_.empty() && answers_.empty() && pins_.empty() &&
+              ending_ == 0) {
+            finished_ = true;
+            finish = !status_.ok() || !cancelled_
+                         ? status_
+                         : grpc::Status(grpc::CANCELLED, "cancelled by the client");
+          }
+        }
+      }
+      if (!ending.empty()) {
+        // A request's OnDone deletes it; the call cannot finish meanwhile.
+        for (SessionRequestCall* request : ending) request->OnDone();
+        absl::MutexLock lock(&mu_);
+        ending_ -= ending.size();
+        continue;
+      }
+      if (write) StartWrite(&write_.message);
+      if (read) StartRead(&read_);
+      if (finish.has_value()) Finish(*finish);
+      return;
+    }
+  }
+
+  ServiceContext& service_;
+  DynamicBatcher& batcher_;
+  Timer& idle_timer_;
+  grpc::CallbackServerContext* const context_;
+  grpc::ByteBuffer read_;       // owned by the read in flight
+  uint64_t messages_read_ = 0;  // only the read reaction touches it
+
+  absl::Mutex mu_;
+  // Requests started and not yet answered, by id.
+  absl::flat_hash_map<uint64_t, SessionRequestCall*> in_flight_ ABSL_GUARDED_BY(mu_);
+  // Requests cancelled (and answered so) whose work has not ended yet.
+  absl::flat_hash_set<SessionRequestCall*> cancelled_requests_ ABSL_GUARDED_BY(mu_);
+  std::deque<Waiting> answers_ ABSL_GUARDED_BY(mu_);  // to be written, in order
+  Waiting write_ ABSL_GUARDED_BY(mu_);                // the answer being written
+  // Requests the session is still calling (starting or cancelling them) outside
+  // mu_: they end only after, even if answered meanwhile.
+  absl::flat_hash_map<SessionRequestCall*, int> pins_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<SessionRequestCall*> released_while_pinned_ ABSL_GUARDED_BY(mu_);
+  std::vector<SessionRequestCall*> to_end_ ABSL_GUARDED_BY(mu_);  // released: OnDone due
+  size_t ending_ ABSL_GUARDED_BY(mu_) = 0;  // taken from to_end_, OnDone running
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool half_closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;  // by the client, or the call broke or failed
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);  // the call's, when a message was no SessionRequest
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartSession(
+    ServiceContext& service, DynamicBatcher& batcher, Timer& idle_timer,
+    grpc::CallbackServerContext* context) {
+  return new SessionReactor(service, batcher, idle_timer, context);
+}
+
+}  // namespace gpucompute
