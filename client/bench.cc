@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/format.h"
+#include "client/session.h"
 #include "client/tensor.h"
 
 namespace gpucompute::client {
@@ -127,18 +128,19 @@ absl::StatusOr<Result> Send(Client& client, const Workload& workload, BenchOp op
   return absl::InternalError("unknown operation");
 }
 
-// Starts one request of `op` on gRPC's callback API; `done` runs on a gRPC thread.
-void Start(const Client& client, const Workload& workload, BenchOp op,
-           Client::ResultCallback done) {
+// Starts one request of `op` on gRPC's callback API, as a call of its own (a Client)
+// or on a Session; `done` runs on a gRPC thread.
+template <typename Starter>
+void Start(Starter& starter, const Workload& workload, BenchOp op, Client::ResultCallback done) {
   switch (op) {
     case BenchOp::kNormalize:
-      return client.StartSingleMessage(workload.normalize, std::move(done));
+      return starter.StartSingleMessage(workload.normalize, std::move(done));
     case BenchOp::kHaversine:
-      return client.StartSingleMessage(workload.haversine, std::move(done));
+      return starter.StartSingleMessage(workload.haversine, std::move(done));
     case BenchOp::kDiscount:
-      return client.StartSingleMessage(workload.discount, std::move(done));
+      return starter.StartSingleMessage(workload.discount, std::move(done));
     case BenchOp::kLombScargle:
-      return client.StartSingleMessage(workload.lombscargle, std::move(done));
+      return starter.StartSingleMessage(workload.lombscargle, std::move(done));
     case BenchOp::kHealth:
       break;  // refused by RunBench
   }
@@ -202,8 +204,10 @@ void RunThreads(std::span<Client* const> clients, Drive& drive, uint64_t seed,
 
 // The requests in flight as slots on gRPC's callback API: each slot starts its next
 // request from the completion of the previous one, on a gRPC thread; no thread per
-// request; slot s on clients[s % clients.size()]. Returns once every slot has stopped.
-void RunSlots(std::span<Client* const> clients, Drive& drive, uint64_t seed,
+// request; slot s on starters[s % starters.size()] (Clients or Sessions). Returns
+// once every slot has stopped.
+template <typename Starter>
+void RunSlots(std::span<Starter* const> clients, Drive& drive, uint64_t seed,
               std::vector<ThreadRecord>& records) {
   // Kept alive by each request in flight: the slot that stops last may still be
   // returning through `next` when this function has returned.
@@ -275,6 +279,9 @@ absl::StatusOr<BenchReport> RunBench(Client& client, const BenchConfig& config,
   if (config.count == 0 && config.duration <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("give --duration above 0 or --count");
   }
+  if (config.session && !config.callbacks) {
+    return absl::InvalidArgumentError("--session sends the requests of callback slots: it needs --callbacks");
+  }
   if (config.callbacks) {
     if (!config.complete_results || !config.unary_results) {
       return absl::InvalidArgumentError(
@@ -296,8 +303,16 @@ absl::StatusOr<BenchReport> RunBench(Client& client, const BenchConfig& config,
   std::vector<ThreadRecord> records(config.concurrency);
   std::vector<Client*> clients = {&client};
   clients.insert(clients.end(), more_clients.begin(), more_clients.end());
-  if (config.callbacks) {
-    RunSlots(clients, drive, config.seed, records);
+  if (config.session) {
+    std::vector<std::unique_ptr<Session>> sessions;
+    std::vector<Session*> starters;
+    for (Client* each : clients) {
+      sessions.push_back(std::make_unique<Session>(each->channel()));
+      starters.push_back(sessions.back().get());
+    }
+    RunSlots<Session>(starters, drive, config.seed, records);
+  } else if (config.callbacks) {
+    RunSlots<Client>(clients, drive, config.seed, records);
   } else {
     RunThreads(clients, drive, config.seed, records);
   }

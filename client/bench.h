@@ -2,7 +2,8 @@
 // next when it completes, drawn from a weighted mix of the compute operations,
 // until a duration or a request count is reached. Each request in flight is a
 // thread calling the blocking API, or (callbacks) a slot on gRPC's callback API
-// with no thread of its own, which costs the client less CPU per request.
+// with no thread of its own, which costs the client less CPU per request; the
+// slots' requests go as calls of their own or on one session per connection.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,9 @@ struct BenchConfig {
   // Requests in flight as callback slots rather than threads (needs unary results,
   // compute operations only).
   bool callbacks = false;
+  // With callbacks: the slots' requests on one Compute.Session per connection
+  // (client/session.h) rather than a call each.
+  bool session = false;
   uint64_t seed = 1;
 };
 

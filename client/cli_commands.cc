@@ -285,6 +285,7 @@ absl::Status RunBenchCommand(const CliConfig& config, Client& client, const Args
   bench.complete_results = config.complete_results;
   bench.unary_results = config.unary_results;
   bench.callbacks = config.callbacks;
+  bench.session = config.session;
   GC_ASSIGN_OR_RETURN(bench.mix, AsUsageError(ParseMix(config.mix)));
   if (config.Given("dtype")) {
     GC_ASSIGN_OR_RETURN(bench.dtype, AsUsageError(ParseDTypeName(config.dtype)));
@@ -303,8 +304,9 @@ absl::Status RunBenchCommand(const CliConfig& config, Client& client, const Args
   for (const MixEntry& entry : bench.mix) {
     mix_text.push_back(absl::StrCat(BenchOpName(entry.op), ":", entry.weight));
   }
-  absl::PrintF("bench       %s, %d in flight on %d connection%s, %s, %d-element %s results, mix %s\n",
+  absl::PrintF("bench       %s, %d in flight on %d connection%s%s, %s, %d-element %s results, mix %s\n",
                config.target, bench.concurrency, config.connections, config.connections == 1 ? "" : "s",
+               bench.session ? " (a session each)" : "",
                bench.count != 0 ? absl::StrCat(bench.count, " requests")
                                 : absl::FormatDuration(bench.duration),
                bench.size, DTypeName(bench.dtype), absl::StrJoin(mix_text, ","));
@@ -436,9 +438,9 @@ const std::vector<Command>& Commands() {
        "bench [--concurrency=8] [--duration=10s | --count=N] [--size=65536]\n"
        "                     [--mix=normalize:1,haversine:1,discount:1,lombscargle:1]\n"
        "                     [--dtype=float32|float64] [--chunk_bytes=N] [--complete_results]\n"
-       "                     [--unary_results] [--callbacks] [--connections=1]",
+       "                     [--unary_results] [--callbacks [--session]] [--connections=1]",
        {"concurrency", "duration", "count", "mix", "size", "dtype", "chunk_bytes",
-        "complete_results", "unary_results", "callbacks", "connections"},
+        "complete_results", "unary_results", "callbacks", "session", "connections"},
        0,
        RunBenchCommand},
   };

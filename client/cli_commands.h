@@ -44,6 +44,7 @@ struct CliConfig {
   bool complete_results = true;
   bool unary_results = true;
   bool callbacks = false;
+  bool session = false;
   int connections = 1;
   // Flags present on the command line, for "exactly one of" checks.
   std::set<std::string> given;

@@ -97,6 +97,9 @@ ABSL_FLAG(bool, callbacks, false,
           "bench: each request in flight a slot on gRPC's callback API rather than a thread "
           "calling the blocking API (less client CPU per request; single-message results of "
           "compute operations)");
+ABSL_FLAG(bool, session, false,
+          "bench: with --callbacks, the requests of every connection on one Compute.Session "
+          "call rather than a call each");
 ABSL_FLAG(int32_t, connections, 1,
           "bench: connections the requests in flight are spread over, each its own channel");
 ABSL_FLAG(bool, complete_results, true,
@@ -150,6 +153,7 @@ CliConfig ReadConfig(std::set<std::string> given) {
   config.complete_results = absl::GetFlag(FLAGS_complete_results);
   config.unary_results = absl::GetFlag(FLAGS_unary_results);
   config.callbacks = absl::GetFlag(FLAGS_callbacks);
+  config.session = absl::GetFlag(FLAGS_session);
   config.connections = absl::GetFlag(FLAGS_connections);
   config.given = std::move(given);
   return config;

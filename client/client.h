@@ -95,6 +95,8 @@ class Client {
   absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Health(
       const std::string& service = "");
   absl::StatusOr<v1::ServerInfo> GetInfo();
+  // The channel the client's calls go on (a Session may share it).
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
 
   // Stores `data` (dtype, shape; little-endian, C order) as a buffer on the
   // server, streamed in ClientOptions::upload_chunk_bytes messages.

@@ -1,8 +1,10 @@
 // gpucompute-cli bench's load loop against an in-process server (CPU backend): a
-// count of requests in flight as threads on the blocking API and as slots on the
-// callback API (BenchConfig::callbacks) all come back, counted once each, with
-// their bytes, also spread over several connections; refused requests are counted by code; the callback form refuses
-// what it cannot read (streamed results, health checks).
+// count of requests in flight as threads on the blocking API, as slots on the
+// callback API (BenchConfig::callbacks) and as those slots' requests on one
+// Compute.Session per connection (BenchConfig::session) all come back, counted once
+// each, with their bytes, also spread over several connections; refused requests are
+// counted by code; the callback forms refuse what they cannot read (streamed results,
+// health checks).
 #include <memory>
 #include <vector>
 
@@ -22,7 +24,9 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Pair;
 
-class BenchTest : public ::testing::TestWithParam<bool> {
+enum class Form { kThreads, kCallbacks, kSession };
+
+class BenchTest : public ::testing::TestWithParam<Form> {
  protected:
   void SetUp() override {
     auto server = test::TestServer::Start(test::LoopbackConfig());
@@ -38,7 +42,8 @@ class BenchTest : public ::testing::TestWithParam<bool> {
     config.count = 64;
     config.size = 1024;
     config.mix = {{BenchOp::kNormalize, 1}, {BenchOp::kDiscount, 1}, {BenchOp::kHaversine, 1}};
-    config.callbacks = GetParam();
+    config.callbacks = GetParam() != Form::kThreads;
+    config.session = GetParam() == Form::kSession;
     return config;
   }
 
@@ -81,7 +86,7 @@ TEST_P(BenchTest, RefusedRequestsAreCountedByCode) {
   absl::StatusOr<BenchReport> report = client::RunBench(server_->client(), config);
   ASSERT_TRUE(report.ok()) << report.status().message();
   EXPECT_EQ(report->requests, 16u);
-  if (GetParam()) {  // no stream to fall back to
+  if (GetParam() != Form::kThreads) {  // no stream to fall back to
     EXPECT_EQ(report->succeeded, 0u);
     EXPECT_THAT(report->errors_by_code, ElementsAre(Pair("FAILED_PRECONDITION", 16u)));
   } else {  // refused as one message, then streamed
@@ -104,11 +109,22 @@ TEST(BenchCallbacksTest, RefusesWhatItCannotRead) {
   absl::Status streamed = client::RunBench((*server)->client(), config).status();
   EXPECT_EQ(streamed.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(streamed.message()), HasSubstr("--complete_results"));
+  config.complete_results = true;
+  config.callbacks = false;
+  config.session = true;
+  absl::Status threads = client::RunBench((*server)->client(), config).status();
+  EXPECT_EQ(threads.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(threads.message()), HasSubstr("--callbacks"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Forms, BenchTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? "Callbacks" : "Threads";
+INSTANTIATE_TEST_SUITE_P(Forms, BenchTest, ::testing::Values(Form::kThreads, Form::kCallbacks, Form::kSession),
+                         [](const ::testing::TestParamInfo<Form>& info) {
+                           switch (info.param) {
+                             case Form::kThreads: return "Threads";
+                             case Form::kCallbacks: return "Callbacks";
+                             case Form::kSession: return "Session";
+                           }
+                           return "";
                          });
 
 }  // namespace
