@@ -1,5 +1,5 @@
 // The C++ client's Compute.Session (client/session.h) against an in-process server
-// (CPU backend): each operation's result as the unary call's, byte for byte; many
+// (CPU backend; GPUCOMPUTE_TEST_BACKEND=cuda, ctest's client_session_test_cuda: CUDA): each operation's result as the unary call's, byte for byte; many
 // requests from several threads in flight at once, each answered once with its own
 // result; a bad request failing alone with the unary call's status; a session
 // closed with requests in flight answering them all; a server gone answering what
@@ -60,7 +60,10 @@ v1::NormalizeRequest NormalizeOf(int k, int n = 64) {
 class SessionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto server = test::TestServer::Start(test::LoopbackConfig());
+    ServerConfig config = test::LoopbackConfig();
+    if (test::OnCuda()) config.backend.kind = BackendKind::kCuda;
+    auto server = test::TestServer::Start(config);
+    if (test::OnCuda() && !server.ok()) GTEST_SKIP() << server.status().message();
     ASSERT_TRUE(server.ok()) << server.status().message();
     server_ = *std::move(server);
   }
