@@ -42,7 +42,7 @@ UNANSWERED_S = 1.0
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
-class RequestFailed(grpc.RpcError):
+class RequestFailed(grpc.RpcError):  # type: ignore[misc]  # grpc has no types
     """A session request's status: the grpc.RpcError its unary call would raise."""
 
     def __init__(self, code: grpc.StatusCode, details: str):
