@@ -18,6 +18,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/fault_injection.h"
 #include "server/server.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/server_fixture.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/tensors.h"
@@ -50,16 +51,7 @@ v1::NormalizeRequest NormalizeOf(int64_t n) {
   return request;
 }
 
-// Polls until `condition` holds or 10 s pass.
-template <typename Condition>
-bool Eventually(Condition condition) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
-}
+using test::Eventually;
 
 class FaultsTest : public ::testing::Test {
  protected:
