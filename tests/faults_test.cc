@@ -15,10 +15,10 @@
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "kernels/fault_injection.h"
 #include "server/server.h"
 #include "tests/testing/eventually.h"
+#include "tests/testing/faulty_server.h"
 #include "tests/testing/server_fixture.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/tensors.h"
@@ -60,9 +60,7 @@ class FaultsTest : public ::testing::Test {
   void Start(ServerConfig config) {
     config.grace_period = absl::Seconds(5);
     server_.reset();
-    auto server = test::TestServer::Start(
-        config, BackendSelection{WithInjectedFaults(CreateCpuBackend(2), faults_),
-                                 "cpu: fault injection"});
+    auto server = test::StartWithFaults(config, faults_);
     ASSERT_TRUE(server.ok()) << server.status().message();
     server_ = *std::move(server);
     client_ = &server_->client();

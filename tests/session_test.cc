@@ -15,9 +15,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "grpcpp/generic/generic_stub.h"
-#include "kernels/cpu/cpu_backend.h"
-#include "kernels/fault_injection.h"
 #include "tests/testing/eventually.h"
+#include "tests/testing/faulty_server.h"
 #include "tests/testing/server_fixture.h"
 #include "tests/testing/tensors.h"
 
@@ -48,9 +47,7 @@ class SessionTest : public ::testing::Test {
   // A server whose operations `faults_` can hold (PauseOperations).
   void Start(ServerConfig config) {
     server_.reset();
-    auto server = test::TestServer::Start(
-        config, BackendSelection{WithInjectedFaults(CreateCpuBackend(2), faults_),
-                                 "cpu: fault injection"});
+    auto server = test::StartWithFaults(config, faults_);
     ASSERT_TRUE(server.ok()) << server.status().message();
     server_ = *std::move(server);
   }
@@ -108,6 +105,16 @@ class SessionTest : public ::testing::Test {
   std::unique_ptr<Session> Open() {
     auto session = std::make_unique<Session>();
     session->stream = server_->compute().Session(&session->context);
+    return session;
+  }
+
+  // With operations paused: a session with requests 1 to `requests` sent, once
+  // `held` of them wait on the pause.
+  std::unique_ptr<Session> OpenHolding(uint64_t requests, int held) {
+    faults_->PauseOperations();
+    auto session = Open();
+    for (uint64_t id = 1; id <= requests; ++id) session->Send(id, RandomRows(2, 8));
+    EXPECT_TRUE(Eventually([&] { return faults_->PausedOperations() >= held; }));
     return session;
   }
 
@@ -275,12 +282,7 @@ TEST_F(SessionTest, CancellingOneRequestLeavesTheOthers) {
   config.batching = false;
   config.executor_threads = 4;
   Start(config);
-  faults_->PauseOperations();
-  auto session = Open();
-  session->Send(1, RandomRows(2, 8));
-  session->Send(2, RandomRows(2, 8));
-  session->Send(3, RandomRows(2, 8));
-  ASSERT_TRUE(Eventually([&] { return faults_->PausedOperations() == 3; }));
+  auto session = OpenHolding(3, 3);
   session->Cancel(2);
   session->Cancel(99);  // not in flight: ignored
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the cancel reaches the server
@@ -292,10 +294,7 @@ TEST_F(SessionTest, CancellingOneRequestLeavesTheOthers) {
 }
 
 TEST_F(SessionTest, HalfCloseEndsTheCallOnceEveryRequestIsAnswered) {
-  faults_->PauseOperations();
-  auto session = Open();
-  for (uint64_t id = 1; id <= 3; ++id) session->Send(id, RandomRows(2, 8));
-  ASSERT_TRUE(Eventually([&] { return faults_->PausedOperations() >= 1; }));
+  auto session = OpenHolding(3, 1);
   session->stream->WritesDone();
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   faults_->ResumeOperations();
@@ -313,11 +312,7 @@ TEST_F(SessionTest, ARequestOverTheInFlightLimitFailsAlone) {
   config.batching = false;
   config.executor_threads = 4;
   Start(config);
-  faults_->PauseOperations();
-  auto session = Open();
-  session->Send(1, RandomRows(2, 8));
-  session->Send(2, RandomRows(2, 8));
-  ASSERT_TRUE(Eventually([&] { return faults_->PausedOperations() == 2; }));
+  auto session = OpenHolding(2, 2);
   session->Send(3, RandomRows(2, 8));
   v1::SessionResponse refused;
   ASSERT_TRUE(session->stream->Read(&refused));
@@ -334,11 +329,8 @@ TEST_F(SessionTest, ARequestOverTheInFlightLimitFailsAlone) {
 }
 
 TEST_F(SessionTest, CancellingTheCallCancelsEveryRequest) {
-  faults_->PauseOperations();
   {
-    auto session = Open();
-    for (uint64_t id = 1; id <= 3; ++id) session->Send(id, RandomRows(2, 8));
-    ASSERT_TRUE(Eventually([&] { return faults_->PausedOperations() >= 1; }));
+    auto session = OpenHolding(3, 1);
     session->context.TryCancel();
     const grpc::Status status = session->stream->Finish();
     EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED) << status.error_message();
