@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Where a small Python request's time goes (issue #13): the same 1024-element float32
-normalize as a unary call (Client.normalize), as one chunk of an open StreamingCompute
-stream (the next chunk sent once the last result came back: no call set-up per
-request), and the health check, p50/p99 over --count requests each.
+normalize as a unary call (Client.normalize with session=False), as a request of the
+client's open Compute.Session (Client.normalize, the default), as one chunk of an open
+StreamingCompute stream (the next chunk sent once the last result came back: no call
+set-up per request), and the health check, p50/p99 over --count requests each.
 
     python3 bench/ping_pong.py --target 127.0.0.1:50051 [--count 3000]
 """
@@ -30,9 +31,11 @@ def main():
     p.add_argument("--count", type=int, default=3000)
     args = p.parse_args()
     row = (np.random.default_rng(1).random(1024) + 0.1).astype(np.float32)
-    client = gpucompute.Client(args.target)
+    client = gpucompute.Client(args.target, session=False)
+    session_client = gpucompute.Client(args.target)
     for _ in range(200):
         client.normalize(row)
+        session_client.normalize(row)
         client.health()
 
     def timed(f):
@@ -44,6 +47,7 @@ def main():
         return out
 
     unary = timed(lambda: client.normalize(row))
+    session = timed(lambda: session_client.normalize(row))
     health = timed(lambda: client.health())
 
     # One StreamingCompute call for all the requests: rows as chunks, one at a time.
@@ -83,7 +87,8 @@ def main():
     requests.put(None)
     for _ in responses:
         pass
-    for name, samples in (("unary normalize", unary), ("streamed normalize chunk", streamed),
+    for name, samples in (("unary normalize", unary), ("session normalize", session),
+                          ("streamed normalize chunk", streamed),
                           ("health check", health)):
         p50, p99 = percentiles(samples)
         print(f"python {name:26s} p50 {p50:7.1f} us  p99 {p99:7.1f} us  ({len(samples)} requests)")

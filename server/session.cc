@@ -142,12 +142,20 @@ class SessionReactor final
       absl::MutexLock lock(&mu_);
       in_flight_[id] = stream;
       ++pins_[stream];  // StartCompute may touch the stream after it has answered
+      starting_ = stream;
     }
     StartCompute(service_, batcher_, op, start,
                  AcceptCompute(service_, *context_,
                                std::shared_ptr<const Request>(std::move(message), &request),
                                ResultFraming::kOneMessage),
                  *stream);
+    bool cancel;
+    {
+      absl::MutexLock lock(&mu_);
+      starting_ = nullptr;
+      cancel = std::exchange(cancel_when_started_, false);
+    }
+    if (cancel) stream->OnCancel();
     Unpin({stream});
   }
 
@@ -191,7 +199,14 @@ class SessionReactor final
         if (waiting.request != nullptr) Release(waiting.request);
       }
       answers_.clear();
-      for (const auto& [id, request] : in_flight_) requests.push_back(request);
+      for (const auto& [id, request] : in_flight_) {
+        // A stream is cancelled only once started, as a gRPC call once its reactor is.
+        if (request == starting_) {
+          cancel_when_started_ = true;
+        } else {
+          requests.push_back(request);
+        }
+      }
       requests.insert(requests.end(), cancelled_requests_.begin(), cancelled_requests_.end());
       for (SessionRequestCall* request : requests) ++pins_[request];
     }
@@ -280,6 +295,9 @@ class SessionReactor final
   absl::Mutex mu_;
   // Requests started and not yet answered, by id.
   absl::flat_hash_map<uint64_t, SessionRequestCall*> in_flight_ ABSL_GUARDED_BY(mu_);
+  // The request Run is starting (StartCompute), and whether End cancelled it meanwhile.
+  SessionRequestCall* starting_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool cancel_when_started_ ABSL_GUARDED_BY(mu_) = false;
   // Requests cancelled (and answered so) whose work has not ended yet.
   absl::flat_hash_set<SessionRequestCall*> cancelled_requests_ ABSL_GUARDED_BY(mu_);
   std::deque<Waiting> answers_ ABSL_GUARDED_BY(mu_);  // to be written, in order

@@ -15,9 +15,10 @@
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "kernels/fault_injection.h"
 #include "server/server.h"
+#include "tests/testing/eventually.h"
+#include "tests/testing/faulty_server.h"
 #include "tests/testing/server_fixture.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/tensors.h"
@@ -50,16 +51,7 @@ v1::NormalizeRequest NormalizeOf(int64_t n) {
   return request;
 }
 
-// Polls until `condition` holds or 10 s pass.
-template <typename Condition>
-bool Eventually(Condition condition) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
-}
+using test::Eventually;
 
 class FaultsTest : public ::testing::Test {
  protected:
@@ -68,9 +60,7 @@ class FaultsTest : public ::testing::Test {
   void Start(ServerConfig config) {
     config.grace_period = absl::Seconds(5);
     server_.reset();
-    auto server = test::TestServer::Start(
-        config, BackendSelection{WithInjectedFaults(CreateCpuBackend(2), faults_),
-                                 "cpu: fault injection"});
+    auto server = test::StartWithFaults(config, faults_);
     ASSERT_TRUE(server.ok()) << server.status().message();
     server_ = *std::move(server);
     client_ = &server_->client();

@@ -5,6 +5,7 @@
 // session goes on; half-closing ends the call once every request is answered;
 // cancelling the call cancels them all.
 #include <chrono>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <thread>
@@ -14,8 +15,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "grpcpp/generic/generic_stub.h"
-#include "kernels/cpu/cpu_backend.h"
-#include "kernels/fault_injection.h"
+#include "tests/testing/eventually.h"
+#include "tests/testing/faulty_server.h"
 #include "tests/testing/server_fixture.h"
 #include "tests/testing/tensors.h"
 
@@ -37,16 +38,7 @@ v1::NormalizeRequest RandomRows(int64_t rows, int64_t cols) {
   return NormalizeOf(test::Uniform<double>(rows * cols, 0.5, 1.5, test::FreshSeed()), cols);
 }
 
-// Polls until `condition` holds or 10 s pass.
-template <typename Condition>
-bool Eventually(Condition condition) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
-}
+using test::Eventually;
 
 class SessionTest : public ::testing::Test {
  protected:
@@ -55,9 +47,7 @@ class SessionTest : public ::testing::Test {
   // A server whose operations `faults_` can hold (PauseOperations).
   void Start(ServerConfig config) {
     server_.reset();
-    auto server = test::TestServer::Start(
-        config, BackendSelection{WithInjectedFaults(CreateCpuBackend(2), faults_),
-                                 "cpu: fault injection"});
+    auto server = test::StartWithFaults(config, faults_);
     ASSERT_TRUE(server.ok()) << server.status().message();
     server_ = *std::move(server);
   }
@@ -102,12 +92,13 @@ class SessionTest : public ::testing::Test {
       EXPECT_EQ(answers.size(), static_cast<size_t>(n));
       return answers;
     }
-    // Half-closes; the call's status once the server ends it.
-    grpc::Status Close() {
+    // Half-closes; the call must end OK, with no answer left.
+    void CloseOk() {
       stream->WritesDone();
       v1::SessionResponse extra;
       EXPECT_FALSE(stream->Read(&extra)) << "an answer nobody asked for: id " << extra.id();
-      return stream->Finish();
+      const grpc::Status status = stream->Finish();
+      EXPECT_TRUE(status.ok()) << status.error_message();
     }
   };
 
@@ -117,9 +108,27 @@ class SessionTest : public ::testing::Test {
     return session;
   }
 
+  // With operations paused: a session with requests 1 to `requests` sent, once
+  // `held` of them wait on the pause.
+  std::unique_ptr<Session> OpenHolding(uint64_t requests, int held) {
+    faults_->PauseOperations();
+    auto session = Open();
+    for (uint64_t id = 1; id <= requests; ++id) session->Send(id, RandomRows(2, 8));
+    EXPECT_TRUE(Eventually([&] { return faults_->PausedOperations() >= held; }));
+    return session;
+  }
+
   std::shared_ptr<InjectedFaults> faults_ = std::make_shared<InjectedFaults>();
   std::unique_ptr<test::TestServer> server_;
 };
+
+// Each of `ids` was answered with a result.
+void ExpectResults(absl::flat_hash_map<uint64_t, v1::SessionResponse>& answers,
+                   std::initializer_list<uint64_t> ids) {
+  for (uint64_t id : ids) {
+    EXPECT_TRUE(answers[id].has_complete()) << id << ": " << answers[id].error().message();
+  }
+}
 
 // The answer's result equals the unary call's message, but for the timing.
 void ExpectSameResult(const v1::SessionResponse& answer, const v1::ResultChunk& unary) {
@@ -183,8 +192,7 @@ TEST_F(SessionTest, EachOperationAnswersAsItsUnaryCall) {
     SCOPED_TRACE(i);
     ExpectSameResult(answers[10 + i], unary[i]);
   }
-  const grpc::Status closed = session->Close();
-  EXPECT_TRUE(closed.ok()) << closed.error_message();
+  session->CloseOk();
 }
 
 TEST_F(SessionTest, ManyRequestsInFlightAreAnsweredById) {
@@ -204,8 +212,7 @@ TEST_F(SessionTest, ManyRequestsInFlightAreAnsweredById) {
   // Ids may be used again once answered.
   session->Send(1000, requests[0]);
   EXPECT_TRUE(session->Answers(1)[1000].has_complete());
-  const grpc::Status closed = session->Close();
-  EXPECT_TRUE(closed.ok()) << closed.error_message();
+  session->CloseOk();
 }
 
 TEST_F(SessionTest, ABadRequestFailsAloneWithTheUnaryStatus) {
@@ -223,17 +230,14 @@ TEST_F(SessionTest, ABadRequestFailsAloneWithTheUnaryStatus) {
   ASSERT_TRUE(session->stream->Write(empty));
   session->Send(5, RandomRows(2, 8));
   auto answers = session->Answers(5);
-  EXPECT_TRUE(answers[1].has_complete()) << answers[1].error().message();
-  EXPECT_TRUE(answers[3].has_complete()) << answers[3].error().message();
+  ExpectResults(answers, {1, 3, 5});
   ASSERT_TRUE(answers[2].has_error());
   EXPECT_EQ(answers[2].error().code(), unary_status.error_code());
   EXPECT_EQ(answers[2].error().message(), unary_status.error_message());
   ASSERT_TRUE(answers[4].has_error());
   EXPECT_EQ(answers[4].error().code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(answers[4].error().message(), HasSubstr("sets no operation and no cancel"));
-  EXPECT_TRUE(answers[5].has_complete()) << answers[5].error().message();
-  const grpc::Status closed = session->Close();
-  EXPECT_TRUE(closed.ok()) << closed.error_message();
+  session->CloseOk();
 }
 
 TEST_F(SessionTest, DuplicateIdInFlightIsRefusedAlone) {
@@ -249,8 +253,7 @@ TEST_F(SessionTest, DuplicateIdInFlightIsRefusedAlone) {
   EXPECT_THAT(refused.error().message(), HasSubstr("id 7 is already in flight"));
   faults_->ResumeOperations();
   EXPECT_TRUE(session->Answers(1)[7].has_complete());
-  const grpc::Status closed = session->Close();
-  EXPECT_TRUE(closed.ok()) << closed.error_message();
+  session->CloseOk();
 }
 
 TEST_F(SessionTest, ALargeResultIsRefusedNamingTheLimit) {
@@ -271,8 +274,7 @@ TEST_F(SessionTest, ALargeResultIsRefusedNamingTheLimit) {
   EXPECT_THAT(answers[2].error().message(), StartsWith("output.single_message: the result is"));
   ASSERT_TRUE(answers[3].has_complete()) << answers[3].error().message();
   EXPECT_FALSE(answers[3].complete().trailer().stored_buffer().id().empty());
-  const grpc::Status closed = session->Close();
-  EXPECT_TRUE(closed.ok()) << closed.error_message();
+  session->CloseOk();
 }
 
 TEST_F(SessionTest, CancellingOneRequestLeavesTheOthers) {
@@ -280,36 +282,24 @@ TEST_F(SessionTest, CancellingOneRequestLeavesTheOthers) {
   config.batching = false;
   config.executor_threads = 4;
   Start(config);
-  faults_->PauseOperations();
-  auto session = Open();
-  session->Send(1, RandomRows(2, 8));
-  session->Send(2, RandomRows(2, 8));
-  session->Send(3, RandomRows(2, 8));
-  ASSERT_TRUE(Eventually([&] { return faults_->PausedOperations() == 3; }));
+  auto session = OpenHolding(3, 3);
   session->Cancel(2);
   session->Cancel(99);  // not in flight: ignored
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the cancel reaches the server
   faults_->ResumeOperations();
   auto answers = session->Answers(3);
-  EXPECT_TRUE(answers[1].has_complete()) << answers[1].error().message();
-  EXPECT_TRUE(answers[3].has_complete()) << answers[3].error().message();
+  ExpectResults(answers, {1, 3});
   EXPECT_EQ(answers[2].error().code(), grpc::StatusCode::CANCELLED) << answers[2].error().message();
-  const grpc::Status closed = session->Close();
-  EXPECT_TRUE(closed.ok()) << closed.error_message();
+  session->CloseOk();
 }
 
 TEST_F(SessionTest, HalfCloseEndsTheCallOnceEveryRequestIsAnswered) {
-  faults_->PauseOperations();
-  auto session = Open();
-  for (uint64_t id = 1; id <= 3; ++id) session->Send(id, RandomRows(2, 8));
-  ASSERT_TRUE(Eventually([&] { return faults_->PausedOperations() >= 1; }));
+  auto session = OpenHolding(3, 1);
   session->stream->WritesDone();
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   faults_->ResumeOperations();
   auto answers = session->Answers(3);
-  for (uint64_t id = 1; id <= 3; ++id) {
-    EXPECT_TRUE(answers[id].has_complete()) << id << ": " << answers[id].error().message();
-  }
+  ExpectResults(answers, {1, 2, 3});
   v1::SessionResponse extra;
   EXPECT_FALSE(session->stream->Read(&extra));
   const grpc::Status closed = session->stream->Finish();
@@ -322,11 +312,7 @@ TEST_F(SessionTest, ARequestOverTheInFlightLimitFailsAlone) {
   config.batching = false;
   config.executor_threads = 4;
   Start(config);
-  faults_->PauseOperations();
-  auto session = Open();
-  session->Send(1, RandomRows(2, 8));
-  session->Send(2, RandomRows(2, 8));
-  ASSERT_TRUE(Eventually([&] { return faults_->PausedOperations() == 2; }));
+  auto session = OpenHolding(2, 2);
   session->Send(3, RandomRows(2, 8));
   v1::SessionResponse refused;
   ASSERT_TRUE(session->stream->Read(&refused));
@@ -336,20 +322,15 @@ TEST_F(SessionTest, ARequestOverTheInFlightLimitFailsAlone) {
   EXPECT_THAT(refused.error().message(), HasSubstr("max_in_flight_per_connection 2"));
   faults_->ResumeOperations();
   auto answers = session->Answers(2);
-  EXPECT_TRUE(answers[1].has_complete()) << answers[1].error().message();
-  EXPECT_TRUE(answers[2].has_complete()) << answers[2].error().message();
+  ExpectResults(answers, {1, 2});
   session->Send(4, RandomRows(2, 8));  // the session goes on
   EXPECT_TRUE(session->Answers(1)[4].has_complete());
-  const grpc::Status closed = session->Close();
-  EXPECT_TRUE(closed.ok()) << closed.error_message();
+  session->CloseOk();
 }
 
 TEST_F(SessionTest, CancellingTheCallCancelsEveryRequest) {
-  faults_->PauseOperations();
   {
-    auto session = Open();
-    for (uint64_t id = 1; id <= 3; ++id) session->Send(id, RandomRows(2, 8));
-    ASSERT_TRUE(Eventually([&] { return faults_->PausedOperations() >= 1; }));
+    auto session = OpenHolding(3, 1);
     session->context.TryCancel();
     const grpc::Status status = session->stream->Finish();
     EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED) << status.error_message();
@@ -359,9 +340,8 @@ TEST_F(SessionTest, CancellingTheCallCancelsEveryRequest) {
   auto session = Open();
   for (uint64_t id = 1; id <= 3; ++id) session->Send(id, RandomRows(2, 8));
   auto answers = session->Answers(3);
-  for (uint64_t id = 1; id <= 3; ++id) EXPECT_TRUE(answers[id].has_complete()) << id;
-  const grpc::Status closed = session->Close();
-  EXPECT_TRUE(closed.ok()) << closed.error_message();
+  ExpectResults(answers, {1, 2, 3});
+  session->CloseOk();
 }
 
 TEST_F(SessionTest, AMessageThatIsNoSessionRequestEndsTheCall) {

@@ -244,8 +244,8 @@ def test_one_message_results_are_read_as_unary_calls(server, rng):
     """A result the server promises as one message is read as a unary call; a larger
     one is refused before it runs and read as a stream; a request with more than 1 MiB
     of inline input is streamed at once; an older server (no promise) is only ever read
-    as streams."""
-    with server.client(timeout=30) as c:
+    as streams. (With session=False: test_session.py has the session's path.)"""
+    with server.client(timeout=30, session=False) as c:
         stubs = c._stripe_stubs[0]
         called = []
         for key in ("Compute.Normalize", "Compute.Normalize/unary"):

@@ -42,7 +42,7 @@ UNANSWERED_S = 1.0
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
-class RequestFailed(grpc.RpcError):
+class RequestFailed(grpc.RpcError):  # type: ignore[misc]  # grpc has no types
     """A session request's status: the grpc.RpcError its unary call would raise."""
 
     def __init__(self, code: grpc.StatusCode, details: str):
@@ -176,6 +176,7 @@ class Session:
             if self._error is None:
                 self._error = error
             error = self._error
+        self._sends.put(None)  # grpcio's request thread ends
         with self._watch_cond:
             self._watch_cond.notify()  # the watcher stops
         raise error
@@ -184,7 +185,7 @@ class Session:
         """Has the watcher look at ``deadline`` (starting it the first time)."""
         with self._watch_cond:
             if self._watch_until is not None and self._watch_until <= deadline:
-                return  # it wakes before then anyway
+                return  # it wakes before then anyway (or has yet to look)
             self._watch_until = deadline
             if self._watcher is None:
                 self._watcher = threading.Thread(target=self._watch_deadlines,
@@ -199,6 +200,8 @@ class Session:
         should the server not answer that within UNANSWERED_S."""
         cancelled: Dict[int, float] = {}
         while True:
+            with self._watch_cond:
+                self._watch_until = None  # deadlines registered from now on are kept
             now = time.monotonic()
             with self._cond:
                 if self._error is not None:
@@ -215,6 +218,8 @@ class Session:
                 del cancelled[key]  # answered
             wakes = upcoming + [d + UNANSWERED_S for d in cancelled.values()]
             with self._watch_cond:
+                if self._watch_until is not None:  # registered while this looked
+                    wakes.append(self._watch_until)
                 self._watch_until = min(wakes) if wakes else None
                 self._watch_cond.wait(None if self._watch_until is None
                                       else max(self._watch_until - time.monotonic(), 0))
