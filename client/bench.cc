@@ -279,6 +279,9 @@ absl::StatusOr<BenchReport> RunBench(Client& client, const BenchConfig& config,
   if (config.count == 0 && config.duration <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("give --duration above 0 or --count");
   }
+  if (config.sessions_per_connection < 1) {
+    return absl::InvalidArgumentError("--sessions_per_connection must be at least 1");
+  }
   if (config.session && !config.callbacks) {
     return absl::InvalidArgumentError("--session sends the requests of callback slots: it needs --callbacks");
   }
@@ -306,9 +309,11 @@ absl::StatusOr<BenchReport> RunBench(Client& client, const BenchConfig& config,
   if (config.session) {
     std::vector<std::unique_ptr<Session>> sessions;
     std::vector<Session*> starters;
-    for (Client* each : clients) {
-      sessions.push_back(std::make_unique<Session>(each->channel()));
-      starters.push_back(sessions.back().get());
+    for (int k = 0; k < config.sessions_per_connection; ++k) {
+      for (Client* each : clients) {
+        sessions.push_back(std::make_unique<Session>(each->channel()));
+        starters.push_back(sessions.back().get());
+      }
     }
     RunSlots<Session>(starters, drive, config.seed, records);
   } else if (config.callbacks) {

@@ -38,9 +38,10 @@ struct BenchConfig {
   // Requests in flight as callback slots rather than threads (needs unary results,
   // compute operations only).
   bool callbacks = false;
-  // With callbacks: the slots' requests on one Compute.Session per connection
-  // (client/session.h) rather than a call each.
+  // With callbacks: the slots' requests on `sessions_per_connection`
+  // Compute.Session calls per connection (client/session.h) rather than a call each.
   bool session = false;
+  int sessions_per_connection = 1;
   uint64_t seed = 1;
 };
 

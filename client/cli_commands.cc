@@ -286,6 +286,7 @@ absl::Status RunBenchCommand(const CliConfig& config, Client& client, const Args
   bench.unary_results = config.unary_results;
   bench.callbacks = config.callbacks;
   bench.session = config.session;
+  bench.sessions_per_connection = config.sessions_per_connection;
   GC_ASSIGN_OR_RETURN(bench.mix, AsUsageError(ParseMix(config.mix)));
   if (config.Given("dtype")) {
     GC_ASSIGN_OR_RETURN(bench.dtype, AsUsageError(ParseDTypeName(config.dtype)));
@@ -306,7 +307,9 @@ absl::Status RunBenchCommand(const CliConfig& config, Client& client, const Args
   }
   absl::PrintF("bench       %s, %d in flight on %d connection%s%s, %s, %d-element %s results, mix %s\n",
                config.target, bench.concurrency, config.connections, config.connections == 1 ? "" : "s",
-               bench.session ? " (a session each)" : "",
+               bench.session ? absl::StrCat(" (", bench.sessions_per_connection, " session",
+                                            bench.sessions_per_connection == 1 ? "" : "s", " each)")
+                             : "",
                bench.count != 0 ? absl::StrCat(bench.count, " requests")
                                 : absl::FormatDuration(bench.duration),
                bench.size, DTypeName(bench.dtype), absl::StrJoin(mix_text, ","));
@@ -438,9 +441,10 @@ const std::vector<Command>& Commands() {
        "bench [--concurrency=8] [--duration=10s | --count=N] [--size=65536]\n"
        "                     [--mix=normalize:1,haversine:1,discount:1,lombscargle:1]\n"
        "                     [--dtype=float32|float64] [--chunk_bytes=N] [--complete_results]\n"
-       "                     [--unary_results] [--callbacks [--session]] [--connections=1]",
-       {"concurrency", "duration", "count", "mix", "size", "dtype", "chunk_bytes",
-        "complete_results", "unary_results", "callbacks", "session", "connections"},
+       "                     [--unary_results] [--callbacks [--session [--sessions_per_connection=1]]]\n"
+       "                     [--connections=1]",
+       {"concurrency", "duration", "count", "mix", "size", "dtype", "chunk_bytes", "complete_results",
+        "unary_results", "callbacks", "session", "sessions_per_connection", "connections"},
        0,
        RunBenchCommand},
   };

@@ -100,6 +100,9 @@ ABSL_FLAG(bool, callbacks, false,
 ABSL_FLAG(bool, session, false,
           "bench: with --callbacks, the requests of every connection on one Compute.Session "
           "call rather than a call each");
+ABSL_FLAG(int32_t, sessions_per_connection, 1,
+          "bench: with --session, the Compute.Session calls each connection's requests are "
+          "spread over (one stream each)");
 ABSL_FLAG(int32_t, connections, 1,
           "bench: connections the requests in flight are spread over, each its own channel");
 ABSL_FLAG(bool, complete_results, true,
@@ -154,6 +157,7 @@ CliConfig ReadConfig(std::set<std::string> given) {
   config.unary_results = absl::GetFlag(FLAGS_unary_results);
   config.callbacks = absl::GetFlag(FLAGS_callbacks);
   config.session = absl::GetFlag(FLAGS_session);
+  config.sessions_per_connection = absl::GetFlag(FLAGS_sessions_per_connection);
   config.connections = absl::GetFlag(FLAGS_connections);
   config.given = std::move(given);
   return config;

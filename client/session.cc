@@ -52,7 +52,7 @@ class Session::Call final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grp
         writes_.push_back(std::move(message));
         if (!writing_) {
           writing_ = true;
-          StartWrite(&writes_.front());
+          StartWrite(&writes_.front(), WriteOptionsLocked());
         }
         return;
       }
@@ -76,7 +76,7 @@ class Session::Call final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grp
     absl::MutexLock lock(&mu_);
     writes_.pop_front();
     if (ok && !writes_.empty()) {
-      StartWrite(&writes_.front());
+      StartWrite(&writes_.front(), WriteOptionsLocked());
       return;
     }
     writing_ = false;
@@ -129,6 +129,14 @@ class Session::Call final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grp
     bool expect_data = true;
     Client::ResultCallback done;
   };
+
+  // A write with more queued behind it may wait in gRPC's buffer for them: one flush
+  // for the lot rather than one a request.
+  grpc::WriteOptions WriteOptionsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    grpc::WriteOptions options;
+    if (writes_.size() > 1) options.set_buffer_hint();
+    return options;
+  }
 
   absl::StatusOr<Result> Decode(v1::SessionResponse& response, bool expect_data) const {
     if (response.has_error()) {

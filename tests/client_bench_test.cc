@@ -44,6 +44,7 @@ class BenchTest : public ::testing::TestWithParam<Form> {
     config.mix = {{BenchOp::kNormalize, 1}, {BenchOp::kDiscount, 1}, {BenchOp::kHaversine, 1}};
     config.callbacks = GetParam() != Form::kThreads;
     config.session = GetParam() == Form::kSession;
+    config.sessions_per_connection = 2;  // the slots spread over two sessions a connection
     return config;
   }
 
