@@ -243,6 +243,7 @@ class SessionReactor final
     for (;;) {
       std::vector<SessionRequestCall*> ending;
       bool write = false;
+      bool more_to_write = false;
       bool read = false;
       std::optional<grpc::Status> finish;
       {
@@ -256,6 +257,7 @@ class SessionReactor final
             write_ = std::move(answers_.front());
             answers_.pop_front();
             writing_ = true;
+            more_to_write = !answers_.empty();
           }
           read = !reading_ && !half_closed_ && !cancelled_ &&
                  answers_.size() <
@@ -278,7 +280,12 @@ class SessionReactor final
         ending_ -= ending.size();
         continue;
       }
-      if (write) StartWrite(&write_.message);
+      // An answer with more queued behind it may wait in gRPC's buffer for them: one
+      // flush for the lot (the last one written flushes).
+      if (write) {
+        StartWrite(&write_.message,
+                   more_to_write ? grpc::WriteOptions().set_buffer_hint() : grpc::WriteOptions());
+      }
       if (read) StartRead(&read_);
       if (finish.has_value()) Finish(*finish);
       return;
