@@ -4,8 +4,8 @@
 #   0. session_test (its servers on the CPU backend) and client_session_test (CUDA);
 #   1. C++ 1 in flight, normalize: calls (bench --callbacks) and session (--callbacks
 #      --session) in alternate rounds on one server, beside a health check;
-#   2. the four-op mix at 64 and 128 in flight on one connection, then 64 over 4
-#      connections, calls and session alternated;
+#   2. the four-op mix at 64 and 128 in flight on one connection (calls, then SESSIONS
+#      sessions per connection), then 64 over 4 connections, alternated;
 #   3. Python, 1 in flight: bench/ping_pong.py (unary call, session, a chunk of an
 #      open StreamingCompute stream, health check);
 #   4. the same on the CPU backend of the same host (BACKENDS="cuda cpu").
@@ -21,6 +21,7 @@ OUT=${OUT:-gpu-out}
 PYTHON=${PYTHON:-python3}
 BACKENDS=${BACKENDS:-cuda cpu}
 ROUNDS=${ROUNDS:-3}
+SESSIONS=${SESSIONS:-1 4 8}  # sessions per connection tried under load
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-4}
 mkdir -p "$OUT"
 [ -d "$BUNDLE" ] || tar -C "$(dirname "$BUNDLE")" -xJf "$BUNDLE.txz" || exit 1
@@ -74,10 +75,12 @@ for BACKEND in $BACKENDS; do
   for r in $(seq 2); do
     for c in 64 128; do
       bench "calls mix" $c $MIX --callbacks
-      bench "session mix" $c $MIX --callbacks --session
+      for n in $SESSIONS; do
+        bench "${n} session(s) mix" $c $MIX --callbacks --session --sessions_per_connection=$n
+      done
     done
     bench "calls mix 4 conns" 64 $MIX --callbacks --connections=4
-    bench "session mix 4 conns" 64 $MIX --callbacks --session --connections=4
+    bench "4x2 sessions mix" 64 $MIX --callbacks --session --sessions_per_connection=2 --connections=4
   done
   step "3. Python 1 in flight ($BACKEND)"
   timeout 120 "$PYTHON" bench/ping_pong.py --target 127.0.0.1:$PORT --count 3000 2>&1 |
