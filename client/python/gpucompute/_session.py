@@ -115,13 +115,18 @@ class Session:
                                 answer.error.message)
         return answer.complete
 
+    def half_close(self) -> None:
+        """No more requests: the server ends the call once those in flight are answered
+        (a broken session's grpcio request thread ends)."""
+        self._sends.put(None)
+
     def close(self) -> None:
         """Cancels the call; requests in flight raise."""
         with self._cond:
             if self._error is None:
                 self._error = RequestFailed(grpc.StatusCode.CANCELLED, "the client closed")
             self._cond.notify_all()
-        self._sends.put(None)
+        self.half_close()
         self._call.cancel()
         with self._watch_cond:
             self._watch_cond.notify()
@@ -176,7 +181,7 @@ class Session:
             if self._error is None:
                 self._error = error
             error = self._error
-        self._sends.put(None)  # grpcio's request thread ends
+        self.half_close()
         with self._watch_cond:
             self._watch_cond.notify()  # the watcher stops
         raise error
