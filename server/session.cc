@@ -92,8 +92,8 @@ class SessionReactor final
   }
 
  private:
-  // An answer waiting to be written, and the request it ends (null for one
-  // refused before it had a stream).
+  // An answer waiting to be written, and the request it ends (null for an
+  // answer given apart from a stream: Refuse).
   struct Waiting {
     SessionRequestCall* request = nullptr;
     grpc::ByteBuffer message;

@@ -17,6 +17,13 @@ _SLOW_X = np.sort(np.random.default_rng(7).uniform(0, 100, 20000))
 _SLOW_GRID = gc.FrequencyGrid(0.1, 3, 100000)
 
 
+def _download_and_delete(kept):
+    try:
+        return kept.download()
+    finally:
+        kept.delete()
+
+
 def _calls(rng):
     """Each operation and result option once: (name, call(client))."""
     a32 = rng.uniform(0.5, 1.5, (5, 300)).astype(np.float32)
@@ -35,7 +42,7 @@ def _calls(rng):
         ("lombscargle", lambda c: c.lombscargle(x, y, freqs, normalize=True)),
         ("lombscargle amplitude", lambda c: c.lombscargle(x, y, freqs, normalize="amplitude")),
         ("out=", lambda c: c.normalize(a32, out=np.empty_like(a32))),
-        ("kept", lambda c: c.normalize(a32, keep_on_device=True).download()),
+        ("kept", lambda c: _download_and_delete(c.normalize(a32, keep_on_device=True))),
         ("timing", lambda c: c.normalize(a32, return_timing=True)[0]),
         ("chunked (streamed after the refusal)",
          lambda c: c.normalize(chunked, chunk_bytes=4096)),
@@ -175,3 +182,43 @@ def test_session_off_opens_none(server):
     with server.client(session=False) as c:
         c.normalize(np.ones(4))
         assert c._session is None
+
+
+# gpucompute.aio: the same session on grpc.aio.
+
+def test_aio_session_and_unary_calls_give_identical_results_and_exceptions(server, rng):
+    import asyncio
+
+    import gpucompute.aio
+
+    zero_row = np.array([[1.0, 2.0], [0.0, 0.0]])
+
+    async def outcome(call):
+        try:
+            return await call
+        except gc.GpuComputeError as e:
+            return type(e), str(e)
+
+    async def main():
+        async with gc.aio.Client(server.target, timeout=60) as on, \
+                gc.aio.Client(server.target, timeout=60, session=False) as off:
+            calls = _calls(np.random.default_rng(rng.integers(1 << 31)))
+            for name, call in calls[:6]:  # those whose result needs no awaited download
+                got_on, got_off = await call(on), await call(off)
+                np.testing.assert_array_equal(got_on, got_off, err_msg=name)
+            assert await outcome(on.normalize(zero_row)) == await outcome(off.normalize(zero_row))
+            slow = dict(method="direct", timeout=0.1)
+            start = time.monotonic()
+            timed_out = await outcome(on.lombscargle(_SLOW_X, np.sin(_SLOW_X), _SLOW_GRID, **slow))
+            assert time.monotonic() - start < 0.5
+            assert timed_out == await outcome(
+                off.lombscargle(_SLOW_X, np.sin(_SLOW_X), _SLOW_GRID, **slow))
+            # Many tasks at once on the one session.
+            rows = [np.random.default_rng(s).uniform(0.5, 1.5, (2, 64)) for s in range(64)]
+            results = await asyncio.gather(*(on.normalize(r) for r in rows))
+            for r, got in zip(rows, results):
+                np.testing.assert_allclose(got, r / r.sum(1, keepdims=True), rtol=1e-12)
+            assert on._session is not None and not on._session.broken
+            assert off._session is None
+
+    asyncio.run(main())

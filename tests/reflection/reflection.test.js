@@ -46,7 +46,7 @@ for (const version of ['v1', 'v1alpha']) {
     const methods = await client().listMethods('gpucompute.v1.Compute');
     assert.deepStrictEqual(methods.map((m) => m.name),
                            ['DiscountProduct', 'HaversineGrid', 'Normalize', 'LombScargle',
-                            'StreamingCompute']);
+                            'StreamingCompute', 'Session']);
   });
 
   test(`${version}: every listed service can be described`, async () => {

@@ -114,7 +114,7 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
     session: send the compute calls whose result comes as one message over one open
         Compute.Session call (opened at the first such call, again after it breaks)
         instead of a call each, where the server has sessions; results and exceptions
-        are those of the calls. The blocking client only (gpucompute.aio ignores it).
+        are those of the calls.
     """
 
     #: False where calls return awaitables (DeviceArray.__array__ cannot download then)

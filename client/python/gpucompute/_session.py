@@ -57,7 +57,7 @@ class RequestFailed(grpc.RpcError):  # type: ignore[misc]  # grpc has no types
         return self._details
 
 
-def _deadline_exceeded() -> RequestFailed:
+def deadline_exceeded() -> RequestFailed:
     # What grpcio raises for a unary call whose deadline passed.
     return RequestFailed(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
 
@@ -65,6 +65,24 @@ def _deadline_exceeded() -> RequestFailed:
 def _framed(key: int, tag: bytes, body: bytes) -> bytes:
     """SessionRequest{id: key, <tag's field>: body}."""
     return b"".join((b"\x08", encode_varint(key), tag, encode_varint(len(body)), body))
+
+
+def request_message(key: int, rpc: str, request: Any) -> bytes:
+    """The SessionRequest of ``request``, the request message of ``rpc``."""
+    return _framed(key, _FIELD_TAGS[rpc], request.SerializeToString())
+
+
+def cancel_message(key: int) -> bytes:
+    """The SessionRequest that cancels request ``key``."""
+    return _framed(0, _CANCEL_TAG, b"\x08" + encode_varint(key))
+
+
+def result_of(answer: Any) -> Any:
+    """A pb.SessionResponse's pb.ResultComplete, or its status raised as RequestFailed."""
+    if answer.HasField("error"):
+        raise RequestFailed(_CODES.get(answer.error.code, grpc.StatusCode.UNKNOWN),
+                            answer.error.message)
+    return answer.complete
 
 
 class Session:
@@ -99,21 +117,23 @@ class Session:
             if self._error is not None:
                 raise self._error
             self._pending[key] = deadline
-        self._sends.put(_framed(key, _FIELD_TAGS[rpc], request.SerializeToString()))
+        self._sends.put(request_message(key, rpc, request))
         if deadline is not None:
             self._watch(deadline)
         try:
             answer = self._await(key, deadline)
         except grpc.RpcError:
             if deadline is not None and time.monotonic() > deadline:
-                raise _deadline_exceeded() from None
+                raise deadline_exceeded() from None
             raise
         if deadline is not None and time.monotonic() > deadline:
-            raise _deadline_exceeded()
-        if answer.HasField("error"):
-            raise RequestFailed(_CODES.get(answer.error.code, grpc.StatusCode.UNKNOWN),
-                                answer.error.message)
-        return answer.complete
+            raise deadline_exceeded()
+        return result_of(answer)
+
+    def half_close(self) -> None:
+        """No more requests: the server ends the call once those in flight are answered
+        (a broken session's grpcio request thread ends)."""
+        self._sends.put(None)
 
     def close(self) -> None:
         """Cancels the call; requests in flight raise."""
@@ -121,7 +141,7 @@ class Session:
             if self._error is None:
                 self._error = RequestFailed(grpc.StatusCode.CANCELLED, "the client closed")
             self._cond.notify_all()
-        self._sends.put(None)
+        self.half_close()
         self._call.cancel()
         with self._watch_cond:
             self._watch_cond.notify()
@@ -142,8 +162,8 @@ class Session:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     del self._pending[key]
-                    self._sends.put(_framed(0, _CANCEL_TAG, b"\x08" + encode_varint(key)))
-                    raise _deadline_exceeded()
+                    self._sends.put(cancel_message(key))
+                    raise deadline_exceeded()
                 self._cond.wait(left)
         return self._read_until(key)
 
@@ -176,7 +196,7 @@ class Session:
             if self._error is None:
                 self._error = error
             error = self._error
-        self._sends.put(None)  # grpcio's request thread ends
+        self.half_close()
         with self._watch_cond:
             self._watch_cond.notify()  # the watcher stops
         raise error
@@ -211,7 +231,7 @@ class Session:
             for key, deadline in due.items():
                 if key not in cancelled:
                     cancelled[key] = deadline
-                    self._sends.put(_framed(0, _CANCEL_TAG, b"\x08" + encode_varint(key)))
+                    self._sends.put(cancel_message(key))
                 elif now > deadline + UNANSWERED_S:
                     self._call.cancel()
             for key in [k for k in cancelled if k not in due]:

@@ -16,6 +16,7 @@ from typing import Any, Awaitable, List, Optional, Tuple, Union
 import grpc
 import grpc.aio
 
+from ._aio_session import AioSession
 from ._api import ClientApi
 from ._device_array import DeviceArray
 from ._steps import (UNARY, CallGroup, Parallel, Run, Step, Stream, Unary,
@@ -44,10 +45,23 @@ class Client(ClientApi[Awaitable[Result], Awaitable[DeviceArray], Awaitable[str]
         try:
             await self._call("close", None, self._free_all_shared())
         finally:
+            if self._session is not None:
+                self._session.close()
             for channel in [self._channel] + self._stripe_channels:
                 await channel.close()
             if self._workers is not None:
                 self._workers.close()
+
+    def _start(self) -> None:
+        self._session: Optional[AioSession] = None  # opened by the first call that uses it
+
+    def _open_session(self) -> AioSession:
+        """The client's session, opened anew when there is none or it broke."""
+        if self._session is None or self._session.broken:
+            if self._session is not None:
+                self._session.close()
+            self._session = AioSession(self._stubs["Compute.Session"], self._metadata)
+        return self._session
 
     async def __aenter__(self) -> "Client":
         return self
@@ -68,6 +82,9 @@ class Client(ClientApi[Awaitable[Result], Awaitable[DeviceArray], Awaitable[str]
         # A list of requests (an upload stripe, sent again on a retry) goes as an iterator.
         request = iter(step.request) if isinstance(step.request, list) else step.request
         unary = isinstance(step, Stream) and step.unary
+        if isinstance(step, Stream) and step.session and step.channel == 0:
+            step.sink.feed_complete(await self._open_session().run(step.rpc, request, timeout))
+            return step.sink.finish()
         reply = stubs[step.rpc + UNARY if unary else step.rpc](request, timeout=timeout,
                                                                metadata=self._metadata)
         if not isinstance(step, Stream):

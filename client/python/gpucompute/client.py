@@ -120,6 +120,8 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
         """The client's session, opened anew when there is none or it broke."""
         with self._session_lock:
             if self._session is None or self._session.broken:
+                if self._session is not None:
+                    self._session.half_close()
                 self._session = Session(self._stubs["Compute.Session"], self._metadata)
             return self._session
 
