@@ -10,7 +10,8 @@
 
 namespace gpucompute {
 
-ComputeService::ComputeService(ServiceContext& service) : service_(service), batcher_(service) {
+ComputeService::ComputeService(ServiceContext& service)
+    : service_(service), batcher_(service), sessions_(service, batcher_, idle_timer_) {
   Serve<v1::DiscountProductRequest>();
   Serve<v1::HaversineGridRequest>();
   Serve<v1::NormalizeRequest>();
@@ -19,7 +20,7 @@ ComputeService::ComputeService(ServiceContext& service) : service_(service), bat
     return StartStreamingCompute(service_, idle_timer_, context);
   });
   BidiStreaming("Session", [this](grpc::CallbackServerContext* context) {
-    return StartSession(service_, batcher_, idle_timer_, context);
+    return sessions_.Start(context);
   });
 }
 

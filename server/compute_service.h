@@ -8,6 +8,7 @@
 #include "server/dynamic_batcher.h"
 #include "server/request_parse.h"
 #include "server/service_context.h"
+#include "server/session.h"
 
 namespace gpucompute {
 
@@ -16,6 +17,8 @@ class ComputeService final : public ParsingService<v1::Compute> {
   explicit ComputeService(ServiceContext& service);
   // Requests waiting in the dynamic batcher for a thread.
   size_t batching() const { return batcher_.waiting(); }
+  // The server drains: open sessions end once their requests are answered.
+  void EndSessions() { sessions_.Drain(); }
 
  private:
   // Registers the compute RPC that takes `Request`.
@@ -26,6 +29,7 @@ class ComputeService final : public ParsingService<v1::Compute> {
   DynamicBatcher batcher_;
   // stream_idle_timeout of StreamingCompute calls and result writes (sessions' too)
   Timer idle_timer_;
+  Sessions sessions_;
 };
 
 }  // namespace gpucompute

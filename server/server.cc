@@ -236,6 +236,7 @@ void GpuComputeServer::StopServing() {
   server_->GetHealthCheckService()->SetServingStatus(false);
   if (!draining_.exchange(true)) {
     LogLine("draining: health NOT_SERVING, new requests UNAVAILABLE");
+    compute_service_->EndSessions();
   }
 }
 

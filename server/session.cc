@@ -1,5 +1,6 @@
 #include "server/session.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -20,17 +21,46 @@
 #include "server/status_convert.h"
 
 namespace gpucompute {
-namespace {
 
 class SessionReactor final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
       public SessionAnswers {
  public:
-  SessionReactor(ServiceContext& service, DynamicBatcher& batcher, Timer& idle_timer,
-                 grpc::CallbackServerContext* context)
-      : service_(service), batcher_(batcher), idle_timer_(idle_timer), context_(context) {
+  SessionReactor(Sessions& sessions, grpc::CallbackServerContext* context)
+      : sessions_(sessions), service_(sessions.service_), batcher_(sessions.batcher_),
+        idle_timer_(sessions.idle_timer_), context_(context) {
     reading_ = true;
+    reads_requested_ = reads_started_ = 1;
     StartRead(&read_);
+  }
+
+  // Sessions::Drain: no more reads; the call ends UNAVAILABLE once the requests
+  // in flight are answered.
+  void Close() {
+    {
+      absl::MutexLock lock(&mu_);
+      closing_ = true;
+      if (status_.ok()) {
+        status_ = grpc::Status(grpc::UNAVAILABLE,
+                               "the server is draining: this session ends; open a new one");
+      }
+    }
+    Act();
+  }
+
+  // Held by Sessions::Drain while it calls Close outside its lock: the last of
+  // Unpin and OnDone deletes this.
+  void Pin() {
+    absl::MutexLock lock(&mu_);
+    ++drain_pins_;
+  }
+  void Unpin() {
+    bool last;
+    {
+      absl::MutexLock lock(&mu_);
+      last = --drain_pins_ == 0 && done_;
+    }
+    if (last) delete this;
   }
 
   void OnReadDone(bool ok) override {
@@ -75,7 +105,16 @@ class SessionReactor final
 
   void OnCancel() override { End(absl::OkStatus()); }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    sessions_.Remove(this);
+    bool last;
+    {
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+      last = drain_pins_ == 0;
+    }
+    if (last) delete this;
+  }
 
   void Answer(SessionRequestCall* request, grpc::ByteBuffer answer) override {
     {
@@ -245,6 +284,7 @@ class SessionReactor final
       bool write = false;
       bool more_to_write = false;
       bool read = false;
+      uint64_t read_number = 0;
       std::optional<grpc::Status> finish;
       {
         absl::MutexLock lock(&mu_);
@@ -259,13 +299,19 @@ class SessionReactor final
             writing_ = true;
             more_to_write = !answers_.empty();
           }
-          read = !reading_ && !half_closed_ && !cancelled_ &&
+          read = !reading_ && !half_closed_ && !cancelled_ && !closing_ &&
                  answers_.size() <
                      static_cast<size_t>(service_.config.max_in_flight_per_connection);
-          if (read) reading_ = true;
-          if ((half_closed_ || cancelled_) && !reading_ && !writing_ && in_flight_.empty() &&
-              cancelled_requests_.empty() && answers_.empty() && pins_.empty() &&
-              ending_ == 0) {
+          if (read) {
+            reading_ = true;
+            read_number = ++reads_requested_;
+          }
+          // Closing, a pending read may stay (gRPC ends it), once it has been started.
+          const bool read_settled =
+              !reading_ || (closing_ && reads_started_ == reads_requested_);
+          if ((half_closed_ || cancelled_ || closing_) && read_settled && !writing_ &&
+              in_flight_.empty() && cancelled_requests_.empty() && answers_.empty() &&
+              pins_.empty() && ending_ == 0) {
             finished_ = true;
             finish = !status_.ok() || !cancelled_
                          ? status_
@@ -286,12 +332,18 @@ class SessionReactor final
         StartWrite(&write_.message,
                    more_to_write ? grpc::WriteOptions().set_buffer_hint() : grpc::WriteOptions());
       }
-      if (read) StartRead(&read_);
       if (finish.has_value()) Finish(*finish);
+      if (read) {
+        StartRead(&read_);
+        absl::MutexLock lock(&mu_);
+        reads_started_ = std::max(reads_started_, read_number);
+        if (closing_) continue;  // Close may be waiting for this read to be started
+      }
       return;
     }
   }
 
+  Sessions& sessions_;
   ServiceContext& service_;
   DynamicBatcher& batcher_;
   Timer& idle_timer_;
@@ -320,15 +372,48 @@ class SessionReactor final
   bool half_closed_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;  // by the client, or the call broke or failed
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;  // the server drains
+  // Reads decided on and reads StartRead was called for: a pending read started.
+  uint64_t reads_requested_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t reads_started_ ABSL_GUARDED_BY(mu_) = 0;
+  int drain_pins_ ABSL_GUARDED_BY(mu_) = 0;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;  // OnDone came
   grpc::Status status_ ABSL_GUARDED_BY(mu_);  // the call's, when a message was no SessionRequest
 };
 
-}  // namespace
-
-grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartSession(
-    ServiceContext& service, DynamicBatcher& batcher, Timer& idle_timer,
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Sessions::Start(
     grpc::CallbackServerContext* context) {
-  return new SessionReactor(service, batcher, idle_timer, context);
+  auto* session = new SessionReactor(*this, context);
+  bool draining;
+  {
+    absl::MutexLock lock(&mu_);
+    open_.insert(session);
+    draining = draining_;
+  }
+  // Safe before it is returned: gRPC calls no reaction (OnDone) before.
+  if (draining) session->Close();
+  return session;
+}
+
+void Sessions::Drain() {
+  std::vector<SessionReactor*> open;
+  {
+    absl::MutexLock lock(&mu_);
+    draining_ = true;
+    for (SessionReactor* session : open_) {
+      session->Pin();  // OnDone, waiting for mu_ in Remove, cannot delete it now
+      open.push_back(session);
+    }
+  }
+  for (SessionReactor* session : open) {
+    session->Close();
+    session->Unpin();
+  }
+}
+
+void Sessions::Remove(SessionReactor* session) {
+  absl::MutexLock lock(&mu_);
+  open_.erase(session);
 }
 
 }  // namespace gpucompute

@@ -18,19 +18,49 @@
 // cancels the call (ResultStream's stall limit).
 //
 // Finish is called exactly once: once the client has half-closed (or sent a
-// message that is no SessionRequest, or cancelled the call), no request is in
-// flight and no answer waits. Cancelling the call cancels every request in
-// flight and drops the answers. No reaction blocks.
+// message that is no SessionRequest, or cancelled the call, or the server
+// drains), no request is in flight and no answer waits. Cancelling the call
+// cancels every request in flight and drops the answers. No reaction blocks.
+//
+// A draining server (Sessions::Drain) reads no more requests and ends every
+// session with UNAVAILABLE once its requests in flight are answered, so that an
+// idle open session does not hold the drain for its whole grace period; its
+// client opens a new session, elsewhere or after the restart.
 #pragma once
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "server/dynamic_batcher.h"
 #include "server/service_context.h"
 
 namespace gpucompute {
 
-grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartSession(
-    ServiceContext& service, DynamicBatcher& batcher, Timer& idle_timer,
-    grpc::CallbackServerContext* context);
+class SessionReactor;
+
+// The server's open sessions.
+class Sessions {
+ public:
+  Sessions(ServiceContext& service, DynamicBatcher& batcher, Timer& idle_timer)
+      : service_(service), batcher_(batcher), idle_timer_(idle_timer) {}
+
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Start(
+      grpc::CallbackServerContext* context);
+  // Ends every open session and every later one as the header says.
+  void Drain();
+
+ private:
+  friend class SessionReactor;
+  // A session's OnDone: it is no longer open.
+  void Remove(SessionReactor* session);
+
+  ServiceContext& service_;
+  DynamicBatcher& batcher_;
+  Timer& idle_timer_;
+  absl::Mutex mu_;
+  absl::flat_hash_set<SessionReactor*> open_ ABSL_GUARDED_BY(mu_);
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+};
 
 }  // namespace gpucompute

@@ -344,6 +344,28 @@ TEST_F(SessionTest, CancellingTheCallCancelsEveryRequest) {
   session->CloseOk();
 }
 
+TEST_F(SessionTest, DrainingEndsOpenSessionsOnceTheirRequestsAreAnswered) {
+  auto idle = Open();
+  idle->Send(1, RandomRows(2, 8));
+  EXPECT_TRUE(idle->Answers(1)[1].has_complete());
+  auto busy = OpenHolding(1, 1);
+  server_->server().StopServing();
+  v1::SessionResponse extra;
+  EXPECT_FALSE(idle->stream->Read(&extra));  // at once, not after a grace period
+  grpc::Status status = idle->stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("draining"));
+  faults_->ResumeOperations();
+  EXPECT_TRUE(busy->Answers(1)[1].has_complete());  // its request first
+  EXPECT_FALSE(busy->stream->Read(&extra));
+  status = busy->stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+  auto late = Open();  // opened while the server drains
+  EXPECT_FALSE(late->stream->Read(&extra));
+  status = late->stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+}
+
 TEST_F(SessionTest, AMessageThatIsNoSessionRequestEndsTheCall) {
   grpc::GenericStub generic(server_->channel());
   grpc::ClientContext context;
