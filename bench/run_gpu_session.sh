@@ -76,7 +76,7 @@ for BACKEND in $BACKENDS; do
     for c in 64 128; do
       bench "calls mix" $c $MIX --callbacks
       for n in $SESSIONS; do
-        bench "${n} session(s) mix" $c $MIX --callbacks --session --sessions_per_connection=$n
+        bench "${n} sessions mix" $c $MIX --callbacks --session --sessions_per_connection=$n
       done
     done
     bench "calls mix 4 conns" 64 $MIX --callbacks --connections=4

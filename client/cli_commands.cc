@@ -441,7 +441,7 @@ const std::vector<Command>& Commands() {
        "bench [--concurrency=8] [--duration=10s | --count=N] [--size=65536]\n"
        "                     [--mix=normalize:1,haversine:1,discount:1,lombscargle:1]\n"
        "                     [--dtype=float32|float64] [--chunk_bytes=N] [--complete_results]\n"
-       "                     [--unary_results] [--callbacks [--session [--sessions_per_connection=1]]]\n"
+       "                     [--unary_results] [--callbacks [--session [--sessions_per_connection=8]]]\n"
        "                     [--connections=1]",
        {"concurrency", "duration", "count", "mix", "size", "dtype", "chunk_bytes", "complete_results",
         "unary_results", "callbacks", "session", "sessions_per_connection", "connections"},

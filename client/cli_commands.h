@@ -45,7 +45,7 @@ struct CliConfig {
   bool unary_results = true;
   bool callbacks = false;
   bool session = false;
-  int sessions_per_connection = 1;
+  int sessions_per_connection = 8;
   int connections = 1;
   // Flags present on the command line, for "exactly one of" checks.
   std::set<std::string> given;

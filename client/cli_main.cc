@@ -100,7 +100,7 @@ ABSL_FLAG(bool, callbacks, false,
 ABSL_FLAG(bool, session, false,
           "bench: with --callbacks, the requests of every connection on one Compute.Session "
           "call rather than a call each");
-ABSL_FLAG(int32_t, sessions_per_connection, 1,
+ABSL_FLAG(int32_t, sessions_per_connection, 8,
           "bench: with --session, the Compute.Session calls each connection's requests are "
           "spread over (one stream each)");
 ABSL_FLAG(int32_t, connections, 1,
