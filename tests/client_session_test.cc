@@ -57,17 +57,8 @@ v1::NormalizeRequest NormalizeOf(int k, int n = 64) {
   return request;
 }
 
-class SessionTest : public ::testing::Test {
+class SessionTest : public test::ServerOnTestBackendTest {
  protected:
-  void SetUp() override {
-    ServerConfig config = test::LoopbackConfig();
-    if (test::OnCuda()) config.backend.kind = BackendKind::kCuda;
-    auto server = test::TestServer::Start(config);
-    if (test::OnCuda() && !server.ok()) GTEST_SKIP() << server.status().message();
-    ASSERT_TRUE(server.ok()) << server.status().message();
-    server_ = *std::move(server);
-  }
-
   // Both forms of `request`, compared byte for byte.
   template <typename Request, typename UnaryCall>
   void ExpectSameAsUnary(Session& session, const Request& request, UnaryCall unary) {
@@ -79,8 +70,6 @@ class SessionTest : public ::testing::Test {
     EXPECT_EQ(std::string(on_session->data.view()), std::string(alone->data.view()));
     EXPECT_GT(on_session->data.size(), 0u);
   }
-
-  std::unique_ptr<test::TestServer> server_;
 };
 
 TEST_F(SessionTest, EveryOperationAsTheUnaryCall) {

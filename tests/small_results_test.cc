@@ -20,17 +20,8 @@
 namespace gpucompute {
 namespace {
 
-class SmallResultsTest : public ::testing::Test {
+class SmallResultsTest : public test::ServerOnTestBackendTest {
  protected:
-  void SetUp() override {
-    ServerConfig config = test::LoopbackConfig();
-    if (test::OnCuda()) config.backend.kind = BackendKind::kCuda;
-    auto server = test::TestServer::Start(config);
-    if (test::OnCuda() && !server.ok()) GTEST_SKIP() << server.status().message();
-    ASSERT_TRUE(server.ok()) << server.status().message();
-    server_ = *std::move(server);
-  }
-
   // Every message of one Normalize call, and its status.
   std::vector<v1::ResultChunk> Call(const v1::NormalizeRequest& request, grpc::Status& status) {
     grpc::ClientContext context;
@@ -49,8 +40,6 @@ class SmallResultsTest : public ::testing::Test {
     request.set_norm(v1::NORM_L2);
     return request;
   }
-
-  std::unique_ptr<test::TestServer> server_;
 };
 
 TEST_F(SmallResultsTest, OneChunkResultComesAsOneCompleteMessage) {

@@ -39,6 +39,15 @@ bool OnCuda() {
   return backend != nullptr && std::string(backend) == "cuda";
 }
 
+void ServerOnTestBackendTest::SetUp() {
+  ServerConfig config = LoopbackConfig();
+  if (OnCuda()) config.backend.kind = BackendKind::kCuda;
+  auto server = TestServer::Start(config);
+  if (OnCuda() && !server.ok()) GTEST_SKIP() << server.status().message();
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  server_ = *std::move(server);
+}
+
 ServerConfig LoopbackConfigWithMetrics() {
   ServerConfig config = LoopbackConfig();
   config.metrics_address = "127.0.0.1:0";

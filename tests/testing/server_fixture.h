@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/client.h"
+#include "gtest/gtest.h"
 #include "gpucompute/v1/gpucompute.grpc.pb.h"
 #include "server/server.h"
 
@@ -31,6 +32,16 @@ ServerConfig LoopbackConfigWithMetrics();
 // GPUCOMPUTE_TEST_BACKEND=cuda runs a suite that asks on the CUDA backend (ctest
 // label gpu); otherwise its servers use the CPU backend.
 bool OnCuda();
+
+class TestServer;
+
+// A test with one loopback server (LoopbackConfig) on the suite's backend: CUDA under
+// OnCuda (the test skipped where no GPU is usable), else the CPU.
+class ServerOnTestBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  std::unique_ptr<TestServer> server_;
+};
 
 class TestServer {
  public:
