@@ -4,8 +4,9 @@
 #   0. session_test (its servers on the CPU backend) and client_session_test (CUDA);
 #   1. C++ 1 in flight, normalize: calls (bench --callbacks) and session (--callbacks
 #      --session) in alternate rounds on one server, beside a health check;
-#   2. the four-op mix at 64 and 128 in flight on one connection (calls, then SESSIONS
-#      sessions per connection), then 64 over 4 connections, alternated;
+#   2. the four-op mix on one connection at 1 to 128 in flight, calls against --session
+#      (8 sessions on the connection), alternated, two rounds; with SESSIONS, that many
+#      sessions per connection at 64 and 128; then 64 over 4 connections;
 #   3. Python, 1 in flight: bench/ping_pong.py (unary call, session, a chunk of an
 #      open StreamingCompute stream, health check);
 #   4. the same on the CPU backend of the same host (BACKENDS="cuda cpu").
@@ -21,7 +22,7 @@ OUT=${OUT:-gpu-out}
 PYTHON=${PYTHON:-python3}
 BACKENDS=${BACKENDS:-cuda cpu}
 ROUNDS=${ROUNDS:-3}
-SESSIONS=${SESSIONS:-1 4 8}  # sessions per connection tried under load
+SESSIONS=${SESSIONS:-}  # e.g. "1 4 8": sessions per connection compared at 64 and 128 in flight
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-4}
 mkdir -p "$OUT"
 [ -d "$BUNDLE" ] || tar -C "$(dirname "$BUNDLE")" -xJf "$BUNDLE.txz" || exit 1
@@ -71,17 +72,23 @@ for BACKEND in $BACKENDS; do
     bench "session normalize" 1 normalize:1 --callbacks --session
   done
   bench "health" 1 health:1
-  step "2. the mix at 64 / 128 in flight ($BACKEND)"
+  step "2. the mix on one connection, 1 to 128 in flight ($BACKEND)"
   for r in $(seq 2); do
-    for c in 64 128; do
+    for c in 1 4 16 32 64 128; do
       bench "calls mix" $c $MIX --callbacks
+      bench "session mix" $c $MIX --callbacks --session
+    done
+  done
+  if [ -n "$SESSIONS" ]; then
+    step "2b. sessions per connection: $SESSIONS ($BACKEND)"
+    for c in 64 128; do
       for n in $SESSIONS; do
         bench "${n} sessions mix" $c $MIX --callbacks --session --sessions_per_connection=$n
       done
     done
-    bench "calls mix 4 conns" 64 $MIX --callbacks --connections=4
-    bench "4x2 sessions mix" 64 $MIX --callbacks --session --sessions_per_connection=2 --connections=4
-  done
+  fi
+  bench "calls mix 4 conns" 64 $MIX --callbacks --connections=4
+  bench "4x2 sessions mix" 64 $MIX --callbacks --session --sessions_per_connection=2 --connections=4
   step "3. Python 1 in flight ($BACKEND)"
   timeout 120 "$PYTHON" bench/ping_pong.py --target 127.0.0.1:$PORT --count 3000 2>&1 |
     sed "s/^/$BACKEND /" | tee -a "$OUT/table.txt"
