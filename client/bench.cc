@@ -207,7 +207,7 @@ void RunThreads(std::span<Client* const> clients, Drive& drive, uint64_t seed,
 // request; slot s on starters[s % starters.size()] (Clients or Sessions). Returns
 // once every slot has stopped.
 template <typename Starter>
-void RunSlots(std::span<Starter* const> clients, Drive& drive, uint64_t seed,
+void RunSlots(std::span<Starter* const> starters, Drive& drive, uint64_t seed,
               std::vector<ThreadRecord>& records) {
   // Kept alive by each request in flight: the slot that stops last may still be
   // returning through `next` when this function has returned.
@@ -224,7 +224,7 @@ void RunSlots(std::span<Starter* const> clients, Drive& drive, uint64_t seed,
     shared->running = records.size();
   }
   for (size_t s = 0; s < records.size(); ++s) shared->rngs.emplace_back(seed + 1 + s);
-  shared->next = [clients, &drive, &records, shared](size_t s) {
+  shared->next = [starters, &drive, &records, shared](size_t s) {
     if (!drive.Another()) {
       absl::MutexLock lock(&shared->mu);
       --shared->running;
@@ -233,7 +233,7 @@ void RunSlots(std::span<Starter* const> clients, Drive& drive, uint64_t seed,
     std::uniform_int_distribution<size_t> pick(0, drive.ops.size() - 1);
     const BenchOp op = drive.ops[pick(shared->rngs[s])];
     const absl::Time sent = absl::Now();
-    Start(*clients[s % clients.size()], drive.workload, op,
+    Start(*starters[s % starters.size()], drive.workload, op,
           [&records, keep = shared->shared_from_this(), s, op, sent](
               absl::StatusOr<Result> result) {
             records[s].Add(op, absl::Now() - sent, result);

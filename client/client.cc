@@ -308,12 +308,10 @@ void Client::StartSingleMessage(const Request& request, ResultCallback done) con
     ResultAssembler::Options options;
     ResultCallback done;
   };
-  const bool expect_data =
-      !request.output().keep_on_device() && !request.output().has_shared_memory();
   auto* call = new Call{
       grpc::internal::RpcMethod(MethodOf(request).name(), grpc::internal::RpcMethod::NORMAL_RPC),
-      {}, v1::wire::SerializedMessage(request), {}, AssemblerOptions(expect_data, {}),
-      std::move(done)};
+      {}, v1::wire::SerializedMessage(request), {},
+      AssemblerOptions(ResultDataComesBack(request.output()), {}), std::move(done)};
   SetDeadline(call->context);
   grpc::internal::CallbackUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
       channel_.get(), call->method, &call->context, &call->request, &call->reply,
@@ -336,8 +334,7 @@ template void Client::StartSingleMessage(const v1::LombScargleRequest&, ResultCa
 template <typename Request>
 absl::StatusOr<Result> Client::Compute(const RpcMethod& method, const Request& request,
                                        const ProgressCallback& progress) const {
-  const bool streamed =
-      !request.output().keep_on_device() && !request.output().has_shared_memory();
+  const bool streamed = ResultDataComesBack(request.output());
   if (request.output().single_message()) {
     std::optional<absl::StatusOr<Result>> one =
         SingleMessage(method, request, AssemblerOptions(streamed, progress));

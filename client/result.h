@@ -24,6 +24,12 @@ using ProgressCallback = std::function<void(uint64_t done_bytes, uint64_t total_
 // (e.g. a memory-mapped output file). Unset: Result::data.
 using ResultDestination = std::function<absl::StatusOr<char*>(const v1::ResultHeader& header)>;
 
+// Whether a compute call with these output options sends its result's data back
+// (not kept on the server, not written to shared memory).
+inline bool ResultDataComesBack(const v1::OutputOptions& output) {
+  return !output.keep_on_device() && !output.has_shared_memory();
+}
+
 // A compute result or a downloaded buffer.
 struct Result {
   v1::ResultHeader header;

@@ -39,7 +39,8 @@ class Session::Call final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grp
  public:
   Call(std::shared_ptr<grpc::Channel> channel, ClientOptions options)
       : options_(std::move(options)), stub_(std::move(channel)) {
-    stub_.PrepareBidiStreamingCall(&context_, "/gpucompute.v1.Compute/Session", grpc::StubOptions(), this);
+    stub_.PrepareBidiStreamingCall(&context_, "/gpucompute.v1.Compute/Session", grpc::StubOptions(),
+                                   this);
     StartRead(&reply_);
     StartCall();
   }
@@ -117,7 +118,7 @@ class Session::Call final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grp
       broken = broken_;
     }
     const absl::Status why =
-        broken        ? absl::DataLossError("a session answer could not be parsed or named no request in flight")
+        broken ? absl::DataLossError("a session answer could not be parsed or named no request in flight")
         : status.ok() ? absl::DataLossError("the session's call ended without answering this request")
                       : ToAbslStatus(status);
     for (auto& [id, pending] : orphans) std::move(pending.done)(why);
@@ -143,9 +144,11 @@ class Session::Call final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grp
       return absl::Status(static_cast<absl::StatusCode>(response.error().code()), response.error().message());
     }
     if (!response.has_complete()) {
-      return absl::DataLossError(absl::StrCat("session answer ", response.id(), " carries neither a result nor an error"));
+      return absl::DataLossError(
+          absl::StrCat("session answer ", response.id(), " carries neither a result nor an error"));
     }
-    ResultAssembler assembler({.expect_data = expect_data, .max_result_bytes = options_.max_result_bytes});
+    ResultAssembler assembler(
+        {.expect_data = expect_data, .max_result_bytes = options_.max_result_bytes});
     v1::ResultChunk chunk;
     chunk.mutable_complete()->Swap(response.mutable_complete());
     if (absl::Status framing = assembler.Add(chunk); !framing.ok()) return framing;
@@ -177,8 +180,8 @@ void Session::StartSingleMessage(const Request& request, Client::ResultCallback 
   v1::SessionRequest message;
   message.set_id(call_->NextId());
   SetOperation(message, request);
-  const bool expect_data = !request.output().keep_on_device() && !request.output().has_shared_memory();
-  call_->Send(message.id(), expect_data, v1::wire::SerializedMessage(message), std::move(done));
+  call_->Send(message.id(), ResultDataComesBack(request.output()), v1::wire::SerializedMessage(message),
+              std::move(done));
 }
 
 template void Session::StartSingleMessage(const v1::DiscountProductRequest&, Client::ResultCallback);

@@ -1,9 +1,10 @@
 // The C++ client's Compute.Session (client/session.h) against an in-process server
-// (CPU backend; GPUCOMPUTE_TEST_BACKEND=cuda, ctest's client_session_test_cuda: CUDA): each operation's result as the unary call's, byte for byte; many
-// requests from several threads in flight at once, each answered once with its own
-// result; a bad request failing alone with the unary call's status; a session
-// closed with requests in flight answering them all; a server gone answering what
-// is pending with UNAVAILABLE.
+// (CPU backend; GPUCOMPUTE_TEST_BACKEND=cuda, ctest's client_session_test_cuda: CUDA):
+// each operation's result as the unary call's, byte for byte; many requests from
+// several threads in flight at once, each answered once with its own result; a bad
+// request failing alone with the unary call's status; a session closed with requests
+// in flight answering them all; a server gone answering what is pending with
+// UNAVAILABLE.
 #include "client/session.h"
 
 #include <cmath>
