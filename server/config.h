@@ -24,6 +24,11 @@ struct ServerConfig {
   // How long a small-lane thread out of work watches for more before it sleeps.
   absl::Duration small_lane_spin = absl::ZeroDuration();
   int64_t small_request_work = int64_t{1} << 20;
+  // A batchable request of at most this much work that finds no request
+  // waiting and none of its kind running runs in place, on the gRPC thread it
+  // arrived on, instead of waking an executor thread (Executor::BeginInPlace);
+  // 0: never.
+  int64_t in_place_work = int64_t{1} << 14;
   // Work units (result elements; batch x samples x frequencies for Lomb-Scargle)
   // one request may ask for; more get INVALID_ARGUMENT.
   int64_t max_work_per_request = int64_t{1} << 40;

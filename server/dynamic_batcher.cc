@@ -85,7 +85,9 @@ absl::Status DynamicBatcher::Submit(BatchMember member) {
   const size_t limit =
       static_cast<size_t>(small_lane ? config.max_small_queue_depth : config.max_queue_depth);
   std::string key = absl::StrCat(member.client, "|", member.prepared.batch->key);
-  absl::MutexLock lock(&state.mu);
+  const Operation op = member.op;
+  bool in_place = false;
+  absl::ReleasableMutexLock lock(&state.mu);
   size_t& mine = state.waiting_by_client[member.client];
   if (mine >= limit) {
     if (mine == 0) state.waiting_by_client.erase(member.client);
@@ -100,7 +102,13 @@ absl::Status DynamicBatcher::Submit(BatchMember member) {
     group.client = member.client;
     // The window only pays off while others of this key are in flight: a lone
     // request goes at once.
-    if (timer_ == nullptr || !state.running.contains(key)) {
+    const bool lone = !state.running.contains(key);
+    if (lone && member.prepared.work <= config.in_place_work &&
+        state.service.executor.BeginInPlace()) {
+      // Nothing waits for a thread and none of its kind runs: queueing it would
+      // only add a thread's wake-up, so it runs here, once counted in.
+      in_place = true;
+    } else if (timer_ == nullptr || lone) {
       // In turn with every other small request of this client (drains of the
       // rest of a batch are continuations: they waited their turn).
       absl::Status queued =
@@ -118,6 +126,12 @@ absl::Status DynamicBatcher::Submit(BatchMember member) {
   group.members.push_back(std::move(member));
   ++mine;
   ++state.waiting;
+  lock.Release();
+  if (in_place) {
+    state.service.metrics.RanInPlace(op);
+    Drain(state_, key);
+    state.service.executor.EndInPlace();
+  }
   return absl::OkStatus();
 }
 

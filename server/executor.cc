@@ -79,6 +79,21 @@ size_t Executor::queued_requests() const {
   return general_.size + small_.size;
 }
 
+bool Executor::BeginInPlace() {
+  absl::MutexLock lock(&mu_);
+  if (stopping_ || in_place_ >= small_lane_threads_ || !continuations_.empty() ||
+      small_.size > 0 || general_.size > 0) {
+    return false;
+  }
+  ++in_place_;
+  return true;
+}
+
+void Executor::EndInPlace() {
+  absl::MutexLock lock(&mu_);
+  --in_place_;
+}
+
 bool Executor::HasWork(bool small_lane_only) const {
   return !continuations_.empty() || small_.size > 0 || (!small_lane_only && general_.size > 0);
 }

@@ -1,5 +1,6 @@
 // The server's own threads for compute and copies: gRPC reactions only hand work
-// over, they never block. Admission is bounded; continuations of admitted work
+// over, they never block (but for a tiny request that finds the executor idle,
+// which runs in place: BeginInPlace). Admission is bounded; continuations of admitted work
 // (result chunks, upload chunks) are always accepted so a stream never stalls.
 // Some threads form a reserved lane that takes only small requests and
 // continuations, so that long operations holding every other thread cannot
@@ -13,6 +14,9 @@
 // work that long before it sleeps: a request arriving meanwhile starts without
 // the wake-up of a sleeping thread (tens of microseconds), and the general
 // threads are not woken for work a spinning thread will take.
+// A tiny request that finds nothing waiting may instead run in place, on the
+// thread it arrived on (BeginInPlace): queueing it would only add that wake-up,
+// and as many run in place at once as the small lane has threads.
 #pragma once
 
 #include <atomic>
@@ -74,6 +78,11 @@ class Executor {
   void SubmitContinuation(Task task);
 
   size_t queued_requests() const;
+  // Whether the caller may run a tiny request in place now, skipping the queues:
+  // nothing waits in them and fewer than small_lane_threads requests run in
+  // place. When true, the caller runs it, then calls EndInPlace.
+  bool BeginInPlace();
+  void EndInPlace();
   int threads() const { return static_cast<int>(workers_.size()); }
   int small_lane_threads() const { return small_lane_threads_; }
 
@@ -123,6 +132,7 @@ class Executor {
   std::atomic<uint64_t> submissions_{0};
   mutable absl::Mutex mu_;
   size_t spinners_ ABSL_GUARDED_BY(mu_) = 0;
+  int in_place_ ABSL_GUARDED_BY(mu_) = 0;  // requests running in place now
   // Continuations go first: finishing admitted work frees memory soonest.
   std::deque<Task> continuations_ ABSL_GUARDED_BY(mu_);
   LaneQueue general_ ABSL_GUARDED_BY(mu_);

@@ -39,6 +39,10 @@ ABSL_FLAG(absl::Duration, small_lane_spin, absl::ZeroDuration(),
 ABSL_FLAG(int64_t, small_request_work, int64_t{1} << 20,
           "work units (result elements; batch x samples x frequencies for Lomb-Scargle) up to "
           "which a request counts as small");
+ABSL_FLAG(int64_t, in_place_work, int64_t{1} << 14,
+          "work units up to which a small request that finds nothing waiting and none of its "
+          "kind running runs on the gRPC thread it arrived on instead of waking an executor "
+          "thread (at most --small_request_threads at once); 0: never");
 ABSL_FLAG(int64_t, max_work_per_request, int64_t{1} << 40,
           "work units one request may ask for (see --small_request_work); more get "
           "INVALID_ARGUMENT");
@@ -252,6 +256,7 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
   config.small_request_threads = absl::GetFlag(FLAGS_small_request_threads);
   config.small_lane_spin = absl::GetFlag(FLAGS_small_lane_spin);
   config.small_request_work = absl::GetFlag(FLAGS_small_request_work);
+  config.in_place_work = absl::GetFlag(FLAGS_in_place_work);
   config.max_work_per_request = absl::GetFlag(FLAGS_max_work_per_request);
   config.drain_delay = absl::GetFlag(FLAGS_drain_delay);
   config.max_queue_depth = absl::GetFlag(FLAGS_max_queue_depth);
@@ -326,10 +331,10 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
         "--stream_idle_timeout must be >= 1ms and --max_buffers_per_owner >= 0");
   }
   if (config.small_request_threads < 0 || config.small_request_work < 0 ||
-      config.max_work_per_request < 1 || config.drain_delay < absl::ZeroDuration() ||
+      config.in_place_work < 0 || config.max_work_per_request < 1 || config.drain_delay < absl::ZeroDuration() ||
       config.small_lane_spin < absl::ZeroDuration() || config.small_lane_spin > absl::Seconds(1)) {
     return absl::InvalidArgumentError(
-        "--small_request_threads and --small_request_work must be >= 0, "
+        "--small_request_threads, --small_request_work and --in_place_work must be >= 0, "
         "--max_work_per_request >= 1, --drain_delay >= 0 and --small_lane_spin in [0, 1s]");
   }
   return config;

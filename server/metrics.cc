@@ -217,6 +217,11 @@ Metrics::Metrics(const BuildInfo& build) : registry_(std::make_shared<prometheus
                         .Name("gpucompute_batch_size")
                         .Help("Requests per launch of the dynamic batcher (1: alone).")
                         .Register(*registry_);
+  auto& in_place = prometheus::BuildCounter()
+                      .Name("gpucompute_in_place_requests_total")
+                      .Help("Small requests run on the gRPC thread they came on, with no "
+                            "executor hop (--in_place_work).")
+                      .Register(*registry_);
   auto& in_flight = prometheus::BuildGauge()
                         .Name("gpucompute_requests_in_flight")
                         .Help("Operation requests accepted and not yet finished.")
@@ -240,6 +245,7 @@ Metrics::Metrics(const BuildInfo& build) : registry_(std::make_shared<prometheus
     batch_size_[op] = &batch_size.Add({{"operation", label}},
                                       prometheus::Histogram::BucketBoundaries{
                                           1, 2, 4, 8, 16, 32, 64, 128, 256});
+    in_place_[op] = &in_place.Add({{"operation", label}});
     in_flight_[op] = &in_flight.Add({{"operation", label}});
     first_request_seconds_[op] = &first_request.Add({{"operation", label}});
   }
@@ -385,6 +391,8 @@ void Metrics::ObserveStage(Operation op, Stage stage, absl::Duration elapsed) {
 void Metrics::ObserveBatch(Operation op, int size) {
   batch_size_[static_cast<int>(op)]->Observe(size);
 }
+
+void Metrics::RanInPlace(Operation op) { in_place_[static_cast<int>(op)]->Increment(); }
 
 void Metrics::AddInFlight(Operation op, double delta) {
   in_flight_[static_cast<int>(op)]->Increment(delta);

@@ -75,6 +75,9 @@ class Metrics {
   void ObserveStage(Operation op, Stage stage, absl::Duration elapsed);
   // Requests that ran in one launch of `op` (1: alone; server/dynamic_batcher.h).
   void ObserveBatch(Operation op, int size);
+  // A small request of `op` ran in place, on the gRPC thread it came on
+  // (ServerConfig::in_place_work), with no executor hop.
+  void RanInPlace(Operation op);
   void AddInFlight(Operation op, double delta);
   void Rejected(Rejection reason);
   void Transferred(Direction direction, uint64_t bytes, absl::Duration elapsed);
@@ -96,6 +99,7 @@ class Metrics {
   std::array<prometheus::Histogram*, kOperationCount> request_seconds_{};
   std::array<std::array<prometheus::Histogram*, kStageCount>, kOperationCount> stage_seconds_{};
   std::array<prometheus::Histogram*, kOperationCount> batch_size_{};
+  std::array<prometheus::Counter*, kOperationCount> in_place_{};
   std::array<prometheus::Gauge*, kOperationCount> in_flight_{};
   std::array<prometheus::Gauge*, kOperationCount> first_request_seconds_{};
   std::array<std::atomic<bool>, kOperationCount> first_request_seen_{};

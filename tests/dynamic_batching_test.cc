@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/fault_injection.h"
+#include "tests/testing/faulty_server.h"
 #include "tests/testing/scrape.h"
 #include "tests/testing/server_fixture.h"
 #include "tests/testing/tensors.h"
@@ -57,9 +58,8 @@ class DynamicBatchingTest : public ::testing::Test {
     // Paused operations hold an opener running for as long as a test needs.
     absl::StatusOr<BackendSelection> backend = CreateBackend(config.backend);
     ASSERT_TRUE(backend.ok()) << backend.status().message();
-    auto batched = test::TestServer::Start(
-        config, BackendSelection{WithInjectedFaults(std::move(backend->backend), faults_),
-                                 "fault injection over " + backend->note});
+    auto batched =
+        test::StartWithFaults(config, faults_, std::move(backend->backend), backend->note);
     ASSERT_TRUE(batched.ok()) << batched.status().message();
     batched_ = *std::move(batched);
   }
@@ -259,6 +259,32 @@ TEST_F(DynamicBatchingTest, LoneRequestsAreNotHeldForTheWindow) {
   }
   EXPECT_THAT(test::ScrapeMetrics((*server)->server().metrics_port()),
               HasSubstr("gpucompute_batch_size_bucket{operation=\"normalize\",le=\"1\"} 3"));
+}
+
+TEST_F(DynamicBatchingTest, TinyLoneRequestsRunInPlaceWithTheQueuedResults) {
+  // One request at a time, so each finds nothing waiting and none of its kind
+  // running: the tiny ones run in place, the one past in_place_work is queued.
+  ServerConfig config = test::LoopbackConfigWithMetrics();
+  config.in_place_work = 64;
+  if (test::OnCuda()) config.backend.kind = BackendKind::kCuda;
+  auto server = test::TestServer::Start(config);
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  const uint64_t seed = test::FreshSeed();
+  const std::vector<v1::NormalizeRequest> requests = {Rows(2, 16, seed), Rows(4, 16, seed + 1),
+                                                      Rows(2, 32, seed + 2),
+                                                      Rows(8, 16, seed + 3)};  // 128 > 64
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto in_place = Start(**server, &v1::Compute::Stub::Normalize, requests[i]);
+    in_place->reader.join();
+    auto alone = Start(*alone_, &v1::Compute::Stub::Normalize, requests[i]);
+    alone->reader.join();
+    ASSERT_TRUE(in_place->status.ok()) << in_place->status.error_message();
+    ASSERT_TRUE(alone->status.ok()) << alone->status.error_message();
+    EXPECT_EQ(in_place->complete().data(), alone->complete().data()) << "request " << i;
+    EXPECT_EQ(in_place->complete().trailer().batch_size(), 1u);
+  }
+  EXPECT_THAT(test::ScrapeMetrics((*server)->server().metrics_port()),
+              HasSubstr("gpucompute_in_place_requests_total{operation=\"normalize\"} 3"));
 }
 
 TEST_F(DynamicBatchingTest, KeptResultsRunAlone) {

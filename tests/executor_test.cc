@@ -17,7 +17,7 @@ namespace {
 
 void Ignore(absl::Status) {}
 
-// Occupies the single worker thread until `release` is notified.
+// Occupies the one thread that takes general requests until `release` is notified.
 void HoldTheOnlyThread(Executor& executor, absl::Notification& started,
                        absl::Notification& release) {
   ASSERT_TRUE(executor
@@ -183,6 +183,35 @@ TEST(ExecutorTest, SmallWorkTheSpinningThreadCannotTakeWakesAGeneralThread) {
                   .ok());
   EXPECT_TRUE(second_started.WaitForNotificationWithTimeout(absl::Seconds(10)));
   release.Notify();
+}
+
+TEST(ExecutorTest, InPlaceOnlyWhenNothingWaitsAndAsManyAsTheSmallLaneHasThreads) {
+  Executor executor(3, 100, 2, 100);
+  ASSERT_TRUE(executor.BeginInPlace());
+  ASSERT_TRUE(executor.BeginInPlace());
+  EXPECT_FALSE(executor.BeginInPlace()) << "a third beyond the small lane's two threads";
+  executor.EndInPlace();
+  EXPECT_TRUE(executor.BeginInPlace());
+  executor.EndInPlace();
+  executor.EndInPlace();
+}
+
+TEST(ExecutorTest, NoRequestRunsInPlaceWhileAnotherWaits) {
+  // The general thread is held, so the next general request waits (the small
+  // lane's thread does not take it).
+  Executor executor(2, 100, 1, 100);
+  absl::Notification started, release;
+  HoldTheOnlyThread(executor, started, release);
+  absl::Notification queued_ran;
+  ASSERT_TRUE(executor.SubmitRequest([&](absl::Status) { queued_ran.Notify(); }, "c").ok());
+  EXPECT_FALSE(executor.BeginInPlace()) << "it would jump the queue";
+  release.Notify();
+  ASSERT_TRUE(queued_ran.WaitForNotificationWithTimeout(absl::Seconds(10)));
+}
+
+TEST(ExecutorTest, NothingRunsInPlaceWithoutASmallLane) {
+  Executor executor(2, 100, /*small_lane_threads=*/0);
+  EXPECT_FALSE(executor.BeginInPlace());
 }
 
 }  // namespace

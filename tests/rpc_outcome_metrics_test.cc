@@ -15,8 +15,8 @@
 #include "absl/time/time.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "kernels/fault_injection.h"
+#include "tests/testing/faulty_server.h"
 #include "tests/testing/scrape.h"
 #include "tests/testing/server_fixture.h"
 #include "tests/testing/tensors.h"
@@ -45,9 +45,7 @@ class RpcOutcomeMetricsTest : public ::testing::Test {
   void SetUp() override {
     ServerConfig config = test::LoopbackConfigWithMetrics();
     config.grace_period = absl::Seconds(5);
-    auto server = test::TestServer::Start(
-        config, BackendSelection{WithInjectedFaults(CreateCpuBackend(2), faults_),
-                                 "cpu: fault injection"});
+    auto server = test::StartWithFaults(config, faults_);
     ASSERT_TRUE(server.ok()) << server.status().message();
     server_ = *std::move(server);
   }

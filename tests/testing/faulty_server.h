@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "absl/status/statusor.h"
@@ -11,12 +12,17 @@
 
 namespace gpucompute::test {
 
-// A TestServer on a two-thread CPU backend that `faults` act on.
+// A TestServer on `backend` (by default a two-thread CPU backend) that `faults`
+// act on. No request runs in place (ServerConfig::in_place_work): an operation
+// the faults hold (PauseOperations) must hold neither the gRPC thread it came on
+// nor its session's reads, as it may on a server that runs tiny requests there.
 inline absl::StatusOr<std::unique_ptr<TestServer>> StartWithFaults(
-    const ServerConfig& config, std::shared_ptr<InjectedFaults> faults) {
-  return TestServer::Start(config, BackendSelection{WithInjectedFaults(CreateCpuBackend(2),
+    ServerConfig config, std::shared_ptr<InjectedFaults> faults,
+    std::unique_ptr<Backend> backend = CreateCpuBackend(2), const std::string& note = "cpu") {
+  config.in_place_work = 0;
+  return TestServer::Start(config, BackendSelection{WithInjectedFaults(std::move(backend),
                                                                        std::move(faults)),
-                                                    "cpu: fault injection"});
+                                                    note + ": fault injection"});
 }
 
 }  // namespace gpucompute::test
