@@ -24,11 +24,11 @@
 # kFullWavesFusedStaged / kFullWavesFusedWideStaged. Points reduced =
 # HaversinePointsVariant::kReduced (the f64 default), reduced newton = kReducedNewton,
 # newton prefetch = kReducedNewtonPrefetch, branchfree = kReducedBranchFree, chord /
-# chord prefetch = kChord / kChordPrefetch. The
+# chord prefetch = kChord / kChordPrefetch, reduced lean = kReducedLean. The
 # ulps: the mesh against long double (angle 4 = reduced, 5 = newton, 6 = branchfree, 7 = lean;
 # schedule 0 covering, 3 fused, 4 wide, 5 staged, 6 wide staged), the points against
 # the CPU float64 reference (variant 3 = reduced, 4 = reduced prefetch, 5 = reduced
-# newton, 6 = newton prefetch, 7 = branchfree, 8 = chord, 9 = chord prefetch).
+# newton, 6 = newton prefetch, 7 = branchfree, 8 = chord, 9 = chord prefetch, 10 = reduced lean).
 set -u
 BUNDLE=${BUNDLE:-.device/hav}
 OUT=${OUT:-gpu-out}
@@ -75,7 +75,7 @@ grep '^haversine ulps' "$OUT/test.log" > "$OUT/ulps.txt"
 # bench.csv: op,dtype,size,median_ms,...,ceiling,ratio_to_ceiling
 awk -F, 'FNR == NR {  # ulps.txt
     split("reduced newton branchfree lean", angle, " "); split("- - - fused wide staged wide_staged", sched, " ")
-    split("- - - reduced reduced_prefetch reduced_newton newton_prefetch branchfree chord chord_prefetch", pts, " ")
+    split("- - - reduced reduced_prefetch reduced_newton newton_prefetch branchfree chord chord_prefetch reduced_lean", pts, " ")
     dt = $0; sub(/^haversine ulps: (mesh|points) /, "", dt); dt = substr(dt, 1, 3)
     match($0, /max [0-9.]+/); u = substr($0, RSTART + 4, RLENGTH - 4) + 0
     if ($0 ~ /: mesh /) {

@@ -347,7 +347,8 @@ constexpr std::initializer_list<cuda::HaversinePointsVariant> kEveryPointsVarian
     cuda::HaversinePointsVariant::kSplitPrefetch, cuda::HaversinePointsVariant::kReduced,
     cuda::HaversinePointsVariant::kReducedPrefetch, cuda::HaversinePointsVariant::kReducedNewton,
     cuda::HaversinePointsVariant::kReducedNewtonPrefetch, cuda::HaversinePointsVariant::kReducedBranchFree,
-    cuda::HaversinePointsVariant::kChord, cuda::HaversinePointsVariant::kChordPrefetch};
+    cuda::HaversinePointsVariant::kChord, cuda::HaversinePointsVariant::kChordPrefetch,
+    cuda::HaversinePointsVariant::kReducedLean};
 
 // The reduced variant elementwise against long double, across the globe and through
 // each antipode (h near 1, where it forms g = 1 - h from its own terms): a few ulp plus
@@ -501,7 +502,7 @@ TEST(GpuKernelVariants, HaversinePointsReducedFarLongitudes) {
   for (auto v : {cuda::HaversinePointsVariant::kReduced, cuda::HaversinePointsVariant::kReducedPrefetch,
                  cuda::HaversinePointsVariant::kReducedNewton, cuda::HaversinePointsVariant::kReducedNewtonPrefetch,
                  cuda::HaversinePointsVariant::kReducedBranchFree, cuda::HaversinePointsVariant::kChord,
-                 cuda::HaversinePointsVariant::kChordPrefetch}) {
+                 cuda::HaversinePointsVariant::kChordPrefetch, cuda::HaversinePointsVariant::kReducedLean}) {
     CheckPointsVariants<float>(30011, 5, 1e6, {v});
     CheckPointsVariants<double>(30011, 5, 1e6, {v});
   }

@@ -168,7 +168,6 @@ __device__ __forceinline__ void SinCos(double x, double* s, double* c) { sincos(
 template <typename T, bool kPrefetch, HaversineAngle kLast = kPointsAngle<T>, bool kChord = false>
 struct PointsSplitAgent {
   static constexpr int K = kPointsPerThread<T>;
-  static constexpr bool kReduced = TakesG(kLast) && !kChord;
   const T* lat;
   const T* lon;
   int64_t n;
@@ -218,7 +217,9 @@ struct PointsSplitAgent {
     }
   }
 
+  // The split and reduced variants: half-angle sines and cosines a point.
   __device__ __forceinline__ void HalfAngles(int64_t p0, int64_t stride, const T* la, const T* lo) const {
+    constexpr bool kReduced = TakesG(kLast);
     const T half_rad = static_cast<T>(0.5 * kDegToRad);
     T sla[K], cla[K], slo[K], clo[K], cos_la[K];
 #pragma unroll
@@ -403,6 +404,7 @@ cudaError_t LaunchPointsT(const T* lat, const T* lon, int64_t n, const RefPoint*
     case V::kReducedBranchFree: kernel = PointsSplitFullWaves<T, false, kBranchFree>(); break;
     case V::kChord: kernel = PointsSplitFullWaves<T, false, kChordAngle<T>, true>(); break;
     case V::kChordPrefetch: kernel = PointsSplitFullWaves<T, true, kChordAngle<T>, true>(); break;
+    case V::kReducedLean: kernel = PointsSplitFullWaves<T, false, HaversineAngle::kAsinReducedLean>(); break;
   }
   const int blocks_per_sm = kernel.second;
   const int64_t want = static_cast<int64_t>(env.sm_count) * blocks_per_sm;
@@ -553,6 +555,8 @@ void ListMeshT(std::vector<KernelEntry>& out, const std::string& t) {
   out.push_back({"haversine.points_split<" + t + ",chord>", (const void*)&PointsSplitKernel<T, false, kChordAngle<T>, true>});
   out.push_back({"haversine.points_split<" + t + ",prefetch,chord>",
                  (const void*)&PointsSplitKernel<T, true, kChordAngle<T>, true>});
+  out.push_back({"haversine.points_split<" + t + ",reduced lean>",
+                 (const void*)&PointsSplitKernel<T, false, HaversineAngle::kAsinReducedLean>});
 }
 
 void ListHaversineKernels(std::vector<KernelEntry>& out) {
@@ -589,7 +593,7 @@ cudaError_t WarmupHaversine(const LaunchEnv& env) {
                                      HaversinePointsVariant::kReducedPrefetch, HaversinePointsVariant::kReducedNewton,
                                      HaversinePointsVariant::kReducedNewtonPrefetch,
                                      HaversinePointsVariant::kReducedBranchFree, HaversinePointsVariant::kChord,
-                                     HaversinePointsVariant::kChordPrefetch}) {
+                                     HaversinePointsVariant::kChordPrefetch, HaversinePointsVariant::kReducedLean}) {
       GC_TRY(LaunchHaversinePointsVariant(t, buf + 32, buf + 40, 4, ref, 1, 6371.0, buf, result, env, v));
     }
   }

@@ -70,6 +70,8 @@ enum class HaversinePointsVariant {
                // against kReduced's 18); float64 the last step of kAsinReducedLean,
                // float32 h alone and the polynomial
   kChordPrefetch = 9,  // kChord, the next points loaded while these are computed
+  kReducedLean = 10,  // kReduced with the last step of HaversineAngle::kAsinReducedLean
+                      // (to tell the chords' gain from the last step's)
 };
 
 cudaError_t LaunchHaversineMeshVariant(DType dtype, const MeshAxis& lat, const MeshAxis& lon,
