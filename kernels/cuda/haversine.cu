@@ -292,7 +292,8 @@ struct PointsSplitAgent {
 
 // Blocks per SM the split kernel is built for (its register cap): the Newton step
 // with prefetched points spilled at 64 registers (the reduced one with prefetch does
-// too, and is kept as measured).
+// too, and is kept as measured; so do 8 bytes of kReducedLean's and Newton's without
+// prefetch). The chord kernels fit 64 with prefetch (three terms a point, not five).
 template <bool kPrefetch, HaversineAngle kLast>
 constexpr int kPointsMinBlocksPerSm =
     kPrefetch && kLast == HaversineAngle::kAsinReducedNewton ? 3 : PointsPolicy::kMinBlocksPerSm;

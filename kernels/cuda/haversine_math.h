@@ -134,17 +134,6 @@ GC_HOST_DEVICE double SelectIfGreater(long long a, long long b, double x, double
   return a > b ? x : y;
 #endif
 }
-// The same on 32-bit words (the lean step's high words).
-GC_HOST_DEVICE double SelectIfGreaterWord(int a, int b, double x, double y) {
-#if defined(__CUDA_ARCH__)
-  double r;
-  asm("{\n\t.reg .pred q;\n\tsetp.gt.s32 q, %3, %4;\n\tselp.f64 %0, %1, %2, q;\n\t}"
-      : "=d"(r) : "d"(x), "d"(y), "r"(a), "r"(b));
-  return r;
-#else
-  return a > b ? x : y;
-#endif
-}
 GC_HOST_DEVICE float SelectIfGreater(long long a, long long b, float x, float y) {
 #if defined(__CUDA_ARCH__)
   float r;
@@ -238,6 +227,9 @@ GC_HOST_DEVICE double SqrtLean(double m) {
 // (no select of w: in the outer ranges x^2 is m to an ulp, which T(w) does not see),
 // the square root SqrtLean, and the selected constants k in {1, -1, 1/2} and base in
 // {0, pi/2, pi/4} are built from 32-bit words (pi/2 and pi/4 share their low word).
+// Plain selects: nothing is conditional around the square root, and NVVM keeps them
+// selects (no branch in the PTX of any lean kernel; a forced select of x cost one more
+// compare a point).
 // Double operations: 1 (z) + 5 (sqrt) + 1 (w) + 12 (tail) + 4 = 23, ScaledHalfAngleReduced
 // with SqrtByRsqrtNewton 25.
 struct LeanWords {  // high words of 1/4, 1, -1, 1/2, pi/2, pi/4; the low word of pi/2 and pi/4
@@ -252,7 +244,8 @@ GC_HOST_DEVICE double ScaledHalfAngleLean(double h, double g, double scale) {
   const int m_hi = upper ? g_hi : h_hi;
   const bool middle = m_hi > W::kQuarter;
   const double m = FromWords(m_hi > 0 ? m_hi : 0, upper ? LoWord(g) : LoWord(h));
-  const double x = SelectIfGreaterWord(m_hi, W::kQuarter, h - g, SqrtLean(m));  // forced: no branch around it
+  const double root = SqrtLean(m);
+  const double x = middle ? h - g : root;
   const double w = x * x;
   const int k_hi = middle ? W::kHalf : (upper ? W::kMinusOne : W::kOne);
   const int base_hi = middle ? W::kQuarterPi : (upper ? W::kHalfPi : 0);
