@@ -70,7 +70,7 @@ grep -E '^device|bandwidth|^rc=' "$OUT/bench.log"
 step "4. table: 10000x10000 meshes (ratio to write-only), 1e7 x 4 points (to D2D); f32: no regression"
 # The tests' max ulps per variant, named as the benchmark rows: the mesh against long
 # double (globe, 361 x 724, 2 references), the points against the CPU float64
-# reference (all shapes); the default rows are reduced fused / points reduced.
+# reference (all shapes); the default rows are newton wide staged / points reduced.
 grep '^haversine ulps' "$OUT/test.log" > "$OUT/ulps.txt"
 # bench.csv: op,dtype,size,median_ms,...,ceiling,ratio_to_ceiling
 awk -F, 'FNR == NR {  # ulps.txt
@@ -91,7 +91,7 @@ awk -F, 'FNR == NR {  # ulps.txt
   }
   FNR > 1 && $1 ~ /haversine|mesh|points/ && $3 !~ /^1000x/ {
     v = $1; sub(/^ +/, "", v)
-    k = (v == "haversine mesh") ? "mesh reduced fused" : (v == "haversine points") ? "points reduced" : v
+    k = (v == "haversine mesh") ? "mesh newton wide staged" : (v == "haversine points") ? "points reduced" : v
     k = k " " $2
     goal = ($1 ~ /mesh/) ? (($2 == "f32") ? 0.85 : 0.7) : 0.7
     printf "%-26s %-4s %-22s %8.4f ms  %5.2f x %-5s %9s%s\n", v, $2, $3, $4, $12, $11,
