@@ -19,9 +19,9 @@
 #   bash bench/run_gpu_haversine.sh     # unpacks the bundle; logs under $OUT (or ./gpu-out)
 #
 # Names in the table: mesh reduced fused = HaversineAngle::kAsinReduced on
-# kFullWavesFused (the f64 default), newton = kAsinReducedNewton, branchfree =
-# kAsinReducedBranchFree, lean = kAsinReducedLean; wide / staged / wide staged = kFullWavesFusedWide /
-# kFullWavesFusedStaged / kFullWavesFusedWideStaged. Points reduced =
+# kFullWavesFused, newton = kAsinReducedNewton (newton wide staged: the f64 default),
+# branchfree = kAsinReducedBranchFree, lean = kAsinReducedLean; wide / staged / wide
+# staged = kFullWavesFusedWide / kFullWavesFusedStaged / kFullWavesFusedWideStaged. Points reduced =
 # HaversinePointsVariant::kReduced (the f64 default), reduced newton = kReducedNewton,
 # newton prefetch = kReducedNewtonPrefetch, branchfree = kReducedBranchFree, chord /
 # chord prefetch = kChord / kChordPrefetch, reduced lean = kReducedLean. The
