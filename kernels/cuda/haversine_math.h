@@ -218,6 +218,12 @@ GC_HOST_DEVICE double SqrtLean(double m) {
   return Fma(Fma(-s1, s1, m), half_y, s1);
 }
 
+struct LeanWords {  // high words of 1/4, 1, -1, 1/2, pi/2, pi/4; the low word of pi/2 and pi/4
+  static constexpr int kQuarter = 0x3fd00000, kOne = 0x3ff00000, kMinusOne = -0x40100000, kHalf = 0x3fe00000;
+  static constexpr int kHalfPi = 0x3ff921fb, kQuarterPi = 0x3fe921fb;
+  static constexpr unsigned kPiLow = 0x54442d18u;
+};
+
 // ScaledHalfAngleReduced's formula (three ranges, one polynomial on [0, 1/4]) in fewer
 // instructions, for the kernels whose h and g are sums of non-negative terms (the mesh,
 // the chord points): the range tests compare high words (one 32-bit compare each; a
@@ -232,11 +238,6 @@ GC_HOST_DEVICE double SqrtLean(double m) {
 // compare a point).
 // Double operations: 1 (z) + 5 (sqrt) + 1 (w) + 12 (tail) + 4 = 23, ScaledHalfAngleReduced
 // with SqrtByRsqrtNewton 25.
-struct LeanWords {  // high words of 1/4, 1, -1, 1/2, pi/2, pi/4; the low word of pi/2 and pi/4
-  static constexpr int kQuarter = 0x3fd00000, kOne = 0x3ff00000, kMinusOne = -0x40100000, kHalf = 0x3fe00000;
-  static constexpr int kHalfPi = 0x3ff921fb, kQuarterPi = 0x3fe921fb;
-  static constexpr unsigned kPiLow = 0x54442d18u;
-};
 GC_HOST_DEVICE double ScaledHalfAngleLean(double h, double g, double scale) {
   using W = LeanWords;
   const int h_hi = HiWord(h), g_hi = HiWord(g);
