@@ -284,7 +284,11 @@ void Haversine(Bench& b, bool quick) {
                  {Angle::kAsinReducedBranchFree, Schedule::kFullWavesFusedStaged, "  mesh branchfree staged"},
                  {Angle::kAsinReducedBranchFree, Schedule::kFullWavesFusedWide, "  mesh branchfree wide"},
                  {Angle::kAsinReducedBranchFree, Schedule::kFullWavesFusedWideStaged,
-                  "  mesh branchfree wide staged"}}) {
+                  "  mesh branchfree wide staged"},
+                 {Angle::kAsinReducedLean, Schedule::kFullWavesFused, "  mesh lean fused"},
+                 {Angle::kAsinReducedLean, Schedule::kFullWavesFusedStaged, "  mesh lean staged"},
+                 {Angle::kAsinReducedLean, Schedule::kFullWavesFusedWide, "  mesh lean wide"},
+                 {Angle::kAsinReducedLean, Schedule::kFullWavesFusedWideStaged, "  mesh lean wide staged"}}) {
           TimeLaunch(b, v.name, Short(dt), label, static_cast<double>(out->bytes()), 0, [&] {
             const cuda::MeshAxis lat{axes.lat.start, axes.lat.stop, axes.lat.count};
             const cuda::MeshAxis lon{axes.lon.start, axes.lon.stop, axes.lon.count};
@@ -319,7 +323,10 @@ void Haversine(Bench& b, bool quick) {
                                  std::pair{cuda::HaversinePointsVariant::kReducedNewton, "  points reduced newton"},
                                  std::pair{cuda::HaversinePointsVariant::kReducedNewtonPrefetch,
                                            "  points newton prefetch"},
-                                 std::pair{cuda::HaversinePointsVariant::kReducedBranchFree, "  points branchfree"}}) {
+                                 std::pair{cuda::HaversinePointsVariant::kReducedBranchFree, "  points branchfree"},
+                                 std::pair{cuda::HaversinePointsVariant::kChord, "  points chord"},
+                                 std::pair{cuda::HaversinePointsVariant::kChordPrefetch, "  points chord prefetch"},
+                                 std::pair{cuda::HaversinePointsVariant::kReducedLean, "  points reduced lean"}}) {
       TimeLaunch(b, name, Short(dt), "1e7 pts x 4 refs", bytes, 0, [&] {
         return cuda::LaunchHaversinePointsVariant(dt, lat->data(), lon->data(), n, d_refs.d, 4,
                                                   kDefaultEarthRadiusKm, out->data(), res, env, variant);

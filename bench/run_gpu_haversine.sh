@@ -19,15 +19,16 @@
 #   bash bench/run_gpu_haversine.sh     # unpacks the bundle; logs under $OUT (or ./gpu-out)
 #
 # Names in the table: mesh reduced fused = HaversineAngle::kAsinReduced on
-# kFullWavesFused (the f64 default), newton = kAsinReducedNewton, branchfree =
-# kAsinReducedBranchFree; wide / staged / wide staged = kFullWavesFusedWide /
-# kFullWavesFusedStaged / kFullWavesFusedWideStaged. Points reduced =
+# kFullWavesFused, newton = kAsinReducedNewton (newton wide staged: the f64 default),
+# branchfree = kAsinReducedBranchFree, lean = kAsinReducedLean; wide / staged / wide
+# staged = kFullWavesFusedWide / kFullWavesFusedStaged / kFullWavesFusedWideStaged. Points reduced =
 # HaversinePointsVariant::kReduced (the f64 default), reduced newton = kReducedNewton,
-# newton prefetch = kReducedNewtonPrefetch, branchfree = kReducedBranchFree. The
-# ulps: the mesh against long double (angle 4 = reduced, 5 = newton, 6 = branchfree;
+# newton prefetch = kReducedNewtonPrefetch, branchfree = kReducedBranchFree, chord /
+# chord prefetch = kChord / kChordPrefetch, reduced lean = kReducedLean. The
+# ulps: the mesh against long double (angle 4 = reduced, 5 = newton, 6 = branchfree, 7 = lean;
 # schedule 0 covering, 3 fused, 4 wide, 5 staged, 6 wide staged), the points against
 # the CPU float64 reference (variant 3 = reduced, 4 = reduced prefetch, 5 = reduced
-# newton, 6 = newton prefetch, 7 = branchfree).
+# newton, 6 = newton prefetch, 7 = branchfree, 8 = chord, 9 = chord prefetch, 10 = reduced lean).
 set -u
 BUNDLE=${BUNDLE:-.device/hav}
 OUT=${OUT:-gpu-out}
@@ -69,12 +70,12 @@ grep -E '^device|bandwidth|^rc=' "$OUT/bench.log"
 step "4. table: 10000x10000 meshes (ratio to write-only), 1e7 x 4 points (to D2D); f32: no regression"
 # The tests' max ulps per variant, named as the benchmark rows: the mesh against long
 # double (globe, 361 x 724, 2 references), the points against the CPU float64
-# reference (all shapes); the default rows are reduced fused / points reduced.
+# reference (all shapes); the default rows are newton wide staged / points reduced.
 grep '^haversine ulps' "$OUT/test.log" > "$OUT/ulps.txt"
 # bench.csv: op,dtype,size,median_ms,...,ceiling,ratio_to_ceiling
 awk -F, 'FNR == NR {  # ulps.txt
-    split("reduced newton branchfree", angle, " "); split("- - - fused wide staged wide_staged", sched, " ")
-    split("- - - reduced reduced_prefetch reduced_newton newton_prefetch branchfree", pts, " ")
+    split("reduced newton branchfree lean", angle, " "); split("- - - fused wide staged wide_staged", sched, " ")
+    split("- - - reduced reduced_prefetch reduced_newton newton_prefetch branchfree chord chord_prefetch reduced_lean", pts, " ")
     dt = $0; sub(/^haversine ulps: (mesh|points) /, "", dt); dt = substr(dt, 1, 3)
     match($0, /max [0-9.]+/); u = substr($0, RSTART + 4, RLENGTH - 4) + 0
     if ($0 ~ /: mesh /) {
@@ -90,14 +91,14 @@ awk -F, 'FNR == NR {  # ulps.txt
   }
   FNR > 1 && $1 ~ /haversine|mesh|points/ && $3 !~ /^1000x/ {
     v = $1; sub(/^ +/, "", v)
-    k = (v == "haversine mesh") ? "mesh reduced fused" : (v == "haversine points") ? "points reduced" : v
+    k = (v == "haversine mesh") ? "mesh newton wide staged" : (v == "haversine points") ? "points reduced" : v
     k = k " " $2
     goal = ($1 ~ /mesh/) ? (($2 == "f32") ? 0.85 : 0.7) : 0.7
     printf "%-26s %-4s %-22s %8.4f ms  %5.2f x %-5s %9s%s\n", v, $2, $3, $4, $12, $11,
            (k in ulp) ? sprintf("%.2f ulp", ulp[k]) : "", ($12 >= goal) ? "  MEETS " goal : ""
   }' "$OUT/ulps.txt" "$OUT/bench.csv" | tee "$OUT/table.txt"
 
-step "5. SASS of the f64 reduced / Newton / branch-free kernels (sm_90): instructions by class"
+step "5. SASS of the f64 reduced / Newton / branch-free / lean and chord kernels (sm_90): instructions by class"
 # Their terms code is common, so differences between rows are the per-point work
 # times the points per thread (fused 2, wide 4; points 2 per reference).
 CUOBJ=$(command -v cuobjdump || ls /usr/local/cuda*/bin/cuobjdump 2>/dev/null | head -1)
@@ -107,12 +108,12 @@ if [ -n "${CUOBJ:-}" ]; then
   (cd "$CUBINS" && timeout 20 "$CUOBJ" -xelf all "$BENCH_ABS" > /dev/null 2>&1)
   CUBIN=$(grep -l MeshFusedKernel "$CUBINS"/*sm_90*.cubin 2>/dev/null | head -1)
   timeout 20 "$CUOBJ" -sass "${CUBIN:-$BENCH_ABS}" 2>/dev/null |
-    awk '/Function : /{keep = ($0 ~ /MeshFusedKernelIdLb1ELNS0_14HaversineAngleE[456]E/ ||
-                               $0 ~ /PointsSplitKernelIdLb[01]ELNS0_14HaversineAngleE[456]E/)} keep' > "$OUT/sass_f64.txt"
+    awk '/Function : /{keep = ($0 ~ /MeshFusedKernelIdLb1ELNS0_14HaversineAngleE[4567]E/ ||
+                               $0 ~ /PointsSplitKernelIdLb[01]ELNS0_14HaversineAngleE[4567]E/)} keep' > "$OUT/sass_f64.txt"
   rm -rf "$CUBINS"
   awk 'function flush() {
-         if (name != "") printf "%5d instr  DFMA %3d DMUL %3d DADD %3d MUFU %2d SHFL %2d LDS %2d SEL %3d ISETP %3d BRA %2d  %s\n",
-           n, c["DFMA"], c["DMUL"], c["DADD"], c["MUFU"], c["SHFL"], c["LDS"], c["SEL"] + c["FSEL"], c["ISETP"], c["BRA"], name
+         if (name != "") printf "%5d instr  DFMA %3d DMUL %3d DADD %3d DSETP %2d MUFU %2d SHFL %2d LDS %2d SEL %3d ISETP %3d IMNMX %2d BRA %2d  %s\n",
+           n, c["DFMA"], c["DMUL"], c["DADD"], c["DSETP"], c["MUFU"], c["SHFL"], c["LDS"], c["SEL"] + c["FSEL"], c["ISETP"], c["IMNMX"], c["BRA"], name
        }
        /Function : /{flush(); name = $3; sub(/^.*haversine_(mesh15|cu_[0-9a-f]+17)/, "", name); sub(/EEEv.*/, "", name)
                      split("", c); n = 0; next}
@@ -122,8 +123,9 @@ if [ -n "${CUOBJ:-}" ]; then
   awk 'function hex(x,   i, v) {v = 0; x = tolower(x); for (i = 1; i <= length(x); i++) v = v * 16 + index("0123456789abcdef", substr(x, i, 1)) - 1; return v}
        function count(from, to,   i, k) {
          split("", k); for (i = 1; i <= n; i++) if (addr[i] >= from && addr[i] <= to) k[op[i]]++
-         printf "  %-60s loop 0x%05x-0x%05x: %4d instr  DFMA %3d DMUL %3d DADD %3d MUFU %2d SHFL %2d LDS %2d\n", name,
-                from, to, (to - from) / 16 + 1, k["DFMA"], k["DMUL"], k["DADD"], k["MUFU"], k["SHFL"], k["LDS"]
+         printf "  %-60s loop 0x%05x-0x%05x: %4d instr  DFMA %3d DMUL %3d DADD %3d DSETP %2d MUFU %2d SHFL %2d LDS %2d SEL %3d ISETP %3d IMNMX %2d\n", name,
+                from, to, (to - from) / 16 + 1, k["DFMA"], k["DMUL"], k["DADD"], k["DSETP"], k["MUFU"], k["SHFL"], k["LDS"],
+                k["SEL"] + k["FSEL"], k["ISETP"], k["IMNMX"]
        }
        /Function : /{name = $3; sub(/^.*haversine_(mesh15|cu_[0-9a-f]+17)/, "", name); sub(/EEEv.*/, "", name)
                      n = 0; split("", lab); pending = ""; next}

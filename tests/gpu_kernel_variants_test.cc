@@ -297,7 +297,8 @@ void CheckMeshAngles(const LatLonMesh& mesh, const std::vector<GeoPoint>& refs, 
   const DeviceRefs d_refs(refs);
   for (auto angle : {cuda::HaversineAngle::kAtan2, cuda::HaversineAngle::kAsinSplit, cuda::HaversineAngle::kAsin,
                      cuda::HaversineAngle::kAsinPolynomial, cuda::HaversineAngle::kAsinReduced,
-                     cuda::HaversineAngle::kAsinReducedNewton, cuda::HaversineAngle::kAsinReducedBranchFree}) {
+                     cuda::HaversineAngle::kAsinReducedNewton, cuda::HaversineAngle::kAsinReducedBranchFree,
+                     cuda::HaversineAngle::kAsinReducedLean}) {
     for (auto [schedule, offset] : {std::pair{cuda::HaversineMeshSchedule::kCovering, 0},
                                     std::pair{cuda::HaversineMeshSchedule::kCovering, 1},  // scalar stores
                                     std::pair{cuda::HaversineMeshSchedule::kFullWaves, 0},
@@ -345,7 +346,9 @@ constexpr std::initializer_list<cuda::HaversinePointsVariant> kEveryPointsVarian
     cuda::HaversinePointsVariant::kSplitTerms, cuda::HaversinePointsVariant::kDirect,
     cuda::HaversinePointsVariant::kSplitPrefetch, cuda::HaversinePointsVariant::kReduced,
     cuda::HaversinePointsVariant::kReducedPrefetch, cuda::HaversinePointsVariant::kReducedNewton,
-    cuda::HaversinePointsVariant::kReducedNewtonPrefetch, cuda::HaversinePointsVariant::kReducedBranchFree};
+    cuda::HaversinePointsVariant::kReducedNewtonPrefetch, cuda::HaversinePointsVariant::kReducedBranchFree,
+    cuda::HaversinePointsVariant::kChord, cuda::HaversinePointsVariant::kChordPrefetch,
+    cuda::HaversinePointsVariant::kReducedLean};
 
 // The reduced variant elementwise against long double, across the globe and through
 // each antipode (h near 1, where it forms g = 1 - h from its own terms): a few ulp plus
@@ -417,8 +420,8 @@ double CheckReducedAgainstLongDouble(cuda::HaversineAngle angle, cuda::Haversine
 
 // The max includes the device's linspace rounding a coordinate differently (up to
 // coordinate_ulp_km, a few ulp of a short distance), the same for every formulation:
-// the Newton square root (~0.5 ulp) may cost at most 1 ulp over the library rsqrt, and
-// forcing the selects changes no arithmetic.
+// the Newton square roots (~0.5 ulp: SqrtByRsqrtNewton, SqrtLean) may cost at most 1 ulp
+// over the library rsqrt, and forcing the selects changes no arithmetic.
 TEST(GpuKernelVariants, HaversineReducedWithinAFewUlpsOfLongDouble) {
   REQUIRE_GPU();
   using S = cuda::HaversineMeshSchedule;
@@ -429,10 +432,12 @@ TEST(GpuKernelVariants, HaversineReducedWithinAFewUlpsOfLongDouble) {
     const double newton = CheckReducedAgainstLongDouble<double>(cuda::HaversineAngle::kAsinReducedNewton, schedule, 2e-15);
     const double branch_free =
         CheckReducedAgainstLongDouble<double>(cuda::HaversineAngle::kAsinReducedBranchFree, schedule, 2e-15);
+    const double lean = CheckReducedAgainstLongDouble<double>(cuda::HaversineAngle::kAsinReducedLean, schedule, 2e-15);
     EXPECT_LE(newton, reduced + 1) << "schedule " << static_cast<int>(schedule);
     EXPECT_LE(branch_free, reduced + 1) << "schedule " << static_cast<int>(schedule);
+    EXPECT_LE(lean, reduced + 1) << "schedule " << static_cast<int>(schedule);
     for (auto angle : {cuda::HaversineAngle::kAsinReduced, cuda::HaversineAngle::kAsinReducedNewton,
-                       cuda::HaversineAngle::kAsinReducedBranchFree}) {
+                       cuda::HaversineAngle::kAsinReducedBranchFree, cuda::HaversineAngle::kAsinReducedLean}) {
       CheckReducedAgainstLongDouble<float>(angle, schedule, 1e-6);
     }
   }
@@ -490,13 +495,14 @@ TEST(GpuKernelVariants, HaversinePointsEveryVariant) {
   CheckPointsVariants<double>(4099, 70);  // more references than blocks in y
 }
 
-// The reduced variants reduce longitudes by exact multiples of 180 degrees: out to
+// The reduced and chord variants reduce longitudes by exact multiples of 180 degrees: out to
 // the rule's 1e6, where the others' float32 radians lose the angle.
 TEST(GpuKernelVariants, HaversinePointsReducedFarLongitudes) {
   REQUIRE_GPU();
   for (auto v : {cuda::HaversinePointsVariant::kReduced, cuda::HaversinePointsVariant::kReducedPrefetch,
                  cuda::HaversinePointsVariant::kReducedNewton, cuda::HaversinePointsVariant::kReducedNewtonPrefetch,
-                 cuda::HaversinePointsVariant::kReducedBranchFree}) {
+                 cuda::HaversinePointsVariant::kReducedBranchFree, cuda::HaversinePointsVariant::kChord,
+                 cuda::HaversinePointsVariant::kChordPrefetch, cuda::HaversinePointsVariant::kReducedLean}) {
     CheckPointsVariants<float>(30011, 5, 1e6, {v});
     CheckPointsVariants<double>(30011, 5, 1e6, {v});
   }

@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -50,15 +52,19 @@ std::pair<T, T> SampleHG(std::mt19937_64& rng, int i) {
   }
 }
 
-template <typename T>
-double WorstHalfAngleUlps(T scale) {
+template <typename T, typename Step>
+double WorstHalfAngleUlps(T scale, Step step) {
   std::mt19937_64 rng(15);
   double worst = 0;
   for (int i = 0; i < 300000; ++i) {
     const auto [h, g] = SampleHG<T>(rng, i);
-    worst = std::max(worst, Ulps<T>(hm::ScaledHalfAngleReduced(h, g, scale), scale * AsinSqrtReference(h, g)));
+    worst = std::max(worst, Ulps<T>(step(h, g, scale), scale * AsinSqrtReference(h, g)));
   }
   return worst;
+}
+template <typename T>
+double WorstHalfAngleUlps(T scale) {
+  return WorstHalfAngleUlps(scale, [](T h, T g, T sc) { return hm::ScaledHalfAngleReduced(h, g, sc); });
 }
 
 TEST(HaversineMath, HalfAngleReducedWithinAFewUlps) {
@@ -80,6 +86,53 @@ TEST(HaversineMath, HalfAngleReducedAtTheEndsAndRangeBoundaries) {
   EXPECT_EQ(hm::ScaledHalfAngleReduced(1.0f, 0.0f, 1.0f), static_cast<float>(kPiL / 2));
   for (double h : {0.25, std::nextafter(0.25, 1.0), 0.5, 0.75, std::nextafter(0.75, 0.0)}) {
     EXPECT_LE(Ulps<double>(hm::ScaledHalfAngleReduced(h, 1 - h, 1.0), AsinSqrtReference(h, 1 - h)), 2.0) << "h " << h;
+  }
+}
+
+// The lean step (HaversineAngle::kAsinReducedLean) with SqrtLean from an estimate
+// worse than the device's (RsqrtEstimate on the host: 2^-20): the reduced step's bounds.
+TEST(HaversineMath, HalfAngleLeanWithinAFewUlps) {
+  const auto lean = [](double h, double g, double scale) { return hm::ScaledHalfAngleLean(h, g, scale); };
+  EXPECT_LE(WorstHalfAngleUlps(1.0, lean), 1.5);
+  EXPECT_LE(WorstHalfAngleUlps(2 * 6371.0, lean), 3.0);
+}
+
+TEST(HaversineMath, HalfAngleLeanAtTheEndsAndRangeBoundaries) {
+  using W = hm::LeanWords;
+  EXPECT_EQ(hm::HiWord(0.25), W::kQuarter);
+  EXPECT_EQ(hm::HiWord(1.0), W::kOne);
+  EXPECT_EQ(hm::HiWord(-1.0), W::kMinusOne);
+  EXPECT_EQ(hm::HiWord(0.5), W::kHalf);
+  EXPECT_EQ(hm::FromWords(W::kHalfPi, W::kPiLow), static_cast<double>(kPiL / 2));
+  EXPECT_EQ(hm::FromWords(W::kQuarterPi, W::kPiLow), static_cast<double>(kPiL / 4));
+  EXPECT_EQ(hm::ScaledHalfAngleLean(0.0, 1.0, 1.0), 0.0);  // coincident points: exactly 0
+  EXPECT_EQ(hm::ScaledHalfAngleLean(1.0, 0.0, 1.0), static_cast<double>(kPiL / 2));
+  // Roundings below 0 (not from the mesh's or the chords' sums, which are >= 0) stay finite.
+  EXPECT_EQ(hm::ScaledHalfAngleLean(1.0 + 1e-15, -1e-17, 1.0), static_cast<double>(kPiL / 2));
+  EXPECT_LE(std::fabs(hm::ScaledHalfAngleLean(-1e-17, 1.0, 1.0)), 1e-150);
+  for (double h : {0.25, std::nextafter(0.25, 1.0), 0.25 * (1 + 0x1p-21), 0.5, 0.75, std::nextafter(0.75, 0.0),
+                   0.75 - 0x1p-23}) {
+    EXPECT_LE(Ulps<double>(hm::ScaledHalfAngleLean(h, 1 - h, 1.0), AsinSqrtReference(h, 1 - h)), 2.0) << "h " << h;
+  }
+}
+
+// SqrtLean against long double over [0, 1], down to 2^-1074 (the estimate's argument is
+// clamped to the smallest normal: below it only finiteness and size are promised).
+TEST(HaversineMath, SqrtLeanWithinAnUlp) {
+  EXPECT_EQ(hm::SqrtLean(0.0), 0.0);
+  EXPECT_EQ(hm::SqrtLean(1.0), 1.0);
+  std::mt19937_64 rng(18);
+  std::uniform_real_distribution<double> u(0, 1);
+  double worst = 0;
+  for (int i = 0; i < 300000; ++i) {
+    const double m = std::ldexp(u(rng), -static_cast<int>(u(rng) * (i % 2 ? 60 : 1000)));
+    if (m < 0x1p-1022) continue;
+    worst = std::max(worst, Ulps<double>(hm::SqrtLean(m), std::sqrt(static_cast<long double>(m))));
+  }
+  EXPECT_LE(worst, 1.0);
+  for (double m : {0x1p-1074, 0x1p-1030, std::nextafter(0x1p-1022, 0.0)}) {
+    const double r = hm::SqrtLean(m);
+    EXPECT_TRUE(std::isfinite(r) && r >= 0 && r < 1e-150) << m << " -> " << r;
   }
 }
 
@@ -111,7 +164,7 @@ TEST(HaversineMath, HalfAngleReducedForcedFormsSelectTheSameRanges) {
 // Distances from (30, 101) degrees to points around its antipode (-30, -79), 1e-7 to
 // 3 degrees off (19700 km to 20015 km, h in [0.99, 1)), composed as the mesh kernels
 // do (row terms, column terms, h = A + B C, g = HaversineG), against long double.
-template <typename T>
+template <typename T, bool kLean = false>
 double WorstNearAntipodalUlps() {
   constexpr double kLat0 = 30, kLon0 = 101, kTwoR = 2 * 6371.0088;
   const double cos_lat0 = std::cos(kLat0 * static_cast<double>(kPiL / 180));
@@ -132,8 +185,13 @@ double WorstNearAntipodalUlps() {
                                std::cos(lat * 2 * d) * std::cos(kLat0 * 2 * d) * std::sin(dlon) * std::sin(dlon);
     const long double want_g = std::cos(dlat) * std::cos(dlat) * std::cos(dlon) * std::cos(dlon) +
                                std::sin(sum) * std::sin(sum) * std::sin(dlon) * std::sin(dlon);
-    worst = std::max(worst, Ulps<T>(hm::ScaledHalfAngleReduced(h, g, static_cast<T>(kTwoR)),
-                                    kTwoR * AsinSqrtReference(want_h, want_g)));
+    T got;
+    if constexpr (kLean) {
+      got = hm::ScaledHalfAngleLean(h, g, static_cast<T>(kTwoR));
+    } else {
+      got = hm::ScaledHalfAngleReduced(h, g, static_cast<T>(kTwoR));
+    }
+    worst = std::max(worst, Ulps<T>(got, kTwoR * AsinSqrtReference(want_h, want_g)));
   }
   return worst;
 }
@@ -144,6 +202,7 @@ TEST(HaversineMath, NearAntipodalDistancesWithinAFewUlps) {
   // 6e7 (float64) ulp 3e-7 degrees off.
   EXPECT_LE(WorstNearAntipodalUlps<double>(), 2.0);
   EXPECT_LE(WorstNearAntipodalUlps<float>(), 2.0);
+  EXPECT_LE((WorstNearAntipodalUlps<double, true>()), 2.0);
 }
 
 // sin and cos of x / 2 degrees, up to a sign common to both as the haversine's
@@ -174,6 +233,38 @@ TEST(HaversineMath, SinCosDegreesWithinTwoRoundings) {
   EXPECT_LE(WorstSinCosError<double>(1e6), 1.0);  // the longitude rule
   EXPECT_LE(WorstSinCosError<float>(90), 1.0);
   EXPECT_LE(WorstSinCosError<float>(1e6), 1.0);
+}
+
+// Points by chords (HaversinePointsVariant::kChord*): half unit vectors, h and g from
+// their difference and sum, the lean step; against long double for random pairs, pairs
+// 1e-9 to 1 degree apart and pairs as far from their antipode. The coordinates'
+// absolute errors (a few 1e-16) bound the angle's error absolutely, as for the split
+// variants' half-angle differences: per pair |error| <= 4 ulp + 2 R 1e-15.
+TEST(HaversineMath, ChordDistancesWithinUlpsPlusAnAbsoluteBound) {
+  constexpr long double kTwoR = 2 * 6371.0088L;
+  std::mt19937_64 rng(19);
+  std::uniform_real_distribution<double> u(-1, 1);
+  double worst = 0, worst_ulps = 0, worst_km = 0;
+  for (int i = 0; i < 300000; ++i) {
+    const double lat0 = 89 * u(rng), lon0 = 180 * u(rng);
+    const double off = std::pow(10.0, -9 * std::fabs(u(rng)));  // 1 degree down to 1e-9
+    double lat = 90 * u(rng), lon = 540 * u(rng);
+    if (i % 3 == 1) lat = lat0 + off * u(rng), lon = lon0 + off * u(rng);
+    if (i % 3 == 2) lat = -lat0 + off * u(rng), lon = lon0 + 180 + off * u(rng);
+    const hm::HalfVector<double> p = hm::HalfUnitVector(lat, lon), q = hm::HalfUnitVector(lat0, lon0);
+    const double got = hm::ScaledHalfAngleLean(hm::ChordH(p, q), hm::ChordG(p, q), static_cast<double>(kTwoR));
+    const long double d = kPiL / 360, dlat = (lat - lat0) * d, dlon = (lon - lon0) * d, sum = (lat + lat0) * d;
+    const long double sl = std::sin(dlat), so = std::sin(dlon), cl = std::cos(dlat), co = std::cos(dlon), ss = std::sin(sum);
+    const long double want = kTwoR * AsinSqrtReference(sl * sl + std::cos(2 * lat * d) * std::cos(2 * lat0 * d) * so * so,
+                                                       cl * cl * co * co + ss * ss * so * so);
+    const double err = static_cast<double>(std::fabs(static_cast<long double>(got) - want));
+    const double w = static_cast<double>(want), ulp = std::nextafter(w, 2 * w + 1) - w;
+    worst = std::max(worst, err / (4 * ulp + static_cast<double>(kTwoR) * 1e-15));
+    worst_ulps = std::max(worst_ulps, err / ulp);
+    worst_km = std::max(worst_km, err);
+  }
+  std::printf("chord float64: worst %.3g of the bound; %.3g ulp, %.3g km at most\n", worst, worst_ulps, worst_km);
+  EXPECT_LE(worst, 1.0);
 }
 
 }  // namespace

@@ -138,6 +138,7 @@ __global__ void __launch_bounds__(PointsPolicy::kThreads, PointsPolicy::kMinBloc
 template <typename T>
 struct RefTerms {
   T sin_half_lat, cos_half_lat, sin_half_lon, cos_half_lon, cos_lat;
+  hm::HalfVector<T> half;  // kChord*: half the unit vector
 };
 
 template <typename T>
@@ -148,8 +149,9 @@ __global__ void __launch_bounds__(TermsPolicy::kThreads, TermsPolicy::kMinBlocks
     double sla, cla, slo, clo;
     sincos(refs[r].lat_deg * (0.5 * kDegToRad), &sla, &cla);
     sincos(refs[r].lon_deg * (0.5 * kDegToRad), &slo, &clo);
+    const hm::HalfVector<double> half = hm::HalfUnitVector(refs[r].lat_deg, refs[r].lon_deg);
     terms[r] = {static_cast<T>(sla), static_cast<T>(cla), static_cast<T>(slo), static_cast<T>(clo),
-                static_cast<T>(refs[r].cos_lat)};
+                static_cast<T>(refs[r].cos_lat), {static_cast<T>(half.x), static_cast<T>(half.y), static_cast<T>(half.z)}};
   }
 }
 
@@ -161,10 +163,11 @@ __device__ __forceinline__ void SinCos(double x, double* s, double* c) { sincos(
 // (without it, each iteration waits for its loads); kDefaultPointsVariant picks it.
 // kLast, the last step: a kAsinReduced* formulation (HaversinePointsVariant::kReduced*)
 // also takes haversine_math.h's half-angle sines and cosines in degrees and forms g.
-template <typename T, bool kPrefetch, HaversineAngle kLast = kPointsAngle<T>>
+// kChord (HaversinePointsVariant::kChord*): each point's half unit vector instead, h
+// and (with a kLast that takes g) g from chords (haversine_math.h: ChordH, ChordG).
+template <typename T, bool kPrefetch, HaversineAngle kLast = kPointsAngle<T>, bool kChord = false>
 struct PointsSplitAgent {
   static constexpr int K = kPointsPerThread<T>;
-  static constexpr bool kReduced = TakesG(kLast);
   const T* lat;
   const T* lon;
   int64_t n;
@@ -207,15 +210,21 @@ struct PointsSplitAgent {
 
   // Points p0 + k * stride: checked, then their distances to every reference.
   __device__ __forceinline__ void Points(int64_t p0, int64_t stride, const T* la, const T* lo) const {
+    if constexpr (kChord) {
+      Chords(p0, stride, la, lo);
+    } else {
+      HalfAngles(p0, stride, la, lo);
+    }
+  }
+
+  // The split and reduced variants: half-angle sines and cosines a point.
+  __device__ __forceinline__ void HalfAngles(int64_t p0, int64_t stride, const T* la, const T* lo) const {
+    constexpr bool kReduced = TakesG(kLast);
     const T half_rad = static_cast<T>(0.5 * kDegToRad);
     T sla[K], cla[K], slo[K], clo[K], cos_la[K];
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      const int64_t p = p0 + k * stride;
-      if (blockIdx.y == 0 && p < n) {  // one check per point
-        if (!IsLatitude(la[k])) atomicMin(&result->bad_lat, static_cast<unsigned long long>(p));
-        if (!IsLongitude(lo[k])) atomicMin(&result->bad_lon, static_cast<unsigned long long>(p));
-      }
+      Check(p0 + k * stride, la[k], lo[k]);
       if constexpr (kReduced) {
         hm::SinCosHalfDegrees(la[k], &sla[k], &cla[k]);  // |lat| <= 90 once checked
         hm::SinCosHalfDegreesUpToSign(lo[k], &slo[k], &clo[k]);
@@ -248,20 +257,52 @@ struct PointsSplitAgent {
       }
     }
   }
+
+  __device__ __forceinline__ void Check(int64_t p, T la, T lo) const {
+    if (blockIdx.y == 0 && p < n) {  // one check per point
+      if (!IsLatitude(la)) atomicMin(&result->bad_lat, static_cast<unsigned long long>(p));
+      if (!IsLongitude(lo)) atomicMin(&result->bad_lon, static_cast<unsigned long long>(p));
+    }
+  }
+
+  // kChord: three terms a point instead of five; per pair 6 operations for h, 6 for g.
+  __device__ __forceinline__ void Chords(int64_t p0, int64_t stride, const T* la, const T* lo) const {
+    hm::HalfVector<T> v[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      Check(p0 + k * stride, la[k], lo[k]);
+      v[k] = hm::HalfUnitVector(la[k], lo[k]);
+    }
+    for (int64_t r = blockIdx.y; r < n_ref; r += gridDim.y) {
+      const hm::HalfVector<T> q = terms[r].half;  // warp-uniform
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int64_t p = p0 + k * stride;
+        if (p >= n) break;
+        const T h = hm::ChordH(v[k], q);
+        if constexpr (TakesG(kLast)) {
+          out[r * n + p] = hm::DistanceFromHG<T, kLast>(h, hm::ChordG(v[k], q), two_r);
+        } else {
+          out[r * n + p] = hm::DistanceFromH<T, kLast>(h, two_r);
+        }
+      }
+    }
+  }
 };
 
 // Blocks per SM the split kernel is built for (its register cap): the Newton step
 // with prefetched points spilled at 64 registers (the reduced one with prefetch does
-// too, and is kept as measured).
+// too, and is kept as measured; so do 8 bytes of kReducedLean's and Newton's without
+// prefetch). The chord kernels fit 64 with prefetch (three terms a point, not five).
 template <bool kPrefetch, HaversineAngle kLast>
 constexpr int kPointsMinBlocksPerSm =
     kPrefetch && kLast == HaversineAngle::kAsinReducedNewton ? 3 : PointsPolicy::kMinBlocksPerSm;
 
-template <typename T, bool kPrefetch, HaversineAngle kLast = kPointsAngle<T>>
+template <typename T, bool kPrefetch, HaversineAngle kLast = kPointsAngle<T>, bool kChord = false>
 __global__ void __launch_bounds__(PointsPolicy::kThreads, (kPointsMinBlocksPerSm<kPrefetch, kLast>))
     PointsSplitKernel(const T* lat, const T* lon, int64_t n, const RefTerms<T>* terms, int64_t n_ref,
                       T two_r, T* out, PointsResult* result) {
-  PointsSplitAgent<T, kPrefetch, kLast>{lat, lon, n, terms, n_ref, two_r, out, result}.Run();
+  PointsSplitAgent<T, kPrefetch, kLast, kChord>{lat, lon, n, terms, n_ref, two_r, out, result}.Run();
 }
 
 // ---- host ------------------------------------------------------------------------------
@@ -328,11 +369,17 @@ template <typename T>
 using PointsSplitKernelFn = void (*)(const T*, const T*, int64_t, const RefTerms<T>*, int64_t, T, T*, PointsResult*);
 
 // A split kernel and how many of its blocks fit on an SM at once (asked once).
-template <typename T, bool kPrefetch, HaversineAngle kLast>
+template <typename T, bool kPrefetch, HaversineAngle kLast, bool kChord = false>
 std::pair<PointsSplitKernelFn<T>, int> PointsSplitFullWaves() {
-  static const int blocks = ResidentBlocksPerSm(PointsSplitKernel<T, kPrefetch, kLast>, PointsPolicy::kThreads);
-  return {PointsSplitKernel<T, kPrefetch, kLast>, blocks};
+  static const int blocks =
+      ResidentBlocksPerSm(PointsSplitKernel<T, kPrefetch, kLast, kChord>, PointsPolicy::kThreads);
+  return {PointsSplitKernel<T, kPrefetch, kLast, kChord>, blocks};
 }
+
+// kChord's last step: float64 the lean reduced step (g from chords), float32 h alone
+// and the polynomial.
+template <typename T>
+constexpr HaversineAngle kChordAngle = sizeof(T) == 4 ? HaversineAngle::kAsinPolynomial : HaversineAngle::kAsinReducedLean;
 
 template <typename T>
 cudaError_t LaunchPointsT(const T* lat, const T* lon, int64_t n, const RefPoint* refs,
@@ -356,6 +403,9 @@ cudaError_t LaunchPointsT(const T* lat, const T* lon, int64_t n, const RefPoint*
     case V::kReducedNewton: kernel = PointsSplitFullWaves<T, false, kNewton>(); break;
     case V::kReducedNewtonPrefetch: kernel = PointsSplitFullWaves<T, true, kNewton>(); break;
     case V::kReducedBranchFree: kernel = PointsSplitFullWaves<T, false, kBranchFree>(); break;
+    case V::kChord: kernel = PointsSplitFullWaves<T, false, kChordAngle<T>, true>(); break;
+    case V::kChordPrefetch: kernel = PointsSplitFullWaves<T, true, kChordAngle<T>, true>(); break;
+    case V::kReducedLean: kernel = PointsSplitFullWaves<T, false, HaversineAngle::kAsinReducedLean>(); break;
   }
   const int blocks_per_sm = kernel.second;
   const int64_t want = static_cast<int64_t>(env.sm_count) * blocks_per_sm;
@@ -403,6 +453,7 @@ cudaError_t LaunchHaversineMeshVariant(DType dtype, const MeshAxis& lat, const M
       case A::kAsinReduced: return launch(std::integral_constant<A, A::kAsinReduced>{});
       case A::kAsinReducedNewton: return launch(std::integral_constant<A, A::kAsinReducedNewton>{});
       case A::kAsinReducedBranchFree: return launch(std::integral_constant<A, A::kAsinReducedBranchFree>{});
+      case A::kAsinReducedLean: return launch(std::integral_constant<A, A::kAsinReducedLean>{});
     }
     return cudaErrorInvalidValue;
   };
@@ -488,6 +539,7 @@ void ListMeshT(std::vector<KernelEntry>& out, const std::string& t) {
   ListMeshAngle<T, HaversineAngle::kAsinReduced>(out, t, "asin_reduced");
   ListMeshAngle<T, HaversineAngle::kAsinReducedNewton>(out, t, "asin_reduced_newton");
   ListMeshAngle<T, HaversineAngle::kAsinReducedBranchFree>(out, t, "asin_reduced_branch_free");
+  ListMeshAngle<T, HaversineAngle::kAsinReducedLean>(out, t, "asin_reduced_lean");
   out.push_back({"haversine.points<" + t + ">", (const void*)&PointsKernel<T>});
   out.push_back({"haversine.ref_terms<" + t + ">", (const void*)&RefTermsKernel<T>});
   out.push_back({"haversine.points_split<" + t + ">", (const void*)&PointsSplitKernel<T, false>});
@@ -501,6 +553,11 @@ void ListMeshT(std::vector<KernelEntry>& out, const std::string& t) {
                  (const void*)&PointsSplitKernel<T, true, HaversineAngle::kAsinReducedNewton>});
   out.push_back({"haversine.points_split<" + t + ",reduced branch free>",
                  (const void*)&PointsSplitKernel<T, false, HaversineAngle::kAsinReducedBranchFree>});
+  out.push_back({"haversine.points_split<" + t + ",chord>", (const void*)&PointsSplitKernel<T, false, kChordAngle<T>, true>});
+  out.push_back({"haversine.points_split<" + t + ",prefetch,chord>",
+                 (const void*)&PointsSplitKernel<T, true, kChordAngle<T>, true>});
+  out.push_back({"haversine.points_split<" + t + ",reduced lean>",
+                 (const void*)&PointsSplitKernel<T, false, HaversineAngle::kAsinReducedLean>});
 }
 
 void ListHaversineKernels(std::vector<KernelEntry>& out) {
@@ -521,7 +578,8 @@ cudaError_t WarmupHaversine(const LaunchEnv& env) {
   for (DType t : {DType::kFloat32, DType::kFloat64}) {
     for (HaversineAngle a : {HaversineAngle::kAtan2, HaversineAngle::kAsinSplit, HaversineAngle::kAsin,
                              HaversineAngle::kAsinPolynomial, HaversineAngle::kAsinReduced,
-                             HaversineAngle::kAsinReducedNewton, HaversineAngle::kAsinReducedBranchFree}) {
+                             HaversineAngle::kAsinReducedNewton, HaversineAngle::kAsinReducedBranchFree,
+                             HaversineAngle::kAsinReducedLean}) {
       for (HaversineMeshSchedule m : {HaversineMeshSchedule::kCovering, HaversineMeshSchedule::kFullWaves,
                                       HaversineMeshSchedule::kFullWavesTwoRows, HaversineMeshSchedule::kFullWavesFused,
                                       HaversineMeshSchedule::kFullWavesFusedWide,
@@ -535,7 +593,8 @@ cudaError_t WarmupHaversine(const LaunchEnv& env) {
                                      HaversinePointsVariant::kSplitPrefetch, HaversinePointsVariant::kReduced,
                                      HaversinePointsVariant::kReducedPrefetch, HaversinePointsVariant::kReducedNewton,
                                      HaversinePointsVariant::kReducedNewtonPrefetch,
-                                     HaversinePointsVariant::kReducedBranchFree}) {
+                                     HaversinePointsVariant::kReducedBranchFree, HaversinePointsVariant::kChord,
+                                     HaversinePointsVariant::kChordPrefetch, HaversinePointsVariant::kReducedLean}) {
       GC_TRY(LaunchHaversinePointsVariant(t, buf + 32, buf + 40, 4, ref, 1, 6371.0, buf, result, env, v));
     }
   }

@@ -16,9 +16,12 @@
 // selects into branches around the square root). In all ~2 ulp (haversine_math_test),
 // near the antipode too, ~1 more on the device from rsqrt. kAsinReducedBranchFree: the
 // same with the selects forced (straight-line code); kAsinReducedNewton: that with
-// sqrt(m) from the MUFU estimate and a Newton step (SqrtByRsqrtNewton, ~0.5 ulp).
+// sqrt(m) from the MUFU estimate and a Newton step (SqrtByRsqrtNewton, ~0.5 ulp);
+// kAsinReducedLean (ScaledHalfAngleLean): the same formula with its tests and choices on
+// 32-bit words and a 5-operation square root (SqrtLean), for h, g >= 0.
 //
-// Points and mesh terms: sin and cos of a half angle in degrees. Latitudes are checked
+// Points and mesh terms: sin and cos of a half angle in degrees (and, for the chord
+// points variants, half unit vectors from them: HalfUnitVector). Latitudes are checked
 // to +-90, so lat / 2 is within +-45 degrees (|t| <= pi/4) and needs no reduction; other
 // angles are reduced by an exact multiple of 180 degrees (fma), an odd multiple
 // swapping sin and cos of the half angle up to a sign common to both, which the
@@ -164,6 +167,93 @@ GC_HOST_DEVICE double SqrtByRsqrtNewton(double m) {
 #endif
 }
 
+// The high 32 bits of x (sign, exponent and 20 bits of mantissa) as a signed integer,
+// the low 32, and x from them: the lean step's range tests, clamps and exact halving
+// run on the integer pipe, one 32-bit operation each.
+GC_HOST_DEVICE int HiWord(double x) {
+#if defined(__CUDA_ARCH__)
+  return __double2hiint(x);
+#else
+  return static_cast<int>(Bits(x) >> 32);
+#endif
+}
+GC_HOST_DEVICE unsigned LoWord(double x) { return static_cast<unsigned>(Bits(x) & 0xffffffffLL); }
+GC_HOST_DEVICE double FromWords(int hi, unsigned lo) {
+#if defined(__CUDA_ARCH__)
+  return __hiloint2double(hi, static_cast<int>(lo));
+#else
+  const unsigned long long b = (static_cast<unsigned long long>(static_cast<unsigned>(hi)) << 32) | lo;
+  double x;
+  std::memcpy(&x, &b, sizeof(x));
+  return x;
+#endif
+}
+
+// An estimate of 1/sqrt(m) for a normal m > 0: on the device MUFU.RSQ64H
+// (rsqrt.approx.ftz.f64); on the host the exact value with its low word cleared, a
+// relative error up to 2^-20, worse than the device's, so the CPU tests bound it.
+GC_HOST_DEVICE double RsqrtEstimate(double m) {
+#if defined(__CUDA_ARCH__)
+  double y;
+  asm("rsqrt.approx.ftz.f64 %0, %1;" : "=d"(y) : "d"(m));
+  return y;
+#else
+  return FromWords(HiWord(1 / std::sqrt(m)), 0);
+#endif
+}
+
+// sqrt(m) for 0 <= m <= 1 in 5 double operations (SqrtByRsqrtNewton takes 7 and a
+// select): y = RsqrtEstimate(max(m, 2^-1022)) with relative error e, so y/2 is exact
+// on the integer pipe (y is normal); s = m y, r = 1/2 - s y/2 = -e - e^2/2, s1 = s + s r
+// = sqrt(m) (1 - 3e^2/2), then one residual step with y/2 itself, s1 + (m - s1^2) y/2
+// = sqrt(m) (1 + O(e^3)): ~2^-60 for e = 2^-20, so the last roundings dominate (~0.5
+// ulp). m = 0 gives 0 exactly; m below the smallest normal a finite value under 1e-150.
+GC_HOST_DEVICE double SqrtLean(double m) {
+  constexpr int kSmallestNormalHi = 0x00100000;  // HiWord(2^-1022)
+  const int hi = HiWord(m);
+  const double y = RsqrtEstimate(FromWords(hi > kSmallestNormalHi ? hi : kSmallestNormalHi, LoWord(m)));
+  const double half_y = FromWords(HiWord(y) - kSmallestNormalHi, LoWord(y));  // exponent - 1
+  const double s = m * y;
+  const double s1 = Fma(s, Fma(-s, half_y, 0.5), s);
+  return Fma(Fma(-s1, s1, m), half_y, s1);
+}
+
+struct LeanWords {  // high words of 1/4, 1, -1, 1/2, pi/2, pi/4; the low word of pi/2 and pi/4
+  static constexpr int kQuarter = 0x3fd00000, kOne = 0x3ff00000, kMinusOne = -0x40100000, kHalf = 0x3fe00000;
+  static constexpr int kHalfPi = 0x3ff921fb, kQuarterPi = 0x3fe921fb;
+  static constexpr unsigned kPiLow = 0x54442d18u;
+};
+
+// ScaledHalfAngleReduced's formula (three ranges, one polynomial on [0, 1/4]) in fewer
+// instructions, for the kernels whose h and g are sums of non-negative terms (the mesh,
+// the chord points): the range tests compare high words (one 32-bit compare each; a
+// value within 2^-20 above 1/4 stays in the outer range, where the polynomial is as
+// good 2^-22 past its end), m = min(h, g) is built from the smaller high word, clamped
+// to >= 0 (a negative rounding gives a tiny m, not a NaN), w = x^2 in every range
+// (no select of w: in the outer ranges x^2 is m to an ulp, which T(w) does not see),
+// the square root SqrtLean, and the selected constants k in {1, -1, 1/2} and base in
+// {0, pi/2, pi/4} are built from 32-bit words (pi/2 and pi/4 share their low word).
+// Plain selects: nothing is conditional around the square root, and NVVM keeps them
+// selects (no branch in the PTX of any lean kernel; a forced select of x cost one more
+// compare a point).
+// Double operations: 1 (z) + 5 (sqrt) + 1 (w) + 12 (tail) + 4 = 23, ScaledHalfAngleReduced
+// with SqrtByRsqrtNewton 25.
+GC_HOST_DEVICE double ScaledHalfAngleLean(double h, double g, double scale) {
+  using W = LeanWords;
+  const int h_hi = HiWord(h), g_hi = HiWord(g);
+  const bool upper = h_hi > g_hi;
+  const int m_hi = upper ? g_hi : h_hi;
+  const bool middle = m_hi > W::kQuarter;
+  const double m = FromWords(m_hi > 0 ? m_hi : 0, upper ? LoWord(g) : LoWord(h));
+  const double root = SqrtLean(m);
+  const double x = middle ? h - g : root;
+  const double w = x * x;
+  const int k_hi = middle ? W::kHalf : (upper ? W::kMinusOne : W::kOne);
+  const int base_hi = middle ? W::kQuarterPi : (upper ? W::kHalfPi : 0);
+  const unsigned base_lo = middle || upper ? W::kPiLow : 0u;
+  return scale * Fma(FromWords(k_hi, 0), Fma(x, w * AsinSqrtTail(w), x), FromWords(base_hi, base_lo));
+}
+
 // How the reduced step takes sqrt(m) and makes its choices (HaversineAngle::
 // kAsinReduced, kAsinReducedBranchFree, kAsinReducedNewton).
 enum class ReducedForm {
@@ -297,6 +387,38 @@ GC_HOST_DEVICE void LongitudeTerms(double dlon, double* sin2, double* cos2) {
   *cos2 = c * c;
 }
 
+// Points by chords (HaversinePointsVariant::kChord*): p/2 for the unit vector p of a
+// point, once per point, so that per (reference, point) pair h = |p/2 - q/2|^2 and g =
+// |p/2 + q/2|^2 (= 1 - h) take 12 operations. From the half-angle sines and cosines in
+// degrees: cos lat = 2 c^2 - 1, and (cos lon, sin lon) / 2 = (c'^2 - 1/2, s' c'), exact
+// in sign up to the common sign of (s', c') (SinCosHalfDegreesUpToSign). Each coordinate
+// is within a few 1e-16 (float64) absolutely, like the half-angle differences of the
+// split variants: both lose relative accuracy for pairs much closer than 1e-8 radians.
+template <typename T>
+struct HalfVector {
+  T x, y, z;
+};
+template <typename T>
+GC_HOST_DEVICE HalfVector<T> HalfUnitVector(T lat, T lon) {
+  T s, c, so, co;
+  SinCosHalfDegrees(lat, &s, &c);  // |lat| <= 90 once checked
+  SinCosHalfDegreesUpToSign(lon, &so, &co);
+  const T cos_lat = Fma(c + c, c, T(-1));
+  return {cos_lat * Fma(co, co, T(-0.5)), cos_lat * (so * co), s * c};
+}
+
+// h = |p - q|^2 and g = |p + q|^2 for half vectors p and q.
+template <typename T>
+GC_HOST_DEVICE T ChordH(const HalfVector<T>& p, const HalfVector<T>& q) {
+  const T dx = p.x - q.x, dy = p.y - q.y, dz = p.z - q.z;
+  return Fma(dx, dx, Fma(dy, dy, dz * dz));
+}
+template <typename T>
+GC_HOST_DEVICE T ChordG(const HalfVector<T>& p, const HalfVector<T>& q) {
+  const T sx = p.x + q.x, sy = p.y + q.y, sz = p.z + q.z;
+  return Fma(sx, sx, Fma(sy, sy, sz * sz));
+}
+
 // ---- the earlier formulations of the last step, and the choice (device only) ----------
 #if defined(__CUDACC__)
 // atan2(sqrt(h), sqrt(1 - h)) for h in [0, 1] in float32 without the library's
@@ -413,14 +535,19 @@ __device__ __forceinline__ T DistanceFromH(T h, T two_r) {
   return two_r * HalfAngle<T, kAngle>(h);
 }
 
-// d = 2 R asin(sqrt(h)) by a kAsinReduced* formulation, g = 1 - h from its own terms.
+// d = 2 R asin(sqrt(h)) by a kAsinReduced* formulation, g = 1 - h from its own terms
+// (float32 kAsinReducedLean: kAsinReduced's arithmetic).
 template <typename T, HaversineAngle kAngle>
 __device__ __forceinline__ T DistanceFromHG(T h, T g, T two_r) {
   static_assert(TakesG(kAngle));
-  constexpr ReducedForm kForm = kAngle == HaversineAngle::kAsinReducedNewton       ? ReducedForm::kNewton
-                                : kAngle == HaversineAngle::kAsinReducedBranchFree ? ReducedForm::kBranchFree
-                                                                                   : ReducedForm::kPlain;
-  return ScaledHalfAngleReduced<T, kForm>(h, g, two_r);
+  if constexpr (kAngle == HaversineAngle::kAsinReducedLean && sizeof(T) == 8) {
+    return ScaledHalfAngleLean(h, g, two_r);
+  } else {
+    constexpr ReducedForm kForm = kAngle == HaversineAngle::kAsinReducedNewton       ? ReducedForm::kNewton
+                                  : kAngle == HaversineAngle::kAsinReducedBranchFree ? ReducedForm::kBranchFree
+                                                                                     : ReducedForm::kPlain;
+    return ScaledHalfAngleReduced<T, kForm>(h, g, two_r);
+  }
 }
 #endif  // __CUDACC__
 

@@ -266,11 +266,14 @@ struct MeshFusedAgent {
 // Blocks per SM the fused kernel is built for (its register cap), from ptxas's spills
 // (float64): kVecs = 2 keeps twice the column terms and chains, and the Newton square
 // root's temporaries add to each chain: at 64 registers the Newton kernel spilled 60
-// bytes, the wide kernels at 80 registers 8 (reduced) and 124 (Newton); with these
-// caps up to 16 bytes are left in the wide reduced and branch-free kernels.
+// bytes, the wide kernels at 80 registers 8 (reduced), 124 (Newton) and 88-100 (lean;
+// at 64 the narrow lean kernels do not spill); with these caps up to 16 bytes are left
+// in the wide reduced and branch-free kernels.
 template <HaversineAngle kAngle, int kVecs>
 constexpr int kFusedMinBlocksPerSm =
-    (kVecs == 1 ? MeshPolicy::kMinBlocksPerSm : 3) - (kAngle == HaversineAngle::kAsinReducedNewton ? 1 : 0);
+    (kVecs == 1 ? MeshPolicy::kMinBlocksPerSm : 3) -
+    (kAngle == HaversineAngle::kAsinReducedNewton || (kAngle == HaversineAngle::kAsinReducedLean && kVecs == 2) ? 1
+                                                                                                                  : 0);
 
 template <typename T, bool kVec, HaversineAngle kAngle, int kVecs, bool kStaged>
 __global__ void __launch_bounds__(MeshPolicy::kThreads, (kFusedMinBlocksPerSm<kAngle, kVecs>))

@@ -25,12 +25,16 @@ enum class HaversineAngle {
                            // checks nor slow-path branch
   kAsinReducedBranchFree = 6,  // kAsinReduced with its selects forced (SelectIfGreater):
                                // NVVM turns them into branches around the sqrt
+  kAsinReducedLean = 7,  // the same formula for h, g >= 0 in fewer instructions
+                         // (ScaledHalfAngleLean): 32-bit range tests, no select of w,
+                         // a 5-operation square root (SqrtLean), k and base from
+                         // words; float32 as kAsinReduced
 };
 
 // The formulations that take g = 1 - h from its own terms (ScaledHalfAngleReduced*).
 constexpr bool TakesG(HaversineAngle a) {
   return a == HaversineAngle::kAsinReduced || a == HaversineAngle::kAsinReducedNewton ||
-         a == HaversineAngle::kAsinReducedBranchFree;
+         a == HaversineAngle::kAsinReducedBranchFree || a == HaversineAngle::kAsinReducedLean;
 }
 
 // How the mesh kernel covers the grid.
@@ -61,6 +65,13 @@ enum class HaversinePointsVariant {
   kReducedNewtonPrefetch = 6,  // kReducedNewton, the next points loaded while these are
                                // computed (3 blocks per SM: 80 registers)
   kReducedBranchFree = 7,  // kReduced with the last step of kAsinReducedBranchFree
+  kChord = 8,  // half unit vectors p/2 per point (once, for every reference) and per
+               // reference: h = |p/2 - q/2|^2, g = |p/2 + q/2|^2 (12 operations a pair
+               // against kReduced's 18); float64 the last step of kAsinReducedLean,
+               // float32 h alone and the polynomial
+  kChordPrefetch = 9,  // kChord, the next points loaded while these are computed
+  kReducedLean = 10,  // kReduced with the last step of HaversineAngle::kAsinReducedLean
+                      // (to tell the chords' gain from the last step's)
 };
 
 cudaError_t LaunchHaversineMeshVariant(DType dtype, const MeshAxis& lat, const MeshAxis& lon,
