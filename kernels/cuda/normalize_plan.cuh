@@ -225,6 +225,7 @@ std::string DescribePlan(int64_t rows, int64_t cols, NormalizeVariant variant) {
              (row_by_row ? "row by row" : "lagged") + (plan.streaming ? ", evict-first hints" : "");
     }
     case NormalizePath::kShortRows:
+      if (cols < Vec16<T>::kCount) return "short rows: a thread a row (rows shorter than a vector)";
       return "flat 16-byte vectors, " + std::to_string(ShortRowsLayoutFor<Vec16<T>::kCount>(0, rows, cols).tile_rows) +
              " rows/warp, segmented warp scan (default where in and out are off each other's 16-byte phase)";
     case NormalizePath::kChunks: break;

@@ -41,8 +41,8 @@ enum class NormalizeVariant {
                           // past 16 such slices as kClusterBulk
   kShortRows = 13,  // rows up to 32 columns whose in and out share a 16-byte phase: the
                     // flat array in 16-byte loads, 4 a lane in flight, rows reduced by a
-                    // segmented warp scan of shuffles, 16-byte stores (normalize_short.cuh);
-                    // else kDefault
+                    // segmented warp scan of shuffles, 16-byte stores (normalize_short.cuh;
+                    // rows shorter than a vector a thread each); else kDefault
 };
 
 // What `variant` runs for this shape on the current device (for the benchmark's log).
