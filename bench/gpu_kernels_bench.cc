@@ -342,12 +342,7 @@ void Normalize(Bench& b, bool quick) {
   std::vector<C> cases = {{10, 10000000, DType::kFloat32, NormKind::kSum, "sum"},
                           {10, 10000000, DType::kFloat64, NormKind::kL2, "l2"},
                           {1000000, 100, DType::kFloat32, NormKind::kSum, "sum"},
-                          {10000000, 10, DType::kFloat32, NormKind::kL1, "l1"},
-                          // Short rows in float64, and rows not a multiple of 16 bytes
-                          // that straddle the lanes' vectors (kShortRows).
-                          {5000000, 10, DType::kFloat64, NormKind::kL2, "l2"},
-                          {3225806, 31, DType::kFloat32, NormKind::kSum, "sum"},
-                          {1612903, 31, DType::kFloat64, NormKind::kL1, "l1"}};
+                          {10000000, 10, DType::kFloat32, NormKind::kL1, "l1"}};
   // Every row length from 1e3 to 1e6, 1e8 elements in all (float64: 5e7); the short
   // rows where lane groups and tiles trade places (64 .. 512 columns); and 5e4 and 4e5,
   // the TMA clusters' 2 and 16 blocks a row (float32).
@@ -380,8 +375,7 @@ void Normalize(Bench& b, bool quick) {
         {cuda::NormalizeVariant::kPipelinedRowByRow, "  pipelined rowwise"},
         {cuda::NormalizeVariant::kClusterBulk, "  cluster bulk"},
         {cuda::NormalizeVariant::kClusterBulkV4, "  cluster bulk v4"},
-        {cuda::NormalizeVariant::kClusterBulkHalf, "  cluster bulk half"},
-        {cuda::NormalizeVariant::kShortRows, "  short rows"}};
+        {cuda::NormalizeVariant::kClusterBulkHalf, "  cluster bulk half"}};
     std::string policy;
     for (const auto& [variant, name] : variants) {
       absl::StrAppend(&policy, policy.empty() ? "" : "; ", std::string(name).substr(2), " = ",

@@ -80,7 +80,7 @@ step "4. ratios (ceiling measured in this run) and goals"
 # write-only, points >= 0.7 of D2D, discount >= 0.93.
 awk -F, 'NR > 1 && $7 > 0 {
   goal = "";
-  if ($1 ~ /normalize|default|two reads|tile|cluster|narrow groups|pipelined|cluster16|short rows/) goal = 0.85;
+  if ($1 ~ /normalize|default|two reads|tile|cluster|narrow groups|pipelined|cluster16/) goal = 0.85;
   else if ($1 ~ /mesh/) goal = ($2 == "f32") ? 0.85 : 0.7;
   else if ($1 ~ /points/) goal = 0.7;
   else if ($1 ~ /discount/) goal = 0.93;
@@ -108,7 +108,7 @@ winners() {  # title, regex of the variant rows, the default's row name: f32/f64
     }
   }' "$OUT/bench.csv" | sort
 }
-winners "normalize" '^  (default|two reads|tile|cluster|narrow groups|pipelined|pipelined plain|cluster16|pipelined lagged|pipelined rowwise|short rows) ' default/default
+winners "normalize" '^  (default|two reads|tile|cluster|narrow groups|pipelined|pipelined plain|cluster16|pipelined lagged|pipelined rowwise) ' default/default
 winners "haversine mesh" '^  mesh ' "mesh asin_poly waves/mesh newton wide staged"
 winners "haversine points" '^  points ' "points prefetch/points reduced"
 

@@ -25,7 +25,6 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/haversine_variants.h"
 #include "kernels/cuda/launchers.h"
-#include "kernels/cuda/normalize_short_layout.h"
 #include "kernels/cuda/normalize_variants.h"
 #include "tests/testing/arrays.h"
 #include "tests/testing/conformance.h"
@@ -95,14 +94,13 @@ constexpr NormKind kAllNorms[] = {NormKind::kSum, NormKind::kL1, NormKind::kL2, 
 constexpr cuda::NormalizeVariant kNormalizeVariants[] = {
     cuda::NormalizeVariant::kDefault, cuda::NormalizeVariant::kTwoReads, cuda::NormalizeVariant::kTile,
     cuda::NormalizeVariant::kCluster, cuda::NormalizeVariant::kNarrowGroups, cuda::NormalizeVariant::kPipelined,
-    cuda::NormalizeVariant::kShortRows,
     // The same kernels as ones above, other hints, cluster size or order:
     cuda::NormalizeVariant::kPipelinedPlain, cuda::NormalizeVariant::kCluster16,
     cuda::NormalizeVariant::kPipelinedLagged, cuda::NormalizeVariant::kPipelinedRowByRow,
     // The TMA cluster kernels (under the sanitizers: NormalizeClusterBulkSmall).
     cuda::NormalizeVariant::kClusterBulk, cuda::NormalizeVariant::kClusterBulkV4,
     cuda::NormalizeVariant::kClusterBulkHalf};
-constexpr size_t kDistinctNormalizeKernels = 7;
+constexpr size_t kDistinctNormalizeKernels = 6;
 
 // Every variant; under compute-sanitizer (slow) the first kDistinctNormalizeKernels.
 std::span<const cuda::NormalizeVariant> NormalizeVariants() {
@@ -132,13 +130,9 @@ void RunNormalize(const std::vector<T>& x, int64_t rows, int64_t cols, NormKind 
   *out = o.Download(n);
 }
 
-// Aligned, input off by one element, output off by one element.
-constexpr std::pair<int, int> kNormalizeOffsets[] = {{0, 0}, {1, 0}, {0, 1}};
-
 template <typename T>
 void CheckNormalizeVariants(int64_t rows, int64_t cols,
-                            std::span<const cuda::NormalizeVariant> variants = NormalizeVariants(),
-                            std::span<const std::pair<int, int>> offsets = kNormalizeOffsets) {
+                            std::span<const cuda::NormalizeVariant> variants = NormalizeVariants()) {
   const uint64_t seed = FreshSeed();
   const Shape shape = {rows, cols};
   for (NormKind norm : kAllNorms) {
@@ -148,7 +142,8 @@ void CheckNormalizeVariants(int64_t rows, int64_t cols,
     ASSERT_TRUE(Cpu()->Normalize(*Put(*Cpu(), shape, x), norm, *ref, ctx).ok());
     const std::vector<double> want = ToDoubles(Read<T>(*Cpu(), *ref));
     for (cuda::NormalizeVariant v : variants) {
-      for (const auto [in_off, out_off] : offsets) {
+      // Aligned, input off by one element, output off by one element.
+      for (const auto [in_off, out_off] : {std::pair{0, 0}, std::pair{1, 0}, std::pair{0, 1}}) {
         SCOPED_TRACE(absl::StrCat(rows, " x ", cols, sizeof(T) == 4 ? " f32" : " f64", " norm ",
                                   static_cast<int>(norm), " variant ", static_cast<int>(v), " offsets ",
                                   in_off, "/", out_off, " seed ", seed));
@@ -276,108 +271,6 @@ TEST(GpuKernelVariants, NormalizeClusterBulkSmall) {
   REQUIRE_GPU();
   CheckNormalizeVariants<double>(2, 20000, kClusterBulkVariants);
   CheckBadRows<float>(8200, 300, 250, kClusterBulkVariants);
-}
-
-// The short-rows path (kShortRows): rows of 1 to 32 columns (odd ones straddle the
-// lanes' 16-byte vectors, the warps' loads and the tiles), row counts that leave a
-// ragged last tile and a ragged tail past the last whole vector, both pointers off the
-// 16-byte grid by the same amount (the unaligned head: edge rows) and by different
-// amounts (the default runs), every norm, float32 and float64, fresh inputs each run.
-constexpr std::pair<int, int> kShortRowsOffsets[] = {{0, 0}, {1, 1}, {2, 2}, {3, 3}, {1, 0}, {0, 1}};
-constexpr cuda::NormalizeVariant kShortRowsVariant[] = {cuda::NormalizeVariant::kShortRows};
-
-TEST(GpuKernelVariants, NormalizeShortRows) {
-  REQUIRE_GPU();
-  // Under compute-sanitizer (slow) fewer row counts and pointer offsets.
-  const std::span<const std::pair<int, int>> offsets_all =
-      std::span(kShortRowsOffsets).first(test::Sanitized() ? 2 : std::size(kShortRowsOffsets));
-  for (int64_t cols : {1, 2, 3, 4, 5, 7, 8, 10, 16, 17, 31, 32}) {
-    for (int64_t rows : {1, 2, 3, 37, 4099}) {
-      if (test::Sanitized() && rows != 3 && rows != 4099) continue;
-      CheckNormalizeVariants<float>(rows, cols, kShortRowsVariant, offsets_all);
-      CheckNormalizeVariants<double>(rows, cols, kShortRowsVariant, offsets_all);
-    }
-  }
-  // More tiles than the grid has warps (each warp takes several), ragged ends.
-  const std::pair<int, int> offsets[] = {{0, 0}, {1, 1}};
-  for (int64_t cols : {3, 10, 31}) {
-    if (test::Sanitized()) break;
-    CheckNormalizeVariants<float>(1000003, cols, kShortRowsVariant, offsets);
-    CheckNormalizeVariants<double>(600001, cols, kShortRowsVariant, offsets);
-  }
-}
-
-// Zero rows on the short-rows path: among the tiles (straddling vectors and loads),
-// in a tile's first and last rows, in the edge rows (row 1 of 4099 with 1 column).
-TEST(GpuKernelVariants, NormalizeShortRowsBadRows) {
-  REQUIRE_GPU();
-  for (int64_t cols : {1, 3, 4, 7, 10, 17, 31, 32}) {
-    CheckBadRows<float>(cols, 4099, 1001, kShortRowsVariant);
-    CheckBadRows<double>(cols, 4099, 1001, kShortRowsVariant);
-    CheckBadRows<float>(cols, 4099, 1, kShortRowsVariant);
-    CheckBadRows<double>(cols, 301, 298 - 2, kShortRowsVariant);
-  }
-}
-
-// The short-rows index arithmetic on the CPU (no device needed), against brute force:
-// every row is an edge row or in exactly one tile, a tile's vectors fit a warp's loads
-// and cover its rows, and each lane's element positions, row starts and row ends.
-template <int V>
-void CheckShortRowsLayout(int64_t rows, int64_t cols, int misalign) {
-  SCOPED_TRACE(absl::StrCat(rows, " x ", cols, " V ", V, " misalign ", misalign));
-  const cuda::ShortRowsLayout l = cuda::ShortRowsLayoutFor<V>(misalign, rows, cols);
-  const int64_t n = rows * cols;
-  ASSERT_EQ((misalign + l.head) % V, 0);
-  std::vector<int> seen(rows, 0);
-  for (int64_t e = 0; e < l.EdgeRows(rows); ++e) ++seen[l.EdgeRow(e)];
-  constexpr int kLoads = cuda::ShortRowsPolicy::kVectorsPerLane;
-  for (int64_t tile = 0; tile < l.tiles; ++tile) {
-    const cuda::ShortRowsTile t = cuda::ShortRowsTileAt<V>(l, tile, cols);
-    ASSERT_GE(t.rows, 1);
-    ASSERT_LE(t.vectors, 32 * kLoads);
-    const int64_t first = l.head + t.first_vector * V;  // element 0 of the tile's first vector
-    ASSERT_EQ(first + t.skip, t.row0 * cols);
-    ASSERT_LE(first + int64_t{t.vectors} * V, n) << "a vector past the array";
-    ASSERT_GE(first + int64_t{t.vectors} * V, (t.row0 + t.rows) * cols);
-    for (int r = 0; r < t.rows; ++r) ++seen[t.row0 + r];
-    for (int lane = 0; lane < 32; ++lane) {
-      cuda::RowPos pos = cuda::LaneFirst<V>(lane, t.skip, static_cast<int>(cols));
-      const cuda::RowPos step{static_cast<int>(32 * V / cols), static_cast<int>(32 * V % cols)};
-      for (int u = 0; u < kLoads; ++u, pos = pos.Plus(step.row, step.col, static_cast<int>(cols))) {
-        const int64_t rel = (int64_t{u} * 32 + lane) * V - t.skip;  // element 0, from row0's first
-        const int64_t row = rel >= 0 ? rel / cols : -((-rel + cols - 1) / cols);
-        ASSERT_EQ(pos.row, row) << "lane " << lane << " load " << u;
-        ASSERT_EQ(pos.col, rel - row * cols) << "lane " << lane << " load " << u;
-        const int64_t last = rel + V - 1, last_row = last >= 0 ? last / cols : -((-last + cols - 1) / cols);
-        const int last_col = static_cast<int>(last - last_row * cols);
-        // The lanes (of this load, 32 V elements from rel - lane V) holding the last
-        // row's first and last elements.
-        const int64_t load0 = rel - int64_t{lane} * V;
-        const int64_t start = last_row * cols - load0, end = last_row * cols + cols - 1 - load0;
-        const int64_t start_lane = start >= 0 ? start / V : -((-start + V - 1) / V);
-        ASSERT_EQ(cuda::RowStartLane<V>(lane, last_col), start_lane);
-        ASSERT_EQ(cuda::RowEndLane<V>(lane, last_col, static_cast<int>(cols)), end / V);
-        ASSERT_LT(end / V, 64) << "a row past the next load";
-      }
-    }
-  }
-  for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(seen[r], 1) << "row " << r;
-  // Edge rows only where the rows touch elements off the 16-byte grid (or are shorter
-  // than a vector).
-  const int64_t grid_end = n > l.head ? l.head + (n - l.head) / V * V : l.head;
-  for (int64_t e = 0; e < l.EdgeRows(rows); ++e) {
-    const int64_t r = l.EdgeRow(e);
-    EXPECT_TRUE(cols < V || r * cols < l.head || (r + 1) * cols > grid_end) << "row " << r;
-  }
-}
-
-TEST(GpuKernelVariants, NormalizeShortRowsLayout) {
-  for (int64_t cols = 1; cols <= cuda::ShortRowsPolicy::kMaxCols; ++cols) {
-    for (int64_t rows : {1, 2, 3, 5, 37, 1000, 4099}) {
-      for (int misalign = 0; misalign < 4; ++misalign) CheckShortRowsLayout<4>(rows, cols, misalign);
-      for (int misalign = 0; misalign < 2; ++misalign) CheckShortRowsLayout<2>(rows, cols, misalign);
-    }
-  }
 }
 
 // ---- haversine ----------------------------------------------------------------------------

@@ -13,9 +13,6 @@
 //   clusters (sm_90): a row past a tile over 8 blocks' shared memory, read once;
 //   pipeline (normalize_pipeline.cuh; sm_90, rows past a cluster up to a quarter of
 //     L2): one persistent launch that re-reads each chunk from L2 soon after reducing it;
-//   short rows (kShortRows, rows up to 32 columns; normalize_short.cuh): the flat
-//     array in 16-byte loads, each row reduced by a segmented scan across the lanes
-//     holding it, 16-byte stores; read once, no shared memory;
 //   chunks (sm_80/86/89 past a tile, or rows past a cluster): ChunkReduceKernel
 //     splits every row into chunks (one block each, block
 //     reduction via cub::BlockReduce, 16-byte loads); the last block to finish a row
@@ -52,7 +49,6 @@
 #include "kernels/cuda/normalize_ops.cuh"
 #include "kernels/cuda/normalize_pipeline.cuh"
 #include "kernels/cuda/normalize_plan.cuh"
-#include "kernels/cuda/normalize_short.cuh"
 #include "kernels/cuda/normalize_tile.cuh"
 #include "kernels/cuda/normalize_variants.h"
 
@@ -373,14 +369,6 @@ cudaError_t LaunchPlanned(const NormalizePlan& plan, const T* in, T* out, int64_
     }
     case NormalizePath::kPipeline:
       return LaunchPipeline<T, kNorm>(in, out, rows, cols, plan.streaming, plan.order, result, env);
-    case NormalizePath::kShortRows: {
-      bool launched = false;
-      GC_TRY((LaunchShortRows<T, kNorm>(in, out, rows, cols, result, env, &launched)));
-      if (launched) return cudaSuccess;
-      NormalizePlan fallback;
-      GC_TRY(PlanFor<T>(cols, NormalizeVariant::kDefault, &fallback));
-      return LaunchPlanned<T, kNorm>(fallback, in, out, rows, cols, result, env);
-    }
     case NormalizePath::kChunks: break;
   }
   return LaunchChunks<T, kNorm>(in, out, rows, cols, result, env);
@@ -440,7 +428,6 @@ void ListNormT(std::vector<KernelEntry>& out, const std::string& name) {
   out.push_back({"normalize.pipeline<" + name + ">", (const void*)&PipelineKernel<T, kNorm, false, true>});
   out.push_back({"normalize.pipeline<" + name + ",vec,plain>", (const void*)&PipelineKernel<T, kNorm, true, false>});
   out.push_back({"normalize.pipeline<" + name + ",plain>", (const void*)&PipelineKernel<T, kNorm, false, false>});
-  out.push_back({"normalize.short_rows<" + name + ">", (const void*)&ShortRowsKernel<T, kNorm>});
 }
 
 template <typename T>

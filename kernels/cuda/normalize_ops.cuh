@@ -104,17 +104,6 @@ __device__ __forceinline__ double ShuffleXor(double v, unsigned mask, int offset
 __device__ __forceinline__ TwoSumAcc ShuffleXor(TwoSumAcc v, unsigned mask, int offset, int width) {
   return {__shfl_xor_sync(mask, v.sum, offset, width), __shfl_xor_sync(mask, v.error, offset, width)};
 }
-// Whole-warp shuffles (normalize_short.cuh's segmented scan): from lane - delta (a
-// lane below delta keeps its own), and from `lane`.
-__device__ __forceinline__ double ShuffleUp(double v, int delta) { return __shfl_up_sync(0xffffffffu, v, delta); }
-__device__ __forceinline__ TwoSumAcc ShuffleUp(TwoSumAcc v, int delta) {
-  return {ShuffleUp(v.sum, delta), ShuffleUp(v.error, delta)};
-}
-__device__ __forceinline__ float ShuffleIdx(float v, int lane) { return __shfl_sync(0xffffffffu, v, lane); }
-__device__ __forceinline__ double ShuffleIdx(double v, int lane) { return __shfl_sync(0xffffffffu, v, lane); }
-__device__ __forceinline__ TwoSumAcc ShuffleIdx(TwoSumAcc v, int lane) {
-  return {ShuffleIdx(v.sum, lane), ShuffleIdx(v.error, lane)};
-}
 __device__ __forceinline__ double LoadGlobal(const double* p) { return __ldcg(p); }
 __device__ __forceinline__ TwoSumAcc LoadGlobal(const TwoSumAcc* p) {
   return {__ldcg(&p->sum), __ldcg(&p->error)};

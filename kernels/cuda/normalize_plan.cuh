@@ -10,7 +10,6 @@
 #include "kernels/cuda/normalize_bulk.cuh"
 #include "kernels/cuda/normalize_ops.cuh"
 #include "kernels/cuda/normalize_pipeline.cuh"
-#include "kernels/cuda/normalize_short.cuh"
 #include "kernels/cuda/normalize_tile.cuh"
 #include "kernels/cuda/normalize_variants.h"
 
@@ -18,7 +17,7 @@ namespace gpucompute::cuda {
 namespace {
 
 // What runs for one shape (LaunchT in normalize.cu runs it).
-enum class NormalizePath { kRowGroups, kTile, kCluster, kClusterBulk, kPipeline, kShortRows, kChunks };
+enum class NormalizePath { kRowGroups, kTile, kCluster, kClusterBulk, kPipeline, kChunks };
 struct NormalizePlan {
   NormalizePath path = NormalizePath::kChunks;
   int group = 32;          // kRowGroups, kTile: lanes per row
@@ -153,12 +152,6 @@ cudaError_t PlanFor(int64_t cols, NormalizeVariant variant, NormalizePlan* plan,
         return cudaSuccess;
       }
       break;
-    case NormalizeVariant::kShortRows:
-      if (cols <= ShortRowsPolicy::kMaxCols) {
-        plan->path = NormalizePath::kShortRows;
-        return cudaSuccess;
-      }
-      break;
     case NormalizeVariant::kDefault:
       break;
   }
@@ -224,10 +217,6 @@ std::string DescribePlan(int64_t rows, int64_t cols, NormalizeVariant variant) {
       return "pipeline of " + std::to_string(kPipelineChunk<T>) + "-element chunks, " +
              (row_by_row ? "row by row" : "lagged") + (plan.streaming ? ", evict-first hints" : "");
     }
-    case NormalizePath::kShortRows:
-      if (cols < Vec16<T>::kCount) return "short rows: a thread a row (rows shorter than a vector)";
-      return "flat 16-byte vectors, " + std::to_string(ShortRowsLayoutFor<Vec16<T>::kCount>(0, rows, cols).tile_rows) +
-             " rows/warp, segmented warp scan (default where in and out are off each other's 16-byte phase)";
     case NormalizePath::kChunks: break;
   }
   return "chunks of " + std::to_string(ChunkPolicy::kChunk) + ", one pass";

@@ -39,10 +39,6 @@ enum class NormalizeVariant {
   kClusterBulkHalf = 12,  // kClusterBulk with slices up to 50 KiB (twice the blocks a row,
                           // two blocks a SM: one's reduction overlaps the other's); rows
                           // past 16 such slices as kClusterBulk
-  kShortRows = 13,  // rows up to 32 columns whose in and out share a 16-byte phase: the
-                    // flat array in 16-byte loads, 4 a lane in flight, rows reduced by a
-                    // segmented warp scan of shuffles, 16-byte stores (normalize_short.cuh;
-                    // rows shorter than a vector a thread each); else kDefault
 };
 
 // What `variant` runs for this shape on the current device (for the benchmark's log).
