@@ -19,12 +19,12 @@
 #   bash bench/run_gpu_haversine.sh     # unpacks the bundle; logs under $OUT (or ./gpu-out)
 #
 # Names in the table: mesh reduced fused = HaversineAngle::kAsinReduced on
-# kFullWavesFused, newton = kAsinReducedNewton (newton wide staged: the f64 default),
-# branchfree = kAsinReducedBranchFree, lean = kAsinReducedLean; wide / staged / wide
-# staged = kFullWavesFusedWide / kFullWavesFusedStaged / kFullWavesFusedWideStaged. Points reduced =
-# HaversinePointsVariant::kReduced (the f64 default), reduced newton = kReducedNewton,
+# kFullWavesFused, newton = kAsinReducedNewton, branchfree = kAsinReducedBranchFree,
+# lean = kAsinReducedLean (lean wide: the f64 default); wide / staged / wide staged =
+# kFullWavesFusedWide / kFullWavesFusedStaged / kFullWavesFusedWideStaged. Points reduced =
+# HaversinePointsVariant::kReduced, reduced newton = kReducedNewton,
 # newton prefetch = kReducedNewtonPrefetch, branchfree = kReducedBranchFree, chord /
-# chord prefetch = kChord / kChordPrefetch, reduced lean = kReducedLean. The
+# chord prefetch = kChord / kChordPrefetch (the default), reduced lean = kReducedLean. The
 # ulps: the mesh against long double (angle 4 = reduced, 5 = newton, 6 = branchfree, 7 = lean;
 # schedule 0 covering, 3 fused, 4 wide, 5 staged, 6 wide staged), the points against
 # the CPU float64 reference (variant 3 = reduced, 4 = reduced prefetch, 5 = reduced
@@ -70,7 +70,7 @@ grep -E '^device|bandwidth|^rc=' "$OUT/bench.log"
 step "4. table: 10000x10000 meshes (ratio to write-only), 1e7 x 4 points (to D2D); f32: no regression"
 # The tests' max ulps per variant, named as the benchmark rows: the mesh against long
 # double (globe, 361 x 724, 2 references), the points against the CPU float64
-# reference (all shapes); the default rows are newton wide staged / points reduced.
+# reference (all shapes); the default rows are lean wide / points chord prefetch.
 grep '^haversine ulps' "$OUT/test.log" > "$OUT/ulps.txt"
 # bench.csv: op,dtype,size,median_ms,...,ceiling,ratio_to_ceiling
 awk -F, 'FNR == NR {  # ulps.txt
@@ -91,7 +91,7 @@ awk -F, 'FNR == NR {  # ulps.txt
   }
   FNR > 1 && $1 ~ /haversine|mesh|points/ && $3 !~ /^1000x/ {
     v = $1; sub(/^ +/, "", v)
-    k = (v == "haversine mesh") ? "mesh newton wide staged" : (v == "haversine points") ? "points reduced" : v
+    k = (v == "haversine mesh") ? "mesh lean wide" : (v == "haversine points") ? "points chord prefetch" : v
     k = k " " $2
     goal = ($1 ~ /mesh/) ? (($2 == "f32") ? 0.85 : 0.7) : 0.7
     printf "%-26s %-4s %-22s %8.4f ms  %5.2f x %-5s %9s%s\n", v, $2, $3, $4, $12, $11,

@@ -109,8 +109,8 @@ winners() {  # title, regex of the variant rows, the default's row name: f32/f64
   }' "$OUT/bench.csv" | sort
 }
 winners "normalize" '^  (default|two reads|tile|cluster|narrow groups|pipelined|pipelined plain|cluster16|pipelined lagged|pipelined rowwise) ' default/default
-winners "haversine mesh" '^  mesh ' "mesh asin_poly waves/mesh newton wide staged"
-winners "haversine points" '^  points ' "points prefetch/points reduced"
+winners "haversine mesh" '^  mesh ' "mesh asin_poly waves/mesh lean wide"
+winners "haversine points" '^  points ' "points chord prefetch/points chord prefetch"
 
 step "summary"
 {

@@ -55,28 +55,29 @@ struct PointsPolicy {
 template <typename T>
 constexpr int kPointsPerThread = sizeof(T) == 4 ? 4 : 2;
 
-// The defaults, from bench/run_gpu_kernels.sh and run_gpu_haversine.sh on an H100
-// (ratio to the write bound, 2-degree mesh / globe). Mesh float32: the asin(sqrt(m))
-// polynomial on full waves (0.88). Mesh float64: the reduced last step with the
-// Newton square root, two column vectors a thread and the row terms through shared
-// memory, in one launch (0.68-0.69 / 0.69, against the reduced step fused 0.62 / 0.67 and
-// asin on full waves 0.67 / 0.53; bench/results/h100_haversine_f64_run1.txt). It forms
-// g = 1 - h from its own terms: a few ulp of long double to the antipode, where the
-// library's asin(sqrt(h)) loses ~1 / sqrt(1 - h) ulp (gpu_kernel_variants_test).
+// The defaults, from bench/run_gpu_kernels.sh and run_gpu_haversine.sh (ratio to the
+// write bound, 2-degree mesh / globe). Mesh float32: the asin(sqrt(m)) polynomial on
+// full waves (H100 0.87-0.88). Mesh float64: the reduced last step on 32-bit words with
+// a 5-operation square root (kAsinReducedLean), two column vectors a thread in one
+// launch: on an H200 0.341 / 0.339 ms against the Newton step's 0.364 / 0.362
+// (bench/results/h200_haversine_lean_run1.txt; on the H100 the Newton step was at
+// 0.68-0.69, bench/results/h100_haversine_f64_run1.txt). It forms g = 1 - h from its own
+// terms: a few ulp of long double to the antipode, where the library's asin(sqrt(h))
+// loses ~1 / sqrt(1 - h) ulp (gpu_kernel_variants_test).
 template <typename T>
 constexpr HaversineAngle kDefaultMeshAngle =
-    sizeof(T) == 4 ? HaversineAngle::kAsinPolynomial : HaversineAngle::kAsinReducedNewton;
+    sizeof(T) == 4 ? HaversineAngle::kAsinPolynomial : HaversineAngle::kAsinReducedLean;
 template <typename T>
 constexpr HaversineMeshSchedule kDefaultMeshSchedule =
-    sizeof(T) == 4 ? HaversineMeshSchedule::kFullWaves
-                   : HaversineMeshSchedule::kFullWavesFusedWideStaged;
+    sizeof(T) == 4 ? HaversineMeshSchedule::kFullWaves : HaversineMeshSchedule::kFullWavesFusedWide;
 
-// Points (1e7 x 4 references): float32 prefetches (0.70 of D2D), float64 the reduced
-// variant (0.63 against split terms 0.45; its prefetch spilled). The other points
-// kernels' last step: float32 the polynomial, float64 asin(sqrt(h)).
+// Points (1e7 x 4 references): each point's half unit vector once, h and g from the
+// chords to the references, the next points loaded meanwhile (kChordPrefetch): on an
+// H200 float32 0.096 ms against split terms' 0.112, float64 0.222 against the reduced
+// variant's 0.263. The other points kernels' last step: float32 the polynomial,
+// float64 asin(sqrt(h)).
 template <typename T>
-constexpr HaversinePointsVariant kDefaultPointsVariant =
-    sizeof(T) == 4 ? HaversinePointsVariant::kSplitPrefetch : HaversinePointsVariant::kReduced;
+constexpr HaversinePointsVariant kDefaultPointsVariant = HaversinePointsVariant::kChordPrefetch;
 template <typename T>
 constexpr HaversineAngle kPointsAngle = sizeof(T) == 4 ? HaversineAngle::kAsinPolynomial : HaversineAngle::kAsin;
 
@@ -160,7 +161,7 @@ __device__ __forceinline__ void SinCos(double x, double* s, double* c) { sincos(
 
 // kPrefetch (HaversinePointsVariant::kSplitPrefetch): the next K points are loaded
 // before the current ones are computed, so a thread's loads overlap its arithmetic
-// (without it, each iteration waits for its loads); kDefaultPointsVariant picks it.
+// (without it, each iteration waits for its loads); the chord kernels do the same.
 // kLast, the last step: a kAsinReduced* formulation (HaversinePointsVariant::kReduced*)
 // also takes haversine_math.h's half-angle sines and cosines in degrees and forms g.
 // kChord (HaversinePointsVariant::kChord*): each point's half unit vector instead, h
