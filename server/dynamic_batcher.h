@@ -9,10 +9,10 @@
 // with none of its kind queued or running goes to the executor at once, so
 // batching costs a lone caller nothing; when it is tiny (--in_place_work) and
 // no request waits for a thread, it runs in place instead, on the caller's
-// thread (Executor::BeginInPlace), sparing it a thread's wake-up. Each request keeps its own status,
-// timing and cancellation: one cancelled or past its deadline before the launch
-// leaves the batch; when the batched launch fails, each request runs alone, so
-// that a bad one fails alone with its own message.
+// thread (Executor::BeginInPlace), sparing it a thread's wake-up. Each request
+// keeps its own status, timing and cancellation: one cancelled or past its
+// deadline before the launch leaves the batch; when the batched launch fails,
+// each request runs alone, so that a bad one fails alone with its own message.
 #pragma once
 
 #include <cstddef>
@@ -61,9 +61,9 @@ class DynamicBatcher {
   // Whether a request of `work` units with this plan (and output options) may batch.
   bool Accepts(const PreparedOperation& prepared, bool keep_on_device) const;
   // Queues `member` (or runs it in place, delivering before it returns);
-  // RESOURCE_EXHAUSTED (counted as queue_full) when as many
-  // requests of its connection wait in the batcher as their lane's queue may
-  // hold (max_small_queue_depth, or max_queue_depth without a small lane).
+  // RESOURCE_EXHAUSTED (counted as queue_full) when as many requests of its
+  // connection wait in the batcher as their lane's queue may hold
+  // (max_small_queue_depth, or max_queue_depth without a small lane).
   absl::Status Submit(BatchMember member);
   // Requests waiting to be batched.
   size_t waiting() const;

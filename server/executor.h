@@ -1,7 +1,8 @@
 // The server's own threads for compute and copies: gRPC reactions only hand work
 // over, they never block (but for a tiny request that finds the executor idle,
-// which runs in place: BeginInPlace). Admission is bounded; continuations of admitted work
-// (result chunks, upload chunks) are always accepted so a stream never stalls.
+// which runs in place: BeginInPlace). Admission is bounded; continuations of
+// admitted work (result chunks, upload chunks) are always accepted so a stream
+// never stalls.
 // Some threads form a reserved lane that takes only small requests and
 // continuations, so that long operations holding every other thread cannot
 // make a tiny request (or the result chunks of any request) wait behind them.

@@ -331,7 +331,8 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
         "--stream_idle_timeout must be >= 1ms and --max_buffers_per_owner >= 0");
   }
   if (config.small_request_threads < 0 || config.small_request_work < 0 ||
-      config.in_place_work < 0 || config.max_work_per_request < 1 || config.drain_delay < absl::ZeroDuration() ||
+      config.in_place_work < 0 || config.max_work_per_request < 1 ||
+      config.drain_delay < absl::ZeroDuration() ||
       config.small_lane_spin < absl::ZeroDuration() || config.small_lane_spin > absl::Seconds(1)) {
     return absl::InvalidArgumentError(
         "--small_request_threads, --small_request_work and --in_place_work must be >= 0, "
