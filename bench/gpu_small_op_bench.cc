@@ -1,7 +1,7 @@
 // Where the GPU part of a small request goes (issue #13): one 1024-element float32
 // normalize from host memory to host memory, timed per call on the host clock.
 //
-//   gpu_small_op_bench [--sync=spin|yield|block] [--calls=N] [--threads=1,4,16]
+//   gpu_small_op_bench [--sync=spin|yield|block] [--calls=N] [--threads=1,4,16] [--gap_us=N]
 //
 // Rows, each the p50 / p99 of N calls in microseconds:
 // - copies: 4 KiB pinned in and out on one stream, one wait (no kernel);
@@ -11,6 +11,8 @@
 //   check, copies, one wait), single thread, then from several threads at once
 //   (calls per second over all of them).
 // --sync sets how the host thread waits for the GPU, as the server's --cuda_sync.
+// --gap_us sleeps that long between timed calls, as a server at 1 request in flight
+// is idle between requests (the GPU's clocks and the host thread may settle meanwhile).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -48,12 +50,16 @@ Percentiles Of(std::vector<double> us) {
   return {us[us.size() / 2], us[us.size() * 99 / 100]};
 }
 
-// Calls `one` `calls` times after 200 warm-ups; microseconds per call.
+// Idle time between timed calls (--gap_us).
+std::chrono::microseconds g_gap{0};
+
+// Calls `one` `calls` times after 200 warm-ups, g_gap apart; microseconds per call.
 Percentiles TimeCalls(int calls, const std::function<void()>& one) {
   for (int i = 0; i < 200; ++i) one();
   std::vector<double> us;
   us.reserve(calls);
   for (int i = 0; i < calls; ++i) {
+    if (g_gap.count() > 0) std::this_thread::sleep_for(g_gap);
     const auto t0 = std::chrono::steady_clock::now();
     one();
     us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
@@ -213,7 +219,11 @@ int Main(int argc, char** argv) {
     if (arg == "--sync=spin") options.cuda_sync = CudaSync::kSpin;
     else if (arg == "--sync=yield") options.cuda_sync = CudaSync::kYield;
     else if (arg == "--sync=block") options.cuda_sync = CudaSync::kBlock;
-    else if (arg.rfind("--calls=", 0) == 0) CHECK_OK(absl::SimpleAtoi(arg.substr(8), &calls) ? absl::OkStatus() : absl::InvalidArgumentError(arg));
+    else if (arg.rfind("--gap_us=", 0) == 0) {
+      int gap = 0;
+      if (!absl::SimpleAtoi(arg.substr(9), &gap) || gap < 0) CHECK_OK(absl::InvalidArgumentError(arg));
+      g_gap = std::chrono::microseconds(gap);
+    } else if (arg.rfind("--calls=", 0) == 0) CHECK_OK(absl::SimpleAtoi(arg.substr(8), &calls) ? absl::OkStatus() : absl::InvalidArgumentError(arg));
     else if (arg.rfind("--threads=", 0) == 0) {
       thread_counts.clear();
       for (absl::string_view t : absl::StrSplit(arg.substr(10), ',')) {
@@ -238,8 +248,9 @@ int Main(int argc, char** argv) {
   const cuda::ScopedDevice on_device(device);
   CHECK_CUDA(on_device.error());
   static const char* const kSyncNames[] = {"spin", "yield", "block"};
-  std::printf("small op: normalize l2 1 x %lld float32, %s wait, %d calls a row\n",
-              static_cast<long long>(kCols), kSyncNames[static_cast<int>(options.cuda_sync)], calls);
+  std::printf("small op: normalize l2 1 x %lld float32, %s wait, %d calls a row, %lld us apart\n",
+              static_cast<long long>(kCols), kSyncNames[static_cast<int>(options.cuda_sync)], calls,
+              static_cast<long long>(g_gap.count()));
 
   cudaDeviceProp prop{};
   CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
