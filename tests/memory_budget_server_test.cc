@@ -83,9 +83,14 @@ struct StalledReader {
 
 // The hostile client's own connection: channels share the global subchannel
 // pool otherwise, and its stalled streams would share flow control with the good client.
+// Its windows stay at 64 KiB (no BDP probing): a client that reads nothing must not
+// have its transport take in a whole 16 MiB result meanwhile, which would free that
+// result on the server (seen once in CI: the large request below then fitted).
 std::unique_ptr<v1::Compute::Stub> OwnConnection(const TestServer& server) {
   grpc::ChannelArguments own_connection;
   own_connection.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  own_connection.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  own_connection.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 10);
   return v1::Compute::NewStub(grpc::CreateCustomChannel(
       server.target(), grpc::InsecureChannelCredentials(), own_connection));
 }
@@ -155,9 +160,8 @@ TEST(MemoryBudgetServerTest, StalledReadersCannotStarveSmallRequestsAndFreeTheBu
   EXPECT_THAT(metrics, HasSubstr(absl::StrCat(
                            "gpucompute_memory_budget_capacity_bytes{memory=\"host\"} ", kBudget)));
 
-  // Another large result waits --memory_budget_wait, then is refused. (Twice
-  // the size: the client's transport may take in one stalled stream whole while
-  // it waits, which frees that result, and the refusal still stands.)
+  // Another large result, twice the size of each held one, waits
+  // --memory_budget_wait, then is refused.
   const grpc::Status large = ReadAll(server.compute(), Mesh(2 * kLargeResult));
   EXPECT_EQ(large.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(large.error_message(), HasSubstr(absl::StrCat(2 * kLargeResult, " bytes asked, ")));
