@@ -81,8 +81,7 @@ size_t Executor::queued_requests() const {
 
 bool Executor::BeginInPlace() {
   absl::MutexLock lock(&mu_);
-  if (stopping_ || in_place_ >= small_lane_threads_ || !continuations_.empty() ||
-      small_.size > 0 || general_.size > 0) {
+  if (stopping_ || in_place_ >= small_lane_threads_ || HasWork(/*small_lane_only=*/false)) {
     return false;
   }
   ++in_place_;
