@@ -152,7 +152,8 @@ __global__ void __launch_bounds__(TermsPolicy::kThreads, TermsPolicy::kMinBlocks
     sincos(refs[r].lon_deg * (0.5 * kDegToRad), &slo, &clo);
     const hm::HalfVector<double> half = hm::HalfUnitVector(refs[r].lat_deg, refs[r].lon_deg);
     terms[r] = {static_cast<T>(sla), static_cast<T>(cla), static_cast<T>(slo), static_cast<T>(clo),
-                static_cast<T>(refs[r].cos_lat), {static_cast<T>(half.x), static_cast<T>(half.y), static_cast<T>(half.z)}};
+                static_cast<T>(refs[r].cos_lat),
+                {static_cast<T>(half.x), static_cast<T>(half.y), static_cast<T>(half.z)}};
   }
 }
 

@@ -270,10 +270,11 @@ struct MeshFusedAgent {
 // at 64 the narrow lean kernels do not spill); with these caps up to 16 bytes are left
 // in the wide reduced and branch-free kernels.
 template <HaversineAngle kAngle, int kVecs>
+constexpr bool kFusedSpillsAtBaseCap =
+    kAngle == HaversineAngle::kAsinReducedNewton || (kAngle == HaversineAngle::kAsinReducedLean && kVecs == 2);
+template <HaversineAngle kAngle, int kVecs>
 constexpr int kFusedMinBlocksPerSm =
-    (kVecs == 1 ? MeshPolicy::kMinBlocksPerSm : 3) -
-    (kAngle == HaversineAngle::kAsinReducedNewton || (kAngle == HaversineAngle::kAsinReducedLean && kVecs == 2) ? 1
-                                                                                                                  : 0);
+    (kVecs == 1 ? MeshPolicy::kMinBlocksPerSm : 3) - (kFusedSpillsAtBaseCap<kAngle, kVecs> ? 1 : 0);
 
 template <typename T, bool kVec, HaversineAngle kAngle, int kVecs, bool kStaged>
 __global__ void __launch_bounds__(MeshPolicy::kThreads, (kFusedMinBlocksPerSm<kAngle, kVecs>))
