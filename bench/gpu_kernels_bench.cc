@@ -1,7 +1,8 @@
 // GPU timings at the seed sizes, with CUDA events (no Google Benchmark loop: every
 // figure is the median of >= 20 event-timed runs after warm-up).
 //
-//   gpu_kernels_bench [--csv FILE] [--quick]
+//   gpu_kernels_bench [--csv FILE] [--quick] [--only=SECTION] [--reps N]
+//                     [--normalize_cases=f32:sum:100000x1000,f32:l2:100000x1000,...]
 //
 // Prints the two ceilings measured on this device (device-to-device copy bandwidth,
 // counting bytes read plus bytes written; pinned PCIe H2D/D2H), the backend's staged
@@ -27,7 +28,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "bench/check_or_exit.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -336,9 +339,46 @@ void Haversine(Bench& b, bool quick) {
   }
 }
 
+struct NormalizeCase {
+  int64_t rows, cols;
+  DType dt;
+  NormKind k;
+  std::string name;
+};
+
+// "f32:sum:100000x1000" (dtype f32|f64, norm sum|l1|l2|max, rows x cols), comma-separated.
+std::vector<NormalizeCase> ParseNormalizeCases(absl::string_view list) {
+  std::vector<NormalizeCase> cases;
+  for (absl::string_view item : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+    const std::vector<absl::string_view> parts = absl::StrSplit(item, absl::ByAnyChar(":x"));
+    static const std::pair<absl::string_view, NormKind> kNorms[] = {
+        {"sum", NormKind::kSum}, {"l1", NormKind::kL1}, {"l2", NormKind::kL2}, {"max", NormKind::kMaxAbs}};
+    NormalizeCase c{};
+    bool norm_known = false;
+    for (const auto& [name, kind] : kNorms) {
+      if (parts.size() == 4 && parts[1] == name) {
+        c.k = kind;
+        c.name = std::string(name);
+        norm_known = true;
+      }
+    }
+    if (!norm_known || (parts[0] != "f32" && parts[0] != "f64") || !absl::SimpleAtoi(parts[2], &c.rows) ||
+        !absl::SimpleAtoi(parts[3], &c.cols) || c.rows < 1 || c.cols < 1) {
+      std::fprintf(stderr, "--normalize_cases: '%.*s' is not dtype:norm:ROWSxCOLS (f32|f64, sum|l1|l2|max)\n",
+                   static_cast<int>(item.size()), item.data());
+      std::exit(2);
+    }
+    c.dt = parts[0] == "f32" ? DType::kFloat32 : DType::kFloat64;
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+std::vector<NormalizeCase> g_normalize_cases;  // --normalize_cases; empty: the standard shapes
+
 void Normalize(Bench& b, bool quick) {
   std::printf("\n== normalize\n");
-  struct C { int64_t rows, cols; DType dt; NormKind k; const char* name; };
+  using C = NormalizeCase;
   std::vector<C> cases = {{10, 10000000, DType::kFloat32, NormKind::kSum, "sum"},
                           {10, 10000000, DType::kFloat64, NormKind::kL2, "l2"},
                           {1000000, 100, DType::kFloat32, NormKind::kSum, "sum"},
@@ -352,6 +392,7 @@ void Normalize(Bench& b, bool quick) {
     cases.push_back({50000000 / cols, cols, DType::kFloat64, NormKind::kL2, "l2"});
   }
   if (quick) cases.resize(1);
+  if (!g_normalize_cases.empty()) cases = g_normalize_cases;
   cuda::NormalizeResult* res = nullptr;
   CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&res), sizeof(*res)));
   const cuda::LaunchEnv env{b.stream, b.pool, b.sm_count};
@@ -379,7 +420,7 @@ void Normalize(Bench& b, bool quick) {
     std::string policy;
     for (const auto& [variant, name] : variants) {
       absl::StrAppend(&policy, policy.empty() ? "" : "; ", std::string(name).substr(2), " = ",
-                      cuda::DescribeNormalizePolicy(c.dt, c.rows, c.cols, variant));
+                      cuda::DescribeNormalizePolicy(c.dt, c.rows, c.cols, c.k, variant));
     }
     std::printf("    policy: %s\n", policy.c_str());
     for (const auto& [variant, name] : variants) {
@@ -512,6 +553,7 @@ int Main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     else if (std::strncmp(argv[i], "--only=", 7) == 0) only = argv[i] + 7;
     else if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) g_reps = std::max(5, std::atoi(argv[++i]));
+    else if (std::strncmp(argv[i], "--normalize_cases=", 18) == 0) g_normalize_cases = ParseNormalizeCases(argv[i] + 18);
   }
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {

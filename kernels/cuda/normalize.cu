@@ -27,11 +27,12 @@
 // row whose quotients overflow T (|sum| may be far below max |x|).
 //
 // Accuracy: SUM, whose terms may cancel, is compensated: every thread keeps each
-// addition's rounding error (TwoSum) and the tree combines (sum, error) pairs, so
-// the norm is within about 2 eps |sum| + n eps^2 sum |x| of the exact sum, as on the
-// CPU backend. (Cost: 7 float64 adds per element instead of 1; at HBM speed on H100
-// that is ~6e12 adds/s for float32 input, about a third of the float64 pipe, which
-// keeps the kernels memory bound.) L1, L2 and MAX_ABS add non-negative terms.
+// addition's exact rounding error (TwoSumError, or FastTwoSumError where rows are
+// summed from shared memory) and the tree combines (sum, error) pairs, so the norm
+// is within about 2 eps |sum| + n eps^2 sum |x| of the exact sum, as on the CPU
+// backend. (Cost: 7 float64 operations per element instead of 1, 5 with the ordered
+// form, which the tile path's loops need: there the float64 pipe is the bound.)
+// L1, L2 and MAX_ABS add non-negative terms.
 // float64 L2 rows whose squares overflow or underflow (sum of squares inf or below
 // 2^-600) are left by the fast kernels like bad rows; LaunchNormalizeRescue redoes
 // them scaled by a power of two (as BLAS nrm2 does). float32 squares cannot: in
@@ -461,8 +462,9 @@ cudaError_t LaunchNormalizeVariant(DType dtype, const void* in, void* out, int64
                               norm, result, env, variant);
 }
 
-std::string DescribeNormalizePolicy(DType dtype, int64_t rows, int64_t cols, NormalizeVariant variant) {
-  return dtype == DType::kFloat32 ? DescribePlan<float>(rows, cols, variant) : DescribePlan<double>(rows, cols, variant);
+std::string DescribeNormalizePolicy(DType dtype, int64_t rows, int64_t cols, NormKind norm, NormalizeVariant variant) {
+  return dtype == DType::kFloat32 ? DescribePlan<float>(rows, cols, norm, variant)
+                                  : DescribePlan<double>(rows, cols, norm, variant);
 }
 
 cudaError_t LaunchNormalize(DType dtype, const void* in, void* out, int64_t rows, int64_t cols,

@@ -33,6 +33,10 @@ struct TilePolicy {
   static constexpr int64_t kMaxTileRows = 2048;     // bounds the per-row slots
   static constexpr int64_t kSmallCols = 32;         // rows this short get 4 lanes, not 32
   static constexpr int kUnroll = 4;                 // independent accumulators per lane
+  // A tile of fewer rows than this is reduced row after row by the whole block, else
+  // a warp a row. SUM's combining tree (two shuffles and a compensated add a level)
+  // is deep enough that a warp a row wins from two rows on.
+  static constexpr int WarpRowsFrom(NormKind norm) { return norm == NormKind::kSum ? 2 : kWarps; }
 };
 
 // Shared memory of a tile: per-row slots (the norm, and the reciprocal in T, 0 when
@@ -106,6 +110,7 @@ struct TileAgent {
   }
 
   // One lane's share of a row in shared memory: elements first, first + step, ...
+  // Read from shared memory, a SUM waits on the float64 pipe: AddFloat64Bound.
   __device__ Acc RowShare(const T* row, int first, int step) const {
     Acc a[TilePolicy::kUnroll];
 #pragma unroll
@@ -113,9 +118,11 @@ struct TileAgent {
     int64_t c = first;
     for (; c + (TilePolicy::kUnroll - 1) * step < cols; c += TilePolicy::kUnroll * step) {
 #pragma unroll
-      for (int u = 0; u < TilePolicy::kUnroll; ++u) a[u] = Op::Add(a[u], Op::Transform(row[c + u * step]));
+      for (int u = 0; u < TilePolicy::kUnroll; ++u) {
+        a[u] = Op::AddFloat64Bound(a[u], Op::Transform(row[c + u * step]));
+      }
     }
-    for (; c < cols; c += step) a[0] = Op::Add(a[0], Op::Transform(row[c]));
+    for (; c < cols; c += step) a[0] = Op::AddFloat64Bound(a[0], Op::Transform(row[c]));
     return Op::Combine(Op::Combine(a[0], a[1]), Op::Combine(a[2], a[3]));
   }
 
@@ -133,7 +140,7 @@ struct TileAgent {
 
   __device__ void Reduce(const T* rows_data, int nrows, int64_t row0, double* norms, T* invs,
                          typename BlockReduceFor<kNorm>::TempStorage& tmp) const {
-    if (kGroup < 32 || nrows >= TilePolicy::kWarps) {  // lane groups over the rows
+    if (kGroup < 32 || nrows >= TilePolicy::WarpRowsFrom(kNorm)) {  // lane groups over the rows
       const int lane = threadIdx.x % kGroup;
       const unsigned mask =
           kGroup == 32 ? 0xffffffffu : (((1u << kGroup) - 1u) << (threadIdx.x % 32 / kGroup * kGroup));
