@@ -350,7 +350,12 @@ struct NormalizeCase {
 std::vector<NormalizeCase> ParseNormalizeCases(absl::string_view list) {
   std::vector<NormalizeCase> cases;
   for (absl::string_view item : absl::StrSplit(list, ',', absl::SkipEmpty())) {
-    const std::vector<absl::string_view> parts = absl::StrSplit(item, absl::ByAnyChar(":x"));
+    std::vector<absl::string_view> parts = absl::StrSplit(item, ':');
+    if (parts.size() == 3) {  // the shape, ROWSxCOLS
+      const std::vector<absl::string_view> shape = absl::StrSplit(parts[2], 'x');
+      parts.pop_back();
+      parts.insert(parts.end(), shape.begin(), shape.end());
+    }
     static const std::pair<absl::string_view, NormKind> kNorms[] = {
         {"sum", NormKind::kSum}, {"l1", NormKind::kL1}, {"l2", NormKind::kL2}, {"max", NormKind::kMaxAbs}};
     NormalizeCase c{};
@@ -420,7 +425,7 @@ void Normalize(Bench& b, bool quick) {
     std::string policy;
     for (const auto& [variant, name] : variants) {
       absl::StrAppend(&policy, policy.empty() ? "" : "; ", std::string(name).substr(2), " = ",
-                      cuda::DescribeNormalizePolicy(c.dt, c.rows, c.cols, c.k, variant));
+                      cuda::DescribeNormalizePolicy(c.dt, c.rows, c.cols, variant));
     }
     std::printf("    policy: %s\n", policy.c_str());
     for (const auto& [variant, name] : variants) {

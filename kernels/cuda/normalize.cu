@@ -462,9 +462,8 @@ cudaError_t LaunchNormalizeVariant(DType dtype, const void* in, void* out, int64
                               norm, result, env, variant);
 }
 
-std::string DescribeNormalizePolicy(DType dtype, int64_t rows, int64_t cols, NormKind norm, NormalizeVariant variant) {
-  return dtype == DType::kFloat32 ? DescribePlan<float>(rows, cols, norm, variant)
-                                  : DescribePlan<double>(rows, cols, norm, variant);
+std::string DescribeNormalizePolicy(DType dtype, int64_t rows, int64_t cols, NormalizeVariant variant) {
+  return dtype == DType::kFloat32 ? DescribePlan<float>(rows, cols, variant) : DescribePlan<double>(rows, cols, variant);
 }
 
 cudaError_t LaunchNormalize(DType dtype, const void* in, void* out, int64_t rows, int64_t cols,

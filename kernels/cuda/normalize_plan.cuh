@@ -191,14 +191,14 @@ cudaError_t PlanFor(int64_t cols, NormalizeVariant variant, NormalizePlan* plan,
 }
 
 template <typename T>
-std::string DescribePlan(int64_t rows, int64_t cols, NormKind norm, NormalizeVariant variant) {
+std::string DescribePlan(int64_t rows, int64_t cols, NormalizeVariant variant) {
   NormalizePlan plan;
   if (PlanFor<T>(cols, variant, &plan) != cudaSuccess) return "no device";
   switch (plan.path) {
     case NormalizePath::kRowGroups: return "row groups of " + std::to_string(plan.group);
     case NormalizePath::kTile: {
       const int64_t tile_rows = TileRowsFor<T>(rows, cols);
-      const std::string lanes = plan.group < 32 || tile_rows >= TilePolicy::WarpRowsFrom(norm)
+      const std::string lanes = plan.group < 32 || tile_rows >= TilePolicy::kWarpRowsFrom
                                     ? std::to_string(plan.group) + " lanes/row"
                                     : std::string("the block/row");
       return "tile, " + std::to_string(tile_rows) + " rows/tile, " + lanes + ", " +

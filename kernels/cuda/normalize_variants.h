@@ -42,7 +42,7 @@ enum class NormalizeVariant {
 };
 
 // What `variant` runs for this shape on the current device (for the benchmark's log).
-std::string DescribeNormalizePolicy(DType dtype, int64_t rows, int64_t cols, NormKind norm, NormalizeVariant variant);
+std::string DescribeNormalizePolicy(DType dtype, int64_t rows, int64_t cols, NormalizeVariant variant);
 
 cudaError_t LaunchNormalizeVariant(DType dtype, const void* in, void* out, int64_t rows,
                                    int64_t cols, NormKind norm, NormalizeResult* result,
