@@ -10,6 +10,7 @@
 # PY_CHUNKS="262144 1048576 4194304": then one Python stream per message size (uploads
 # and downloads), uploads of 16 MiB messages, and downloads of 256 KiB and 1 MiB with
 # glibc keeping freed memory mapped (bulk_transfer.py --keep-freed-memory).
+# SERVER_FLAGS: more server flags (e.g. --grpc_channel_args=... to compare transport settings).
 set -u
 BIN=${1:?BIN_DIR}
 BACKEND=${2:?cpu or cuda}
@@ -26,7 +27,7 @@ SERVER_BIN=$(find_bin gpucompute-server)
 BENCH_BIN=$(find_bin bulk-transfer-bench)
 
 "$SERVER_BIN" --backend="$BACKEND" --address=127.0.0.1:$PORT --metrics_address=127.0.0.1:0 \
-  --buffer_quota_bytes=$((BYTES * 4 + (1 << 30))) --stream_idle_timeout=120s \
+  --buffer_quota_bytes=$((BYTES * 4 + (1 << 30))) --stream_idle_timeout=120s ${SERVER_FLAGS:-} \
   > "$OUT/server_$BACKEND.log" 2>&1 &
 SERVER=$!
 trap 'kill -TERM $SERVER 2>/dev/null; wait $SERVER 2>/dev/null' EXIT

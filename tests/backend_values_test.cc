@@ -229,6 +229,34 @@ TYPED_TEST(BackendValues, NormalizeSumOfCancellingTermsIsCompensated) {
   }
 }
 
+// Rows of [2^k, 1 + 2^-23, -2^k] repeated: the period does not divide a warp, so every
+// lane of a tile sums terms k binades apart, whose plain float64 sums lose the small
+// terms' low bits once k passes ~29; compensated, the sum of the small terms stays within
+// the bound.
+TYPED_TEST(BackendValues, NormalizeSumOfTermsManyBinadesApartIsCompensated) {
+  using T = typename TypeParam::Element;
+  const double small = 1 + 0x1p-23;
+  for (const int64_t length : {int64_t{999}, int64_t{4095}}) {
+    for (const int k : {10, 20, 24, 25, 26, 30, 40}) {
+      SCOPED_TRACE(absl::StrCat(length, " elements, 2^", k));
+      const double big = std::ldexp(1.0, k);
+      std::vector<double> row(length);
+      double exact = 0, sum_abs = 0;
+      for (int64_t i = 0; i < length; ++i) {
+        row[i] = i % 3 == 1 ? small : (i % 3 == 0 ? big : -big);
+        exact += i % 3 == 1 ? small : 0;
+        sum_abs += std::abs(row[i]);
+      }
+      const double bound = 2 * kEps * exact + static_cast<double>(length) * kEps * kEps * sum_abs +
+                           (sizeof(T) == 4 ? 0x1p-22 * exact : 0);
+      absl::StatusOr<std::vector<double>> out =
+          this->Normalize(*this->backend_, 1, length, row, NormKind::kSum);
+      ASSERT_TRUE(out.ok()) << out.status().message();
+      EXPECT_NEAR(small / (*out)[1], exact, bound);  // out[1] = small / computed sum
+    }
+  }
+}
+
 // |sum| far below max |x|: the quotients overflow the dtype; the lowest such row is
 // named, in short and chunked rows.
 TYPED_TEST(BackendValues, NormalizeSumQuotientsThatOverflowAreRefused) {
