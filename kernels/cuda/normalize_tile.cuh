@@ -28,7 +28,6 @@ namespace {
 struct TilePolicy {
   static constexpr int kThreads = ChunkPolicy::kThreads;  // BlockReduceFor's block size
   static constexpr int kMinBlocksPerSm = 2;
-  static constexpr int kWarps = kThreads / 32;
   static constexpr int64_t kTileBytes = 32 * 1024;  // rows up to this share a tile
   static constexpr int64_t kMaxTileRows = 2048;     // bounds the per-row slots
   static constexpr int64_t kSmallCols = 32;         // rows this short get 4 lanes, not 32
