@@ -10,7 +10,10 @@
 # Here:   cmake --build build-cuda -j2 --target gpucompute-server gpucompute-cli \
 #             gpu_small_op_bench host_wakeup_bench
 #         /work/shared/tools/device-bundle .device/wakeup build-cuda/server/gpucompute-server \
-#             build-cuda/client/gpucompute-cli build-cuda/bench/{gpu_small_op,host_wakeup}_bench
+#             build-cuda/client/gpucompute-cli build-cuda/bench/gpu_small_op_bench
+#         cp build-cuda/bench/host_wakeup_bench .device/wakeup/   (it needs no bundled library,
+#             which device-bundle takes for a failure)
+#         (cd .device && tar -cJf wakeup.txz wakeup)
 #         (cd client/python && /usr/bin/python3 -m gpucompute._build_proto --force)
 # There:  bash bench/run_gpu_wakeup.sh   (carry .device/wakeup.txz and client/python/gpucompute/_proto)
 set -u
