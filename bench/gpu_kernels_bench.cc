@@ -346,7 +346,8 @@ struct NormalizeCase {
   std::string name;
 };
 
-// "f32:sum:100000x1000" (dtype f32|f64, norm sum|l1|l2|max, rows x cols), comma-separated.
+// "f32:sum:100000x1000" (dtype f32|f64, norm sum|l1|l2|max_abs as the CLI spells them,
+// rows x cols), comma-separated.
 std::vector<NormalizeCase> ParseNormalizeCases(absl::string_view list) {
   std::vector<NormalizeCase> cases;
   for (absl::string_view item : absl::StrSplit(list, ',', absl::SkipEmpty())) {
@@ -357,7 +358,7 @@ std::vector<NormalizeCase> ParseNormalizeCases(absl::string_view list) {
       parts.insert(parts.end(), shape.begin(), shape.end());
     }
     static const std::pair<absl::string_view, NormKind> kNorms[] = {
-        {"sum", NormKind::kSum}, {"l1", NormKind::kL1}, {"l2", NormKind::kL2}, {"max", NormKind::kMaxAbs}};
+        {"sum", NormKind::kSum}, {"l1", NormKind::kL1}, {"l2", NormKind::kL2}, {"max_abs", NormKind::kMaxAbs}};
     NormalizeCase c{};
     bool norm_known = false;
     for (const auto& [name, kind] : kNorms) {
@@ -369,7 +370,7 @@ std::vector<NormalizeCase> ParseNormalizeCases(absl::string_view list) {
     }
     if (!norm_known || (parts[0] != "f32" && parts[0] != "f64") || !absl::SimpleAtoi(parts[2], &c.rows) ||
         !absl::SimpleAtoi(parts[3], &c.cols) || c.rows < 1 || c.cols < 1) {
-      std::fprintf(stderr, "--normalize_cases: '%.*s' is not dtype:norm:ROWSxCOLS (f32|f64, sum|l1|l2|max)\n",
+      std::fprintf(stderr, "--normalize_cases: '%.*s' is not dtype:norm:ROWSxCOLS (f32|f64, sum|l1|l2|max_abs)\n",
                    static_cast<int>(item.size()), item.data());
       std::exit(2);
     }
