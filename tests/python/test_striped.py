@@ -4,12 +4,16 @@ byte-exact in place; a stripe failing fails the call and cancels the others."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 import time
 
+import grpc
 import numpy as np
 import pytest
 
 import gpucompute
+from gpucompute._pb import pb
 from conftest import ServerProcess
 
 
@@ -127,21 +131,54 @@ def _admitted(call):
             time.sleep(0.05)
 
 
+@contextlib.contextmanager
+def _only_slot_held(target):
+    """The server's only request slot (--max_in_flight=1) taken by a Buffers.Upload whose
+    header is sent and whose data never comes: the stripes meet a full server whatever
+    their timing. Cancelled on leaving."""
+    release = threading.Event()
+
+    def messages():
+        yield pb.UploadRequest(header=pb.UploadHeader(dtype=pb.FLOAT32, shape=[4]))
+        release.wait()
+
+    with grpc.insecure_channel(target) as channel:
+        upload = channel.stream_unary("/gpucompute.v1.Buffers/Upload",
+                                      request_serializer=pb.UploadRequest.SerializeToString,
+                                      response_deserializer=pb.BufferInfo.FromString)
+        held = upload.future(messages(), timeout=60)
+        try:
+            with gpucompute.Client(target) as probe:
+                deadline = time.monotonic() + 10
+                while True:  # until the server counts the upload in flight
+                    try:
+                        probe.discount_product(np.ones(1, np.float32), np.ones(1, np.float32))
+                    except gpucompute.ResourceExhausted:
+                        break
+                    assert time.monotonic() < deadline, "the held upload was never admitted"
+                    time.sleep(0.01)
+            yield
+        finally:
+            held.cancel()
+            release.set()
+
+
 @pytest.mark.parametrize("processes", [False, True])
-def test_a_failing_stripe_fails_the_call_and_the_others_are_cancelled(rng, processes):
-    """One request in flight at most: the stripes beyond the first are refused; the call
-    fails with that status and the admitted stripe is cancelled, freeing its slot. In
-    stripe processes (test_stripe_processes.py) the error names the stripe's rows."""
+def test_a_refused_stripe_fails_the_call_and_keeps_no_slot(rng, processes):
+    """Every slot taken: the stripes are refused; the call fails with that status, naming
+    the limit and, in stripe processes (test_stripe_processes.py), the stripe's rows.
+    Once the slot comes back a call is admitted, and no stripe left a buffer. (Which
+    stripes a free server would refuse depends on their timing, so the test holds the
+    slot itself.)"""
     server = ServerProcess("--max_in_flight=1")
     try:
         values = rng.uniform(-1, 1, (3, 1 << 22)).astype(np.float32)  # 3 stripes of 16 MiB
         factors = rng.uniform(0.5, 1.0, 1 << 22).astype(np.float32)
         with server.client(timeout=60, stripes=3, stripe_bytes=1 << 20,
                            stripe_processes=processes) as c:
-            if processes:  # the workers up first, so that the stripes start at once
-                c._workers.start()
-            with pytest.raises(gpucompute.ResourceExhausted) as e:
-                c.stream_discount_product(factors, values)
+            with _only_slot_held(server.target):
+                with pytest.raises(gpucompute.ResourceExhausted) as e:
+                    c.stream_discount_product(factors, values)
             assert "max_in_flight 1" in str(e.value)
             assert e.value.call == "stream_discount_product"
             assert ("(stripe rows [" in str(e.value)) == processes
