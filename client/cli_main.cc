@@ -32,6 +32,7 @@
 #include "client/cli_commands.h"
 #include "client/cli_parse.h"
 #include "client/client.h"
+#include "common/grpc_lifetime.h"
 #include "common/mutex_checks.h"
 #include "common/status_macros.h"
 
@@ -256,6 +257,7 @@ absl::Status Run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   namespace cli = gpucompute::client;
+  gpucompute::KeepGrpcInitializedUntilExit();
   cli::TuneMallocForBulkTransfers();
   gpucompute::DisableMutexDeadlockDetection();
   const absl::Status status = cli::Run(argc, argv);

@@ -316,13 +316,20 @@ void Client::StartSingleMessage(const Request& request, ResultCallback done) con
   grpc::internal::CallbackUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
       channel_.get(), call->method, &call->context, &call->request, &call->reply,
       [call](grpc::Status status) {
-        const std::unique_ptr<Call> owned(call);
-        if (!status.ok()) return std::move(owned->done)(ToAbslStatus(status));
-        ResultAssembler assembler(std::move(owned->options));
-        if (absl::Status framing = assembler.AddBytes(owned->reply); !framing.ok()) {
-          return std::move(owned->done)(std::move(framing));
-        }
-        std::move(owned->done)(std::move(assembler).Finish());
+        std::unique_ptr<Call> owned(call);
+        absl::StatusOr<Result> outcome = [&]() -> absl::StatusOr<Result> {
+          if (!status.ok()) return ToAbslStatus(status);
+          ResultAssembler assembler(std::move(owned->options));
+          GC_RETURN_IF_ERROR(assembler.AddBytes(owned->reply));
+          return std::move(assembler).Finish();
+        }();
+        ResultCallback done = std::move(owned->done);
+        // Freed before `done` runs: the context holds a reference to the channel, and a
+        // caller told of the end may drop its own. Were the context's the last, the
+        // channel would close on this gRPC thread, and gRPC 1.51 then deletes the
+        // callback queue this thread is polling (a segfault in a nexting_thread).
+        owned.reset();
+        std::move(done)(std::move(outcome));
       });
 }
 

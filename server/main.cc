@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/grpc_lifetime.h"
 #include "common/mutex_checks.h"
 #include "server/config.h"
 #include "server/log.h"
@@ -344,6 +345,7 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  gpucompute::KeepGrpcInitializedUntilExit();
   ConfigureMalloc();
   gpucompute::DisableMutexDeadlockDetection();
   absl::SetProgramUsageMessage(

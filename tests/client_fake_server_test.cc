@@ -406,6 +406,24 @@ TEST_F(ClientFakeServerTest, TimeoutBecomesDeadlineExceeded) {
   EXPECT_EQ(health.status().code(), absl::StatusCode::kDeadlineExceeded);
 }
 
+// The callback form frees its call before telling the caller: the call's context holds
+// a reference to the channel, and a caller that drops its own on hearing of the end
+// must close the channel on its thread, never on the gRPC thread running the callback
+// (in gRPC 1.51 that deletes the callback queue under the thread polling it).
+TEST_F(ClientFakeServerTest, SingleMessageCallbackRunsOnceTheCallIsFreed) {
+  const std::weak_ptr<grpc::Channel> channel = client_->channel();
+  const long held_before = channel.use_count();
+  long held_in_callback = 0;
+  absl::Notification done;
+  client_->StartSingleMessage(v1::NormalizeRequest(), [&](absl::StatusOr<Result> result) {
+    EXPECT_FALSE(result.ok());  // the fake has no single-message Normalize
+    held_in_callback = channel.use_count();
+    done.Notify();
+  });
+  done.WaitForNotification();
+  EXPECT_EQ(held_in_callback, held_before);
+}
+
 TEST_F(ClientFakeServerTest, UnreachableServerIsUnavailable) {
   server_->Shutdown();
   Client client(MakeChannel(target_), ClientOptions{.timeout = absl::Seconds(5)});

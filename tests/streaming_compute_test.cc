@@ -39,7 +39,6 @@ constexpr int kChunksInFlight = 4;
 constexpr uint64_t kGrpcQuota = 256 * kMiB;
 
 ServerConfig StreamingConfig() {
-  test::KeepGrpcInitialized();  // a server's teardown can otherwise wait ~10 s (see there)
   ServerConfig config = test::LoopbackConfig();
   if (test::OnCuda()) config.backend.kind = BackendKind::kCuda;
   // The CUDA backend charges its pinned staging to the host budget at start.

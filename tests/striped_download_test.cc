@@ -19,7 +19,6 @@ using test::TestServer;
 constexpr uint64_t kMiB = 1 << 20;
 
 std::unique_ptr<TestServer> StartServer() {
-  test::KeepGrpcInitialized();
   absl::StatusOr<std::unique_ptr<TestServer>> server = TestServer::Start(test::LoopbackConfig());
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? *std::move(server) : nullptr;

@@ -23,7 +23,6 @@ constexpr char kToken[] = "0123456789abcdef0123456789abcdef";
 std::unique_ptr<TestServer> StartServer(absl::Duration ttl = absl::Minutes(10)) {
   ServerConfig config = test::LoopbackConfig();
   config.upload_session_ttl = ttl;
-  test::KeepGrpcInitialized();
   absl::StatusOr<std::unique_ptr<TestServer>> server = TestServer::Start(config);
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? *std::move(server) : nullptr;

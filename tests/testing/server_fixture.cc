@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "grpcpp/impl/codegen/grpc_library.h"
 
 namespace gpucompute::test {
 
@@ -19,11 +18,6 @@ std::string DistinctBytes(uint64_t bytes) {
     std::memcpy(data.data() + i * 4, &v, 4);
   }
   return data;
-}
-
-void KeepGrpcInitialized() {
-  static const auto* const kept = new grpc::GrpcLibraryCodegen();
-  (void)kept;
 }
 
 ServerConfig LoopbackConfig() {

@@ -19,11 +19,6 @@ namespace gpucompute::test {
 // transfer shows).
 std::string DistinctBytes(uint64_t bytes);
 
-// Keeps gRPC initialized until the process exits. Otherwise the last server's
-// teardown runs grpc_shutdown, which in gRPC 1.51 can wait ~10 s for an executor
-// thread still polling after striped channels closed (1 run in 5 of the striped tests).
-void KeepGrpcInitialized();
-
 // Serves on 127.0.0.1:0 without a metrics endpoint, on the CPU backend; tests
 // change what they exercise.
 ServerConfig LoopbackConfig();
