@@ -250,6 +250,12 @@ void Haversine(Bench& b, bool quick) {
       });
       MarkWriteOnly();
       if (n < 10000) continue;
+      if (dt == DType::kFloat32) {
+        cuda::HaversineMeshSchedule schedule;
+        CHECK_CUDA(cuda::DefaultMeshSchedule(dt, &schedule));
+        std::printf("mesh f32 default: %s\n",
+                    schedule == cuda::HaversineMeshSchedule::kFullWavesFused ? "fused" : "full waves");
+      }
       // The last step's formulations and the grid schedules (haversine_variants.h),
       // kernels only: every angle on the default schedule, then the fastest angles and
       // the new ones on each full-wave schedule. On the 2-degree mesh around the

@@ -56,8 +56,12 @@ template <typename T>
 constexpr int kPointsPerThread = sizeof(T) == 4 ? 4 : 2;
 
 // The defaults, from bench/run_gpu_kernels.sh and run_gpu_haversine.sh (ratio to the
-// write bound, 2-degree mesh / globe). Mesh float32: the asin(sqrt(m)) polynomial on
-// full waves (H100 0.87-0.88). Mesh float64: the reduced last step on 32-bit words with
+// write bound, 2-degree mesh / globe). Mesh float32: the asin(sqrt(m)) polynomial, on
+// full waves where DRAM is slow against the multiprocessors (H100, 12.8 bytes an SM
+// cycle: 0.143 ms, 0.87, against one fused launch's 0.148), else fused (H200, 18.4:
+// 0.117 ms, 0.76, against full waves' 0.146-0.154, 0.58-0.61, in one run,
+// bench/results/h200_kernels_roofline_run2.txt; the bytes from the devices' attributes
+// as gpu_kernels_bench logged them). Mesh float64: the reduced last step on 32-bit words with
 // a 5-operation square root (kAsinReducedLean), two column vectors a thread in one
 // launch: on an H200 0.341 / 0.339 ms against the Newton step's 0.364 / 0.362
 // (bench/results/h200_haversine_lean_run1.txt; on the H100 the Newton step was at
@@ -67,9 +71,22 @@ constexpr int kPointsPerThread = sizeof(T) == 4 ? 4 : 2;
 template <typename T>
 constexpr HaversineAngle kDefaultMeshAngle =
     sizeof(T) == 4 ? HaversineAngle::kAsinPolynomial : HaversineAngle::kAsinReducedLean;
-template <typename T>
-constexpr HaversineMeshSchedule kDefaultMeshSchedule =
-    sizeof(T) == 4 ? HaversineMeshSchedule::kFullWaves : HaversineMeshSchedule::kFullWavesFusedWide;
+// Float32 meshes run fused from this many DRAM bytes per SM cycle (between the H100's
+// 12.8 and the H200's 18.4).
+constexpr double kFusedFloat32MeshFromDramBytesPerSmCycle = 16.0;
+
+// Peak DRAM bytes per multiprocessor cycle: how tight the write bound is against the
+// issue rate (two transfers a memory clock).
+inline cudaError_t DramBytesPerSmCycle(double* bytes) {
+  int device = 0, memory_khz = 0, bus_bits = 0, sm_khz = 0, sms = 0;
+  GC_TRY(cudaGetDevice(&device));
+  GC_TRY(cudaDeviceGetAttribute(&memory_khz, cudaDevAttrMemoryClockRate, device));
+  GC_TRY(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
+  GC_TRY(cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, device));
+  GC_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  *bytes = 2.0 * memory_khz * (bus_bits / 8.0) / (static_cast<double>(sm_khz) * sms);
+  return cudaSuccess;
+}
 
 // Points (1e7 x 4 references): each point's half unit vector once, h and g from the
 // chords to the references, the next points loaded meanwhile (kChordPrefetch): on an
@@ -476,13 +493,24 @@ cudaError_t LaunchHaversineMeshVariant(DType dtype, const MeshAxis& lat, const M
   return dtype == DType::kFloat32 ? run(float{}) : run(double{});
 }
 
+cudaError_t DefaultMeshSchedule(DType dtype, HaversineMeshSchedule* schedule) {
+  *schedule = HaversineMeshSchedule::kFullWavesFusedWide;
+  if (dtype != DType::kFloat32) return cudaSuccess;
+  double bytes = 0;
+  GC_TRY(DramBytesPerSmCycle(&bytes));
+  *schedule = bytes >= kFusedFloat32MeshFromDramBytesPerSmCycle ? HaversineMeshSchedule::kFullWavesFused
+                                                                : HaversineMeshSchedule::kFullWaves;
+  return cudaSuccess;
+}
+
 cudaError_t LaunchHaversineMesh(DType dtype, const MeshAxis& lat, const MeshAxis& lon,
                                 const RefPoint* refs, int64_t n_ref, double radius, void* out,
                                 const LaunchEnv& env) {
   const bool f32 = dtype == DType::kFloat32;
+  HaversineMeshSchedule schedule;
+  GC_TRY(DefaultMeshSchedule(dtype, &schedule));
   return LaunchHaversineMeshVariant(dtype, lat, lon, refs, n_ref, radius, out, env,
-                                    f32 ? kDefaultMeshAngle<float> : kDefaultMeshAngle<double>,
-                                    f32 ? kDefaultMeshSchedule<float> : kDefaultMeshSchedule<double>);
+                                    f32 ? kDefaultMeshAngle<float> : kDefaultMeshAngle<double>, schedule);
 }
 
 cudaError_t LaunchHaversinePointsVariant(DType dtype, const void* lat, const void* lon, int64_t n_points,

@@ -1,7 +1,7 @@
 // Haversine launches with a forced formulation, for the benchmark (one GPU run times
 // every candidate) and the tests (each against the float64 reference). The backend
 // calls LaunchHaversineMesh / LaunchHaversinePoints, which use the defaults
-// (haversine.cu: kDefaultMeshAngle, kDefaultMeshSchedule, kDefaultPointsVariant).
+// (haversine.cu: kDefaultMeshAngle, DefaultMeshSchedule, kDefaultPointsVariant).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -73,6 +73,9 @@ enum class HaversinePointsVariant {
   kReducedLean = 10,  // kReduced with the last step of HaversineAngle::kAsinReducedLean
                       // (to tell the chords' gain from the last step's)
 };
+
+// The schedule LaunchHaversineMesh takes for `dtype` on the current device.
+cudaError_t DefaultMeshSchedule(DType dtype, HaversineMeshSchedule* schedule);
 
 cudaError_t LaunchHaversineMeshVariant(DType dtype, const MeshAxis& lat, const MeshAxis& lon,
                                        const RefPoint* refs, int64_t n_ref, double radius, void* out,
