@@ -75,23 +75,31 @@ def python_latency(args: argparse.Namespace) -> int:
     return 0
 
 
+def _session_of(client):
+    """The client's Compute.Session, through which its small calls go (normalize has
+    run once, so it is open)."""
+    session = client._session
+    assert session is not None, "small calls no longer go through Compute.Session"
+    return session
+
+
 def time_around_rpc(client, a: np.ndarray, seconds: float) -> List[float]:
-    """Real calls of client.normalize, each less the time inside its stub: the
-    client's own work as it runs between RPCs (caches and clocks as they are then,
-    which the recorded reply of client_work does not see)."""
-    stubs = client._stripe_stubs[0]
-    key = "Compute.Normalize/unary" if "Compute.Normalize/unary" in stubs else "Compute.Normalize"
-    real = stubs[key]
+    """Real calls of client.normalize, each less the time inside its session's run
+    (sending the request, the round trip, receiving the answer): the client's own work
+    as it runs between RPCs (caches and clocks as they are then, which the recorded
+    reply of client_work does not see)."""
+    session = _session_of(client)
+    real = session.run
     inside: List[float] = []
 
-    def timed(request, timeout=None, metadata=None):
+    def timed(*args, **kwargs):
         t0 = time.perf_counter()
         try:
-            return real(request, timeout=timeout, metadata=metadata)
+            return real(*args, **kwargs)
         finally:
             inside.append(time.perf_counter() - t0)
 
-    stubs[key] = timed
+    session.run = timed
     try:
         outside: List[float] = []
         stop = time.perf_counter() + seconds
@@ -99,42 +107,27 @@ def time_around_rpc(client, a: np.ndarray, seconds: float) -> List[float]:
             t0 = time.perf_counter()
             client.normalize(a, norm="l2")
             outside.append(time.perf_counter() - t0 - inside[-1])
+        assert len(inside) == len(outside), "a call went around the session"
         return sorted(outside)
     finally:
-        stubs[key] = real
+        del session.run
 
 
 def client_work(client, a: np.ndarray, seconds: float) -> List[float]:
-    """Times client.normalize with its stub answering a recorded one-message reply:
-    everything the client does per call but the RPC."""
-    from gpucompute import _wire
+    """Times client.normalize with its session answering a recorded result: everything
+    the client does per call but the RPC (the request still serialized)."""
+    session = _session_of(client)
+    recorded = session.run("Compute.Normalize", _normalize_request(a), 30)
 
-    stubs = client._stripe_stubs[0]
-    real = {key: stubs[key] for key in ("Compute.Normalize", "Compute.Normalize/unary")
-            if key in stubs}  # a client without unary reads has only the first
-    raw = b"".join(m.SerializeToString()
-                   for m in real["Compute.Normalize"](_normalize_request(a), timeout=30))
-
-    class Reply:
-        def __iter__(self):
-            return iter([_wire.decode_result_chunk(raw)])
-
-        def cancel(self) -> None:
-            pass
-
-    def streamed(request, timeout=None, metadata=None):
+    def answered(rpc, request, timeout):
         request.SerializeToString()
-        return Reply()
+        return recorded
 
-    def unary(request, timeout=None, metadata=None):
-        request.SerializeToString()
-        return _wire.decode_result_chunk(raw)
-
-    stubs.update({key: streamed if key == "Compute.Normalize" else unary for key in real})
+    session.run = answered
     try:
         return time_calls(lambda: client.normalize(a, norm="l2"), seconds)
     finally:
-        stubs.update(real)
+        del session.run
 
 
 def _normalize_request(a: np.ndarray):
