@@ -3,9 +3,10 @@
 where a request spends its time on the server.
 
   python-latency  1 in flight normalize of ROWSx256 float32 through gpucompute.Client:
-                  p50/p99 of the call, next to a bare gRPC health check (the floor
-                  of any call) and the client's own per-call work (request building
-                  and result assembly, no RPC).
+                  p50/p99 of the call (on its Compute.Session, and as unary calls),
+                  next to a bare gRPC health check (the floor of any call) and the
+                  client's own per-call work (request building and result assembly,
+                  no RPC).
   python-floor    why the Python client's floor differs from the C++ one: a bare
                   gRPC health check (no gpucompute code) in fresh processes under
                   variants of gRPC's environment and channel options, with the
@@ -71,7 +72,10 @@ def python_latency(args: argparse.Namespace) -> int:
         else:
             own = client_work(client, a, args.seconds / 4)
         around = time_around_rpc(client, a, args.seconds / 4)
-    report(args, calls, health, own, around)
+    with gpucompute.Client(args.target, timeout=30, session=False) as client:
+        client.normalize(a, norm="l2")
+        unary = time_calls(lambda: client.normalize(a, norm="l2"), args.seconds / 2)
+    report(args, calls, health, own, around, unary)
     return 0
 
 
@@ -141,17 +145,19 @@ def _normalize_request(a: np.ndarray):
 
 
 def report(args: argparse.Namespace, calls: List[float], health: List[float],
-           own: List[float], around: List[float]) -> None:
+           own: List[float], around: List[float], unary: List[float]) -> None:
     us = 1e6
     print(f"python client, {args.rows}x256 float32 normalize, 1 in flight, {len(calls)} calls")
     print(f"  normalize      p50 {percentile(calls, .5) * us:7.0f} us  p99 {percentile(calls, .99) * us:7.0f} us")
+    print(f"  as unary calls p50 {percentile(unary, .5) * us:7.0f} us  p99 {percentile(unary, .99) * us:7.0f} us"
+          "  (Client(session=False))")
     print(f"  health check   p50 {percentile(health, .5) * us:7.0f} us  p99 {percentile(health, .99) * us:7.0f} us")
     if own:
         print(f"  client's work  p50 {percentile(own, .5) * us:7.0f} us  "
               "(the whole call but the RPC)")
     if around:
         print(f"  around the RPC p50 {percentile(around, .5) * us:7.0f} us  "
-              "(real calls less the time in the stub)")
+              "(real calls less the time in the session)")
 
 
 # name, environment, channel options: what a bare health check may pay for.
