@@ -345,7 +345,6 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  gpucompute::KeepGrpcInitializedUntilExit();
   ConfigureMalloc();
   gpucompute::DisableMutexDeadlockDetection();
   absl::SetProgramUsageMessage(
@@ -372,6 +371,9 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // gRPC's initialization starts its threads: after the signals are blocked, so that
+  // none of them takes a stop signal's default action.
+  gpucompute::KeepGrpcInitializedUntilExit();
 
   const absl::Time start = absl::Now();
   absl::StatusOr<std::unique_ptr<gpucompute::GpuComputeServer>> server =
