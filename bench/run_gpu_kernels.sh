@@ -112,12 +112,36 @@ winners "normalize" '^  (default|two reads|tile|cluster|narrow groups|pipelined|
 # The float32 mesh default is fused where DRAM is fast against the SMs (H200), full
 # waves elsewhere (H100): haversine.cu, DefaultMeshSchedule; the device line says which.
 mesh_f32=$(grep -q 'mesh f32 default: fused' "$OUT/bench.log" && echo "mesh asin_poly fused" || echo "mesh asin_poly waves")
-winners "haversine mesh" '^  mesh ' "$mesh_f32/mesh lean wide"
-winners "haversine points" '^  points ' "points chord prefetch/points chord prefetch"
+mesh_f64="mesh lean wide"
+points="points chord prefetch"
+winners "haversine mesh" '^  mesh ' "$mesh_f32/$mesh_f64"
+winners "haversine points" '^  points ' "$points/$points"
+echo
+# The backend's row times its launcher between the same events as the kernel's row:
+# host work inside a launch (a slow device query, a synchronous allocation) shows here.
+echo "backend rows against the default kernel they run (HOST WORK past 1.10):"
+awk -F, -v mesh32="$mesh_f32" -v mesh64="$mesh_f64" -v points="$points" 'NR > 1 {
+  key = $2 " " $3
+  if ($1 !~ /^ /) { backend[$1 "|" key] = $4; next }
+  v = $1; sub(/^ +/, "", v); kernel[v "|" key] = $4
+} END {
+  for (k in backend) {
+    split(k, p, "|"); name = p[1]; key = p[2]
+    if (name == "haversine mesh") d = (key ~ /^f32/) ? mesh32 : mesh64
+    else if (name == "haversine points") d = points
+    else if (name ~ /^normalize /) { d = name; sub(/^normalize/, "default", d) }
+    else continue
+    if (!((d "|" key) in kernel)) continue
+    r = backend[k] / kernel[d "|" key]
+    printf "  %-18s %-26s %.4f ms, %s %.4f: %.2f%s\n", name, key, backend[k], d, kernel[d "|" key], r,
+           (r > 1.10 ? "  HOST WORK" : "")
+  }
+}' "$OUT/bench.csv" | sort | tee "$OUT/backend_vs_kernel.txt"
 
 step "summary"
 {
   echo "tests: $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/test.log" | tr '\n' ' ') $(grep -c '^rc=0' "$OUT/test.log")/4 rc=0"
   [ -f "$OUT/sanitizer.log" ] && echo "sanitizer: $(grep -c '^rc=0' "$OUT/sanitizer.log")/6 rc=0; $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | sort | uniq -c | tr '\n' ' ')"
   echo "below goal: $(grep -c below "$OUT/ratios.txt") rows"
+  echo "host work in a backend launch: $(grep -c 'HOST WORK' "$OUT/backend_vs_kernel.txt") rows"
 } | tee -a "$OUT/summary.txt"
