@@ -21,6 +21,7 @@ struct RowGroupPolicy {
   static constexpr int64_t kMaxCols = 4096;
   static constexpr int64_t kSmallCols = 32;  // rows this short get 4 lanes, not 32
   static constexpr int kPerLane = 8;         // rows <= group * 8 are held in registers
+  static constexpr int64_t kLineBytes = 128;  // float32 rows not made of whole lines prefetch
 };
 struct ChunkPolicy {
   static constexpr int kThreads = 256;
