@@ -73,11 +73,13 @@ struct RowGroupAgent {
     const int64_t groups = static_cast<int64_t>(gridDim.x) * (blockDim.x / kGroup);
     const int64_t first = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kGroup) + threadIdx.x / kGroup;
     if (cols <= kGroup * RowGroupPolicy::kPerLane) {
-      if (sizeof(T) == 4 && cols * static_cast<int64_t>(sizeof(T)) % RowGroupPolicy::kLineBytes != 0) {
-        RegisterRows<true>(lane, mask, first, groups);
-      } else {
-        RegisterRows<false>(lane, mask, first, groups);
+      if constexpr (sizeof(T) == 4) {
+        if (cols * static_cast<int64_t>(sizeof(T)) % RowGroupPolicy::kLineBytes != 0) {
+          RegisterRows<true>(lane, mask, first, groups);
+          return;
+        }
       }
+      RegisterRows<false>(lane, mask, first, groups);
       return;
     }
     // Longer rows: two passes, the second from L1/L2; four loads in flight per lane.
