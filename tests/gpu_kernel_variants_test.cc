@@ -243,6 +243,24 @@ TEST(GpuKernelVariants, NormalizeBadRowsUnderRacecheck) {  // small: racecheck i
   CheckBadRows<float>(60001, 5, 1);  // past a tile: clusters, chunks, the pipeline
 }
 
+// Rows held in registers, several a lane group: more rows than the grid has groups
+// of 4 lanes (every row-group launch is capped at 8 blocks a multiprocessor), so each
+// group loads its next row ahead (RowGroupAgent::RegisterRows, float32 rows across
+// 128-byte lines: 7, 33, 100 and 200 columns) or one row at a time (64 columns, whole
+// lines); a bad row among the last.
+TEST(GpuKernelVariants, NormalizeRowGroupsManyRowsAGroup) {
+  REQUIRE_GPU();
+  constexpr cuda::NormalizeVariant kRegisterRowVariants[] = {
+      cuda::NormalizeVariant::kDefault, cuda::NormalizeVariant::kNarrowGroups, cuda::NormalizeVariant::kTwoReads};
+  const int64_t rows = 2 * int64_t{Env().sm_count} * 8 * (256 / 4) + 5;  // twice the 4-lane groups
+  const std::vector<int64_t> widths =
+      test::Sanitized() ? std::vector<int64_t>{7, 33} : std::vector<int64_t>{7, 33, 64, 100, 200};
+  for (int64_t cols : widths) {
+    CheckNormalizeVariants<float>(rows, cols, kRegisterRowVariants);
+    CheckBadRows<float>(cols, rows, rows - 7, kRegisterRowVariants);
+  }
+}
+
 // The TMA cluster path (sm_90; elsewhere, and where bulk copies cannot run, the
 // default): clusters of 2, 4, 8 and 16 blocks (float32 rows of 40000, 100004 (the last
 // slice shorter), 200000 and 250000 elements; float64 half as many), more rows than
