@@ -78,9 +78,9 @@ constexpr HaversineAngle kDefaultMeshAngle =
 constexpr double kFusedFloat32MeshFromDramBytesPerSmCycle = 16.0;
 
 // Peak DRAM bytes per multiprocessor cycle: how tight the write bound is against the
-// issue rate (two transfers a memory clock). Queried once a device: the clock-rate
-// attributes cost ~0.4 ms a query with CUDA 13 (an H200's float32 mesh took 1.08 ms
-// through the backend against 0.117 for its kernel while they were queried a launch).
+// issue rate (two transfers a memory clock). Queried once a device: with CUDA 13 these
+// attribute queries took ~0.85 ms together (an H200's float32 mesh took 1.08 ms through
+// the backend against 0.117 for its kernel while they were made every launch).
 inline cudaError_t DramBytesPerSmCycle(double* bytes) {
   static std::vector<std::atomic<double>> known = [] {  // 0: not queried yet
     int devices = 0;
