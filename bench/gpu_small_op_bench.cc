@@ -7,6 +7,7 @@
 // - copies: 4 KiB pinned in and out on one stream, one wait (no kernel);
 // - kernel: the same with the normalize kernel between, its buffers allocated once;
 // - graph: that sequence captured once as a CUDA graph, replayed (one launch, one wait);
+//   then captured anew each call and the graph updated to it before the launch;
 // - backend: Backend::RunFromHost as the server calls it (allocations, events, result
 //   check, copies, one wait), single thread, then from several threads at once
 //   (calls per second over all of them).
@@ -178,6 +179,19 @@ struct Raw {
     CHECK_CUDA(cudaGraphLaunch(exec, stream));
     CHECK_CUDA(cudaStreamSynchronize(stream));
   }
+  // What a server pays that cannot tell a repeat from the request alone (the
+  // operation's arguments are made inside its launch): the sequence captured again,
+  // the instantiated graph updated to it, then launched.
+  void GraphRecaptured() const {
+    cudaGraph_t captured = nullptr;
+    CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    Queue();
+    CHECK_CUDA(cudaStreamEndCapture(stream, &captured));
+    cudaGraphExecUpdateResultInfo info{};
+    CHECK_CUDA(cudaGraphExecUpdate(exec, captured, &info));
+    CHECK_CUDA(cudaGraphDestroy(captured));
+    Graph();
+  }
 };
 
 // `threads` threads, thread t calling what make_call(t) returns (made on that
@@ -275,6 +289,7 @@ int Main(int argc, char** argv) {
       {"launch only (normalize, wait)", &Raw::LaunchOnly},
       {"mapped (normalize host to host)", &Raw::Mapped},
       {"graph (kernel's sequence replayed)", &Raw::Graph},
+      {"graph, captured again and updated", &Raw::GraphRecaptured},
       {"pooled (3 allocations, freed here)", &Raw::PooledSameStream},
       {"pooled, 2 freed on a shared stream", &Raw::PooledSharedFree},
       {"pooled, shared free, events", &Raw::PooledSharedFreeTimed},
