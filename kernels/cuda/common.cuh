@@ -86,6 +86,16 @@ int ResidentBlocksPerSm(Kernel kernel, int threads) {
   return std::max(blocks, 1);
 }
 
+// Peak DRAM bytes per multiprocessor cycle of the current device (two transfers a
+// memory clock): how tight a memory bound is against the issue rate. Queried once a
+// device (support.cu): with CUDA 13 the clock-rate queries take ~0.85 ms together.
+cudaError_t DramBytesPerSmCycle(double* bytes);
+// Devices from this many bytes a cycle (the H200's 18.4, not the H100's 12.8) leave a
+// memory-bound kernel fewer issue slots per byte; where the measured winners of the
+// two differ, a launch policy keys on it (WideDram).
+constexpr double kWideDramBytesPerSmCycle = 16.0;
+cudaError_t WideDram(bool* wide);
+
 // Scratch memory of one launch: from the launch's arena where it fits, else
 // stream-ordered from the device pool and freed on the same stream.
 class Scratch {

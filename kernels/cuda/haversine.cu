@@ -73,37 +73,6 @@ constexpr int kPointsPerThread = sizeof(T) == 4 ? 4 : 2;
 template <typename T>
 constexpr HaversineAngle kDefaultMeshAngle =
     sizeof(T) == 4 ? HaversineAngle::kAsinPolynomial : HaversineAngle::kAsinReducedLean;
-// Float32 meshes run fused from this many DRAM bytes per SM cycle (between the H100's
-// 12.8 and the H200's 18.4).
-constexpr double kFusedFloat32MeshFromDramBytesPerSmCycle = 16.0;
-
-// Peak DRAM bytes per multiprocessor cycle: how tight the write bound is against the
-// issue rate (two transfers a memory clock). Queried once a device: with CUDA 13 these
-// attribute queries took ~0.85 ms together (an H200's float32 mesh took 1.08 ms through
-// the backend against 0.117 for its kernel while they were made every launch).
-inline cudaError_t DramBytesPerSmCycle(double* bytes) {
-  static std::vector<std::atomic<double>> known = [] {  // 0: not queried yet
-    int devices = 0;
-    if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
-    return std::vector<std::atomic<double>>(static_cast<size_t>(devices));
-  }();
-  int device = 0;
-  GC_TRY(cudaGetDevice(&device));
-  const bool remembered = device >= 0 && static_cast<size_t>(device) < known.size();
-  if (remembered) {
-    *bytes = known[device].load(std::memory_order_relaxed);
-    if (*bytes > 0) return cudaSuccess;
-  }
-  int memory_khz = 0, bus_bits = 0, sm_khz = 0, sms = 0;
-  GC_TRY(cudaDeviceGetAttribute(&memory_khz, cudaDevAttrMemoryClockRate, device));
-  GC_TRY(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
-  GC_TRY(cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, device));
-  GC_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  *bytes = 2.0 * memory_khz * (bus_bits / 8.0) / (static_cast<double>(sm_khz) * sms);
-  if (remembered) known[device].store(*bytes, std::memory_order_relaxed);
-  return cudaSuccess;
-}
-
 // Points (1e7 x 4 references): each point's half unit vector once, h and g from the
 // chords to the references, the next points loaded meanwhile (kChordPrefetch): on an
 // H200 float32 0.096 ms against split terms' 0.112, float64 0.222 against the reduced
@@ -512,10 +481,11 @@ cudaError_t LaunchHaversineMeshVariant(DType dtype, const MeshAxis& lat, const M
 cudaError_t DefaultMeshSchedule(DType dtype, HaversineMeshSchedule* schedule) {
   *schedule = HaversineMeshSchedule::kFullWavesFusedWide;
   if (dtype != DType::kFloat32) return cudaSuccess;
-  double bytes = 0;
-  GC_TRY(DramBytesPerSmCycle(&bytes));
-  *schedule = bytes >= kFusedFloat32MeshFromDramBytesPerSmCycle ? HaversineMeshSchedule::kFullWavesFused
-                                                                : HaversineMeshSchedule::kFullWaves;
+  // Fused on wide-DRAM devices (WideDram), where the write bound leaves the fewest
+  // issue slots a point for the terms' shuffles.
+  bool wide = false;
+  GC_TRY(WideDram(&wide));
+  *schedule = wide ? HaversineMeshSchedule::kFullWavesFused : HaversineMeshSchedule::kFullWaves;
   return cudaSuccess;
 }
 
@@ -635,6 +605,9 @@ cudaError_t WarmupHaversine(const LaunchEnv& env) {
         GC_TRY(LaunchHaversineMeshVariant(t, lat, MeshAxis{99.0, 101.0, 3}, ref, 1, 6371.0, buf, env, a, m));
       }
     }
+    // The backend's entry as well: its first call reads the device's clocks
+    // (DramBytesPerSmCycle), which a first float32 grid request paid otherwise (+1.1 ms).
+    GC_TRY(LaunchHaversineMesh(t, lat, MeshAxis{99.0, 101.0, 4}, ref, 1, 6371.0, buf, env));
     for (HaversinePointsVariant v : {HaversinePointsVariant::kSplitTerms, HaversinePointsVariant::kDirect,
                                      HaversinePointsVariant::kSplitPrefetch, HaversinePointsVariant::kReduced,
                                      HaversinePointsVariant::kReducedPrefetch, HaversinePointsVariant::kReducedNewton,

@@ -1,8 +1,10 @@
-// The kernel registry and warm-up of all operations, and a deterministic random
-// fill used by the benchmark.
+// The kernel registry and warm-up of all operations, the device's DRAM rate the
+// launch policies key on, and a deterministic random fill used by the benchmark.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launchers.h"
@@ -47,6 +49,36 @@ cudaError_t LaunchFillUniform(DType dtype, void* data, int64_t n, double lo, dou
     FillUniformKernel<double><<<grid, FillPolicy::kThreads, 0, env.stream>>>(static_cast<double*>(data), n, lo, hi - lo, seed);
   }
   GC_CHECK_LAUNCH();
+  return cudaSuccess;
+}
+
+cudaError_t DramBytesPerSmCycle(double* bytes) {
+  static std::vector<std::atomic<double>> known = [] {  // 0: not queried yet
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
+    return std::vector<std::atomic<double>>(static_cast<size_t>(devices));
+  }();
+  int device = 0;
+  GC_TRY(cudaGetDevice(&device));
+  const bool remembered = device >= 0 && static_cast<size_t>(device) < known.size();
+  if (remembered) {
+    *bytes = known[device].load(std::memory_order_relaxed);
+    if (*bytes > 0) return cudaSuccess;
+  }
+  int memory_khz = 0, bus_bits = 0, sm_khz = 0, sms = 0;
+  GC_TRY(cudaDeviceGetAttribute(&memory_khz, cudaDevAttrMemoryClockRate, device));
+  GC_TRY(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
+  GC_TRY(cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, device));
+  GC_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  *bytes = 2.0 * memory_khz * (bus_bits / 8.0) / (static_cast<double>(sm_khz) * sms);
+  if (remembered) known[device].store(*bytes, std::memory_order_relaxed);
+  return cudaSuccess;
+}
+
+cudaError_t WideDram(bool* wide) {
+  double bytes = 0;
+  GC_TRY(DramBytesPerSmCycle(&bytes));
+  *wide = bytes >= kWideDramBytesPerSmCycle;
   return cudaSuccess;
 }
 
