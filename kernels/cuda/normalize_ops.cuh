@@ -188,8 +188,11 @@ __device__ __forceinline__ typename Op::Acc AccumulateVec(typename Op::Acc acc,
   }
 }
 
+// float4 bitwise (every test made, no branch between them): float32 tile rows of
+// 512 / 1e3 columns 1.5-2% faster than with ||; double2 with ||: float64 TMA cluster
+// rows of 1e5 2-3% faster than bitwise (H200, both alternated twice, session 15).
 __device__ __forceinline__ bool AnyInf(float4 v) {
-  return isinf(v.x) || isinf(v.y) || isinf(v.z) || isinf(v.w);
+  return isinf(v.x) | isinf(v.y) | isinf(v.z) | isinf(v.w);
 }
 __device__ __forceinline__ bool AnyInf(double2 v) { return isinf(v.x) || isinf(v.y); }
 

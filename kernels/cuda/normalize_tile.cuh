@@ -209,20 +209,17 @@ struct TileAgent {
     unsigned c = l - static_cast<unsigned>(r) * ucols;  // the vector's first column
     for (int64_t i = first; i < body_end; i += stride) {
       const VT v = *reinterpret_cast<const VT*>(data + (i - base));
-      const T* x = reinterpret_cast<const T*>(&v);
       const T inv = invs[r];
-      VT w;
-      T* y = reinterpret_cast<T*>(&w);
       if (c + V <= ucols && inv != T(0)) {
-        bool inf = false;
-#pragma unroll
-        for (int k = 0; k < V; ++k) {
-          y[k] = x[k] * inv;
-          if constexpr (kNorm == NormKind::kSum) inf |= isinf(y[k]);
+        const VT w = ScaleVec<T>(v, MultiplyBy<T>{inv});
+        if constexpr (kNorm == NormKind::kSum) {
+          if (AnyInf(w)) atomicMin(&result->bad_row, static_cast<unsigned long long>(row0 + r));
         }
-        if (inf) atomicMin(&result->bad_row, static_cast<unsigned long long>(row0 + r));
         *reinterpret_cast<VT*>(out + i) = w;
       } else {
+        const T* x = reinterpret_cast<const T*>(&v);
+        VT w;
+        T* y = reinterpret_cast<T*>(&w);
         int row = r;
         unsigned col = c;
         bool all = true;
