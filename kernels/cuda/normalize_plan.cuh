@@ -85,7 +85,12 @@ cudaError_t PlanCluster(int64_t cols, NormalizePlan* plan, bool wide = false) {
 
 // The TMA clusters where the device has them (sm_90) and the row's slices fit
 // (`half`: slices up to ClusterBulkPolicy::kHalfSliceBytes where they can be, two
-// blocks an SM), with the TMA store; else the plan unchanged.
+// blocks an SM); else the plan unchanged. The slices go back with the TMA store,
+// except on wide-DRAM devices (WideDram), where 16-byte stores won (H200, two runs of
+// run_gpu_kernels.sh, sessions 14 and 15: f32 4e5 0.293-0.302 ms against 0.329, f64 1e5
+// 0.245-0.253 against 0.266-0.272, f64 5e4 0.230-0.232 against 0.241-0.242; f32 5e4 and
+// 1e5 within 2% either way) and the H100's runs had the TMA store ahead (session 10:
+// f32 1e5 by 5%, even elsewhere).
 template <typename T>
 cudaError_t PlanClusterBulk(int64_t cols, bool half, NormalizePlan* plan) {
   bool clusters = false;
@@ -95,10 +100,12 @@ cudaError_t PlanClusterBulk(int64_t cols, bool half, NormalizePlan* plan) {
   int blocks = half ? ClusterBulkBlocksFor<T>(cols, plan->limit, ClusterBulkPolicy::kHalfSliceBytes, &slice) : 0;
   if (blocks == 0) blocks = ClusterBulkBlocksFor<T>(cols, plan->limit, ClusterBulkPolicy::kMaxSliceBytes, &slice);
   if (blocks == 0) return cudaSuccess;
+  bool wide = false;
+  GC_TRY(WideDram(&wide));
   plan->path = NormalizePath::kClusterBulk;
   plan->blocks = blocks;
   plan->slice = slice;
-  plan->bulk_store = true;
+  plan->bulk_store = !wide;
   return cudaSuccess;
 }
 
