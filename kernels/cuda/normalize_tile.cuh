@@ -28,12 +28,13 @@ namespace {
 struct TilePolicy {
   static constexpr int kThreads = ChunkPolicy::kThreads;  // BlockReduceFor's block size
   // Blocks a multiprocessor must hold (registers a thread), by lanes a row: a warp a row
-  // 4 (ncu, H200, float32 SUM 1e5 x 1e3 at 2: 70 registers, 3 blocks an SM, 37% of
+  // 5 (ncu, H200, float32 SUM 1e5 x 1e3 at 2: 70 registers, 3 blocks an SM, 37% of
   // issue slots without an eligible warp; at 4 float32 SUM rows of 512 / 1e3 took 0.204
-  // / 0.203 ms against 0.231 / 0.227, float32 L2 and float64 within 1%); narrower
-  // groups 2 (float32 L1 1e7 x 10, 4 lanes: 0.320 ms at 2, 0.350 at 3 or 4).
+  // / 0.203 ms against 0.231 / 0.227, float32 L2 and float64 within 1%; 5 (46-48
+  // registers) a further 0.5-2% on every norm and dtype, 6 spilled and lost 2-7%);
+  // narrower groups 2 (float32 L1 1e7 x 10, 4 lanes: 0.320 ms at 2, 0.350 at 3 or 4).
   template <int kGroup>
-  static constexpr int kMinBlocksPerSm = kGroup == 32 ? 4 : 2;
+  static constexpr int kMinBlocksPerSm = kGroup == 32 ? 5 : 2;
   static constexpr int64_t kTileBytes = 32 * 1024;  // rows up to this share a tile
   static constexpr int64_t kMaxTileRows = 2048;     // bounds the per-row slots
   static constexpr int64_t kSmallCols = 32;         // rows this short get 4 lanes, not 32
