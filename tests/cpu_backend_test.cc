@@ -64,6 +64,23 @@ TEST_F(CpuBackendTest, AllocationIsAlignedAndCountedUntilReleased) {
   EXPECT_EQ(backend_->Stats().devices[0].pool_used_bytes, before);
 }
 
+TEST_F(CpuBackendTest, AFreedLargeArrayStaysReservedForTheNext) {
+  const BackendStats before = backend_->Stats();
+  absl::StatusOr<std::shared_ptr<Array>> array =
+      backend_->Allocate(DType::kFloat32, {1000, 1000}, kHostDevice);
+  ASSERT_TRUE(array.ok()) << array.status().message();
+  void* const data = (*array)->data();
+  array->reset();
+  const DeviceMemoryStats& freed = backend_->Stats().devices.at(0);
+  EXPECT_EQ(freed.pool_used_bytes, before.devices.at(0).pool_used_bytes);
+  EXPECT_EQ(freed.pool_reserved_bytes, before.devices.at(0).pool_reserved_bytes + 4000000)
+      << "the freed array's memory is held for reuse";
+  absl::StatusOr<std::shared_ptr<Array>> again =
+      backend_->Allocate(DType::kFloat32, {1000, 1000}, kHostDevice);
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ((*again)->data(), data) << "the next array of its size took new memory";
+}
+
 TEST_F(CpuBackendTest, EmptyAndScalarArraysAllocate) {
   absl::StatusOr<std::shared_ptr<Array>> empty =
       backend_->Allocate(DType::kFloat32, {4, 0}, kHostDevice);

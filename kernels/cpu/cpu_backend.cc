@@ -6,13 +6,13 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <new>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/host_block_cache.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/memory_budget.h"
 #include "kernels/preconditions.h"
@@ -20,11 +20,10 @@
 namespace gpucompute {
 namespace {
 
-constexpr std::align_val_t kAlignment{64};
-
-struct AlignedDelete {
-  void operator()(std::byte* data) const { ::operator delete[](data, kAlignment); }
-};
+constexpr size_t kAlignment = HostBlockCache::kAlignment;
+// Freed arrays' memory kept for the next ones (HostBlockCache), outside the memory
+// budget's live bytes: a bounded extra over them.
+constexpr size_t kCachedArrayBytes = size_t{64} << 20;
 
 // Large arrays ask for transparent huge pages: an upload or a result written into
 // fresh memory otherwise takes one page fault per 4 KiB (half the server's CPU in
@@ -43,8 +42,7 @@ void AdviseHugePages(std::byte* data, size_t bytes) {
 // The counter is shared so arrays may outlive the backend.
 class HostArray final : public Array {
  public:
-  HostArray(DType dtype, Shape shape, int64_t count,
-            std::unique_ptr<std::byte[], AlignedDelete> data,
+  HostArray(DType dtype, Shape shape, int64_t count, HostBlockCache::Block data,
             std::shared_ptr<std::atomic<uint64_t>> live_bytes)
       : Array(dtype, std::move(shape), count, kHostDevice),
         data_(std::move(data)),
@@ -53,10 +51,10 @@ class HostArray final : public Array {
   }
   ~HostArray() override { live_bytes_->fetch_sub(bytes(), std::memory_order_relaxed); }
 
-  void* data() override { return data_.get(); }
+  void* data() override { return data_.data(); }
 
  private:
-  std::unique_ptr<std::byte[], AlignedDelete> data_;
+  HostBlockCache::Block data_;
   std::shared_ptr<std::atomic<uint64_t>> live_bytes_;
 };
 
@@ -141,7 +139,7 @@ class CpuBackend final : public Backend {
     BackendStats stats;
     stats.devices.push_back(
         DeviceMemoryStats{.device = "cpu",
-                          .pool_reserved_bytes = live,
+                          .pool_reserved_bytes = live + blocks_->cached_bytes(),
                           .pool_used_bytes = live,
                           .queued_ops = running_ops_.load(std::memory_order_relaxed)});
     return stats;
@@ -156,14 +154,13 @@ class CpuBackend final : public Backend {
     GC_ASSIGN_OR_RETURN(const uint64_t bytes,
                         AllocationBytes(dtype, shape, physical_memory_bytes_));
     // Never a null pointer, even for an empty array.
-    const size_t request = std::max<size_t>(bytes, static_cast<size_t>(kAlignment));
-    std::unique_ptr<std::byte[], AlignedDelete> data(
-        static_cast<std::byte*>(::operator new[](request, kAlignment, std::nothrow)));
-    if (data == nullptr) {
+    const size_t request = std::max<size_t>(bytes, kAlignment);
+    HostBlockCache::Block data = blocks_->Take(request);
+    if (data.data() == nullptr) {
       return absl::ResourceExhaustedError(
           absl::StrCat("could not allocate ", bytes, " bytes of host memory"));
     }
-    AdviseHugePages(data.get(), request);
+    AdviseHugePages(data.data(), request);
     const int64_t count = static_cast<int64_t>(bytes / ElementSize(dtype));
     return std::make_shared<HostArray>(dtype, std::move(shape), count, std::move(data),
                                        live_bytes_);
@@ -251,6 +248,7 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   const uint64_t physical_memory_bytes_;
   std::shared_ptr<std::atomic<uint64_t>> live_bytes_ = std::make_shared<std::atomic<uint64_t>>(0);
+  std::shared_ptr<HostBlockCache> blocks_ = std::make_shared<HostBlockCache>(kCachedArrayBytes);
   std::atomic<uint64_t> running_ops_{0};
 };
 
