@@ -35,7 +35,7 @@ struct DeviceDescription {
 // Memory and warm-state figures for metrics; cheap to read.
 struct DeviceMemoryStats {
   std::string device;            // DeviceDescription::name
-  uint64_t pool_reserved_bytes = 0;  // held by the allocator (CUDA memory pool)
+  uint64_t pool_reserved_bytes = 0;  // held by the allocator (CUDA memory pool; CPU: live + kept for reuse)
   uint64_t pool_used_bytes = 0;      // in live arrays
   uint64_t queued_ops = 0;           // operations running or waiting on this device
 };
