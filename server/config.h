@@ -75,8 +75,9 @@ struct ServerConfig {
   // gRPC's memory for connections and calls; 0: derived (DefaultResourceQuotaBytes).
   uint64_t resource_quota_bytes = 0;
   // The server binary sets this: at start its own memory outside arrays (the
-  // resident set so far, the resource quota gRPC may still take and the cap of
-  // recycled result-chunk memory, ChunkMemory::kMaxCachedBytes) is charged
+  // resident set so far, the resource quota gRPC may still take, the cap of
+  // recycled result-chunk memory, ChunkMemory::kMaxCachedBytes, and on the CPU
+  // backend that of its kept array memory, kCpuCachedArrayBytes) is charged
   // to the host memory budget, so that the whole process stays within it.
   // An embedding process (tests) owns its memory and leaves it unset.
   bool charge_process_memory = false;

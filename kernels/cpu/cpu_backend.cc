@@ -21,9 +21,6 @@ namespace gpucompute {
 namespace {
 
 constexpr size_t kAlignment = HostBlockCache::kAlignment;
-// Freed arrays' memory kept for the next ones (HostBlockCache), outside the memory
-// budget's live bytes: a bounded extra over them.
-constexpr size_t kCachedArrayBytes = size_t{64} << 20;
 
 // Large arrays ask for transparent huge pages: an upload or a result written into
 // fresh memory otherwise takes one page fault per 4 KiB (half the server's CPU in
@@ -248,7 +245,7 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   const uint64_t physical_memory_bytes_;
   std::shared_ptr<std::atomic<uint64_t>> live_bytes_ = std::make_shared<std::atomic<uint64_t>>(0);
-  std::shared_ptr<HostBlockCache> blocks_ = std::make_shared<HostBlockCache>(kCachedArrayBytes);
+  std::shared_ptr<HostBlockCache> blocks_ = std::make_shared<HostBlockCache>(kCpuCachedArrayBytes);
   std::atomic<uint64_t> running_ops_{0};
 };
 
