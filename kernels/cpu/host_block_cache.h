@@ -1,10 +1,12 @@
 // Host memory blocks of the CPU backend's arrays, kept after their arrays are freed so
-// the next array of about the same size reuses pages already mapped: an array in fresh
-// memory takes a page fault every 4 KiB as it is first written (an 800 KB request
-// spent ~5 of its ~5.3 ms in them on a 2-core VM, against 0.2-0.4 ms in reused memory;
-// bench/NOTES.md). Blocks from kMinBytes up are cached, at most `capacity` bytes of
-// them; smaller ones are left to malloc's own bins. Shared by the backend and its
-// arrays, which may outlive it.
+// the next array of about the same size reuses pages already mapped. The server sends
+// large blocks to mmap and back on free (server/main.cc, so that RSS stays within the
+// memory budget), so an array in fresh memory takes a page fault every 4 KiB as it is
+// first written (an 800 KB request spent ~5 of its ~5.3 ms in them on a 2-core VM,
+// against 0.2-0.4 ms in reused memory; bench/NOTES.md). This is the bounded exception,
+// charged to the budget as ChunkMemory's recycled result chunks are: blocks from
+// kMinBytes up, at most `capacity` bytes of them. Shared by the backend and its arrays,
+// which may outlive it.
 #pragma once
 
 #include <cstddef>
@@ -20,7 +22,9 @@ namespace gpucompute {
 class HostBlockCache : public std::enable_shared_from_this<HostBlockCache> {
  public:
   static constexpr size_t kAlignment = 64;
-  static constexpr size_t kMinBytes = size_t{128} << 10;  // glibc's first mmap threshold
+  // Smaller blocks are left to malloc (arrays of 240 KB still faulted about half the
+  // time before this cache; bench/results/cpu_array_reuse_run1.txt).
+  static constexpr size_t kMinBytes = size_t{128} << 10;
 
   // A block of at least `bytes`, 64-byte aligned; returned to the cache when it goes.
   class Block {
