@@ -59,24 +59,25 @@ constexpr int kPointsPerThread = sizeof(T) == 4 ? 4 : 2;
 // The defaults, from bench/run_gpu_kernels.sh and run_gpu_haversine.sh (ratio to the
 // write bound, 2-degree mesh / globe). Mesh float32: the asin(sqrt(m)) polynomial, on
 // full waves where DRAM is slow against the multiprocessors (H100, 12.8 bytes an SM
-// cycle: 0.143 ms, 0.87, against one fused launch's 0.148), else fused (H200, 18.4:
-// 0.117 ms, 0.76, against full waves' 0.146-0.154, 0.58-0.61, in one run,
-// bench/results/h200_kernels_roofline_run2.txt; the bytes from the devices' attributes
-// as gpu_kernels_bench logged them). Mesh float64: the reduced last step on 32-bit words with
-// a 5-operation square root (kAsinReducedLean), two column vectors a thread in one
-// launch: on an H200 0.341 / 0.339 ms against the Newton step's 0.364 / 0.362
-// (bench/results/h200_haversine_lean_run1.txt; on the H100 the Newton step was at
-// 0.68-0.69, bench/results/h100_haversine_f64_run1.txt). It forms g = 1 - h from its own
-// terms: a few ulp of long double to the antipode, where the library's asin(sqrt(h))
-// loses ~1 / sqrt(1 - h) ulp (gpu_kernel_variants_test).
+// cycle: 0.143 ms, 0.87, against one fused launch's 0.148), else fused with two column
+// vectors a thread (H200, 18.4: 0.108-0.111 ms against one vector's 0.113-0.115 and full
+// waves' 0.107-0.112, whose second launch costs small meshes ~5 us; four rounds,
+// bench/results/h200_haversine_loops_run1.txt). Mesh float64: the reduced last step on
+// 32-bit words with a 5-operation square root (kAsinReducedLean), in one launch, the row
+// terms through shared memory (kFullWavesFusedStaged): on an H200 0.307-0.311 ms against
+// two column vectors' 0.312-0.316 (the same file; Newton's step 0.364 / 0.362 against
+// lean's 0.341 / 0.339 before, bench/results/h200_haversine_lean_run1.txt; on the H100 the
+// Newton step was at 0.68-0.69, bench/results/h100_haversine_f64_run1.txt). It forms g =
+// 1 - h from its own terms: a few ulp of long double to the antipode, where the library's
+// asin(sqrt(h)) loses ~1 / sqrt(1 - h) ulp (gpu_kernel_variants_test).
 template <typename T>
 constexpr HaversineAngle kDefaultMeshAngle =
     sizeof(T) == 4 ? HaversineAngle::kAsinPolynomial : HaversineAngle::kAsinReducedLean;
 // Points (1e7 x 4 references): each point's half unit vector once, h and g from the
 // chords to the references, the next points loaded meanwhile (kChordPrefetch): on an
-// H200 float32 0.096 ms against split terms' 0.112, float64 0.222 against the reduced
-// variant's 0.263. The other points kernels' last step: float32 the polynomial,
-// float64 asin(sqrt(h)).
+// H200 float32 0.086-0.089 ms against split terms' 0.110-0.114, float64 0.214-0.216
+// against split terms' 0.352-0.356 (bench/results/h200_haversine_loops_run1.txt). The other
+// points kernels' last step: float32 the polynomial, float64 asin(sqrt(h)).
 template <typename T>
 constexpr HaversinePointsVariant kDefaultPointsVariant = HaversinePointsVariant::kChordPrefetch;
 template <typename T>
@@ -211,6 +212,15 @@ struct PointsSplitAgent {
     }
   }
 
+  // How many of points p0 + k * stride are below n: counted once a group, not tested
+  // (64-bit) for every pair.
+  __device__ __forceinline__ int InRange(int64_t p0, int64_t stride) const {
+    int count = 0;
+#pragma unroll
+    for (int k = 0; k < K; ++k) count += p0 + k * stride < n ? 1 : 0;
+    return count;
+  }
+
   // Points p0 + k * stride: checked, then their distances to every reference.
   __device__ __forceinline__ void Points(int64_t p0, int64_t stride, const T* la, const T* lo) const {
     if constexpr (kChord) {
@@ -237,12 +247,13 @@ struct PointsSplitAgent {
       }
       cos_la[k] = (cla[k] - sla[k]) * (cla[k] + sla[k]);  // cos^2 - sin^2 of the half angle
     }
+    const int in_range = InRange(p0, stride);
     for (int64_t r = blockIdx.y; r < n_ref; r += gridDim.y) {
       const RefTerms<T> t = terms[r];  // warp-uniform
+      T* dst = out + r * n + p0;
 #pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const int64_t p = p0 + k * stride;
-        if (p >= n) break;
+      for (int k = 0; k < K; ++k, dst += stride) {
+        if (k >= in_range) break;
         const T s1 = fma(sla[k], t.cos_half_lat, -cla[k] * t.sin_half_lat);
         const T s2 = fma(slo[k], t.cos_half_lon, -clo[k] * t.sin_half_lon);
         const T h = fma(cos_la[k] * t.cos_lat, s2 * s2, s1 * s1);
@@ -253,9 +264,9 @@ struct PointsSplitAgent {
           const T c2 = fma(clo[k], t.cos_half_lon, slo[k] * t.sin_half_lon);
           const T sum = fma(sla[k], t.cos_half_lat, cla[k] * t.sin_half_lat);
           const T cc = c1 * c2, ss = sum * s2;
-          out[r * n + p] = hm::DistanceFromHG<T, kLast>(h, fma(cc, cc, ss * ss), two_r);
+          *dst = hm::DistanceFromHG<T, kLast>(h, fma(cc, cc, ss * ss), two_r);
         } else {
-          out[r * n + p] = hm::DistanceFromH<T, kLast>(h, two_r);
+          *dst = hm::DistanceFromH<T, kLast>(h, two_r);
         }
       }
     }
@@ -276,17 +287,18 @@ struct PointsSplitAgent {
       Check(p0 + k * stride, la[k], lo[k]);
       v[k] = hm::HalfUnitVector(la[k], lo[k]);
     }
+    const int in_range = InRange(p0, stride);
     for (int64_t r = blockIdx.y; r < n_ref; r += gridDim.y) {
       const hm::HalfVector<T> q = terms[r].half;  // warp-uniform
+      T* dst = out + r * n + p0;
 #pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const int64_t p = p0 + k * stride;
-        if (p >= n) break;
+      for (int k = 0; k < K; ++k, dst += stride) {
+        if (k >= in_range) break;
         const T h = hm::ChordH(v[k], q);
         if constexpr (TakesG(kLast)) {
-          out[r * n + p] = hm::DistanceFromHG<T, kLast>(h, hm::ChordG(v[k], q), two_r);
+          *dst = hm::DistanceFromHG<T, kLast>(h, hm::ChordG(v[k], q), two_r);
         } else {
-          out[r * n + p] = hm::DistanceFromH<T, kLast>(h, two_r);
+          *dst = hm::DistanceFromH<T, kLast>(h, two_r);
         }
       }
     }
@@ -478,13 +490,13 @@ cudaError_t LaunchHaversineMeshVariant(DType dtype, const MeshAxis& lat, const M
 }
 
 cudaError_t DefaultMeshSchedule(DType dtype, HaversineMeshSchedule* schedule) {
-  *schedule = HaversineMeshSchedule::kFullWavesFusedWide;
+  *schedule = HaversineMeshSchedule::kFullWavesFusedStaged;
   if (dtype != DType::kFloat32) return cudaSuccess;
   // Fused on wide-DRAM devices (WideDram), where the write bound leaves the fewest
   // issue slots a point for the terms' shuffles.
   bool wide = false;
   GC_TRY(WideDram(&wide));
-  *schedule = wide ? HaversineMeshSchedule::kFullWavesFused : HaversineMeshSchedule::kFullWaves;
+  *schedule = wide ? HaversineMeshSchedule::kFullWavesFusedWide : HaversineMeshSchedule::kFullWaves;
   return cudaSuccess;
 }
 

@@ -106,13 +106,25 @@ GC_HOST_DEVICE T SqrtOfNonNegative(T m) {
 }
 
 // (R(w) - 1) / w, R(w) = asin(sqrt(w)) / sqrt(w), w in [0, 1/4].
+struct AsinSqrtTailCoefficients {
+  double c[13];
+};
+inline constexpr AsinSqrtTailCoefficients kAsinSqrtTail64 = {
+    {0.16666666666666669, 0.07499999999998433, 0.04464285714635543, 0.030381944138531247, 0.02237217294214989,
+     0.017352392720869973, 0.013971212973552933, 0.011479177415184906, 0.01032281435018578, 0.005457506718640358,
+     0.01740087944269402, -0.014851887071247204, 0.028757851367421566}};
+#if defined(__CUDACC__)
+// The same in constant memory: DFMA reads a constant-bank operand, where the 64-bit
+// literals took two register moves each, every point (~10 of a mesh point's ~60
+// instructions).
+static __constant__ AsinSqrtTailCoefficients kAsinSqrtTail64Device = kAsinSqrtTail64;
+#endif
 GC_HOST_DEVICE double AsinSqrtTail(double w) {
-  constexpr double kC[13] = {0.16666666666666669,  0.07499999999998433,  0.04464285714635543,
-                             0.030381944138531247, 0.02237217294214989,  0.017352392720869973,
-                             0.013971212973552933, 0.011479177415184906, 0.01032281435018578,
-                             0.005457506718640358, 0.01740087944269402,  -0.014851887071247204,
-                             0.028757851367421566};
-  return Horner(kC, w);
+#if defined(__CUDA_ARCH__)
+  return Horner(kAsinSqrtTail64Device.c, w);
+#else
+  return Horner(kAsinSqrtTail64.c, w);
+#endif
 }
 GC_HOST_DEVICE float AsinSqrtTail(float w) {
   constexpr float kC[5] = {0.16666672414795305f, 0.07498855072600821f, 0.04500138006991017f,
@@ -475,27 +487,30 @@ __device__ __forceinline__ double AsinSqrtRatio(double m) {
   return p;
 }
 
-// The same ratio in float32: the interpolant at 8 nodes (fit error 1.8e-8), 7 FMAs.
-__device__ __forceinline__ float AsinSqrtRatio(float m) {
-  constexpr float kC[8] = {1.0f, 0.16666954671609344f, 0.07488114441822327f, 0.046480849462936874f,
+// The same ratio in float32, as 1 + m Q(m): the interpolant at 8 nodes (fit error
+// 1.8e-8); Q, 6 FMAs.
+__device__ __forceinline__ float AsinSqrtRatioTail(float m) {
+  constexpr float kC[7] = {0.16666954671609344f, 0.07488114441822327f, 0.046480849462936874f,
                            0.01673138895046739f, 0.07553975382221965f, -0.09008621671077405f,
                            0.10967398323879114f};
-  float p = kC[7];
+  float q = kC[6];
 #pragma unroll
-  for (int k = 6; k >= 0; --k) p = fmaf(p, m, kC[k]);
-  return p;
+  for (int k = 5; k >= 0; --k) q = fmaf(q, m, kC[k]);
+  return q;
 }
 
-// HalfAngleByAsin with the polynomials above: a = x + x (ratio - 1), the ratio - 1
-// exact (the ratio is in [1, 1.11]). float32: x = m rsqrt(m) (2 ulp, no IEEE sqrt
-// slow path), ~4 ulp in all, ~16 instructions against the atan2 polynomial's ~25.
+// HalfAngleByAsin with the polynomials above, for h in [0, 1]. float64: a = x + x
+// (ratio - 1), the ratio - 1 exact (the ratio is in [1, 1.11]). float32: a = x + (x m)
+// Q(m), x from MUFU.SQRT (sqrt.approx: one instruction, 0 for 0, where m rsqrt(m) took
+// three more and a test for 0), 14 instructions.
 template <typename T>
 __device__ __forceinline__ T HalfAngleByPolynomial(T h) {
   if constexpr (sizeof(T) == 4) {
     const float g = 1.0f - h;
     const float m = fminf(h, g);
-    const float x = m > 0.0f ? m * rsqrtf(m) : 0.0f;
-    const float a = fmaf(x, AsinSqrtRatio(m) - 1.0f, x);
+    float x;
+    asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(x) : "f"(m));
+    const float a = fmaf(x * m, AsinSqrtRatioTail(m), x);
     return h <= g ? a : 1.57079632679489662f - a;
   } else {
     const double g = 1.0 - h;
