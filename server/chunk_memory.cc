@@ -4,7 +4,9 @@
 #include <bit>
 #include <cstring>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
 namespace gpucompute {
@@ -23,56 +25,27 @@ size_t ChunkMemory::BlockBytes(size_t bytes) { return std::bit_ceil(std::max(byt
 
 ChunkMemory::Block ChunkMemory::Take(size_t bytes) {
   const size_t wanted = BlockBytes(bytes);
-  {
-    absl::MutexLock lock(&mu_);
-    const size_t largest = wanted >= kSpareFromBytes ? wanted * kLargestSpareFactor : wanted;
-    for (size_t size = wanted; size <= largest; size *= 2) {
-      auto found = free_.find(size);
-      if (found == free_.end() || found->second.empty()) continue;
-      Block block = std::move(found->second.back());
-      found->second.pop_back();
-      cached_bytes_ -= size;
-      return block;
-    }
-  }
-  return Block{std::unique_ptr<char[]>(new char[wanted]), wanted};
-}
-
-void ChunkMemory::Give(Block block) {
-  absl::MutexLock lock(&mu_);
-  if (cached_bytes_ + block.bytes > kMaxCachedBytes) return;  // freed
-  const size_t bytes = block.bytes;
-  free_[bytes].push_back(std::move(block));
-  cached_bytes_ += bytes;
+  return pool_->Take(wanted, wanted >= kSpareFromBytes ? wanted * kLargestSpareFactor : wanted);
 }
 
 void ChunkMemory::PinForCopies(Backend& backend, Block& block) {
-  if (block.pin != nullptr || block.bytes < kPinFromBytes) return;
-  absl::StatusOr<std::shared_ptr<void>> pin = backend.PinHostMemory(block.data.get(), block.bytes);
-  if (pin.ok()) block.pin = *std::move(pin);
+  if (block.pin() != nullptr || block.capacity() < kPinFromBytes) return;
+  absl::StatusOr<std::shared_ptr<void>> pin = backend.PinHostMemory(block.data(), block.capacity());
+  if (pin.ok()) block.set_pin(*std::move(pin));
 }
 
 void ChunkMemory::Prefill(size_t chunk_bytes, Backend& backend) {
   const size_t block = BlockBytes(chunk_bytes);
-  size_t have = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    auto found = free_.find(block);
-    if (found != free_.end()) have = found->second.size();
-  }
   const size_t want = std::max<size_t>(1, kPrefillBytes / block);
-  for (size_t i = have; i < want; ++i) {
-    Block fresh{std::unique_ptr<char[]>(new char[block]), block};
-    std::memset(fresh.data.get(), 0, block);  // the page faults, now
-    PinForCopies(backend, fresh);
-    Give(std::move(fresh));
+  std::vector<Block> fresh;
+  for (size_t i = pool_->cached_blocks(block); i < want; ++i) {
+    // Larger than any kept block of the class: a new block, not one taken back out.
+    fresh.push_back(pool_->Take(block, block - 1));
+    if (fresh.back().data() == nullptr) break;
+    std::memset(fresh.back().data(), 0, block);  // the page faults, now
+    PinForCopies(backend, fresh.back());
   }
-}
-
-size_t ChunkMemory::cached_bytes() const {
-  absl::MutexLock lock(&mu_);
-  return cached_bytes_;
-}
+}  // the fresh blocks go to the pool
 
 absl::StatusOr<grpc::Slice> ArrayPayloadSlice(Backend& backend,
                                               const std::shared_ptr<MemoryBudget>& host_budget,
@@ -88,18 +61,21 @@ absl::StatusOr<grpc::Slice> ArrayPayloadSlice(Backend& backend,
   struct HostCopy {
     ChunkMemory::Block block;
     MemoryBudget::Charge charge;
-    ~HostCopy() { ChunkMemory::Shared().Give(std::move(block)); }
   };
   auto copy = std::make_unique<HostCopy>();
   copy->block = ChunkMemory::Shared().Take(n);
+  if (copy->block.data() == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("could not allocate ", n, " bytes of host memory for a result chunk"));
+  }
   if (n >= ChunkMemory::kPinFromBytes) ChunkMemory::PinForCopies(backend, copy->block);
   if (host_budget != nullptr) {  // the block it got, whose size class may exceed n
-    GC_ASSIGN_OR_RETURN(copy->charge, host_budget->Reserve(copy->block.bytes));
+    GC_ASSIGN_OR_RETURN(copy->charge, host_budget->Reserve(copy->block.capacity()));
   }
   const absl::Time start = absl::Now();
-  GC_RETURN_IF_ERROR(backend.CopyFromArray(*array, offset, n, copy->block.data.get()));
+  GC_RETURN_IF_ERROR(backend.CopyFromArray(*array, offset, n, copy->block.data()));
   copy_time += absl::Now() - start;
-  char* bytes = copy->block.data.get();
+  char* bytes = reinterpret_cast<char*>(copy->block.data());
   return grpc::Slice(bytes, n, [](void* p) { delete static_cast<HostCopy*>(p); },
                      copy.release());
 }

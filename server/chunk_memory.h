@@ -1,27 +1,24 @@
-// Host memory for result chunks copied off a device, recycled. A fresh
-// megabyte-sized block per chunk is mapped and page-faulted in by the kernel
-// (zeroed 4 KiB at a time: more CPU than the copy into it; bench/BULK_TRANSFER.md);
-// blocks given back are kept for the next chunk of their size class, up to
-// kMaxCachedBytes in all. Sizes round up to a power of two, so that the last, shorter
-// chunk of a result of any size finds a block too; the server fills the pool at start
-// (Prefill), so that the first results pay no page faults the later ones do not.
-// On a GPU backend blocks from kPinFromBytes are pinned (registered with the driver)
-// the first time they take a copy and stay pinned while cached: the DMA engine
-// writes the chunk straight into the memory gRPC sends from, where an unpinned block
-// took a second copy, out of the backend's staging.
+// Host memory for result chunks copied off a device, recycled through a HostBlockPool
+// (kernels/host_block_pool.h: a fresh megabyte-sized block per chunk is mapped and
+// page-faulted in by the kernel, zeroed 4 KiB at a time: more CPU than the copy into
+// it; bench/BULK_TRANSFER.md), up to kMaxCachedBytes in all. Sizes round up to a power
+// of two, so that the last, shorter chunk of a result of any size finds a block too;
+// the server fills the pool at start (Prefill), so that the first results pay no page
+// faults the later ones do not. Classes below HostBlockPool::kMinBytes are left to
+// malloc, whose arenas hand them out warm. On a GPU backend blocks from kPinFromBytes are pinned
+// (registered with the driver) the first time they take a copy and stay pinned while
+// kept: the DMA engine writes the chunk straight into the memory gRPC sends from, where
+// an unpinned block took a second copy, out of the backend's staging.
 #pragma once
 
 #include <cstddef>
 #include <memory>
-#include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/support/slice.h"
 #include "kernels/backend.h"
+#include "kernels/host_block_pool.h"
 #include "kernels/memory_budget.h"
 
 namespace gpucompute {
@@ -36,12 +33,13 @@ class ChunkMemory {
   // its read-ahead and what gRPC has not sent yet).
   static constexpr size_t kPrefillBytes = size_t{16} << 20;
   // Take's fallback to larger blocks: at most this factor larger, for chunks of at
-  // least kSpareFromBytes (smaller blocks come warm from malloc's arenas: below the
-  // server's mmap threshold, main.cc).
+  // least kSpareFromBytes.
   static constexpr size_t kLargestSpareFactor = 4;
   static constexpr size_t kSpareFromBytes = size_t{256} << 10;
   // Smaller copies go through the backend's per-stream pinned bytes anyway.
   static constexpr size_t kPinFromBytes = size_t{256} << 10;
+
+  using Block = HostBlockPool::Block;
 
   // The process's pool (chunks may be released by gRPC after any server object
   // is gone, so it lives as long as the process).
@@ -50,33 +48,27 @@ class ChunkMemory {
   // The size of the block made for a chunk of `bytes`: its size class.
   static size_t BlockBytes(size_t bytes);
 
-  struct Block {
-    std::unique_ptr<char[]> data;
-    size_t bytes = 0;  // its size
-    // The registration while the block is pinned; released before `data`.
-    std::shared_ptr<void> pin;
-  };
-  // A free block of the size class of `bytes` or, failing that, the smallest free one
+  ChunkMemory() : pool_(std::make_shared<HostBlockPool>(kMaxCachedBytes)) {}
+
+  // A kept block of the size class of `bytes` or, failing that, the smallest kept one
   // up to kLargestSpareFactor times larger (a result shorter than a chunk uses a
   // prefilled chunk block) from kSpareFromBytes; else a new block of the size class.
+  // The block goes back to the pool when it is destroyed.
   Block Take(size_t bytes);
-  void Give(Block block);
 
   // Pins `block` with `backend` (PinHostMemory) if it is large enough and not pinned
   // yet. A block that cannot be pinned still works, through the backend's staging.
   static void PinForCopies(Backend& backend, Block& block);
 
-  // Free blocks for chunks of `chunk_bytes`, touched (so resident) and pinned for
+  // Kept blocks for chunks of `chunk_bytes`, touched (so resident) and pinned for
   // `backend`, topped up to kPrefillBytes in all (at least one).
   void Prefill(size_t chunk_bytes, Backend& backend);
 
-  // The free blocks' bytes.
-  size_t cached_bytes() const;
+  // The kept blocks' bytes.
+  size_t cached_bytes() const { return pool_->cached_bytes(); }
 
  private:
-  mutable absl::Mutex mu_;
-  absl::flat_hash_map<size_t, std::vector<Block>> free_ ABSL_GUARDED_BY(mu_);  // by size
-  size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  const std::shared_ptr<HostBlockPool> pool_;
 };
 
 // Bytes [offset, offset + n) of `array` as a payload slice gRPC writes from: a host

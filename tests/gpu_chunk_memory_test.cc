@@ -45,11 +45,10 @@ TEST_F(GpuChunkMemoryTest, DeviceChunksLandInPinnedBlocksByteExact) {
   }
   // The slices are gone: their blocks are back, pinned, and stay pinned when reused.
   ChunkMemory::Block block = ChunkMemory::Shared().Take(chunk);
-  ASSERT_NE(block.pin, nullptr);
-  const void* const pin = block.pin.get();
+  ASSERT_NE(block.pin(), nullptr);
+  const void* const pin = block.pin().get();
   ChunkMemory::PinForCopies(*backend_, block);
-  EXPECT_EQ(block.pin.get(), pin);
-  ChunkMemory::Shared().Give(std::move(block));
+  EXPECT_EQ(block.pin().get(), pin);
 }
 
 }  // namespace

@@ -12,15 +12,15 @@
 #include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/cpu/host_block_cache.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/host_block_pool.h"
 #include "kernels/memory_budget.h"
 #include "kernels/preconditions.h"
 
 namespace gpucompute {
 namespace {
 
-constexpr size_t kAlignment = HostBlockCache::kAlignment;
+constexpr size_t kAlignment = HostBlockPool::kAlignment;
 
 // Large arrays ask for transparent huge pages: an upload or a result written into
 // fresh memory otherwise takes one page fault per 4 KiB (half the server's CPU in
@@ -39,7 +39,7 @@ void AdviseHugePages(std::byte* data, size_t bytes) {
 // The counter is shared so arrays may outlive the backend.
 class HostArray final : public Array {
  public:
-  HostArray(DType dtype, Shape shape, int64_t count, HostBlockCache::Block data,
+  HostArray(DType dtype, Shape shape, int64_t count, HostBlockPool::Block data,
             std::shared_ptr<std::atomic<uint64_t>> live_bytes)
       : Array(dtype, std::move(shape), count, kHostDevice),
         data_(std::move(data)),
@@ -51,7 +51,7 @@ class HostArray final : public Array {
   void* data() override { return data_.data(); }
 
  private:
-  HostBlockCache::Block data_;
+  HostBlockPool::Block data_;
   std::shared_ptr<std::atomic<uint64_t>> live_bytes_;
 };
 
@@ -152,7 +152,7 @@ class CpuBackend final : public Backend {
                         AllocationBytes(dtype, shape, physical_memory_bytes_));
     // Never a null pointer, even for an empty array.
     const size_t request = std::max<size_t>(bytes, kAlignment);
-    HostBlockCache::Block data = blocks_->Take(request);
+    HostBlockPool::Block data = blocks_->Take(request, request + request / 4);  // a quarter spare at most
     if (data.data() == nullptr) {
       return absl::ResourceExhaustedError(
           absl::StrCat("could not allocate ", bytes, " bytes of host memory"));
@@ -245,7 +245,7 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   const uint64_t physical_memory_bytes_;
   std::shared_ptr<std::atomic<uint64_t>> live_bytes_ = std::make_shared<std::atomic<uint64_t>>(0);
-  std::shared_ptr<HostBlockCache> blocks_ = std::make_shared<HostBlockCache>(kCpuCachedArrayBytes);
+  std::shared_ptr<HostBlockPool> blocks_ = std::make_shared<HostBlockPool>(kCpuCachedArrayBytes);
   std::atomic<uint64_t> running_ops_{0};
 };
 

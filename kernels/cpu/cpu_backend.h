@@ -10,7 +10,7 @@
 
 namespace gpucompute {
 
-// Freed arrays' memory the backend keeps for the next arrays (HostBlockCache), at
+// Freed arrays' memory the backend keeps for the next arrays (HostBlockPool), at
 // most: outside the arrays' live bytes, so the server charges it to the host budget.
 inline constexpr size_t kCpuCachedArrayBytes = size_t{64} << 20;
 
