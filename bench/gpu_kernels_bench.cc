@@ -285,6 +285,8 @@ void Haversine(Bench& b, bool quick) {
                  {Angle::kAsinReduced, Schedule::kFullWavesFusedStaged, "  mesh reduced staged"},
                  {Angle::kAsinReducedNewton, Schedule::kFullWavesFusedStaged, "  mesh newton staged"},
                  {Angle::kAsinPolynomial, Schedule::kFullWavesFusedWide, "  mesh asin_poly wide"},
+                 {Angle::kAsinPolynomial, Schedule::kFullWavesFusedStaged, "  mesh asin_poly staged"},
+                 {Angle::kAsinPolynomial, Schedule::kFullWavesFusedWideStaged, "  mesh asin_poly wide staged"},
                  {Angle::kAsinReduced, Schedule::kFullWavesFusedWide, "  mesh reduced wide"},
                  {Angle::kAsinReducedNewton, Schedule::kFullWavesFusedWide, "  mesh newton wide"},
                  {Angle::kAsinReduced, Schedule::kFullWavesFusedWideStaged, "  mesh reduced wide staged"},
