@@ -36,6 +36,7 @@ void ChunkMemory::PinForCopies(Backend& backend, Block& block) {
 
 void ChunkMemory::Prefill(size_t chunk_bytes, Backend& backend) {
   const size_t block = BlockBytes(chunk_bytes);
+  if (block < HostBlockPool::kMinBytes) return;  // malloc's, not kept
   const size_t want = std::max<size_t>(1, kPrefillBytes / block);
   std::vector<Block> fresh;
   for (size_t i = pool_->cached_blocks(block); i < want; ++i) {

@@ -50,6 +50,8 @@ TEST(ChunkMemoryTest, PrefillTopsUpToItsShareOnce) {
   EXPECT_EQ(pool.cached_bytes(), ChunkMemory::kPrefillBytes);
   pool.Prefill(kMiB, *cpu);  // full: none
   EXPECT_EQ(pool.cached_bytes(), ChunkMemory::kPrefillBytes);
+  pool.Prefill(64 << 10, *cpu);  // a class left to malloc: nothing kept
+  EXPECT_EQ(pool.cached_bytes(), ChunkMemory::kPrefillBytes);
 }
 
 TEST(ChunkMemoryTest, KeepsAtMostTheCap) {
