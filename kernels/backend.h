@@ -170,6 +170,9 @@ class Backend {
   // state that thread's first operation would otherwise set up (CUDA: the runtime's
   // state and each device's context, current on the thread).
   virtual void PrepareThread() {}
+  // The most host memory the backend keeps outside live arrays for reuse (CPU: freed
+  // arrays' blocks), which a server charges to its host budget at start.
+  virtual uint64_t max_kept_host_bytes() const { return 0; }
 
   // Memory. `Allocate` fails with RESOURCE_EXHAUSTED when the device is full.
   virtual absl::StatusOr<std::shared_ptr<Array>> Allocate(DType dtype, Shape shape,

@@ -47,6 +47,7 @@ class FaultInjectingBackend final : public Backend {
   bool Healthy() const override { return !faults_->sticky_error.load() && inner_->Healthy(); }
   int PickDevice() override { return inner_->PickDevice(); }
   void PrepareThread() override { inner_->PrepareThread(); }
+  uint64_t max_kept_host_bytes() const override { return inner_->max_kept_host_bytes(); }
   BackendStats Stats() const override { return inner_->Stats(); }
 
   absl::StatusOr<std::shared_ptr<Array>> Allocate(DType dtype, Shape shape, int device) override {

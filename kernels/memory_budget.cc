@@ -182,6 +182,7 @@ class BudgetedBackend final : public Backend {
   bool Healthy() const override { return inner_->Healthy(); }
   int PickDevice() override { return inner_->PickDevice(); }
   void PrepareThread() override { inner_->PrepareThread(); }
+  uint64_t max_kept_host_bytes() const override { return inner_->max_kept_host_bytes(); }
 
   BackendStats Stats() const override {
     BackendStats stats = inner_->Stats();

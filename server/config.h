@@ -76,8 +76,8 @@ struct ServerConfig {
   uint64_t resource_quota_bytes = 0;
   // The server binary sets this: at start its own memory outside arrays (the
   // resident set so far, the resource quota gRPC may still take, the cap of
-  // recycled result-chunk memory, ChunkMemory::kMaxCachedBytes, and on the CPU
-  // backend that of its kept array memory, kCpuCachedArrayBytes) is charged
+  // recycled result-chunk memory, ChunkMemory::kMaxCachedBytes, and what the backend
+  // keeps for reuse, Backend::max_kept_host_bytes) is charged
   // to the host memory budget, so that the whole process stays within it.
   // An embedding process (tests) owns its memory and leaves it unset.
   bool charge_process_memory = false;

@@ -11,7 +11,6 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
 #include "kernels/backend.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "kernels/memory_budget.h"
 #include "server/admission.h"
 #include "server/buffer_store.h"
@@ -82,13 +81,12 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
       ResourceQuotaBytes(config.resource_quota_bytes, host_budget.get());
   if (config.charge_process_memory && host_budget != nullptr) {
     // The resident set the budget does not count yet (it counts pinned staging),
-    // what gRPC may take, the recycled result-chunk memory kept for reuse and, on the
-    // CPU backend, the freed arrays' memory it keeps.
+    // what gRPC may take, the recycled result-chunk memory kept for reuse and what the
+    // backend keeps for reuse (the CPU backend's freed arrays).
     const uint64_t resident = ResidentSetBytes();
-    const uint64_t kept_arrays = server->backend_->name() == "cpu" ? kCpuCachedArrayBytes : 0;
     server->process_memory_ = host_budget->ChargeFixed(
-        resident - std::min(resident, host_budget->used_bytes()) +
-        server->config_.resource_quota_bytes + ChunkMemory::kMaxCachedBytes + kept_arrays);
+        resident - std::min(resident, host_budget->used_bytes()) + server->config_.resource_quota_bytes +
+        ChunkMemory::kMaxCachedBytes + server->backend_->max_kept_host_bytes());
   }
 
   // Result chunks copied off a device land in recycled blocks: these ones are resident

@@ -119,6 +119,7 @@ class CpuBackend final : public Backend {
         physical_memory_bytes_(PhysicalMemoryBytes()) {}  // the cap on one allocation
 
   absl::string_view name() const override { return "cpu"; }
+  uint64_t max_kept_host_bytes() const override { return kCpuCachedArrayBytes; }
 
   std::vector<DeviceDescription> Devices() const override {
     DeviceDescription device;
