@@ -47,6 +47,10 @@ HostBlockPool::Block HostBlockPool::Take(size_t bytes, size_t largest) {
       return Block(shared_from_this(), kept.data, capacity, std::move(kept.pin));
     }
   }
+  return Fresh(bytes);
+}
+
+HostBlockPool::Block HostBlockPool::Fresh(size_t bytes) {
   auto* data = static_cast<std::byte*>(::operator new[](bytes, kAlign, std::nothrow));
   if (data == nullptr) return Block();
   return Block(shared_from_this(), data, bytes, nullptr);

@@ -61,6 +61,8 @@ class HostBlockPool : public std::enable_shared_from_this<HostBlockPool> {
   // A kept block of `bytes` to `largest` bytes where there is one (the smallest), else
   // a new block of `bytes`; an empty block when the allocation fails.
   Block Take(size_t bytes, size_t largest);
+  // A new block of `bytes`, never a kept one (a prefill); empty when the allocation fails.
+  Block Fresh(size_t bytes);
   // Bytes held for reuse, in no block in use.
   size_t cached_bytes() const;
   // Kept blocks of exactly `capacity` bytes.

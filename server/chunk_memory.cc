@@ -40,8 +40,7 @@ void ChunkMemory::Prefill(size_t chunk_bytes, Backend& backend) {
   const size_t want = std::max<size_t>(1, kPrefillBytes / block);
   std::vector<Block> fresh;
   for (size_t i = pool_->cached_blocks(block); i < want; ++i) {
-    // Larger than any kept block of the class: a new block, not one taken back out.
-    fresh.push_back(pool_->Take(block, block - 1));
+    fresh.push_back(pool_->Fresh(block));
     if (fresh.back().data() == nullptr) break;
     std::memset(fresh.back().data(), 0, block);  // the page faults, now
     PinForCopies(backend, fresh.back());

@@ -49,6 +49,17 @@ TEST(HostBlockPoolTest, ABlockLargerThanTheLargestAskedForIsNotHandedOut) {
   EXPECT_EQ(pool->cached_bytes(), 0u);
 }
 
+TEST(HostBlockPoolTest, AFreshBlockIsNeverAKeptOne) {
+  auto pool = std::make_shared<HostBlockPool>(16 * kMiB);
+  std::byte* kept = pool->Take(kMiB, kMiB).data();  // let go at once: kept
+  HostBlockPool::Block fresh = pool->Fresh(kMiB);
+  ASSERT_NE(fresh.data(), nullptr);
+  EXPECT_NE(fresh.data(), kept);
+  EXPECT_EQ(pool->cached_blocks(kMiB), 1u);
+  fresh = HostBlockPool::Block();
+  EXPECT_EQ(pool->cached_blocks(kMiB), 2u) << "a fresh block is kept when let go";
+}
+
 TEST(HostBlockPoolTest, SmallBlocksAreLeftToMalloc) {
   auto pool = std::make_shared<HostBlockPool>(16 * kMiB);
   pool->Take(HostBlockPool::kMinBytes - 64, HostBlockPool::kMinBytes);
