@@ -337,7 +337,8 @@ void Haversine(Bench& b, bool quick) {
                                  std::pair{cuda::HaversinePointsVariant::kReducedBranchFree, "  points branchfree"},
                                  std::pair{cuda::HaversinePointsVariant::kChord, "  points chord"},
                                  std::pair{cuda::HaversinePointsVariant::kChordPrefetch, "  points chord prefetch"},
-                                 std::pair{cuda::HaversinePointsVariant::kReducedLean, "  points reduced lean"}}) {
+                                 std::pair{cuda::HaversinePointsVariant::kReducedLean, "  points reduced lean"},
+                                 std::pair{cuda::HaversinePointsVariant::kChordVector, "  points chord vector"}}) {
       TimeLaunch(b, name, Short(dt), "1e7 pts x 4 refs", bytes, 0, [&] {
         return cuda::LaunchHaversinePointsVariant(dt, lat->data(), lon->data(), n, d_refs.d, 4,
                                                   kDefaultEarthRadiusKm, out->data(), res, env, variant);

@@ -366,7 +366,7 @@ constexpr std::initializer_list<cuda::HaversinePointsVariant> kEveryPointsVarian
     cuda::HaversinePointsVariant::kReducedPrefetch, cuda::HaversinePointsVariant::kReducedNewton,
     cuda::HaversinePointsVariant::kReducedNewtonPrefetch, cuda::HaversinePointsVariant::kReducedBranchFree,
     cuda::HaversinePointsVariant::kChord, cuda::HaversinePointsVariant::kChordPrefetch,
-    cuda::HaversinePointsVariant::kReducedLean};
+    cuda::HaversinePointsVariant::kReducedLean, cuda::HaversinePointsVariant::kChordVector};
 
 // The reduced variant elementwise against long double, across the globe and through
 // each antipode (h near 1, where it forms g = 1 - h from its own terms): a few ulp plus
@@ -497,7 +497,10 @@ void CheckPointsVariants(int64_t n, int n_ref, double lon_range = 540,
   for (auto v : variants) {
     SCOPED_TRACE(absl::StrCat(n, " points x ", n_ref, sizeof(T) == 4 ? " f32" : " f64", " variant ",
                               static_cast<int>(v), " seed ", seed));
-    DeviceBuffer<T> la(n, 1), lo(n, 0), out(n * n_ref, 1);
+    // kChordVector takes its 16-byte path only where every array is aligned (and falls
+    // back where n is not a multiple of its vector); the others start one element off.
+    const int offset = v == cuda::HaversinePointsVariant::kChordVector ? 0 : 1;
+    DeviceBuffer<T> la(n, offset), lo(n, 0), out(n * n_ref, offset);
     DeviceBuffer<cuda::PointsResult> res(1, 0);
     la.Upload(lat);
     lo.Upload(lon);
@@ -519,7 +522,8 @@ void CheckPointsVariants(int64_t n, int n_ref, double lon_range = 540,
 
 TEST(GpuKernelVariants, HaversinePointsEveryVariant) {
   REQUIRE_GPU();
-  for (int64_t n : {1, 5, 1023, 300007}) {  // fewer points than one thread's share, odd tails
+  // Fewer points than one thread's share, odd tails, whole vectors.
+  for (int64_t n : {1, 5, 8, 1023, 1024, 300007, 300008}) {
     if (test::Sanitized() && n > 5000) continue;  // memcheck: the small shapes cover every path
     CheckPointsVariants<float>(n, 3);
     CheckPointsVariants<double>(n, 3);
@@ -534,9 +538,10 @@ TEST(GpuKernelVariants, HaversinePointsReducedFarLongitudes) {
   for (auto v : {cuda::HaversinePointsVariant::kReduced, cuda::HaversinePointsVariant::kReducedPrefetch,
                  cuda::HaversinePointsVariant::kReducedNewton, cuda::HaversinePointsVariant::kReducedNewtonPrefetch,
                  cuda::HaversinePointsVariant::kReducedBranchFree, cuda::HaversinePointsVariant::kChord,
-                 cuda::HaversinePointsVariant::kChordPrefetch, cuda::HaversinePointsVariant::kReducedLean}) {
-    CheckPointsVariants<float>(30011, 5, 1e6, {v});
-    CheckPointsVariants<double>(30011, 5, 1e6, {v});
+                 cuda::HaversinePointsVariant::kChordPrefetch, cuda::HaversinePointsVariant::kReducedLean,
+                 cuda::HaversinePointsVariant::kChordVector}) {
+    CheckPointsVariants<float>(30012, 5, 1e6, {v});
+    CheckPointsVariants<double>(30012, 5, 1e6, {v});
   }
 }
 

@@ -63,9 +63,10 @@ constexpr int kPointsPerThread = sizeof(T) == 4 ? 4 : 2;
 // vectors a thread (H200, 18.4: 0.108-0.111 ms against one vector's 0.113-0.115 and full
 // waves' 0.107-0.112, whose second launch costs small meshes ~5 us; four rounds,
 // bench/results/h200_haversine_loops_run1.txt). Mesh float64: the reduced last step on
-// 32-bit words with a 5-operation square root (kAsinReducedLean), in one launch, the row
-// terms through shared memory (kFullWavesFusedStaged): on an H200 0.307-0.311 ms against
-// two column vectors' 0.312-0.316 (the same file; Newton's step 0.364 / 0.362 against
+// 32-bit words with a 5-operation square root (kAsinReducedLean), in one launch, each
+// row's terms made once a block into shared memory (kFullWavesFusedStaged): on an H200
+// 0.274-0.277 ms against 0.307-0.310 when every warp made its own rows' terms
+// (bench/results/h200_haversine_block_rows_run1.txt; Newton's step 0.364 / 0.362 against
 // lean's 0.341 / 0.339 before, bench/results/h200_haversine_lean_run1.txt; on the H100 the
 // Newton step was at 0.68-0.69, bench/results/h100_haversine_f64_run1.txt). It forms g =
 // 1 - h from its own terms: a few ulp of long double to the antipode, where the library's
@@ -74,12 +75,14 @@ template <typename T>
 constexpr HaversineAngle kDefaultMeshAngle =
     sizeof(T) == 4 ? HaversineAngle::kAsinPolynomial : HaversineAngle::kAsinReducedLean;
 // Points (1e7 x 4 references): each point's half unit vector once, h and g from the
-// chords to the references, the next points loaded meanwhile (kChordPrefetch): on an
-// H200 float32 0.086-0.089 ms against split terms' 0.110-0.114, float64 0.214-0.216
-// against split terms' 0.352-0.356 (bench/results/h200_haversine_loops_run1.txt). The other
+// chords to the references, the next points loaded meanwhile, a thread's points
+// consecutive and moved 16 bytes at a time (kChordVector): on an H200 float32
+// 0.077-0.079 ms against 0.087-0.091 a grid's width apart (kChordPrefetch), float64
+// 0.183-0.189 against 0.215-0.221 (bench/results/h200_haversine_block_rows_run1.txt;
+// split terms 0.110-0.114 and 0.352-0.356, h200_haversine_loops_run1.txt). The other
 // points kernels' last step: float32 the polynomial, float64 asin(sqrt(h)).
 template <typename T>
-constexpr HaversinePointsVariant kDefaultPointsVariant = HaversinePointsVariant::kChordPrefetch;
+constexpr HaversinePointsVariant kDefaultPointsVariant = HaversinePointsVariant::kChordVector;
 template <typename T>
 constexpr HaversineAngle kPointsAngle = sizeof(T) == 4 ? HaversineAngle::kAsinPolynomial : HaversineAngle::kAsin;
 
@@ -162,6 +165,11 @@ __global__ void __launch_bounds__(TermsPolicy::kThreads, TermsPolicy::kMinBlocks
 __device__ __forceinline__ void SinCos(float x, float* s, float* c) { sincosf(x, s, c); }
 __device__ __forceinline__ void SinCos(double x, double* s, double* c) { sincos(x, s, c); }
 
+__device__ __forceinline__ void Unpack(const float4& v, float* x) {
+  x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+}
+__device__ __forceinline__ void Unpack(const double2& v, double* x) { x[0] = v.x, x[1] = v.y; }
+
 // kPrefetch (HaversinePointsVariant::kSplitPrefetch): the next K points are loaded
 // before the current ones are computed, so a thread's loads overlap its arithmetic
 // (without it, each iteration waits for its loads); the chord kernels do the same.
@@ -169,9 +177,14 @@ __device__ __forceinline__ void SinCos(double x, double* s, double* c) { sincos(
 // also takes haversine_math.h's half-angle sines and cosines in degrees and forms g.
 // kChord (HaversinePointsVariant::kChord*): each point's half unit vector instead, h
 // and (with a kLast that takes g) g from chords (haversine_math.h: ChordH, ChordG).
-template <typename T, bool kPrefetch, HaversineAngle kLast = kPointsAngle<T>, bool kChord = false>
+// kVector (kChordVector): a thread's K points are consecutive, loaded and stored 16
+// bytes at a time (n a multiple of K, every array 16-byte aligned: LaunchPointsT
+// checks), instead of a grid's width apart one element at a time.
+template <typename T, bool kPrefetch, HaversineAngle kLast = kPointsAngle<T>, bool kChord = false,
+          bool kVector = false>
 struct PointsSplitAgent {
   static constexpr int K = kPointsPerThread<T>;
+  static_assert(!kVector || (kChord && K == Vec16<T>::kCount));
   const T* lat;
   const T* lon;
   int64_t n;
@@ -182,14 +195,19 @@ struct PointsSplitAgent {
   PointsResult* result;
 
   __device__ void Run() {
-    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    int64_t p0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    // Point k of a thread's group is p0 + k * stride: a grid's width apart, or next to
+    // each other (kVector), where the groups are a grid's width of K apart.
+    const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const int64_t stride = kVector ? 1 : threads;
+    const int64_t group_step = K * threads;
+    int64_t p0 = kVector ? K * thread : thread;
     T la[K], lo[K];
     if constexpr (kPrefetch) Load(p0, stride, la, lo);
-    for (; p0 < n; p0 += K * stride) {
+    for (; p0 < n; p0 += group_step) {
       if constexpr (kPrefetch) {
         T next_la[K], next_lo[K];
-        Load(p0 + K * stride, stride, next_la, next_lo);
+        Load(p0 + group_step, stride, next_la, next_lo);
         Points(p0, stride, la, lo);
 #pragma unroll
         for (int k = 0; k < K; ++k) {
@@ -204,17 +222,25 @@ struct PointsSplitAgent {
   }
 
   __device__ __forceinline__ void Load(int64_t p0, int64_t stride, T* la, T* lo) const {
+    if constexpr (kVector) {
+      using V = typename Vec16<T>::type;
+      const V zero{};
+      Unpack(p0 < n ? *reinterpret_cast<const V*>(lat + p0) : zero, la);
+      Unpack(p0 < n ? *reinterpret_cast<const V*>(lon + p0) : zero, lo);
+    } else {
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int64_t p = p0 + k * stride;
-      la[k] = p < n ? lat[p] : T(0);
-      lo[k] = p < n ? lon[p] : T(0);
+      for (int k = 0; k < K; ++k) {
+        const int64_t p = p0 + k * stride;
+        la[k] = p < n ? lat[p] : T(0);
+        lo[k] = p < n ? lon[p] : T(0);
+      }
     }
   }
 
   // How many of points p0 + k * stride are below n: counted once a group, not tested
   // (64-bit) for every pair.
   __device__ __forceinline__ int InRange(int64_t p0, int64_t stride) const {
+    if constexpr (kVector) return p0 < n ? K : 0;
     int count = 0;
 #pragma unroll
     for (int k = 0; k < K; ++k) count += p0 + k * stride < n ? 1 : 0;
@@ -291,16 +317,28 @@ struct PointsSplitAgent {
     for (int64_t r = blockIdx.y; r < n_ref; r += gridDim.y) {
       const hm::HalfVector<T> q = terms[r].half;  // warp-uniform
       T* dst = out + r * n + p0;
+      if constexpr (kVector) {
+        if (in_range == 0) break;
+        T d[K];
 #pragma unroll
-      for (int k = 0; k < K; ++k, dst += stride) {
-        if (k >= in_range) break;
-        const T h = hm::ChordH(v[k], q);
-        if constexpr (TakesG(kLast)) {
-          *dst = hm::DistanceFromHG<T, kLast>(h, hm::ChordG(v[k], q), two_r);
-        } else {
-          *dst = hm::DistanceFromH<T, kLast>(h, two_r);
+        for (int k = 0; k < K; ++k) d[k] = ChordDistance(v[k], q);
+        haversine_mesh::StoreVec(dst, d);
+      } else {
+#pragma unroll
+        for (int k = 0; k < K; ++k, dst += stride) {
+          if (k >= in_range) break;
+          *dst = ChordDistance(v[k], q);
         }
       }
+    }
+  }
+
+  __device__ __forceinline__ T ChordDistance(const hm::HalfVector<T>& p, const hm::HalfVector<T>& q) const {
+    const T h = hm::ChordH(p, q);
+    if constexpr (TakesG(kLast)) {
+      return hm::DistanceFromHG<T, kLast>(h, hm::ChordG(p, q), two_r);
+    } else {
+      return hm::DistanceFromH<T, kLast>(h, two_r);
     }
   }
 };
@@ -313,11 +351,12 @@ template <bool kPrefetch, HaversineAngle kLast>
 constexpr int kPointsMinBlocksPerSm =
     kPrefetch && kLast == HaversineAngle::kAsinReducedNewton ? 3 : PointsPolicy::kMinBlocksPerSm;
 
-template <typename T, bool kPrefetch, HaversineAngle kLast = kPointsAngle<T>, bool kChord = false>
+template <typename T, bool kPrefetch, HaversineAngle kLast = kPointsAngle<T>, bool kChord = false,
+          bool kVector = false>
 __global__ void __launch_bounds__(PointsPolicy::kThreads, (kPointsMinBlocksPerSm<kPrefetch, kLast>))
     PointsSplitKernel(const T* lat, const T* lon, int64_t n, const RefTerms<T>* terms, int64_t n_ref,
                       T two_r, T* out, PointsResult* result) {
-  PointsSplitAgent<T, kPrefetch, kLast, kChord>{lat, lon, n, terms, n_ref, two_r, out, result}.Run();
+  PointsSplitAgent<T, kPrefetch, kLast, kChord, kVector>{lat, lon, n, terms, n_ref, two_r, out, result}.Run();
 }
 
 // ---- host ------------------------------------------------------------------------------
@@ -384,11 +423,11 @@ template <typename T>
 using PointsSplitKernelFn = void (*)(const T*, const T*, int64_t, const RefTerms<T>*, int64_t, T, T*, PointsResult*);
 
 // A split kernel and how many of its blocks fit on an SM at once (asked once).
-template <typename T, bool kPrefetch, HaversineAngle kLast, bool kChord = false>
+template <typename T, bool kPrefetch, HaversineAngle kLast, bool kChord = false, bool kVector = false>
 std::pair<PointsSplitKernelFn<T>, int> PointsSplitFullWaves() {
   static const int blocks =
-      ResidentBlocksPerSm(PointsSplitKernel<T, kPrefetch, kLast, kChord>, PointsPolicy::kThreads);
-  return {PointsSplitKernel<T, kPrefetch, kLast, kChord>, blocks};
+      ResidentBlocksPerSm(PointsSplitKernel<T, kPrefetch, kLast, kChord, kVector>, PointsPolicy::kThreads);
+  return {PointsSplitKernel<T, kPrefetch, kLast, kChord, kVector>, blocks};
 }
 
 // kChord's last step: float64 the lean reduced step (g from chords), float32 h alone
@@ -402,6 +441,8 @@ cudaError_t LaunchPointsT(const T* lat, const T* lon, int64_t n, const RefPoint*
                           const LaunchEnv& env, HaversinePointsVariant variant) {
   using V = HaversinePointsVariant;
   const bool split = variant != V::kDirect;
+  // kChordVector's 16-byte loads and stores: every row of out starts aligned.
+  const bool vector = n % Vec16<T>::kCount == 0 && Aligned16(lat) && Aligned16(lon) && Aligned16(out);
   const int64_t per_thread = split ? kPointsPerThread<T> : 1;
   // The split kernel of each variant; two waves of 4 per SM, the reduced variants as
   // many blocks as fit at once.
@@ -420,6 +461,10 @@ cudaError_t LaunchPointsT(const T* lat, const T* lon, int64_t n, const RefPoint*
     case V::kReducedBranchFree: kernel = PointsSplitFullWaves<T, false, kBranchFree>(); break;
     case V::kChord: kernel = PointsSplitFullWaves<T, false, kChordAngle<T>, true>(); break;
     case V::kChordPrefetch: kernel = PointsSplitFullWaves<T, true, kChordAngle<T>, true>(); break;
+    case V::kChordVector:
+      kernel = vector ? PointsSplitFullWaves<T, true, kChordAngle<T>, true, true>()
+                      : PointsSplitFullWaves<T, true, kChordAngle<T>, true>();
+      break;
     case V::kReducedLean: kernel = PointsSplitFullWaves<T, false, HaversineAngle::kAsinReducedLean>(); break;
   }
   const int blocks_per_sm = kernel.second;
@@ -583,6 +628,8 @@ void ListMeshT(std::vector<KernelEntry>& out, const std::string& t) {
   out.push_back({"haversine.points_split<" + t + ",chord>", (const void*)&PointsSplitKernel<T, false, kChordAngle<T>, true>});
   out.push_back({"haversine.points_split<" + t + ",prefetch,chord>",
                  (const void*)&PointsSplitKernel<T, true, kChordAngle<T>, true>});
+  out.push_back({"haversine.points_split<" + t + ",prefetch,chord,vector>",
+                 (const void*)&PointsSplitKernel<T, true, kChordAngle<T>, true, true>});
   out.push_back({"haversine.points_split<" + t + ",reduced lean>",
                  (const void*)&PointsSplitKernel<T, false, HaversineAngle::kAsinReducedLean>});
 }
@@ -624,7 +671,8 @@ cudaError_t WarmupHaversine(const LaunchEnv& env) {
                                      HaversinePointsVariant::kReducedPrefetch, HaversinePointsVariant::kReducedNewton,
                                      HaversinePointsVariant::kReducedNewtonPrefetch,
                                      HaversinePointsVariant::kReducedBranchFree, HaversinePointsVariant::kChord,
-                                     HaversinePointsVariant::kChordPrefetch, HaversinePointsVariant::kReducedLean}) {
+                                     HaversinePointsVariant::kChordPrefetch, HaversinePointsVariant::kReducedLean,
+                                     HaversinePointsVariant::kChordVector}) {
       GC_TRY(LaunchHaversinePointsVariant(t, buf + 32, buf + 40, 4, ref, 1, 6371.0, buf, result, env, v));
     }
   }

@@ -1,11 +1,11 @@
 // The haversine mesh kernels (haversine.cu launches them): per-reference row terms
 // (A, B) and column terms C in float64, stored as T, then h = A_i + B_i C_j and the
 // last step (haversine_math.h) per point; kAsinReduced* also carry the terms of
-// g = 1 - h (two per row, one per column), so g has no cancellation near h = 1. MeshTermsKernel + MeshKernel<kRows> take
-// the terms through global memory; MeshFusedKernel (HaversineMeshSchedule::
-// kFullWavesFused) computes them itself: each thread its columns' C, each lane of a
-// warp the (A, B) of one of the warp's next 32 rows, handed round by shuffles, so the
-// mesh is one launch with no scratch.
+// g = 1 - h (two per row, one per column), so g has no cancellation near h = 1.
+// MeshTermsKernel + MeshKernel<kRows> take the terms through global memory;
+// MeshFusedKernel (HaversineMeshSchedule::kFullWavesFused*) computes them itself: each
+// thread its columns' C, a row's (A, B) shuffled across a warp or staged in shared
+// memory for a block, so the mesh is one launch with no scratch.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -205,18 +205,25 @@ __global__ void __launch_bounds__(MeshPolicy::kThreads, MeshPolicy::kMinBlocksPe
 }
 
 // ---- the mesh in one launch: terms computed where they are used -----------------------
-// Lanes past the last column still take part in the shuffles (only warps all past it
-// leave); a warp's lanes share threadIdx.y (blockDim.x >= 32), so they walk the same
-// rows, 32 at a time: row i0 + L row_step's terms come from lane L. kVecs vectors of
-// columns per thread (HaversineMeshSchedule::kFullWavesFusedWide*: 2), the grid's
-// width apart so each store stays coalesced: a row's terms serve kVecs vectors.
-// kStaged (kFullWavesFused*Staged): the lanes' row terms go through the warp's slice
-// of shared memory, each row then two broadcast 16-byte loads instead of eight
-// shuffles, and no register holds the lane's own row across the 32.
+// Each thread computes its columns' terms once a reference. kVecs vectors of columns
+// per thread (HaversineMeshSchedule::kFullWavesFusedWide*: 2), the grid's width apart
+// so each store stays coalesced: a row's terms serve kVecs vectors. A warp's lanes share
+// threadIdx.y (blockDim.x >= 32), so they walk the same rows. The rows' terms:
+// - shuffled (kFullWavesFused, kFullWavesFusedWide): row i0 + L row_step's terms come
+//   from lane L, 32 rows at a time; lanes past the last column still take part in the
+//   shuffles (only warps all past it leave). Every warp of a block row computes the
+//   same rows' terms.
+// - staged (kFullWavesFused*Staged): the block computes its next blockDim.x rows a
+//   thread-row, one row a thread, into shared memory once, and every warp reads them
+//   by broadcast: a row's float64 sines are made once a block, not once a warp (a
+//   block of 256 columns is 8 warps on the same rows), and no warp stalls on them
+//   between its stores. Every thread takes part in the block's barriers.
 template <typename T, bool kVec, HaversineAngle kAngle, int kVecs, bool kStaged>
 struct MeshFusedAgent {
   static constexpr int kV = kVec ? Vec16<T>::kCount : 1;
   static constexpr bool kG = kWithG<kAngle>;
+  using P = RowTerms<T, kG>;
+  using C = ColumnTerms<T, kG>;
   MeshAxis lat, lon;
   const RefPoint* refs;
   int64_t n_ref;
@@ -232,43 +239,60 @@ struct MeshFusedAgent {
       unit[q] = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x + q * unit_step;
       active[q] = unit[q] < lon.count / kV;
     }
-    if (__all_sync(0xffffffffu, !active[0])) return;
-    const int lane = threadIdx.x % 32;
+    if (!kStaged && __all_sync(0xffffffffu, !active[0])) return;
     const int64_t row_step = static_cast<int64_t>(gridDim.y) * blockDim.y;
-    const int64_t first = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
     const int64_t dst_step = row_step * lon.count;
-    __shared__ RowTerms<T, kG> stage[kStaged ? MeshPolicy::kThreads : 1];
-    RowTerms<T, kG>* const warp_rows = stage + (kStaged ? (threadIdx.y * blockDim.x + threadIdx.x) / 32 * 32 : 0);
     for (int64_t r = blockIdx.z; r < n_ref; r += gridDim.z) {
       const RefPoint ref = refs[r];
-      ColumnTerms<T, kG> c[kVecs][kV];
+      C c[kVecs][kV];
 #pragma unroll
       for (int q = 0; q < kVecs; ++q) {
 #pragma unroll
         for (int v = 0; v < kV; ++v) c[q][v] = ColumnTermsAt<T, kG>(lon, active[q] ? unit[q] * kV + v : 0, ref);
       }
-      for (int64_t i0 = first; i0 < lat.count; i0 += 32 * row_step) {
-        const RowTerms<T, kG> mine = RowTermsAt<T, kG>(lat, min(i0 + lane * row_step, lat.count - 1), ref);
-        if constexpr (kStaged) {
-          __syncwarp();  // the previous 32 rows are read
-          warp_rows[lane] = mine;
-          __syncwarp();
+      T* const ref_out = out + r * lat.count * lon.count + unit[0] * kV;
+      if constexpr (kStaged) {
+        __shared__ P stage[MeshPolicy::kThreads];
+        const int64_t block_first = static_cast<int64_t>(blockIdx.y) * blockDim.y;
+        const int per_thread_row = blockDim.x;  // rows staged a thread-row at a time
+        const P* const my_rows = stage + threadIdx.y * per_thread_row;
+        for (int64_t k0 = 0; block_first + k0 * row_step < lat.count; k0 += per_thread_row) {
+          __syncthreads();  // the previous rows are read
+          stage[threadIdx.y * per_thread_row + threadIdx.x] =
+              RowTermsAt<T, kG>(lat, min(block_first + threadIdx.y + (k0 + threadIdx.x) * row_step, lat.count - 1), ref);
+          __syncthreads();
+          const int64_t i0 = block_first + threadIdx.y + k0 * row_step;
+          if (i0 >= lat.count || !active[0]) continue;
+          const int rows = static_cast<int>(min(int64_t{per_thread_row}, (lat.count - 1 - i0) / row_step + 1));
+          T* dst = ref_out + i0 * lon.count;  // advanced by a pointer
+          for (int k = 0; k < rows; ++k, dst += dst_step) Store(dst, my_rows[k], c, active, unit_step);
         }
-        const int rows = static_cast<int>(min(int64_t{32}, (lat.count - 1 - i0) / row_step + 1));
-        T* dst = out + (r * lat.count + i0) * lon.count + unit[0] * kV;  // advanced by a pointer
-        for (int k = 0; k < rows; ++k, dst += dst_step) {
-          const RowTerms<T, kG> row = kStaged ? warp_rows[k] : ShuffleRow(mine, k);
-          if (!active[0]) continue;
-#pragma unroll
-          for (int q = 0; q < kVecs; ++q) {
-            if (q > 0 && !active[q]) break;
-            T d[kV];
-#pragma unroll
-            for (int v = 0; v < kV; ++v) d[v] = Distance<T, kAngle>(row, c[q][v], two_r);
-            StoreVec(dst + q * unit_step * kV, d);
+      } else {
+        const int lane = threadIdx.x % 32;
+        for (int64_t i0 = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; i0 < lat.count;
+             i0 += 32 * row_step) {
+          const P mine = RowTermsAt<T, kG>(lat, min(i0 + lane * row_step, lat.count - 1), ref);
+          const int rows = static_cast<int>(min(int64_t{32}, (lat.count - 1 - i0) / row_step + 1));
+          T* dst = ref_out + i0 * lon.count;  // advanced by a pointer
+          for (int k = 0; k < rows; ++k, dst += dst_step) {
+            const P row = ShuffleRow(mine, k);
+            if (active[0]) Store(dst, row, c, active, unit_step);
           }
         }
       }
+    }
+  }
+
+  // One row's distances for this thread's kVecs vectors of columns.
+  __device__ __forceinline__ void Store(T* dst, const P& row, const C (&c)[kVecs][kV], const bool (&active)[kVecs],
+                                        int64_t unit_step) const {
+#pragma unroll
+    for (int q = 0; q < kVecs; ++q) {
+      if (q > 0 && !active[q]) break;
+      T d[kV];
+#pragma unroll
+      for (int v = 0; v < kV; ++v) d[v] = Distance<T, kAngle>(row, c[q][v], two_r);
+      StoreVec(dst + q * unit_step * kV, d);
     }
   }
 };

@@ -48,8 +48,9 @@ enum class HaversineMeshSchedule {
   kFullWavesFusedWide = 4,  // kFullWavesFused, two vectors of columns per thread (a grid's
                             // width apart, each store coalesced): half the shuffles and
                             // loop work per point, two independent chains
-  kFullWavesFusedStaged = 5,      // kFullWavesFused, row terms through shared memory
-                                  // instead of shuffles (haversine_mesh.cuh)
+  kFullWavesFusedStaged = 5,      // kFullWavesFused, each row's terms computed once a
+                                  // block into shared memory instead of once a warp
+                                  // and shuffled (haversine_mesh.cuh)
   kFullWavesFusedWideStaged = 6,  // both
 };
 
@@ -72,6 +73,9 @@ enum class HaversinePointsVariant {
   kChordPrefetch = 9,  // kChord, the next points loaded while these are computed
   kReducedLean = 10,  // kReduced with the last step of HaversineAngle::kAsinReducedLean
                       // (to tell the chords' gain from the last step's)
+  kChordVector = 11,  // kChordPrefetch, a thread's points consecutive: 16-byte loads and
+                      // a 16-byte store a reference (kChordPrefetch where the arrays'
+                      // length or alignment does not allow it)
 };
 
 // The schedule LaunchHaversineMesh takes for `dtype` on the current device.
