@@ -20,15 +20,16 @@
 #
 # Names in the table: mesh reduced fused = HaversineAngle::kAsinReduced on
 # kFullWavesFused, newton = kAsinReducedNewton, branchfree = kAsinReducedBranchFree,
-# lean = kAsinReducedLean (lean wide: the f64 default); wide / staged / wide staged =
+# lean = kAsinReducedLean (lean staged: the f64 default); wide / staged / wide staged =
 # kFullWavesFusedWide / kFullWavesFusedStaged / kFullWavesFusedWideStaged. Points reduced =
 # HaversinePointsVariant::kReduced, reduced newton = kReducedNewton,
 # newton prefetch = kReducedNewtonPrefetch, branchfree = kReducedBranchFree, chord /
-# chord prefetch = kChord / kChordPrefetch (the default), reduced lean = kReducedLean. The
-# ulps: the mesh against long double (angle 4 = reduced, 5 = newton, 6 = branchfree, 7 = lean;
+# chord prefetch / chord vector = kChord / kChordPrefetch / kChordVector (the default),
+# reduced lean = kReducedLean. The ulps: the mesh against long double (angle 4 = reduced, 5 = newton, 6 = branchfree, 7 = lean;
 # schedule 0 covering, 3 fused, 4 wide, 5 staged, 6 wide staged), the points against
 # the CPU float64 reference (variant 3 = reduced, 4 = reduced prefetch, 5 = reduced
-# newton, 6 = newton prefetch, 7 = branchfree, 8 = chord, 9 = chord prefetch, 10 = reduced lean).
+# newton, 6 = newton prefetch, 7 = branchfree, 8 = chord, 9 = chord prefetch, 10 = reduced lean,
+# 11 = chord vector).
 set -u
 BUNDLE=${BUNDLE:-.device/hav}
 OUT=${OUT:-gpu-out}
@@ -70,12 +71,12 @@ grep -E '^device|bandwidth|^rc=' "$OUT/bench.log"
 step "4. table: 10000x10000 meshes (ratio to write-only), 1e7 x 4 points (to D2D); f32: no regression"
 # The tests' max ulps per variant, named as the benchmark rows: the mesh against long
 # double (globe, 361 x 724, 2 references), the points against the CPU float64
-# reference (all shapes); the default rows are lean wide / points chord prefetch.
+# reference (all shapes); the default rows are lean staged / points chord vector.
 grep '^haversine ulps' "$OUT/test.log" > "$OUT/ulps.txt"
 # bench.csv: op,dtype,size,median_ms,...,ceiling,ratio_to_ceiling
 awk -F, 'FNR == NR {  # ulps.txt
     split("reduced newton branchfree lean", angle, " "); split("- - - fused wide staged wide_staged", sched, " ")
-    split("- - - reduced reduced_prefetch reduced_newton newton_prefetch branchfree chord chord_prefetch reduced_lean", pts, " ")
+    split("- - - reduced reduced_prefetch reduced_newton newton_prefetch branchfree chord chord_prefetch reduced_lean chord_vector", pts, " ")
     dt = $0; sub(/^haversine ulps: (mesh|points) /, "", dt); dt = substr(dt, 1, 3)
     match($0, /max [0-9.]+/); u = substr($0, RSTART + 4, RLENGTH - 4) + 0
     if ($0 ~ /: mesh /) {
@@ -91,7 +92,7 @@ awk -F, 'FNR == NR {  # ulps.txt
   }
   FNR > 1 && $1 ~ /haversine|mesh|points/ && $3 !~ /^1000x/ {
     v = $1; sub(/^ +/, "", v)
-    k = (v == "haversine mesh") ? "mesh lean wide" : (v == "haversine points") ? "points chord prefetch" : v
+    k = (v == "haversine mesh") ? "mesh lean staged" : (v == "haversine points") ? "points chord vector" : v
     k = k " " $2
     goal = ($1 ~ /mesh/) ? (($2 == "f32") ? 0.85 : 0.7) : 0.7
     printf "%-26s %-4s %-22s %8.4f ms  %5.2f x %-5s %9s%s\n", v, $2, $3, $4, $12, $11,
