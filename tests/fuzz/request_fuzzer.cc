@@ -34,6 +34,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/buffer_id.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/wire_format_lite.h"
@@ -112,36 +114,47 @@ RequestScope Scope(const Env& env) {
   return RequestScope{env.store, kPrincipal, kMaxElements};
 }
 
-// "$k" -> the id of stored buffer k.
-void Rewrite(v1::Operand* operand, const Env& env) {
-  if (operand->source_case() != v1::Operand::kBufferId) return;
+// "$k" -> the id of stored buffer k. Returns whether the operand names a buffer id
+// issued by another replica instance, which the store answers FAILED_PRECONDITION
+// (BufferStore::CheckIssuedHere): the fuzzer writes such ids too.
+bool Rewrite(v1::Operand* operand, const Env& env) {
+  if (operand->source_case() != v1::Operand::kBufferId) return false;
   const std::string& id = operand->buffer_id();
   if (id.size() == 2 && id[0] == '$' && id[1] >= '0' && id[1] <= '9') {
     const size_t k = static_cast<size_t>(id[1] - '0');
     if (k < env.ids.size()) operand->set_buffer_id(env.ids[k]);
   }
+  const absl::string_view issuer = IssuingInstance(operand->buffer_id());
+  return !issuer.empty() && issuer != env.store.instance_id();
 }
 
 // ---------------------------------------------------------------------------
 // One compute request.
 
-void Rewrite(v1::DiscountProductRequest& r, const Env& env) {
-  if (r.has_factors()) Rewrite(r.mutable_factors(), env);
-  if (r.has_values()) Rewrite(r.mutable_values(), env);
+// Each returns whether an operand names another replica's buffer.
+bool Rewrite(v1::DiscountProductRequest& r, const Env& env) {
+  bool foreign = false;
+  if (r.has_factors()) foreign |= Rewrite(r.mutable_factors(), env);
+  if (r.has_values()) foreign |= Rewrite(r.mutable_values(), env);
+  return foreign;
 }
-void Rewrite(v1::HaversineGridRequest& r, const Env& env) {
-  if (!r.has_points()) return;
-  if (r.points().has_lat()) Rewrite(r.mutable_points()->mutable_lat(), env);
-  if (r.points().has_lon()) Rewrite(r.mutable_points()->mutable_lon(), env);
+bool Rewrite(v1::HaversineGridRequest& r, const Env& env) {
+  if (!r.has_points()) return false;
+  bool foreign = false;
+  if (r.points().has_lat()) foreign |= Rewrite(r.mutable_points()->mutable_lat(), env);
+  if (r.points().has_lon()) foreign |= Rewrite(r.mutable_points()->mutable_lon(), env);
+  return foreign;
 }
-void Rewrite(v1::NormalizeRequest& r, const Env& env) {
-  if (r.has_input()) Rewrite(r.mutable_input(), env);
+bool Rewrite(v1::NormalizeRequest& r, const Env& env) {
+  return r.has_input() && Rewrite(r.mutable_input(), env);
 }
-void Rewrite(v1::LombScargleRequest& r, const Env& env) {
-  if (r.has_x()) Rewrite(r.mutable_x(), env);
-  if (r.has_y()) Rewrite(r.mutable_y(), env);
-  if (r.has_freqs()) Rewrite(r.mutable_freqs(), env);
-  if (r.has_weights()) Rewrite(r.mutable_weights(), env);
+bool Rewrite(v1::LombScargleRequest& r, const Env& env) {
+  bool foreign = false;
+  if (r.has_x()) foreign |= Rewrite(r.mutable_x(), env);
+  if (r.has_y()) foreign |= Rewrite(r.mutable_y(), env);
+  if (r.has_freqs()) foreign |= Rewrite(r.mutable_freqs(), env);
+  if (r.has_weights()) foreign |= Rewrite(r.mutable_weights(), env);
+  return foreign;
 }
 
 template <typename Request, typename PrepareFn, typename CheckFn>
@@ -150,10 +163,10 @@ void FuzzCompute(const uint8_t* data, size_t size, Operation op, PrepareFn prepa
   Env& env = GetEnv();
   Request request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return;
-  Rewrite(request, env);
+  const bool foreign = Rewrite(request, env);
   absl::StatusOr<PreparedOperation> prepared = prepare(request, Scope(env));
   if (!prepared.ok()) {
-    CheckPrepareError(prepared.status());
+    CheckPrepareError(prepared.status(), foreign);
     return;
   }
   CheckPrepared(*prepared, env.arrays);
@@ -436,10 +449,10 @@ void FuzzStreaming(const uint8_t* data, size_t size) {
   v1::StreamingComputeRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size)) || !request.has_header()) return;
   v1::StreamingComputeHeader& header = *request.mutable_header();
-  if (header.has_factors()) Rewrite(header.mutable_factors(), env);
+  const bool foreign = header.has_factors() && Rewrite(header.mutable_factors(), env);
   absl::StatusOr<StreamingPlan> plan = CheckStreamingHeader(header, Scope(env));
   if (!plan.ok()) {
-    CheckPrepareError(plan.status());
+    CheckPrepareError(plan.status(), foreign);
     return;
   }
   FUZZ_CHECK(plan->row_elements >= 1 && plan->rows >= 1 &&

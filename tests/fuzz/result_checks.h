@@ -24,7 +24,10 @@ int64_t Product(const Shape& shape);
 // ---------------------------------------------------------------------------
 // Invariants on Prepare and Execute.
 
-void CheckPrepareError(const absl::Status& s);
+// A rejected request: INVALID_ARGUMENT, NOT_FOUND or RESOURCE_EXHAUSTED with a
+// message, or FAILED_PRECONDITION where an operand names a buffer id another replica
+// instance issued (`names_foreign_buffer`).
+void CheckPrepareError(const absl::Status& s, bool names_foreign_buffer);
 
 // `stored_arrays[k]` is the array behind "$k"; no operand may resolve
 // kForeignBuffer's.
