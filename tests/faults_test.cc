@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "gmock/gmock.h"
@@ -19,6 +20,7 @@
 #include "server/server.h"
 #include "tests/testing/eventually.h"
 #include "tests/testing/faulty_server.h"
+#include "tests/testing/scrape.h"
 #include "tests/testing/server_fixture.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/tensors.h"
@@ -237,13 +239,19 @@ TEST_F(FaultsTest, OverloadIsResourceExhaustedNamingTheLimit) {
 TEST(ServerProcessTest, SigtermDrainsAndExitsZero) {
   // Generous grace: under sanitizers on a small machine the request takes many seconds.
   test::ServerProcess server(GPUCOMPUTE_SERVER_PATH,
-                             test::LoopbackCpuFlags({"--grace_period=120s"}));
-  const int port = server.WaitUntilServing().grpc;
-  ASSERT_GT(port, 0) << "server did not start: " << server.output();
-  client::Client patient(client::MakeChannel(absl::StrCat("127.0.0.1:", port)));
+                             test::LoopbackCpuFlags({"--grace_period=120s", "--metrics_address=127.0.0.1:0"}));
+  const test::ServerProcess::Ports ports = server.WaitUntilServing();
+  ASSERT_GT(ports.grpc, 0) << "server did not start: " << server.output();
+  ASSERT_GT(ports.metrics, 0) << server.output();
+  client::Client patient(client::MakeChannel(absl::StrCat("127.0.0.1:", ports.grpc)));
   auto running = std::async(std::launch::async,
                             [&] { return patient.LombScargle(SlowRequest()); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // The signal once the server holds the request: a fixed sleep (200 ms) let a loaded
+  // CI machine signal before the call arrived, whose connection the drain then reset.
+  ASSERT_TRUE(Eventually([&] {
+    return absl::StrContains(test::ScrapeMetricsBody(ports.metrics),
+                             "gpucompute_requests_in_flight{operation=\"lombscargle\"} 1\n");
+  })) << server.output();
   server.Signal(SIGTERM);
   auto result = running.get();
   EXPECT_TRUE(result.ok()) << result.status().message();
