@@ -5,10 +5,8 @@
 #include <signal.h>
 
 #include <atomic>
-#include <chrono>
 #include <future>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -55,6 +53,14 @@ v1::NormalizeRequest NormalizeOf(int64_t n) {
 
 using test::Eventually;
 
+// Whether the server on `metrics_port` holds `n` LombScargle requests (accepted, not
+// finished), by its in-flight gauge: tests that need a request in flight wait for it
+// rather than sleep, which a loaded machine outruns.
+bool LombScargleInFlight(int metrics_port, int n) {
+  return absl::StrContains(test::ScrapeMetricsBody(metrics_port),
+                           absl::StrCat("gpucompute_requests_in_flight{operation=\"lombscargle\"} ", n, "\n"));
+}
+
 class FaultsTest : public ::testing::Test {
  protected:
   void SetUp() override { Start(test::LoopbackConfig()); }
@@ -69,6 +75,12 @@ class FaultsTest : public ::testing::Test {
   }
 
   uint64_t PoolUsed() const { return server_->PoolUsedBytes(); }
+  // For a server started with WithMetrics (as the queue gauge below).
+  bool InFlight(int n) const { return LombScargleInFlight(server_->server().metrics_port(), n); }
+  static ServerConfig WithMetrics(ServerConfig config) {
+    config.metrics_address = "127.0.0.1:0";  // only where read: its exposer adds ~2 s to a stop
+    return config;
+  }
 
   // A real CPU backend with the faults a GPU can have, switched on by the tests.
   std::shared_ptr<InjectedFaults> faults_ = std::make_shared<InjectedFaults>();
@@ -148,11 +160,11 @@ TEST_F(FaultsTest, DisconnectMidDownloadKeepsTheBufferIntact) {
 }
 
 TEST_F(FaultsTest, ExpiredDeadlinesAreDroppedAndTheServerKeepsServing) {
-  ServerConfig config = test::LoopbackConfig();
+  ServerConfig config = WithMetrics(test::LoopbackConfig());
   config.executor_threads = 1;
   Start(config);
   auto slow = std::async(std::launch::async, [&] { return client_->LombScargle(SlowRequest()); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the one thread is now busy
+  ASSERT_TRUE(Eventually([&] { return InFlight(1); }));  // ahead of the next on the one thread
   client::ClientOptions options;
   options.timeout = absl::Milliseconds(20);
   client::Client hurried(server_->channel(), options);
@@ -163,15 +175,19 @@ TEST_F(FaultsTest, ExpiredDeadlinesAreDroppedAndTheServerKeepsServing) {
 }
 
 TEST_F(FaultsTest, DrainFinishesInFlightWorkAndRefusesNewWork) {
+  Start(WithMetrics(test::LoopbackConfig()));
   std::vector<std::future<absl::StatusOr<client::Result>>> in_flight;
   for (int i = 0; i < 3; ++i) {
     in_flight.push_back(
         std::async(std::launch::async, [&] { return client_->LombScargle(SlowRequest()); }));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(Eventually([&] { return InFlight(3); }));
   auto drained = std::async(std::launch::async, [&] { server_->server().Drain(absl::Seconds(120)); });
   // A fresh channel: the draining server accepts no new connections or calls.
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(Eventually([&] {
+    absl::StatusOr<HealthStatus::ServingStatus> health = client_->Health();
+    return !health.ok() || *health != HealthStatus::SERVING;
+  }));
   client::ClientOptions options;
   options.timeout = absl::Seconds(2);
   client::Client late(client::MakeChannel(server_->target()), options);
@@ -211,7 +227,7 @@ TEST_F(FaultsTest, OverloadIsResourceExhaustedNamingTheLimit) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.limit);
-    ServerConfig config = test::LoopbackConfig();
+    ServerConfig config = c.held_requests > 1 ? WithMetrics(test::LoopbackConfig()) : test::LoopbackConfig();
     c.configure(config);
     Start(config);
     faults_->PauseOperations();
@@ -220,7 +236,13 @@ TEST_F(FaultsTest, OverloadIsResourceExhaustedNamingTheLimit) {
     ASSERT_TRUE(Eventually([&] { return faults_->PausedOperations() == 1; }));
     for (int i = 1; i < c.held_requests; ++i) {
       held.push_back(std::async(std::launch::async, [&] { return client_->Normalize(NormalizeOf(8)); }));
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // it reaches the queue
+      // It is admitted: the executor's depth gauge counts it with the held ones.
+      std::string metrics;
+      EXPECT_TRUE(Eventually([&] {  // not ASSERT: the held requests finish once resumed
+        metrics = test::ScrapeMetricsBody(server_->server().metrics_port());
+        return absl::StrContains(metrics,
+                                 absl::StrCat("gpucompute_queue_depth{device=\"executor\"} ", i + 1, "\n"));
+      })) << metrics;
     }
     const absl::Status refused = client_->Normalize(NormalizeOf(8)).status();
     EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused.message();
@@ -248,10 +270,7 @@ TEST(ServerProcessTest, SigtermDrainsAndExitsZero) {
                             [&] { return patient.LombScargle(SlowRequest()); });
   // The signal once the server holds the request: a fixed sleep (200 ms) let a loaded
   // CI machine signal before the call arrived, whose connection the drain then reset.
-  ASSERT_TRUE(Eventually([&] {
-    return absl::StrContains(test::ScrapeMetricsBody(ports.metrics),
-                             "gpucompute_requests_in_flight{operation=\"lombscargle\"} 1\n");
-  })) << server.output();
+  ASSERT_TRUE(Eventually([&] { return LombScargleInFlight(ports.metrics, 1); })) << server.output();
   server.Signal(SIGTERM);
   auto result = running.get();
   EXPECT_TRUE(result.ok()) << result.status().message();

@@ -258,8 +258,8 @@ struct MeshFusedAgent {
         const P* const my_rows = stage + threadIdx.y * per_thread_row;
         for (int64_t k0 = 0; block_first + k0 * row_step < lat.count; k0 += per_thread_row) {
           __syncthreads();  // the previous rows are read
-          stage[threadIdx.y * per_thread_row + threadIdx.x] =
-              RowTermsAt<T, kG>(lat, min(block_first + threadIdx.y + (k0 + threadIdx.x) * row_step, lat.count - 1), ref);
+          const int64_t row = block_first + threadIdx.y + (k0 + threadIdx.x) * row_step;
+          stage[threadIdx.y * per_thread_row + threadIdx.x] = RowTermsAt<T, kG>(lat, min(row, lat.count - 1), ref);
           __syncthreads();
           const int64_t i0 = block_first + threadIdx.y + k0 * row_step;
           if (i0 >= lat.count || !active[0]) continue;
