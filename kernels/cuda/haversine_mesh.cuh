@@ -111,6 +111,16 @@ __device__ __forceinline__ void StoreVec(double* dst, const double (&d)[2]) {
 template <typename T>
 __device__ __forceinline__ void StoreVec(T* dst, const T (&d)[1]) { dst[0] = d[0]; }
 
+// One row's distances to a thread's vector of kV columns, stored at dst.
+template <typename T, HaversineAngle kAngle, int kV>
+__device__ __forceinline__ void StoreRow(T* dst, const RowTerms<T, kWithG<kAngle>>& row,
+                                         const ColumnTerms<T, kWithG<kAngle>> (&c)[kV], T two_r) {
+  T d[kV];
+#pragma unroll
+  for (int v = 0; v < kV; ++v) d[v] = Distance<T, kAngle>(row, c[v], two_r);
+  StoreVec(dst, d);
+}
+
 // ---- per-reference row and column terms (float64, stored as T) ---------------------
 template <typename T, bool kG>
 __global__ void __launch_bounds__(TermsPolicy::kThreads, TermsPolicy::kMinBlocksPerSm)
@@ -164,7 +174,9 @@ struct MeshAgent {
         const P* const end = rows + n_lat;
         const int64_t dst_step = row_step * n_lon;
         T* dst = RowOut(r, first);
-        for (const P* row = rows + first; row < end; row += row_step, dst += dst_step) Store(dst, *row, c);
+        for (const P* row = rows + first; row < end; row += row_step, dst += dst_step) {
+          StoreRow<T, kAngle>(dst, *row, c, two_r);
+        }
       } else {
         // Rows past the end load the last row's terms (always valid) and store nothing.
         P ab[kRows];
@@ -176,7 +188,7 @@ struct MeshAgent {
           for (int k = 0; k < kRows; ++k) next[k] = rows[min(i + (kRows + k) * row_step, n_lat - 1)];
 #pragma unroll
           for (int k = 0; k < kRows; ++k) {
-            if (i + k * row_step < n_lat) Store(RowOut(r, i + k * row_step), ab[k], c);
+            if (i + k * row_step < n_lat) StoreRow<T, kAngle>(RowOut(r, i + k * row_step), ab[k], c, two_r);
             ab[k] = next[k];
           }
         }
@@ -189,12 +201,6 @@ struct MeshAgent {
     return out + (r * n_lat + i) * n_lon + (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kV;
   }
 
-  __device__ __forceinline__ void Store(T* dst, const P& row, const C (&c)[kV]) const {
-    T d[kV];
-#pragma unroll
-    for (int v = 0; v < kV; ++v) d[v] = Distance<T, kAngle>(row, c[v], two_r);
-    StoreVec(dst, d);
-  }
 };
 
 template <typename T, bool kVec, HaversineAngle kAngle, int kRows>
@@ -289,10 +295,7 @@ struct MeshFusedAgent {
 #pragma unroll
     for (int q = 0; q < kVecs; ++q) {
       if (q > 0 && !active[q]) break;
-      T d[kV];
-#pragma unroll
-      for (int v = 0; v < kV; ++v) d[v] = Distance<T, kAngle>(row, c[q][v], two_r);
-      StoreVec(dst + q * unit_step * kV, d);
+      StoreRow<T, kAngle>(dst + q * unit_step * kV, row, c[q], two_r);
     }
   }
 };
