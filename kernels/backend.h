@@ -173,6 +173,9 @@ class Backend {
   // The most host memory the backend keeps outside live arrays for reuse (CPU: freed
   // arrays' blocks), which a server charges to its host budget at start.
   virtual uint64_t max_kept_host_bytes() const { return 0; }
+  // Whether arrays live in host memory (kHostDevice): results stream from them as they
+  // are, where a device's results are copied into the server's recycled chunk blocks.
+  virtual bool arrays_on_host() const { return false; }
 
   // Memory. `Allocate` fails with RESOURCE_EXHAUSTED when the device is full.
   virtual absl::StatusOr<std::shared_ptr<Array>> Allocate(DType dtype, Shape shape,

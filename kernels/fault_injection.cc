@@ -48,6 +48,7 @@ class FaultInjectingBackend final : public Backend {
   int PickDevice() override { return inner_->PickDevice(); }
   void PrepareThread() override { inner_->PrepareThread(); }
   uint64_t max_kept_host_bytes() const override { return inner_->max_kept_host_bytes(); }
+  bool arrays_on_host() const override { return inner_->arrays_on_host(); }
   BackendStats Stats() const override { return inner_->Stats(); }
 
   absl::StatusOr<std::shared_ptr<Array>> Allocate(DType dtype, Shape shape, int device) override {

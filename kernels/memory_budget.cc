@@ -183,6 +183,7 @@ class BudgetedBackend final : public Backend {
   int PickDevice() override { return inner_->PickDevice(); }
   void PrepareThread() override { inner_->PrepareThread(); }
   uint64_t max_kept_host_bytes() const override { return inner_->max_kept_host_bytes(); }
+  bool arrays_on_host() const override { return inner_->arrays_on_host(); }
 
   BackendStats Stats() const override {
     BackendStats stats = inner_->Stats();

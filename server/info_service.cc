@@ -80,7 +80,7 @@ void InfoService::Describe(v1::ServerInfo* response) const {
   for (const MemoryBudgetStats& budget : service_.backend.Stats().memory_budgets) {
     if (budget.memory == "host") limits->set_host_memory_budget_bytes(budget.capacity_bytes);
     for (v1::DeviceInfo& device : *response->mutable_devices()) {
-      if (device.name() == budget.memory || (device.name() == "cpu" && budget.memory == "host")) {
+      if (device.name() == budget.memory || (service_.backend.arrays_on_host() && budget.memory == "host")) {
         device.set_memory_budget_bytes(budget.capacity_bytes);
       }
     }

@@ -90,8 +90,8 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
   }
 
   // Result chunks copied off a device land in recycled blocks: these ones are resident
-  // before the first result needs them (the CPU backend streams from its arrays).
-  if (server->backend_->name() != "cpu") {
+  // before the first result needs them (host arrays stream as they are).
+  if (!server->backend_->arrays_on_host()) {
     ChunkMemory::Shared().Prefill(config.default_chunk_bytes, *server->backend_);
   }
 

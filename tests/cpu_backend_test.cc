@@ -32,6 +32,7 @@ TEST_F(CpuBackendTest, DescribesOneHostDevice) {
   EXPECT_EQ(backend_->name(), "cpu");
   EXPECT_TRUE(backend_->Healthy());
   EXPECT_EQ(backend_->PickDevice(), kHostDevice);
+  EXPECT_TRUE(backend_->arrays_on_host());
   const std::vector<DeviceDescription> devices = backend_->Devices();
   ASSERT_EQ(devices.size(), 1u);
   EXPECT_EQ(devices[0].name, "cpu");

@@ -81,6 +81,7 @@ TEST(GpuBackendSmall, WarmAtConstruction) {
   REQUIRE_GPU();
   Backend& g = *Gpu();
   EXPECT_EQ(g.name(), "cuda");
+  EXPECT_FALSE(g.arrays_on_host());
   EXPECT_TRUE(g.Healthy());
   const std::vector<DeviceDescription> devices = g.Devices();
   ASSERT_FALSE(devices.empty());

@@ -112,6 +112,8 @@ class BudgetedBackendTest : public ::testing::Test {
   std::unique_ptr<Backend> backend_;
 };
 
+TEST_F(BudgetedBackendTest, ForwardsWhereItsArraysLive) { EXPECT_TRUE(backend_->arrays_on_host()); }
+
 TEST_F(BudgetedBackendTest, ArraysAreChargedUntilTheirLastOwnerLetsGo) {
   const MemoryBudgetStats stats = backend_->Stats().memory_budgets.at(0);
   EXPECT_EQ(stats.memory, "host");

@@ -120,6 +120,7 @@ class CpuBackend final : public Backend {
 
   absl::string_view name() const override { return "cpu"; }
   uint64_t max_kept_host_bytes() const override { return kCpuCachedArrayBytes; }
+  bool arrays_on_host() const override { return true; }
 
   std::vector<DeviceDescription> Devices() const override {
     DeviceDescription device;
