@@ -235,8 +235,8 @@ TEST(HaversineMath, SinCosDegreesWithinTwoRoundings) {
   EXPECT_LE(WorstSinCosError<float>(1e6), 1.0);
 }
 
-// Points by chords (HaversinePointsVariant::kChord*): half unit vectors, h and g from
-// their difference and sum, the lean step; against long double for random pairs, pairs
+// Points by chords (HaversinePointsVariant::kChord*): half unit vectors, the smaller of h
+// and g from their difference or sum, the lean step (ChordHalfAngleLean); against long double for random pairs, pairs
 // 1e-9 to 1 degree apart and pairs as far from their antipode. The coordinates'
 // absolute errors (a few 1e-16) bound the angle's error absolutely, as for the split
 // variants' half-angle differences: per pair |error| <= 4 ulp + 2 R 1e-15.
@@ -252,7 +252,7 @@ TEST(HaversineMath, ChordDistancesWithinUlpsPlusAnAbsoluteBound) {
     if (i % 3 == 1) lat = lat0 + off * u(rng), lon = lon0 + off * u(rng);
     if (i % 3 == 2) lat = -lat0 + off * u(rng), lon = lon0 + 180 + off * u(rng);
     const hm::HalfVector<double> p = hm::HalfUnitVector(lat, lon), q = hm::HalfUnitVector(lat0, lon0);
-    const double got = hm::ScaledHalfAngleLean(hm::ChordH(p, q), hm::ChordG(p, q), static_cast<double>(kTwoR));
+    const double got = hm::ChordHalfAngleLean(p, q, static_cast<double>(kTwoR));
     const long double d = kPiL / 360, dlat = (lat - lat0) * d, dlon = (lon - lon0) * d, sum = (lat + lat0) * d;
     const long double sl = std::sin(dlat), so = std::sin(dlon), cl = std::cos(dlat), co = std::cos(dlon), ss = std::sin(sum);
     const long double want = kTwoR * AsinSqrtReference(sl * sl + std::cos(2 * lat * d) * std::cos(2 * lat0 * d) * so * so,

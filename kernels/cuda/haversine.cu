@@ -176,7 +176,7 @@ __device__ __forceinline__ void Unpack(const double2& v, double* x) { x[0] = v.x
 // kLast, the last step: a kAsinReduced* formulation (HaversinePointsVariant::kReduced*)
 // also takes haversine_math.h's half-angle sines and cosines in degrees and forms g.
 // kChord (HaversinePointsVariant::kChord*): each point's half unit vector instead, h
-// and (with a kLast that takes g) g from chords (haversine_math.h: ChordH, ChordG).
+// from chords (haversine_math.h: ChordH; float64's lean step ChordHalfAngleLean).
 // kVector (kChordVector): a thread's K points are consecutive, loaded and stored 16
 // bytes at a time (n a multiple of K, every array 16-byte aligned: LaunchPointsT
 // checks), instead of a grid's width apart one element at a time.
@@ -334,11 +334,11 @@ struct PointsSplitAgent {
   }
 
   __device__ __forceinline__ T ChordDistance(const hm::HalfVector<T>& p, const hm::HalfVector<T>& q) const {
-    const T h = hm::ChordH(p, q);
     if constexpr (TakesG(kLast)) {
-      return hm::DistanceFromHG<T, kLast>(h, hm::ChordG(p, q), two_r);
+      static_assert(kLast == HaversineAngle::kAsinReducedLean && sizeof(T) == 8, "chords take g in float64 lean only");
+      return hm::ChordHalfAngleLean(p, q, two_r);
     } else {
-      return hm::DistanceFromH<T, kLast>(h, two_r);
+      return hm::DistanceFromH<T, kLast>(hm::ChordH(p, q), two_r);
     }
   }
 };

@@ -251,20 +251,24 @@ struct LeanWords {  // high words of 1/4, 1, -1, 1/2, pi/2, pi/4; the low word o
 // compare a point).
 // Double operations: 1 (z) + 5 (sqrt) + 1 (w) + 11 (tail) + 4 = 22, ScaledHalfAngleReduced
 // with SqrtByRsqrtNewton 24.
-GC_HOST_DEVICE double ScaledHalfAngleLean(double h, double g, double scale) {
+// ScaledHalfAngleLeanOfMin takes the step from m = min(h, g) in words, z = h - g and
+// whether g is the smaller (`upper`), for callers that make them otherwise (the chords).
+GC_HOST_DEVICE double ScaledHalfAngleLeanOfMin(int m_hi, unsigned m_lo, double z, bool upper, double scale) {
   using W = LeanWords;
-  const int h_hi = HiWord(h), g_hi = HiWord(g);
-  const bool upper = h_hi > g_hi;
-  const int m_hi = upper ? g_hi : h_hi;
   const bool middle = m_hi > W::kQuarter;
-  const double m = FromWords(m_hi > 0 ? m_hi : 0, upper ? LoWord(g) : LoWord(h));
+  const double m = FromWords(m_hi > 0 ? m_hi : 0, m_lo);
   const double root = SqrtLean(m);
-  const double x = middle ? h - g : root;
+  const double x = middle ? z : root;
   const double w = x * x;
   const int k_hi = middle ? W::kHalf : (upper ? W::kMinusOne : W::kOne);
   const int base_hi = middle ? W::kQuarterPi : (upper ? W::kHalfPi : 0);
   const unsigned base_lo = middle || upper ? W::kPiLow : 0u;
   return scale * Fma(FromWords(k_hi, 0), Fma(x, w * AsinSqrtTail(w), x), FromWords(base_hi, base_lo));
+}
+GC_HOST_DEVICE double ScaledHalfAngleLean(double h, double g, double scale) {
+  const int h_hi = HiWord(h), g_hi = HiWord(g);
+  const bool upper = h_hi > g_hi;
+  return ScaledHalfAngleLeanOfMin(upper ? g_hi : h_hi, upper ? LoWord(g) : LoWord(h), h - g, upper, scale);
 }
 
 // How the reduced step takes sqrt(m) and makes its choices (HaversineAngle::
@@ -401,8 +405,8 @@ GC_HOST_DEVICE void LongitudeTerms(double dlon, double* sin2, double* cos2) {
 }
 
 // Points by chords (HaversinePointsVariant::kChord*): p/2 for the unit vector p of a
-// point, once per point, so that per (reference, point) pair h = |p/2 - q/2|^2 and g =
-// |p/2 + q/2|^2 (= 1 - h) take 12 operations. From the half-angle sines and cosines in
+// point, once per point, so that per (reference, point) pair h = |p/2 - q/2|^2 takes 6
+// operations (float32, ChordH) and the float64 lean step's inputs 10 (ChordHalfAngleLean). From the half-angle sines and cosines in
 // degrees: cos lat = 2 c^2 - 1, and (cos lon, sin lon) / 2 = (c'^2 - 1/2, s' c'), exact
 // in sign up to the common sign of (s', c') (SinCosHalfDegreesUpToSign). Each coordinate
 // is within a few 1e-16 (float64) absolutely, like the half-angle differences of the
@@ -420,16 +424,26 @@ GC_HOST_DEVICE HalfVector<T> HalfUnitVector(T lat, T lon) {
   return {cos_lat * Fma(co, co, T(-0.5)), cos_lat * (so * co), s * c};
 }
 
-// h = |p - q|^2 and g = |p + q|^2 for half vectors p and q.
+// h = |p - q|^2 for half vectors p and q.
 template <typename T>
 GC_HOST_DEVICE T ChordH(const HalfVector<T>& p, const HalfVector<T>& q) {
   const T dx = p.x - q.x, dy = p.y - q.y, dz = p.z - q.z;
   return Fma(dx, dx, Fma(dy, dy, dz * dz));
 }
-template <typename T>
-GC_HOST_DEVICE T ChordG(const HalfVector<T>& p, const HalfVector<T>& q) {
-  const T sx = p.x + q.x, sy = p.y + q.y, sz = p.z + q.z;
-  return Fma(sx, sx, Fma(sy, sy, sz * sz));
+
+// ScaledHalfAngleLean for half vectors p and q. With d = p.q, h = |p - q|^2 = 1/2 - 2d
+// and g = |p + q|^2 = 1/2 + 2d, so d's sign says which is the smaller and z = h - g =
+// -4d (absolutely as accurate as h - g, which is what the middle range needs); only the
+// smaller, m, is formed from its differences or sums (the outer ranges need it to its
+// last digits): 10 double operations where h, g and z took 13. d near 0 may pick the
+// other side, but there both are near 1/2 and the middle range does not look at it.
+GC_HOST_DEVICE double ChordHalfAngleLean(const HalfVector<double>& p, const HalfVector<double>& q, double scale) {
+  const double d = Fma(p.x, q.x, Fma(p.y, q.y, p.z * q.z));
+  const bool upper = HiWord(d) < 0;  // g < h
+  const double side = upper ? 1.0 : -1.0;
+  const double tx = Fma(side, q.x, p.x), ty = Fma(side, q.y, p.y), tz = Fma(side, q.z, p.z);  // p -+ q, exactly rounded
+  const double m = Fma(tx, tx, Fma(ty, ty, tz * tz));
+  return ScaledHalfAngleLeanOfMin(HiWord(m), LoWord(m), -4 * d, upper, scale);
 }
 
 // ---- the earlier formulations of the last step, and the choice (device only) ----------
