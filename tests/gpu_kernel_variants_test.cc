@@ -158,8 +158,9 @@ void CheckNormalizeVariants(int64_t rows, int64_t cols,
   }
 }
 
-// Row lengths around every switch of the policy: 4-lane groups (<= 32 columns), the
-// per-row slot cap (<= 4 columns in float32, 2 in float64), tiles of several rows (a
+// Row lengths around every switch of the policy: a lane a row in tiles (<= 12 / 10
+// columns), 4-lane groups (<= 32 columns), the per-row slot cap (<= 4 columns in
+// float32, 2 in float64), tiles of several rows (a
 // row <= 4 KiB: 1024 / 512 columns) and of one row (> 32 KiB: 8192 / 4096), the
 // shared-memory limit (~57848 / 28924 columns on sm_90, ~41k / 20.7k on sm_80,
 // ~24.5k / 12.2k on sm_86/89), the register rows of the lane groups (32 / 64 / 128 /
@@ -167,7 +168,8 @@ void CheckNormalizeVariants(int64_t rows, int64_t cols,
 // (sm_90, the default and kCluster: 8 blocks of up to ~57.8k float32).
 TEST(GpuKernelVariants, NormalizeAroundEveryPolicySwitch) {
   REQUIRE_GPU();
-  for (int64_t cols : {1, 2, 3, 4, 5, 31, 32, 33, 64, 65, 100, 128, 129, 256, 257, 1023, 1024, 1025}) {
+  for (int64_t cols :
+       {1, 2, 3, 4, 5, 10, 11, 12, 13, 31, 32, 33, 64, 65, 100, 128, 129, 256, 257, 1023, 1024, 1025}) {
     CheckNormalizeVariants<float>(301, cols);
     CheckNormalizeVariants<double>(301, cols);
   }

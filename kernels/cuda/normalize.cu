@@ -462,6 +462,7 @@ void ListNormT(std::vector<KernelEntry>& out, const std::string& name) {
   out.push_back({"normalize.chunk_reduce<" + name + ",vec>", (const void*)&ChunkReduceKernel<T, kNorm, true>});
   out.push_back({"normalize.chunk_reduce<" + name + ">", (const void*)&ChunkReduceKernel<T, kNorm, false>});
   out.push_back({"normalize.bad_row_norm<" + name + ">", (const void*)&BadRowNormKernel<T, kNorm>});
+  out.push_back({"normalize.tile1<" + name + ">", (const void*)&TileKernel<T, kNorm, 1>});
   out.push_back({"normalize.tile4<" + name + ">", (const void*)&TileKernel<T, kNorm, 4>});
   out.push_back({"normalize.tile8<" + name + ">", (const void*)&TileKernel<T, kNorm, 8>});
   out.push_back({"normalize.tile16<" + name + ">", (const void*)&TileKernel<T, kNorm, 16>});

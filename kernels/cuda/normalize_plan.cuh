@@ -31,7 +31,8 @@ struct NormalizePlan {
 
 // The default per shape class, the winners of bench/run_gpu_kernels.sh (H100, run 2 at
 // 196d676; ms for 800 MB of float32 / 1.6 GB of float64 in + out):
-// - rows <= kLaneTileCols: a tile, 4 lanes a row (f32 1e7 x 10: 0.333);
+// - rows <= kLaneTileCols: a tile, a lane a row up to TilePolicy::kLaneRowCols, else 4
+//   (f32 1e7 x 10: 0.333; a lane a row, H200: 0.32 -> 0.23);
 // - rows up to kRegisterCols: float32 the narrowest lane group holding the row in
 //   registers (64: 0.296 against a warp a row's 0.627; 100: 0.303 / 0.426; 128: 0.301 /
 //   0.349), float64 a tile with 8 / 16 lanes a row (64: 0.274 / 0.307; 128: 0.274 /
@@ -64,9 +65,10 @@ inline void PlanNarrowGroups(int64_t cols, NormalizePlan* plan) {
   while (cols > plan->group * RowGroupPolicy::kPerLane) plan->group *= 2;
 }
 
-inline void PlanTile(int64_t cols, bool narrow, NormalizePlan* plan) {
+template <typename T>
+void PlanTile(int64_t cols, bool narrow, NormalizePlan* plan) {
   plan->path = NormalizePath::kTile;
-  plan->group = TileGroupFor(cols, narrow);
+  plan->group = TileGroupFor<T>(cols, narrow);
 }
 
 // A cluster where the device has them (sm_90) and the row fits 8 blocks, else chunks;
@@ -125,7 +127,7 @@ cudaError_t PlanFor(int64_t cols, NormalizeVariant variant, NormalizePlan* plan,
       }
       return cudaSuccess;
     case NormalizeVariant::kTile:
-      if (fits_tile) PlanTile(cols, true, plan);
+      if (fits_tile) PlanTile<T>(cols, true, plan);
       return cudaSuccess;
     case NormalizeVariant::kNarrowGroups:
       if (cols <= Policy::kRegisterCols) {
@@ -163,11 +165,11 @@ cudaError_t PlanFor(int64_t cols, NormalizeVariant variant, NormalizePlan* plan,
       break;
   }
   if (cols <= Policy::kLaneTileCols && fits_tile) {
-    PlanTile(cols, false, plan);
+    PlanTile<T>(cols, false, plan);
   } else if (cols <= Policy::kRegisterCols && Policy::kRegisterRowsInGroups) {
     PlanNarrowGroups(cols, plan);
   } else if (fits_tile && 2 * TileSharedBytes<T>(1, cols) <= plan->limit) {
-    PlanTile(cols, cols <= Policy::kRegisterCols, plan);
+    PlanTile<T>(cols, cols <= Policy::kRegisterCols, plan);
   } else {
     // A row taking over half a block's shared memory leaves one tile a multiprocessor,
     // too few loads in flight (f32 5e4, a 195 KiB tile: 0.538 ms against the TMA
@@ -175,7 +177,7 @@ cudaError_t PlanFor(int64_t cols, NormalizeVariant variant, NormalizePlan* plan,
     if (bulk) GC_TRY(PlanClusterBulk<T>(cols, /*half=*/false, plan));
     if (plan->path == NormalizePath::kClusterBulk) return cudaSuccess;
     if (fits_tile) {
-      PlanTile(cols, cols <= Policy::kRegisterCols, plan);
+      PlanTile<T>(cols, cols <= Policy::kRegisterCols, plan);
       return cudaSuccess;
     }
     GC_TRY(PlanCluster<T>(cols, plan));

@@ -2,7 +2,7 @@
 // of whole rows into shared memory (cp.async, 16-byte copies, the whole tile in flight
 // at once), reduces every row there in float64 and writes the scaled rows back with
 // 16-byte stores. Rows shorter than TilePolicy::kTileBytes share a tile (lane groups
-// of 4 to 32 per row, TileGroupFor); a longer row gets a tile of its own, reduced by the whole
+// of 1 to 32 per row, TileGroupFor); a longer row gets a tile of its own, reduced by the whole
 // block, up to the shared memory one block may have on the device (227 KiB on sm_90,
 // 163 KiB on sm_80, 99 KiB on sm_86/89: the limit is read at run time, so every
 // architecture gets the path its memory allows). Longer rows take the chunked path;
@@ -38,6 +38,15 @@ struct TilePolicy {
   static constexpr int64_t kTileBytes = 32 * 1024;  // rows up to this share a tile
   static constexpr int64_t kMaxTileRows = 2048;     // bounds the per-row slots
   static constexpr int64_t kSmallCols = 32;         // rows this short get 4 lanes, not 32
+  // Rows this short get a lane each (float32 / float64; H200, 2026-11-29, against 4 lanes
+  // a row: f32 1 / 3 / 5 / 8 / 10 / 12 columns 1.90 -> 0.48, 0.72 -> 0.26, 0.70 -> 0.36,
+  // 0.29 -> 0.21, 0.32 -> 0.23, 0.255 -> 0.20 ms; f64 1 / 4 / 6 / 7 / 10 0.97 -> 0.27,
+  // 0.31 -> 0.20, 0.35 -> 0.21, 0.265 -> 0.21, 0.215 -> 0.21, 8 even; 16 columns lost,
+  // 0.28 -> 0.31 and 0.23 -> 0.31: a lane's reads of its row in shared memory conflict
+  // at a stride of 64 or 128 bytes). Four lanes a row gave each row's norm, reciprocal
+  // and checks to four lanes, and the 16-byte vectors crossing rows to a per-element path.
+  template <typename T>
+  static constexpr int64_t kLaneRowCols = sizeof(T) == 4 ? 12 : 10;
   static constexpr int kUnroll = 4;                 // independent accumulators per lane
   // Tiles of this many rows or more are reduced a warp a row, fewer by the whole block
   // row after row (H200: float32 L2 rows of 1500-2000 elements, 4-5 a tile, 0.275 ->
@@ -281,12 +290,14 @@ inline bool TileFits(int64_t cols, int64_t limit) {
   return TileSharedBytes<T>(1, cols) <= limit;
 }
 
-// Lanes per row in a tile of several rows: 4 for rows up to TilePolicy::kSmallCols,
-// else 32; `narrow` (NormalizeVariant::kTile; float64's default up to 256 columns)
-// gives rows up to 512 the narrowest group with at most 16 elements a lane (100
-// columns: 8 lanes, 4 rows a warp at once, 3 shuffle rounds instead of 5; the warp
-// per row left the tile latency-bound).
-inline int TileGroupFor(int64_t cols, bool narrow) {
+// Lanes per row in a tile of several rows: 1 for rows up to TilePolicy::kLaneRowCols,
+// 4 up to TilePolicy::kSmallCols, else 32; `narrow` (NormalizeVariant::kTile; float64's
+// default up to 256 columns) gives rows up to 512 the narrowest group with at most 16
+// elements a lane (100 columns: 8 lanes, 4 rows a warp at once, 3 shuffle rounds
+// instead of 5; the warp per row left the tile latency-bound).
+template <typename T>
+int TileGroupFor(int64_t cols, bool narrow) {
+  if (cols <= TilePolicy::kLaneRowCols<T>) return 1;
   if (cols <= TilePolicy::kSmallCols) return 4;
   if (!narrow) return 32;
   int group = 8;
@@ -309,6 +320,7 @@ cudaError_t LaunchTile(const T* in, T* out, int64_t rows, int64_t cols, int grou
     return cudaSuccess;
   };
   switch (group) {
+    case 1: return launch(TileKernel<T, kNorm, 1>);
     case 4: return launch(TileKernel<T, kNorm, 4>);
     case 8: return launch(TileKernel<T, kNorm, 8>);
     case 16: return launch(TileKernel<T, kNorm, 16>);
