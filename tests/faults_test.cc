@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "gmock/gmock.h"
@@ -57,8 +56,7 @@ using test::Eventually;
 // finished), by its in-flight gauge: tests that need a request in flight wait for it
 // rather than sleep, which a loaded machine outruns.
 bool LombScargleInFlight(int metrics_port, int n) {
-  return absl::StrContains(test::ScrapeMetricsBody(metrics_port),
-                           absl::StrCat("gpucompute_requests_in_flight{operation=\"lombscargle\"} ", n, "\n"));
+  return test::MetricsShow(metrics_port, R"(gpucompute_requests_in_flight{operation="lombscargle"})", n);
 }
 
 class FaultsTest : public ::testing::Test {
@@ -237,12 +235,10 @@ TEST_F(FaultsTest, OverloadIsResourceExhaustedNamingTheLimit) {
     for (int i = 1; i < c.held_requests; ++i) {
       held.push_back(std::async(std::launch::async, [&] { return client_->Normalize(NormalizeOf(8)); }));
       // It is admitted: the executor's depth gauge counts it with the held ones.
-      std::string metrics;
+      const int port = server_->server().metrics_port();
       EXPECT_TRUE(Eventually([&] {  // not ASSERT: the held requests finish once resumed
-        metrics = test::ScrapeMetricsBody(server_->server().metrics_port());
-        return absl::StrContains(metrics,
-                                 absl::StrCat("gpucompute_queue_depth{device=\"executor\"} ", i + 1, "\n"));
-      })) << metrics;
+        return test::MetricsShow(port, R"(gpucompute_queue_depth{device="executor"})", i + 1);
+      })) << test::ScrapeMetricsBody(port);
     }
     const absl::Status refused = client_->Normalize(NormalizeOf(8)).status();
     EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused.message();

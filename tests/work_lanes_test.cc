@@ -10,8 +10,6 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -79,10 +77,9 @@ class WorkLanesTest : public ::testing::Test {
 
   // Whether the executor's queue reads `depth` requests within 30 s.
   bool AwaitExecutorQueueDepth(int depth) {
-    const std::string sample =
-        absl::StrCat("gpucompute_queue_depth{device=\"executor\"} ", depth, "\n");
     const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    while (!absl::StrContains(Scrape(), sample)) {
+    while (!test::MetricsShow(server_->server().metrics_port(), R"(gpucompute_queue_depth{device="executor"})",
+                              depth)) {
       if (absl::Now() > deadline) return false;
       absl::SleepFor(absl::Milliseconds(20));
     }

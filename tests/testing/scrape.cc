@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
 namespace gpucompute::test {
@@ -58,6 +60,10 @@ std::string ScrapeMetricsBody(int port) {
   const std::string response = ScrapeMetrics(port);
   const size_t body = response.find("\r\n\r\n");
   return body == std::string::npos ? "" : response.substr(body + 4);
+}
+
+bool MetricsShow(int port, absl::string_view series, int64_t value) {
+  return absl::StrContains(ScrapeMetricsBody(port), absl::StrCat(series, " ", value, "\n"));
 }
 
 }  // namespace gpucompute::test

@@ -2,8 +2,10 @@
 // counters, and the loopback TCP pieces that tests of the endpoint itself use.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace gpucompute::test {
@@ -23,5 +25,9 @@ std::string ScrapeMetrics(int port, const std::string& extra_headers = "",
 
 // The body of that response alone (the Prometheus text); empty when there is none.
 std::string ScrapeMetricsBody(int port);
+
+// Whether the metrics on 127.0.0.1:port show the series `series` (name{labels}, as
+// the text writes it) at `value`: for tests that wait on a gauge.
+bool MetricsShow(int port, absl::string_view series, int64_t value);
 
 }  // namespace gpucompute::test
