@@ -236,10 +236,11 @@ TEST(HaversineMath, SinCosDegreesWithinTwoRoundings) {
 }
 
 // Points by chords (HaversinePointsVariant::kChord*): half unit vectors, the smaller of h
-// and g from their difference or sum, the lean step (ChordHalfAngleLean); against long double for random pairs, pairs
-// 1e-9 to 1 degree apart and pairs as far from their antipode. The coordinates'
-// absolute errors (a few 1e-16) bound the angle's error absolutely, as for the split
-// variants' half-angle differences: per pair |error| <= 4 ulp + 2 R 1e-15.
+// and g from their difference or sum, the lean step (ChordHalfAngleLean); against long
+// double for random pairs, pairs 1e-9 to 1 degree apart and pairs as far from their
+// antipode. The coordinates' absolute errors (a few 1e-16) bound the angle's error
+// absolutely, as for the split variants' half-angle differences: per pair |error| <= 4
+// ulp + 2 R 1e-15.
 TEST(HaversineMath, ChordDistancesWithinUlpsPlusAnAbsoluteBound) {
   constexpr long double kTwoR = 2 * 6371.0088L;
   std::mt19937_64 rng(19);

@@ -406,9 +406,10 @@ GC_HOST_DEVICE void LongitudeTerms(double dlon, double* sin2, double* cos2) {
 
 // Points by chords (HaversinePointsVariant::kChord*): p/2 for the unit vector p of a
 // point, once per point, so that per (reference, point) pair h = |p/2 - q/2|^2 takes 6
-// operations (float32, ChordH) and the float64 lean step's inputs 10 (ChordHalfAngleLean). From the half-angle sines and cosines in
-// degrees: cos lat = 2 c^2 - 1, and (cos lon, sin lon) / 2 = (c'^2 - 1/2, s' c'), exact
-// in sign up to the common sign of (s', c') (SinCosHalfDegreesUpToSign). Each coordinate
+// operations (float32, ChordH) and the float64 lean step's inputs 10
+// (ChordHalfAngleLean). From the half-angle sines and cosines in degrees: cos lat =
+// 2 c^2 - 1, and (cos lon, sin lon) / 2 = (c'^2 - 1/2, s' c'), exact in sign up to the
+// common sign of (s', c') (SinCosHalfDegreesUpToSign). Each coordinate
 // is within a few 1e-16 (float64) absolutely, like the half-angle differences of the
 // split variants: both lose relative accuracy for pairs much closer than 1e-8 radians.
 template <typename T>
@@ -441,7 +442,8 @@ GC_HOST_DEVICE double ChordHalfAngleLean(const HalfVector<double>& p, const Half
   const double d = Fma(p.x, q.x, Fma(p.y, q.y, p.z * q.z));
   const bool upper = HiWord(d) < 0;  // g < h
   const double side = upper ? 1.0 : -1.0;
-  const double tx = Fma(side, q.x, p.x), ty = Fma(side, q.y, p.y), tz = Fma(side, q.z, p.z);  // p -+ q, exactly rounded
+  // p -+ q, rounded once as a sum or difference would be.
+  const double tx = Fma(side, q.x, p.x), ty = Fma(side, q.y, p.y), tz = Fma(side, q.z, p.z);
   const double m = Fma(tx, tx, Fma(ty, ty, tz * tz));
   return ScaledHalfAngleLeanOfMin(HiWord(m), LoWord(m), -4 * d, upper, scale);
 }
