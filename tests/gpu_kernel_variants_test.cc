@@ -249,7 +249,7 @@ TEST(GpuKernelVariants, NormalizeBadRowsUnderRacecheck) {  // small: racecheck i
 // of 4 lanes (every row-group launch is capped at 8 blocks a multiprocessor), so each
 // group loads its next row ahead (RowGroupAgent::RegisterRows, float32 rows across
 // 128-byte lines: 7, 33, 100 and 200 columns) or one row at a time (64 columns, whole
-// lines); a bad row among the last.
+// lines), as scalars (7, 33) or 16-byte vectors (64, 100, 200); a bad row among the last.
 TEST(GpuKernelVariants, NormalizeRowGroupsManyRowsAGroup) {
   REQUIRE_GPU();
   constexpr cuda::NormalizeVariant kRegisterRowVariants[] = {
