@@ -27,6 +27,14 @@ struct MeshPolicy {
   static constexpr int kThreads = 256;
   static constexpr int kMinBlocksPerSm = 4;
 };
+// Rows a fused block is given where the mesh has more than a wave's worth of them:
+// more, shorter blocks let the hardware even out SMs and warps that finish early (one
+// wave of a 1e4 x 1e4 float64 mesh: SMs active 395-516k cycles, 35% of warps active
+// of the 50% that fit); fewer rows repeat a block's column terms too often. H200,
+// session 19: float32 16 rows 0.1025 ms against one wave's 0.109 (12-20 alike, 32 and
+// up slower), float64 96 rows 0.267-0.269 against 0.272-0.274 (192 slower: 0.28).
+template <typename T>
+constexpr int64_t kFusedRowsPerBlock = sizeof(T) == 4 ? 16 : 96;
 
 // The kAsinReduced* formulations also form g = 1 - h from its own terms
 // (haversine_math.h: HaversineG).

@@ -43,8 +43,9 @@ enum class HaversineMeshSchedule {
   kFullWaves = 1,  // as many blocks as fit at once (occupancy): no partial last wave
   kFullWavesTwoRows = 2,  // kFullWaves, two rows per iteration, the next two rows' terms
                           // loaded while these are computed
-  kFullWavesFused = 3,    // kFullWaves in one launch: each warp computes its rows' terms
-                          // (a lane per row, shuffled), each thread its columns'
+  kFullWavesFused = 3,    // kFullWaves in one launch (more waves where each block still
+                          // gets kFusedRowsPerBlock rows): each warp computes its rows'
+                          // terms (a lane per row, shuffled), each thread its columns'
   kFullWavesFusedWide = 4,  // kFullWavesFused, two vectors of columns per thread (a grid's
                             // width apart, each store coalesced): half the shuffles and
                             // loop work per point, two independent chains
