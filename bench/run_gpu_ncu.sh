@@ -3,8 +3,10 @@
 # (a name, a regex on the demangled kernel name, the gpu_kernels_bench arguments that
 # launch it), Nsight Compute on one launch past the warm-ups, with the metrics that
 # told the normalize kernels' limits apart in session 14 (bench/NOTES.md): time, DRAM
-# throughput and bytes, warps active, issue slots busy, float64 and LSU pipes, warp
-# instructions, lanes active per instruction, and the stall reasons per issue.
+# throughput and bytes, warps active against the theoretical occupancy, each SM's
+# active cycles (least, mean, most: how unevenly the SMs finish), issue slots busy,
+# float64 and LSU pipes, warp instructions, lanes active per instruction, and the
+# stall reasons per issue.
 #
 # Here (no GPU needed): build and bundle gpu_kernels_bench as in run_gpu_kernels.sh.
 # On the GPU machine (device tool: carry the bundle):
@@ -38,7 +40,9 @@ dram__bytes_write.sum,sm__warps_active.avg.pct_of_peak_sustained_active,\
 smsp__issue_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fp64.avg.pct_of_peak_sustained_active,\
 sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,\
 smsp__thread_inst_executed_per_inst_executed.ratio,launch__grid_size,launch__block_size,\
-launch__registers_per_thread,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem$STALLS"
+launch__registers_per_thread,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem,\
+sm__maximum_warps_per_active_cycle_pct,launch__waves_per_multiprocessor,sm__cycles_active.avg,sm__cycles_active.min,\
+sm__cycles_active.max,sm__cycles_elapsed.max$STALLS"
 
 echo "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1); ncu: $NCU"
 while IFS='|' read -r name regex args; do
