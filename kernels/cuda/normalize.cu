@@ -418,7 +418,7 @@ cudaError_t LaunchChunks(const T* in, T* out, int64_t rows, int64_t cols, Normal
   unsigned* tickets = reinterpret_cast<unsigned*>(norms + rows);
   GC_TRY(cudaMemsetAsync(tickets, 0, static_cast<size_t>(rows) * sizeof(unsigned), env.stream));
   const bool vec = Aligned16(in) && Aligned16(out);
-  const unsigned grid = GridFor(total, env.sm_count, ChunkPolicy::kMinBlocksPerSm * 2);
+  const unsigned grid = GridFor(total, env.sm_count, ChunkPolicy::kGridBlocksPerSm);
   if (vec) {
     ChunkReduceKernel<T, kNorm, true><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(
         in, rows, cols, chunks, partials, tickets, norms, result);
