@@ -159,7 +159,8 @@ void CheckNormalizeVariants(int64_t rows, int64_t cols,
 }
 
 // Row lengths around every switch of the policy: a lane a row in tiles (<= 12 / 10
-// columns), 4-lane groups (<= 32 columns), the per-row slot cap (<= 4 columns in
+// columns; past 12 float32 rows go to the lane groups), 4-lane groups and tiles of 4
+// lanes a row (<= 32 columns), the per-row slot cap (<= 4 columns in
 // float32, 2 in float64), tiles of several rows (a
 // row <= 4 KiB: 1024 / 512 columns) and of one row (> 32 KiB: 8192 / 4096), the
 // shared-memory limit (~57848 / 28924 columns on sm_90, ~41k / 20.7k on sm_80,

@@ -32,7 +32,11 @@ struct NormalizePlan {
 // The default per shape class, the winners of bench/run_gpu_kernels.sh (H100, run 2 at
 // 196d676; ms for 800 MB of float32 / 1.6 GB of float64 in + out):
 // - rows <= kLaneTileCols: a tile, a lane a row up to TilePolicy::kLaneRowCols, else 4
-//   (f32 1e7 x 10: 0.333; a lane a row, H200: 0.32 -> 0.23);
+//   (f32 1e7 x 10: 0.333; a lane a row, H200: 0.32 -> 0.23); float32 only the rows of a
+//   lane, the rest of its short rows go to the lane groups (H200, session 19, ms against
+//   the tile: 13 columns 0.348-0.351 / 0.477-0.480, 20: 0.231-0.232 / 0.274-0.277, 24:
+//   0.205-0.208 / 0.257-0.261, 32: 0.204-0.205 / 0.237-0.238; even at 25 SUM, 5% behind
+//   at 16 L2; float64 lost 1-6% in groups at 16-32 and keeps the tile);
 // - rows up to kRegisterCols: float32 the narrowest lane group holding the row in
 //   registers (64: 0.296 against a warp a row's 0.627; 100: 0.303 / 0.426; 128: 0.301 /
 //   0.349), float64 a tile with 8 / 16 lanes a row (64: 0.274 / 0.307; 128: 0.274 /
@@ -53,7 +57,7 @@ struct NormalizePlan {
 //   against the pipeline's 0.450 lagged / 0.487 row by row).
 template <typename T>
 struct DefaultNormalizePolicy {
-  static constexpr int64_t kLaneTileCols = TilePolicy::kSmallCols;
+  static constexpr int64_t kLaneTileCols = sizeof(T) == 4 ? TilePolicy::kLaneRowCols<T> : TilePolicy::kSmallCols;
   static constexpr int64_t kRegisterCols = 32 * RowGroupPolicy::kPerLane;
   static constexpr bool kRegisterRowsInGroups = sizeof(T) == 4;  // else in narrow-lane tiles
   static constexpr int64_t kWideClusterSliceBytes = 64 << 10;
