@@ -10,9 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/scrape.h"
 #include "tests/testing/server_fixture.h"
 #include "tests/testing/tensors.h"
@@ -164,19 +165,11 @@ TEST(SmallResultsStallTest, UnreadCompleteResultsHoldNothingOnTheServer) {
   }
   // Each call ended on the server, written out or cancelled by the stall limit:
   // none holds its result or its place.
-  std::string metrics;
-  for (const absl::Time end = absl::Now() + absl::Seconds(5); absl::Now() < end;) {
-    metrics = test::ScrapeMetrics((*server)->server().metrics_port());
-    if (metrics.find("gpucompute_memory_budget_used_bytes{memory=\"host\"} 0\n") != std::string::npos &&
-        metrics.find("gpucompute_requests_in_flight{operation=\"haversine_grid\"} 0\n") !=
-            std::string::npos) {
-      break;
-    }
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  EXPECT_THAT(metrics, ::testing::HasSubstr(
-                           "gpucompute_requests_in_flight{operation=\"haversine_grid\"} 0\n"));
-  EXPECT_THAT(metrics, ::testing::HasSubstr("gpucompute_memory_budget_used_bytes{memory=\"host\"} 0\n"));
+  const int port = (*server)->server().metrics_port();
+  EXPECT_TRUE(test::Eventually([&] {
+    return test::MetricsShow(port, R"(gpucompute_requests_in_flight{operation="haversine_grid"})", 0) &&
+           test::MetricsShow(port, R"(gpucompute_memory_budget_used_bytes{memory="host"})", 0);
+  })) << test::ScrapeMetricsBody(port);
   for (auto& context : contexts) context->TryCancel();
   for (auto& reader : unread) reader->Finish();
   auto next = (*server)->client().HaversineGrid(request);
