@@ -58,8 +58,8 @@ template <typename T>
 constexpr int kPointsPerThread = sizeof(T) == 4 ? 4 : 2;
 // Groups of points a thread is given where n has more than a wave's worth of them:
 // more, shorter blocks let the hardware even out warps that finish early (H200,
-// session 19, 1e7 x 4 float64: warps active 35 -> 47% of the 50% that fit, 0.176-0.183
-// ms against one wave's 0.182-0.190).
+// session 19, 1e7 x 4 float64: warps active 35 -> 47% of the 50% that fit, 0.175-0.185
+// ms against one wave's 0.180-0.190; float32 even).
 template <typename T>
 constexpr int64_t kPointsGroupsPerThread = sizeof(T) == 4 ? 2 : 4;
 

@@ -31,8 +31,9 @@ struct MeshPolicy {
 // more, shorter blocks let the hardware even out SMs and warps that finish early (one
 // wave of a 1e4 x 1e4 float64 mesh: SMs active 395-516k cycles, 35% of warps active
 // of the 50% that fit); fewer rows repeat a block's column terms too often. H200,
-// session 19: float32 16 rows 0.1025 ms against one wave's 0.109 (12-20 alike, 32 and
-// up slower), float64 96 rows 0.267-0.269 against 0.272-0.274 (192 slower: 0.28).
+// session 19, 1e4 x 1e4: float32 16 rows 0.1025-0.1039 ms against one wave's
+// 0.108-0.111 (12-20 alike, 32 and up slower), float64 96 rows 0.266-0.272 against
+// 0.270-0.274 (192: 0.267-0.282).
 template <typename T>
 constexpr int64_t kFusedRowsPerBlock = sizeof(T) == 4 ? 16 : 96;
 
