@@ -3,16 +3,15 @@
 // cancellation. Malformed requests are in tests/malformed_requests_test.cc.
 #include "server/server.h"
 
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/server_fixture.h"
 #include "tests/testing/tensors.h"
 
@@ -374,11 +373,7 @@ TEST_F(ServerTest, CancellingMidStreamFreesTheResult) {
   }
   EXPECT_EQ(reader->Finish().error_code(), grpc::CANCELLED);
   // The server frees the result once its reactor sees the cancellation.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (server_->PoolUsedBytes() != baseline &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  test::Eventually([&] { return server_->PoolUsedBytes() == baseline; });
   EXPECT_EQ(server_->PoolUsedBytes(), baseline);
 }
 

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/scrape.h"
 #include "tests/testing/server_fixture.h"
 #include "tests/testing/tensors.h"
@@ -77,13 +78,12 @@ class WorkLanesTest : public ::testing::Test {
 
   // Whether the executor's queue reads `depth` requests within 30 s.
   bool AwaitExecutorQueueDepth(int depth) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    while (!test::MetricsShow(server_->server().metrics_port(), R"(gpucompute_queue_depth{device="executor"})",
-                              depth)) {
-      if (absl::Now() > deadline) return false;
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return true;
+    return test::Eventually(
+        [&] {
+          return test::MetricsShow(server_->server().metrics_port(), R"(gpucompute_queue_depth{device="executor"})",
+                                   depth);
+        },
+        std::chrono::seconds(30));
   }
 
   std::unique_ptr<test::TestServer> server_;

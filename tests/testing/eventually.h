@@ -6,10 +6,10 @@
 
 namespace gpucompute::test {
 
-// Polls until `condition` holds or 10 s pass; whether it held.
+// Polls until `condition` holds or `timeout` passes; whether it held.
 template <typename Condition>
-bool Eventually(Condition condition) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+bool Eventually(Condition condition, std::chrono::seconds timeout = std::chrono::seconds(10)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!condition()) {
     if (std::chrono::steady_clock::now() > deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
