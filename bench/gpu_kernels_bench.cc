@@ -468,7 +468,8 @@ void Normalize(Bench& b, bool quick) {
         {cuda::NormalizeVariant::kPipelinedRowByRow, "  pipelined rowwise"},
         {cuda::NormalizeVariant::kClusterBulk, "  cluster bulk"},
         {cuda::NormalizeVariant::kClusterBulkV4, "  cluster bulk v4"},
-        {cuda::NormalizeVariant::kClusterBulkHalf, "  cluster bulk half"}};
+        {cuda::NormalizeVariant::kClusterBulkHalf, "  cluster bulk half"},
+        {cuda::NormalizeVariant::kHeld, "  held"}};
     std::string policy;
     for (const auto& [variant, name] : variants) {
       absl::StrAppend(&policy, policy.empty() ? "" : "; ", std::string(name).substr(2), " = ",

@@ -94,13 +94,14 @@ constexpr NormKind kAllNorms[] = {NormKind::kSum, NormKind::kL1, NormKind::kL2, 
 constexpr cuda::NormalizeVariant kNormalizeVariants[] = {
     cuda::NormalizeVariant::kDefault, cuda::NormalizeVariant::kTwoReads, cuda::NormalizeVariant::kTile,
     cuda::NormalizeVariant::kCluster, cuda::NormalizeVariant::kNarrowGroups, cuda::NormalizeVariant::kPipelined,
+    cuda::NormalizeVariant::kHeld,
     // The same kernels as ones above, other hints, cluster size or order:
     cuda::NormalizeVariant::kPipelinedPlain, cuda::NormalizeVariant::kCluster16,
     cuda::NormalizeVariant::kPipelinedLagged, cuda::NormalizeVariant::kPipelinedRowByRow,
     // The TMA cluster kernels (under the sanitizers: NormalizeClusterBulkSmall).
     cuda::NormalizeVariant::kClusterBulk, cuda::NormalizeVariant::kClusterBulkV4,
     cuda::NormalizeVariant::kClusterBulkHalf};
-constexpr size_t kDistinctNormalizeKernels = 6;
+constexpr size_t kDistinctNormalizeKernels = 7;
 
 // Every variant; under compute-sanitizer (slow) the first kDistinctNormalizeKernels.
 std::span<const cuda::NormalizeVariant> NormalizeVariants() {
@@ -110,6 +111,7 @@ std::span<const cuda::NormalizeVariant> NormalizeVariants() {
 constexpr cuda::NormalizeVariant kPipelineVariants[] = {
     cuda::NormalizeVariant::kPipelined, cuda::NormalizeVariant::kPipelinedPlain,
     cuda::NormalizeVariant::kPipelinedLagged, cuda::NormalizeVariant::kPipelinedRowByRow};
+constexpr cuda::NormalizeVariant kHeldVariant[] = {cuda::NormalizeVariant::kHeld};
 constexpr cuda::NormalizeVariant kClusterBulkVariants[] = {
     cuda::NormalizeVariant::kClusterBulk, cuda::NormalizeVariant::kClusterBulkV4,
     cuda::NormalizeVariant::kClusterBulkHalf};
@@ -244,6 +246,26 @@ TEST(GpuKernelVariants, NormalizeBadRowsUnderRacecheck) {  // small: racecheck i
   REQUIRE_GPU();
   for (int64_t cols : {3, 100, 2000, 9000}) CheckBadRows<float>(cols);
   CheckBadRows<float>(60001, 5, 1);  // past a tile: clusters, chunks, the pipeline
+  CheckBadRows<float>(60004, 5, 1, kHeldVariant);  // whole 16-byte vectors: the held items
+}
+
+// The held items (rows of whole 16-byte vectors only): rows of several 32 KiB items
+// ending mid-item, many rows, and rows of more items than the grid has slots (6 an
+// SM), whose first items are deferred and scaled again from memory.
+TEST(GpuKernelVariants, NormalizeHeldRows) {
+  REQUIRE_GPU();
+  CheckNormalizeVariants<float>(50, 100004, kHeldVariant);
+  CheckNormalizeVariants<double>(50, 50002, kHeldVariant);
+  CheckNormalizeVariants<float>(7, 65540, kHeldVariant);
+  // Past the TMA clusters on sm_90: the default's held items.
+  constexpr cuda::NormalizeVariant kDefaultAndHeld[] = {cuda::NormalizeVariant::kDefault, cuda::NormalizeVariant::kHeld};
+  CheckNormalizeVariants<float>(3, 1000000, kDefaultAndHeld);
+  CheckNormalizeVariants<double>(3, 600000, kDefaultAndHeld);
+  const int64_t past_grid = 8 * int64_t{Env().sm_count} + 3;  // items
+  CheckNormalizeVariants<float>(2, past_grid * 8192 - 4, kHeldVariant);
+  CheckNormalizeVariants<double>(2, past_grid * 4096 - 2, kHeldVariant);
+  CheckBadRows<float>(100004, 7, 3, kHeldVariant);
+  CheckBadRows<double>(50002, 7, 3, kHeldVariant);
 }
 
 // Rows held in registers, several a lane group: more rows than the grid has groups

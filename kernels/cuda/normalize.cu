@@ -49,6 +49,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launchers.h"
 #include "kernels/cuda/normalize_bulk.cuh"
+#include "kernels/cuda/normalize_held.cuh"
 #include "kernels/cuda/normalize_ops.cuh"
 #include "kernels/cuda/normalize_pipeline.cuh"
 #include "kernels/cuda/normalize_plan.cuh"
@@ -458,6 +459,14 @@ cudaError_t LaunchPlanned(const NormalizePlan& plan, const T* in, T* out, int64_
     }
     case NormalizePath::kPipeline:
       return LaunchPipeline<T, kNorm>(in, out, rows, cols, plan.streaming, plan.order, result, env);
+    case NormalizePath::kHeld: {
+      bool launched = false;
+      GC_TRY((LaunchHeld<T, kNorm>(in, out, rows, cols, result, env, &launched)));
+      if (launched) return cudaSuccess;
+      NormalizePlan fallback;
+      GC_TRY(PlanFor<T>(cols, NormalizeVariant::kDefault, &fallback, /*bulk=*/false));
+      return LaunchPlanned<T, kNorm>(fallback, in, out, rows, cols, result, env);
+    }
     case NormalizePath::kChunks: break;
   }
   return LaunchChunks<T, kNorm>(in, out, rows, cols, result, env);
@@ -522,6 +531,7 @@ void ListNormT(std::vector<KernelEntry>& out, const std::string& name) {
   out.push_back({"normalize.pipeline<" + name + ">", (const void*)&PipelineKernel<T, kNorm, false, true>});
   out.push_back({"normalize.pipeline<" + name + ",vec,plain>", (const void*)&PipelineKernel<T, kNorm, true, false>});
   out.push_back({"normalize.pipeline<" + name + ",plain>", (const void*)&PipelineKernel<T, kNorm, false, false>});
+  out.push_back({"normalize.held<" + name + ">", (const void*)&HeldKernel<T, kNorm>});
 }
 
 template <typename T>
@@ -597,8 +607,9 @@ cudaError_t WarmupNormalize(const LaunchEnv& env) {
   // lanes, 8- / 16-lane group or tile, tile of its own) and main's paths (4-lane group, the chunks,
   // vector and scalar); on the default also rows of 10000 (a tile past 48 KiB of shared
   // memory in float64) and 70001 (past a tile: a cluster on sm_90, else the chunks),
-  // so that no first request sets a kernel's shared-memory limit or launches a path
-  // for the first time; plus the error-path kernels.
+  // and the held items (sm_90: the default for rows past the clusters) on a row of
+  // 70016, so that no first request sets a kernel's shared-memory limit or launches a
+  // path for the first time; plus the error-path kernels.
   constexpr int64_t kLong = RowGroupPolicy::kMaxCols + 1;
   constexpr int64_t kPastTile = 70001;
   constexpr int64_t kOut = 70016;  // 16-byte aligned for both element sizes; kOut + 1 is not
@@ -626,6 +637,7 @@ cudaError_t WarmupNormalize(const LaunchEnv& env) {
         GC_TRY(LaunchNormalizeVariant(t, in, out, 1, cols, norm, res, env, NormalizeVariant::kDefault));
         GC_TRY(LaunchNormalizeVariant(t, in, out_unaligned, 1, cols, norm, res, env, NormalizeVariant::kDefault));
       }
+      GC_TRY(LaunchNormalizeVariant(t, in, out, 1, kOut, norm, res, env, NormalizeVariant::kHeld));
       GC_TRY(LaunchNormalizeBadRowNorm(t, in, 1, 8, norm, res, env));
       GC_TRY(LaunchNormalizeRescue(t, in, out, 1, 8, norm, 0, res, env));
     }

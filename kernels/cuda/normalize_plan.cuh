@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels/cuda/normalize_bulk.cuh"
+#include "kernels/cuda/normalize_held.cuh"
 #include "kernels/cuda/normalize_ops.cuh"
 #include "kernels/cuda/normalize_pipeline.cuh"
 #include "kernels/cuda/normalize_tile.cuh"
@@ -17,7 +18,7 @@ namespace gpucompute::cuda {
 namespace {
 
 // What runs for one shape (LaunchT in normalize.cu runs it).
-enum class NormalizePath { kRowGroups, kTile, kCluster, kClusterBulk, kPipeline, kChunks };
+enum class NormalizePath { kRowGroups, kTile, kCluster, kClusterBulk, kPipeline, kHeld, kChunks };
 struct NormalizePlan {
   NormalizePath path = NormalizePath::kChunks;
   int group = 32;          // kRowGroups, kTile: lanes per row
@@ -51,7 +52,11 @@ struct NormalizePlan {
 //   kWideClusterSliceBytes each (1e5: f32 8 blocks 0.342 against
 //   16's 0.426 and the chunks' 0.442; f64 16 blocks 0.314 against 8's 0.360, run of
 //   2026-11-24);
-// - rows past a cluster up to a quarter of L2: the pipeline, lagged (1e6: f32 0.351, f64
+// - rows past a cluster up to a third of the held items' slots (~8 MB on an H200):
+//   the held items (H200, session 20, ms against the lagged pipeline: f32 1e6
+//   0.291-0.299 / 0.315-0.321, 2e6 0.295-0.305 / 0.309-0.317; f64 4e5 0.257-0.263 /
+//   0.288-0.294, 1e6 0.270-0.275 / 0.290-0.303);
+// - longer rows up to a quarter of L2: the pipeline, lagged (1e6: f32 0.351, f64
 //   0.362 against the chunks' 0.428 / 0.430);
 // - longer rows, and sm_80/86/89 past a tile: the chunks in one pass (1e7: f32 0.428
 //   against the pipeline's 0.450 lagged / 0.487 row by row).
@@ -115,8 +120,8 @@ cudaError_t PlanClusterBulk(int64_t cols, bool half, NormalizePlan* plan) {
   return cudaSuccess;
 }
 
-// `bulk`: whether kDefault may take the TMA clusters (false: the plan for rows they
-// turned down at launch, unaligned ones).
+// `bulk`: whether kDefault may take the TMA paths, clusters and held items (false: the
+// plan for rows they turned down at launch, unaligned ones).
 template <typename T>
 cudaError_t PlanFor(int64_t cols, NormalizeVariant variant, NormalizePlan* plan, bool bulk = true) {
   using Policy = DefaultNormalizePolicy<T>;
@@ -165,6 +170,12 @@ cudaError_t PlanFor(int64_t cols, NormalizeVariant variant, NormalizePlan* plan,
         return cudaSuccess;
       }
       break;
+    case NormalizeVariant::kHeld:
+      if (!fits_tile) {
+        plan->path = NormalizePath::kHeld;
+        return cudaSuccess;
+      }
+      break;
     case NormalizeVariant::kDefault:
       break;
   }
@@ -190,10 +201,13 @@ cudaError_t PlanFor(int64_t cols, NormalizeVariant variant, NormalizePlan* plan,
       GC_TRY(PlanCluster<T>(cols, plan, /*wide=*/true));
     }
     if (plan->path == NormalizePath::kChunks) {
-      bool clusters = false, row_by_row = false;
+      bool clusters = false, held = false, row_by_row = false;
       GC_TRY(HasClusters(&clusters));
+      if (bulk) GC_TRY(HeldByDefault<T>(cols, &held));
       GC_TRY(PipelineRowByRow<T>(cols, &row_by_row));
-      if (clusters && !row_by_row) {
+      if (clusters && held) {
+        plan->path = NormalizePath::kHeld;
+      } else if (clusters && !row_by_row) {
         plan->path = NormalizePath::kPipeline;
         plan->streaming = true;
         plan->order = PipelineOrderChoice::kLagged;
@@ -230,6 +244,8 @@ std::string DescribePlan(int64_t rows, int64_t cols, NormalizeVariant variant) {
       return "pipeline of " + std::to_string(kPipelineChunk<T>) + "-element chunks, " +
              (row_by_row ? "row by row" : "lagged") + (plan.streaming ? ", evict-first hints" : "");
     }
+    case NormalizePath::kHeld:
+      return "held items of " + std::to_string(kHeldItem<T>) + " elements (default where unaligned)";
     case NormalizePath::kChunks: break;
   }
   return "chunks of " + std::to_string(ChunkPolicy::kChunk) + ", one pass";

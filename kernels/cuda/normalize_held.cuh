@@ -1,0 +1,370 @@
+// sm_90, long rows read once from memory, each piece held in shared memory until its
+// row's norm is out (normalize.cu, its only includer; NormalizeVariant::kHeld).
+// One persistent launch takes items of 32 KiB in order from an atomic counter. Each
+// block keeps a ring of kSlots items in shared memory, every free slot loading by one
+// TMA bulk copy: it reduces its items in the order taken (partials, a ticket, the block
+// that completes a row sums them in a fixed order and publishes the norm, as the
+// chunked reducer), and scales the oldest from shared memory once its row's norm is
+// out, which frees its slot for the next load. Waits for a norm overlap the loads
+// of the items behind it. Nothing is re-read: the chunked path reads every row twice
+// from memory, the pipeline once from memory and once from L2, and the TMA clusters
+// hold a row only up to 16 blocks' shared memory.
+// Waiting must never depend on a block that cannot run. A block reduces every item it
+// has taken before it waits for any norm, and waits without limit only once every item
+// of the row has been taken. Before that it waits a bounded time, and only where the
+// row's untaken items are fewer than the grid's slots; otherwise it defers the item:
+// frees the slot, goes on, and scales the item from memory (L2 where it is still
+// there) once its norm is out, the oldest first, at most one between two of its own; at
+// the end every deferred item, whose rows are then all taken. So the launch makes
+// progress with any number of resident blocks, beside any other kernel. Rows of more
+// items than the grid holds (float32 past ~6.5e6 elements on 132 SMs) defer their first
+// items; the default takes only rows of up to a third of the grid's slots.
+#pragma once
+
+#include <cuda/ptx>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/normalize_ops.cuh"
+#include "kernels/cuda/normalize_tile.cuh"  // HasClusters
+
+namespace gpucompute::cuda {
+namespace {
+
+// Two slots of 32 KiB a block, three blocks an SM (H200, session 20, against 6 x 1,
+// 3 x 2, 2 x 2 of 32 KiB and 4 x 3, 3 x 4, 2 x 6 of 16 KiB): a block's bookkeeping
+// (thread 0's atomics and waits) is serial, so more blocks and larger items won.
+struct HeldPolicy {
+  static constexpr int kThreads = ChunkPolicy::kThreads;  // BlockReduceFor's block size
+  static constexpr int kSlots = 2;
+  static constexpr int kBlocksPerSm = 3;
+  static constexpr int64_t kItemBytes = 32 << 10;
+  // Default only for rows of at most a third of the grid's slots: longer rows keep
+  // more slots waiting for their norms (H200: float32 rows of 4e6 (489 items, 792
+  // slots) 0.365-0.378 ms against the chunks' 0.313; 2e6 (245) 0.295-0.305 against
+  // the pipeline's 0.309-0.317).
+  static constexpr int64_t kRowShareOfSlots = 3;
+  static constexpr long long kBoundedWaitCycles = 1 << 15;  // ~16 us: then defer
+};
+
+template <typename T>
+constexpr int64_t kHeldItem = HeldPolicy::kItemBytes / static_cast<int64_t>(sizeof(T));
+
+constexpr int64_t kNoItem = -1;
+
+template <typename T, NormKind kNorm>
+struct HeldAgent {
+  using Op = NormOp<kNorm>;
+  using Acc = typename Op::Acc;
+  using VT = typename Vec16<T>::type;
+  using BlockReduce = BlockReduceFor<kNorm>;
+  static constexpr int V = Vec16<T>::kCount;
+  static constexpr int64_t kItem = kHeldItem<T>;
+  static constexpr int kSlots = HeldPolicy::kSlots;
+  static constexpr int kThreads = HeldPolicy::kThreads;
+
+  struct Shared {
+    typename BlockReduce::TempStorage reduce;
+    uint64_t loaded[kSlots];  // mbarrier of each slot: its item has landed
+    int64_t slot_item[kSlots];
+    int64_t issued;           // items taken (slot = index % kSlots)
+    int64_t deferred;         // the deferred item to scale now, or kNoItem
+    double norm;
+    int action;               // for the oldest item: kScale, kDefer, kKeep
+    bool last;                // this block's partial completed its row
+  };
+  enum Action { kKeep, kScale, kDefer };
+
+  const T* in;
+  T* out;
+  int64_t cols;
+  int64_t items_per_row;  // n
+  int64_t total;          // rows * n
+  Acc* partials;          // total
+  unsigned* tickets;      // per row: n when reduced, n + 1 when its norm is published
+  double* norms;          // per row
+  unsigned long long* next_item;  // the counter, zeroed by the launcher
+  int64_t* deferred_next;         // total: each block's deferred items, linked oldest first
+  NormalizeResult* result;
+
+  __device__ void Run(Shared& sh, T* ring) const {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace ptx = ::cuda::ptx;
+    // Every thread keeps the counts; thread 0 alone the deferred list and the item it
+    // took for the slot the last scaling freed.
+    int64_t issued = 0, reduced = 0, done = 0;
+    int64_t head = kNoItem, tail = kNoItem, pending = kNoItem;
+    bool exhausted = false;
+    if (threadIdx.x == 0) {
+      for (int k = 0; k < kSlots; ++k) ptx::mbarrier_init(&sh.loaded[k], 1);
+      ptx::fence_mbarrier_init(ptx::sem_release, ptx::scope_cluster);
+    }
+    __syncthreads();
+    for (;;) {
+      if (threadIdx.x == 0) {
+        // Fill the free slots: the item already taken, then the next ones in one batch.
+        int64_t taken = issued;
+        if (pending != kNoItem && pending < total) IssueLoad(sh, ring, static_cast<int>(taken++ % kSlots), pending);
+        const int64_t free = kSlots - (taken - done);
+        if (!exhausted && free > 0 && (pending == kNoItem || pending < total)) {
+          const int64_t first = static_cast<int64_t>(atomicAdd(next_item, static_cast<unsigned long long>(free)));
+          for (int64_t j = 0; j < free && first + j < total; ++j) {
+            IssueLoad(sh, ring, static_cast<int>(taken++ % kSlots), first + j);
+          }
+        }
+        pending = kNoItem;
+        sh.issued = taken;
+      }
+      __syncthreads();
+      exhausted = exhausted || sh.issued < done + kSlots;  // the batch ran past the last item
+      issued = sh.issued;
+      if (done == issued) break;  // every item taken and done
+      if (reduced < issued) {
+        const int slot = static_cast<int>(reduced % kSlots);
+        while (!ptx::mbarrier_try_wait_parity(&sh.loaded[slot], static_cast<uint32_t>((reduced / kSlots) & 1))) {
+        }
+        const int64_t item = sh.slot_item[slot];
+        const int64_t row = item / items_per_row;
+        Publish(item, row, SlotReduce(ring + slot * kItem, ItemVectors(item, row)), sh);
+        ++reduced;
+      }
+      // The oldest item: scaled once its norm is out; while nothing else can move, waited
+      // for or deferred.
+      const int oldest = static_cast<int>(done % kSlots);
+      if (threadIdx.x == 0) {
+        const int64_t row = sh.slot_item[oldest] / items_per_row;
+        const bool stuck = reduced == issued && (exhausted || issued - done == kSlots);
+        sh.action = NormOut(row) ? kScale : !stuck ? kKeep : AwaitNorm(row) ? kScale : kDefer;
+        if (sh.action == kScale) sh.norm = LoadGlobal(norms + row);
+        if (sh.action == kDefer) Defer(sh.slot_item[oldest], head, tail);
+        // The freed slot's next item, taken now: its latency hides behind the scaling, and
+        // no wait for a norm comes before its load is issued and it is reduced.
+        if (sh.action != kKeep && !exhausted) pending = static_cast<int64_t>(atomicAdd(next_item, 1ull));
+        sh.deferred = kNoItem;
+        if (head != kNoItem && NormOut(head / items_per_row)) sh.deferred = PopDeferred(head, tail);
+      }
+      __syncthreads();
+      const int action = sh.action;
+      if (action == kScale) {
+        const int64_t item = sh.slot_item[oldest];
+        const int64_t row = item / items_per_row;
+        const T* slot = ring + oldest * kItem;
+        const int nvec = ItemVectors(item, row);
+        const double norm = sh.norm;
+        if (FastNorm<T, kNorm>(norm)) {  // else never divided by: the row stays unwritten
+          VT* dst = reinterpret_cast<VT*>(out + ItemBegin(item, row));
+          bool overflow = false;
+          WithRowScale<T>(norm, [&](auto scale) {
+            const VT* src = reinterpret_cast<const VT*>(slot);
+#pragma unroll 4
+            for (int k = threadIdx.x; k < nvec; k += kThreads) {
+              const VT y = ScaleVec<T>(src[k], scale);
+              StoreHinted(dst + k, y, /*streaming=*/true);
+              if constexpr (kNorm == NormKind::kSum) overflow |= AnyInf(y);
+            }
+          });
+          if (overflow) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
+        }
+      }
+      if (action != kKeep) ++done;
+      if (sh.deferred != kNoItem) ScaleDeferred(sh.deferred, sh);
+      __syncthreads();  // the freed slot is read by every thread before its next load
+    }
+    // Every item is taken: each deferred row's norm comes.
+    for (;;) {
+      if (threadIdx.x == 0) {
+        sh.deferred = head;
+        if (head != kNoItem) {
+          while (!NormOut(head / items_per_row)) __nanosleep(128);
+          PopDeferred(head, tail);
+        }
+      }
+      __syncthreads();
+      if (sh.deferred == kNoItem) break;
+      ScaleDeferred(sh.deferred, sh);
+    }
+#endif
+  }
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __device__ void IssueLoad(Shared& sh, T* ring, int slot, int64_t item) const {
+    namespace ptx = ::cuda::ptx;
+    const int64_t row = item / items_per_row;
+    const uint32_t bytes = static_cast<uint32_t>(ItemVectors(item, row) * 16);
+    sh.slot_item[slot] = item;
+    (void)ptx::mbarrier_arrive_expect_tx(ptx::sem_release, ptx::scope_cta, ptx::space_shared, &sh.loaded[slot], bytes);
+    ptx::cp_async_bulk(ptx::space_cluster, ptx::space_global, ring + slot * kItem, in + ItemBegin(item, row), bytes,
+                       &sh.loaded[slot]);
+  }
+#endif
+
+  __device__ int64_t ItemBegin(int64_t item, int64_t row) const {
+    return row * cols + (item - row * items_per_row) * kItem;
+  }
+  __device__ int ItemVectors(int64_t item, int64_t row) const {
+    return static_cast<int>(min(kItem, row * cols + cols - ItemBegin(item, row)) / V);
+  }
+
+  __device__ Acc SlotReduce(const T* slot, int nvec) const {
+    const VT* v = reinterpret_cast<const VT*>(slot);
+    Acc a[2] = {Op::Identity(), Op::Identity()};
+    int k = threadIdx.x;
+    for (; k + kThreads < nvec; k += 2 * kThreads) {
+      a[0] = AccumulateVec<T, Op>(a[0], v[k]);
+      a[1] = AccumulateVec<T, Op>(a[1], v[k + kThreads]);
+    }
+    if (k < nvec) a[0] = AccumulateVec<T, Op>(a[0], v[k]);
+    return Op::Combine(a[0], a[1]);
+  }
+
+  // This item's partial; the block that completes a row sums its partials in a fixed
+  // order and publishes the norm (ticket n + 1).
+  __device__ void Publish(int64_t item, int64_t row, Acc part, Shared& sh) const {
+    part = BlockReduce(sh.reduce).Reduce(part, typename Op::Functor{});
+    const int64_t n = items_per_row;
+    if (threadIdx.x == 0) {
+      partials[item] = part;
+      __threadfence();
+      sh.last = atomicAdd(&tickets[row], 1u) == static_cast<unsigned>(n - 1);
+      if (sh.last) __threadfence();  // the other blocks' partials are read after their tickets
+    }
+    __syncthreads();
+    if (!sh.last) return;
+    Acc acc = Op::Identity();
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) acc = Op::Combine(acc, LoadGlobal(partials + row * n + j));
+    __syncthreads();  // sh.reduce is reused
+    acc = BlockReduce(sh.reduce).Reduce(acc, typename Op::Functor{});
+    if (threadIdx.x == 0) {
+      const double norm = Op::Finalize(acc);
+      norms[row] = norm;
+      if (!FastNorm<T, kNorm>(norm)) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
+      __threadfence();
+      atomicAdd(&tickets[row], 1u);
+    }
+  }
+
+  __device__ bool NormOut(int64_t row) const {
+    if (*reinterpret_cast<const volatile unsigned*>(tickets + row) != static_cast<unsigned>(items_per_row + 1)) {
+      return false;
+    }
+    __threadfence();  // the norm is read after its ticket
+    return true;
+  }
+
+  // Thread 0, every item it took reduced: whether the row's norm came (else defer).
+  __device__ bool AwaitNorm(int64_t row) const {
+    const unsigned long long row_end = static_cast<unsigned long long>((row + 1) * items_per_row);
+    const unsigned long long grid_slots = static_cast<unsigned long long>(gridDim.x) * kSlots;
+    const long long start = clock64();
+    bool bounded = true;
+    while (!NormOut(row)) {
+      if (bounded) {
+        const unsigned long long taken = *reinterpret_cast<const volatile unsigned long long*>(next_item);
+        if (taken >= row_end) {
+          bounded = false;  // every item of the row is with a running block, which reduces it first
+        } else if (row_end - taken > grid_slots || clock64() - start > HeldPolicy::kBoundedWaitCycles) {
+          return false;
+        }
+      }
+      __nanosleep(64);
+    }
+    return true;
+  }
+
+  // Thread 0's list of deferred items: appended, and its oldest unlinked.
+  __device__ void Defer(int64_t item, int64_t& head, int64_t& tail) const {
+    deferred_next[item] = kNoItem;
+    if (tail == kNoItem) head = item;
+    else deferred_next[tail] = item;
+    tail = item;
+  }
+  __device__ int64_t PopDeferred(int64_t& head, int64_t& tail) const {
+    const int64_t item = head;
+    head = item == tail ? kNoItem : deferred_next[item];
+    if (head == kNoItem) tail = kNoItem;
+    return item;
+  }
+
+  // A deferred item, re-read and scaled (its norm is out).
+  __device__ void ScaleDeferred(int64_t item, Shared& sh) const {
+    const int64_t row = item / items_per_row;
+    __syncthreads();  // sh.norm was read
+    if (threadIdx.x == 0) sh.norm = LoadGlobal(norms + row);
+    __syncthreads();
+    const double norm = sh.norm;
+    if (!FastNorm<T, kNorm>(norm)) return;
+    const int64_t begin = ItemBegin(item, row);
+    const int64_t end = begin + int64_t{ItemVectors(item, row)} * V;
+    bool overflow = false;
+    WithRowScale<T>(norm, [&](auto scale) { overflow = BlockScaleRange<T, true, true>(in, out, begin, end, scale); });
+    if (overflow) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
+  }
+};
+
+template <typename T, NormKind kNorm>
+__global__ void __launch_bounds__(HeldPolicy::kThreads, HeldPolicy::kBlocksPerSm)
+    HeldKernel(const T* in, T* out, int64_t cols, int64_t items_per_row, int64_t total,
+               typename NormOp<kNorm>::Acc* partials, unsigned* tickets, double* norms, unsigned long long* next_item,
+               int64_t* deferred_next, NormalizeResult* result) {
+  using Agent = HeldAgent<T, kNorm>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ typename Agent::Shared sh;
+  Agent{in, out, cols, items_per_row, total, partials, tickets, norms, next_item, deferred_next, result}.Run(
+      sh, reinterpret_cast<T*>(smem));
+}
+
+// Whether the path takes these rows: whole 16-byte vectors (every row starts aligned).
+template <typename T>
+constexpr bool HeldFits(int64_t cols) {
+  return cols * static_cast<int64_t>(sizeof(T)) % 16 == 0;
+}
+
+// Whether kDefault takes these rows on this device (HeldPolicy::kRowShareOfSlots).
+template <typename T>
+cudaError_t HeldByDefault(int64_t cols, bool* yes) {
+  int device = 0, sms = 0;
+  GC_TRY(cudaGetDevice(&device));
+  GC_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int64_t slots = int64_t{sms} * HeldPolicy::kBlocksPerSm * HeldPolicy::kSlots;
+  *yes = HeldFits<T>(cols) && CeilDiv(cols, kHeldItem<T>) * HeldPolicy::kRowShareOfSlots <= slots;
+  return cudaSuccess;
+}
+
+// Launches the path; *launched false (nothing run) where the rows or pointers are not
+// 16-byte aligned or the device has no TMA (before sm_90): the caller runs the default.
+template <typename T, NormKind kNorm>
+cudaError_t LaunchHeld(const T* in, T* out, int64_t rows, int64_t cols, NormalizeResult* result,
+                       const LaunchEnv& env, bool* launched) {
+  using Acc = typename NormOp<kNorm>::Acc;
+  *launched = false;
+  bool tma = false;
+  GC_TRY(HasClusters(&tma));
+  if (!tma || !HeldFits<T>(cols) || !Aligned16(in) || !Aligned16(out)) return cudaSuccess;
+  const int64_t n = CeilDiv(cols, kHeldItem<T>);
+  const int64_t total = rows * n;
+  Scratch scratch;
+  const size_t bytes = sizeof(unsigned long long) + static_cast<size_t>(rows) * sizeof(double) +
+                       static_cast<size_t>(total) * (sizeof(Acc) + sizeof(int64_t)) +
+                       static_cast<size_t>(rows) * sizeof(unsigned);
+  GC_TRY(scratch.Allocate(bytes, env));
+  auto* next_item = scratch.as<unsigned long long>();
+  auto* norms = reinterpret_cast<double*>(next_item + 1);
+  auto* partials = reinterpret_cast<Acc*>(norms + rows);
+  auto* deferred_next = reinterpret_cast<int64_t*>(partials + total);
+  auto* tickets = reinterpret_cast<unsigned*>(deferred_next + total);
+  GC_TRY(cudaMemsetAsync(next_item, 0, sizeof(unsigned long long), env.stream));
+  GC_TRY(cudaMemsetAsync(tickets, 0, static_cast<size_t>(rows) * sizeof(unsigned), env.stream));
+  const unsigned grid = GridFor(CeilDiv(total, HeldPolicy::kSlots), env.sm_count, HeldPolicy::kBlocksPerSm);
+  constexpr int64_t smem = HeldPolicy::kSlots * HeldPolicy::kItemBytes;
+  GC_TRY(AllowSharedLimit(HeldKernel<T, kNorm>, smem));
+  HeldKernel<T, kNorm><<<grid, HeldPolicy::kThreads, smem, env.stream>>>(in, out, cols, n, total, partials, tickets,
+                                                                         norms, next_item, deferred_next, result);
+  GC_CHECK_LAUNCH();
+  *launched = true;
+  return cudaSuccess;
+}
+
+}  // namespace
+}  // namespace gpucompute::cuda
