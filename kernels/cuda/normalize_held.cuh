@@ -43,8 +43,8 @@ struct HeldPolicy {
   static constexpr int64_t kItemBytes = 32 << 10;
   // Default only for rows of at most a third of the grid's slots: longer rows keep
   // more slots waiting for their norms (H200: float32 rows of 4e6 (489 items, 792
-  // slots) 0.365-0.378 ms against the chunks' 0.313; 2e6 (245) 0.295-0.305 against
-  // the pipeline's 0.309-0.317).
+  // slots) 0.362-0.378 ms against the chunks' 0.311-0.319; 2e6 (245) 0.290-0.305
+  // against the pipeline's 0.308-0.317).
   static constexpr int64_t kRowShareOfSlots = 3;
   static constexpr long long kBoundedWaitCycles = 1 << 15;  // ~16 us: then defer
 };

@@ -54,8 +54,8 @@ struct NormalizePlan {
 //   2026-11-24);
 // - rows past a cluster up to a third of the held items' slots (~8 MB on an H200):
 //   the held items (H200, session 20, ms against the lagged pipeline: f32 1e6
-//   0.291-0.299 / 0.315-0.321, 2e6 0.295-0.305 / 0.309-0.317; f64 4e5 0.257-0.263 /
-//   0.288-0.294, 1e6 0.270-0.275 / 0.290-0.303);
+//   0.289-0.299 / 0.315-0.325, 2e6 0.290-0.305 / 0.308-0.317; f64 4e5 0.254-0.263 /
+//   0.288-0.298, 1e6 0.268-0.274 / 0.289-0.303);
 // - longer rows up to a quarter of L2: the pipeline, lagged (1e6: f32 0.351, f64
 //   0.362 against the chunks' 0.428 / 0.430);
 // - longer rows, and sm_80/86/89 past a tile: the chunks in one pass (1e7: f32 0.428
