@@ -237,15 +237,10 @@ __global__ void __launch_bounds__(RowGroupPolicy::kThreads, RowGroupPolicy::kMin
 // ---- long rows: chunked reduce with last-block finalize, then scale --------------------
 template <typename T, NormKind kNorm, bool kVec>
 struct ChunkReduceAgent {
-  using Op = NormOp<kNorm>;
   using BlockReduce = BlockReduceFor<kNorm>;
-  using Acc = typename Op::Acc;
   const T* in;
   int64_t rows, cols, chunks;  // chunks per row
-  Acc* partials;               // rows * chunks
-  unsigned* tickets;           // rows, zeroed by the launcher
-  double* norms;               // rows
-  NormalizeResult* result;
+  RowPartials<T, kNorm> row_partials;
 
   __device__ void Run() {
     __shared__ typename BlockReduce::TempStorage tmp;
@@ -256,28 +251,8 @@ struct ChunkReduceAgent {
       const int64_t c = w - row * chunks;
       const int64_t s = row * cols + c * ChunkPolicy::kChunk;
       const int64_t e = row * cols + min(cols, (c + 1) * ChunkPolicy::kChunk);
-      const Acc part = BlockRangeReduce<T, kNorm, kVec>(in, s, e, tmp);
-      if (threadIdx.x == 0) {
-        partials[w] = part;
-        __threadfence();
-        last = atomicAdd(&tickets[row], 1u) == static_cast<unsigned>(chunks - 1);
-      }
-      __syncthreads();
-      if (last) {  // every partial of this row is written: sum them in a fixed order
-        Acc acc = Op::Identity();
-        for (int64_t k = threadIdx.x; k < chunks; k += blockDim.x) {
-          acc = Op::Combine(acc, LoadGlobal(partials + row * chunks + k));
-        }
-        __syncthreads();  // tmp is reused
-        acc = BlockReduce(tmp).Reduce(acc, typename Op::Functor{});
-        if (threadIdx.x == 0) {
-          const double norm = Op::Finalize(acc);
-          norms[row] = norm;
-          if (!FastNorm<T, kNorm>(norm)) {
-            atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
-          }
-        }
-      }
+      row_partials.Add(row, c, chunks, BlockRangeReduce<T, kNorm, kVec>(in, s, e, tmp), tmp, last,
+                       /*announce=*/false);
       __syncthreads();  // tmp and `last` are reused by the next work item
     }
   }
@@ -288,7 +263,7 @@ __global__ void __launch_bounds__(ChunkPolicy::kThreads, ChunkPolicy::kMinBlocks
     ChunkReduceKernel(const T* in, int64_t rows, int64_t cols, int64_t chunks,
                       typename NormOp<kNorm>::Acc* partials, unsigned* tickets, double* norms,
                       NormalizeResult* result) {
-  ChunkReduceAgent<T, kNorm, kVec>{in, rows, cols, chunks, partials, tickets, norms, result}.Run();
+  ChunkReduceAgent<T, kNorm, kVec>{in, rows, cols, chunks, {partials, tickets, norms, result}}.Run();
 }
 
 template <typename T, bool kVec>

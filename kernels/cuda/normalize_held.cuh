@@ -82,10 +82,8 @@ struct HeldAgent {
   int64_t cols;
   int64_t items_per_row;  // n
   int64_t total;          // rows * n
-  Acc* partials;          // total
-  unsigned* tickets;      // per row: n when reduced, n + 1 when its norm is published
-  double* norms;          // per row
-  unsigned long long* next_item;  // the counter, zeroed by the launcher
+  RowPartials<T, kNorm> row_partials;  // announced: slots wait for their row's norm
+  unsigned long long* next_item;       // the counter, zeroed by the launcher
   int64_t* deferred_next;         // total: each block's deferred items, linked oldest first
   NormalizeResult* result;
 
@@ -137,7 +135,7 @@ struct HeldAgent {
         const int64_t row = sh.slot_item[oldest] / items_per_row;
         const bool stuck = reduced == issued && (exhausted || issued - done == kSlots);
         sh.action = NormOut(row) ? kScale : !stuck ? kKeep : AwaitNorm(row) ? kScale : kDefer;
-        if (sh.action == kScale) sh.norm = LoadGlobal(norms + row);
+        if (sh.action == kScale) sh.norm = row_partials.Norm(row);
         if (sh.action == kDefer) Defer(sh.slot_item[oldest], head, tail);
         // The freed slot's next item, taken now: its latency hides behind the scaling, and
         // no wait for a norm comes before its load is issued and it is reduced.
@@ -219,39 +217,13 @@ struct HeldAgent {
     return Op::Combine(a[0], a[1]);
   }
 
-  // This item's partial; the block that completes a row sums its partials in a fixed
-  // order and publishes the norm (ticket n + 1).
+  // This item's partial: the row's norm is announced by the block that completes it.
   __device__ void Publish(int64_t item, int64_t row, Acc part, Shared& sh) const {
     part = BlockReduce(sh.reduce).Reduce(part, typename Op::Functor{});
-    const int64_t n = items_per_row;
-    if (threadIdx.x == 0) {
-      partials[item] = part;
-      __threadfence();
-      sh.last = atomicAdd(&tickets[row], 1u) == static_cast<unsigned>(n - 1);
-      if (sh.last) __threadfence();  // the other blocks' partials are read after their tickets
-    }
-    __syncthreads();
-    if (!sh.last) return;
-    Acc acc = Op::Identity();
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) acc = Op::Combine(acc, LoadGlobal(partials + row * n + j));
-    __syncthreads();  // sh.reduce is reused
-    acc = BlockReduce(sh.reduce).Reduce(acc, typename Op::Functor{});
-    if (threadIdx.x == 0) {
-      const double norm = Op::Finalize(acc);
-      norms[row] = norm;
-      if (!FastNorm<T, kNorm>(norm)) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
-      __threadfence();
-      atomicAdd(&tickets[row], 1u);
-    }
+    row_partials.Add(row, item - row * items_per_row, items_per_row, part, sh.reduce, sh.last, /*announce=*/true);
   }
 
-  __device__ bool NormOut(int64_t row) const {
-    if (*reinterpret_cast<const volatile unsigned*>(tickets + row) != static_cast<unsigned>(items_per_row + 1)) {
-      return false;
-    }
-    __threadfence();  // the norm is read after its ticket
-    return true;
-  }
+  __device__ bool NormOut(int64_t row) const { return row_partials.NormOut(row, items_per_row); }
 
   // Thread 0, every item it took reduced: whether the row's norm came (else defer).
   __device__ bool AwaitNorm(int64_t row) const {
@@ -291,7 +263,7 @@ struct HeldAgent {
   __device__ void ScaleDeferred(int64_t item, Shared& sh) const {
     const int64_t row = item / items_per_row;
     __syncthreads();  // sh.norm was read
-    if (threadIdx.x == 0) sh.norm = LoadGlobal(norms + row);
+    if (threadIdx.x == 0) sh.norm = row_partials.Norm(row);
     __syncthreads();
     const double norm = sh.norm;
     if (!FastNorm<T, kNorm>(norm)) return;
@@ -311,7 +283,7 @@ __global__ void __launch_bounds__(HeldPolicy::kThreads, HeldPolicy::kBlocksPerSm
   using Agent = HeldAgent<T, kNorm>;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ typename Agent::Shared sh;
-  Agent{in, out, cols, items_per_row, total, partials, tickets, norms, next_item, deferred_next, result}.Run(
+  Agent{in, out, cols, items_per_row, total, {partials, tickets, norms, result}, next_item, deferred_next, result}.Run(
       sh, reinterpret_cast<T*>(smem));
 }
 

@@ -264,6 +264,55 @@ __device__ typename NormOp<kNorm>::Acc BlockRangeReduce(
   return BlockReduceFor<kNorm>(tmp).Reduce(acc, typename Op::Functor{});
 }
 
+// Rows reduced a piece a block (the chunks, the pipeline, the held items): each piece's
+// partial is stored, and the block whose ticket completes a row sums that row's
+// partials in a fixed order, so the norm is the same in whatever order the blocks ran.
+// With `announce`, the ticket then moves on to n + 1 (NormOut) for blocks that wait.
+template <typename T, NormKind kNorm>
+struct RowPartials {
+  using Op = NormOp<kNorm>;
+  using Acc = typename Op::Acc;
+  Acc* partials;      // n a row
+  unsigned* tickets;  // a row, zeroed by the launcher
+  double* norms;      // a row
+  NormalizeResult* result;
+
+  // Piece k of row's n, its block-reduced partial `part` on thread 0; every thread
+  // calls it. `tmp` and `last` are reused only after a barrier of the caller's.
+  __device__ void Add(int64_t row, int64_t k, int64_t n, Acc part, typename BlockReduceFor<kNorm>::TempStorage& tmp,
+                      bool& last, bool announce) const {
+    if (threadIdx.x == 0) {
+      partials[row * n + k] = part;
+      __threadfence();
+      last = atomicAdd(&tickets[row], 1u) == static_cast<unsigned>(n - 1);
+      if (last) __threadfence();  // the other blocks' partials are read after their tickets
+    }
+    __syncthreads();
+    if (!last) return;
+    Acc acc = Op::Identity();
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) acc = Op::Combine(acc, LoadGlobal(partials + row * n + j));
+    __syncthreads();  // tmp may hold the caller's reduction
+    acc = BlockReduceFor<kNorm>(tmp).Reduce(acc, typename Op::Functor{});
+    if (threadIdx.x == 0) {
+      const double norm = Op::Finalize(acc);
+      norms[row] = norm;
+      if (!FastNorm<T, kNorm>(norm)) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
+      if (announce) {
+        __threadfence();
+        atomicAdd(&tickets[row], 1u);
+      }
+    }
+  }
+
+  // Whether row's norm is out (announced; n pieces); then the norm may be read.
+  __device__ bool NormOut(int64_t row, int64_t n) const {
+    if (*reinterpret_cast<const volatile unsigned*>(tickets + row) != static_cast<unsigned>(n + 1)) return false;
+    __threadfence();  // the norm is read after its ticket
+    return true;
+  }
+  __device__ double Norm(int64_t row) const { return LoadGlobal(norms + row); }  // from L2: L1 may predate it
+};
+
 template <typename T, typename Scale>
 __device__ __forceinline__ typename Vec16<T>::type ScaleVec(const typename Vec16<T>::type& x, Scale scale) {
   if constexpr (Vec16<T>::kCount == 4) {

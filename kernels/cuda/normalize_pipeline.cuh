@@ -68,18 +68,14 @@ __device__ __forceinline__ PipelineItem PipelineItemAt(const PipelineOrder& o, i
 
 template <typename T, NormKind kNorm, bool kVec, bool kStreaming>
 struct PipelineAgent {
-  using Op = NormOp<kNorm>;
-  using Acc = typename Op::Acc;
   using BlockReduce = BlockReduceFor<kNorm>;
   static constexpr int64_t kChunk = kPipelineChunk<T>;
   const T* in;
   T* out;
   int64_t cols;
   PipelineOrder order;
-  Acc* partials;                   // order.total
-  unsigned* tickets;               // per row: n when reduced, n + 1 when its norm is published
-  double* norms;                   // per row
-  unsigned long long* next_item;   // the counter, zeroed by the launcher
+  RowPartials<T, kNorm> row_partials;  // announced: S items wait for their row's norm
+  unsigned long long* next_item;       // the counter, zeroed by the launcher
   NormalizeResult* result;
 
   __device__ void Run() {
@@ -113,27 +109,7 @@ struct PipelineAgent {
     const int64_t k = chunk - row * n;
     const int64_t s = row * cols + k * kChunk;
     const int64_t e = row * cols + min(cols, (k + 1) * kChunk);
-    const Acc part = BlockRangeReduce<T, kNorm, kVec>(in, s, e, tmp);
-    if (threadIdx.x == 0) {
-      partials[chunk] = part;
-      __threadfence();
-      last = atomicAdd(&tickets[row], 1u) == static_cast<unsigned>(n - 1);
-      if (last) __threadfence();  // the other blocks' partials are read after their tickets
-    }
-    __syncthreads();
-    if (!last) return;
-    // Every partial of this row is written: sum them in a fixed order.
-    Acc acc = Op::Identity();
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) acc = Op::Combine(acc, LoadGlobal(partials + row * n + j));
-    __syncthreads();  // tmp is reused
-    acc = BlockReduce(tmp).Reduce(acc, typename Op::Functor{});
-    if (threadIdx.x == 0) {
-      const double norm = Op::Finalize(acc);
-      norms[row] = norm;
-      if (!FastNorm<T, kNorm>(norm)) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
-      __threadfence();
-      atomicAdd(&tickets[row], 1u);  // n + 1: published
-    }
+    row_partials.Add(row, k, n, BlockRangeReduce<T, kNorm, kVec>(in, s, e, tmp), tmp, last, /*announce=*/true);
   }
 
   __device__ void Scale(int64_t chunk, double& norm_slot) const {
@@ -141,10 +117,8 @@ struct PipelineAgent {
     const int64_t row = chunk / n;
     const int64_t k = chunk - row * n;
     if (threadIdx.x == 0) {
-      const volatile unsigned* ticket = tickets + row;
-      while (*ticket != static_cast<unsigned>(n + 1)) __nanosleep(64);
-      __threadfence();
-      norm_slot = LoadGlobal(norms + row);  // from L2: an L1 line may predate the norm
+      while (!row_partials.NormOut(row, n)) __nanosleep(64);
+      norm_slot = row_partials.Norm(row);
     }
     __syncthreads();
     const double norm = norm_slot;
@@ -162,7 +136,8 @@ template <typename T, NormKind kNorm, bool kVec, bool kStreaming>
 __global__ void __launch_bounds__(PipelinePolicy::kThreads, PipelinePolicy::kMinBlocksPerSm)
     PipelineKernel(const T* in, T* out, int64_t cols, PipelineOrder order, typename NormOp<kNorm>::Acc* partials,
                    unsigned* tickets, double* norms, unsigned long long* next_item, NormalizeResult* result) {
-  PipelineAgent<T, kNorm, kVec, kStreaming>{in, out, cols, order, partials, tickets, norms, next_item, result}.Run();
+  PipelineAgent<T, kNorm, kVec, kStreaming>{in, out, cols, order, {partials, tickets, norms, result}, next_item, result}
+      .Run();
 }
 
 inline cudaError_t L2Bytes(int64_t* bytes) {
