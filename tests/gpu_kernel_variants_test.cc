@@ -258,7 +258,8 @@ TEST(GpuKernelVariants, NormalizeHeldRows) {
   CheckNormalizeVariants<double>(50, 50002, kHeldVariant);
   CheckNormalizeVariants<float>(7, 65540, kHeldVariant);
   // Past the TMA clusters on sm_90: the default's held items.
-  constexpr cuda::NormalizeVariant kDefaultAndHeld[] = {cuda::NormalizeVariant::kDefault, cuda::NormalizeVariant::kHeld};
+  constexpr cuda::NormalizeVariant kDefaultAndHeld[] = {cuda::NormalizeVariant::kDefault,
+                                                        cuda::NormalizeVariant::kHeld};
   CheckNormalizeVariants<float>(3, 1000000, kDefaultAndHeld);
   CheckNormalizeVariants<double>(3, 600000, kDefaultAndHeld);
   const int64_t past_grid = 8 * int64_t{Env().sm_count} + 3;  // items

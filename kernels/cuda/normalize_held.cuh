@@ -84,7 +84,7 @@ struct HeldAgent {
   int64_t total;          // rows * n
   RowPartials<T, kNorm> row_partials;  // announced: slots wait for their row's norm
   unsigned long long* next_item;       // the counter, zeroed by the launcher
-  int64_t* deferred_next;         // total: each block's deferred items, linked oldest first
+  int64_t* deferred_next;              // total: each block's deferred items, linked oldest first
   NormalizeResult* result;
 
   __device__ void Run(Shared& sh, T* ring) const {
