@@ -260,10 +260,8 @@ struct ChunkReduceAgent {
 
 template <typename T, NormKind kNorm, bool kVec>
 __global__ void __launch_bounds__(ChunkPolicy::kThreads, ChunkPolicy::kMinBlocksPerSm)
-    ChunkReduceKernel(const T* in, int64_t rows, int64_t cols, int64_t chunks,
-                      typename NormOp<kNorm>::Acc* partials, unsigned* tickets, double* norms,
-                      NormalizeResult* result) {
-  ChunkReduceAgent<T, kNorm, kVec>{in, rows, cols, chunks, {partials, tickets, norms, result}}.Run();
+    ChunkReduceKernel(const T* in, int64_t rows, int64_t cols, int64_t chunks, RowPartials<T, kNorm> row_partials) {
+  ChunkReduceAgent<T, kNorm, kVec>{in, rows, cols, chunks, row_partials}.Run();
 }
 
 template <typename T, bool kVec>
@@ -385,23 +383,15 @@ cudaError_t LaunchChunks(const T* in, T* out, int64_t rows, int64_t cols, Normal
                          const LaunchEnv& env) {
   const int64_t chunks = CeilDiv(cols, ChunkPolicy::kChunk);
   const int64_t total = rows * chunks;
-  using Acc = typename NormOp<kNorm>::Acc;
-  Scratch scratch;
-  const size_t bytes = static_cast<size_t>(total) * sizeof(Acc) +
-                       static_cast<size_t>(rows) * (sizeof(double) + sizeof(unsigned)) + 16;
-  GC_TRY(scratch.Allocate(bytes, env));
-  Acc* partials = scratch.as<Acc>();
-  double* norms = reinterpret_cast<double*>(partials + total);
-  unsigned* tickets = reinterpret_cast<unsigned*>(norms + rows);
-  GC_TRY(cudaMemsetAsync(tickets, 0, static_cast<size_t>(rows) * sizeof(unsigned), env.stream));
+  RowPartialsScratch<T, kNorm> s;
+  GC_TRY(s.Allocate(rows, chunks, /*with_counter=*/false, 0, result, env));
+  const double* norms = s.parts.norms;
   const bool vec = Aligned16(in) && Aligned16(out);
   const unsigned grid = GridFor(total, env.sm_count, ChunkPolicy::kGridBlocksPerSm);
   if (vec) {
-    ChunkReduceKernel<T, kNorm, true><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(
-        in, rows, cols, chunks, partials, tickets, norms, result);
+    ChunkReduceKernel<T, kNorm, true><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(in, rows, cols, chunks, s.parts);
   } else {
-    ChunkReduceKernel<T, kNorm, false><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(
-        in, rows, cols, chunks, partials, tickets, norms, result);
+    ChunkReduceKernel<T, kNorm, false><<<grid, ChunkPolicy::kThreads, 0, env.stream>>>(in, rows, cols, chunks, s.parts);
   }
   GC_CHECK_LAUNCH();
   if (vec) {

@@ -278,12 +278,12 @@ struct HeldAgent {
 template <typename T, NormKind kNorm>
 __global__ void __launch_bounds__(HeldPolicy::kThreads, HeldPolicy::kBlocksPerSm)
     HeldKernel(const T* in, T* out, int64_t cols, int64_t items_per_row, int64_t total,
-               typename NormOp<kNorm>::Acc* partials, unsigned* tickets, double* norms, unsigned long long* next_item,
-               int64_t* deferred_next, NormalizeResult* result) {
+               RowPartials<T, kNorm> row_partials, unsigned long long* next_item, int64_t* deferred_next,
+               NormalizeResult* result) {
   using Agent = HeldAgent<T, kNorm>;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ typename Agent::Shared sh;
-  Agent{in, out, cols, items_per_row, total, {partials, tickets, norms, result}, next_item, deferred_next, result}.Run(
+  Agent{in, out, cols, items_per_row, total, row_partials, next_item, deferred_next, result}.Run(
       sh, reinterpret_cast<T*>(smem));
 }
 
@@ -309,30 +309,19 @@ cudaError_t HeldByDefault(int64_t cols, bool* yes) {
 template <typename T, NormKind kNorm>
 cudaError_t LaunchHeld(const T* in, T* out, int64_t rows, int64_t cols, NormalizeResult* result,
                        const LaunchEnv& env, bool* launched) {
-  using Acc = typename NormOp<kNorm>::Acc;
   *launched = false;
   bool tma = false;
   GC_TRY(HasClusters(&tma));
   if (!tma || !HeldFits<T>(cols) || !Aligned16(in) || !Aligned16(out)) return cudaSuccess;
   const int64_t n = CeilDiv(cols, kHeldItem<T>);
   const int64_t total = rows * n;
-  Scratch scratch;
-  const size_t bytes = sizeof(unsigned long long) + static_cast<size_t>(rows) * sizeof(double) +
-                       static_cast<size_t>(total) * (sizeof(Acc) + sizeof(int64_t)) +
-                       static_cast<size_t>(rows) * sizeof(unsigned);
-  GC_TRY(scratch.Allocate(bytes, env));
-  auto* next_item = scratch.as<unsigned long long>();
-  auto* norms = reinterpret_cast<double*>(next_item + 1);
-  auto* partials = reinterpret_cast<Acc*>(norms + rows);
-  auto* deferred_next = reinterpret_cast<int64_t*>(partials + total);
-  auto* tickets = reinterpret_cast<unsigned*>(deferred_next + total);
-  GC_TRY(cudaMemsetAsync(next_item, 0, sizeof(unsigned long long), env.stream));
-  GC_TRY(cudaMemsetAsync(tickets, 0, static_cast<size_t>(rows) * sizeof(unsigned), env.stream));
+  RowPartialsScratch<T, kNorm> s;
+  GC_TRY(s.Allocate(rows, n, /*with_counter=*/true, static_cast<size_t>(total) * sizeof(int64_t), result, env));
   const unsigned grid = GridFor(CeilDiv(total, HeldPolicy::kSlots), env.sm_count, HeldPolicy::kBlocksPerSm);
   constexpr int64_t smem = HeldPolicy::kSlots * HeldPolicy::kItemBytes;
   GC_TRY(AllowSharedLimit(HeldKernel<T, kNorm>, smem));
-  HeldKernel<T, kNorm><<<grid, HeldPolicy::kThreads, smem, env.stream>>>(in, out, cols, n, total, partials, tickets,
-                                                                         norms, next_item, deferred_next, result);
+  HeldKernel<T, kNorm><<<grid, HeldPolicy::kThreads, smem, env.stream>>>(
+      in, out, cols, n, total, s.parts, s.counter, static_cast<int64_t*>(s.extra), result);
   GC_CHECK_LAUNCH();
   *launched = true;
   return cudaSuccess;

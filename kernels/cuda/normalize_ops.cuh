@@ -313,6 +313,37 @@ struct RowPartials {
   __device__ double Norm(int64_t row) const { return LoadGlobal(norms + row); }  // from L2: L1 may predate it
 };
 
+// The scratch of RowPartials for `rows` of n pieces, tickets zeroed on env.stream; for
+// the persistent paths also a zeroed work counter and `extra_bytes` (8-byte aligned).
+// Freed in stream order when it goes out of scope, after the launches that use it.
+template <typename T, NormKind kNorm>
+struct RowPartialsScratch {
+  Scratch scratch;
+  RowPartials<T, kNorm> parts{};
+  unsigned long long* counter = nullptr;
+  void* extra = nullptr;
+
+  cudaError_t Allocate(int64_t rows, int64_t n, bool with_counter, size_t extra_bytes, NormalizeResult* result,
+                       const LaunchEnv& env) {
+    using Acc = typename NormOp<kNorm>::Acc;
+    const size_t counter_bytes = with_counter ? sizeof(unsigned long long) : 0;
+    const size_t norms_bytes = static_cast<size_t>(rows) * sizeof(double);
+    const size_t partials_bytes = static_cast<size_t>(rows * n) * sizeof(Acc);
+    extra_bytes = (extra_bytes + 7) / 8 * 8;
+    const size_t tickets_bytes = static_cast<size_t>(rows) * sizeof(unsigned);
+    GC_TRY(scratch.Allocate(counter_bytes + norms_bytes + partials_bytes + extra_bytes + tickets_bytes, env));
+    char* p = scratch.as<char>();
+    if (with_counter) counter = reinterpret_cast<unsigned long long*>(p);
+    parts.norms = reinterpret_cast<double*>(p + counter_bytes);
+    parts.partials = reinterpret_cast<Acc*>(p + counter_bytes + norms_bytes);
+    if (extra_bytes > 0) extra = p + counter_bytes + norms_bytes + partials_bytes;
+    parts.tickets = reinterpret_cast<unsigned*>(p + counter_bytes + norms_bytes + partials_bytes + extra_bytes);
+    parts.result = result;
+    if (with_counter) GC_TRY(cudaMemsetAsync(counter, 0, counter_bytes, env.stream));
+    return cudaMemsetAsync(parts.tickets, 0, tickets_bytes, env.stream);
+  }
+};
+
 template <typename T, typename Scale>
 __device__ __forceinline__ typename Vec16<T>::type ScaleVec(const typename Vec16<T>::type& x, Scale scale) {
   if constexpr (Vec16<T>::kCount == 4) {

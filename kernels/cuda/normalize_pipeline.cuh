@@ -134,10 +134,9 @@ struct PipelineAgent {
 // kStreaming: S loads and stores hinted evict-first.
 template <typename T, NormKind kNorm, bool kVec, bool kStreaming>
 __global__ void __launch_bounds__(PipelinePolicy::kThreads, PipelinePolicy::kMinBlocksPerSm)
-    PipelineKernel(const T* in, T* out, int64_t cols, PipelineOrder order, typename NormOp<kNorm>::Acc* partials,
-                   unsigned* tickets, double* norms, unsigned long long* next_item, NormalizeResult* result) {
-  PipelineAgent<T, kNorm, kVec, kStreaming>{in, out, cols, order, {partials, tickets, norms, result}, next_item, result}
-      .Run();
+    PipelineKernel(const T* in, T* out, int64_t cols, PipelineOrder order, RowPartials<T, kNorm> row_partials,
+                   unsigned long long* next_item, NormalizeResult* result) {
+  PipelineAgent<T, kNorm, kVec, kStreaming>{in, out, cols, order, row_partials, next_item, result}.Run();
 }
 
 inline cudaError_t L2Bytes(int64_t* bytes) {
@@ -169,27 +168,16 @@ cudaError_t PipelineRowByRow(int64_t cols, PipelineOrderChoice choice, bool* row
 template <typename T, NormKind kNorm>
 cudaError_t LaunchPipeline(const T* in, T* out, int64_t rows, int64_t cols, bool streaming,
                            PipelineOrderChoice choice, NormalizeResult* result, const LaunchEnv& env) {
-  using Acc = typename NormOp<kNorm>::Acc;
   PipelineOrder order{CeilDiv(cols, kPipelineChunk<T>), 0, 0};
   order.total = rows * order.chunks_per_row;
   const unsigned grid = GridFor(2 * order.total, env.sm_count, PipelinePolicy::kMinBlocksPerSm);
   bool row_by_row = false;
   GC_TRY(PipelineRowByRow<T>(cols, choice, &row_by_row));
   if (!row_by_row) order.lag = std::min<int64_t>(order.total, order.chunks_per_row + grid);
-  Scratch scratch;
-  const size_t counter_and_norms = sizeof(unsigned long long) + static_cast<size_t>(rows) * sizeof(double);
-  const size_t bytes = counter_and_norms + static_cast<size_t>(order.total) * sizeof(Acc) +
-                       static_cast<size_t>(rows) * sizeof(unsigned);
-  GC_TRY(scratch.Allocate(bytes, env));
-  auto* next_item = scratch.as<unsigned long long>();
-  auto* norms = reinterpret_cast<double*>(next_item + 1);
-  auto* partials = reinterpret_cast<Acc*>(norms + rows);
-  auto* tickets = reinterpret_cast<unsigned*>(partials + order.total);
-  GC_TRY(cudaMemsetAsync(next_item, 0, sizeof(unsigned long long), env.stream));
-  GC_TRY(cudaMemsetAsync(tickets, 0, static_cast<size_t>(rows) * sizeof(unsigned), env.stream));
+  RowPartialsScratch<T, kNorm> s;
+  GC_TRY(s.Allocate(rows, order.chunks_per_row, /*with_counter=*/true, 0, result, env));
   auto launch = [&](auto kernel) {
-    kernel<<<grid, PipelinePolicy::kThreads, 0, env.stream>>>(in, out, cols, order, partials, tickets, norms,
-                                                              next_item, result);
+    kernel<<<grid, PipelinePolicy::kThreads, 0, env.stream>>>(in, out, cols, order, s.parts, s.counter, result);
   };
   const bool vec = Aligned16(in) && Aligned16(out);
   if (streaming) {
