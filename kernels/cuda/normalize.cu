@@ -12,8 +12,11 @@
 //     cluster whose blocks load their slices with one TMA copy each, the next row's in
 //     flight, read once; rows whose bytes are not a multiple of 16 go on to
 //   clusters (sm_90): a row past a tile over 8 blocks' shared memory, read once;
-//   pipeline (normalize_pipeline.cuh; sm_90, rows past a cluster up to a quarter of
-//     L2): one persistent launch that re-reads each chunk from L2 soon after reducing it;
+//   held items (normalize_held.cuh; sm_90, rows past a cluster up to a third of what
+//     the grid holds, ~8 MB): one persistent launch, each 32 KiB piece held in a
+//     shared-memory ring until its row's norm is out, read once;
+//   pipeline (normalize_pipeline.cuh; sm_90, longer rows up to a quarter of L2): one
+//     persistent launch that re-reads each chunk from L2 soon after reducing it;
 //   chunks (sm_80/86/89 past a tile, or rows past a cluster): ChunkReduceKernel
 //     splits every row into chunks (one block each, block
 //     reduction via cub::BlockReduce, 16-byte loads); the last block to finish a row
