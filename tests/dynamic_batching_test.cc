@@ -4,6 +4,7 @@
 // give byte for byte the results they give alone; a bad request in a batch
 // fails alone with its own message; a request cancelled while it waits leaves
 // the batch, the others intact; a lone request is never held for the window.
+#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/fault_injection.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/faulty_server.h"
 #include "tests/testing/scrape.h"
 #include "tests/testing/server_fixture.h"
@@ -73,11 +75,8 @@ class DynamicBatchingTest : public ::testing::Test {
   std::unique_ptr<Call> Open(Rpc<Request> rpc, const Request& opener) {
     faults_->PauseOperations();
     auto call = Start(*batched_, rpc, opener);
-    const absl::Time deadline = absl::Now() + absl::Seconds(20);
-    while (faults_->PausedOperations() < 1 && absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    EXPECT_EQ(faults_->PausedOperations(), 1) << "the opener did not start";
+    EXPECT_EQ(test::EventuallyEquals([&] { return faults_->PausedOperations(); }, 1, std::chrono::seconds(20)), 1)
+        << "the opener did not start";
     return call;
   }
   // Lets the calls started after Open reach the batcher, then the device go on;

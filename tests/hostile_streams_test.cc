@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "grpcpp/grpcpp.h"
 #include "server/buffers_service.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/server_fixture.h"
 #include "tests/testing/tensors.h"
 
@@ -75,13 +76,7 @@ std::string Scrape(int port) {
 
 // Polls List until the caller's used_bytes reads `bytes`, within 10 s.
 uint64_t AwaitUsedBytes(client::Client& client, uint64_t bytes) {
-  uint64_t used = 0;
-  for (const absl::Time end = absl::Now() + absl::Seconds(10); absl::Now() < end;) {
-    used = client.List()->used_bytes();
-    if (used == bytes) break;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return used;
+  return test::EventuallyEquals([&] { return client.List()->used_bytes(); }, bytes);
 }
 
 TEST(HostileStreamsTest, SilentUploadsHoldNoInFlightPlace) {

@@ -11,11 +11,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "kernels/fault_injection.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/faulty_server.h"
 #include "tests/testing/scrape.h"
 #include "tests/testing/server_fixture.h"
@@ -55,14 +55,7 @@ class RpcOutcomeMetricsTest : public ::testing::Test {
   // Scrapes until `family{labels}` reads `value`, within 10 s; the last value read.
   double ScrapeUntil(const std::string& family, std::initializer_list<std::string> labels,
                      double value) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(10);
-    double read = -1;
-    while (absl::Now() < deadline) {
-      read = Sample(Metrics(), family, labels);
-      if (read == value) break;
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return read;
+    return test::EventuallyEquals([&] { return Sample(Metrics(), family, labels); }, value);
   }
 
   std::shared_ptr<InjectedFaults> faults_ = std::make_shared<InjectedFaults>();

@@ -17,4 +17,13 @@ bool Eventually(Condition condition, std::chrono::seconds timeout = std::chrono:
   return true;
 }
 
+// Polls `read` until it returns `want` or `timeout` passes; the last value read, so
+// that an assertion on it prints what it was.
+template <typename Read, typename Want>
+auto EventuallyEquals(Read read, const Want& want, std::chrono::seconds timeout = std::chrono::seconds(10)) {
+  decltype(read()) got{};
+  Eventually([&] { return (got = read()) == want; }, timeout);
+  return got;
+}
+
 }  // namespace gpucompute::test

@@ -6,8 +6,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "tests/testing/eventually.h"
 
 namespace gpucompute::test {
 
@@ -68,12 +68,7 @@ TestServer::TestServer(std::unique_ptr<GpuComputeServer> server, std::string hos
 std::string TestServer::target() const { return absl::StrCat(host_, ":", server_->port()); }
 
 uint64_t TestServer::AwaitHostBudgetUsed(uint64_t bytes) const {
-  uint64_t used = HostBudgetUsed();
-  for (const absl::Time end = absl::Now() + absl::Seconds(10); used != bytes && absl::Now() < end;) {
-    absl::SleepFor(absl::Milliseconds(20));
-    used = HostBudgetUsed();
-  }
-  return used;
+  return EventuallyEquals([this] { return HostBudgetUsed(); }, bytes);
 }
 
 }  // namespace gpucompute::test
