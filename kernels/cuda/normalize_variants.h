@@ -39,9 +39,11 @@ enum class NormalizeVariant {
   kClusterBulkHalf = 12,  // kClusterBulk with slices up to 50 KiB (twice the blocks a row,
                           // two blocks a SM: one's reduction overlaps the other's); rows
                           // past 16 such slices as kClusterBulk
-  kHeld = 13,  // rows past a tile whose bytes are a multiple of 16 (aligned pointers): one
-               // persistent launch, each 32 KiB piece held in registers until its row's
-               // norm is out, read once (normalize_held.cuh); else kDefault
+  kHeld = 13,  // sm_90, rows past a tile whose bytes are a multiple of 16 (aligned
+               // pointers): one persistent launch, each 32 KiB piece held in a TMA-loaded
+               // shared-memory ring until its row's norm is out, read once
+               // (normalize_held.cuh; kDefault's choice past the clusters up to ~8 MB);
+               // else kDefault
 };
 
 // What `variant` runs for this shape on the current device (for the benchmark's log).
