@@ -15,7 +15,7 @@
 #   1. gpu_kernel_variants_test (every variant, policy switches, unaligned, poisoned,
 #      bad rows), gpu_backend_test, the cuda_* conformance and values suites;
 #   2. compute-sanitizer memcheck on the variants test and the small suites, racecheck
-#      and synccheck on the shared-memory paths (tiles, clusters);
+#      and synccheck on the shared-memory paths (tiles, clusters, held items);
 #   3. gpu_kernels_bench (each variant through the launcher, kernels only);
 #   4. the table: op, size, ms, ratio to its ceiling (D2D, or write-only for the mesh),
 #      the goal, and which normalize variant was fastest per shape.
