@@ -175,16 +175,8 @@ struct ClusterBulkAgent {
   template <typename Scale>
   __device__ bool ScaleSlice(T* buf, int64_t len, T* dst, Scale scale) const {
     VT* v = reinterpret_cast<VT*>(buf);
-    const int n = static_cast<int>(len / V);
-    bool overflow = false;
-#pragma unroll 4
-    for (int k = threadIdx.x; k < n; k += kThreads) {
-      const VT y = ScaleVec<T>(v[k], scale);
-      if constexpr (kBulkStore) v[k] = y;
-      else reinterpret_cast<VT*>(dst)[k] = y;
-      if constexpr (kNorm == NormKind::kSum) overflow |= AnyInf(y);
-    }
-    return overflow;
+    return SharedVectorsScale<T, kNorm, kThreads, /*kStreaming=*/false>(
+        v, kBulkStore ? v : reinterpret_cast<VT*>(dst), static_cast<int>(len / V), scale);
   }
 };
 

@@ -155,13 +155,8 @@ struct HeldAgent {
           VT* dst = reinterpret_cast<VT*>(out + ItemBegin(item, row));
           bool overflow = false;
           WithRowScale<T>(norm, [&](auto scale) {
-            const VT* src = reinterpret_cast<const VT*>(slot);
-#pragma unroll 4
-            for (int k = threadIdx.x; k < nvec; k += kThreads) {
-              const VT y = ScaleVec<T>(src[k], scale);
-              StoreHinted(dst + k, y, /*streaming=*/true);
-              if constexpr (kNorm == NormKind::kSum) overflow |= AnyInf(y);
-            }
+            overflow = SharedVectorsScale<T, kNorm, kThreads, /*kStreaming=*/true>(
+                reinterpret_cast<const VT*>(slot), dst, nvec, scale);
           });
           if (overflow) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
         }

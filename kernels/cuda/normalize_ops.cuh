@@ -353,6 +353,23 @@ __device__ __forceinline__ typename Vec16<T>::type ScaleVec(const typename Vec16
   }
 }
 
+// dst[k] = scale(src[k]) for n 16-byte vectors from shared memory, kThreads apart
+// (dst may be src: scaled in place); stores hinted `kStreaming` (StoreHinted). Whether
+// a quotient overflowed T (only a SUM norm can make one).
+template <typename T, NormKind kNorm, int kThreads, bool kStreaming, typename Scale>
+__device__ __forceinline__ bool SharedVectorsScale(const typename Vec16<T>::type* src, typename Vec16<T>::type* dst,
+                                                   int n, Scale scale) {
+  using VT = typename Vec16<T>::type;
+  bool overflow = false;
+#pragma unroll 4
+  for (int k = threadIdx.x; k < n; k += kThreads) {
+    const VT y = ScaleVec<T>(src[k], scale);
+    StoreHinted(dst + k, y, kStreaming);
+    if constexpr (kNorm == NormKind::kSum) overflow |= AnyInf(y);
+  }
+  return overflow;
+}
+
 // One block writes out[i] = scale(in[i]) for i in [s, e) (16-byte loads and stores
 // with kVec: both pointers aligned); kStreaming hints both as last uses (LoadHinted).
 // Returns whether a quotient overflowed T (only a SUM norm can make one).
