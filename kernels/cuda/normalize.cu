@@ -406,38 +406,32 @@ cudaError_t LaunchChunks(const T* in, T* out, int64_t rows, int64_t cols, Normal
   return cudaSuccess;
 }
 
-// Runs `plan`; the TMA clusters turn down rows they cannot load (unaligned ones),
-// which then run the default's plan without them.
+// Runs `plan`; the TMA paths (clusters, held items) turn down rows they cannot load
+// (unaligned ones), which then run the default's plan without them.
 template <typename T, NormKind kNorm>
 cudaError_t LaunchPlanned(const NormalizePlan& plan, const T* in, T* out, int64_t rows, int64_t cols,
                           NormalizeResult* result, const LaunchEnv& env) {
+  bool launched = false;
   switch (plan.path) {
     case NormalizePath::kRowGroups: return LaunchRowGroups<T, kNorm>(in, out, rows, cols, plan.group, result, env);
     case NormalizePath::kTile: return LaunchTile<T, kNorm>(in, out, rows, cols, plan.group, result, env, plan.limit);
     case NormalizePath::kCluster:
       return LaunchClusterRows<T, kNorm>(in, out, rows, cols, plan.blocks, plan.slice, result, env, plan.limit);
-    case NormalizePath::kClusterBulk: {
-      bool launched = false;
+    case NormalizePath::kClusterBulk:
       GC_TRY((LaunchClusterBulk<T, kNorm>(in, out, rows, cols, plan.blocks, plan.slice, plan.bulk_store, result,
                                           env, plan.limit, &launched)));
-      if (launched) return cudaSuccess;
-      NormalizePlan fallback;
-      GC_TRY(PlanFor<T>(cols, NormalizeVariant::kDefault, &fallback, /*bulk=*/false));
-      return LaunchPlanned<T, kNorm>(fallback, in, out, rows, cols, result, env);
-    }
+      break;
     case NormalizePath::kPipeline:
       return LaunchPipeline<T, kNorm>(in, out, rows, cols, plan.streaming, plan.order, result, env);
-    case NormalizePath::kHeld: {
-      bool launched = false;
+    case NormalizePath::kHeld:
       GC_TRY((LaunchHeld<T, kNorm>(in, out, rows, cols, result, env, &launched)));
-      if (launched) return cudaSuccess;
-      NormalizePlan fallback;
-      GC_TRY(PlanFor<T>(cols, NormalizeVariant::kDefault, &fallback, /*bulk=*/false));
-      return LaunchPlanned<T, kNorm>(fallback, in, out, rows, cols, result, env);
-    }
-    case NormalizePath::kChunks: break;
+      break;
+    case NormalizePath::kChunks: return LaunchChunks<T, kNorm>(in, out, rows, cols, result, env);
   }
-  return LaunchChunks<T, kNorm>(in, out, rows, cols, result, env);
+  if (launched) return cudaSuccess;
+  NormalizePlan fallback;
+  GC_TRY(PlanFor<T>(cols, NormalizeVariant::kDefault, &fallback, /*bulk=*/false));
+  return LaunchPlanned<T, kNorm>(fallback, in, out, rows, cols, result, env);
 }
 
 template <typename T, NormKind kNorm>
