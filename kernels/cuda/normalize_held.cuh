@@ -2,13 +2,15 @@
 // row's norm is out (normalize.cu, its only includer; NormalizeVariant::kHeld).
 // One persistent launch takes items of 32 KiB in order from an atomic counter. Each
 // block keeps a ring of kSlots items in shared memory, every free slot loading by one
-// TMA bulk copy: it reduces its items in the order taken (partials, a ticket, the block
-// that completes a row sums them in a fixed order and publishes the norm, as the
-// chunked reducer), and scales the oldest from shared memory once its row's norm is
-// out, which frees its slot for the next load. Waits for a norm overlap the loads
-// of the items behind it. Nothing is re-read: the chunked path reads every row twice
-// from memory, the pipeline once from memory and once from L2, and the TMA clusters
-// hold a row only up to 16 blocks' shared memory.
+// TMA bulk copy: it reduces its items in the order taken and posts each item's partial
+// (RowPartials::Post: the partial, then the row's count raised, waiting for no answer),
+// and scales the oldest from shared memory once its row's norm is out, which frees its
+// slot for the next load. A block sums a row's norm itself from the row's partials once
+// all are posted, in a fixed order, so the norms do not depend on timing. Its
+// bookkeeping (loads, posts, norms, waits) runs on a warp of its own, the keeper, which
+// sums the oldest item's norm while the other warps reduce. Nothing is re-read: the
+// chunked path reads every row twice from memory, the pipeline once from memory and
+// once from L2, and the TMA clusters hold a row only up to 16 blocks' shared memory.
 // Waiting must never depend on a block that cannot run. A block reduces every item it
 // has taken before it waits for any norm, and waits without limit only once every item
 // of the row has been taken. Before that it waits a bounded time, and only where the
@@ -18,7 +20,7 @@
 // the end every deferred item, whose rows are then all taken. So the launch makes
 // progress with any number of resident blocks, beside any other kernel. Rows of more
 // items than the grid holds (float32 past ~6.5e6 elements on 132 SMs) defer their first
-// items; the default takes only rows of up to a third of the grid's slots.
+// items; the default takes only rows of up to half the grid's slots.
 #pragma once
 
 #include <cuda/ptx>
@@ -34,18 +36,24 @@ namespace gpucompute::cuda {
 namespace {
 
 // Two slots of 32 KiB a block, three blocks an SM (H200, session 20, against 6 x 1,
-// 3 x 2, 2 x 2 of 32 KiB and 4 x 3, 3 x 4, 2 x 6 of 16 KiB): a block's bookkeeping
-// (thread 0's atomics and waits) is serial, so more blocks and larger items won.
+// 3 x 2, 2 x 2 of 32 KiB and 4 x 3, 3 x 4, 2 x 6 of 16 KiB): each block's bookkeeping
+// is serial, so more blocks and larger items won. Its own warp (session 21) took
+// 9-12% off (f32 1e6: 0.288-0.295 -> 0.252-0.261 ms): the keeper stores no data, so
+// its release of a partial waits for that one store, where thread 0's fence waited
+// for all of its scaling's stores. 256 threads beside it, not 224: 2-5% faster on
+// every shape timed.
 struct HeldPolicy {
-  static constexpr int kThreads = ChunkPolicy::kThreads;  // BlockReduceFor's block size
+  static constexpr int kThreads = 256;                   // reduce and scale the slots
+  static constexpr int kBlockThreads = kThreads + 32;    // and the keeper warp
   static constexpr int kSlots = 2;
   static constexpr int kBlocksPerSm = 3;
   static constexpr int64_t kItemBytes = 32 << 10;
-  // Default only for rows of at most a third of the grid's slots: longer rows keep
-  // more slots waiting for their norms (H200: float32 rows of 4e6 (489 items, 792
-  // slots) 0.362-0.378 ms against the chunks' 0.311-0.319; 2e6 (245) 0.290-0.305
-  // against the pipeline's 0.308-0.317).
-  static constexpr int64_t kRowShareOfSlots = 3;
+  // Default only for rows of at most half the grid's slots: longer rows keep more slots
+  // waiting for their norms (H200, session 21: float32 SUM rows of 4e6 (489 items, 792
+  // slots) 0.351-0.353 ms against the chunks' 0.312-0.317; f32 L2 3e6 (367) 0.272-0.282
+  // against the pipeline's 0.300-0.305; f64 L2 2e6 (489) 0.304-0.309 against the chunks'
+  // 0.316-0.319, too close to move the line).
+  static constexpr int64_t kRowShareOfSlots = 2;
   static constexpr long long kBoundedWaitCycles = 1 << 15;  // ~16 us: then defer
 };
 
@@ -59,21 +67,22 @@ struct HeldAgent {
   using Op = NormOp<kNorm>;
   using Acc = typename Op::Acc;
   using VT = typename Vec16<T>::type;
-  using BlockReduce = BlockReduceFor<kNorm>;
   static constexpr int V = Vec16<T>::kCount;
   static constexpr int64_t kItem = kHeldItem<T>;
   static constexpr int kSlots = HeldPolicy::kSlots;
   static constexpr int kThreads = HeldPolicy::kThreads;
+  static constexpr int kWarps = kThreads / 32;
 
   struct Shared {
-    typename BlockReduce::TempStorage reduce;
+    Acc warp_part[kWarps];    // the item just reduced, a partial a warp
     uint64_t loaded[kSlots];  // mbarrier of each slot: its item has landed
     int64_t slot_item[kSlots];
     int64_t issued;           // items taken (slot = index % kSlots)
     int64_t deferred;         // the deferred item to scale now, or kNoItem
-    double norm;
     int action;               // for the oldest item: kScale, kDefer, kKeep
-    bool last;                // this block's partial completed its row
+    int64_t norm_row;         // the row of the norm fetched last (the one scaled by)
+    double norm;
+    int64_t head, tail;       // the lead's deferred list, here rather than in every thread's registers
   };
   enum Action { kKeep, kScale, kDefer };
 
@@ -82,7 +91,7 @@ struct HeldAgent {
   int64_t cols;
   int64_t items_per_row;  // n
   int64_t total;          // rows * n
-  RowPartials<T, kNorm> row_partials;  // announced: slots wait for their row's norm
+  RowPartials<T, kNorm> row_partials;  // posted: each block sums a row's norm itself
   unsigned long long* next_item;       // the counter, zeroed by the launcher
   int64_t* deferred_next;              // total: each block's deferred items, linked oldest first
   NormalizeResult* result;
@@ -90,18 +99,23 @@ struct HeldAgent {
   __device__ void Run(Shared& sh, T* ring) const {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace ptx = ::cuda::ptx;
-    // Every thread keeps the counts; thread 0 alone the deferred list and the item it
-    // took for the slot the last scaling freed.
+    // Threads below kThreads reduce and scale; the keeper warp above them posts,
+    // decides and sums norms, its first lane (the lead) alone taking items, issuing
+    // loads and keeping the deferred list. Every thread keeps the counts.
+    const bool keeper = threadIdx.x >= kThreads;
+    const bool lead = threadIdx.x == kThreads;
     int64_t issued = 0, reduced = 0, done = 0;
-    int64_t head = kNoItem, tail = kNoItem, pending = kNoItem;
     bool exhausted = false;
-    if (threadIdx.x == 0) {
+    int64_t pending = kNoItem;  // in a register: the atomic's answer is awaited only at its use
+    int64_t &head = sh.head, &tail = sh.tail;
+    if (lead) {
+      head = tail = sh.norm_row = kNoItem;
       for (int k = 0; k < kSlots; ++k) ptx::mbarrier_init(&sh.loaded[k], 1);
       ptx::fence_mbarrier_init(ptx::sem_release, ptx::scope_cluster);
     }
     __syncthreads();
     for (;;) {
-      if (threadIdx.x == 0) {
+      if (lead) {
         // Fill the free slots: the item already taken, then the next ones in one batch.
         int64_t taken = issued;
         if (pending != kNoItem && pending < total) IssueLoad(sh, ring, static_cast<int>(taken++ % kSlots), pending);
@@ -119,33 +133,26 @@ struct HeldAgent {
       exhausted = exhausted || sh.issued < done + kSlots;  // the batch ran past the last item
       issued = sh.issued;
       if (done == issued) break;  // every item taken and done
+      int64_t posting = kNoItem;  // the item reduced in this round
       if (reduced < issued) {
         const int slot = static_cast<int>(reduced % kSlots);
-        while (!ptx::mbarrier_try_wait_parity(&sh.loaded[slot], static_cast<uint32_t>((reduced / kSlots) & 1))) {
+        posting = sh.slot_item[slot];
+        if (!keeper) {
+          while (!ptx::mbarrier_try_wait_parity(&sh.loaded[slot], static_cast<uint32_t>((reduced / kSlots) & 1))) {
+          }
+          Acc part = SlotReduce(ring + slot * kItem, ItemVectors(posting, posting / items_per_row));
+          for (int offset = 16; offset > 0; offset /= 2) part = Op::Combine(part, ShuffleXor(part, ~0u, offset, 32));
+          if (threadIdx.x % 32 == 0) sh.warp_part[threadIdx.x / 32] = part;
         }
-        const int64_t item = sh.slot_item[slot];
-        const int64_t row = item / items_per_row;
-        Publish(item, row, SlotReduce(ring + slot * kItem, ItemVectors(item, row)), sh);
         ++reduced;
       }
-      // The oldest item: scaled once its norm is out; while nothing else can move, waited
-      // for or deferred.
       const int oldest = static_cast<int>(done % kSlots);
-      if (threadIdx.x == 0) {
-        const int64_t row = sh.slot_item[oldest] / items_per_row;
-        const bool stuck = reduced == issued && (exhausted || issued - done == kSlots);
-        sh.action = NormOut(row) ? kScale : !stuck ? kKeep : AwaitNorm(row) ? kScale : kDefer;
-        if (sh.action == kScale) sh.norm = row_partials.Norm(row);
-        if (sh.action == kDefer) Defer(sh.slot_item[oldest], head, tail);
-        // The freed slot's next item, taken now: its latency hides behind the scaling, and
-        // no wait for a norm comes before its load is issued and it is reduced.
-        if (sh.action != kKeep && !exhausted) pending = static_cast<int64_t>(atomicAdd(next_item, 1ull));
-        sh.deferred = kNoItem;
-        if (head != kNoItem && NormOut(head / items_per_row)) sh.deferred = PopDeferred(head, tail);
-      }
+      if (keeper) FetchNorm(sh, sh.slot_item[oldest] / items_per_row);  // meanwhile, where it is out already
+      __syncthreads();  // the warps' partials are in
+      if (keeper) Keep(sh, oldest, posting, reduced == issued, exhausted, issued - done, pending);
       __syncthreads();
       const int action = sh.action;
-      if (action == kScale) {
+      if (action == kScale && !keeper) {
         const int64_t item = sh.slot_item[oldest];
         const int64_t row = item / items_per_row;
         const T* slot = ring + oldest * kItem;
@@ -167,10 +174,10 @@ struct HeldAgent {
     }
     // Every item is taken: each deferred row's norm comes.
     for (;;) {
-      if (threadIdx.x == 0) {
+      if (lead) {
         sh.deferred = head;
         if (head != kNoItem) {
-          while (!NormOut(head / items_per_row)) __nanosleep(128);
+          while (!row_partials.AllPosted(head / items_per_row, items_per_row)) __nanosleep(128);
           PopDeferred(head, tail);
         }
       }
@@ -212,21 +219,71 @@ struct HeldAgent {
     return Op::Combine(a[0], a[1]);
   }
 
-  // This item's partial: the row's norm is announced by the block that completes it.
-  __device__ void Publish(int64_t item, int64_t row, Acc part, Shared& sh) const {
-    part = BlockReduce(sh.reduce).Reduce(part, typename Op::Functor{});
-    row_partials.Add(row, item - row * items_per_row, items_per_row, part, sh.reduce, sh.last, /*announce=*/true);
+  // The keeper warp, once a round: the lead posts the item just reduced, then decides
+  // for the oldest item: scaled once its row's norm is out; while nothing else can move
+  // (`all_reduced` and no free slot, or no items left), waited for or deferred.
+  __device__ void Keep(Shared& sh, int oldest, int64_t posting, bool all_reduced, bool exhausted, int64_t held,
+                       int64_t& pending) const {
+    int64_t &head = sh.head, &tail = sh.tail;
+    const int64_t row = sh.slot_item[oldest] / items_per_row;
+    const Acc part = posting != kNoItem ? ItemPartial(sh) : Op::Identity();
+    if (threadIdx.x == kThreads && posting != kNoItem) {
+      const int64_t posting_row = posting / items_per_row;
+      row_partials.Post(posting_row, posting - posting_row * items_per_row, items_per_row, part);
+    }
+    const bool out = FetchNorm(sh, row);
+    int action = kKeep;
+    if (threadIdx.x == kThreads) {
+      const bool stuck = all_reduced && (exhausted || held == kSlots);
+      action = out ? kScale : !stuck ? kKeep : AwaitNorm(row) ? kScale : kDefer;
+      if (action == kDefer) Defer(sh.slot_item[oldest], head, tail);
+      // The freed slot's next item, taken now: its latency hides behind the scaling, and
+      // no wait for a norm comes before its load is issued and it is reduced.
+      if (action != kKeep && !exhausted) pending = static_cast<int64_t>(atomicAdd(next_item, 1ull));
+      sh.deferred = kNoItem;
+      if (head != kNoItem && row_partials.AllPosted(head / items_per_row, items_per_row)) {
+        sh.deferred = PopDeferred(head, tail);
+      }
+      sh.action = action;
+    }
+    action = __shfl_sync(~0u, action, 0);
+    if (action == kScale && !out) FetchNorm(sh, row);  // came while awaited
   }
 
-  __device__ bool NormOut(int64_t row) const { return row_partials.NormOut(row, items_per_row); }
+  // The keeper warp: the item's partial from its warps' by a fixed tree (the same bits in
+  // every run), three steps where a serial sum of the warps' took seven.
+  __device__ Acc ItemPartial(const Shared& sh) const {
+    static_assert(kWarps <= 8);
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    Acc part = lane < kWarps ? sh.warp_part[lane] : Op::Identity();
+    for (int offset = 4; offset > 0; offset /= 2) part = Op::Combine(part, ShuffleXor(part, ~0u, offset, 32));
+    return part;
+  }
 
-  // Thread 0, every item it took reduced: whether the row's norm came (else defer).
+  // The keeper warp: row's norm into sh.norm where every partial of it is in, summed
+  // in a fixed order (the same bits in every block).
+  __device__ bool FetchNorm(Shared& sh, int64_t row) const {
+    if (row == sh.norm_row) return true;
+    bool out = false;
+    if (threadIdx.x == kThreads) out = row_partials.AllPosted(row, items_per_row);
+    if (!__shfl_sync(~0u, out, 0)) return false;
+    const double norm = row_partials.WarpNorm(row, items_per_row);
+    __syncwarp();  // every lane compared sh.norm_row
+    if (threadIdx.x == kThreads) {
+      sh.norm = norm;
+      sh.norm_row = row;
+    }
+    __syncwarp();
+    return true;
+  }
+
+  // The lead, every item it took reduced: whether the row's norm came (else defer).
   __device__ bool AwaitNorm(int64_t row) const {
     const unsigned long long row_end = static_cast<unsigned long long>((row + 1) * items_per_row);
     const unsigned long long grid_slots = static_cast<unsigned long long>(gridDim.x) * kSlots;
     const long long start = clock64();
     bool bounded = true;
-    while (!NormOut(row)) {
+    while (!row_partials.AllPosted(row, items_per_row)) {
       if (bounded) {
         const unsigned long long taken = *reinterpret_cast<const volatile unsigned long long*>(next_item);
         if (taken >= row_end) {
@@ -240,7 +297,7 @@ struct HeldAgent {
     return true;
   }
 
-  // Thread 0's list of deferred items: appended, and its oldest unlinked.
+  // The lead's list of deferred items: appended, and its oldest unlinked.
   __device__ void Defer(int64_t item, int64_t& head, int64_t& tail) const {
     deferred_next[item] = kNoItem;
     if (tail == kNoItem) head = item;
@@ -254,11 +311,11 @@ struct HeldAgent {
     return item;
   }
 
-  // A deferred item, re-read and scaled (its norm is out).
+  // A deferred item, re-read and scaled by every thread (its norm is out).
   __device__ void ScaleDeferred(int64_t item, Shared& sh) const {
     const int64_t row = item / items_per_row;
     __syncthreads();  // sh.norm was read
-    if (threadIdx.x == 0) sh.norm = row_partials.Norm(row);
+    if (threadIdx.x >= kThreads) FetchNorm(sh, row);
     __syncthreads();
     const double norm = sh.norm;
     if (!FastNorm<T, kNorm>(norm)) return;
@@ -271,7 +328,7 @@ struct HeldAgent {
 };
 
 template <typename T, NormKind kNorm>
-__global__ void __launch_bounds__(HeldPolicy::kThreads, HeldPolicy::kBlocksPerSm)
+__global__ void __launch_bounds__(HeldPolicy::kBlockThreads, HeldPolicy::kBlocksPerSm)
     HeldKernel(const T* in, T* out, int64_t cols, int64_t items_per_row, int64_t total,
                RowPartials<T, kNorm> row_partials, unsigned long long* next_item, int64_t* deferred_next,
                NormalizeResult* result) {
@@ -315,7 +372,7 @@ cudaError_t LaunchHeld(const T* in, T* out, int64_t rows, int64_t cols, Normaliz
   const unsigned grid = GridFor(CeilDiv(total, HeldPolicy::kSlots), env.sm_count, HeldPolicy::kBlocksPerSm);
   constexpr int64_t smem = HeldPolicy::kSlots * HeldPolicy::kItemBytes;
   GC_TRY(AllowSharedLimit(HeldKernel<T, kNorm>, smem));
-  HeldKernel<T, kNorm><<<grid, HeldPolicy::kThreads, smem, env.stream>>>(
+  HeldKernel<T, kNorm><<<grid, HeldPolicy::kBlockThreads, smem, env.stream>>>(
       in, out, cols, n, total, s.parts, s.counter, static_cast<int64_t*>(s.extra), result);
   GC_CHECK_LAUNCH();
   *launched = true;

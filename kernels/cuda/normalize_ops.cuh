@@ -265,9 +265,11 @@ __device__ typename NormOp<kNorm>::Acc BlockRangeReduce(
 }
 
 // Rows reduced a piece a block (the chunks, the pipeline, the held items): each piece's
-// partial is stored, and the block whose ticket completes a row sums that row's
-// partials in a fixed order, so the norm is the same in whatever order the blocks ran.
-// With `announce`, the ticket then moves on to n + 1 (NormOut) for blocks that wait.
+// partial is stored, and the row's norm is their sum in a fixed order, so it is the same
+// in whatever order the blocks ran. Add: the block whose ticket completes a row sums it;
+// with `announce`, the ticket then moves on to n + 1 (NormOut) for blocks that wait.
+// Post / AllPosted / WarpNorm (the held items): no ticket handed back, every block that
+// needs the norm sums it.
 template <typename T, NormKind kNorm>
 struct RowPartials {
   using Op = NormOp<kNorm>;
@@ -311,6 +313,42 @@ struct RowPartials {
     return true;
   }
   __device__ double Norm(int64_t row) const { return LoadGlobal(norms + row); }  // from L2: L1 may predate it
+
+  // Without tickets handed back (the held items): piece k's partial, then the row's
+  // count raised by a release reduction, which waits for no answer; every block that
+  // needs the norm sums the partials itself once all n are in (WarpNorm). One thread.
+  __device__ void Post(int64_t row, int64_t k, int64_t n, Acc part) const {
+    partials[row * n + k] = part;
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(tickets + row) : "memory");
+  }
+  __device__ bool AllPosted(int64_t row, int64_t n) const {
+    unsigned count;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(count) : "l"(tickets + row) : "memory");
+    return count == static_cast<unsigned>(n);
+  }
+  // One whole warp, after AllPosted(row) held on one of its lanes: the row's norm from
+  // its n partials, each lane's in order and then a fixed shuffle tree, so every block
+  // gets the same bits. A bad norm is reported (result->bad_row, idempotent).
+  __device__ double WarpNorm(int64_t row, int64_t n) const {
+    __syncwarp();  // the lane that saw the count acquired the partials for the warp
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    // Each lane's partials j = lane, lane + 32, ... loaded kBatch at a time before any is
+    // added: one round trip to L2 for every 32 kBatch partials, not one for every 32.
+    constexpr int kBatch = 4;
+    const Acc* p = partials + row * n;
+    Acc acc = Op::Identity();
+    for (int64_t first = lane; first < n; first += 32 * kBatch) {
+      Acc batch[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) batch[u] = first + 32 * u < n ? LoadGlobal(p + first + 32 * u) : Op::Identity();
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) acc = Op::Combine(acc, batch[u]);
+    }
+    for (int offset = 16; offset > 0; offset /= 2) acc = Op::Combine(acc, ShuffleXor(acc, ~0u, offset, 32));
+    const double norm = __shfl_sync(~0u, Op::Finalize(acc), 0);
+    if (lane == 0 && !FastNorm<T, kNorm>(norm)) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
+    return norm;
+  }
 };
 
 // The scratch of RowPartials for `rows` of n pieces, tickets zeroed on env.stream; for

@@ -52,10 +52,14 @@ struct NormalizePlan {
 //   kWideClusterSliceBytes each (1e5: f32 8 blocks 0.342 against
 //   16's 0.426 and the chunks' 0.442; f64 16 blocks 0.314 against 8's 0.360, run of
 //   2026-11-24);
-// - rows past a cluster up to a third of the held items' slots (~8 MB on an H200):
-//   the held items (H200, session 20, ms against the lagged pipeline: f32 1e6
-//   0.289-0.299 / 0.315-0.325, 2e6 0.290-0.305 / 0.308-0.317; f64 4e5 0.254-0.263 /
-//   0.288-0.298, 1e6 0.268-0.274 / 0.289-0.303);
+// - rows the TMA clusters split 16 ways, and rows past them up to half the held items'
+//   slots (~13 MB on an H200): the held items (H200, session 21, ms against the
+//   default before: clusters of 16, f32 SUM 2.5e5 0.255-0.258 / 0.352-0.356, 4e5
+//   0.252-0.255 / 0.286-0.296, L2 4e5 0.233-0.238 / 0.294-0.299; the lagged pipeline,
+//   f32 L2 3e6 0.272-0.282 / 0.300-0.305, f64 L2 1.5e6 0.279-0.280 / 0.299-0.306; held
+//   items before, f32 SUM 1e6 0.252-0.261 / 0.288-0.295, f64 L2 4e5 0.231-0.232 /
+//   0.253-0.255); clusters of 8 stay (f32 SUM 2e5 0.247 against 0.255-0.261, f64 L2 5e4
+//   0.230-0.232 against 0.233-0.237, though f64 L2 1e5 0.229-0.233 against 0.245-0.253);
 // - longer rows up to a quarter of L2: the pipeline, lagged (1e6: f32 0.351, f64
 //   0.362 against the chunks' 0.428 / 0.430);
 // - longer rows, and sm_80/86/89 past a tile: the chunks in one pass (1e7: f32 0.428
@@ -66,6 +70,7 @@ struct DefaultNormalizePolicy {
   static constexpr int64_t kRegisterCols = 32 * RowGroupPolicy::kPerLane;
   static constexpr bool kRegisterRowsInGroups = sizeof(T) == 4;  // else in narrow-lane tiles
   static constexpr int64_t kWideClusterSliceBytes = 64 << 10;
+  static constexpr int kMaxClusterBlocksBeforeHeld = 8;  // rows the TMA clusters split 16 ways: held items
 };
 
 inline void PlanNarrowGroups(int64_t cols, NormalizePlan* plan) {
@@ -190,7 +195,12 @@ cudaError_t PlanFor(int64_t cols, NormalizeVariant variant, NormalizePlan* plan,
     // too few loads in flight (f32 5e4, a 195 KiB tile: 0.538 ms against the TMA
     // clusters' 0.311).
     if (bulk) GC_TRY(PlanClusterBulk<T>(cols, /*half=*/false, plan));
-    if (plan->path == NormalizePath::kClusterBulk) return cudaSuccess;
+    if (plan->path == NormalizePath::kClusterBulk) {
+      bool held = false;
+      if (plan->blocks > Policy::kMaxClusterBlocksBeforeHeld) GC_TRY(HeldByDefault<T>(cols, &held));
+      if (held) plan->path = NormalizePath::kHeld;
+      return cudaSuccess;
+    }
     if (fits_tile) {
       PlanTile<T>(cols, cols <= Policy::kRegisterCols, plan);
       return cudaSuccess;

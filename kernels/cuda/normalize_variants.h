@@ -42,7 +42,8 @@ enum class NormalizeVariant {
   kHeld = 13,  // sm_90, rows past a tile whose bytes are a multiple of 16 (aligned
                // pointers): one persistent launch, each 32 KiB piece held in a TMA-loaded
                // shared-memory ring until its row's norm is out, read once
-               // (normalize_held.cuh; kDefault's choice past the clusters up to ~8 MB);
+               // (normalize_held.cuh; kDefault's choice for rows the clusters split
+               // 16 ways and past them up to ~13 MB);
                // else kDefault
 };
 
