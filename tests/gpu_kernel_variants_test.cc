@@ -257,12 +257,12 @@ TEST(GpuKernelVariants, NormalizeHeldRows) {
   CheckNormalizeVariants<float>(50, 100004, kHeldVariant);
   CheckNormalizeVariants<double>(50, 50002, kHeldVariant);
   CheckNormalizeVariants<float>(7, 65540, kHeldVariant);
-  // The default's held items on sm_90: rows the TMA clusters would split 16 ways, and
-  // rows past them.
+  // The default's held items on sm_90: rows the TMA clusters would split 16 ways
+  // (float32) or 8 (float64), and rows past them.
   constexpr cuda::NormalizeVariant kDefaultAndHeld[] = {cuda::NormalizeVariant::kDefault,
                                                         cuda::NormalizeVariant::kHeld};
   CheckNormalizeVariants<float>(4, 300000, kDefaultAndHeld);
-  CheckNormalizeVariants<double>(4, 150000, kDefaultAndHeld);
+  CheckNormalizeVariants<double>(4, 75000, kDefaultAndHeld);
   CheckNormalizeVariants<float>(3, 1000000, kDefaultAndHeld);
   CheckNormalizeVariants<double>(3, 600000, kDefaultAndHeld);
   const int64_t past_grid = 8 * int64_t{Env().sm_count} + 3;  // items
