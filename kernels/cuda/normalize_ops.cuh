@@ -334,9 +334,10 @@ struct RowPartials {
     const int lane = static_cast<int>(threadIdx.x % 32);
     // Each lane's partials j = lane, lane + 32, ... loaded kBatch at a time before any is
     // added: one round trip to L2 for every 32 kBatch partials, not one for every 32
-    // (H200, session 21: f32 1e6 0.29 -> 0.25 ms). 8 where a partial is one double
-    // (f64 L2 1e6, 245 items: 0.257 -> 0.246-0.253; f32 L2 3e6 0.274-0.278 -> 0.262-0.267;
-    // f32 L2 1e6, 123 items, 0.234-0.238 -> 0.235-0.242), 4 for SUM's pairs (registers).
+    // (H200, session 21, against one at a time: f32 SUM 2e6 0.321-0.330 -> 0.262-0.266 ms).
+    // 8 where a partial is one double (f64 L2 1e6, 245 items: 0.257-0.259 -> 0.246-0.253;
+    // f32 L2 3e6 0.274-0.278 -> 0.262-0.267; f32 L2 1e6, 123 items, 0.234-0.238 ->
+    // 0.235-0.242), 4 for SUM's pairs (registers).
     constexpr int kBatch = sizeof(Acc) == 8 ? 8 : 4;
     const Acc* p = partials + row * n;
     Acc acc = Op::Identity();

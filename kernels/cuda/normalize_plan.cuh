@@ -55,13 +55,13 @@ struct NormalizePlan {
 // - rows the TMA clusters split 16 ways, and rows past them up to half the held items'
 //   slots (~13 MB on an H200): the held items (H200, session 21, ms against the
 //   default before: clusters of 16, f32 SUM 2.5e5 0.255-0.258 / 0.352-0.356, 4e5
-//   0.252-0.255 / 0.286-0.296, L2 4e5 0.233-0.238 / 0.294-0.299; the lagged pipeline,
+//   0.252-0.255 / 0.286-0.300, L2 4e5 0.233-0.238 / 0.294-0.299; the lagged pipeline,
 //   f32 L2 3e6 0.272-0.282 / 0.300-0.305, f64 L2 1.5e6 0.279-0.280 / 0.299-0.306; held
 //   items before, f32 SUM 1e6 0.252-0.261 / 0.288-0.295, f64 L2 4e5 0.231-0.232 /
-//   0.253-0.255), and float64 rows the clusters split 8 ways (L2 1e5 0.229-0.234 against
-//   0.242-0.251, 7.5e4 0.231-0.237 / 0.241-0.244; SUM 1e5 even); float32 clusters of 8
+//   0.253-0.264), and float64 rows the clusters split 8 ways (L2 1e5 0.229-0.234 against
+//   0.242-0.253, 7.5e4 0.231-0.237 / 0.240-0.244; SUM 1e5 even); float32 clusters of 8
 //   stay (SUM 2e5 0.247 against 0.255-0.261, L2 2e5 4% behind), and every cluster of 4
-//   (f32 SUM 1e5 0.241-0.246 against 0.261-0.265, f64 L2 5e4 0.230-0.232 / 0.233-0.237);
+//   (f32 SUM 1e5 0.239-0.246 against 0.261-0.266, f64 L2 5e4 0.230-0.232 / 0.233-0.237);
 // - longer rows up to a quarter of L2: the pipeline, lagged (1e6: f32 0.351, f64
 //   0.362 against the chunks' 0.428 / 0.430);
 // - longer rows, and sm_80/86/89 past a tile: the chunks in one pass (1e7: f32 0.428
