@@ -46,13 +46,8 @@ absl::StatusOr<AcceptedCompute> AcceptCompute(ServiceContext& service,
                       AdmitStream(service, context, options.chunk_bytes(), "output.chunk_bytes"));
   GC_RETURN_IF_ERROR(CheckBufferName(options.buffer_name(), "output.buffer_name"));
   accepted.output.accept_complete = options.accept_complete_result();
-  RequestScope scope{service.store, PrincipalOf(context), service.config.max_elements};
-  if (absl::StatusOr<const SharedMemoryRegistry*> regions = SharedMemoryFor(service, context);
-      regions.ok()) {
-    scope.regions = *regions;
-  } else {
-    scope.regions_refusal = regions.status();
-  }
+  const RequestScope scope{service.store, PrincipalOf(context), service.config.max_elements,
+                           SharedMemoryFor(service, context)};
   GC_ASSIGN_OR_RETURN(accepted.prepared, ComputeOp<Request>::kPrepare(*request, scope));
   GC_ASSIGN_OR_RETURN(accepted.output.lane,
                       service.LaneFor(ComputeOp<Request>::kOperation, accepted.prepared.work));

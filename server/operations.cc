@@ -95,11 +95,11 @@ absl::Status CheckInlineValues(const OperandSpec& operand, const ValueRule& rule
 absl::StatusOr<std::shared_ptr<SharedMemoryRegion>> RegionOf(const v1::SharedMemorySlice& slice,
                                                              absl::string_view field,
                                                              const RequestScope& scope) {
-  if (scope.regions == nullptr) {
-    return absl::Status(scope.regions_refusal.code(),
-                        absl::StrCat(field, ": ", scope.regions_refusal.message()));
+  if (!scope.regions.ok()) {
+    const absl::Status& refusal = scope.regions.status();
+    return absl::Status(refusal.code(), absl::StrCat(field, ": ", refusal.message()));
   }
-  return scope.regions->Get(slice.region_id(), absl::StrCat(field, ".region_id"), scope.principal);
+  return (*scope.regions)->Get(slice.region_id(), absl::StrCat(field, ".region_id"), scope.principal);
 }
 
 // Whether two arrays on one device share a byte.

@@ -138,6 +138,13 @@ size_t SharedMemoryRegistry::count() const {
   return regions_.size();
 }
 
+const absl::Status& SharedMemoryOff() {
+  static const absl::Status* const kOff = new absl::Status(absl::FailedPreconditionError(
+      "shared memory is off on this server; start it with --allow_shared_memory, or send the "
+      "data (tensor or buffer_id)"));
+  return *kOff;
+}
+
 uint64_t SharedMemoryRegistry::principal_limit_bytes() const {
   return limits_.principal_quota_bytes > 0
              ? std::min(limits_.principal_quota_bytes, limits_.quota_bytes)

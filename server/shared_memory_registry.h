@@ -29,6 +29,10 @@ struct SharedMemoryLimits {
 
 enum class SharedMemoryKind { kSystem, kCuda };
 
+// Why a call may not use shared memory on a server started without
+// --allow_shared_memory (FAILED_PRECONDITION); made once, every compute request asks.
+const absl::Status& SharedMemoryOff();
+
 struct RegisteredRegion {
   std::string id;
   std::string name;

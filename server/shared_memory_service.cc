@@ -71,13 +71,7 @@ bool IsLocalPeer(absl::string_view peer) {
 
 absl::StatusOr<const SharedMemoryRegistry*> SharedMemoryFor(
     const ServiceContext& service, const grpc::CallbackServerContext& context) {
-  if (!service.config.allow_shared_memory) {
-    // Asked for every compute request: the refusal is made once (copies share it).
-    static const absl::Status* const kOff = new absl::Status(absl::FailedPreconditionError(
-        "shared memory is off on this server; start it with --allow_shared_memory, or send "
-        "the data (tensor or buffer_id)"));
-    return *kOff;
-  }
+  if (!service.config.allow_shared_memory) return SharedMemoryOff();
   const std::string peer = context.peer();
   if (!IsLocalPeer(peer)) {
     return absl::PermissionDeniedError(absl::StrCat(

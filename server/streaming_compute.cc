@@ -193,13 +193,8 @@ class StreamingComputeReactor final
     }
     header_ = std::move(request);
     GC_ASSIGN_OR_RETURN(ticket_, service_.Admit(*context_));
-    RequestScope scope{service_.store, PrincipalOf(*context_), service_.config.max_elements};
-    if (absl::StatusOr<const SharedMemoryRegistry*> regions = SharedMemoryFor(service_, *context_);
-        regions.ok()) {
-      scope.regions = *regions;
-    } else {
-      scope.regions_refusal = regions.status();
-    }
+    const RequestScope scope{service_.store, PrincipalOf(*context_), service_.config.max_elements,
+                             SharedMemoryFor(service_, *context_)};
     GC_ASSIGN_OR_RETURN(plan_, CheckStreamingHeader(header_->header(), scope));
     GC_ASSIGN_OR_RETURN(plan_.result_chunk_bytes,
                         service_.ResolveChunkBytes(header_->header().chunk_bytes(),

@@ -114,10 +114,12 @@ RequestScope Scope(const Env& env) {
   return RequestScope{env.store, kPrincipal, kMaxElements};
 }
 
-// "$k" -> the id of stored buffer k. Returns whether the operand names a buffer id
-// issued by another replica instance, which the store answers FAILED_PRECONDITION
-// (BufferStore::CheckIssuedHere): the fuzzer writes such ids too.
+// "$k" -> the id of stored buffer k. Returns whether FAILED_PRECONDITION may answer the
+// operand: a buffer id issued by another replica instance (BufferStore::CheckIssuedHere;
+// the fuzzer writes such ids too), or a shared-memory slice (Scope grants no registry,
+// as a server started without --allow_shared_memory).
 bool Rewrite(v1::Operand* operand, const Env& env) {
+  if (operand->source_case() == v1::Operand::kSharedMemory) return true;
   if (operand->source_case() != v1::Operand::kBufferId) return false;
   const std::string& id = operand->buffer_id();
   if (id.size() == 2 && id[0] == '$' && id[1] >= '0' && id[1] <= '9') {
@@ -131,30 +133,30 @@ bool Rewrite(v1::Operand* operand, const Env& env) {
 // ---------------------------------------------------------------------------
 // One compute request.
 
-// Each returns whether an operand names another replica's buffer.
+// Each returns whether FAILED_PRECONDITION may answer an operand.
 bool Rewrite(v1::DiscountProductRequest& r, const Env& env) {
-  bool foreign = false;
-  if (r.has_factors()) foreign |= Rewrite(r.mutable_factors(), env);
-  if (r.has_values()) foreign |= Rewrite(r.mutable_values(), env);
-  return foreign;
+  bool refusable = false;
+  if (r.has_factors()) refusable |= Rewrite(r.mutable_factors(), env);
+  if (r.has_values()) refusable |= Rewrite(r.mutable_values(), env);
+  return refusable;
 }
 bool Rewrite(v1::HaversineGridRequest& r, const Env& env) {
   if (!r.has_points()) return false;
-  bool foreign = false;
-  if (r.points().has_lat()) foreign |= Rewrite(r.mutable_points()->mutable_lat(), env);
-  if (r.points().has_lon()) foreign |= Rewrite(r.mutable_points()->mutable_lon(), env);
-  return foreign;
+  bool refusable = false;
+  if (r.points().has_lat()) refusable |= Rewrite(r.mutable_points()->mutable_lat(), env);
+  if (r.points().has_lon()) refusable |= Rewrite(r.mutable_points()->mutable_lon(), env);
+  return refusable;
 }
 bool Rewrite(v1::NormalizeRequest& r, const Env& env) {
   return r.has_input() && Rewrite(r.mutable_input(), env);
 }
 bool Rewrite(v1::LombScargleRequest& r, const Env& env) {
-  bool foreign = false;
-  if (r.has_x()) foreign |= Rewrite(r.mutable_x(), env);
-  if (r.has_y()) foreign |= Rewrite(r.mutable_y(), env);
-  if (r.has_freqs()) foreign |= Rewrite(r.mutable_freqs(), env);
-  if (r.has_weights()) foreign |= Rewrite(r.mutable_weights(), env);
-  return foreign;
+  bool refusable = false;
+  if (r.has_x()) refusable |= Rewrite(r.mutable_x(), env);
+  if (r.has_y()) refusable |= Rewrite(r.mutable_y(), env);
+  if (r.has_freqs()) refusable |= Rewrite(r.mutable_freqs(), env);
+  if (r.has_weights()) refusable |= Rewrite(r.mutable_weights(), env);
+  return refusable;
 }
 
 template <typename Request, typename PrepareFn, typename CheckFn>
@@ -163,10 +165,10 @@ void FuzzCompute(const uint8_t* data, size_t size, Operation op, PrepareFn prepa
   Env& env = GetEnv();
   Request request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return;
-  const bool foreign = Rewrite(request, env);
+  const bool refusable = Rewrite(request, env);
   absl::StatusOr<PreparedOperation> prepared = prepare(request, Scope(env));
   if (!prepared.ok()) {
-    CheckPrepareError(prepared.status(), foreign);
+    CheckPrepareError(prepared.status(), refusable);
     return;
   }
   CheckPrepared(*prepared, env.arrays);
@@ -449,10 +451,10 @@ void FuzzStreaming(const uint8_t* data, size_t size) {
   v1::StreamingComputeRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size)) || !request.has_header()) return;
   v1::StreamingComputeHeader& header = *request.mutable_header();
-  const bool foreign = header.has_factors() && Rewrite(header.mutable_factors(), env);
+  const bool refusable = header.has_factors() && Rewrite(header.mutable_factors(), env);
   absl::StatusOr<StreamingPlan> plan = CheckStreamingHeader(header, Scope(env));
   if (!plan.ok()) {
-    CheckPrepareError(plan.status(), foreign);
+    CheckPrepareError(plan.status(), refusable);
     return;
   }
   FUZZ_CHECK(plan->row_elements >= 1 && plan->rows >= 1 &&

@@ -106,9 +106,9 @@ int64_t Product(const Shape& shape) {
 // ---------------------------------------------------------------------------
 // Invariants on Prepare and Execute.
 
-void CheckPrepareError(const absl::Status& s, bool names_foreign_buffer) {
+void CheckPrepareError(const absl::Status& s, bool refusable_operand) {
   const bool allowed = absl::IsInvalidArgument(s) || absl::IsNotFound(s) || absl::IsResourceExhausted(s) ||
-                       (names_foreign_buffer && absl::IsFailedPrecondition(s));
+                       (refusable_operand && absl::IsFailedPrecondition(s));
   FUZZ_CHECK(allowed, StatusText(s));
   FUZZ_CHECK(!s.message().empty(), StatusText(s));
 }

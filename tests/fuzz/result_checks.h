@@ -25,9 +25,9 @@ int64_t Product(const Shape& shape);
 // Invariants on Prepare and Execute.
 
 // A rejected request: INVALID_ARGUMENT, NOT_FOUND or RESOURCE_EXHAUSTED with a
-// message, or FAILED_PRECONDITION where an operand names a buffer id another replica
-// instance issued (`names_foreign_buffer`).
-void CheckPrepareError(const absl::Status& s, bool names_foreign_buffer);
+// message, or FAILED_PRECONDITION where an operand may be refused so (`refusable_operand`:
+// a buffer id another replica instance issued, a shared-memory slice).
+void CheckPrepareError(const absl::Status& s, bool refusable_operand);
 
 // `stored_arrays[k]` is the array behind "$k"; no operand may resolve
 // kForeignBuffer's.
