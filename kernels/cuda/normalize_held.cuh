@@ -40,7 +40,7 @@ namespace {
 // is serial, so more blocks and larger items won. Its own warp (session 21) took
 // 9-12% off (f32 1e6: 0.288-0.295 -> 0.252-0.261 ms): the keeper stores no data, so
 // its release of a partial waits for that one store, where thread 0's fence waited
-// for all of its scaling's stores. 256 threads beside it, not 224: 2-5% faster on
+// for all of its scaling's stores. 256 threads beside it, not 224: 1-5% faster on
 // every shape timed.
 struct HeldPolicy {
   static constexpr int kThreads = 256;                   // reduce and scale the slots
