@@ -12,9 +12,10 @@
 //     cluster whose blocks load their slices with one TMA copy each, the next row's in
 //     flight, read once; rows whose bytes are not a multiple of 16 go on to
 //   clusters (sm_90): a row past a tile over 8 blocks' shared memory, read once;
-//   held items (normalize_held.cuh; sm_90, rows past a cluster up to a third of what
-//     the grid holds, ~8 MB): one persistent launch, each 32 KiB piece held in a
-//     shared-memory ring until its row's norm is out, read once;
+//   held items (normalize_held.cuh; sm_90, rows the TMA clusters would split 16 ways
+//     (float64: 8) and rows past them up to half of what the grid holds, ~13 MB): one
+//     persistent launch, each 32 KiB piece held in a shared-memory ring until its
+//     row's norm is out, read once;
 //   pipeline (normalize_pipeline.cuh; sm_90, longer rows up to a quarter of L2): one
 //     persistent launch that re-reads each chunk from L2 soon after reducing it;
 //   chunks (sm_80/86/89 past a tile, or rows past a cluster): ChunkReduceKernel
@@ -223,11 +224,7 @@ struct RowGroupAgent {
 
   // Butterfly over the group: every lane gets the same norm (the combines commute).
   __device__ static double GroupReduce(typename Op::Acc acc, unsigned mask) {
-#pragma unroll
-    for (int off = kGroup / 2; off > 0; off /= 2) {
-      acc = Op::Combine(acc, ShuffleXor(acc, mask, off, kGroup));
-    }
-    return Op::Finalize(acc);
+    return Op::Finalize(ButterflyCombine<Op, kGroup>(acc, mask));
   }
 };
 

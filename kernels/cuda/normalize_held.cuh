@@ -141,7 +141,7 @@ struct HeldAgent {
           while (!ptx::mbarrier_try_wait_parity(&sh.loaded[slot], static_cast<uint32_t>((reduced / kSlots) & 1))) {
           }
           Acc part = SlotReduce(ring + slot * kItem, ItemVectors(posting, posting / items_per_row));
-          for (int offset = 16; offset > 0; offset /= 2) part = Op::Combine(part, ShuffleXor(part, ~0u, offset, 32));
+          part = ButterflyCombine<Op, 32>(part, ~0u);
           if (threadIdx.x % 32 == 0) sh.warp_part[threadIdx.x / 32] = part;
         }
         ++reduced;
@@ -255,9 +255,7 @@ struct HeldAgent {
   __device__ Acc ItemPartial(const Shared& sh) const {
     static_assert(kWarps <= 8);
     const int lane = static_cast<int>(threadIdx.x % 32);
-    Acc part = lane < kWarps ? sh.warp_part[lane] : Op::Identity();
-    for (int offset = 4; offset > 0; offset /= 2) part = Op::Combine(part, ShuffleXor(part, ~0u, offset, 32));
-    return part;
+    return ButterflyCombine<Op, 32, /*kFirst=*/4>(lane < kWarps ? sh.warp_part[lane] : Op::Identity(), ~0u);
   }
 
   // The keeper warp: row's norm into sh.norm where every partial of it is in, summed

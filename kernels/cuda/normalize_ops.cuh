@@ -134,6 +134,15 @@ __device__ __forceinline__ double ShuffleXor(double v, unsigned mask, int offset
 __device__ __forceinline__ TwoSumAcc ShuffleXor(TwoSumAcc v, unsigned mask, int offset, int width) {
   return {__shfl_xor_sync(mask, v.sum, offset, width), __shfl_xor_sync(mask, v.error, offset, width)};
 }
+// acc combined across groups of kWidth lanes by a butterfly (offsets kFirst, kFirst / 2,
+// ..., 1): a fixed tree, so the result does not depend on timing, and every lane of a
+// group holds it where the combines commute.
+template <typename Op, int kWidth, int kFirst = kWidth / 2>
+__device__ __forceinline__ typename Op::Acc ButterflyCombine(typename Op::Acc acc, unsigned mask) {
+#pragma unroll
+  for (int offset = kFirst; offset > 0; offset /= 2) acc = Op::Combine(acc, ShuffleXor(acc, mask, offset, kWidth));
+  return acc;
+}
 __device__ __forceinline__ double LoadGlobal(const double* p) { return __ldcg(p); }
 __device__ __forceinline__ TwoSumAcc LoadGlobal(const TwoSumAcc* p) {
   return {__ldcg(&p->sum), __ldcg(&p->error)};
@@ -348,7 +357,7 @@ struct RowPartials {
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) acc = Op::Combine(acc, batch[u]);
     }
-    for (int offset = 16; offset > 0; offset /= 2) acc = Op::Combine(acc, ShuffleXor(acc, ~0u, offset, 32));
+    acc = ButterflyCombine<Op, 32>(acc, ~0u);
     const double norm = __shfl_sync(~0u, Op::Finalize(acc), 0);
     if (lane == 0 && !FastNorm<T, kNorm>(norm)) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
     return norm;

@@ -161,9 +161,8 @@ struct TileAgent {
       const unsigned mask =
           kGroup == 32 ? 0xffffffffu : (((1u << kGroup) - 1u) << (threadIdx.x % 32 / kGroup * kGroup));
       for (int r = threadIdx.x / kGroup; r < nrows; r += TilePolicy::kThreads / kGroup) {
-        Acc acc = RowShare(rows_data + static_cast<int64_t>(r) * cols, lane, kGroup);
-#pragma unroll
-        for (int off = kGroup / 2; off > 0; off /= 2) acc = Op::Combine(acc, ShuffleXor(acc, mask, off, kGroup));
+        const Acc share = RowShare(rows_data + static_cast<int64_t>(r) * cols, lane, kGroup);
+        const Acc acc = ButterflyCombine<Op, kGroup>(share, mask);
         if (lane == 0) SetSlot(r, row0, Op::Finalize(acc), norms, invs);
       }
     } else {  // few long rows: the whole block on each
