@@ -116,6 +116,34 @@ TEST(HaversineMath, HalfAngleLeanAtTheEndsAndRangeBoundaries) {
   }
 }
 
+// The lean step a range at a time (ScaledHalfAngleLower / Middle / Upper), each h given to
+// the range InLeanRange puts it in, as the mesh kernels do when a warp's h share one.
+double HalfAngleByRange(double h, double g, double scale) {
+  if (hm::InLeanRange(hm::LeanRange::kLower, h)) return hm::ScaledHalfAngleLower(h, scale);
+  if (hm::InLeanRange(hm::LeanRange::kMiddle, h)) return hm::ScaledHalfAngleMiddle(h, scale);
+  return hm::ScaledHalfAngleUpper(g, scale);
+}
+
+TEST(HaversineMath, HalfAngleByRangeWithinAFewUlps) {
+  EXPECT_LE(WorstHalfAngleUlps(1.0, HalfAngleByRange), 1.5);
+  EXPECT_LE(WorstHalfAngleUlps(2 * 6371.0, HalfAngleByRange), 3.0);
+}
+
+TEST(HaversineMath, HalfAngleByRangeAtTheEndsAndRangeBoundaries) {
+  EXPECT_EQ(hm::HiWord(0.75), hm::kThreeQuartersHi);
+  EXPECT_EQ(hm::ScaledHalfAngleLower(0.0, 1.0), 0.0);  // coincident points: exactly 0
+  EXPECT_EQ(hm::ScaledHalfAngleUpper(0.0, 1.0), static_cast<double>(kPiL / 2));
+  for (double h : {0.0, 0x1p-1074, 0.25, std::nextafter(0.25, 0.0), std::nextafter(0.25, 1.0), 0.5, 0.75,
+                   std::nextafter(0.75, 0.0), std::nextafter(0.75, 1.0), 1.0}) {
+    int ranges = 0;  // each h in exactly one range
+    for (auto r : {hm::LeanRange::kLower, hm::LeanRange::kMiddle, hm::LeanRange::kUpper}) ranges += hm::InLeanRange(r, h);
+    EXPECT_EQ(ranges, 1) << "h " << h;
+    if (h > 0x1p-1022) {
+      EXPECT_LE(Ulps<double>(HalfAngleByRange(h, 1 - h, 1.0), AsinSqrtReference(h, 1 - h)), 2.0) << "h " << h;
+    }
+  }
+}
+
 // SqrtLean against long double over [0, 1], down to 2^-1074 (the estimate's argument is
 // clamped to the smallest normal: below it only finiteness and size are promised).
 TEST(HaversineMath, SqrtLeanWithinAnUlp) {
@@ -164,7 +192,8 @@ TEST(HaversineMath, HalfAngleReducedForcedFormsSelectTheSameRanges) {
 // Distances from (30, 101) degrees to points around its antipode (-30, -79), 1e-7 to
 // 3 degrees off (19700 km to 20015 km, h in [0.99, 1)), composed as the mesh kernels
 // do (row terms, column terms, h = A + B C, g = HaversineG), against long double.
-template <typename T, bool kLean = false>
+enum class Step { kReduced, kLean, kByRange };
+template <typename T, Step kStep = Step::kReduced>
 double WorstNearAntipodalUlps() {
   constexpr double kLat0 = 30, kLon0 = 101, kTwoR = 2 * 6371.0088;
   const double cos_lat0 = std::cos(kLat0 * static_cast<double>(kPiL / 180));
@@ -186,8 +215,10 @@ double WorstNearAntipodalUlps() {
     const long double want_g = std::cos(dlat) * std::cos(dlat) * std::cos(dlon) * std::cos(dlon) +
                                std::sin(sum) * std::sin(sum) * std::sin(dlon) * std::sin(dlon);
     T got;
-    if constexpr (kLean) {
+    if constexpr (kStep == Step::kLean) {
       got = hm::ScaledHalfAngleLean(h, g, static_cast<T>(kTwoR));
+    } else if constexpr (kStep == Step::kByRange) {
+      got = HalfAngleByRange(h, g, kTwoR);
     } else {
       got = hm::ScaledHalfAngleReduced(h, g, static_cast<T>(kTwoR));
     }
@@ -202,7 +233,8 @@ TEST(HaversineMath, NearAntipodalDistancesWithinAFewUlps) {
   // 6e7 (float64) ulp 3e-7 degrees off.
   EXPECT_LE(WorstNearAntipodalUlps<double>(), 2.0);
   EXPECT_LE(WorstNearAntipodalUlps<float>(), 2.0);
-  EXPECT_LE((WorstNearAntipodalUlps<double, true>()), 2.0);
+  EXPECT_LE((WorstNearAntipodalUlps<double, Step::kLean>()), 2.0);
+  EXPECT_LE((WorstNearAntipodalUlps<double, Step::kByRange>()), 2.0);
 }
 
 // sin and cos of x / 2 degrees, up to a sign common to both as the haversine's

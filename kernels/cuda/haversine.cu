@@ -77,7 +77,11 @@ constexpr int64_t kPointsGroupsPerThread = sizeof(T) == 4 ? 2 : 4;
 // lean's 0.341 / 0.339 before, bench/results/h200_haversine_lean_run1.txt; on the H100 the
 // Newton step was at 0.68-0.69, bench/results/h100_haversine_f64_run1.txt). It forms g =
 // 1 - h from its own terms: a few ulp of long double to the antipode, where the library's
-// asin(sqrt(h)) loses ~1 / sqrt(1 - h) ulp (gpu_kernel_variants_test).
+// asin(sqrt(h)) loses ~1 / sqrt(1 - h) ulp (gpu_kernel_variants_test). The fused
+// kernels take the lean step a warp's range at a time (haversine_mesh.cuh:
+// StoreRowByRange): 0.264-0.268 -> 0.222-0.223 ms on the 2-degree mesh, 0.267-0.268 ->
+// 0.224-0.226 on the globe (0.80 of the write bound; bench/results/h200_mesh_by_range_run1.txt;
+// two vectors a thread 0.216-0.219 and 0.223-0.228: not taken).
 template <typename T>
 constexpr HaversineAngle kDefaultMeshAngle =
     sizeof(T) == 4 ? HaversineAngle::kAsinPolynomial : HaversineAngle::kAsinReducedLean;

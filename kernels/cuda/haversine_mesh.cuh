@@ -130,6 +130,45 @@ __device__ __forceinline__ void StoreRow(T* dst, const RowTerms<T, kWithG<kAngle
   StoreVec(dst, d);
 }
 
+// StoreRow for float64 kAsinReducedLean in the fused kernels: where every point a warp
+// stores in this row lies in one of the lean step's ranges, that range's step alone
+// (haversine_math.h: ScaledHalfAngleLower / Middle / Upper: 20 / 18 / 22 double
+// operations a point against the general step's 25, and none of its selects). A warp's
+// columns are neighbours, so their h are too: only warps across a range's edge take the
+// general step. lanes: the lanes of the warp that store this row (the votes' mask).
+template <int kV>
+__device__ __forceinline__ void StoreRowByRange(double* dst, const RowTerms<double, true>& row,
+                                                const ColumnTerms<double, true> (&c)[kV], double two_r,
+                                                unsigned lanes) {
+  namespace hm = haversine_math;
+  double h[kV], d[kV];
+  bool lower = true, middle = true, upper = true;
+#pragma unroll
+  for (int v = 0; v < kV; ++v) {
+    h[v] = fma(row.b, c[v].sin2, row.a);
+    lower &= hm::InLeanRange(hm::LeanRange::kLower, h[v]);  // & not &&: no branch a point
+    middle &= hm::InLeanRange(hm::LeanRange::kMiddle, h[v]);
+    upper &= hm::InLeanRange(hm::LeanRange::kUpper, h[v]);
+  }
+  if (__all_sync(lanes, lower)) {
+#pragma unroll
+    for (int v = 0; v < kV; ++v) d[v] = hm::ScaledHalfAngleLower(h[v], two_r);
+  } else if (__all_sync(lanes, middle)) {
+#pragma unroll
+    for (int v = 0; v < kV; ++v) d[v] = hm::ScaledHalfAngleMiddle(h[v], two_r);
+  } else if (__all_sync(lanes, upper)) {
+#pragma unroll
+    for (int v = 0; v < kV; ++v) {
+      d[v] = hm::ScaledHalfAngleUpper(hm::HaversineG(row.cos2_half_dlat, row.sin2_half_lat_sum, c[v].sin2, c[v].cos2),
+                                      two_r);
+    }
+  } else {
+#pragma unroll
+    for (int v = 0; v < kV; ++v) d[v] = Distance<double, HaversineAngle::kAsinReducedLean>(row, c[v], two_r);
+  }
+  StoreVec(dst, d);
+}
+
 // ---- per-reference row and column terms (float64, stored as T) ---------------------
 template <typename T, bool kG>
 __global__ void __launch_bounds__(TermsPolicy::kThreads, TermsPolicy::kMinBlocksPerSm)
@@ -237,6 +276,7 @@ template <typename T, bool kVec, HaversineAngle kAngle, int kVecs, bool kStaged>
 struct MeshFusedAgent {
   static constexpr int kV = kVec ? Vec16<T>::kCount : 1;
   static constexpr bool kG = kWithG<kAngle>;
+  static constexpr bool kByRange = kAngle == HaversineAngle::kAsinReducedLean && sizeof(T) == 8;
   using P = RowTerms<T, kG>;
   using C = ColumnTerms<T, kG>;
   MeshAxis lat, lon;
@@ -254,6 +294,9 @@ struct MeshFusedAgent {
       unit[q] = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x + q * unit_step;
       active[q] = unit[q] < lon.count / kV;
     }
+    unsigned lanes[kVecs];  // the lanes that store vector q (StoreRowByRange's votes)
+#pragma unroll
+    for (int q = 0; q < kVecs; ++q) lanes[q] = __ballot_sync(0xffffffffu, active[q]);
     if (!kStaged && __all_sync(0xffffffffu, !active[0])) return;
     const int64_t row_step = static_cast<int64_t>(gridDim.y) * blockDim.y;
     const int64_t dst_step = row_step * lon.count;
@@ -280,7 +323,7 @@ struct MeshFusedAgent {
           if (i0 >= lat.count || !active[0]) continue;
           const int rows = static_cast<int>(min(int64_t{per_thread_row}, (lat.count - 1 - i0) / row_step + 1));
           T* dst = ref_out + i0 * lon.count;  // advanced by a pointer
-          for (int k = 0; k < rows; ++k, dst += dst_step) Store(dst, my_rows[k], c, active, unit_step);
+          for (int k = 0; k < rows; ++k, dst += dst_step) Store(dst, my_rows[k], c, active, lanes, unit_step);
         }
       } else {
         const int lane = threadIdx.x % 32;
@@ -291,7 +334,7 @@ struct MeshFusedAgent {
           T* dst = ref_out + i0 * lon.count;  // advanced by a pointer
           for (int k = 0; k < rows; ++k, dst += dst_step) {
             const P row = ShuffleRow(mine, k);
-            if (active[0]) Store(dst, row, c, active, unit_step);
+            if (active[0]) Store(dst, row, c, active, lanes, unit_step);
           }
         }
       }
@@ -300,11 +343,15 @@ struct MeshFusedAgent {
 
   // One row's distances for this thread's kVecs vectors of columns.
   __device__ __forceinline__ void Store(T* dst, const P& row, const C (&c)[kVecs][kV], const bool (&active)[kVecs],
-                                        int64_t unit_step) const {
+                                        const unsigned (&lanes)[kVecs], int64_t unit_step) const {
 #pragma unroll
     for (int q = 0; q < kVecs; ++q) {
       if (q > 0 && !active[q]) break;
-      StoreRow<T, kAngle>(dst + q * unit_step * kV, row, c[q], two_r);
+      if constexpr (kByRange) {
+        StoreRowByRange(dst + q * unit_step * kV, row, c[q], two_r, lanes[q]);
+      } else {
+        StoreRow<T, kAngle>(dst + q * unit_step * kV, row, c[q], two_r);
+      }
     }
   }
 };

@@ -28,7 +28,9 @@ enum class HaversineAngle {
   kAsinReducedLean = 7,  // the same formula for h, g >= 0 in fewer instructions
                          // (ScaledHalfAngleLean): 32-bit range tests, no select of w,
                          // a 5-operation square root (SqrtLean), k and base from
-                         // words; float32 as kAsinReduced
+                         // words; the float64 fused mesh kernels take one range for
+                         // a whole warp where its points share it (StoreRowByRange);
+                         // float32 as kAsinReduced
 };
 
 // The formulations that take g = 1 - h from its own terms (ScaledHalfAngleReduced*).
