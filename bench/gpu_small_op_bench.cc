@@ -2,6 +2,7 @@
 // normalize from host memory to host memory, timed per call on the host clock.
 //
 //   gpu_small_op_bench [--sync=spin|yield|block] [--calls=N] [--threads=1,4,16] [--gap_us=N]
+//                      [--mmap_threshold_bytes=N]
 //
 // Rows, each the p50 / p99 of N calls in microseconds:
 // - copies: 4 KiB pinned in and out on one stream, one wait (no kernel);
@@ -10,11 +11,13 @@
 //   then captured anew each call and the graph updated to it before the launch;
 // - backend: Backend::RunFromHost as the server calls it (allocations, events, result
 //   check, copies, one wait), single thread, then from several threads at once
-//   (calls per second over all of them).
+//   (calls per second over all of them); then single thread with 64 Ki elements
+//   (256 KiB in and out).
 // --sync sets how the host thread waits for the GPU, as the server's --cuda_sync.
 // --gap_us sleeps that long between timed calls, as a server at 1 request in flight
 // is idle between requests (the GPU's clocks and the host thread may settle meanwhile).
 #include <cuda_runtime_api.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <atomic>
@@ -237,6 +240,11 @@ int Main(int argc, char** argv) {
       int gap = 0;
       if (!absl::SimpleAtoi(arg.substr(9), &gap) || gap < 0) CHECK_OK(absl::InvalidArgumentError(arg));
       g_gap = std::chrono::microseconds(gap);
+    } else if (arg.rfind("--mmap_threshold_bytes=", 0) == 0) {
+      // As the server fixes it (server/main.cc): larger blocks come fresh from mmap.
+      int bytes = 0;
+      if (!absl::SimpleAtoi(arg.substr(23), &bytes) || bytes <= 0) CHECK_OK(absl::InvalidArgumentError(arg));
+      mallopt(M_MMAP_THRESHOLD, bytes);
     } else if (arg.rfind("--calls=", 0) == 0) CHECK_OK(absl::SimpleAtoi(arg.substr(8), &calls) ? absl::OkStatus() : absl::InvalidArgumentError(arg));
     else if (arg.rfind("--threads=", 0) == 0) {
       thread_counts.clear();
@@ -315,10 +323,11 @@ int Main(int argc, char** argv) {
     }
   }
 
-  const Shape shape = {1, kCols};
-  const HostPiece piece{raw.host_in, kBytes};
-  const HostInput input{DType::kFloat32, shape, std::span<const HostPiece>(&piece, 1)};
-  const auto backend_call = [&] {
+  // Backend::RunFromHost of a 1 x `cols` normalize from `host_in`.
+  const auto backend_call = [&](const float* host_in, int64_t cols) {
+    const Shape shape = {1, cols};
+    const HostPiece piece{host_in, static_cast<size_t>(cols) * sizeof(float)};
+    const HostInput input{DType::kFloat32, shape, std::span<const HostPiece>(&piece, 1)};
     OpContext ctx;
     absl::StatusOr<std::shared_ptr<Array>> out = backend.RunFromHost(
         std::span<const HostInput>(&input, 1), DType::kFloat32, shape, device, ctx,
@@ -327,13 +336,19 @@ int Main(int argc, char** argv) {
         });
     CHECK_OK(out.status());
   };
-  Print("backend RunFromHost", TimeCalls(calls, backend_call));
+  const auto small_call = [&] { backend_call(raw.host_in, kCols); };
+  Print("backend RunFromHost", TimeCalls(calls, small_call));
   for (int threads : thread_counts) {
     PrintCallsPerSecond(threads, CallsPerSecond(threads, [&](int) {
                           backend.PrepareThread();
-                          return backend_call;
+                          return small_call;
                         }));
   }
+  // A result at the server's 256 KiB mmap threshold, about the largest whose input and
+  // result fit one submission: its host block is reused (or faults when fresh).
+  constexpr int64_t kLargeCols = 1 << 16;
+  const std::vector<float> large_in(kLargeCols, 1.5f);
+  Print("backend RunFromHost, 256 KiB", TimeCalls(calls, [&] { backend_call(large_in.data(), kLargeCols); }));
   return 0;
 }
 

@@ -82,7 +82,8 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
   if (config.charge_process_memory && host_budget != nullptr) {
     // The resident set the budget does not count yet (it counts pinned staging),
     // what gRPC may take, the recycled result-chunk memory kept for reuse and what the
-    // backend keeps for reuse (the CPU backend's freed arrays).
+    // backend keeps for reuse (the CPU backend's freed arrays, the CUDA backend's
+    // RunFromHost result blocks).
     const uint64_t resident = ResidentSetBytes();
     server->process_memory_ = host_budget->ChargeFixed(
         resident - std::min(resident, host_budget->used_bytes()) + server->config_.resource_quota_bytes +

@@ -29,6 +29,7 @@
 #include "kernels/cuda/lombscargle_op.h"
 #include "kernels/cuda/op_runner.h"
 #include "kernels/cuda/shared_memory.h"
+#include "kernels/host_block_pool.h"
 #include "kernels/norm.h"
 #include "kernels/preconditions.h"
 #include "kernels/shape_rules.h"
@@ -121,6 +122,7 @@ class CudaBackend final : public Backend {
   bool Healthy() const override { return devices_.AnyHealthy(); }
   int PickDevice() override { return devices_.Pick(); }
   void PrepareThread() override { devices_.PrepareThread(); }
+  uint64_t max_kept_host_bytes() const override { return cuda::kCachedResultBytes; }
 
   BackendStats Stats() const override {
     BackendStats stats;
@@ -148,7 +150,7 @@ class CudaBackend final : public Backend {
     if (dev == nullptr || !cuda::FitsOneSubmission(inputs, out_dtype, out_shape)) {
       return Backend::RunFromHost(inputs, out_dtype, out_shape, device, ctx, run);
     }
-    return cuda::RunFromHostOnStream(dev, inputs, out_dtype, out_shape, ctx, run);
+    return cuda::RunFromHostOnStream(dev, inputs, out_dtype, out_shape, ctx, run, *result_blocks_);
   }
 
   absl::Status CopyToArray(const void* host_src, size_t offset, size_t bytes, Array& dst) override {
@@ -375,6 +377,9 @@ class CudaBackend final : public Backend {
 
   cuda::DeviceSet devices_;
   std::unique_ptr<cuda::HostCopies> copies_;
+  // RunFromHost's results' host memory, kept for the next ones; shared with the
+  // results, which may outlive the backend.
+  std::shared_ptr<HostBlockPool> result_blocks_ = std::make_shared<HostBlockPool>(cuda::kCachedResultBytes);
   cuda::CufftPlans fft_plans_;
   const int kernels_loaded_;
   const absl::Duration warmup_time_;

@@ -67,13 +67,12 @@ class SubmissionArray final : public Array {
 // A result copied off the device into host memory (RunFromHostOnStream).
 class HostResultArray final : public Array {
  public:
-  HostResultArray(DType dtype, Shape shape, int64_t count)
-      : Array(dtype, std::move(shape), count, kHostDevice),
-        data_(std::make_unique_for_overwrite<std::byte[]>(std::max<size_t>(bytes(), 1))) {}
-  void* data() override { return data_.get(); }
+  HostResultArray(DType dtype, Shape shape, int64_t count, HostBlockPool::Block data)
+      : Array(dtype, std::move(shape), count, kHostDevice), data_(std::move(data)) {}
+  void* data() override { return data_.data(); }
 
  private:
-  std::unique_ptr<std::byte[]> data_;
+  HostBlockPool::Block data_;
 };
 
 // Lays the submission's arrays out in the stream's device bytes at the offsets
@@ -151,7 +150,8 @@ bool FitsOneSubmission(std::span<const HostInput> inputs, DType out_dtype, const
 absl::StatusOr<std::shared_ptr<Array>> RunFromHostOnStream(const std::shared_ptr<DeviceState>& d,
                                                            std::span<const HostInput> inputs,
                                                            DType out_dtype, const Shape& out_shape,
-                                                           OpContext& ctx, ArraysRun run) {
+                                                           OpContext& ctx, ArraysRun run,
+                                                           HostBlockPool& results) {
   if (ctx.IsCancelled()) return absl::CancelledError("operation cancelled before it was launched");
   if (!d->healthy.load()) return d->Unavailable();
   InFlight in_flight(*d);
@@ -177,9 +177,15 @@ absl::StatusOr<std::shared_ptr<Array>> RunFromHostOnStream(const std::shared_ptr
     }
     return status;
   }
-  auto host = std::make_shared<HostResultArray>(out_dtype, out_shape, out->size());
-  if (out->bytes() > 0) std::memcpy(host->data(), submission.out_host, out->bytes());
-  return host;
+  // Never a null pointer, even for an empty result; a quarter spare at most.
+  const size_t request = std::max<size_t>(out->bytes(), HostBlockPool::kAlignment);
+  HostBlockPool::Block block = results.Take(request, request + request / 4);
+  if (block.data() == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("could not allocate ", out->bytes(), " bytes of host memory for the result"));
+  }
+  if (out->bytes() > 0) std::memcpy(block.data(), submission.out_host, out->bytes());
+  return std::make_shared<HostResultArray>(out_dtype, out_shape, out->size(), std::move(block));
 }
 
 OpScratch::~OpScratch() {

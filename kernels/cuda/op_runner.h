@@ -21,6 +21,7 @@
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/host_copy.h"
 #include "kernels/cuda/launchers.h"
+#include "kernels/host_block_pool.h"
 
 namespace gpucompute {
 
@@ -90,11 +91,13 @@ absl::Status RunOp(DeviceState& d, HostCopies& copies, absl::string_view op, OpC
 bool FitsOneSubmission(std::span<const HostInput> inputs, DType out_dtype, const Shape& out_shape);
 
 // Backend::RunFromHost as one submission on one compute stream of `d` (the inputs
-// and result fit, FitsOneSubmission): the result comes back as a host array.
+// and result fit, FitsOneSubmission): the result comes back as a host array in a
+// block of `results`.
 absl::StatusOr<std::shared_ptr<Array>> RunFromHostOnStream(const std::shared_ptr<DeviceState>& d,
                                                            std::span<const HostInput> inputs,
                                                            DType out_dtype, const Shape& out_shape,
-                                                           OpContext& ctx, ArraysRun run);
+                                                           OpContext& ctx, ArraysRun run,
+                                                           HostBlockPool& results);
 
 // An operation with nothing to compute (an empty output): CANCELLED when ctx is
 // cancelled, else zero compute time.
