@@ -132,7 +132,7 @@ __device__ __forceinline__ void StoreRow(T* dst, const RowTerms<T, kWithG<kAngle
 
 // StoreRow for float64 kAsinReducedLean in the fused kernels: where every point a warp
 // stores in this row lies in one of the lean step's ranges, that range's step alone
-// (haversine_math.h: ScaledHalfAngleLower / Middle / Upper: 20 / 18 / 22 double
+// (haversine_math.h: ScaledHalfAngleLower / Middle / Upper: 20 / 18 / 23 double
 // operations a point against the general step's 25, and none of its selects). A warp's
 // columns are neighbours, so their h are too: only warps across a range's edge take the
 // general step. lanes: the lanes of the warp that store this row (the votes' mask).
@@ -294,9 +294,11 @@ struct MeshFusedAgent {
       unit[q] = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x + q * unit_step;
       active[q] = unit[q] < lon.count / kV;
     }
-    unsigned lanes[kVecs];  // the lanes that store vector q (StoreRowByRange's votes)
+    unsigned lanes[kVecs] = {};  // the lanes that store vector q (StoreRowByRange's votes)
+    if constexpr (kByRange) {
 #pragma unroll
-    for (int q = 0; q < kVecs; ++q) lanes[q] = __ballot_sync(0xffffffffu, active[q]);
+      for (int q = 0; q < kVecs; ++q) lanes[q] = __ballot_sync(0xffffffffu, active[q]);
+    }
     if (!kStaged && __all_sync(0xffffffffu, !active[0])) return;
     const int64_t row_step = static_cast<int64_t>(gridDim.y) * blockDim.y;
     const int64_t dst_step = row_step * lon.count;
