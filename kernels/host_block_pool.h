@@ -61,6 +61,12 @@ class HostBlockPool : public std::enable_shared_from_this<HostBlockPool> {
   // A kept block of `bytes` to `largest` bytes where there is one (the smallest), else
   // a new block of `bytes`; an empty block when the allocation fails.
   Block Take(size_t bytes, size_t largest);
+  // A block for an array of `bytes`, never a null pointer (at least kAlignment bytes):
+  // a kept one at most a quarter larger, else a new one.
+  Block TakeForArray(size_t bytes) {
+    const size_t request = bytes > kAlignment ? bytes : kAlignment;
+    return Take(request, request + request / 4);
+  }
   // A new block of `bytes`, never a kept one (a prefill); empty when the allocation fails.
   Block Fresh(size_t bytes);
   // Bytes held for reuse, in no block in use.

@@ -20,8 +20,6 @@
 namespace gpucompute {
 namespace {
 
-constexpr size_t kAlignment = HostBlockPool::kAlignment;
-
 // Large arrays ask for transparent huge pages: an upload or a result written into
 // fresh memory otherwise takes one page fault per 4 KiB (half the server's CPU in
 // a 512 MiB upload over loopback, bench/BULK_TRANSFER.md), 512x fewer with 2 MiB pages.
@@ -152,14 +150,12 @@ class CpuBackend final : public Backend {
     }
     GC_ASSIGN_OR_RETURN(const uint64_t bytes,
                         AllocationBytes(dtype, shape, physical_memory_bytes_));
-    // Never a null pointer, even for an empty array.
-    const size_t request = std::max<size_t>(bytes, kAlignment);
-    HostBlockPool::Block data = blocks_->Take(request, request + request / 4);  // a quarter spare at most
+    HostBlockPool::Block data = blocks_->TakeForArray(bytes);
     if (data.data() == nullptr) {
       return absl::ResourceExhaustedError(
           absl::StrCat("could not allocate ", bytes, " bytes of host memory"));
     }
-    AdviseHugePages(data.data(), request);
+    AdviseHugePages(data.data(), bytes);
     const int64_t count = static_cast<int64_t>(bytes / ElementSize(dtype));
     return std::make_shared<HostArray>(dtype, std::move(shape), count, std::move(data),
                                        live_bytes_);

@@ -133,6 +133,13 @@ GC_HOST_DEVICE float AsinSqrtTail(float w) {
   return Horner(kC, w);
 }
 
+// asin(x) = x R(w) = x + x w (R(w) - 1) / w, for |x| <= 1/2 and w = x^2 (or what x^2
+// rounds to: m where x = sqrt(m)).
+template <typename T>
+GC_HOST_DEVICE T AsinByTail(T x, T w) {
+  return Fma(x, w * AsinSqrtTail(w), x);
+}
+
 // a > b ? x : y, a and b compared as signed integers (Bits; a float's fit in 32
 // bits), as one select the compiler cannot see through: NVVM turns the reduced step's
 // selects into branches around the square root, and each branch ends a block, so the
@@ -263,7 +270,7 @@ GC_HOST_DEVICE double ScaledHalfAngleLeanOfMin(int m_hi, unsigned m_lo, double z
   const int k_hi = middle ? W::kHalf : (upper ? W::kMinusOne : W::kOne);
   const int base_hi = middle ? W::kQuarterPi : (upper ? W::kHalfPi : 0);
   const unsigned base_lo = middle || upper ? W::kPiLow : 0u;
-  return scale * Fma(FromWords(k_hi, 0), Fma(x, w * AsinSqrtTail(w), x), FromWords(base_hi, base_lo));
+  return scale * Fma(FromWords(k_hi, 0), AsinByTail(x, w), FromWords(base_hi, base_lo));
 }
 GC_HOST_DEVICE double ScaledHalfAngleLean(double h, double g, double scale) {
   const int h_hi = HiWord(h), g_hi = HiWord(g);
@@ -292,17 +299,14 @@ GC_HOST_DEVICE bool InLeanRange(LeanRange range, double h) {
   }
 }
 GC_HOST_DEVICE double ScaledHalfAngleLower(double h, double scale) {
-  const double root = SqrtLean(h);
-  return scale * Fma(root, h * AsinSqrtTail(h), root);
+  return scale * AsinByTail(SqrtLean(h), h);
 }
 GC_HOST_DEVICE double ScaledHalfAngleMiddle(double h, double scale) {
   const double z = Fma(2.0, h, -1.0);
-  const double w = z * z;
-  return scale * Fma(0.5, Fma(z, w * AsinSqrtTail(w), z), kPi / 4);
+  return scale * Fma(0.5, AsinByTail(z, z * z), kPi / 4);
 }
 GC_HOST_DEVICE double ScaledHalfAngleUpper(double g, double scale) {
-  const double root = SqrtLean(g);
-  return scale * (kPi / 2 - Fma(root, g * AsinSqrtTail(g), root));
+  return scale * (kPi / 2 - AsinByTail(SqrtLean(g), g));
 }
 
 // How the reduced step takes sqrt(m) and makes its choices (HaversineAngle::
@@ -354,7 +358,7 @@ GC_HOST_DEVICE T ScaledHalfAngleReduced(T h, T g, T scale) {
   const bool middle = Bits(m) > Bits(T(0.25));
   const T k = middle ? T(0.5) : (upper ? T(-1) : T(1));
   const T base = middle ? static_cast<T>(kPi / 4) : (upper ? static_cast<T>(kPi / 2) : T(0));
-  return scale * Fma(k, Fma(x, w * AsinSqrtTail(w), x), base);
+  return scale * Fma(k, AsinByTail(x, w), base);
 }
 
 // h = sin^2(dlat/2) + cos lat1 cos lat2 sin^2(dlon/2) has the complement

@@ -177,9 +177,7 @@ absl::StatusOr<std::shared_ptr<Array>> RunFromHostOnStream(const std::shared_ptr
     }
     return status;
   }
-  // Never a null pointer, even for an empty result; a quarter spare at most.
-  const size_t request = std::max<size_t>(out->bytes(), HostBlockPool::kAlignment);
-  HostBlockPool::Block block = results.Take(request, request + request / 4);
+  HostBlockPool::Block block = results.TakeForArray(out->bytes());
   if (block.data() == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("could not allocate ", out->bytes(), " bytes of host memory for the result"));
