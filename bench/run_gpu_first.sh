@@ -3,8 +3,9 @@
 # server <= 1.2x its steady state), in one device call, ~4 minutes: a freshly started
 # CUDA server per client, examples/seed002_first_call.py through the Python client,
 # then through the C++ CLI (one process per request), each printing per operation and
-# dtype the first request's server time, the later median, the ratio and where a first
-# request's extra time went by phase, and whether each first result is right; then the
+# dtype the first request's server time, the median of later ones sent after the same
+# 0.2 s pause (and of as many back to back), the ratio and where a first request's extra
+# time went by phase, and whether each first result is right; then the
 # end-to-end suite on the CUDA backend (result chunks copied off the GPU into the
 # prefilled, size-classed ChunkMemory blocks), when its binary is in the bundle. A third
 # fresh server runs with LD_BIND_NOW=1 (symbols bound at start, not at first call).
