@@ -14,7 +14,9 @@
 #   PROFILES='tile_sum|TileKernel<float, [^,]*0, [^,]*32>|--only=normalize --normalize_cases=f32:sum:100000x1000' \
 #     BUNDLE=... bash bench/run_gpu_ncu.sh                  # profiles of your own, one a line
 # Demangled names read like TileKernel<float, (gpucompute::NormKind)0, (int)32>: match
-# template arguments with [^,]*. The clocks are left alone (--clock-control none).
+# template arguments with [^,]*; a regex holds no '|', which separates the fields (bool
+# arguments: [1u]e? for 1 or true, [0s]e? for 0 or false). The clocks are left alone
+# (--clock-control none).
 set -u
 BUNDLE=${BUNDLE:-.device/kern}
 OUT=${OUT:-gpu-out}
@@ -27,8 +29,8 @@ PROFILES=${PROFILES:-'tile_sum|TileKernel<float, [^,]*0, [^,]*32>|--only=normali
 tile_l2|TileKernel<float, [^,]*2, [^,]*32>|--only=normalize --normalize_cases=f32:l2:100000x1000
 tile4_l1|TileKernel<float, [^,]*1, [^,]*4>|--only=normalize --normalize_cases=f32:l1:10000000x10
 groups16_sum|RowGroupKernel<float, [^,]*0, [^,]*16>|--only=normalize --normalize_cases=f32:sum:1000000x100
-bulk_tma_l2|ClusterBulkKernel<double, [^,]*2, [^,]*(1|true)>|--only=normalize --normalize_cases=f64:l2:500x100000
-bulk_v4_l2|ClusterBulkKernel<double, [^,]*2, [^,]*(0|false)>|--only=normalize --normalize_cases=f64:l2:500x100000'}
+bulk_tma_l2|ClusterBulkKernel<double, [^,]*2, [^,]*[1u]e?>|--only=normalize --normalize_cases=f64:l2:500x100000
+bulk_v4_l2|ClusterBulkKernel<double, [^,]*2, [^,]*[0s]e?>|--only=normalize --normalize_cases=f64:l2:500x100000'}
 
 STALLS=""
 for r in long_scoreboard short_scoreboard barrier membar wait math_pipe_throttle mio_throttle lg_throttle \
