@@ -1,5 +1,8 @@
 #include "kernels/host_block_pool.h"
 
+#include <sys/mman.h>
+
+#include <cstdint>
 #include <iterator>
 #include <new>
 #include <utility>
@@ -8,6 +11,35 @@ namespace gpucompute {
 namespace {
 
 constexpr std::align_val_t kAlign{HostBlockPool::kAlignment};
+constexpr uintptr_t kPageBytes = 4096;
+constexpr uintptr_t kHugePageBytes = uintptr_t{2} << 20;
+#ifndef MADV_POPULATE_WRITE
+constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14; older headers lack it
+#endif
+
+// The whole pages of [data, data + bytes) aligned to `align`, advised `advice`. Advice
+// only: where the kernel declines, the memory works as before.
+void AdviseAligned(std::byte* data, size_t bytes, uintptr_t align, int advice) {
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + align - 1) & ~(align - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) & ~(align - 1);
+  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, advice);
+}
+
+// Fresh memory otherwise takes a page fault every 4 KiB as it is first written. Its
+// 2 MiB-aligned part asks for transparent huge pages (512x fewer faults: they were
+// half the server's CPU in a 512 MiB upload over loopback, bench/BULK_TRANSFER.md). A
+// block too small to hold one (up to kPopulateMaxBytes) is mapped at once by one
+// MADV_POPULATE_WRITE, which costs well under the faults it replaces (2-core dev VM at
+// the server's 256 KiB mmap threshold, mapping and writing 800 KiB: 265 -> 110 us;
+// bench/NOTES.md, session 23). Larger blocks fault as they are written: populated at
+// once up to 16 MiB, the first 8 MB float64 normalize's input took 3-37 ms there
+// against 2-13 ms faulting.
+void Prepare(std::byte* data, size_t bytes) {
+  AdviseAligned(data, bytes, kHugePageBytes, MADV_HUGEPAGE);
+  if (bytes >= HostBlockPool::kMinBytes && bytes <= HostBlockPool::kPopulateMaxBytes) {
+    AdviseAligned(data, bytes, kPageBytes, MADV_POPULATE_WRITE);
+  }
+}
 
 void Release(std::byte* data, std::shared_ptr<void>& pin) {
   pin.reset();  // unregistered while its memory is still there
@@ -53,6 +85,7 @@ HostBlockPool::Block HostBlockPool::Take(size_t bytes, size_t largest) {
 HostBlockPool::Block HostBlockPool::Fresh(size_t bytes) {
   auto* data = static_cast<std::byte*>(::operator new[](bytes, kAlign, std::nothrow));
   if (data == nullptr) return Block();
+  Prepare(data, bytes);
   return Block(shared_from_this(), data, bytes, nullptr);
 }
 

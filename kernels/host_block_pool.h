@@ -27,6 +27,9 @@ class HostBlockPool : public std::enable_shared_from_this<HostBlockPool> {
   // from its arenas (arrays of 240 KB still faulted about half the time before this
   // pool; bench/results/cpu_array_reuse_run1.txt).
   static constexpr size_t kMinBytes = size_t{128} << 10;
+  // Fresh blocks up to this size are mapped at once, not a page fault at a time
+  // (host_block_pool.cc: Prepare); larger ones take transparent huge pages as written.
+  static constexpr size_t kPopulateMaxBytes = size_t{2} << 20;
 
   // A block of capacity() bytes, 64-byte aligned; back to its pool when it goes.
   class Block {
@@ -67,7 +70,8 @@ class HostBlockPool : public std::enable_shared_from_this<HostBlockPool> {
     const size_t request = bytes > kAlignment ? bytes : kAlignment;
     return Take(request, request + request / 4);
   }
-  // A new block of `bytes`, never a kept one (a prefill); empty when the allocation fails.
+  // A new block of `bytes`, never a kept one (a prefill), its pages made ready to be
+  // written; empty when the allocation fails.
   Block Fresh(size_t bytes);
   // Bytes held for reuse, in no block in use.
   size_t cached_bytes() const;

@@ -1,7 +1,10 @@
 // HostBlockPool: blocks let go are kept for the next block of about their size, within
 // the pool's capacity and from kMinBytes up; a kept block keeps its pin until the pool
-// frees it.
+// frees it; a fresh block of up to kPopulateMaxBytes comes mapped.
 #include "kernels/host_block_pool.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
@@ -58,6 +61,33 @@ TEST(HostBlockPoolTest, AFreshBlockIsNeverAKeptOne) {
   EXPECT_EQ(pool->cached_blocks(kMiB), 1u);
   fresh = HostBlockPool::Block();
   EXPECT_EQ(pool->cached_blocks(kMiB), 2u) << "a fresh block is kept when let go";
+}
+
+// Whether this kernel maps pages on MADV_POPULATE_WRITE (Linux 5.14).
+bool KernelPopulates() {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* p = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return false;
+  const bool ok = madvise(p, page, 23 /* MADV_POPULATE_WRITE */) == 0;
+  munmap(p, page);
+  return ok;
+}
+
+TEST(HostBlockPoolTest, AFreshBlockOfUpToTwoMiBIsMappedBeforeItIsWritten) {
+  if (!KernelPopulates()) GTEST_SKIP() << "this kernel has no MADV_POPULATE_WRITE";
+  auto pool = std::make_shared<HostBlockPool>(16 * kMiB);
+  for (size_t bytes : {size_t{800} << 10, HostBlockPool::kPopulateMaxBytes}) {
+    HostBlockPool::Block block = pool->Fresh(bytes);
+    ASSERT_NE(block.data(), nullptr);
+    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t begin = (reinterpret_cast<uintptr_t>(block.data()) + page - 1) & ~(page - 1);
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(block.data()) + bytes) & ~(page - 1);
+    std::vector<unsigned char> resident((end - begin) / page);
+    ASSERT_EQ(mincore(reinterpret_cast<void*>(begin), end - begin, resident.data()), 0);
+    size_t mapped = 0;
+    for (unsigned char r : resident) mapped += r & 1;
+    EXPECT_EQ(mapped, resident.size()) << bytes << " bytes: pages mapped before any write";
+  }
 }
 
 TEST(HostBlockPoolTest, SmallBlocksAreLeftToMalloc) {

@@ -1,7 +1,5 @@
 #include "kernels/cpu/cpu_backend.h"
 
-#include <sys/mman.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -19,19 +17,6 @@
 
 namespace gpucompute {
 namespace {
-
-// Large arrays ask for transparent huge pages: an upload or a result written into
-// fresh memory otherwise takes one page fault per 4 KiB (half the server's CPU in
-// a 512 MiB upload over loopback, bench/BULK_TRANSFER.md), 512x fewer with 2 MiB pages.
-constexpr size_t kHugePageBytes = size_t{2} << 20;
-
-void AdviseHugePages(std::byte* data, size_t bytes) {
-  const uintptr_t begin =
-      (reinterpret_cast<uintptr_t>(data) + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) & ~(kHugePageBytes - 1);
-  // Advice only: where the kernel declines, the memory works as before.
-  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-}
 
 // Host memory owned by one array; its bytes count as live until it is freed.
 // The counter is shared so arrays may outlive the backend.
@@ -155,7 +140,6 @@ class CpuBackend final : public Backend {
       return absl::ResourceExhaustedError(
           absl::StrCat("could not allocate ", bytes, " bytes of host memory"));
     }
-    AdviseHugePages(data.data(), bytes);
     const int64_t count = static_cast<int64_t>(bytes / ElementSize(dtype));
     return std::make_shared<HostArray>(dtype, std::move(shape), count, std::move(data),
                                        live_bytes_);
