@@ -5,10 +5,11 @@
 # then through the C++ CLI (one process per request), each printing per operation and
 # dtype the first request's server time, the median of later ones sent after the same
 # 0.2 s pause (and of as many back to back), the ratio and where a first request's extra
-# time went by phase, and whether each first result is right; then the
-# end-to-end suite on the CUDA backend (result chunks copied off the GPU into the
-# prefilled, size-classed ChunkMemory blocks), when its binary is in the bundle. A third
-# fresh server runs with LD_BIND_NOW=1 (symbols bound at start, not at first call).
+# time went by phase, and whether each first result is right. A third fresh server runs
+# with LD_BIND_NOW=1 (symbols bound at start, not at first call), a fourth takes the
+# same request after idle times (bench/after_idle.py); then the end-to-end suite on the
+# CUDA backend (result chunks copied off the GPU into the prefilled, size-classed
+# ChunkMemory blocks), when its binary is in the bundle.
 #
 # Here (no GPU needed):
 #   cmake -S . -B build-cuda -DGPUCOMPUTE_ENABLE_CUDA=ON -DCMAKE_BUILD_TYPE=Release
@@ -67,8 +68,16 @@ if LD_BIND_NOW=1 fresh_server 50165 server_bind_now.log; then
   stop_server
 fi
 
+# What a first request pays beyond a later one is the host's wake-up from idle, which
+# any request after a pause pays (session 23): the same request after idle times.
+step "4. fresh server, requests after idle (bench/after_idle.py, limit ${T_RUN}s)"
+if fresh_server 50167 server_after_idle.log; then
+  timeout "$T_RUN" "$PYTHON" bench/after_idle.py --target 127.0.0.1:50167 2>&1 | tee "$OUT/after_idle.txt"
+  stop_server
+fi
+
 if [ -x "$BUNDLE/server_test" ]; then
-  step "4. end-to-end suite on the CUDA backend (limit 180s)"
+  step "5. end-to-end suite on the CUDA backend (limit 180s)"
   GPUCOMPUTE_TEST_BACKEND=cuda timeout 180 "$BUNDLE/server_test" --gtest_color=no > "$OUT/server_test_cuda.log" 2>&1
   echo "rc=$?" >> "$OUT/server_test_cuda.log"
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|^rc=' "$OUT/server_test_cuda.log"
