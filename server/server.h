@@ -48,8 +48,9 @@ class GpuComputeServer {
   // Health NOT_SERVING and new requests UNAVAILABLE while the port still
   // accepts, so that probes on new connections read NOT_SERVING (--drain_delay).
   void StopServing();
-  // StopServing, then the port closes and in-flight RPCs get up to `grace` to
-  // finish before they are cancelled. Returns when all are done.
+  // StopServing; admitted requests get up to `grace` to finish with the port still
+  // open, then the port closes and RPCs left are cancelled at the same deadline.
+  // Returns when all are done.
   void Drain(absl::Duration grace);
   // False once the backend has no healthy device left; health turns NOT_SERVING
   // within kHealthPollInterval of that.
