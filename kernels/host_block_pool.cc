@@ -1,6 +1,7 @@
 #include "kernels/host_block_pool.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <iterator>
@@ -11,7 +12,6 @@ namespace gpucompute {
 namespace {
 
 constexpr std::align_val_t kAlign{HostBlockPool::kAlignment};
-constexpr uintptr_t kPageBytes = 4096;
 constexpr uintptr_t kHugePageBytes = uintptr_t{2} << 20;
 #ifndef MADV_POPULATE_WRITE
 constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14; older headers lack it
@@ -37,7 +37,9 @@ void AdviseAligned(std::byte* data, size_t bytes, uintptr_t align, int advice) {
 void Prepare(std::byte* data, size_t bytes) {
   AdviseAligned(data, bytes, kHugePageBytes, MADV_HUGEPAGE);
   if (bytes >= HostBlockPool::kMinBytes && bytes <= HostBlockPool::kPopulateMaxBytes) {
-    AdviseAligned(data, bytes, kPageBytes, MADV_POPULATE_WRITE);
+    // The system's page (64 KiB on some arm64 kernels): a range not aligned to it is refused.
+    static const uintptr_t page_bytes = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    AdviseAligned(data, bytes, page_bytes, MADV_POPULATE_WRITE);
   }
 }
 
