@@ -249,7 +249,7 @@ TEST(GpuKernelVariants, NormalizeBadRowsUnderRacecheck) {  // small: racecheck i
   CheckBadRows<float>(60004, 5, 1, kHeldVariant);  // whole 16-byte vectors: the held items
 }
 
-// The held items (rows of whole 16-byte vectors only): rows of several 32 KiB items
+// The held items (rows of whole 16-byte vectors only): rows of several 37 KiB items
 // ending mid-item, many rows, and rows of more items than the grid has slots (6 an
 // SM), whose first items are deferred and scaled again from memory.
 TEST(GpuKernelVariants, NormalizeHeldRows) {
@@ -265,7 +265,7 @@ TEST(GpuKernelVariants, NormalizeHeldRows) {
   CheckNormalizeVariants<double>(4, 75000, kDefaultAndHeld);
   CheckNormalizeVariants<float>(3, 1000000, kDefaultAndHeld);
   CheckNormalizeVariants<double>(3, 600000, kDefaultAndHeld);
-  const int64_t past_grid = 8 * int64_t{Env().sm_count} + 3;  // items
+  const int64_t past_grid = 8 * int64_t{Env().sm_count} + 3;  // 32 KiB pieces: ~7 items an SM
   CheckNormalizeVariants<float>(2, past_grid * 8192 - 4, kHeldVariant);
   CheckNormalizeVariants<double>(2, past_grid * 4096 - 2, kHeldVariant);
   CheckBadRows<float>(100004, 7, 3, kHeldVariant);

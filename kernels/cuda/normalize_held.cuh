@@ -35,19 +35,23 @@
 namespace gpucompute::cuda {
 namespace {
 
-// Two slots of 32 KiB a block, three blocks an SM (H200, session 20, against 6 x 1,
+// Two slots a block, three blocks an SM (H200, session 20, against 6 x 1,
 // 3 x 2, 2 x 2 of 32 KiB and 4 x 3, 3 x 4, 2 x 6 of 16 KiB): each block's bookkeeping
 // is serial, so more blocks and larger items won. Its own warp (session 21) took
 // 9-12% off (f32 1e6: 0.288-0.295 -> 0.252-0.261 ms): the keeper stores no data, so
 // its release of a partial waits for that one store, where thread 0's fence waited
 // for all of its scaling's stores. 256 threads beside it, not 224: 1-5% faster on
-// every shape timed.
+// every shape timed. Items of 37 KiB, the most that leaves three blocks an SM (session 24,
+// three alternated rounds each: 36 against 32 KiB, f64 L2 rows of 1e6 0.245-0.250 ->
+// 0.234-0.238 ms, f32 SUM 0.252-0.258 -> 0.251-0.253; 37 against 36 another 1%): a
+// block's rounds are serial and slow (~16k cycles, 40% of them its stores draining),
+// so each should carry as much as fits.
 struct HeldPolicy {
   static constexpr int kThreads = 256;                   // reduce and scale the slots
   static constexpr int kBlockThreads = kThreads + 32;    // and the keeper warp
   static constexpr int kSlots = 2;
   static constexpr int kBlocksPerSm = 3;
-  static constexpr int64_t kItemBytes = 32 << 10;
+  static constexpr int64_t kItemBytes = 37 << 10;
   // Default only for rows of at most half the grid's slots: longer rows keep more slots
   // waiting for their norms (H200, session 21: float32 SUM rows of 4e6 (489 items, 792
   // slots) 0.351-0.353 ms against the chunks' 0.312-0.317; f32 L2 3e6 (367) 0.272-0.282
