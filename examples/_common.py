@@ -39,12 +39,13 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
-def connect(args):
+def connect(args, **options):
+    """A gpucompute.Client for args, with any other Client keyword in options."""
     gc = import_gpucompute()
     import grpc
     creds = grpc.ssl_channel_credentials() if args.tls else None
     client = gc.Client(args.target, credentials=creds, token=args.token, timeout=args.timeout,
-                       stripes=args.stripes, stripe_processes=args.processes)
+                       stripes=args.stripes, stripe_processes=args.processes, **options)
     status = client.health(timeout=min(args.timeout, 30.0))
     info = client.info()
     dev = info.devices[0] if info.devices else None

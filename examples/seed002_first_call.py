@@ -151,8 +151,11 @@ def main():
     p.add_argument("--pause", type=float, default=0.2,
                    help="seconds slept before the first request and each later one compared "
                    "with it (0: back to back)")
+    p.add_argument("--heap-warmup", type=int, default=None,
+                   help="the client's heap_warmup, bytes (default its own; 0: none)")
     args = p.parse_args()
-    client, info = connect(args)
+    client, info = connect(args, **({} if args.heap_warmup is None else
+                                    {"heap_warmup": args.heap_warmup}))
     import gpucompute as gc
     checks = Checks()
     via = f"the CLI ({args.cli})" if args.cli else "the Python client"
