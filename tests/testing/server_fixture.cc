@@ -1,15 +1,20 @@
 #include "tests/testing/server_fixture.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "tests/testing/eventually.h"
 
 namespace gpucompute::test {
+namespace {
+constexpr std::chrono::seconds kConnectTimeout{10};
+}  // namespace
 
 std::string DistinctBytes(uint64_t bytes) {
   std::string data(bytes, '\0');
@@ -54,7 +59,15 @@ absl::StatusOr<std::unique_ptr<TestServer>> TestServer::Start(
                       backend.has_value() ? GpuComputeServer::Start(config, *std::move(backend))
                                           : GpuComputeServer::Start(config));
   const std::string host = config.address.substr(0, config.address.rfind(':'));
-  return std::unique_ptr<TestServer>(new TestServer(std::move(server), host));
+  std::unique_ptr<TestServer> test_server(new TestServer(std::move(server), host));
+  // Connected before the test's first call, so that no call's deadline is spent on the
+  // connection: a 300 ms call (RpcOutcomeMetricsTest) once expired on a loaded 2-core CI
+  // runner before the server had seen it.
+  if (!test_server->channel_->WaitForConnected(std::chrono::system_clock::now() + kConnectTimeout)) {
+    return absl::UnavailableError(absl::StrCat("the test channel to ", test_server->target(), " did not connect within ",
+                                               absl::FormatDuration(absl::FromChrono(kConnectTimeout))));
+  }
+  return test_server;
 }
 
 TestServer::TestServer(std::unique_ptr<GpuComputeServer> server, std::string host)
