@@ -1,6 +1,6 @@
 // sm_90, long rows read once from memory, each piece held in shared memory until its
 // row's norm is out (normalize.cu, its only includer; NormalizeVariant::kHeld).
-// One persistent launch takes items of 32 KiB in order from an atomic counter. Each
+// One persistent launch takes items of 37 KiB in order from an atomic counter. Each
 // block keeps a ring of kSlots items in shared memory, every free slot loading by one
 // TMA bulk copy: it reduces its items in the order taken and posts each item's partial
 // (RowPartials::Post: the partial, then the row's count raised, waiting for no answer),

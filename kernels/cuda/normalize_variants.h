@@ -40,7 +40,7 @@ enum class NormalizeVariant {
                           // two blocks a SM: one's reduction overlaps the other's); rows
                           // past 16 such slices as kClusterBulk
   kHeld = 13,  // sm_90, rows past a tile whose bytes are a multiple of 16 (aligned
-               // pointers): one persistent launch, each 32 KiB piece held in a TMA-loaded
+               // pointers): one persistent launch, each 37 KiB piece held in a TMA-loaded
                // shared-memory ring until its row's norm is out, read once
                // (normalize_held.cuh; kDefault's choice for rows the clusters split
                // 16 ways and past them up to ~13 MB);
