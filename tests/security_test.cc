@@ -121,7 +121,7 @@ class SecurityTest : public ::testing::Test {
 Certificates* SecurityTest::certs_ = nullptr;
 
 TEST_F(SecurityTest, TlsServesTlsClientsAndRejectsPlaintext) {
-  Start(/*mutual=*/false, /*tokens=*/false);
+  ASSERT_NO_FATAL_FAILURE(Start(/*mutual=*/false, /*tokens=*/false));
   auto info = TlsClient()->GetInfo();
   ASSERT_TRUE(info.ok()) << info.status().message();
   EXPECT_TRUE(info->limits().tls());
@@ -135,7 +135,7 @@ TEST_F(SecurityTest, TlsServesTlsClientsAndRejectsPlaintext) {
 }
 
 TEST_F(SecurityTest, MutualTlsNeedsACertificateFromTheTrustedCa) {
-  Start(/*mutual=*/true, /*tokens=*/false);
+  ASSERT_NO_FATAL_FAILURE(Start(/*mutual=*/true, /*tokens=*/false));
   auto alice = TlsClient("alice")->GetInfo();
   ASSERT_TRUE(alice.ok()) << alice.status().message();
   EXPECT_TRUE(alice->limits().mutual_tls());
@@ -144,7 +144,7 @@ TEST_F(SecurityTest, MutualTlsNeedsACertificateFromTheTrustedCa) {
 }
 
 TEST_F(SecurityTest, TokensAreRequiredExceptForHealth) {
-  Start(/*mutual=*/false, /*tokens=*/true);
+  ASSERT_NO_FATAL_FAILURE(Start(/*mutual=*/false, /*tokens=*/true));
   const absl::Status missing = TlsClient()->GetInfo().status();
   EXPECT_EQ(missing.code(), absl::StatusCode::kUnauthenticated);
   EXPECT_THAT(std::string(missing.message()), HasSubstr("authorization"));
@@ -160,7 +160,7 @@ TEST_F(SecurityTest, TokensAreRequiredExceptForHealth) {
 }
 
 TEST_F(SecurityTest, BuffersBelongToTheirPrincipal) {
-  Start(/*mutual=*/false, /*tokens=*/true);
+  ASSERT_NO_FATAL_FAILURE(Start(/*mutual=*/false, /*tokens=*/true));
   auto alice = TlsClient("", "alice-token");
   auto bob = TlsClient("", "bob-token");
   auto stored = alice->Upload("mine", Row());
@@ -183,7 +183,7 @@ TEST_F(SecurityTest, BuffersBelongToTheirPrincipal) {
 // Shared-memory regions too: another principal can neither use nor unregister
 // one by its id, nor register its key.
 TEST_F(SecurityTest, SharedMemoryRegionsBelongToTheirPrincipal) {
-  Start(/*mutual=*/false, /*tokens=*/true);
+  ASSERT_NO_FATAL_FAILURE(Start(/*mutual=*/false, /*tokens=*/true));
   auto alice = TlsClient("", "alice-token");
   auto bob = TlsClient("", "bob-token");
   auto region = client::SharedRegion::Create(*alice, 2 * sizeof(double), "alice's");
@@ -207,7 +207,7 @@ TEST_F(SecurityTest, SharedMemoryRegionsBelongToTheirPrincipal) {
 }
 
 TEST_F(SecurityTest, PerPrincipalQuota) {
-  Start(/*mutual=*/false, /*tokens=*/true);
+  ASSERT_NO_FATAL_FAILURE(Start(/*mutual=*/false, /*tokens=*/true));
   auto alice = TlsClient("", "alice-token");
   const std::vector<int64_t> shape = {100};  // 800 bytes of the 1000 each may store
   ASSERT_TRUE(alice->Upload("a", v1::FLOAT64, shape, std::string(800, '\0')).ok());
