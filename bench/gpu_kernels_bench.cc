@@ -291,7 +291,7 @@ void Haversine(Bench& b, bool quick) {
         cuda::HaversineMeshSchedule schedule;
         CHECK_CUDA(cuda::DefaultMeshSchedule(dt, &schedule));
         std::printf("mesh f32 default: %s\n",
-                    schedule == cuda::HaversineMeshSchedule::kFullWavesFusedWide ? "fused wide" : "full waves");
+                    schedule == cuda::HaversineMeshSchedule::kFullWavesFusedStaged ? "fused staged" : "full waves");
       }
       // The last step's formulations and the grid schedules (haversine_variants.h),
       // kernels only: every angle on the default schedule, then the fastest angles and

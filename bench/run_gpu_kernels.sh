@@ -111,10 +111,10 @@ winners() {  # title, regex of the variant rows, the default's row name: f32/f64
   }' "$OUT/bench.csv" | sort
 }
 winners "normalize" '^  (default|two reads|tile|cluster|narrow groups|pipelined|pipelined plain|cluster16|pipelined lagged|pipelined rowwise|held) ' default/default
-# The float32 mesh default is fused, two column vectors a thread, where DRAM is fast
+# The float32 mesh default is fused with the row terms staged a block, where DRAM is fast
 # against the SMs (H200), full waves elsewhere (H100): haversine.cu, DefaultMeshSchedule;
 # the device line says which.
-mesh_f32=$(grep -q 'mesh f32 default: fused wide' "$OUT/bench.log" && echo "mesh asin_poly wide" || echo "mesh asin_poly waves")
+mesh_f32=$(grep -q 'mesh f32 default: fused staged' "$OUT/bench.log" && echo "mesh asin_poly staged" || echo "mesh asin_poly waves")
 mesh_f64="mesh lean staged"
 points="points chord vector"  # kDefaultPointsVariant (haversine.cu)
 winners "haversine mesh" '^  mesh ' "$mesh_f32/$mesh_f64"
