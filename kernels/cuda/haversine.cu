@@ -551,8 +551,8 @@ cudaError_t DefaultMeshSchedule(DType dtype, HaversineMeshSchedule* schedule) {
   // Row terms made once a block, in shared memory. float32 takes it too on wide-DRAM
   // devices (WideDram), where the write bound leaves the fewest issue slots a point:
   // ahead of the two-vector fused schedule in six runs on H200 hosts since the block's
-  // row terms came (bench/results/h200_kernels_roofline_run14-18: 0.1009-0.1029 against
-  // 0.1029-0.1046 ms at 1e4 x 1e4, the globe alike); through the backend, three alternated
+  // row terms came (bench/results/h200_kernels_roofline_run14-19: 0.1009-0.1029 against
+  // 0.1029-0.1054 ms at 1e4 x 1e4, the globe alike); through the backend, three alternated
   // rounds, 0.1000-0.1015 against 0.1026-0.1039 (h200_mesh_f32_staged_default_run1.txt).
   *schedule = HaversineMeshSchedule::kFullWavesFusedStaged;
   if (dtype != DType::kFloat32) return cudaSuccess;
