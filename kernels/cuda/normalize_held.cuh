@@ -46,7 +46,7 @@ namespace {
 // 0.234-0.238 ms, f32 SUM 0.252-0.258 -> 0.251-0.253; 37 against 36 another 1%): a
 // block's rounds are serial and slow (~16k cycles, 40% of them its stores draining),
 // so each should carry as much as fits. A block scales at most one item a round, so
-// blocks, not bytes held, set the rate (session 26: 2 blocks of 3 slots 17-22% slower,
+// blocks, not bytes held, set the rate (session 26: 2 blocks of 3 slots 16-22% slower,
 // and a fourth item in the workers' registers slower still).
 struct HeldPolicy {
   static constexpr int kThreads = 256;                   // reduce and scale the slots
