@@ -40,7 +40,7 @@ struct DeviceMemoryStats {
   uint64_t queued_ops = 0;           // operations running or waiting on this device
 };
 
-// One memory budget (kernels/memory_budget.h): "host" or a device name.
+// One memory budget (kernels/memory/memory_budget.h): "host" or a device name.
 struct MemoryBudgetStats {
   std::string memory;
   uint64_t used_bytes = 0;
@@ -282,14 +282,14 @@ struct BackendOptions {
   // Device memory each pool reserves (allocates and frees) at start-up, so that the
   // first requests allocate from warm memory rather than from the driver.
   uint64_t pool_prewarm_bytes = 1ull << 30;
-  // Memory budgets every array draws from (kernels/memory_budget.h); 0 derives
+  // Memory budgets every array draws from (kernels/memory/memory_budget.h); 0 derives
   // them: a fraction of physical RAM, and of each GPU's memory.
   uint64_t host_memory_budget_bytes = 0;
   uint64_t device_memory_budget_bytes = 0;  // per GPU
   // How long an allocation that does not fit waits for memory to be released.
   absl::Duration memory_budget_wait = absl::Seconds(1);
   // Testing only (restart drills): >= 0 makes the backend fail as after a sticky
-  // device error once this many operations have run (see fault_injection.h).
+  // device error once this many operations have run (see kernels/testing/fault_injection.h).
   int64_t inject_sticky_error_after_operations = -1;
 };
 

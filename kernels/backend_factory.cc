@@ -2,8 +2,8 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/fault_injection.h"
-#include "kernels/memory_budget.h"
+#include "kernels/testing/fault_injection.h"
+#include "kernels/memory/memory_budget.h"
 #ifdef GPUCOMPUTE_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #endif

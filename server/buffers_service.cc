@@ -29,7 +29,7 @@ namespace {
 // admitted (counted in flight) only once its header arrives, and each read waits
 // at most stream_idle_timeout: a silent client holds no place and no quota.
 // With header.session_token the stream writes into an upload session's buffer
-// (upload_sessions.h) from header.offset on, and stores it if it ends complete.
+// (resumable_uploads.h) from header.offset on, and stores it if it ends complete.
 class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   // A received data message: its slices and where its payload goes.
   struct Chunk {

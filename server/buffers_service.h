@@ -10,7 +10,7 @@
 #include "server/executor.h"
 #include "server/request_parse.h"
 #include "server/service_context.h"
-#include "server/upload_sessions.h"
+#include "server/resumable_uploads.h"
 
 namespace gpucompute {
 

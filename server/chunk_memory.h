@@ -1,5 +1,5 @@
 // Host memory for result chunks copied off a device, recycled through a HostBlockPool
-// (kernels/host_block_pool.h: a fresh megabyte-sized block per chunk is mapped and
+// (kernels/memory/host_block_pool.h: a fresh megabyte-sized block per chunk is mapped and
 // page-faulted in by the kernel, zeroed 4 KiB at a time: more CPU than the copy into
 // it; bench/BULK_TRANSFER.md), up to kMaxCachedBytes in all. Sizes round up to a power
 // of two, so that the last, shorter chunk of a result of any size finds a block too;
@@ -18,8 +18,8 @@
 #include "absl/time/time.h"
 #include "grpcpp/support/slice.h"
 #include "kernels/backend.h"
-#include "kernels/host_block_pool.h"
-#include "kernels/memory_budget.h"
+#include "kernels/memory/host_block_pool.h"
+#include "kernels/memory/memory_budget.h"
 
 namespace gpucompute {
 

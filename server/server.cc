@@ -11,7 +11,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
 #include "kernels/backend.h"
-#include "kernels/memory_budget.h"
+#include "kernels/memory/memory_budget.h"
 #include "server/admission.h"
 #include "server/buffer_store.h"
 #include "server/buffers_service.h"

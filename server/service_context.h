@@ -64,7 +64,7 @@ struct ServiceContext {
   // The same for a task of `client` (a connection's peer string).
   absl::Status SubmitRequest(Executor::RequestTask task, absl::string_view client,
                              Executor::Lane lane) const;
-  // The lane for `work` units of `op` (operations.h's PreparedOperation::work):
+  // The lane for `work` units of `op` (prepared_operation.h's PreparedOperation::work):
   // small work may use the reserved lane. Over --max_work_per_request:
   // INVALID_ARGUMENT naming it, counted as a work_limit rejection.
   absl::StatusOr<Executor::Lane> LaneFor(Operation op, int64_t work) const;

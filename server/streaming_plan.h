@@ -15,7 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "gpucompute/v1/gpucompute.pb.h"
 #include "kernels/backend.h"
-#include "server/operations.h"
+#include "server/prepared_operation.h"
 
 namespace gpucompute {
 

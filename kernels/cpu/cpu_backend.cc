@@ -11,8 +11,8 @@
 #include "common/status_macros.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/thread_pool.h"
-#include "kernels/host_block_pool.h"
-#include "kernels/memory_budget.h"
+#include "kernels/memory/host_block_pool.h"
+#include "kernels/memory/memory_budget.h"
 #include "kernels/preconditions.h"
 
 namespace gpucompute {

@@ -1,4 +1,4 @@
-#include "kernels/fault_injection.h"
+#include "kernels/testing/fault_injection.h"
 
 #include <utility>
 

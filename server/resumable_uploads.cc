@@ -1,4 +1,4 @@
-#include "server/upload_sessions.h"
+#include "server/resumable_uploads.h"
 
 #include <algorithm>
 #include <iterator>

@@ -1,4 +1,4 @@
-#include "kernels/host_block_pool.h"
+#include "kernels/memory/host_block_pool.h"
 
 #include <sys/mman.h>
 #include <unistd.h>

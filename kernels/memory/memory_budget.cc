@@ -1,4 +1,4 @@
-#include "kernels/memory_budget.h"
+#include "kernels/memory/memory_budget.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "server/operations.h"
+#include "server/prepared_operation.h"
 
 #include <algorithm>
 #include <cstring>
