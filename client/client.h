@@ -76,7 +76,7 @@ struct ClientOptions {
   // stripe_bytes each, `stripes` at a time, reassembled by offset in place. A
   // range that fails with UNAVAILABLE (a broken connection) is fetched again, at
   // most stripe_retries times; any other failure cancels the rest. An Upload
-  // larger than stripe_bytes goes the same way into an upload session
+  // larger than stripe_bytes goes the same way into a resumable upload
   // (UploadHeader.session_token, a random token): a range whose stream breaks is
   // resumed by sending only the bytes UploadStatus does not list.
   int stripes = 1;
@@ -113,7 +113,7 @@ class Client {
                                     const ResultDestination& destination,
                                     uint32_t chunk_bytes = 0,
                                     const ProgressCallback& progress = {});
-  // The byte ranges an upload session (UploadHeader.session_token) has received.
+  // The byte ranges a resumable upload (UploadHeader.session_token) has received.
   absl::StatusOr<v1::UploadStatusResponse> UploadStatus(const std::string& session_token) const;
   // Returns the bytes freed.
   absl::StatusOr<uint64_t> Delete(const std::string& buffer_id);
@@ -234,14 +234,14 @@ class Client {
                                               const v1::UploadHeader& header,
                                               absl::string_view data,
                                               const ProgressCallback& progress) const;
-  // Upload by ranges on several streams into one upload session.
+  // Upload by ranges on several streams into one resumable upload.
   absl::StatusOr<v1::BufferInfo> StripedUpload(v1::UploadHeader header, absl::string_view data,
                                                const ProgressCallback& progress);
-  // One range of a session upload, sent again where a broken stream left gaps.
+  // One range of a resumable upload, sent again where a broken stream left gaps.
   absl::StatusOr<v1::BufferInfo> UploadRange(grpc::Channel& channel, v1::UploadHeader header,
                                              absl::string_view data, uint64_t begin,
                                              uint64_t end) const;
-  // The session's received ranges within [begin, end): what still has to be sent.
+  // The upload's received ranges within [begin, end): what still has to be sent.
   absl::StatusOr<std::vector<std::pair<uint64_t, uint64_t>>> MissingRanges(
       const std::string& token, uint64_t begin, uint64_t end) const;
   // Download by ranges on several streams (ClientOptions::stripes).

@@ -43,7 +43,7 @@ class BuffersService final : public ParsingService<v1::Buffers> {
   // Closes Upload streams whose client stays silent and Download streams whose
   // client takes no message (stream_idle_timeout).
   Timer idle_timer_;
-  UploadSessions sessions_;
+  ResumableUploads uploads_;
 };
 
 }  // namespace gpucompute

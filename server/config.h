@@ -68,7 +68,8 @@ struct ServerConfig {
   IntChannelArgs grpc_channel_args;
   // An Upload silent this long is closed; a result stream unread this long is cancelled.
   absl::Duration stream_idle_timeout = absl::Seconds(30);
-  // How long an upload session no stream uses keeps its partial buffer.
+  // How long a resumable upload no stream uses keeps its partial buffer
+  // (--upload_session_ttl).
   absl::Duration upload_session_ttl = absl::Minutes(10);
   // StreamingCompute: input chunks one call may hold, received and not yet answered.
   int streaming_chunks_in_flight = 4;

@@ -1,8 +1,9 @@
-// Upload sessions: resumable and striped uploads (UploadHeader.session_token).
-// A session is keyed by (principal, the client's token), so that one caller
-// cannot reach another's. It holds the buffer's quota reservation and memory
+// Resumable uploads: a buffer uploaded by byte ranges over several streams, in
+// turn (resumed after a broken one) or at once (striped), named on the wire by
+// UploadHeader.session_token. One is keyed by (principal, the client's token), so
+// that one caller cannot reach another's. It holds the buffer's quota reservation and memory
 // from its first stream until it is stored (the stream that ends with every byte
-// received commits it) or dropped: a session that no stream has used for
+// received commits it) or dropped: one that no stream has used for
 // --upload_session_ttl is freed, checked when its last stream lets go.
 #pragma once
 
@@ -25,12 +26,13 @@
 
 namespace gpucompute {
 
-inline constexpr size_t kMinSessionTokenBytes = 16;
-inline constexpr size_t kMaxSessionTokenBytes = 64;
+inline constexpr size_t kMinUploadTokenBytes = 16;
+inline constexpr size_t kMaxUploadTokenBytes = 64;
 
-class UploadSession {
+// One buffer being uploaded by ranges.
+class ResumableUpload {
  public:
-  UploadSession(std::string principal, std::string token, std::string name,
+  ResumableUpload(std::string principal, std::string token, std::string name,
                 BufferStore::Reservation reservation, std::shared_ptr<Array> array)
       : principal_(std::move(principal)), token_(std::move(token)), name_(std::move(name)),
         array_(std::move(array)), reservation_(std::move(reservation)) {}
@@ -48,7 +50,7 @@ class UploadSession {
   std::optional<BufferStore::Reservation> TakeIfComplete();
 
  private:
-  friend class UploadSessions;
+  friend class ResumableUploads;
   const std::string principal_;
   const std::string token_;
   const std::string name_;
@@ -61,20 +63,21 @@ class UploadSession {
   absl::Time last_used_ ABSL_GUARDED_BY(mu_) = absl::Now();
 };
 
-class UploadSessions {
+// The resumable uploads in progress, of every caller.
+class ResumableUploads {
  public:
-  explicit UploadSessions(absl::Duration ttl) : ttl_(ttl) {}
+  explicit ResumableUploads(absl::Duration ttl) : ttl_(ttl) {}
 
-  // The caller's session, attached to one more stream; null when there is none.
-  std::shared_ptr<UploadSession> Attach(const std::string& principal, const std::string& token);
-  // A new session, attached; ABORTED when another stream created it meanwhile.
-  absl::Status Add(const std::shared_ptr<UploadSession>& session);
-  // A stream lets go; the session is dropped if it stays unused for the ttl.
-  void Detach(const std::shared_ptr<UploadSession>& session);
-  // The session is stored: it goes.
-  void Remove(const UploadSession& session);
-  // The caller's session without attaching (UploadStatus); null when none.
-  std::shared_ptr<UploadSession> Find(const std::string& principal, const std::string& token) const;
+  // The caller's upload, attached to one more stream; null when there is none.
+  std::shared_ptr<ResumableUpload> Attach(const std::string& principal, const std::string& token);
+  // A new upload, attached; ABORTED when another stream created it meanwhile.
+  absl::Status Add(const std::shared_ptr<ResumableUpload>& upload);
+  // A stream lets go; the upload is dropped if it stays unused for the ttl.
+  void Detach(const std::shared_ptr<ResumableUpload>& upload);
+  // The upload is stored: it goes.
+  void Remove(const ResumableUpload& upload);
+  // The caller's upload without attaching (UploadStatus); null when none.
+  std::shared_ptr<ResumableUpload> Find(const std::string& principal, const std::string& token) const;
   size_t count() const;
 
  private:
@@ -85,8 +88,8 @@ class UploadSessions {
 
   const absl::Duration ttl_;
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<UploadSession>> sessions_ ABSL_GUARDED_BY(mu_);
-  // Last: stopped (joined) before the sessions its checks look at go away.
+  absl::flat_hash_map<std::string, std::shared_ptr<ResumableUpload>> uploads_ ABSL_GUARDED_BY(mu_);
+  // Last: stopped (joined) before the uploads its checks look at go away.
   Timer timer_;
 };
 

@@ -1,6 +1,6 @@
 // Upload sessions (UploadHeader.session_token): striped uploads stored byte-exact,
-// a broken stream resumed with only the bytes the session lacks, mismatched
-// headers refused, and an abandoned session freed after --upload_session_ttl.
+// a broken stream resumed with only the bytes the upload lacks, mismatched
+// headers refused, and an abandoned upload freed after --upload_session_ttl.
 
 #include <string>
 
@@ -39,7 +39,7 @@ v1::UploadRequest Header(uint64_t bytes, uint64_t offset) {
   return message;
 }
 
-// One session stream: the header, then `data` in 256 KiB messages; cancelled
+// One resumable upload stream: the header, then `data` in 256 KiB messages; cancelled
 // (as a broken connection) after `cancel_after` bytes when that is smaller.
 grpc::Status SendPart(TestServer& server, uint64_t total, uint64_t offset, absl::string_view data,
                       v1::BufferInfo* info, uint64_t cancel_after = UINT64_MAX) {
@@ -61,7 +61,7 @@ grpc::Status SendPart(TestServer& server, uint64_t total, uint64_t offset, absl:
   return writer->Finish();
 }
 
-TEST(UploadSessionTest, StripedUploadIsStoredByteExact) {
+TEST(ResumableUploadTest, StripedUploadIsStoredByteExact) {
   auto server = StartServer();
   ASSERT_NE(server, nullptr);
   client::ClientOptions options;
@@ -79,7 +79,7 @@ TEST(UploadSessionTest, StripedUploadIsStoredByteExact) {
   EXPECT_TRUE(back->data == data);
 }
 
-TEST(UploadSessionTest, ABrokenStreamResumesWithOnlyTheMissingBytes) {
+TEST(ResumableUploadTest, ABrokenStreamResumesWithOnlyTheMissingBytes) {
   auto server = StartServer();
   ASSERT_NE(server, nullptr);
   const std::string data = test::DistinctBytes(4 * kMiB);
@@ -94,7 +94,7 @@ TEST(UploadSessionTest, ABrokenStreamResumesWithOnlyTheMissingBytes) {
   EXPECT_EQ(status->received(0).offset(), 0u);
   EXPECT_GT(arrived, 0u);
   EXPECT_LE(arrived, 2 * kMiB);
-  // The rest, from where the session says the bytes stop.
+  // The rest, from where the upload says the bytes stop.
   const grpc::Status resumed =
       SendPart(*server, data.size(), arrived, absl::string_view(data).substr(arrived), &info);
   ASSERT_TRUE(resumed.ok()) << resumed.error_message();
@@ -102,11 +102,11 @@ TEST(UploadSessionTest, ABrokenStreamResumesWithOnlyTheMissingBytes) {
   absl::StatusOr<client::Result> back = server->client().Download(info.id());
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_TRUE(back->data == data);
-  // A stored session is gone.
+  // A stored upload is gone.
   EXPECT_EQ(server->client().UploadStatus(kToken).status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST(UploadSessionTest, PartsInAnyOrderAndAMismatchedHeaderRefused) {
+TEST(ResumableUploadTest, PartsInAnyOrderAndAMismatchedHeaderRefused) {
   auto server = StartServer();
   ASSERT_NE(server, nullptr);
   const std::string data = test::DistinctBytes(2 * kMiB);
@@ -134,7 +134,7 @@ TEST(UploadSessionTest, PartsInAnyOrderAndAMismatchedHeaderRefused) {
   EXPECT_THAT(refused.error_message(), HasSubstr("session_token has 5 bytes"));
 }
 
-TEST(UploadSessionTest, AnAbandonedSessionIsFreedAfterItsTtl) {
+TEST(ResumableUploadTest, AnAbandonedSessionIsFreedAfterItsTtl) {
   auto server = StartServer(absl::Milliseconds(200));
   ASSERT_NE(server, nullptr);
   const std::string data = test::DistinctBytes(2 * kMiB);
@@ -143,7 +143,7 @@ TEST(UploadSessionTest, AnAbandonedSessionIsFreedAfterItsTtl) {
   EXPECT_GT(server->PoolUsedBytes(), 0u);
   absl::StatusOr<v1::ListResponse> list = server->client().List();
   ASSERT_TRUE(list.ok()) << list.status();
-  EXPECT_EQ(list->used_bytes(), data.size());  // the session's reservation
+  EXPECT_EQ(list->used_bytes(), data.size());  // the upload's reservation
   for (int i = 0; i < 200 && server->PoolUsedBytes() != 0; ++i) absl::SleepFor(absl::Milliseconds(10));
   EXPECT_EQ(server->PoolUsedBytes(), 0u);
   EXPECT_EQ(server->client().UploadStatus(kToken).status().code(), absl::StatusCode::kNotFound);
