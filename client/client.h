@@ -180,7 +180,7 @@ class Client {
       const Request& request) const;
   // One RPC that streams a result back, read as raw messages and reassembled
   // (data copied once, from the received slices to its place).
-  absl::StatusOr<Result> ResultStream(const grpc::internal::RpcMethod& method,
+  absl::StatusOr<Result> ResultStream(const std::string& method,
                                       const google::protobuf::MessageLite& request,
                                       ResultAssembler::Options options,
                                       grpc::Channel* channel = nullptr) const;
@@ -188,26 +188,26 @@ class Client {
   // (one message, or the status); nullopt when the server refused the promise
   // (the result is larger than one chunk) or does not make it (an older server,
   // which would stream a large result into a unary read): the caller streams it.
-  std::optional<absl::StatusOr<Result>> SingleMessage(const grpc::internal::RpcMethod& method,
+  std::optional<absl::StatusOr<Result>> SingleMessage(const std::string& method,
                                                       const google::protobuf::MessageLite& request,
                                                       ResultAssembler::Options options) const;
   // One Compute RPC: data is expected unless the request keeps its result on the
   // device; read as a unary call when the request sets output.single_message.
   template <typename Request>
-  absl::StatusOr<Result> Compute(const grpc::internal::RpcMethod& method, const Request& request,
+  absl::StatusOr<Result> Compute(const std::string& method, const Request& request,
                                  const ProgressCallback& progress) const;
   ResultAssembler::Options AssemblerOptions(bool expect_data,
                                             const ProgressCallback& progress) const;
-  const grpc::internal::RpcMethod& MethodOf(const v1::DiscountProductRequest&) const {
+  const std::string& MethodOf(const v1::DiscountProductRequest&) const {
     return discount_product_method_;
   }
-  const grpc::internal::RpcMethod& MethodOf(const v1::HaversineGridRequest&) const {
+  const std::string& MethodOf(const v1::HaversineGridRequest&) const {
     return haversine_grid_method_;
   }
-  const grpc::internal::RpcMethod& MethodOf(const v1::NormalizeRequest&) const {
+  const std::string& MethodOf(const v1::NormalizeRequest&) const {
     return normalize_method_;
   }
-  const grpc::internal::RpcMethod& MethodOf(const v1::LombScargleRequest&) const {
+  const std::string& MethodOf(const v1::LombScargleRequest&) const {
     return lomb_scargle_method_;
   }
   // Whether StreamingCompute calls over ranges of the header's leading axis give
@@ -255,14 +255,14 @@ class Client {
 
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
-  // The bulk methods, called with raw bytes (proto/gpucompute/v1/bulk_wire.h).
-  const grpc::internal::RpcMethod upload_method_;
-  const grpc::internal::RpcMethod download_method_;
-  const grpc::internal::RpcMethod discount_product_method_;
-  const grpc::internal::RpcMethod haversine_grid_method_;
-  const grpc::internal::RpcMethod normalize_method_;
-  const grpc::internal::RpcMethod lomb_scargle_method_;
-  const grpc::internal::RpcMethod streaming_compute_method_;
+  // The bulk methods, called with raw bytes (client/raw_call.h).
+  const std::string upload_method_ = "/gpucompute.v1.Buffers/Upload";
+  const std::string download_method_ = "/gpucompute.v1.Buffers/Download";
+  const std::string discount_product_method_ = "/gpucompute.v1.Compute/DiscountProduct";
+  const std::string haversine_grid_method_ = "/gpucompute.v1.Compute/HaversineGrid";
+  const std::string normalize_method_ = "/gpucompute.v1.Compute/Normalize";
+  const std::string lomb_scargle_method_ = "/gpucompute.v1.Compute/LombScargle";
+  const std::string streaming_compute_method_ = "/gpucompute.v1.Compute/StreamingCompute";
   std::unique_ptr<v1::Buffers::Stub> buffers_;
   std::unique_ptr<v1::Server::Stub> server_;
   std::unique_ptr<v1::SharedMemory::Stub> shared_memory_;

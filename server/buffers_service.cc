@@ -40,7 +40,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 
  public:
   UploadReactor(ServiceContext& service, Timer& idle_timer, ResumableUploads& uploads,
-                grpc::CallbackServerContext* context, v1::BufferInfo* response)
+                grpc::CallbackServerContext* context, grpc::ByteBuffer* response)
       : service_(service), idle_timer_(idle_timer), uploads_(uploads), context_(context),
         response_(response),
         rpc_(service.metrics, RpcMethod::kUpload, *context) {
@@ -322,7 +322,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     GC_ASSIGN_OR_RETURN(
         const StoredBuffer stored,
         service_.store.Commit(*std::exchange(reservation_, std::nullopt), name_, array_));
-    ToBufferInfo(stored, response_);
+    ToBufferInfo(stored, &info_);
     service_.metrics.ObserveStage(Operation::kUpload, Stage::kTransferIn, transfer_in_);
     return absl::OkStatus();
   }
@@ -332,13 +332,13 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   absl::Status StoreResumable() {
     std::optional<BufferStore::Reservation> reservation = upload_->TakeIfComplete();
     if (!reservation.has_value()) {
-      response_->set_name(upload_->name());  // no id: not stored yet
+      info_.set_name(upload_->name());  // no id: not stored yet
       return absl::OkStatus();
     }
     GC_ASSIGN_OR_RETURN(const StoredBuffer stored,
                         service_.store.Commit(*std::move(reservation), upload_->name(), array_));
     uploads_.Remove(*upload_);
-    ToBufferInfo(stored, response_);
+    ToBufferInfo(stored, &info_);
     service_.metrics.ObserveStage(Operation::kUpload, Stage::kTransferIn, transfer_in_);
     return absl::OkStatus();
   }
@@ -373,14 +373,15 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     service_.metrics.RequestDone(Operation::kUpload, rpc_.Done(grpc_status.error_code()),
                                  absl::Now() - rpc_.start());
     service_.metrics.AddInFlight(Operation::kUpload, -1);
-    Finish(grpc_status);
+    Finish(AnswerWith(grpc_status, info_, response_));
   }
 
   ServiceContext& service_;
   Timer& idle_timer_;
   ResumableUploads& uploads_;
   grpc::CallbackServerContext* const context_;
-  v1::BufferInfo* const response_;
+  grpc::ByteBuffer* const response_;
+  v1::BufferInfo info_;  // the response, serialized into response_ as the call finishes
   RpcRecorder rpc_;
   Admission::Ticket ticket_;
   grpc::ByteBuffer bytes_;
@@ -459,45 +460,19 @@ absl::StatusOr<AcceptedDownload> AcceptDownload(ServiceContext& service,
 }  // namespace
 
 BuffersService::BuffersService(ServiceContext& service)
-    : service_(service), uploads_(service.config.upload_session_ttl) {
-  ClientStreaming<v1::BufferInfo>(
-      "Upload", [this](grpc::CallbackServerContext* context, v1::BufferInfo* response) {
-        return Upload(context, response);
-      });
-  ServerStreaming<grpc::ByteBuffer>(
-      "Download", [this](grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
-        return Download(context, bytes);
-      });
-  Unary<v1::DeleteResponse>("Delete", [this](grpc::CallbackServerContext* context,
-                                             const grpc::ByteBuffer* bytes,
-                                             v1::DeleteResponse* response) {
-    return Delete(context, bytes, response);
-  });
-  Unary<v1::UploadStatusResponse>("UploadStatus", [this](grpc::CallbackServerContext* context,
-                                                         const grpc::ByteBuffer* bytes,
-                                                         v1::UploadStatusResponse* response) {
-    return service_.FinishUnary(context, RpcMethod::kUploadStatus, [&] {
-      return SessionStatus(*bytes, PrincipalOf(*context), response);
-    });
-  });
-  Unary<v1::ListResponse>("List", [this](grpc::CallbackServerContext* context,
-                                         const grpc::ByteBuffer* bytes,
-                                         v1::ListResponse* response) {
-    return List(context, bytes, response);
-  });
-}
+    : service_(service), uploads_(service.config.upload_session_ttl) {}
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* BuffersService::Upload(
-    grpc::CallbackServerContext* context, v1::BufferInfo* response) {
+    grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
   return new UploadReactor(service_, idle_timer_, uploads_, context, response);
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* BuffersService::Download(
-    grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
   auto* reactor = new ResultStreamReactor(service_, idle_timer_, context, Operation::kDownload,
                                           RpcMethod::kDownload);
   const absl::Time start = absl::Now();
-  absl::StatusOr<AcceptedDownload> accepted = AcceptDownload(service_, *context, *bytes);
+  absl::StatusOr<AcceptedDownload> accepted = AcceptDownload(service_, *context, *request);
   if (!accepted.ok()) {
     reactor->Reject(accepted.status());
     return reactor;
@@ -518,18 +493,29 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* BuffersService::Download(
 }
 
 grpc::ServerUnaryReactor* BuffersService::Delete(grpc::CallbackServerContext* context,
-                                                 const grpc::ByteBuffer* bytes,
-                                                 v1::DeleteResponse* response) {
-  return service_.FinishUnary(context, RpcMethod::kDelete, [&] {
-    return DeleteBuffer(*bytes, PrincipalOf(*context), response);
+                                                 const grpc::ByteBuffer* request,
+                                                 grpc::ByteBuffer* response) {
+  v1::DeleteResponse answer;
+  return service_.FinishUnary(context, RpcMethod::kDelete, answer, response, [&] {
+    return DeleteBuffer(*request, PrincipalOf(*context), &answer);
   });
 }
 
 grpc::ServerUnaryReactor* BuffersService::List(grpc::CallbackServerContext* context,
-                                               const grpc::ByteBuffer* bytes,
-                                               v1::ListResponse* response) {
-  return service_.FinishUnary(context, RpcMethod::kList, [&] {
-    return ListPage(*bytes, PrincipalOf(*context), response);
+                                               const grpc::ByteBuffer* request,
+                                               grpc::ByteBuffer* response) {
+  v1::ListResponse answer;
+  return service_.FinishUnary(context, RpcMethod::kList, answer, response, [&] {
+    return ListPage(*request, PrincipalOf(*context), &answer);
+  });
+}
+
+grpc::ServerUnaryReactor* BuffersService::UploadStatus(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request,
+                                                       grpc::ByteBuffer* response) {
+  v1::UploadStatusResponse answer;
+  return service_.FinishUnary(context, RpcMethod::kUploadStatus, answer, response, [&] {
+    return ResumableUploadStatus(*request, PrincipalOf(*context), &answer);
   });
 }
 
@@ -542,9 +528,9 @@ absl::Status BuffersService::DeleteBuffer(const grpc::ByteBuffer& bytes,
   return absl::OkStatus();
 }
 
-absl::Status BuffersService::SessionStatus(const grpc::ByteBuffer& bytes,
-                                           const std::string& principal,
-                                           v1::UploadStatusResponse* response) const {
+absl::Status BuffersService::ResumableUploadStatus(const grpc::ByteBuffer& bytes,
+                                                   const std::string& principal,
+                                                   v1::UploadStatusResponse* response) const {
   GC_ASSIGN_OR_RETURN(const v1::UploadStatusRequest request,
                       ParseRequest<v1::UploadStatusRequest>(bytes));
   const std::shared_ptr<ResumableUpload> upload = uploads_.Find(principal, request.session_token());
