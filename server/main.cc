@@ -248,7 +248,7 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
   config.backend.host_memory_budget_bytes = absl::GetFlag(FLAGS_host_memory_budget_bytes);
   config.backend.device_memory_budget_bytes = absl::GetFlag(FLAGS_device_memory_budget_bytes);
   config.backend.memory_budget_wait = absl::GetFlag(FLAGS_memory_budget_wait);
-  config.backend.inject_sticky_error_after_operations =
+  config.inject_sticky_error_after_operations =
       absl::GetFlag(FLAGS_inject_sticky_error_after);
   config.executor_threads = absl::GetFlag(FLAGS_threads);
   config.batching = absl::GetFlag(FLAGS_batching);

@@ -12,6 +12,7 @@
 #include "grpcpp/resource_quota.h"
 #include "kernels/backend.h"
 #include "kernels/memory/memory_budget.h"
+#include "kernels/testing/fault_injection.h"
 #include "server/admission.h"
 #include "server/buffer_store.h"
 #include "server/buffers_service.h"
@@ -71,6 +72,10 @@ uint64_t ResourceQuotaBytes(uint64_t requested, const MemoryBudget* host_budget)
 absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
     const ServerConfig& config) {
   GC_ASSIGN_OR_RETURN(BackendSelection selection, CreateBackend(config.backend));
+  if (config.inject_sticky_error_after_operations >= 0) {
+    selection =
+        WithStickyErrorAfter(std::move(selection), config.inject_sticky_error_after_operations);
+  }
   return Start(config, std::move(selection));
 }
 

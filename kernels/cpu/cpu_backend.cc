@@ -127,6 +127,16 @@ class CpuBackend final : public Backend {
     return stats;
   }
 
+  // Host memory needs no registration: copies to and from it are memcpy.
+  absl::StatusOr<std::shared_ptr<void>> PinHostMemory(void*, size_t) override {
+    return std::shared_ptr<void>();
+  }
+  absl::StatusOr<IpcMemory> OpenIpcMemory(absl::string_view, absl::string_view) override {
+    return absl::FailedPreconditionError(
+        "this server runs the cpu backend, which has no GPU memory: CUDA IPC regions need the "
+        "CUDA backend");
+  }
+
   absl::StatusOr<std::shared_ptr<Array>> Allocate(DType dtype, Shape shape, int device) override {
     if (device != kHostDevice && device != 0) {
       return absl::InvalidArgumentError(

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
+#include "kernels/forwarding_backend.h"
 
 namespace gpucompute {
 namespace {
@@ -147,10 +148,11 @@ struct ChargedArray {
   std::shared_ptr<Array> array;
 };
 
-class BudgetedBackend final : public Backend {
+// Charges every array to the budget of its memory; the rest passes through.
+class BudgetedBackend final : public ForwardingBackend {
  public:
   BudgetedBackend(std::unique_ptr<Backend> inner, const BackendOptions& options)
-      : inner_(std::move(inner)) {
+      : ForwardingBackend(std::move(inner)) {
     const uint64_t ram = PhysicalMemoryBytes();
     host_.memory_bytes = ram;
     host_.budget = MemoryBudget::Create(
@@ -158,7 +160,7 @@ class BudgetedBackend final : public Backend {
         options.host_memory_budget_bytes > 0 ? options.host_memory_budget_bytes
                                              : Fraction(ram, kDefaultHostBudgetFraction),
         options.memory_budget_wait);
-    for (const DeviceDescription& device : inner_->Devices()) {
+    for (const DeviceDescription& device : this->inner().Devices()) {
       int ordinal = 0;
       if (!absl::StartsWith(device.name, "cuda:") ||
           !absl::SimpleAtoi(absl::StripPrefix(device.name, "cuda:"), &ordinal)) {
@@ -172,21 +174,13 @@ class BudgetedBackend final : public Backend {
                                options.memory_budget_wait),
           device.memory_bytes};
     }
-    pinned_staging_ = host_.budget->ChargeFixed(inner_->Stats().pinned_staging_bytes);
+    pinned_staging_ = host_.budget->ChargeFixed(this->inner().Stats().pinned_staging_bytes);
   }
 
   const std::shared_ptr<MemoryBudget>& host_budget() const { return host_.budget; }
 
-  absl::string_view name() const override { return inner_->name(); }
-  std::vector<DeviceDescription> Devices() const override { return inner_->Devices(); }
-  bool Healthy() const override { return inner_->Healthy(); }
-  int PickDevice() override { return inner_->PickDevice(); }
-  void PrepareThread() override { inner_->PrepareThread(); }
-  uint64_t max_kept_host_bytes() const override { return inner_->max_kept_host_bytes(); }
-  bool arrays_on_host() const override { return inner_->arrays_on_host(); }
-
   BackendStats Stats() const override {
-    BackendStats stats = inner_->Stats();
+    BackendStats stats = inner().Stats();
     auto add = [&stats](const MemoryBudget& budget) {
       stats.memory_budgets.push_back(MemoryBudgetStats{budget.memory(), budget.used_bytes(),
                                                        budget.capacity_bytes()});
@@ -198,16 +192,16 @@ class BudgetedBackend final : public Backend {
 
   absl::StatusOr<std::shared_ptr<Array>> Allocate(DType dtype, Shape shape, int device) override {
     const Budgeted* budgeted = Find(device);
-    if (budgeted == nullptr) return inner_->Allocate(dtype, std::move(shape), device);
+    if (budgeted == nullptr) return inner().Allocate(dtype, std::move(shape), device);
     const int64_t max_count = static_cast<int64_t>(
         std::min<uint64_t>(budgeted->memory_bytes, std::numeric_limits<int64_t>::max()) /
         ElementSize(dtype));
     absl::StatusOr<int64_t> count = CheckedElementCount(shape, max_count, "array");
-    if (!count.ok()) return inner_->Allocate(dtype, std::move(shape), device);
+    if (!count.ok()) return inner().Allocate(dtype, std::move(shape), device);
     absl::StatusOr<MemoryBudget::Charge> charge =
         budgeted->budget->Reserve(static_cast<uint64_t>(*count) * ElementSize(dtype));
     if (!charge.ok()) return charge.status();
-    absl::StatusOr<std::shared_ptr<Array>> array = inner_->Allocate(dtype, std::move(shape), device);
+    absl::StatusOr<std::shared_ptr<Array>> array = inner().Allocate(dtype, std::move(shape), device);
     if (!array.ok()) return array.status();
     Array* raw = array->get();
     auto charged = std::make_shared<ChargedArray>(
@@ -225,7 +219,7 @@ class BudgetedBackend final : public Backend {
     absl::StatusOr<int64_t> count =
         CheckedElementCount(out_shape, std::numeric_limits<int64_t>::max() / 8, "result");
     if (budgeted == nullptr || !count.ok()) {
-      return inner_->RunFromHost(inputs, out_dtype, out_shape, device, ctx, run);
+      return inner().RunFromHost(inputs, out_dtype, out_shape, device, ctx, run);
     }
     const uint64_t out_bytes = static_cast<uint64_t>(*count) * ElementSize(out_dtype);
     uint64_t in_bytes = 0;
@@ -236,7 +230,7 @@ class BudgetedBackend final : public Backend {
     GC_ASSIGN_OR_RETURN(MemoryBudget::Charge out_there, budgeted->budget->Reserve(out_bytes));
     GC_ASSIGN_OR_RETURN(MemoryBudget::Charge out_host, host_.budget->Reserve(out_bytes));
     absl::StatusOr<std::shared_ptr<Array>> array =
-        inner_->RunFromHost(inputs, out_dtype, out_shape, device, ctx, run);
+        inner().RunFromHost(inputs, out_dtype, out_shape, device, ctx, run);
     if (!array.ok()) return array.status();
     Array* raw = array->get();
     auto charged = std::make_shared<ChargedArray>(ChargedArray{
@@ -245,54 +239,9 @@ class BudgetedBackend final : public Backend {
     return std::shared_ptr<Array>(std::move(charged), raw);
   }
 
-  absl::Status CopyToArray(const void* src, size_t offset, size_t bytes, Array& dst) override {
-    return inner_->CopyToArray(src, offset, bytes, dst);
-  }
-  // Forwarded, not the base class's copy per piece: the CUDA backend gathers the
-  // pieces through its staging in one copy (one synchronize, not one per piece).
-  absl::Status CopyPiecesToArray(std::span<const HostPiece> pieces, size_t offset,
-                                 Array& dst) override {
-    return inner_->CopyPiecesToArray(pieces, offset, dst);
-  }
-  absl::Status CopyFromArray(const Array& src, size_t offset, size_t bytes, void* dst) override {
-    return inner_->CopyFromArray(src, offset, bytes, dst);
-  }
-  absl::Status CopyArray(const Array& src, Array& dst) override {
-    return inner_->CopyArray(src, dst);
-  }
   // Shared memory is the client's, not the server's: it is counted by the
-  // server's shared-memory limits, not by these budgets.
-  absl::StatusOr<std::shared_ptr<void>> PinHostMemory(void* data, size_t bytes) override {
-    return inner_->PinHostMemory(data, bytes);
-  }
-  absl::StatusOr<IpcMemory> OpenIpcMemory(absl::string_view handle,
-                                          absl::string_view pci_bus_id) override {
-    return inner_->OpenIpcMemory(handle, pci_bus_id);
-  }
-  absl::Status DiscountProduct(const Array& f, const Array& v, Array& out, OpContext& ctx) override {
-    return inner_->DiscountProduct(f, v, out, ctx);
-  }
-  absl::Status CheckValues(const Array& array, absl::string_view name,
-                           const ValueRule& rule) override {
-    return inner_->CheckValues(array, name, rule);
-  }
-  absl::Status HaversineMesh(const LatLonMesh& mesh, std::span<const GeoPoint> refs, double radius,
-                             Array& out, OpContext& ctx) override {
-    return inner_->HaversineMesh(mesh, refs, radius, out, ctx);
-  }
-  absl::Status HaversinePoints(const Array& lat, const Array& lon, std::span<const GeoPoint> refs,
-                               double radius, Array& out, OpContext& ctx) override {
-    return inner_->HaversinePoints(lat, lon, refs, radius, out, ctx);
-  }
-  absl::Status Normalize(const Array& in, NormKind norm, Array& out, OpContext& ctx) override {
-    return inner_->Normalize(in, norm, out, ctx);
-  }
-  absl::Status LombScargle(const Array& x, const Array& y, const Array* weights,
-                           const Array* freqs, const Linspace& grid,
-                           const LombScargleOptions& options, Array& out,
-                           OpContext& ctx) override {
-    return inner_->LombScargle(x, y, weights, freqs, grid, options, out, ctx);
-  }
+  // server's shared-memory limits, not by these budgets (PinHostMemory and
+  // OpenIpcMemory pass through).
 
  private:
   // The budget of the memory `device` names; null for a device the backend
@@ -303,7 +252,6 @@ class BudgetedBackend final : public Backend {
     return it == devices_.end() ? nullptr : &it->second;
   }
 
-  std::unique_ptr<Backend> inner_;
   Budgeted host_;
   std::map<int, Budgeted> devices_;  // by CUDA ordinal
   MemoryBudget::Charge pinned_staging_;

@@ -2,7 +2,10 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 #include "common/status_macros.h"
+#include "kernels/forwarding_backend.h"
 
 namespace gpucompute {
 
@@ -31,30 +34,26 @@ void InjectedFaults::WaitWhilePaused() {
 
 namespace {
 
-class FaultInjectingBackend final : public Backend {
+// Every call checks the sticky error; allocations may fail; operations wait out
+// a pause and count towards the planned sticky error.
+class FaultInjectingBackend final : public ForwardingBackend {
  public:
   FaultInjectingBackend(std::unique_ptr<Backend> inner, std::shared_ptr<InjectedFaults> faults)
-      : inner_(std::move(inner)), faults_(std::move(faults)) {}
+      : ForwardingBackend(std::move(inner)), faults_(std::move(faults)) {}
 
-  absl::string_view name() const override { return inner_->name(); }
   std::vector<DeviceDescription> Devices() const override {
-    std::vector<DeviceDescription> devices = inner_->Devices();
+    std::vector<DeviceDescription> devices = inner().Devices();
     if (!Healthy()) {
       for (DeviceDescription& d : devices) d.healthy = false;
     }
     return devices;
   }
-  bool Healthy() const override { return !faults_->sticky_error.load() && inner_->Healthy(); }
-  int PickDevice() override { return inner_->PickDevice(); }
-  void PrepareThread() override { inner_->PrepareThread(); }
-  uint64_t max_kept_host_bytes() const override { return inner_->max_kept_host_bytes(); }
-  bool arrays_on_host() const override { return inner_->arrays_on_host(); }
-  BackendStats Stats() const override { return inner_->Stats(); }
+  bool Healthy() const override { return !faults_->sticky_error.load() && inner().Healthy(); }
 
   absl::StatusOr<std::shared_ptr<Array>> Allocate(DType dtype, Shape shape, int device) override {
     GC_RETURN_IF_ERROR(Sticky());
     GC_RETURN_IF_ERROR(InjectedAllocation());
-    return inner_->Allocate(dtype, std::move(shape), device);
+    return inner().Allocate(dtype, std::move(shape), device);
   }
   // Its allocations fail as Allocate's would; the operation comes back through
   // `run`, which calls this backend's (faulty) operations.
@@ -64,63 +63,38 @@ class FaultInjectingBackend final : public Backend {
                                                      ArraysRun run) override {
     GC_RETURN_IF_ERROR(Sticky());
     GC_RETURN_IF_ERROR(InjectedAllocation());
-    return inner_->RunFromHost(inputs, out_dtype, out_shape, device, ctx, run);
+    return inner().RunFromHost(inputs, out_dtype, out_shape, device, ctx, run);
   }
   absl::Status CopyToArray(const void* src, size_t offset, size_t bytes, Array& dst) override {
     GC_RETURN_IF_ERROR(Sticky());
-    return inner_->CopyToArray(src, offset, bytes, dst);
+    return inner().CopyToArray(src, offset, bytes, dst);
   }
   absl::Status CopyPiecesToArray(std::span<const HostPiece> pieces, size_t offset,
                                  Array& dst) override {
     GC_RETURN_IF_ERROR(Sticky());
-    return inner_->CopyPiecesToArray(pieces, offset, dst);
+    return inner().CopyPiecesToArray(pieces, offset, dst);
   }
   absl::Status CopyFromArray(const Array& src, size_t offset, size_t bytes, void* dst) override {
     GC_RETURN_IF_ERROR(Sticky());
-    return inner_->CopyFromArray(src, offset, bytes, dst);
+    return inner().CopyFromArray(src, offset, bytes, dst);
   }
   absl::Status CopyArray(const Array& src, Array& dst) override {
     GC_RETURN_IF_ERROR(Sticky());
-    return inner_->CopyArray(src, dst);
-  }
-  absl::StatusOr<std::shared_ptr<void>> PinHostMemory(void* data, size_t bytes) override {
-    GC_RETURN_IF_ERROR(Sticky());
-    return inner_->PinHostMemory(data, bytes);
-  }
-  absl::StatusOr<IpcMemory> OpenIpcMemory(absl::string_view handle,
-                                          absl::string_view pci_bus_id) override {
-    GC_RETURN_IF_ERROR(Sticky());
-    return inner_->OpenIpcMemory(handle, pci_bus_id);
-  }
-  absl::Status DiscountProduct(const Array& f, const Array& v, Array& out, OpContext& ctx) override {
-    GC_RETURN_IF_ERROR(Operation());
-    return inner_->DiscountProduct(f, v, out, ctx);
-  }
-  absl::Status HaversineMesh(const LatLonMesh& mesh, std::span<const GeoPoint> refs, double radius,
-                             Array& out, OpContext& ctx) override {
-    GC_RETURN_IF_ERROR(Operation());
-    return inner_->HaversineMesh(mesh, refs, radius, out, ctx);
-  }
-  absl::Status HaversinePoints(const Array& lat, const Array& lon, std::span<const GeoPoint> refs,
-                               double radius, Array& out, OpContext& ctx) override {
-    GC_RETURN_IF_ERROR(Operation());
-    return inner_->HaversinePoints(lat, lon, refs, radius, out, ctx);
+    return inner().CopyArray(src, dst);
   }
   absl::Status CheckValues(const Array& array, absl::string_view name,
                            const ValueRule& rule) override {
     GC_RETURN_IF_ERROR(Sticky());
-    return inner_->CheckValues(array, name, rule);
+    return inner().CheckValues(array, name, rule);
   }
-  absl::Status Normalize(const Array& in, NormKind norm, Array& out, OpContext& ctx) override {
-    GC_RETURN_IF_ERROR(Operation());
-    return inner_->Normalize(in, norm, out, ctx);
+  absl::StatusOr<std::shared_ptr<void>> PinHostMemory(void* data, size_t bytes) override {
+    GC_RETURN_IF_ERROR(Sticky());
+    return inner().PinHostMemory(data, bytes);
   }
-  absl::Status LombScargle(const Array& x, const Array& y, const Array* weights,
-                           const Array* freqs, const Linspace& grid,
-                           const LombScargleOptions& options, Array& out,
-                           OpContext& ctx) override {
-    GC_RETURN_IF_ERROR(Operation());
-    return inner_->LombScargle(x, y, weights, freqs, grid, options, out, ctx);
+  absl::StatusOr<IpcMemory> OpenIpcMemory(absl::string_view handle,
+                                          absl::string_view pci_bus_id) override {
+    GC_RETURN_IF_ERROR(Sticky());
+    return inner().OpenIpcMemory(handle, pci_bus_id);
   }
 
  private:
@@ -142,14 +116,13 @@ class FaultInjectingBackend final : public Backend {
 
   // Waits out a pause, counts the operation and turns the error on once the planned
   // count has run.
-  absl::Status Operation() {
+  absl::Status BeforeOperation() override {
     faults_->WaitWhilePaused();
     const int64_t after = faults_->sticky_error_after_operations;
     if (after >= 0 && operations_.fetch_add(1) >= after) faults_->sticky_error.store(true);
     return Sticky();
   }
 
-  std::unique_ptr<Backend> inner_;
   std::shared_ptr<InjectedFaults> faults_;
   std::atomic<int64_t> operations_{0};
 };
@@ -159,6 +132,15 @@ class FaultInjectingBackend final : public Backend {
 std::unique_ptr<Backend> WithInjectedFaults(std::unique_ptr<Backend> inner,
                                             std::shared_ptr<InjectedFaults> faults) {
   return std::make_unique<FaultInjectingBackend>(std::move(inner), std::move(faults));
+}
+
+BackendSelection WithStickyErrorAfter(BackendSelection selection, int64_t operations) {
+  auto faults = std::make_shared<InjectedFaults>();
+  faults->sticky_error_after_operations = operations;
+  selection.backend = WithInjectedFaults(std::move(selection.backend), std::move(faults));
+  selection.note = absl::StrCat(selection.note, "; FAULT INJECTION: sticky device error after ",
+                                operations, " operations");
+  return selection;
 }
 
 }  // namespace gpucompute

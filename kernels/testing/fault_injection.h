@@ -43,4 +43,8 @@ struct InjectedFaults {
 std::unique_ptr<Backend> WithInjectedFaults(std::unique_ptr<Backend> inner,
                                             std::shared_ptr<InjectedFaults> faults);
 
+// The restart drill: `selection`'s backend failing as after a sticky device error
+// once `operations` operations have run, its note saying so.
+BackendSelection WithStickyErrorAfter(BackendSelection selection, int64_t operations);
+
 }  // namespace gpucompute
