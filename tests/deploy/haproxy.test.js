@@ -127,7 +127,8 @@ const result = (stub, method, request, key) => new Promise((resolve, reject) => 
   call.on('end', () => resolve({ bytes, trailer }));
 });
 
-const upload = (stub, bytes, shape, key, messageBytes = 4 << 20) => new Promise((resolve, reject) => {
+const upload = (stub, bytes, shape, key, messageBytes = 4 << 20) => new Promise((resolve,
+                                                                                 reject) => {
   const call = stub.Upload(metadataFor(key), { deadline: deadline() },
                            (error, reply) => (error ? reject(error) : resolve(reply)));
   call.write({ header: { name: 'haproxy-test', dtype: 'FLOAT64', shape } });
@@ -310,7 +311,8 @@ test('a replica killed mid-run fails only the calls of its keys, each naming wha
     }
     await Promise.all(units.map(async (u) => {
       try {
-        const out = await result(proxy.compute, 'Normalize', { input: { buffer_id: u.input } }, u.key);
+        const out = await result(proxy.compute, 'Normalize', { input: { buffer_id: u.input } },
+                                 u.key);
         assert.strictEqual(out.bytes.length, rows * cols * 8);
         await unary(proxy.buffers, 'Delete', { buffer_id: u.input }, u.key);
       } catch (error) {
@@ -333,8 +335,9 @@ test('a replica killed mid-run fails only the calls of its keys, each naming wha
     assert.strictEqual(f.wave, 2);
     assert.ok(lostKeys.includes(f.key), `key ${f.key} did not live on the killed replica`);
     assert.strictEqual(f.error.code, grpc.status.FAILED_PRECONDITION, f.error.message);
-    assert.match(f.error.details, new RegExp(`^input.buffer_id .${f.input}. was stored by `
-                                             + `replica instance ${victim.instance}, not by this one`));
+    assert.match(f.error.details,
+                 new RegExp(`^input.buffer_id .${f.input}. was stored by replica instance `
+                            + `${victim.instance}, not by this one`));
   }
   console.log(`killed replica ${victim.instance} with ${lostKeys.length} of ${KEYS.length} keys: `
               + `${failures.length} calls failed, all naming a lost buffer; 0 others`);

@@ -40,7 +40,8 @@ from ._types import DEFAULT_RADIUS_KM, Array, FrequencyGrid
 from .client import Client
 from .errors import FailedPrecondition, GpuComputeError
 
-__all__ = ["Servers", "server_target", "discount_product", "normalize", "haversine_points", "lombscargle",
+__all__ = ["Servers", "server_target", "discount_product", "normalize", "haversine_points",
+           "lombscargle",
            "TARGET_ENV", "DEFAULT_TARGET", "DEFAULT_TIMEOUT"]
 
 #: the environment variable naming a worker's server
@@ -147,7 +148,8 @@ Call = Callable[[Client, Sequence[Array], Optional[Array]], Any]
 
 
 def _through_shared_memory(conn: _Connection, call: Call, inputs: Sequence[Array],
-                           shape: Tuple[int, ...], dtype: np.dtype[Any], timeout: float) -> Optional[Array]:
+                           shape: Tuple[int, ...], dtype: np.dtype[Any],
+                           timeout: float) -> Optional[Array]:
     """The call with inputs and result in shared memory; None where the server has none
     for this process (then remembered)."""
     client = conn.client
@@ -301,7 +303,8 @@ def _haversine_block(lat: Array, lon: Array, *, refs: Array, radius: float,
                      target: Optional[str], timeout: float,
                      block_id: Optional[Tuple[int, ...]] = None) -> Array:
     return _run_block("haversine_points", block_id, target, timeout,
-                      lambda c, ins, out: c.haversine_points(ins[0], ins[1], refs, radius=radius, out=out,
+                      lambda c, ins, out: c.haversine_points(ins[0], ins[1], refs, radius=radius,
+                                                             out=out,
                                                              timeout=timeout),
                       (lat, lon), (len(refs),) + lat.shape, lat.dtype)
 
@@ -361,7 +364,8 @@ def lombscargle(x: Any, y: Any, freqs: Any, *, precenter: bool = False,
         if v is None:
             continue
         v = da.asarray(v)
-        if v.ndim not in (1, 2) or v.shape[-1] != y.shape[1] or (v.ndim == 2 and v.shape != y.shape):
+        if v.ndim not in (1, 2) or v.shape[-1] != y.shape[1] or (
+                v.ndim == 2 and v.shape != y.shape):
             raise ValueError(f"lombscargle: {name} has shape {v.shape}; give ({y.shape[1]},) "
                              f"or y's {y.shape}")
         operands.append(v.rechunk({0: -1}) if v.ndim == 1 else v.rechunk(y.chunks))
