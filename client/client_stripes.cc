@@ -52,9 +52,8 @@ void ForEachRange(uint64_t count, int threads, const std::function<void(uint64_t
 
 // Before a range is tried again after UNAVAILABLE: a connection that failed is in
 // gRPC's reconnect backoff, and a call started then fails at once; wait (at most this
-// long) for it to be connected again. On the H100 machine a fresh stripe connection
-// failed now and then ("failed to connect to all addresses") and the immediate retries
-// with it.
+// long) for it to be connected again: a fresh stripe connection fails now and then
+// ("failed to connect to all addresses"), and immediate retries would fail with it.
 constexpr absl::Duration kReconnectWait = absl::Seconds(5);
 
 void AwaitReconnect(grpc::Channel& channel) {

@@ -187,7 +187,7 @@ void ResultStream<Call>::Deliver(absl::StatusOr<StreamSource> source, absl::Time
       const bool failed = state_ == State::kAllQueued;
       const v1::BufferInfo* stored_info = stored.has_value() ? &*stored : nullptr;
       if (!failed && whole && output_.accept_complete) {
-        // #13's one-message result in #12's framing: the payload slice is
+        // A one-message result in the zero-copy framing: the payload slice is
         // referenced between the header's and the trailer's bytes.
         ready_.push_back({v1::wire::ResultCompleteMessage(header, *std::move(payload),
                                                           MakeTrailer(stored_info)),

@@ -260,8 +260,8 @@ void GpuComputeServer::Drain(absl::Duration grace) {
   // connection a GOAWAY, after which gRPC closes it as its last stream ends; a close
   // with the client's last frames (window updates for the result) still unread
   // resets the connection, and the client loses the end of a response it has not
-  // read yet ("Connection reset by peer": ServerProcessTest.SigtermDrainsAndExitsZero
-  // failed 5 of 110 runs beside three busy loops on a 2-core VM, 0 of 80 after). A request's ticket
+  // read yet ("Connection reset by peer", which ServerProcessTest.SigtermDrainsAndExitsZero
+  // caught on a loaded machine). A request's ticket
   // goes just before its status is sent, so the port stays open kCloseLinger more.
   bool waited = false;
   while (admission_->in_flight() > 0 && absl::Now() < deadline) {

@@ -27,13 +27,10 @@ void AdviseAligned(std::byte* data, size_t bytes, uintptr_t align, int advice) {
 
 // Fresh memory otherwise takes a page fault every 4 KiB as it is first written. Its
 // 2 MiB-aligned part asks for transparent huge pages (512x fewer faults: they were
-// half the server's CPU in a 512 MiB upload over loopback, bench/BULK_TRANSFER.md). A
-// block too small to hold one (up to kPopulateMaxBytes) is mapped at once by one
-// MADV_POPULATE_WRITE, which costs well under the faults it replaces (2-core dev VM at
-// the server's 256 KiB mmap threshold, mapping and writing 800 KiB: 265 -> 110 us;
-// bench/NOTES.md, session 23). Larger blocks fault as they are written: populated at
-// once up to 16 MiB, the first 8 MB float64 normalize's input took 3-37 ms there
-// against 2-13 ms faulting.
+// half the server's CPU in a large upload). A block too small to hold one (up to
+// kPopulateMaxBytes) is mapped at once by one MADV_POPULATE_WRITE, which costs well
+// under the faults it replaces. Larger blocks fault as they are written: populating
+// them at once made first requests slower, not faster.
 void Prepare(std::byte* data, size_t bytes) {
   AdviseAligned(data, bytes, kHugePageBytes, MADV_HUGEPAGE);
   if (bytes >= HostBlockPool::kMinBytes && bytes <= HostBlockPool::kPopulateMaxBytes) {

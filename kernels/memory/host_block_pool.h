@@ -1,10 +1,9 @@
 // Large host memory blocks kept after use, so that the next block of about the same
 // size reuses pages already mapped. The server sends large blocks to mmap and back on
 // free (server/main.cc, so that RSS stays within the memory budget), so fresh memory
-// takes a page fault every 4 KiB as it is first written: an 800 KB CPU-backend request
-// spent ~5 of its ~5.3 ms in them on a 2-core VM, against 0.2-0.4 ms in reused memory
-// (bench/NOTES.md), and a fresh result chunk costs more CPU than the copy into it
-// (bench/BULK_TRANSFER.md). The bounded exception: blocks from kMinBytes up, at most
+// takes a page fault every 4 KiB as it is first written, which can cost a small request
+// most of its time and a result chunk more CPU than the copy into it. The bounded
+// exception: blocks from kMinBytes up, at most
 // `capacity` bytes of them, a cap the server charges to its budget once at start. Used
 // by the CPU backend's arrays and by the server's result chunks (server/chunk_memory.h,
 // whose blocks may carry a pin: a registration with a GPU driver, kept while cached).
@@ -24,8 +23,8 @@ class HostBlockPool : public std::enable_shared_from_this<HostBlockPool> {
  public:
   static constexpr size_t kAlignment = 64;
   // Smaller blocks are left to malloc: below the server's mmap threshold they come warm
-  // from its arenas (arrays of 240 KB still faulted about half the time before this
-  // pool; bench/results/cpu_array_reuse_run1.txt).
+  // from its arenas (arrays just below this size still faulted about half the time
+  // before this pool).
   static constexpr size_t kMinBytes = size_t{128} << 10;
   // Fresh blocks up to this size are mapped at once, not a page fault at a time
   // (host_block_pool.cc: Prepare); larger ones take transparent huge pages as written.
