@@ -1,20 +1,19 @@
 """The public methods of both clients, written once as generators of RPC steps.
 
-``ClientApi`` is generic in what its methods return: ``client.Client`` binds the results
-themselves (it blocks), ``aio.Client`` binds awaitables of them.
+Each method returns what its subclass's ``_perform`` makes of the call: ``client.Client``
+the result itself (it blocks), ``aio.Client`` an awaitable of it; so they are typed Any.
 """
 from __future__ import annotations
 
 import threading
 import time
-from typing import (Any, Callable, Dict, Generic, List, Optional, Sequence, Tuple,
-                    TypeVar, Union, cast)
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
 from . import _heap, _shared_memory, _stripe_workers
 from ._heap import DEFAULT_HEAP_WARMUP
-from ._device_array import DeviceArray
+from ._device_array import BufferList, DeviceArray
 from ._operands import (NORMS, ArrayLike, Operand, as_array, haversine_request, result_dtype,
                         same_dtype, set_operand)
 from ._pb import pb
@@ -23,8 +22,7 @@ from ._stream import ResultOptions, ResultStream
 from ._streaming import StreamingMethods
 from ._transfers import (_MESSAGE_MARGIN, _UNASKED_INLINE_BYTES, DEFAULT_STRIPE_BYTES,
                          TransferMethods)
-from ._types import (DEFAULT_RADIUS_KM, Array, BufferList, FrequencyGrid, LatLonMesh,
-                     ServerInfo)
+from ._types import DEFAULT_RADIUS_KM, Array, FrequencyGrid, LatLonMesh, ServerInfo
 from .errors import FailedPrecondition, GpuComputeError
 
 #: inline operands larger than this go through Buffers.Upload automatically
@@ -70,22 +68,13 @@ def _ragged(x: Any, y: Sequence[ArrayLike], weights: Any) -> Tuple[Any, Any, Any
     return np.concatenate(xs), np.concatenate(ys), flat_w, offsets
 
 
-
-# What each kind of method returns (the value, or an awaitable of it).
-ResultT = TypeVar("ResultT")        # compute methods and download: _stream.Result
-DeviceArrayT = TypeVar("DeviceArrayT")
-StrT = TypeVar("StrT")
-ServerInfoT = TypeVar("ServerInfoT")
-IntT = TypeVar("IntT")
-BufferListT = TypeVar("BufferListT")
 LimitT = TypeVar("LimitT")
 
 Named = List[Tuple[str, Operand]]
 Placed = Dict[str, Operand]
 
 
-class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT],
-                Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferListT]):
+class ClientApi(StreamingMethods, TransferMethods):
     """Connection settings and every public method; a subclass runs the steps (``_perform``).
 
     Parameters (of both clients)
@@ -195,12 +184,12 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
 
     # -- server --------------------------------------------------------------------
 
-    def health(self, service: str = "", *, timeout: Optional[float] = None) -> StrT:
+    def health(self, service: str = "", *, timeout: Optional[float] = None) -> Any:
         """grpc.health.v1 status: "SERVING", "NOT_SERVING", ... ("" = the whole server)."""
-        return cast(StrT, self._call("health", timeout, self._unary("Health.Check", service)))
+        return self._call("health", timeout, self._unary("Health.Check", service))
 
-    def info(self, *, timeout: Optional[float] = None) -> ServerInfoT:
-        return cast(ServerInfoT, self._call("info", timeout, self._info()))
+    def info(self, *, timeout: Optional[float] = None) -> Any:
+        return self._call("info", timeout, self._info())
 
     def _unary(self, rpc: str, request: Any) -> Steps[Any]:
         return (yield Unary(rpc, request))
@@ -247,10 +236,10 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
     # -- buffers -------------------------------------------------------------------
 
     def delete(self, buffer: Union[DeviceArray, str], *,
-               timeout: Optional[float] = None) -> IntT:
+               timeout: Optional[float] = None) -> Any:
         """Free a stored buffer; returns the bytes freed (a DeviceArray's handle: 0 when
         it deleted the buffer before)."""
-        return cast(IntT, self._call("delete", timeout, self._delete(buffer)))
+        return self._call("delete", timeout, self._delete(buffer))
 
     def _delete(self, buffer: Union[DeviceArray, str], cleanup: bool = False) -> Steps[int]:
         if isinstance(buffer, DeviceArray) and buffer.deleted:
@@ -261,11 +250,11 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
             buffer._deleted = True
         return int(reply.freed_bytes)
 
-    def list_buffers(self, *, timeout: Optional[float] = None) -> BufferListT:
+    def list_buffers(self, *, timeout: Optional[float] = None) -> Any:
         """The buffers stored by this client's principal (its token or TLS client
         certificate; every unauthenticated client shares one): the server lists the
         caller's own only."""
-        return cast(BufferListT, self._call("list_buffers", timeout, self._list_buffers()))
+        return self._call("list_buffers", timeout, self._list_buffers())
 
     def _list_buffers(self) -> Steps[BufferList]:
         # The server answers a page at a time; follow next_page_token to the end.
@@ -404,9 +393,9 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
         return (yield Stream("Compute." + method, request, sink))
 
     def _run(self, name: str, method: str, make_request: Callable[[Placed], Any],
-             named: Named, options: ResultOptions) -> ResultT:
-        return cast(ResultT, self._call(name, options.timeout,
-                                        self._compute(method, make_request, named, options)))
+             named: Named, options: ResultOptions) -> Any:
+        return self._call(name, options.timeout,
+                          self._compute(method, make_request, named, options))
 
     # -- compute ---------------------------------------------------------------------
     # Every compute method also takes, keyword-only: out= (write the result into this
@@ -417,7 +406,7 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
                          out: Optional[Array] = None, keep_on_device: bool = False,
                          chunk_bytes: Optional[int] = None, return_timing: bool = False,
                          buffer_name: Optional[str] = None,
-                         timeout: Optional[float] = None) -> ResultT:
+                         timeout: Optional[float] = None) -> Any:
         """factors * values with NumPy broadcasting (the seed: (M, O) * (D, M, O))."""
         named: Named = [("factors", as_array(factors, "factors")),
                         ("values", as_array(values, "values"))]
@@ -437,7 +426,7 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
                        out: Optional[Array] = None, keep_on_device: bool = False,
                        chunk_bytes: Optional[int] = None, return_timing: bool = False,
                        buffer_name: Optional[str] = None,
-                       timeout: Optional[float] = None) -> ResultT:
+                       timeout: Optional[float] = None) -> Any:
         """Great-circle distances from each reference (lat, lon) to every point of `mesh`,
         generated on the server; degrees in, `radius` units out; shape
         (n_ref, mesh.n_lat, mesh.n_lon).
@@ -455,7 +444,7 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
                          radius: float = DEFAULT_RADIUS_KM, out: Optional[Array] = None,
                          keep_on_device: bool = False, chunk_bytes: Optional[int] = None,
                          return_timing: bool = False, buffer_name: Optional[str] = None,
-                         timeout: Optional[float] = None) -> ResultT:
+                         timeout: Optional[float] = None) -> Any:
         """Great-circle distances from each reference to each point (lat[i], lon[i]) of
         two equal-shape arrays S in degrees; shape (n_ref, *S), dtype of lat/lon."""
         request = haversine_request(refs, radius)
@@ -473,7 +462,7 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
     def normalize(self, a: ArrayLike, *, norm: str = "sum", out: Optional[Array] = None,
                   keep_on_device: bool = False, chunk_bytes: Optional[int] = None,
                   return_timing: bool = False, buffer_name: Optional[str] = None,
-                  timeout: Optional[float] = None) -> ResultT:
+                  timeout: Optional[float] = None) -> Any:
         """Each row along the last axis divided by its norm: "sum" (x / sum x, the
         default), "l1", "l2" or "max_abs"; accumulated in float64 on the server."""
         key = str(norm).lower()
@@ -496,7 +485,7 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
                     out: Optional[Array] = None, keep_on_device: bool = False,
                     chunk_bytes: Optional[int] = None, return_timing: bool = False,
                     buffer_name: Optional[str] = None,
-                    timeout: Optional[float] = None) -> ResultT:
+                    timeout: Optional[float] = None) -> Any:
         """scipy.signal.lombscargle(x, y, freqs, *, precenter, normalize, weights,
         floating_mean) (SciPy 1.15 semantics), computed on the server.
 

@@ -9,7 +9,7 @@ import numpy.typing as npt
 from ._device_array import DeviceArray
 from ._pb import pb
 from ._cuda_arrays import CudaArray, is_cuda_array
-from ._shared_memory import SharedSlice
+from ._shared_slice import SharedSlice
 from ._types import Array, NP_TO_PB
 
 ArrayLike = Any

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import (TYPE_CHECKING, Any, Generic, Iterable, Iterator, List, Optional,
-                    Sequence, Tuple, TypeVar, Union, cast)
+from typing import (TYPE_CHECKING, Any, Iterable, Iterator, List, Optional, Sequence, Tuple,
+                    Union, cast)
 
 import numpy as np
 
@@ -28,10 +28,6 @@ from ._stripe_workers import Out, stripe_step
 from ._stream import ResultOptions, ResultStream
 from ._types import DEFAULT_RADIUS_KM, NP_TO_PB, Array
 
-if TYPE_CHECKING:
-    from ._steps import Run  # noqa: F401
-
-ResultT = TypeVar("ResultT")
 
 #: input bytes per data message (all streamed operands of a chunk together)
 DEFAULT_STREAM_CHUNK = 2 << 20
@@ -136,7 +132,7 @@ def _streaming_part(header: Any, arrays: Tuple[Array, ...], out: Array, row_byte
                   ResultStream(ResultOptions(out=out)), channel=channel)
 
 
-class StreamingMethods(Generic[ResultT]):
+class StreamingMethods:
     """The stream_* methods of ClientApi (both clients)."""
 
     if TYPE_CHECKING:
@@ -152,7 +148,7 @@ class StreamingMethods(Generic[ResultT]):
                                 out: Optional[Array] = None, chunk_bytes: Optional[int] = None,
                                 input_chunk_bytes: int = DEFAULT_STREAM_CHUNK,
                                 return_timing: bool = False,
-                                timeout: Optional[float] = None) -> ResultT:
+                                timeout: Optional[float] = None) -> Any:
         """factors * values, values streamed through the server in chunks: any size in
         one call with bounded server memory. factors broadcast into values' shape (the
         seed: (M, O) into (D, M, O)). values: an array (a numpy.memmap for inputs beyond
@@ -180,7 +176,7 @@ class StreamingMethods(Generic[ResultT]):
                                 out: Optional[Array] = None, chunk_bytes: Optional[int] = None,
                                 input_chunk_bytes: int = DEFAULT_STREAM_CHUNK,
                                 return_timing: bool = False,
-                                timeout: Optional[float] = None) -> ResultT:
+                                timeout: Optional[float] = None) -> Any:
         """haversine_points streamed: lat and lon arrays (or lat an iterator of (lat, lon)
         chunk pairs, lon None, with shape=); result (n_ref, *S) as haversine_points'."""
         data = (_host_array(lat, "lat"), _host_array(lon, "lon")) if lon is not None else lat
@@ -197,7 +193,7 @@ class StreamingMethods(Generic[ResultT]):
                          shape: Optional[Sequence[int]] = None, dtype: Any = None,
                          out: Optional[Array] = None, chunk_bytes: Optional[int] = None,
                          input_chunk_bytes: int = DEFAULT_STREAM_CHUNK,
-                         return_timing: bool = False, timeout: Optional[float] = None) -> ResultT:
+                         return_timing: bool = False, timeout: Optional[float] = None) -> Any:
         """normalize streamed by rows (chunks of an iterator must hold whole rows)."""
         key = str(norm).lower()
         if key not in NORMS:
@@ -211,7 +207,7 @@ class StreamingMethods(Generic[ResultT]):
 
     def _stream(self, name: str, header: Any, parts: Iterable[Tuple[Array, ...]],
                 shape: Tuple[int, ...], dtype: np.dtype[Any], options: ResultOptions,
-                input_chunk_bytes: int, splits: bool = False) -> ResultT:
+                input_chunk_bytes: int, splits: bool = False) -> Any:
         """splits: whether calls over ranges of the first axis give the whole's result."""
         if dtype not in NP_TO_PB:
             raise ValueError(f"dtype {dtype} is not float32 or float64")
@@ -233,7 +229,7 @@ class StreamingMethods(Generic[ResultT]):
         else:
             steps = self._streaming_steps(
                 _requests(header, parts, row_bytes, input_chunk_bytes), options, runs)
-        return cast(ResultT, self._call(name, options.timeout, steps))
+        return self._call(name, options.timeout, steps)
 
     def _striped_streaming_steps(self, header: Any, arrays: Tuple[Array, ...], calls: int,
                                  row_bytes: int, options: ResultOptions, input_chunk_bytes: int,

@@ -2,15 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Tuple
+from typing import Any, Dict, Tuple
 
 import numpy as np
 import numpy.typing as npt
 
 from ._pb import pb
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ._device_array import DeviceArray
 
 DEFAULT_RADIUS_KM = 6371.0088
 
@@ -169,11 +166,3 @@ class ServerInfo:
             operations={op.name: tuple(PB_TO_NP[d] for d in op.dtypes if d in PB_TO_NP)
                         for op in raw.operations},
             limits=limits, raw=raw, instance_id=raw.instance_id)
-
-
-class BufferList(List["DeviceArray"]):
-    """list of DeviceArray: the caller's buffers (those stored under its credentials),
-    with their used_bytes and the server's whole quota_bytes."""
-
-    used_bytes: int = 0
-    quota_bytes: int = 0

@@ -11,24 +11,20 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Awaitable, List, Optional, Tuple, Union
+from typing import Any, List, Optional, Tuple, Union
 
 import grpc
 import grpc.aio
 
 from ._aio_session import AioSession
 from ._api import ClientApi
-from ._device_array import DeviceArray
 from ._steps import (UNARY, CallGroup, Parallel, Run, Step, Stream, Unary,
                      cancel_on_error)
-from ._stream import Result
-from ._types import BufferList, ServerInfo
 
 __all__ = ["Client"]
 
 
-class Client(ClientApi[Awaitable[Result], Awaitable[DeviceArray], Awaitable[str],
-                       Awaitable[ServerInfo], Awaitable[int], Awaitable[BufferList]]):
+class Client(ClientApi):
     """A connection to a gpucompute server on grpc.aio; create it inside the event loop
     that awaits its calls. Takes the arguments of ``gpucompute.Client``."""
 

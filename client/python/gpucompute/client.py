@@ -12,18 +12,15 @@ import grpc.experimental
 from ._api import DEFAULT_UPLOAD_THRESHOLD, ClientApi
 from ._pb import pb
 from ._session import Session
-from ._device_array import DeviceArray
 from ._steps import (UNARY, CallGroup, Parallel, Run, Step, Stream, Unary,
                      cancel_on_error)
-from ._stream import Result
-from ._types import BufferList, ServerInfo
 
 __all__ = ["Client", "DEFAULT_UPLOAD_THRESHOLD"]
 
 _START_TIMEOUT_S = 30.0  # the server-limits request sent at construction
 
 
-class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
+class Client(ClientApi):
     """A connection to a gpucompute server whose methods block until their result.
 
     Client(target, *, credentials=None, token=None, timeout=None,
