@@ -125,9 +125,14 @@ class ClientApi(StreamingMethods, TransferMethods):
         self.upload_threshold = int(upload_threshold)
         # HTTP/2 frames up to 16 MiB (gRPC's default is 16 KiB), as the server and
         # the C++ client advertise (bench/BULK_TRANSFER.md, transport settings).
+        # No gRPC retries: a streaming call (the session) that fails in grpc-core's retry
+        # layer before it reaches a server (connection refused) can end with its
+        # receives never completed, and grpcio's next() then waits forever, even after
+        # cancel(); failed steps are retried here where that is safe.
         self._channel_options = [("grpc.max_receive_message_length", -1),
                                  ("grpc.max_send_message_length", -1),
-                                 ("grpc.http2.max_frame_size", (1 << 24) - 1)] + list(options)
+                                 ("grpc.http2.max_frame_size", (1 << 24) - 1),
+                                 ("grpc.enable_retries", 0)] + list(options)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         self._max_message: Optional[int] = None
         #: whether the server honours OutputOptions.single_message (None: not asked yet)
@@ -135,6 +140,10 @@ class ClientApi(StreamingMethods, TransferMethods):
         self.session = bool(session)
         #: whether the server has Compute.Session (None: not asked yet)
         self._sessions: Optional[bool] = None
+        #: the server has answered since the session last broke: a new session opens only
+        #: then (a session call started while the connection is down is the one call
+        #: grpcio may never end), so the first small call after a break goes alone
+        self._answered = False
         self._lock = threading.Lock()
         if int(stripes) < 1 or int(stripe_bytes) < 1:
             raise ValueError(f"stripes {stripes} and stripe_bytes {stripe_bytes} must be >= 1")
@@ -205,6 +214,7 @@ class ClientApi(StreamingMethods, TransferMethods):
                 self._max_message = int(raw.limits.max_receive_message_bytes)
             self._single_message = bool(raw.limits.single_message_results)
             self._sessions = bool(raw.limits.sessions)
+            self._answered = True
 
     def _known_max_message(self) -> Optional[int]:
         with self._lock:

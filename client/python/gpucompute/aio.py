@@ -51,11 +51,14 @@ class Client(ClientApi):
     def _start(self) -> None:
         self._session: Optional[AioSession] = None  # opened by the first call that uses it
 
-    def _open_session(self) -> AioSession:
-        """The client's session, opened anew when there is none or it broke."""
-        if self._session is None or self._session.broken:
-            if self._session is not None:
-                self._session.close()
+    def _open_session(self) -> Optional[AioSession]:
+        """The client's session, opened anew when there is none or it broke; None from
+        a break until the server answers again."""
+        if self._session is not None and self._session.broken:
+            self._session.close()
+            self._session = None
+            self._answered = False
+        if self._session is None and self._answered:
             self._session = AioSession(self._stubs["Compute.Session"], self._metadata)
         return self._session
 
@@ -79,7 +82,14 @@ class Client(ClientApi):
         request = iter(step.request) if isinstance(step.request, list) else step.request
         unary = isinstance(step, Stream) and step.unary
         if isinstance(step, Stream) and step.session and step.channel == 0:
-            step.sink.feed_complete(await self._open_session().run(step.rpc, request, timeout))
+            session = self._open_session()
+            if session is not None:
+                step.sink.feed_complete(await session.run(step.rpc, request, timeout))
+                return step.sink.finish()
+            step.sink.feed(await stubs[step.rpc + UNARY](request, timeout=timeout,
+                                                         metadata=self._metadata))
+            self._answered = True
+            self._open_session()
             return step.sink.finish()
         reply = stubs[step.rpc + UNARY if unary else step.rpc](request, timeout=timeout,
                                                                metadata=self._metadata)

@@ -93,7 +93,14 @@ class Client(ClientApi):
         request = iter(step.request) if isinstance(step.request, list) else step.request
         unary = isinstance(step, Stream) and step.unary
         if isinstance(step, Stream) and step.session and step.channel == 0:
-            step.sink.feed_complete(self._open_session().run(step.rpc, request, timeout))
+            session = self._open_session()
+            if session is not None:
+                step.sink.feed_complete(session.run(step.rpc, request, timeout))
+                return step.sink.finish()
+            step.sink.feed(stubs[step.rpc + UNARY](request, timeout=timeout,
+                                                   metadata=self._metadata))
+            self._answered = True
+            self._open_session()
             return step.sink.finish()
         stub = stubs[step.rpc + UNARY if unary else step.rpc]
         if group is not None and not isinstance(step, Stream):
@@ -113,12 +120,15 @@ class Client(ClientApi):
                 step.sink.feed(message)
         return step.sink.finish()
 
-    def _open_session(self) -> Session:
-        """The client's session, opened anew when there is none or it broke."""
+    def _open_session(self) -> Optional[Session]:
+        """The client's session, opened anew when there is none or it broke; None from
+        a break until the server answers again."""
         with self._session_lock:
-            if self._session is None or self._session.broken:
-                if self._session is not None:
-                    self._session.half_close()
+            if self._session is not None and self._session.broken:
+                self._session.half_close()
+                self._session = None
+                self._answered = False
+            if self._session is None and self._answered:
                 self._session = Session(self._stubs["Compute.Session"], self._metadata)
             return self._session
 
