@@ -14,15 +14,16 @@ import numpy as np
 from . import _heap, _shared_memory, _stripe_workers
 from ._heap import DEFAULT_HEAP_WARMUP
 from ._device_array import BufferList, DeviceArray
-from ._operands import (NORMS, ArrayLike, Operand, as_array, haversine_request, result_dtype,
-                        same_dtype, set_operand)
+from ._operands import (NORMS, ArrayLike, Operand, as_array, cast_operands, haversine_request,
+                        result_dtype, set_operand)
 from ._pb import pb
 from ._steps import Run, Steps, Stream, Unary, make_stubs
 from ._stream import ResultOptions, ResultStream
 from ._streaming import StreamingMethods
 from ._transfers import (_MESSAGE_MARGIN, _UNASKED_INLINE_BYTES, DEFAULT_STRIPE_BYTES,
                          TransferMethods)
-from ._types import DEFAULT_RADIUS_KM, Array, FrequencyGrid, LatLonMesh, ServerInfo
+from ._types import (DEFAULT_RADIUS_KM, Array, FrequencyGrid, LatLonMesh, ServerInfo,
+                     resolve_target)
 from .errors import FailedPrecondition, GpuComputeError
 
 #: inline operands larger than this go through Buffers.Upload automatically
@@ -59,13 +60,54 @@ def _ragged(x: Any, y: Sequence[ArrayLike], weights: Any) -> Tuple[Any, Any, Any
     if weights is not None and (not isinstance(weights, (list, tuple)) or len(weights) != len(y)):
         raise ValueError("weights of a ragged batch must be a list like y (or None)")
     ys = [np.asarray(v) for v in y]
-    xs = [np.asarray(v, dtype=ys[0].dtype) for v in x]
+    xs = [np.asarray(v) for v in x]
     if any(a.ndim != 1 or b.shape != a.shape for a, b in zip(xs, ys)):
         raise ValueError("each series of a ragged batch needs 1-D x and y of one length")
     offsets = [0] + [int(v) for v in np.cumsum([len(v) for v in ys])]
-    flat_w = None if weights is None else np.concatenate(
-        [np.asarray(w, dtype=ys[0].dtype) for w in weights])
+    flat_w = None if weights is None else np.concatenate([np.asarray(w) for w in weights])
     return np.concatenate(xs), np.concatenate(ys), flat_w, offsets
+
+
+def _is_ragged(y: Any) -> bool:
+    """y as series of different lengths (a list of 1-D arrays); a list of numbers is a
+    1-D array and a list of equal-length rows a 2-D batch, as NumPy reads them."""
+    if not isinstance(y, (list, tuple)) or not y or any(np.ndim(v) != 1 for v in y):
+        return False
+    return len({len(v) for v in y}) > 1
+
+
+def _moved_axis(operand: Operand, axis: int, keep_on_device: bool) -> Optional[int]:
+    """normalize's ``axis`` as a non-negative index when it is not the last; None when it is."""
+    ndim = len(operand.shape)
+    index = int(axis)
+    if not -max(ndim, 1) <= index < max(ndim, 1):
+        raise ValueError(f"axis {axis} is out of bounds for an array of {ndim} dimension(s)")
+    index %= max(ndim, 1)
+    if index >= ndim - 1:
+        return None
+    if not isinstance(operand, np.ndarray) or keep_on_device:
+        raise ValueError(f"axis={axis} (not the last) takes a NumPy input and a result that "
+                         "comes back: move the axis last yourself for a DeviceArray, a "
+                         "device array or keep_on_device")
+    return index
+
+
+def _axis_back(result: Any, axis: int, out: Optional[Array]) -> Any:
+    """normalize's result (or (result, Timing)) with its last axis moved back to ``axis``,
+    copied into ``out`` when given."""
+    value, timing = result if isinstance(result, tuple) else (result, None)
+    value = np.moveaxis(value, -1, axis)
+    if out is not None:
+        if out.shape != value.shape:
+            raise ValueError(f"out has shape {out.shape}; the result has shape {value.shape}")
+        np.copyto(out, value)
+        value = out
+    return value if timing is None else (value, timing)
+
+
+def _then(steps: Steps[Any], finish: Callable[[Any], Any]) -> Steps[Any]:
+    """The steps, their result passed through ``finish``."""
+    return finish((yield from steps))
 
 
 LimitT = TypeVar("LimitT")
@@ -79,7 +121,7 @@ class ClientApi(StreamingMethods, TransferMethods):
 
     Parameters (of both clients)
     ----------
-    target: "host:port".
+    target: "host:port"; None (or left out): the GPUCOMPUTE_TARGET environment variable.
     credentials: grpc.ChannelCredentials for TLS (e.g. grpc.ssl_channel_credentials());
         None for a plaintext channel.
     token: sent with every call as "authorization: Bearer <token>" metadata.
@@ -114,13 +156,13 @@ class ClientApi(StreamingMethods, TransferMethods):
     #: False where calls return awaitables (DeviceArray.__array__ cannot download then)
     blocking = True
 
-    def __init__(self, target: str, *, credentials: Optional[Any] = None,
+    def __init__(self, target: Optional[str] = None, *, credentials: Optional[Any] = None,
                  token: Optional[str] = None, timeout: Optional[float] = None,
                  upload_threshold: int = DEFAULT_UPLOAD_THRESHOLD,
                  options: Sequence[Tuple[str, Any]] = (), stripes: int = 1,
                  stripe_bytes: int = DEFAULT_STRIPE_BYTES, stripe_processes: bool = False,
                  session: bool = True, heap_warmup: int = DEFAULT_HEAP_WARMUP):
-        self.target = target
+        self.target = target = resolve_target(target)
         self.timeout = timeout
         self.upload_threshold = int(upload_threshold)
         # HTTP/2 frames up to 16 MiB (gRPC's default is 16 KiB), as the server and
@@ -413,14 +455,13 @@ class ClientApi(StreamingMethods, TransferMethods):
     # return_timing=, buffer_name= and timeout= (see ResultOptions).
 
     def discount_product(self, factors: ArrayLike, values: ArrayLike, *,
-                         out: Optional[Array] = None, keep_on_device: bool = False,
-                         chunk_bytes: Optional[int] = None, return_timing: bool = False,
-                         buffer_name: Optional[str] = None,
+                         dtype: Any = None, out: Optional[Array] = None,
+                         keep_on_device: bool = False, chunk_bytes: Optional[int] = None,
+                         return_timing: bool = False, buffer_name: Optional[str] = None,
                          timeout: Optional[float] = None) -> Any:
         """factors * values with NumPy broadcasting (the seed: (M, O) * (D, M, O))."""
-        named: Named = [("factors", as_array(factors, "factors")),
-                        ("values", as_array(values, "values"))]
-        same_dtype(named)
+        named = cast_operands([("factors", as_array(factors, "factors")),
+                      ("values", as_array(values, "values"))], dtype)
 
         def make(p: Placed) -> Any:
             req = pb.DiscountProductRequest()
@@ -451,15 +492,15 @@ class ClientApi(StreamingMethods, TransferMethods):
                                        buffer_name, timeout, out))
 
     def haversine_points(self, lat: ArrayLike, lon: ArrayLike, refs: ArrayLike, *,
-                         radius: float = DEFAULT_RADIUS_KM, out: Optional[Array] = None,
-                         keep_on_device: bool = False, chunk_bytes: Optional[int] = None,
-                         return_timing: bool = False, buffer_name: Optional[str] = None,
+                         radius: float = DEFAULT_RADIUS_KM, dtype: Any = None,
+                         out: Optional[Array] = None, keep_on_device: bool = False,
+                         chunk_bytes: Optional[int] = None, return_timing: bool = False,
+                         buffer_name: Optional[str] = None,
                          timeout: Optional[float] = None) -> Any:
         """Great-circle distances from each reference to each point (lat[i], lon[i]) of
         two equal-shape arrays S in degrees; shape (n_ref, *S), dtype of lat/lon."""
         request = haversine_request(refs, radius)
-        named: Named = [("lat", as_array(lat, "lat")), ("lon", as_array(lon, "lon"))]
-        same_dtype(named)
+        named = cast_operands([("lat", as_array(lat, "lat")), ("lon", as_array(lon, "lon"))], dtype)
 
         def make(p: Placed) -> Any:
             set_operand(request.points.lat, p["lat"])
@@ -469,30 +510,43 @@ class ClientApi(StreamingMethods, TransferMethods):
         return self._run("haversine_points", "HaversineGrid", make, named, ResultOptions(
             keep_on_device, chunk_bytes, return_timing, buffer_name, timeout, out))
 
-    def normalize(self, a: ArrayLike, *, norm: str = "sum", out: Optional[Array] = None,
+    def normalize(self, a: ArrayLike, *, norm: str = "sum", axis: int = -1,
+                  dtype: Any = None, out: Optional[Array] = None,
                   keep_on_device: bool = False, chunk_bytes: Optional[int] = None,
                   return_timing: bool = False, buffer_name: Optional[str] = None,
                   timeout: Optional[float] = None) -> Any:
-        """Each row along the last axis divided by its norm: "sum" (x / sum x, the
-        default), "l1", "l2" or "max_abs"; accumulated in float64 on the server."""
+        """Each row along ``axis`` (the last by default) divided by its norm: "sum" (x /
+        sum x, the default), "l1", "l2" or "max_abs"; accumulated in float64 on the
+        server. Another axis is moved last for the server and back in the result (a
+        view), so it needs a NumPy array and a result that comes back."""
         key = str(norm).lower()
         if key not in NORMS:
             raise ValueError(f"norm is {norm!r}; use 'sum', 'l1', 'l2' or 'max_abs'")
-        named: Named = [("input", as_array(a, "a"))]
+        operand = as_array(a, "a")
+        moved = _moved_axis(operand, axis, keep_on_device)
+        if moved is not None:
+            assert isinstance(operand, np.ndarray)  # _moved_axis says so
+            operand = np.moveaxis(operand, moved, -1)  # made C-contiguous by cast_operands
+        named = cast_operands([("input", operand)], dtype)
 
         def make(p: Placed) -> Any:
             req = pb.NormalizeRequest(norm=NORMS[key])
             set_operand(req.input, p["input"])
             return req
 
-        return self._run("normalize", "Normalize", make, named, ResultOptions(
-            keep_on_device, chunk_bytes, return_timing, buffer_name, timeout, out))
+        options = ResultOptions(keep_on_device, chunk_bytes, return_timing, buffer_name,
+                                timeout, None if moved is not None else out)
+        steps = self._compute("Normalize", make, named, options)
+        if moved is not None:
+            axis_back = moved
+            steps = _then(steps, lambda result: _axis_back(result, axis_back, out))
+        return self._call("normalize", timeout, steps)
 
     def lombscargle(self, x: ArrayLike, y: ArrayLike, freqs: Union[ArrayLike, FrequencyGrid],
                     *, precenter: bool = False, normalize: Union[bool, str] = False,
                     weights: Optional[ArrayLike] = None, floating_mean: bool = False,
                     method: str = "auto", accuracy: Optional[float] = None,
-                    out: Optional[Array] = None, keep_on_device: bool = False,
+                    dtype: Any = None, out: Optional[Array] = None, keep_on_device: bool = False,
                     chunk_bytes: Optional[int] = None, return_timing: bool = False,
                     buffer_name: Optional[str] = None,
                     timeout: Optional[float] = None) -> Any:
@@ -521,14 +575,14 @@ class ClientApi(StreamingMethods, TransferMethods):
             raise ValueError(f"method is {method!r}; use one of {sorted(_LOMB_SCARGLE_METHODS)}")
         normalization = _normalization(normalize)
         row_offsets: List[int] = []
-        if isinstance(y, (list, tuple)):
+        if _is_ragged(y):
             x, y, weights, row_offsets = _ragged(x, y, weights)
         named: Named = [("y", as_array(y, "y")), ("x", as_array(x, "x"))]
         if weights is not None:
             named.append(("weights", as_array(weights, "weights")))
         if not isinstance(freqs, FrequencyGrid):
             named.append(("freqs", as_array(freqs, "freqs")))
-        same_dtype(named)
+        named = cast_operands(named, dtype)
 
         def make(p: Placed) -> Any:
             # "amplitude" by the enum; the others by the bool every server reads.

@@ -21,7 +21,8 @@ from typing import (TYPE_CHECKING, Any, Iterable, Iterator, List, Optional, Sequ
 import numpy as np
 
 from . import _wire
-from ._operands import NORMS, ArrayLike, as_array, byte_view, haversine_request, set_operand
+from ._operands import (NORMS, ArrayLike, as_array, byte_view, cast_operands, computing_dtype,
+                        haversine_request, set_operand)
 from ._pb import pb
 from ._steps import Parallel, Steps, Stream
 from ._stripe_workers import Out, stripe_step
@@ -86,11 +87,14 @@ def _merged_trailer(trailers: Sequence[Any]) -> Any:
 
 
 def _host_array(value: Any, name: str) -> Array:
-    """A streamed operand: a NumPy array (numpy.memmap included), as as_array makes it."""
+    """A streamed operand: a NumPy array (numpy.memmap included) in its computing dtype
+    (as ``cast_operands`` gives it: one of another dtype is copied whole, cast)."""
     array = as_array(value, name)
     if not isinstance(array, np.ndarray):
         raise TypeError(f"{name}: a streamed operand must be a NumPy array (or chunks of one)")
-    return array
+    (_, host), = cast_operands([(name, array)])
+    assert isinstance(host, np.ndarray)
+    return host
 
 
 def _input_parts(data: Any, count: int, name: str, shape: Optional[Sequence[int]],
@@ -115,7 +119,7 @@ def _input_parts(data: Any, count: int, name: str, shape: Optional[Sequence[int]
     first = first if isinstance(first, tuple) else (first,)
     if len(first) != count:
         raise ValueError(f"{name}: each chunk must be {count} array(s)")
-    np_dtype = np.dtype(dtype) if dtype is not None else np.asarray(first[0]).dtype
+    np_dtype = computing_dtype([np.asarray(first[0]).dtype], dtype)
 
     def parts() -> Iterator[Tuple[Array, ...]]:
         for chunk in [first] + [c if isinstance(c, tuple) else (c,) for c in it]:
@@ -157,9 +161,7 @@ class StreamingMethods:
         discount_product's."""
         parts, whole, np_dtype = _input_parts(values, 1, "values", shape, dtype)
         header = pb.StreamingComputeHeader(operation=pb.STREAMING_DISCOUNT_PRODUCT)
-        f = as_array(factors, "factors")
-        if f.dtype != np_dtype:
-            raise ValueError(f"factors is {f.dtype} but values are {np_dtype}")
+        (_, f), = cast_operands([("factors", as_array(factors, "factors"))], np_dtype)
         set_operand(header.factors, f)
         # Calls over row ranges of values see the same factors when these repeat along the
         # first axis: they do not span it (leading extents of 1 aside).

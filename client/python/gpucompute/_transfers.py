@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _stripe_workers, _wire
 from ._device_array import DeviceArray
-from ._operands import ArrayLike, as_array, byte_view
+from ._operands import ArrayLike, as_array, byte_view, cast_operands
 from ._pb import pb
 from ._steps import Parallel, Steps, Stream, Unary
 from ._stream import ResultOptions, ResultStream
@@ -65,7 +65,7 @@ class TransferMethods:
         """Store `array` on the server; returns its DeviceArray handle."""
         if isinstance(array, DeviceArray):
             raise TypeError("array is already a DeviceArray")
-        arr = as_array(array, "array")
+        (_, arr), = cast_operands([("array", as_array(array, "array"))])
         assert isinstance(arr, np.ndarray)
         if chunk_bytes is not None and int(chunk_bytes) <= 0:
             raise ValueError(f"chunk_bytes is {chunk_bytes}; it must be > 0")

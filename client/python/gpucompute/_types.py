@@ -1,8 +1,9 @@
 """The client's value types: dtypes, server-generated grids, timings, server info."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 import numpy.typing as npt
@@ -10,6 +11,19 @@ import numpy.typing as npt
 from ._pb import pb
 
 DEFAULT_RADIUS_KM = 6371.0088
+#: the environment variable that names the server when a client is given no target
+TARGET_VARIABLE = "GPUCOMPUTE_TARGET"
+
+
+def resolve_target(target: Optional[str]) -> str:
+    """``target``, else $GPUCOMPUTE_TARGET; ValueError when neither names a server."""
+    if target:
+        return target
+    from_environment = os.environ.get(TARGET_VARIABLE, "").strip()
+    if not from_environment:
+        raise ValueError(f"no target: give one (e.g. \"localhost:50051\") or set "
+                         f"{TARGET_VARIABLE}")
+    return from_environment
 
 #: a NumPy array of any dtype (the client's results are float32 or float64)
 Array = npt.NDArray[Any]

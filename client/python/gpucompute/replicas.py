@@ -21,10 +21,10 @@ import itertools
 import socket
 import threading
 import time
-from typing import Any, Callable, Dict, Iterable, List, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from ._device_array import BufferList, DeviceArray
-from ._types import ServerInfo
+from ._types import ServerInfo, resolve_target
 from .client import Client
 from .errors import DataLoss, FailedPrecondition, GpuComputeError, Unavailable
 
@@ -76,9 +76,9 @@ class ReplicatedClient:
     DeviceArrays it returns belong to their replica's Client.
     """
 
-    def __init__(self, target: str, *, refresh_interval: float = 30.0,
+    def __init__(self, target: Optional[str] = None, *, refresh_interval: float = 30.0,
                  probe_timeout: float = 2.0, **client_options: Any):
-        self.target = target
+        self.target = resolve_target(target)
         self.refresh_interval = refresh_interval
         self.probe_timeout = probe_timeout
         self._client_options = client_options
