@@ -7,23 +7,24 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
+from dataclasses import replace
+from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
 from . import _heap, _shared_memory, _stripe_workers
 from ._heap import DEFAULT_HEAP_WARMUP
+from ._cuda_arrays import CudaArray, empty_like_device, to_device_like
 from ._device_array import BufferList, DeviceArray
-from ._operands import (NORMS, ArrayLike, Operand, as_array, cast_operands, haversine_request,
-                        result_dtype, set_operand)
+from ._compute_methods import ComputeMethods, Named, Placed
 from ._pb import pb
+from ._shared_slice import SharedSlice
 from ._steps import Run, Steps, Stream, Unary, make_stubs
 from ._stream import ResultOptions, ResultStream
 from ._streaming import StreamingMethods
 from ._transfers import (_MESSAGE_MARGIN, _UNASKED_INLINE_BYTES, DEFAULT_STRIPE_BYTES,
                          TransferMethods)
-from ._types import (DEFAULT_RADIUS_KM, Array, FrequencyGrid, LatLonMesh, ServerInfo,
-                     resolve_target)
+from ._types import Array, ServerInfo, resolve_target
 from .errors import FailedPrecondition, GpuComputeError
 
 #: inline operands larger than this go through Buffers.Upload automatically
@@ -35,88 +36,19 @@ _SAFE_MESSAGE_BYTES = 4 << 20
 # stream at once, since a result too large for one message is refused and the whole
 # request sent again (an 8 MiB normalize: 28 -> 43 ms on the CPU backend).
 _SMALL_INPUT_BYTES = 1 << 20
-#: lombscargle's method names
-_LOMB_SCARGLE_METHODS = {"auto": pb.LOMB_SCARGLE_METHOD_AUTO,
-                         "direct": pb.LOMB_SCARGLE_METHOD_DIRECT,
-                         "nufft": pb.LOMB_SCARGLE_METHOD_NUFFT}
-#: lombscargle's normalize values as SciPy spells them
-_LOMB_SCARGLE_NORMALIZATIONS = ("power", "normalize", "amplitude")
-
-
-def _normalization(normalize: Union[bool, str]) -> str:
-    """SciPy's normalize argument (False/"power", True/"normalize", "amplitude") by name."""
-    if isinstance(normalize, (bool, np.bool_)):
-        return "normalize" if normalize else "power"
-    if isinstance(normalize, str) and normalize in _LOMB_SCARGLE_NORMALIZATIONS:
-        return normalize
-    raise ValueError(f"normalize is {normalize!r}; use False (or 'power'), True (or 'normalize'), "
-                     "or 'amplitude'")
-
-
-def _ragged(x: Any, y: Sequence[ArrayLike], weights: Any) -> Tuple[Any, Any, Any, List[int]]:
-    """Series of their own lengths as flat x, y, weights and their row offsets."""
-    if not isinstance(x, (list, tuple)) or len(x) != len(y) or not y:
-        raise ValueError("a ragged batch needs x and y as lists of equal, non-zero length")
-    if weights is not None and (not isinstance(weights, (list, tuple)) or len(weights) != len(y)):
-        raise ValueError("weights of a ragged batch must be a list like y (or None)")
-    ys = [np.asarray(v) for v in y]
-    xs = [np.asarray(v) for v in x]
-    if any(a.ndim != 1 or b.shape != a.shape for a, b in zip(xs, ys)):
-        raise ValueError("each series of a ragged batch needs 1-D x and y of one length")
-    offsets = [0] + [int(v) for v in np.cumsum([len(v) for v in ys])]
-    flat_w = None if weights is None else np.concatenate([np.asarray(w) for w in weights])
-    return np.concatenate(xs), np.concatenate(ys), flat_w, offsets
-
-
-def _is_ragged(y: Any) -> bool:
-    """y as series of different lengths (a list of 1-D arrays); a list of numbers is a
-    1-D array and a list of equal-length rows a 2-D batch, as NumPy reads them."""
-    if not isinstance(y, (list, tuple)) or not y or any(np.ndim(v) != 1 for v in y):
-        return False
-    return len({len(v) for v in y}) > 1
-
-
-def _moved_axis(operand: Operand, axis: int, keep_on_device: bool) -> Optional[int]:
-    """normalize's ``axis`` as a non-negative index when it is not the last; None when it is."""
-    ndim = len(operand.shape)
-    index = int(axis)
-    if not -max(ndim, 1) <= index < max(ndim, 1):
-        raise ValueError(f"axis {axis} is out of bounds for an array of {ndim} dimension(s)")
-    index %= max(ndim, 1)
-    if index >= ndim - 1:
+def _device_operand(named: Named, options: ResultOptions) -> Optional[CudaArray]:
+    """The first device-array operand of a CuPy or PyTorch kind, when the result is to
+    come back as an array of its library on its device (no out=, nothing kept)."""
+    if options.out is not None or options.keep_on_device:
         return None
-    if not isinstance(operand, np.ndarray) or keep_on_device:
-        raise ValueError(f"axis={axis} (not the last) takes a NumPy input and a result that "
-                         "comes back: move the axis last yourself for a DeviceArray, a "
-                         "device array or keep_on_device")
-    return index
-
-
-def _axis_back(result: Any, axis: int, out: Optional[Array]) -> Any:
-    """normalize's result (or (result, Timing)) with its last axis moved back to ``axis``,
-    copied into ``out`` when given."""
-    value, timing = result if isinstance(result, tuple) else (result, None)
-    value = np.moveaxis(value, -1, axis)
-    if out is not None:
-        if out.shape != value.shape:
-            raise ValueError(f"out has shape {out.shape}; the result has shape {value.shape}")
-        np.copyto(out, value)
-        value = out
-    return value if timing is None else (value, timing)
-
-
-def _then(steps: Steps[Any], finish: Callable[[Any], Any]) -> Steps[Any]:
-    """The steps, their result passed through ``finish``."""
-    return finish((yield from steps))
+    return next((v for _, v in named if isinstance(v, CudaArray) and v.library), None)
 
 
 LimitT = TypeVar("LimitT")
 
-Named = List[Tuple[str, Operand]]
-Placed = Dict[str, Operand]
 
 
-class ClientApi(StreamingMethods, TransferMethods):
+class ClientApi(ComputeMethods, StreamingMethods, TransferMethods):
     """Connection settings and every public method; a subclass runs the steps (``_perform``).
 
     Parameters (of both clients)
@@ -405,9 +337,19 @@ class ClientApi(StreamingMethods, TransferMethods):
                 pass
 
     def _compute(self, method: str, make_request: Callable[[Placed], Any], named: Named,
-                 options: ResultOptions) -> Steps[Any]:
+                 options: ResultOptions,
+                 result_shape: Optional[Tuple[int, ...]] = None) -> Steps[Any]:
+        """result_shape: the result's, where the client knows it (a device input's result
+        is then made in its library on its device, for the server to write through CUDA
+        IPC where it shares the input that way)."""
         start = time.perf_counter()
+        like = _device_operand(named, options)
         placed, temps, upload_s = yield from self._place(named)
+        if (like is not None and result_shape is not None
+                and any(isinstance(v, SharedSlice) for v in placed.values())):
+            out = empty_like_device(like, result_shape, named[0][1].dtype)
+            if out is not None:
+                options = replace(options, out=out)
         sink = ResultStream(options)
         try:
             out_slice = yield from _shared_memory.shared_output(self, options.out)
@@ -423,7 +365,12 @@ class ClientApi(StreamingMethods, TransferMethods):
             yield from self._drop(temps)
         value = (DeviceArray._from_info(self, sink.trailer.stored_buffer)
                  if options.keep_on_device else array)
-        return options.deliver(value, sink.trailer, start, upload=upload_s)
+        result = options.deliver(value, sink.trailer, start, upload=upload_s)
+        if like is None or options.out is not None:
+            return result
+        if isinstance(result, tuple):  # (value, Timing)
+            return to_device_like(like, result[0]), result[1]
+        return to_device_like(like, result)
 
     def _result(self, method: str, request: Any, sink: ResultStream,
                 try_single_message: bool) -> Steps[Any]:
@@ -445,165 +392,7 @@ class ClientApi(StreamingMethods, TransferMethods):
         return (yield Stream("Compute." + method, request, sink))
 
     def _run(self, name: str, method: str, make_request: Callable[[Placed], Any],
-             named: Named, options: ResultOptions) -> Any:
+             named: Named, options: ResultOptions,
+             result_shape: Optional[Tuple[int, ...]] = None) -> Any:
         return self._call(name, options.timeout,
-                          self._compute(method, make_request, named, options))
-
-    # -- compute ---------------------------------------------------------------------
-    # Every compute method also takes, keyword-only: out= (write the result into this
-    # C-contiguous NumPy array of its shape and dtype), keep_on_device=, chunk_bytes=,
-    # return_timing=, buffer_name= and timeout= (see ResultOptions).
-
-    def discount_product(self, factors: ArrayLike, values: ArrayLike, *,
-                         dtype: Any = None, out: Optional[Array] = None,
-                         keep_on_device: bool = False, chunk_bytes: Optional[int] = None,
-                         return_timing: bool = False, buffer_name: Optional[str] = None,
-                         timeout: Optional[float] = None) -> Any:
-        """factors * values with NumPy broadcasting (the seed: (M, O) * (D, M, O))."""
-        named = cast_operands([("factors", as_array(factors, "factors")),
-                      ("values", as_array(values, "values"))], dtype)
-
-        def make(p: Placed) -> Any:
-            req = pb.DiscountProductRequest()
-            set_operand(req.factors, p["factors"])
-            set_operand(req.values, p["values"])
-            return req
-
-        return self._run("discount_product", "DiscountProduct", make, named, ResultOptions(
-            keep_on_device, chunk_bytes, return_timing, buffer_name, timeout, out))
-
-    def haversine_grid(self, mesh: LatLonMesh, refs: ArrayLike, *,
-                       radius: float = DEFAULT_RADIUS_KM, dtype: Any = np.float64,
-                       out: Optional[Array] = None, keep_on_device: bool = False,
-                       chunk_bytes: Optional[int] = None, return_timing: bool = False,
-                       buffer_name: Optional[str] = None,
-                       timeout: Optional[float] = None) -> Any:
-        """Great-circle distances from each reference (lat, lon) to every point of `mesh`,
-        generated on the server; degrees in, `radius` units out; shape
-        (n_ref, mesh.n_lat, mesh.n_lon).
-        """
-        if not isinstance(mesh, LatLonMesh):
-            raise TypeError(f"mesh is {mesh!r}; give a gpucompute.LatLonMesh")
-        request = haversine_request(refs, radius)
-        request.mesh.dtype = result_dtype(dtype)
-        mesh._fill(request.mesh)
-        return self._run("haversine_grid", "HaversineGrid", lambda _: request, [],
-                         ResultOptions(keep_on_device, chunk_bytes, return_timing,
-                                       buffer_name, timeout, out))
-
-    def haversine_points(self, lat: ArrayLike, lon: ArrayLike, refs: ArrayLike, *,
-                         radius: float = DEFAULT_RADIUS_KM, dtype: Any = None,
-                         out: Optional[Array] = None, keep_on_device: bool = False,
-                         chunk_bytes: Optional[int] = None, return_timing: bool = False,
-                         buffer_name: Optional[str] = None,
-                         timeout: Optional[float] = None) -> Any:
-        """Great-circle distances from each reference to each point (lat[i], lon[i]) of
-        two equal-shape arrays S in degrees; shape (n_ref, *S), dtype of lat/lon."""
-        request = haversine_request(refs, radius)
-        named = cast_operands([("lat", as_array(lat, "lat")), ("lon", as_array(lon, "lon"))], dtype)
-
-        def make(p: Placed) -> Any:
-            set_operand(request.points.lat, p["lat"])
-            set_operand(request.points.lon, p["lon"])
-            return request
-
-        return self._run("haversine_points", "HaversineGrid", make, named, ResultOptions(
-            keep_on_device, chunk_bytes, return_timing, buffer_name, timeout, out))
-
-    def normalize(self, a: ArrayLike, *, norm: str = "sum", axis: int = -1,
-                  dtype: Any = None, out: Optional[Array] = None,
-                  keep_on_device: bool = False, chunk_bytes: Optional[int] = None,
-                  return_timing: bool = False, buffer_name: Optional[str] = None,
-                  timeout: Optional[float] = None) -> Any:
-        """Each row along ``axis`` (the last by default) divided by its norm: "sum" (x /
-        sum x, the default), "l1", "l2" or "max_abs"; accumulated in float64 on the
-        server. Another axis is moved last for the server and back in the result (a
-        view), so it needs a NumPy array and a result that comes back."""
-        key = str(norm).lower()
-        if key not in NORMS:
-            raise ValueError(f"norm is {norm!r}; use 'sum', 'l1', 'l2' or 'max_abs'")
-        operand = as_array(a, "a")
-        moved = _moved_axis(operand, axis, keep_on_device)
-        if moved is not None:
-            assert isinstance(operand, np.ndarray)  # _moved_axis says so
-            operand = np.moveaxis(operand, moved, -1)  # made C-contiguous by cast_operands
-        named = cast_operands([("input", operand)], dtype)
-
-        def make(p: Placed) -> Any:
-            req = pb.NormalizeRequest(norm=NORMS[key])
-            set_operand(req.input, p["input"])
-            return req
-
-        options = ResultOptions(keep_on_device, chunk_bytes, return_timing, buffer_name,
-                                timeout, None if moved is not None else out)
-        steps = self._compute("Normalize", make, named, options)
-        if moved is not None:
-            axis_back = moved
-            steps = _then(steps, lambda result: _axis_back(result, axis_back, out))
-        return self._call("normalize", timeout, steps)
-
-    def lombscargle(self, x: ArrayLike, y: ArrayLike, freqs: Union[ArrayLike, FrequencyGrid],
-                    *, precenter: bool = False, normalize: Union[bool, str] = False,
-                    weights: Optional[ArrayLike] = None, floating_mean: bool = False,
-                    method: str = "auto", accuracy: Optional[float] = None,
-                    dtype: Any = None, out: Optional[Array] = None, keep_on_device: bool = False,
-                    chunk_bytes: Optional[int] = None, return_timing: bool = False,
-                    buffer_name: Optional[str] = None,
-                    timeout: Optional[float] = None) -> Any:
-        """scipy.signal.lombscargle(x, y, freqs, *, precenter, normalize, weights,
-        floating_mean) (SciPy 1.15 semantics), computed on the server.
-
-        x, y (and weights): (N,) or a batch (B, N) (x may stay (N,)); freqs: angular
-        frequencies (M,) as an array or DeviceArray of y's dtype, or a FrequencyGrid
-        generated on the server. normalize: False/"power", True/"normalize" or "amplitude".
-        Result (M,) or (B, M), dtype of y; "amplitude": complex (complex64 for float32,
-        complex128 for float64), SciPy 1.15's (a + 1j b) exp(1j tau), the best-fit A + iB of
-        y ~ A cos(f x) + B sin(f x) (+ c). The server sends it as (real, imaginary) pairs,
-        shape (..., M, 2): a keep_on_device result stays so; out= takes a complex array of
-        the result's shape (or real pairs).
-
-        method: "direct" (sums over every sample and frequency), "nufft" (non-uniform
-        FFTs, evenly spaced frequencies only: a FrequencyGrid, or freqs evenly spaced
-        within rounding) or "auto" (the server picks; Timing.method says which ran).
-        accuracy: the NUFFT's bound on each power's error relative to the row's
-        largest power, in [1e-14, 1e-2]; None means the server's default, 1e-9.
-
-        Series of different lengths in one request: x and y (and weights) as lists of
-        1-D arrays, one per series; the result is (B, M).
-        """
-        if method not in _LOMB_SCARGLE_METHODS:
-            raise ValueError(f"method is {method!r}; use one of {sorted(_LOMB_SCARGLE_METHODS)}")
-        normalization = _normalization(normalize)
-        row_offsets: List[int] = []
-        if _is_ragged(y):
-            x, y, weights, row_offsets = _ragged(x, y, weights)
-        named: Named = [("y", as_array(y, "y")), ("x", as_array(x, "x"))]
-        if weights is not None:
-            named.append(("weights", as_array(weights, "weights")))
-        if not isinstance(freqs, FrequencyGrid):
-            named.append(("freqs", as_array(freqs, "freqs")))
-        named = cast_operands(named, dtype)
-
-        def make(p: Placed) -> Any:
-            # "amplitude" by the enum; the others by the bool every server reads.
-            req = pb.LombScargleRequest(precenter=bool(precenter),
-                                        normalize=normalization == "normalize",
-                                        floating_mean=bool(floating_mean),
-                                        method=_LOMB_SCARGLE_METHODS[method],
-                                        accuracy=0.0 if accuracy is None else float(accuracy),
-                                        row_offsets=row_offsets)
-            if normalization == "amplitude":
-                req.normalization = pb.LOMB_SCARGLE_NORMALIZATION_AMPLITUDE
-            set_operand(req.x, p["x"])
-            set_operand(req.y, p["y"])
-            if "weights" in p:
-                set_operand(req.weights, p["weights"])
-            if isinstance(freqs, FrequencyGrid):
-                freqs._fill(req.freq_grid)
-            else:
-                set_operand(req.freqs, p["freqs"])
-            return req
-
-        return self._run("lombscargle", "LombScargle", make, named, ResultOptions(
-            keep_on_device, chunk_bytes, return_timing, buffer_name, timeout, out,
-            complex_pairs=normalization == "amplitude"))
+                          self._compute(method, make_request, named, options, result_shape))
