@@ -15,7 +15,8 @@ TIERS: List[Tuple[str, Set[str]]] = [
                                     "_operands"}),
     ("call steps and streams", {"_stream", "_steps", "_session", "_aio_session",
                                 "_stripe_workers"}),
-    ("features", {"_shared_memory", "_transfers", "_streaming", "_compute_methods"}),
+    ("features", {"_shared_memory", "_transfers", "_streaming", "_compute_methods",
+                  "_shared_pool"}),
     ("the API", {"_api"}),
     ("clients", {"client", "aio", "replicas", "dask", "__init__"}),
 ]

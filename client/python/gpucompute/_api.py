@@ -12,7 +12,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar, Unio
 
 import numpy as np
 
-from . import _heap, _shared_memory, _stripe_workers
+from . import _heap, _shared_memory, _shared_pool, _stripe_workers
 from ._heap import DEFAULT_HEAP_WARMUP
 from ._cuda_arrays import CudaArray, empty_like_device, to_device_like
 from ._device_array import BufferList, DeviceArray
@@ -79,6 +79,10 @@ class ClientApi(ComputeMethods, StreamingMethods, TransferMethods):
         Compute.Session call (opened at the first such call, again after it breaks)
         instead of a call each, where the server has sessions; results and exceptions
         are those of the calls.
+    shared_memory: where the server maps this host's shared memory (it runs here, with
+        --allow_shared_memory), compute calls send NumPy operands of 1 MiB and more, and
+        take such results, through shared-memory regions the client keeps and reuses
+        (``_shared_pool``): one copy each way on this host instead of gRPC; False: gRPC.
     heap_warmup: bytes of this process's heap (glibc only) made ready at connect time
         for results, once per process (``_heap``): a first result up to this size then
         costs what later ones do, not the kernel's zeroing of fresh pages (~2 ms more for
@@ -93,7 +97,8 @@ class ClientApi(ComputeMethods, StreamingMethods, TransferMethods):
                  upload_threshold: int = DEFAULT_UPLOAD_THRESHOLD,
                  options: Sequence[Tuple[str, Any]] = (), stripes: int = 1,
                  stripe_bytes: int = DEFAULT_STRIPE_BYTES, stripe_processes: bool = False,
-                 session: bool = True, heap_warmup: int = DEFAULT_HEAP_WARMUP):
+                 session: bool = True, heap_warmup: int = DEFAULT_HEAP_WARMUP,
+                 shared_memory: bool = True):
         self.target = target = resolve_target(target)
         self.timeout = timeout
         self.upload_threshold = int(upload_threshold)
@@ -139,6 +144,8 @@ class ClientApi(ComputeMethods, StreamingMethods, TransferMethods):
         self._stubs = make_stubs(self._channel)
         self._stripe_stubs = [self._stubs] + [make_stubs(c) for c in self._stripe_channels]
         self._shared = _shared_memory.SharedRegions()
+        self.shared_memory = bool(shared_memory)
+        self._pool = _shared_pool.SharedPool()
         _heap.warm(heap_warmup)
         self._start()
 
@@ -337,32 +344,54 @@ class ClientApi(ComputeMethods, StreamingMethods, TransferMethods):
                 pass
 
     def _compute(self, method: str, make_request: Callable[[Placed], Any], named: Named,
-                 options: ResultOptions,
-                 result_shape: Optional[Tuple[int, ...]] = None) -> Steps[Any]:
-        """result_shape: the result's, where the client knows it (a device input's result
+                 options: ResultOptions, result_shape: Optional[Tuple[int, ...]] = None,
+                 result_type: Any = None) -> Steps[Any]:
+        """result_shape (and result_type, else the operands' dtype): the result's, where
+        the client knows it (a device input's result
         is then made in its library on its device, for the server to write through CUDA
-        IPC where it shares the input that way)."""
+        IPC where it shares the input that way; a large NumPy result comes through the
+        shared-memory pool)."""
         start = time.perf_counter()
         like = _device_operand(named, options)
-        placed, temps, upload_s = yield from self._place(named)
-        if (like is not None and result_shape is not None
-                and any(isinstance(v, SharedSlice) for v in placed.values())):
-            out = empty_like_device(like, result_shape, named[0][1].dtype)
-            if out is not None:
-                options = replace(options, out=out)
-        sink = ResultStream(options)
+        leases: List[Array] = []
         try:
-            out_slice = yield from _shared_memory.shared_output(self, options.out)
-            request = make_request(placed)
-            options.fill(request.output)
-            if out_slice is not None:
-                out_slice.fill(request.output.shared_memory)
-                sink.shared_out = True
-            # A refused one-message try re-sends the request: only worth it for small inputs.
-            small = sum(a.nbytes for _, a in named if isinstance(a, np.ndarray)) <= _SMALL_INPUT_BYTES
-            array = yield from self._result(method, request, sink, try_single_message=small)
-        finally:
-            yield from self._drop(temps)
+            if self.shared_memory:
+                named = yield from self._pooled_inputs(named, leases)
+            placed, temps, upload_s = yield from self._place(named)
+            if (like is not None and result_shape is not None
+                    and any(isinstance(v, SharedSlice) for v in placed.values())):
+                out = empty_like_device(like, result_shape, named[0][1].dtype)
+                if out is not None:
+                    options = replace(options, out=out)
+            target = options.out
+            pooled_out = None
+            if like is None and result_shape is not None and (named or result_type):
+                pooled_out = yield from self._pooled_output(
+                    options, result_shape, result_type or named[0][1].dtype, leases)
+                if pooled_out is not None:
+                    options = replace(options, out=pooled_out)
+            sink = ResultStream(options)
+            try:
+                out_slice = yield from _shared_memory.shared_output(self, options.out)
+                request = make_request(placed)
+                options.fill(request.output)
+                if out_slice is not None:
+                    out_slice.fill(request.output.shared_memory)
+                    sink.shared_out = True
+                # A refused one-message try re-sends the request: only worth it for small
+                # inputs.
+                small = sum(a.nbytes for _, a in named
+                            if isinstance(a, np.ndarray)) <= _SMALL_INPUT_BYTES
+                array = yield from self._result(method, request, sink, try_single_message=small)
+            finally:
+                yield from self._drop(temps)
+            if pooled_out is not None:  # out of the pool, into the caller's array
+                array = np.empty(pooled_out.shape, pooled_out.dtype) if target is None else target
+                _shared_pool.copy(array, pooled_out)
+        except BaseException:
+            yield from self._pool.discard(self, leases)
+            raise
+        self._pool.give_back(leases)
         value = (DeviceArray._from_info(self, sink.trailer.stored_buffer)
                  if options.keep_on_device else array)
         result = options.deliver(value, sink.trailer, start, upload=upload_s)
@@ -371,6 +400,40 @@ class ClientApi(ComputeMethods, StreamingMethods, TransferMethods):
         if isinstance(result, tuple):  # (value, Timing)
             return to_device_like(like, result[0]), result[1]
         return to_device_like(like, result)
+
+    def _pooled_inputs(self, named: Named, leases: List[Array]) -> Steps[Named]:
+        """Large plain NumPy operands copied into regions of the shared-memory pool (and
+        so sent as slices of them), where the server maps this host's memory."""
+        pooled: Named = []
+        for name, value in named:
+            if (isinstance(value, np.ndarray) and value.nbytes >= _shared_pool.POOL_MIN_BYTES
+                    and self._shared.host_slice(value) is None):
+                block = yield from self._pool.lease(self, value.nbytes)
+                if block is not None:
+                    leases.append(block)
+                    region = _shared_pool.view(block, value.shape, value.dtype)
+                    _shared_pool.copy(region, value)
+                    value = region
+            pooled.append((name, value))
+        return pooled
+
+    def _pooled_output(self, options: ResultOptions, shape: Tuple[int, ...], dtype: Any,
+                       leases: List[Array]) -> Steps[Optional[Array]]:
+        """A pool region for a large NumPy result the server may write itself (none for a
+        kept, complex or shared/device ``out`` result)."""
+        out = options.out
+        if (not self.shared_memory or options.keep_on_device or options.complex_pairs
+                or (out is not None and (not isinstance(out, np.ndarray)
+                                         or self._shared.host_slice(out) is not None))):
+            return None
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if nbytes < _shared_pool.POOL_MIN_BYTES:
+            return None
+        block = yield from self._pool.lease(self, nbytes)
+        if block is None:
+            return None
+        leases.append(block)
+        return _shared_pool.view(block, shape, dtype)
 
     def _result(self, method: str, request: Any, sink: ResultStream,
                 try_single_message: bool) -> Steps[Any]:
@@ -393,6 +456,6 @@ class ClientApi(ComputeMethods, StreamingMethods, TransferMethods):
 
     def _run(self, name: str, method: str, make_request: Callable[[Placed], Any],
              named: Named, options: ResultOptions,
-             result_shape: Optional[Tuple[int, ...]] = None) -> Any:
-        return self._call(name, options.timeout,
-                          self._compute(method, make_request, named, options, result_shape))
+             result_shape: Optional[Tuple[int, ...]] = None, result_type: Any = None) -> Any:
+        return self._call(name, options.timeout, self._compute(
+            method, make_request, named, options, result_shape, result_type))

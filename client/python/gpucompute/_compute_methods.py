@@ -11,7 +11,7 @@ from ._operands import (NORMS, ArrayLike, Operand, as_array, cast_operands, have
 from ._pb import pb
 from ._steps import Steps
 from ._stream import ResultOptions
-from ._types import DEFAULT_RADIUS_KM, Array, FrequencyGrid, LatLonMesh
+from ._types import DEFAULT_RADIUS_KM, PB_TO_NP, Array, FrequencyGrid, LatLonMesh
 
 Named = List[Tuple[str, Operand]]
 Placed = Dict[str, Operand]
@@ -107,12 +107,13 @@ class ComputeMethods:
         def _call(self, name: str, timeout: Optional[float], steps: Steps[Any]) -> Any: ...
 
         def _compute(self, method: str, make_request: Callable[[Placed], Any], named: Named,
-                     options: ResultOptions,
-                     result_shape: Optional[Tuple[int, ...]] = None) -> Steps[Any]: ...
+                     options: ResultOptions, result_shape: Optional[Tuple[int, ...]] = None,
+                     result_type: Any = None) -> Steps[Any]: ...
 
         def _run(self, name: str, method: str, make_request: Callable[[Placed], Any],
                  named: Named, options: ResultOptions,
-                 result_shape: Optional[Tuple[int, ...]] = None) -> Any: ...
+                 result_shape: Optional[Tuple[int, ...]] = None,
+                 result_type: Any = None) -> Any: ...
 
     # Every compute method also takes, keyword-only: out= (write the result into this
     # C-contiguous NumPy array of its shape and dtype), keep_on_device=, chunk_bytes=,
@@ -154,7 +155,9 @@ class ComputeMethods:
         mesh._fill(request.mesh)
         return self._run("haversine_grid", "HaversineGrid", lambda _: request, [],
                          ResultOptions(keep_on_device, chunk_bytes, return_timing,
-                                       buffer_name, timeout, out))
+                                       buffer_name, timeout, out),
+                         (len(request.references), int(mesh.n_lat), int(mesh.n_lon)),
+                         PB_TO_NP[request.mesh.dtype])
 
     def haversine_points(self, lat: ArrayLike, lon: ArrayLike, refs: ArrayLike, *,
                          radius: float = DEFAULT_RADIUS_KM, dtype: Any = None,
