@@ -143,3 +143,54 @@ def test_streams_cast_too(client):
     np.testing.assert_allclose(out, _normalized(a), rtol=1e-12)
     chunks = client.stream_normalize(iter([a[:2], a[2:]]), shape=a.shape)
     np.testing.assert_allclose(chunks, _normalized(a), rtol=1e-12)
+
+
+def test_a_result_larger_than_a_chunk_is_not_tried_as_one_message():
+    """The client reads such a result as a stream at once: no refused one-message try
+    counted as FAILED_PRECONDITION in the server's metrics."""
+    import re
+    import urllib.request
+
+    from conftest import ServerProcess
+
+    s = ServerProcess("--metrics_address=127.0.0.1:0")
+    try:
+        metrics_port = re.findall(r"\(port (\d+)\)", s.output())[1]
+
+        def refused():
+            text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics").read()
+            return sum(float(line.rsplit(" ", 1)[1]) for line in text.decode().splitlines()
+                       if line.startswith("gpucompute_requests_total{")
+                       and 'code="FAILED_PRECONDITION"' in line)
+
+        with s.client() as c:
+            lat = np.linspace(-60, 60, 100_000, dtype=np.float32)
+            for _ in range(3):  # 1.2 MB results, more than one 1 MiB chunk
+                d = c.haversine_points(lat, lat, [(0, 0), (1, 1), (2, 2)])
+                assert d.shape == (3, 100_000)
+            c.normalize(np.ones((2, 8)))  # small: one message
+        assert refused() == 0
+    finally:
+        s.stop()
+
+
+def test_legacy_normalize_gives_scipy_110s_result(client, rng):
+    x = np.sort(rng.uniform(0, 30, 200))
+    y = 5.0 + np.sin(1.7 * x)  # far from zero mean: the two semantics differ most
+    freqs = np.linspace(0.2, 4, 300)
+    legacy = signal.lombscargle(x, y, freqs, precenter=True, normalize=True)
+    got = client.lombscargle(x, y, freqs, precenter=True, normalize=True, legacy_normalize=True)
+    np.testing.assert_allclose(got, legacy, rtol=1e-9, atol=1e-12 * legacy.max())
+    batch = client.lombscargle(x, [y, 2 * y - 3], freqs, precenter=True, normalize=True,
+                               legacy_normalize=True)
+    np.testing.assert_allclose(batch[1], signal.lombscargle(x, 2 * y - 3, freqs, precenter=True,
+                                                            normalize=True), rtol=1e-9,
+                               atol=1e-12)
+    ragged = client.lombscargle([x, x[:150]], [y, y[:150]], freqs, precenter=True,
+                                normalize=True, legacy_normalize=True)
+    np.testing.assert_allclose(ragged[1], signal.lombscargle(x[:150], y[:150], freqs,
+                                                             precenter=True, normalize=True),
+                               rtol=1e-9, atol=1e-12)
+    with pytest.raises(ValueError, match="legacy_normalize"):
+        client.lombscargle(x, y, freqs, precenter=True, normalize=True, legacy_normalize=True,
+                           weights=np.ones_like(x))

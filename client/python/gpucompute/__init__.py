@@ -12,9 +12,9 @@ Modules, in tiers (each imports only from its own tier or below; tests/python/te
 wire and types (_pb, _wire, _types, errors, _heap); operands and device arrays
 (_device_array, _cuda_arrays: other libraries' device arrays, _shared_slice, _operands);
 call steps and streams (_stream: result assembly, _steps: a call as RPC steps, _session and
-_aio_session: Compute.Session, _stripe_workers); features (_shared_memory, _transfers,
-_streaming, _compute_methods); the API (_api: every public method, written once); the clients (client:
-blocking, aio: asyncio, replicas: ReplicatedClient).
+_aio_session: Compute.Session, _stripe_workers); features (_shared_memory, _shared_pool,
+_transfers, _streaming, _compute_methods); the API (_api: every public method, written
+once); the clients (client: blocking, aio: asyncio, replicas: ReplicatedClient).
 Everything is imported lazily, so ``python -m gpucompute._build_proto`` runs before the
 generated protobuf module (or grpc/numpy) exists.
 """

@@ -36,12 +36,21 @@ _SAFE_MESSAGE_BYTES = 4 << 20
 # stream at once, since a result too large for one message is refused and the whole
 # request sent again (an 8 MiB normalize: 28 -> 43 ms on the CPU backend).
 _SMALL_INPUT_BYTES = 1 << 20
+
+
 def _device_operand(named: Named, options: ResultOptions) -> Optional[CudaArray]:
     """The first device-array operand of a CuPy or PyTorch kind, when the result is to
     come back as an array of its library on its device (no out=, nothing kept)."""
     if options.out is not None or options.keep_on_device:
         return None
     return next((v for _, v in named if isinstance(v, CudaArray) and v.library), None)
+
+
+def _nbytes(shape: Optional[Tuple[int, ...]], dtype: Any) -> Optional[int]:
+    """The bytes of an array of ``shape`` and ``dtype``; None when either is unknown."""
+    if shape is None or dtype is None:
+        return None
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
 
 
 LimitT = TypeVar("LimitT")
@@ -119,6 +128,8 @@ class ClientApi(ComputeMethods, StreamingMethods, TransferMethods):
         self.session = bool(session)
         #: whether the server has Compute.Session (None: not asked yet)
         self._sessions: Optional[bool] = None
+        #: the server's result chunk size when a request gives none (0: not known)
+        self._default_chunk = 0
         #: the server has answered since the session last broke: a new session opens only
         #: then (a session call started while the connection is down is the one call
         #: grpcio may never end), so the first small call after a break goes alone
@@ -195,11 +206,16 @@ class ClientApi(ComputeMethods, StreamingMethods, TransferMethods):
                 self._max_message = int(raw.limits.max_receive_message_bytes)
             self._single_message = bool(raw.limits.single_message_results)
             self._sessions = bool(raw.limits.sessions)
+            self._default_chunk = int(raw.limits.default_chunk_bytes)
             self._answered = True
 
     def _known_max_message(self) -> Optional[int]:
         with self._lock:
             return self._max_message
+
+    def _known_default_chunk(self) -> int:
+        with self._lock:
+            return self._default_chunk
 
     def _known_single_message(self) -> Optional[bool]:
         with self._lock:
@@ -379,10 +395,13 @@ class ClientApi(ComputeMethods, StreamingMethods, TransferMethods):
                     out_slice.fill(request.output.shared_memory)
                     sink.shared_out = True
                 # A refused one-message try re-sends the request: only worth it for small
-                # inputs.
+                # inputs, and made only when the result fits one message.
                 small = sum(a.nbytes for _, a in named
                             if isinstance(a, np.ndarray)) <= _SMALL_INPUT_BYTES
-                array = yield from self._result(method, request, sink, try_single_message=small)
+                one_message = (0 if options.keep_on_device or sink.shared_out else
+                               _nbytes(result_shape, result_type or
+                                       (named[0][1].dtype if named else None)))
+                array = yield from self._result(method, request, sink, small, one_message)
             finally:
                 yield from self._drop(temps)
             if pooled_out is not None:  # out of the pool, into the caller's array
@@ -436,11 +455,15 @@ class ClientApi(ComputeMethods, StreamingMethods, TransferMethods):
         return _shared_pool.view(block, shape, dtype)
 
     def _result(self, method: str, request: Any, sink: ResultStream,
-                try_single_message: bool) -> Steps[Any]:
+                try_single_message: bool, result_bytes: Optional[int]) -> Steps[Any]:
         """The call as one message read as a unary call (cheaper per call) where asked
         and the server promises one; as a stream when it has none or refuses (a result
-        larger than one chunk is refused before it runs)."""
-        if try_single_message and (yield from self._single_message_results()):
+        larger than one chunk is refused before it runs). result_bytes: the bytes the
+        result message carries, where known (0: none); one larger than a chunk is not
+        tried, so that no refusal counts as a failed request in the server's metrics."""
+        if (try_single_message and (yield from self._single_message_results())
+                and (result_bytes is None or result_bytes <= (
+                    request.output.chunk_bytes or self._known_default_chunk()))):
             request.output.single_message = True
             with self._lock:
                 session = self.session and bool(self._sessions)

@@ -100,6 +100,29 @@ def _then(steps: Steps[Any], finish: Callable[[Any], Any]) -> Steps[Any]:
     return finish((yield from steps))
 
 
+def _legacy_scale(y: Operand, row_offsets: List[int], weights: Any, floating_mean: bool,
+                  keep_on_device: bool) -> Array:
+    """Per series, sum((y - mean)**2) / sum(y**2): SciPy 1.15's normalized power of a
+    precentered series times this is SciPy 1.10's (which divides by the power of y as
+    given), as a column to multiply the (..., M) result by."""
+    if (not isinstance(y, np.ndarray) or weights is not None or floating_mean
+            or keep_on_device):
+        raise ValueError("legacy_normalize takes a NumPy y, no weights, no floating_mean "
+                         "and a result that comes back (SciPy 1.10 had none of the others)")
+    rows = ([y[b:e] for b, e in zip(row_offsets, row_offsets[1:])] if row_offsets
+            else list(y.reshape(-1, y.shape[-1])))
+    scale = np.array([np.sum((r - r.mean(dtype=np.float64)) ** 2, dtype=np.float64)
+                      / np.sum(np.square(r, dtype=np.float64)) for r in rows])
+    return scale.reshape(y.shape[:-1] + (1,)) if not row_offsets else scale[:, None]
+
+
+def _scaled(result: Any, scale: Array) -> Any:
+    """lombscargle's result (or (result, Timing)) multiplied by ``scale``, in place."""
+    value = result[0] if isinstance(result, tuple) else result
+    value *= scale.astype(value.dtype)
+    return result
+
+
 class ComputeMethods:
     """discount_product, haversine_grid, haversine_points, normalize and lombscargle."""
 
@@ -215,7 +238,8 @@ class ComputeMethods:
                     *, precenter: bool = False, normalize: Union[bool, str] = False,
                     weights: Optional[ArrayLike] = None, floating_mean: bool = False,
                     method: str = "auto", accuracy: Optional[float] = None,
-                    dtype: Any = None, out: Optional[Array] = None, keep_on_device: bool = False,
+                    legacy_normalize: bool = False, dtype: Any = None,
+                    out: Optional[Array] = None, keep_on_device: bool = False,
                     chunk_bytes: Optional[int] = None, return_timing: bool = False,
                     buffer_name: Optional[str] = None,
                     timeout: Optional[float] = None) -> Any:
@@ -239,6 +263,12 @@ class ComputeMethods:
 
         Series of different lengths in one request: x and y (and weights) as lists of
         1-D arrays, one per series; the result is (B, M).
+
+        SciPy before 1.15 (Debian 12 ships 1.10) normalizes a precentered series by the
+        power of y as given, not of y centered: with precenter=True and normalize=True
+        its values differ from these by sum(y**2) / sum((y - y.mean())**2) per series
+        (large for a y far from zero mean). legacy_normalize=True gives that older
+        result (NumPy y, no weights, no floating_mean, a result that comes back).
         """
         if method not in _LOMB_SCARGLE_METHODS:
             raise ValueError(f"method is {method!r}; use one of {sorted(_LOMB_SCARGLE_METHODS)}")
@@ -277,6 +307,11 @@ class ComputeMethods:
                  else int(np.prod(dict(named)["freqs"].shape, dtype=np.int64)))
         y_shape = tuple(dict(named)["y"].shape)
         shape = None if normalization == "amplitude" or row_offsets else y_shape[:-1] + (count,)
-        return self._run("lombscargle", "LombScargle", make, named, ResultOptions(
-            keep_on_device, chunk_bytes, return_timing, buffer_name, timeout, out,
-            complex_pairs=normalization == "amplitude"), shape)
+        options = ResultOptions(keep_on_device, chunk_bytes, return_timing, buffer_name,
+                                timeout, out, complex_pairs=normalization == "amplitude")
+        steps = self._compute("LombScargle", make, named, options, shape)
+        if legacy_normalize and precenter and normalization == "normalize":
+            scale = _legacy_scale(dict(named)["y"], row_offsets, weights, floating_mean,
+                                  keep_on_device)
+            steps = _then(steps, lambda result: _scaled(result, scale))
+        return self._call("lombscargle", timeout, steps)
