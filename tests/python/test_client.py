@@ -487,7 +487,7 @@ def test_client_default_timeout(server):
     c.close()
 
 
-# -- a newcomer's first hour (issue 20) ---------------------------------------------------
+# -- a newcomer's first hour --------------------------------------------------------------
 
 
 def test_options_are_keyword_only(client):

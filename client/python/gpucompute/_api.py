@@ -112,7 +112,7 @@ class ClientApi(ComputeMethods, StreamingMethods, TransferMethods):
         self.timeout = timeout
         self.upload_threshold = int(upload_threshold)
         # HTTP/2 frames up to 16 MiB (gRPC's default is 16 KiB), as the server and
-        # the C++ client advertise (bench/BULK_TRANSFER.md, transport settings).
+        # the C++ client advertise: of the transport settings tried, only this one helped.
         # No gRPC retries: a streaming call (the session) that fails in grpc-core's retry
         # layer before it reaches a server (connection refused) can end with its
         # receives never completed, and grpcio's next() then waits forever, even after

@@ -1,8 +1,8 @@
 """Stripes in worker processes (``Client(stripe_processes=True)``).
 
 grpcio copies every received byte two or three times and every sent byte once more, all
-holding the GIL, so one process moves 1.5-2.5 GB/s however many threads it stripes over
-(bench/BULK_TRANSFER.md, "The Python client"). Here each stripe of a Parallel step runs
+holding the GIL, so one process moves about what one stream does however many threads
+it stripes over. Here each stripe of a Parallel step runs
 in one of ``stripes`` worker processes instead, each with its own Client and connection.
 
 The data never crosses the process boundary by pickling: array arguments of a stripe
