@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Awaitable, List, Optional, Tuple, Union
 
 import grpc
 import grpc.aio
@@ -21,12 +21,29 @@ from ._api import ClientApi
 from ._steps import (UNARY, CallGroup, Parallel, Run, Step, Stream, Unary,
                      cancel_on_error)
 
+if TYPE_CHECKING:  # pragma: no cover
+    from ._device_array import BufferList, DeviceArray
+    from ._types import ServerInfo
+
 __all__ = ["Client"]
 
 
 class Client(ClientApi):
     """A connection to a gpucompute server on grpc.aio; create it inside the event loop
     that awaits its calls. Takes the arguments of ``gpucompute.Client``."""
+
+    if TYPE_CHECKING:  # what the service methods return here (ClientApi types them Any)
+        def health(self, service: str = "", *, timeout: Optional[float] = None) -> Awaitable[str]: ...
+
+        def info(self, *, timeout: Optional[float] = None) -> Awaitable[ServerInfo]: ...
+
+        def upload(self, array: Any, name: str = "", *, chunk_bytes: Optional[int] = None,
+                   timeout: Optional[float] = None) -> Awaitable[DeviceArray]: ...
+
+        def delete(self, buffer: Union[DeviceArray, str], *,
+                   timeout: Optional[float] = None) -> Awaitable[int]: ...
+
+        def list_buffers(self, *, timeout: Optional[float] = None) -> Awaitable[BufferList]: ...
 
     blocking = False
 

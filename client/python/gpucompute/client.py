@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import Any, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple, Union
 
 import grpc
 import grpc.experimental
@@ -14,6 +14,10 @@ from ._pb import pb
 from ._session import Session
 from ._steps import (UNARY, CallGroup, Parallel, Run, Step, Stream, Unary,
                      cancel_on_error)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._device_array import BufferList, DeviceArray
+    from ._types import ServerInfo
 
 __all__ = ["Client", "DEFAULT_UPLOAD_THRESHOLD"]
 
@@ -28,6 +32,19 @@ class Client(ClientApi):
     parameters; gpucompute.aio.Client has the same methods, awaitable.
     The client is thread-safe: one Client may serve concurrent calls from threads.
     """
+
+    if TYPE_CHECKING:  # what the service methods return here (ClientApi types them Any)
+        def health(self, service: str = "", *, timeout: Optional[float] = None) -> str: ...
+
+        def info(self, *, timeout: Optional[float] = None) -> ServerInfo: ...
+
+        def upload(self, array: Any, name: str = "", *, chunk_bytes: Optional[int] = None,
+                   timeout: Optional[float] = None) -> DeviceArray: ...
+
+        def delete(self, buffer: Union[DeviceArray, str], *,
+                   timeout: Optional[float] = None) -> int: ...
+
+        def list_buffers(self, *, timeout: Optional[float] = None) -> BufferList: ...
 
     def _connect(self, credentials: Optional[grpc.ChannelCredentials],
                  options: List[Tuple[str, Any]]) -> Any:
