@@ -201,6 +201,16 @@ class Session:
             self._watch_cond.notify()  # the watcher stops
         raise error
 
+    def _abandon(self) -> None:
+        """The server stopped answering: the session ends for every request on it."""
+        with self._cond:
+            if self._error is None:
+                self._error = RequestFailed(grpc.StatusCode.UNAVAILABLE,
+                                            "the server stopped answering the session")
+            self._cond.notify_all()
+        self.half_close()
+        self._call.cancel()
+
     def _watch(self, deadline: float) -> None:
         """Has the watcher look at ``deadline`` (starting it the first time)."""
         with self._watch_cond:
@@ -233,7 +243,8 @@ class Session:
                     cancelled[key] = deadline
                     self._sends.put(cancel_message(key))
                 elif now > deadline + UNANSWERED_S:
-                    self._call.cancel()
+                    self._abandon()
+                    return
             for key in [k for k in cancelled if k not in due]:
                 del cancelled[key]  # answered
             wakes = upcoming + [d + UNANSWERED_S for d in cancelled.values()]
