@@ -270,9 +270,12 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
                                    pieces.push_back({piece, length});
                                  });
       const uint64_t n = chunk.data.size;
-      const absl::Status copied = service_.backend.CopyPiecesToArray(pieces, chunk.at, *array_);
+      absl::Status copied = session_ != nullptr ? session_->BeginWrite() : absl::OkStatus();
       if (copied.ok()) {
-        if (session_ != nullptr) session_->Received(chunk.at, chunk.at + n);
+        copied = service_.backend.CopyPiecesToArray(pieces, chunk.at, *array_);
+        if (session_ != nullptr) session_->EndWrite(chunk.at, chunk.at + n, copied.ok());
+      }
+      if (copied.ok()) {
         const absl::Duration elapsed = absl::Now() - start;
         transfer_in_ += elapsed;
         service_.metrics.Transferred(Direction::kHostToDevice, n, elapsed);
@@ -330,7 +333,8 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   // A session's stream may end before the whole buffer is there: only the stream
   // that ends with every byte received stores it.
   absl::Status StoreSession() {
-    std::optional<BufferStore::Reservation> reservation = session_->TakeIfComplete();
+    GC_ASSIGN_OR_RETURN(std::optional<BufferStore::Reservation> reservation,
+                        session_->TakeIfComplete());
     if (!reservation.has_value()) {
       response_->set_name(session_->name());  // no id: not stored yet
       return absl::OkStatus();
