@@ -165,7 +165,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     }
     GC_ASSIGN_OR_RETURN(reservation_, service_.Reserve(expected_bytes_,
                                                        absl::StrCat("upload ", QuoteClientString(header.name())),
-                                                       PrincipalOf(*context_)));
+                                                       PrincipalOf(*context_), header.name()));
     name_ = header.name();
     // Allocate may wait up to --memory_budget_wait for the budget (and a device
     // allocation may synchronize), so it cannot run inline on a gRPC thread; it
@@ -212,7 +212,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     GC_ASSIGN_OR_RETURN(
         BufferStore::Reservation reservation,
         service_.Reserve(bytes, absl::StrCat("upload ", QuoteClientString(header.name())),
-                         principal));
+                         principal, header.name()));
     return service_.SubmitRequest(
         [this, dtype, shape = std::move(shape), reservation = std::move(reservation),
          principal = std::move(principal), token,

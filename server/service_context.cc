@@ -56,8 +56,10 @@ absl::StatusOr<Admission::Ticket> ServiceContext::Admit(
 }
 
 absl::StatusOr<BufferStore::Reservation> ServiceContext::Reserve(
-    uint64_t bytes, absl::string_view what, absl::string_view principal) const {
-  absl::StatusOr<BufferStore::Reservation> reservation = store.Reserve(bytes, what, principal);
+    uint64_t bytes, absl::string_view what, absl::string_view principal,
+    absl::string_view name) const {
+  absl::StatusOr<BufferStore::Reservation> reservation =
+      store.Reserve(bytes, what, principal, name);
   if (!reservation.ok()) {
     metrics.Rejected(IsBufferCountRefusal(reservation.status()) ? Rejection::kBufferCount
                                                                  : Rejection::kQuota);

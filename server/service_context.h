@@ -58,7 +58,8 @@ struct ServiceContext {
   // call's connection), each counting its refusals (quota, queue_full) in the
   // rejection metrics, requests dropped from a full queue included.
   absl::StatusOr<BufferStore::Reservation> Reserve(uint64_t bytes, absl::string_view what,
-                                                   absl::string_view principal) const;
+                                                   absl::string_view principal,
+                                                   absl::string_view name) const;
   absl::Status SubmitRequest(Executor::RequestTask task, const grpc::CallbackServerContext& context,
                              Executor::Lane lane) const;
   // The same for a task of `client` (a connection's peer string).

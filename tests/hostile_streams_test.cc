@@ -167,6 +167,39 @@ TEST(HostileStreamsTest, BufferMetadataCountsAgainstTheQuota) {
                                           (kBufferOverheadBytes + kMaxBufferNameBytes));
 }
 
+// Names are charged when the bytes are reserved, so that no commit pushes usage
+// past a quota, and the bytes a quota has left never wrap below zero: many
+// tiny buffers with long names and then one large upload are all refused in
+// time, under the global and under the per-caller quota alike.
+TEST(HostileStreamsTest, LongNamesNeverPushUsagePastAQuota) {
+  for (const bool per_caller : {false, true}) {
+    SCOPED_TRACE(per_caller ? "principal_quota_bytes" : "buffer_quota_bytes");
+    ServerConfig config = test::LoopbackConfig();
+    constexpr uint64_t kQuota = 65736;
+    (per_caller ? config.principal_quota_bytes : config.buffer_quota_bytes) = kQuota;
+    auto server = StartServer(config);
+    ASSERT_NE(server, nullptr);
+    const std::string name(kMaxBufferNameBytes, 'n');
+    int stored = 0;
+    absl::Status refused;
+    for (; stored < 400 && refused.ok(); ++stored) {
+      refused = server->client().Upload(name, test::F64({1}, {1})).status();
+    }
+    EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << stored << " stored";
+    const auto listed = server->client().List();
+    ASSERT_TRUE(listed.ok());
+    EXPECT_LE(listed->used_bytes() + listed->metadata_bytes(), kQuota);
+    // A 128 MiB upload is refused at its header.
+    grpc::ClientContext context;
+    v1::BufferInfo info;
+    auto writer = server->buffers().Upload(&context, &info);
+    writer->Write(Header(int64_t{16} << 20, "large"));
+    writer->WritesDone();
+    const grpc::Status large = writer->Finish();
+    EXPECT_EQ(large.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << large.error_message();
+  }
+}
+
 TEST(HostileStreamsTest, BuffersPerOwnerAreCapped) {
   ServerConfig config = test::LoopbackConfigWithMetrics();
   config.max_buffers_per_owner = 3;
