@@ -148,7 +148,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     if (array_ != nullptr || reservation_.has_value()) {
       return absl::InvalidArgumentError("upload sent a second header; send exactly one, first");
     }
-    GC_ASSIGN_OR_RETURN(ticket_, service_.Admit(*context_));
+    GC_ASSIGN_OR_RETURN(ticket_, service_.AdmitClientStream(*context_));
     const v1::UploadHeader& header = request_.header();
     GC_ASSIGN_OR_RETURN(const DType dtype, DTypeFromProto(header.dtype(), "header.dtype"));
     Shape shape(header.shape().begin(), header.shape().end());

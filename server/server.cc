@@ -18,6 +18,7 @@
 #include "server/chunk_memory.h"
 #include "server/compute_service.h"
 #include "server/executor.h"
+#include "server/grpc_log_watch.h"
 #include "server/info_service.h"
 #include "server/log.h"
 #include "server/metrics.h"
@@ -50,6 +51,11 @@ constexpr absl::Duration kHandshakeTimeout = absl::Seconds(10);
 // port stays open after them for their statuses to reach the clients.
 constexpr absl::Duration kDrainPoll = absl::Milliseconds(5);
 constexpr absl::Duration kCloseLinger = absl::Milliseconds(100);
+// Once no admitted work is left, how long the drain still waits for calls that
+// need no admission (a List, a health check) and for clients to close their
+// connections after the GOAWAY; then it closes those that stay open, so that an
+// idle connection cannot hold the drain for the whole grace period.
+constexpr absl::Duration kUnadmittedGrace = absl::Milliseconds(500);
 
 // gRPC channel arguments take int milliseconds; INT_MAX means "never".
 int Millis(absl::Duration d) {
@@ -108,6 +114,10 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
                                     config.max_buffers_per_owner, kBufferOverheadBytes);
   server->admission_ = std::make_unique<Admission>(config.max_in_flight,
                                                    config.max_in_flight_per_connection);
+  server->stream_admission_ = std::make_unique<Admission>(
+      config.max_open_streams, config.max_open_streams_per_connection,
+      "Upload and StreamingCompute calls open", "max_open_streams",
+      "max_open_streams_per_connection");
   const int threads = config.executor_threads > 0
                           ? config.executor_threads
                           : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
@@ -121,7 +131,8 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
                                  [backend = server->backend_.get()] { backend->PrepareThread(); });
   server->context_ = std::unique_ptr<ServiceContext>(new ServiceContext{
       server->config_, *server->backend_, *server->store_, *server->executor_, *server->metrics_,
-      *server->admission_, *server->device_queues_, *server->shared_memory_, server->draining_});
+      *server->admission_, *server->stream_admission_, *server->device_queues_,
+      *server->shared_memory_, server->draining_});
   server->compute_service_ = std::make_unique<ComputeService>(*server->context_);
   server->buffers_service_ = std::make_unique<BuffersService>(*server->context_);
   server->info_service_ = std::make_unique<InfoService>(*server->context_, server->backend_note_);
@@ -199,6 +210,7 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
     return absl::UnavailableError(
         absl::StrCat("cannot listen on address ", config.address, " (in use or invalid)"));
   }
+  WatchGrpcLog();
   server->server_->GetHealthCheckService()->SetServingStatus(true);
   server->health_watcher_ = std::thread([self] { self->WatchBackendHealth(); });
   return server;
@@ -209,6 +221,12 @@ void GpuComputeServer::WatchBackendHealth() {
     if (!backend_->Healthy()) {
       server_->GetHealthCheckService()->SetServingStatus(false);
       LogLine("no healthy device left: health NOT_SERVING");
+      return;
+    }
+    if (GrpcListenerFailed()) {
+      server_->GetHealthCheckService()->SetServingStatus(false);
+      LogLine("the gRPC listener failed to accept a connection and accepts no more (out of "
+              "file descriptors?): health NOT_SERVING; restart the server");
       return;
     }
   }
@@ -259,12 +277,12 @@ void GpuComputeServer::Drain(absl::Duration grace) {
   // failed 5 of 110 runs beside three busy loops on a 2-core VM, 0 of 80 after). A request's ticket
   // goes just before its status is sent, so the port stays open kCloseLinger more.
   bool waited = false;
-  while (admission_->in_flight() > 0 && absl::Now() < deadline) {
+  while (admission_->in_flight() + stream_admission_->in_flight() > 0 && absl::Now() < deadline) {
     waited = true;
     absl::SleepFor(kDrainPoll);
   }
   if (waited) absl::SleepFor(std::min(kCloseLinger, std::max(deadline - absl::Now(), absl::ZeroDuration())));
-  server_->Shutdown(absl::ToChronoTime(deadline));
+  server_->Shutdown(absl::ToChronoTime(std::min(deadline, absl::Now() + kUnadmittedGrace)));
   server_->Wait();
 }
 

@@ -60,7 +60,8 @@ class GpuComputeServer {
 
  private:
   GpuComputeServer() = default;
-  // Reports NOT_SERVING once the backend turns unhealthy (a sticky device error).
+  // Reports NOT_SERVING once the backend turns unhealthy (a sticky device error),
+  // or once gRPC's listener failed (grpc_log_watch.h).
   void WatchBackendHealth();
   void StopHealthWatcher();
 
@@ -75,6 +76,7 @@ class GpuComputeServer {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<BufferStore> store_;
   std::unique_ptr<Admission> admission_;
+  std::unique_ptr<Admission> stream_admission_;
   std::unique_ptr<DeviceQueues> device_queues_;
   std::unique_ptr<SharedMemoryRegistry> shared_memory_;
   std::unique_ptr<Executor> executor_;
