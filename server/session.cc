@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gpucompute/v1/gpucompute.pb.h"
-#include "kernels/memory_budget.h"
+#include "kernels/memory/memory_budget.h"
 #include "server/compute_request.h"
 #include "server/request_parse.h"
 #include "server/result_stream.h"
