@@ -82,7 +82,7 @@ struct ServerConfig {
   absl::Duration upload_session_ttl = absl::Minutes(10);
   // Compute.Session: answers one session may hold unwritten (its client not
   // reading) before it reads no more requests; past twice this, a request's
-  // answer is RESOURCE_EXHAUSTED instead of its result. Charged to the host budget.
+  // answer is RESOURCE_EXHAUSTED instead of its result.
   uint64_t session_answer_bytes = 32ull << 20;
   // StreamingCompute: input chunks one call may hold, received and not yet answered.
   int streaming_chunks_in_flight = 4;

@@ -97,7 +97,6 @@ class SessionReactor final
       writing_ = false;
       waiting_bytes_ -= std::exchange(write_bytes_, 0);
       write_.message.Clear();
-      write_.charge = MemoryBudget::Charge();
       if (write_.request != nullptr) Release(std::exchange(write_.request, nullptr));
     }
     if (!ok) {  // the call is broken: nothing more can be written
@@ -146,18 +145,14 @@ class SessionReactor final
 
  private:
   // An answer waiting to be written, and the request it ends (null for an
-  // answer given apart from a stream: Refuse); its bytes are charged to the
-  // host budget until written.
+  // answer given apart from a stream: Refuse).
   struct Waiting {
     SessionRequestCall* request = nullptr;
     grpc::ByteBuffer message;
-    MemoryBudget::Charge charge;
   };
 
   void QueueLocked(Waiting waiting) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const uint64_t bytes = waiting.message.Length();
-    if (host_budget_ != nullptr) waiting.charge = host_budget_->ChargeFixed(bytes);
-    waiting_bytes_ += bytes;
+    waiting_bytes_ += waiting.message.Length();
     answers_.push_back(std::move(waiting));
   }
 
@@ -202,6 +197,10 @@ class SessionReactor final
     stream->Bind(this, id);
     {
       absl::MutexLock lock(&mu_);
+      // The parsed request lives until its answer is written: its memory counts.
+      if (host_budget_ != nullptr) {
+        request_charges_[stream] = host_budget_->ChargeFixed(message->ByteSizeLong());
+      }
       in_flight_[id] = stream;
       ++pins_[stream];  // StartCompute may touch the stream after it has answered
       starting_ = stream;
@@ -349,6 +348,7 @@ class SessionReactor final
         // A request's OnDone deletes it; the call cannot finish meanwhile.
         for (SessionRequestCall* request : ending) request->OnDone();
         absl::MutexLock lock(&mu_);
+        for (SessionRequestCall* request : ending) request_charges_.erase(request);
         ending_ -= ending.size();
         continue;
       }
@@ -390,6 +390,9 @@ class SessionReactor final
   Waiting write_ ABSL_GUARDED_BY(mu_);                // the answer being written
   uint64_t waiting_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of answers_ and write_
   uint64_t write_bytes_ ABSL_GUARDED_BY(mu_) = 0;    // of write_
+  // The host-budget charge of each started request's message, until it ends.
+  absl::flat_hash_map<SessionRequestCall*, MemoryBudget::Charge> request_charges_
+      ABSL_GUARDED_BY(mu_);
   // Requests the session is still calling (starting or cancelling them) outside
   // mu_: they end only after, even if answered meanwhile.
   absl::flat_hash_map<SessionRequestCall*, int> pins_ ABSL_GUARDED_BY(mu_);

@@ -15,8 +15,9 @@
 // Reading stops while max_in_flight_per_connection answers, or
 // session_answer_bytes of them, wait to be written, so a client that sends
 // without reading holds at most that many, and goes on as they are written;
-// the waiting answers are charged to the host memory budget, and an answer
-// that would take them past twice session_answer_bytes is RESOURCE_EXHAUSTED.
+// an answer that would take them past twice session_answer_bytes is
+// RESOURCE_EXHAUSTED. A request's message, which lives until its answer is
+// written, is charged to the host memory budget (its answer already is).
 // An answer that waits longer than stream_idle_timeout cancels the call
 // (ResultStream's stall limit).
 //

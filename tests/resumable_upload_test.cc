@@ -152,8 +152,8 @@ TEST(ResumableUploadTest, AnAbandonedSessionIsFreedAfterItsTtl) {
   EXPECT_EQ(list->used_bytes(), 0u);
 }
 
-// Once a session is stored its buffer is immutable: a stream of the session
-// that is still open may write nothing more into it, and fails.
+// Once a resumable upload is stored its buffer is immutable: a stream of it
+// that is still open may write nothing more into the buffer, and fails.
 TEST(ResumableUploadTest, AStoredUploadRefusesItsOtherStreams) {
   auto server = StartServer();
   ASSERT_NE(server, nullptr);

@@ -328,13 +328,16 @@ TEST_F(SessionTest, ARequestOverTheInFlightLimitFailsAlone) {
   session->CloseOk();
 }
 
-// Answers waiting for a client that does not read are charged to the host
-// memory budget, and a session holds about --session_answer_bytes of them
-// before it stops reading; cancelling the call gives the memory back.
+// A session holds about --session_answer_bytes of answers its client does not
+// read before it stops reading, what they hold is charged to the host memory
+// budget, and cancelling the call gives it back.
 TEST_F(SessionTest, UnreadAnswersAreChargedAndCappedPerSession) {
   ServerConfig config = test::LoopbackConfig();
   config.session_answer_bytes = 4 << 20;
-  Start(config);
+  // A server with memory budgets (the fault-injecting one has none).
+  auto server = test::TestServer::Start(config);
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  server_ = *std::move(server);
   const uint64_t baseline = server_->HostBudgetUsed();
   // A 512 x 512 float32 grid: 1 MiB answers for a few bytes of request.
   v1::HaversineGridRequest grid;
