@@ -28,11 +28,36 @@ struct Endpoint {
   uint16_t port = 0;               // host order
 };
 
-// "ipv4:A.B.C.D:PORT" or "ipv6:[ADDR]:PORT" ("%5B"/"%5D" URL-encoded too).
+// The far end of this process's socket `fd` (a connection gRPC took from a
+// descriptor: RecoveryListener).
+std::optional<Endpoint> PeerOfDescriptor(absl::string_view number) {
+  int fd = -1;
+  if (!absl::SimpleAtoi(number, &fd)) return std::nullopt;
+  sockaddr_storage address{};
+  socklen_t length = sizeof(address);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return std::nullopt;
+  Endpoint end;
+  end.family = address.ss_family;
+  if (address.ss_family == AF_INET) {
+    const auto& v4 = reinterpret_cast<const sockaddr_in&>(address);
+    std::memcpy(end.address, &v4.sin_addr, 4);
+    end.port = ntohs(v4.sin_port);
+  } else if (address.ss_family == AF_INET6) {
+    const auto& v6 = reinterpret_cast<const sockaddr_in6&>(address);
+    std::memcpy(end.address, &v6.sin6_addr, 16);
+    end.port = ntohs(v6.sin6_port);
+  } else {
+    return std::nullopt;
+  }
+  return end;
+}
+
+// "ipv4:A.B.C.D:PORT", "ipv6:[ADDR]:PORT" ("%5B"/"%5D" URL-encoded too) or "fd:N".
 std::optional<Endpoint> ParsePeer(absl::string_view peer) {
   Endpoint end;
   std::string host;
   absl::string_view port;
+  if (absl::ConsumePrefix(&peer, "fd:")) return PeerOfDescriptor(peer);
   if (absl::ConsumePrefix(&peer, "ipv4:")) {
     const size_t colon = peer.rfind(':');
     if (colon == absl::string_view::npos) return std::nullopt;

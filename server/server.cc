@@ -23,6 +23,7 @@
 #include "server/info_service.h"
 #include "server/log.h"
 #include "server/metrics.h"
+#include "server/recovery_listener.h"
 #include "server/reflection.h"
 #include "server/security.h"
 #include "server/service_context.h"
@@ -228,13 +229,45 @@ void GpuComputeServer::WatchBackendHealth() {
       LogLine("no healthy device left: health NOT_SERVING");
       return;
     }
-    if (GrpcListenerFailed()) {
-      server_->GetHealthCheckService()->SetServingStatus(false);
-      LogLine("the gRPC listener failed to accept a connection and accepts no more (out of "
-              "file descriptors?): health NOT_SERVING; restart the server");
-      return;
-    }
+    if (GrpcListenerFailed() && !WatchRecoveryListener()) return;
   }
+}
+
+bool GpuComputeServer::WatchRecoveryListener() {
+  if (!config_.security.tls_cert_file.empty()) {
+    server_->GetHealthCheckService()->SetServingStatus(false);
+    LogLine("the gRPC listener failed to accept a connection and accepts no more (out of file "
+            "descriptors?); with TLS the server cannot accept in its place: health "
+            "NOT_SERVING; restart the server");
+    return false;
+  }
+  if (recovery_listener_ == nullptr) {
+    // Out of descriptors, taking over fails too: tried again at the next tick.
+    absl::StatusOr<std::unique_ptr<RecoveryListener>> listener =
+        RecoveryListener::TakeOver(server_.get(), port_);
+    if (!listener.ok()) {
+      if (serving_) {
+        serving_ = false;
+        server_->GetHealthCheckService()->SetServingStatus(false);
+        LogLine(absl::StrCat("the gRPC listener failed to accept a connection and accepts no "
+                             "more (out of file descriptors?): health NOT_SERVING until the "
+                             "server can accept in its place (",
+                             listener.status().message(), ")"));
+      }
+      return true;
+    }
+    recovery_listener_ = *std::move(listener);
+    LogLine("the server accepts connections on its port itself from now on (gRPC's listener "
+            "failed)");
+  }
+  const bool accepting = recovery_listener_->accepting();
+  if (accepting != serving_) {
+    serving_ = accepting;
+    server_->GetHealthCheckService()->SetServingStatus(accepting);
+    LogLine(accepting ? "accepting connections again: health SERVING"
+                      : "out of file descriptors, new connections wait: health NOT_SERVING");
+  }
+  return true;
 }
 
 void GpuComputeServer::StopHealthWatcher() {
@@ -244,6 +277,7 @@ void GpuComputeServer::StopHealthWatcher() {
 
 GpuComputeServer::~GpuComputeServer() {
   StopHealthWatcher();
+  recovery_listener_.reset();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now());
     server_->Wait();
@@ -287,6 +321,7 @@ void GpuComputeServer::Drain(absl::Duration grace) {
     absl::SleepFor(kDrainPoll);
   }
   if (waited) absl::SleepFor(std::min(kCloseLinger, std::max(deadline - absl::Now(), absl::ZeroDuration())));
+  recovery_listener_.reset();
   server_->Shutdown(absl::ToChronoTime(std::min(deadline, absl::Now() + kUnadmittedGrace)));
   server_->Wait();
 }

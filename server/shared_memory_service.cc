@@ -64,6 +64,8 @@ void ToRegionInfo(const RegisteredRegion& entry, v1::SharedMemoryRegionInfo* inf
 
 bool IsLocalPeer(absl::string_view peer) {
   if (absl::StartsWith(peer, "unix:") || absl::StartsWith(peer, "unix-abstract:")) return true;
+  // A connection the server accepted itself (RecoveryListener): its user tells.
+  if (absl::StartsWith(peer, "fd:")) return true;
   if (absl::ConsumePrefix(&peer, "ipv4:")) return absl::StartsWith(peer, "127.");
   if (absl::ConsumePrefix(&peer, "ipv6:")) {
     // "[::1]:port" or, URL-encoded, "%5B::1%5D:port"; also IPv4-mapped loopback.

@@ -14,8 +14,8 @@
 namespace gpucompute {
 
 // Whether a gRPC peer ("ipv4:127.0.0.1:5000", "ipv6:[::1]:5000", "unix:/run/s")
-// has a loopback address: a quick refusal of remote peers only, since an
-// address proves nothing about who connects (peer_identity.h does).
+// has a loopback address ("fd:N" may have one): a quick refusal of remote peers
+// only, since an address proves nothing about who connects (peer_identity.h does).
 bool IsLocalPeer(absl::string_view peer);
 
 // What the call may do with shared memory: FAILED_PRECONDITION when the server

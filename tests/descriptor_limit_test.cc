@@ -1,7 +1,7 @@
 // The server process under a small open-file limit (prlimit): registered
-// shared-memory regions hold no file descriptor, and once gRPC's listener has
-// failed to accept for want of descriptors, health reads NOT_SERVING on the
-// connections the server still has.
+// shared-memory regions hold no file descriptor, and once the listener fails
+// to accept for want of descriptors, health reads NOT_SERVING on the
+// connections the server still has, until new clients can connect again.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -63,8 +63,8 @@ TEST(DescriptorLimitTest, RegionsHoldNoFileDescriptors) {
   shm_unlink(key.c_str());
 }
 
-TEST(DescriptorLimitTest, AListenerOutOfDescriptorsTurnsHealthNotServing) {
-  auto process = StartLimited({});
+TEST(DescriptorLimitTest, OutOfDescriptorsHealthIsNotServingUntilNewClientsConnectAgain) {
+  auto process = StartLimited({"--allow_shared_memory"});
   const int port = process->WaitUntilServing().grpc;
   ASSERT_GT(port, 0) << process->output();
   auto health = grpc::health::v1::Health::NewStub(grpc::CreateChannel(
@@ -96,6 +96,24 @@ TEST(DescriptorLimitTest, AListenerOutOfDescriptorsTurnsHealthNotServing) {
   }
   EXPECT_EQ(status, HealthCheckResponse::NOT_SERVING) << process->output();
   for (int fd : sockets) close(fd);
+  // The descriptors come back: the server accepts again and says so.
+  for (int i = 0; i < 100 && status != HealthCheckResponse::SERVING; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    status = check();
+  }
+  EXPECT_EQ(status, HealthCheckResponse::SERVING) << process->output();
+  client::Client fresh(client::MakeChannel(absl::StrCat("127.0.0.1:", port)));
+  auto info = fresh.GetInfo();
+  EXPECT_TRUE(info.ok()) << info.status().message() << "\n" << process->output();
+  // Shared memory still knows who a connection taken this way is.
+  const std::string key = absl::StrCat("/gpucompute-descriptors-after-", getpid());
+  const int fd = shm_open(key.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 4096), 0);
+  close(fd);
+  auto region = fresh.RegisterSystemSharedMemory("after", key, 0, 4096);
+  EXPECT_TRUE(region.ok()) << region.status().message();
+  shm_unlink(key.c_str());
 }
 
 }  // namespace
