@@ -6,6 +6,7 @@ shapes, and a server killed mid-job with the job still finishing correctly (last
 leaves one server and one worker fewer)."""
 from __future__ import annotations
 
+import os
 import signal
 import time
 
@@ -39,6 +40,15 @@ def servers():
 
 @pytest.fixture(scope="module")
 def cluster(servers):
+    # The nanny writes its workers' environment (MALLOC_TRIM_THRESHOLD_) into this
+    # process's os.environ; put it back so later tests' subprocesses see the original.
+    environ = dict(os.environ)
+    yield from _cluster(servers)
+    os.environ.clear()
+    os.environ.update(environ)
+
+
+def _cluster(servers):
     with distributed.LocalCluster(n_workers=3, threads_per_worker=2, processes=True,
                                   dashboard_address=None) as lc, \
             distributed.Client(lc) as client:

@@ -30,15 +30,16 @@ pages = a.nbytes // page
 with open("/proc/self/pagemap", "rb") as f:
     f.seek(a.ctypes.data // page * 8)
     entries = struct.iter_unpack("<Q", f.read(pages * 8))
-    # Present (bit 63) or a swap-type entry (bit 62): with no swap device that is a page
-    # the kernel is migrating (compaction under load), still the same written page.
-    print(sum((e >> 62) != 0 for (e,) in entries) / pages)
+    print(sum(e >> 63 for (e,) in entries) / pages)
 """
 
 
 def resident_share(warmup: int) -> float:
+    # glibc's MALLOC_*_ variables switch its dynamic mmap threshold off, which the
+    # warm-up relies on; the check is of glibc's defaults.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     done = subprocess.run([sys.executable, "-c", _RESIDENT_SHARE, str(warmup)], cwd=str(CLIENT_DIR),
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr
     return float(done.stdout)
 

@@ -9,7 +9,9 @@ more per 8 MiB than later ones on the dev VM, where later results reuse heap pag
 block just past ``nbytes`` is allocated and freed (the threshold rises to its size, at
 most glibc's 32 MiB), then ``nbytes`` of heap are written and freed, and stay mapped
 (glibc trims the heap's top only past twice the threshold). The process keeps those
-pages resident, as it would after its first large result.
+pages resident, as it would after its first large result. Any of glibc's ``MALLOC_*_``
+tuning variables (a Dask nanny sets ``MALLOC_TRIM_THRESHOLD_`` for its workers) switches
+the dynamic threshold off, and with it this warm-up.
 """
 from __future__ import annotations
 
