@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Hostile soak: a well-behaved client runs the four-op mix against the CPU-backend
 # server on loopback while hostile clients hold 1000 idle streams, stall 200 readers of 8 MiB
-# results, send 16 KiB metadata, flood resets and ask for 2 GiB meshes.
+# results, send 16 KiB metadata, flood resets, ask for 2 GiB meshes, hold StreamingCompute
+# calls idle after their header, never read their sessions' answers and flood shared-memory
+# registrations.
 #
 #   scripts/hostile_soak.sh [DURATION_SECONDS=180] [BUILD_DIR=build] [soak.py options...]
 #
@@ -10,7 +12,8 @@
 # (4 GiB by default), every stored buffer downloads intact, the server exits 0 on SIGTERM.
 # Prints one table; the artifacts (server.log, rss.csv, metrics.txt, hostile-*.json) stay in
 # a new /tmp/gpucompute-hostile-soak.* directory. Options: scripts/hostile_soak/soak.py --help
-# (scale: --idle, --stalled, --metadata-rate, --reset-rate, --meshes, --mesh, --budget, ...).
+# (scale: --idle, --stalled, --metadata-rate, --reset-rate, --meshes, --mesh, --streaming,
+# --sessions, --region-rate, --budget, ...).
 # Needs /usr/bin/python3 with grpcio and numpy (the Python client runs from client/python).
 set -euo pipefail
 

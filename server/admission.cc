@@ -8,14 +8,14 @@ namespace gpucompute {
 absl::StatusOr<Admission::Ticket> Admission::Enter(const std::string& peer) {
   absl::MutexLock lock(&mu_);
   if (in_flight_ >= max_in_flight_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "server has ", in_flight_, " requests in flight (max_in_flight ", max_in_flight_, ")"));
+    return absl::ResourceExhaustedError(absl::StrCat("server has ", in_flight_, " ", what_, " (",
+                                                     flag_, " ", max_in_flight_, ")"));
   }
   int64_t& mine = by_peer_[peer];
   if (mine >= max_per_connection_) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("this connection has ", mine, " requests in flight (max_in_flight_per_connection ",
-                     max_per_connection_, ")"));
+    return absl::ResourceExhaustedError(absl::StrCat("this connection has ", mine, " ", what_,
+                                                     " (", per_connection_flag_, " ",
+                                                     max_per_connection_, ")"));
   }
   ++mine;
   ++in_flight_;

@@ -1,5 +1,7 @@
 // In-flight limits, global and per connection: a request holds a Ticket from
-// admission until its reactor is done. Per device: an operation holds a
+// admission until its reactor is done. Streams that wait on their client
+// (Upload, StreamingCompute) are counted by an Admission of their own, so that
+// open but idle streams cannot take the places of requests. Per device: an operation holds a
 // DeviceQueues::Slot while it is placed on a device. Over a limit:
 // RESOURCE_EXHAUSTED naming it.
 #pragma once
@@ -50,8 +52,14 @@ class Admission {
  public:
   using Ticket = HeldPlace<Admission, std::string>;
 
-  Admission(int64_t max_in_flight, int64_t max_in_flight_per_connection)
-      : max_in_flight_(max_in_flight), max_per_connection_(max_in_flight_per_connection) {}
+  // `what` names what is counted in messages, `flag` and `per_connection_flag`
+  // the limits' flags.
+  Admission(int64_t max_in_flight, int64_t max_in_flight_per_connection,
+            std::string what = "requests in flight", std::string flag = "max_in_flight",
+            std::string per_connection_flag = "max_in_flight_per_connection")
+      : max_in_flight_(max_in_flight), max_per_connection_(max_in_flight_per_connection),
+        what_(std::move(what)), flag_(std::move(flag)),
+        per_connection_flag_(std::move(per_connection_flag)) {}
 
   // `peer` identifies the connection (grpc::ServerContext::peer()).
   absl::StatusOr<Ticket> Enter(const std::string& peer);
@@ -63,6 +71,9 @@ class Admission {
 
   const int64_t max_in_flight_;
   const int64_t max_per_connection_;
+  const std::string what_;
+  const std::string flag_;
+  const std::string per_connection_flag_;
   mutable absl::Mutex mu_;
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<std::string, int64_t> by_peer_ ABSL_GUARDED_BY(mu_);

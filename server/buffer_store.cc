@@ -54,10 +54,12 @@ std::string BufferStore::MetadataNote() const {
 
 absl::StatusOr<BufferStore::Reservation> BufferStore::Reserve(uint64_t bytes,
                                                               absl::string_view what,
-                                                              absl::string_view principal) {
-  // The name's bytes are charged at Commit: at most kMaxBufferNameBytes over the quota.
-  const Charge charge{bytes, overhead_bytes_, 1};
-  const uint64_t needed = charge.data + charge.metadata;
+                                                              absl::string_view principal,
+                                                              absl::string_view name) {
+  const Charge charge{bytes, MetadataBytes(name), 1};
+  // Saturating: a size near 2^64 must not wrap past the check below.
+  const uint64_t needed =
+      charge.data > UINT64_MAX - charge.metadata ? UINT64_MAX : charge.data + charge.metadata;
   absl::MutexLock lock(&mu_);
   if (needed > Left(quota_bytes_, used_)) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -115,9 +117,10 @@ std::shared_ptr<Array> BufferStore::HoldingCharge(std::shared_ptr<Array> array, 
 
 absl::StatusOr<StoredBuffer> BufferStore::Commit(Reservation reservation, std::string name,
                                                  std::shared_ptr<Array> array) {
-  const Charge kept{array->bytes(), overhead_bytes_ == 0 ? 0 : overhead_bytes_ + name.size(), 1};
+  const Charge kept{array->bytes(), MetadataBytes(name), 1};
   const Charge reserved = reservation.charge_;
-  if (reservation.store_ != this || reserved.data < kept.data) {
+  if (reservation.store_ != this || reserved.data < kept.data ||
+      reserved.metadata < kept.metadata) {
     return absl::InternalError("buffer committed without a matching quota reservation");
   }
   StoredBuffer buffer{NewBufferId(instance_id_), std::move(name), reservation.principal_, array,

@@ -92,13 +92,15 @@ class BufferStore {
         instance_id_(std::move(instance_id)) {}
 
   // RESOURCE_EXHAUSTED naming the quota when `bytes` and the metadata of a buffer
-  // do not fit in the global or the principal's quota, or when the principal
-  // already holds max_buffers_per_owner buffers; `what` names the request (e.g.
-  // "upload 'weights'").
+  // named `name` do not fit in the global or the principal's quota, or when the
+  // principal already holds max_buffers_per_owner buffers; `what` names the
+  // request (e.g. "upload 'weights'"). Everything the buffer will count is
+  // charged here, so that Commit never takes usage past a quota.
   absl::StatusOr<Reservation> Reserve(uint64_t bytes, absl::string_view what,
-                                      absl::string_view principal = "");
+                                      absl::string_view principal = "",
+                                      absl::string_view name = "");
   // Stores `array` under a new unguessable id, owned by the reservation's
-  // principal. The reservation must cover it.
+  // principal. The reservation must cover it and its name.
   absl::StatusOr<StoredBuffer> Commit(Reservation reservation, std::string name,
                                       std::shared_ptr<Array> array);
   // A buffer of `principal`. NOT_FOUND naming `field` when the id is unknown or
@@ -132,9 +134,15 @@ class BufferStore {
   const std::string& instance_id() const { return instance_id_; }
 
  private:
-  // The quota bytes left under `limit` with `used` charged.
+  // The quota bytes left under `limit` with `used` charged; 0, never a wrapped
+  // count, when usage reached the limit.
   static uint64_t Left(uint64_t limit, const Charge& used) {
-    return limit - used.data - used.metadata;
+    const uint64_t charged = used.data + used.metadata;
+    return charged >= limit ? 0 : limit - charged;
+  }
+  // What a buffer of `bytes` named `name` counts for its metadata.
+  uint64_t MetadataBytes(absl::string_view name) const {
+    return overhead_bytes_ == 0 ? 0 : overhead_bytes_ + name.size();
   }
   std::string MetadataNote() const;
   // FAILED_PRECONDITION when `id` is well formed but was issued by another instance.

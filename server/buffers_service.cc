@@ -148,7 +148,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     if (array_ != nullptr || reservation_.has_value()) {
       return absl::InvalidArgumentError("upload sent a second header; send exactly one, first");
     }
-    GC_ASSIGN_OR_RETURN(ticket_, service_.Admit(*context_));
+    GC_ASSIGN_OR_RETURN(ticket_, service_.AdmitClientStream(*context_));
     const v1::UploadHeader& header = request_.header();
     GC_ASSIGN_OR_RETURN(const DType dtype, DTypeFromProto(header.dtype(), "header.dtype"));
     Shape shape(header.shape().begin(), header.shape().end());
@@ -165,7 +165,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     }
     GC_ASSIGN_OR_RETURN(reservation_, service_.Reserve(expected_bytes_,
                                                        absl::StrCat("upload ", QuoteClientString(header.name())),
-                                                       PrincipalOf(*context_)));
+                                                       PrincipalOf(*context_), header.name()));
     name_ = header.name();
     // Allocate may wait up to --memory_budget_wait for the budget (and a device
     // allocation may synchronize), so it cannot run inline on a gRPC thread; it
@@ -212,7 +212,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     GC_ASSIGN_OR_RETURN(
         BufferStore::Reservation reservation,
         service_.Reserve(bytes, absl::StrCat("upload ", QuoteClientString(header.name())),
-                         principal));
+                         principal, header.name()));
     return service_.SubmitRequest(
         [this, dtype, shape = std::move(shape), reservation = std::move(reservation),
          principal = std::move(principal), token,
@@ -270,9 +270,12 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
                                    pieces.push_back({piece, length});
                                  });
       const uint64_t n = chunk.data.size;
-      const absl::Status copied = service_.backend.CopyPiecesToArray(pieces, chunk.at, *array_);
+      absl::Status copied = upload_ != nullptr ? upload_->BeginWrite() : absl::OkStatus();
       if (copied.ok()) {
-        if (upload_ != nullptr) upload_->Received(chunk.at, chunk.at + n);
+        copied = service_.backend.CopyPiecesToArray(pieces, chunk.at, *array_);
+        if (upload_ != nullptr) upload_->EndWrite(chunk.at, chunk.at + n, copied.ok());
+      }
+      if (copied.ok()) {
         const absl::Duration elapsed = absl::Now() - start;
         transfer_in_ += elapsed;
         service_.metrics.Transferred(Direction::kHostToDevice, n, elapsed);
@@ -330,7 +333,8 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   // A resumable upload's stream may end before the whole buffer is there: only the stream
   // that ends with every byte received stores it.
   absl::Status StoreResumable() {
-    std::optional<BufferStore::Reservation> reservation = upload_->TakeIfComplete();
+    GC_ASSIGN_OR_RETURN(std::optional<BufferStore::Reservation> reservation,
+                        upload_->TakeIfComplete());
     if (!reservation.has_value()) {
       info_.set_name(upload_->name());  // no id: not stored yet
       return absl::OkStatus();

@@ -75,7 +75,7 @@ absl::StatusOr<AcceptedCompute> AcceptCompute(ServiceContext& service,
         service.Reserve(result_bytes,
                         absl::StrCat(OperationLabel(ComputeOp<Request>::kOperation),
                                      " result kept on device"),
-                        scope.principal));
+                        scope.principal, options.buffer_name()));
     accepted.output.buffer_name = options.buffer_name();
   }
   accepted.request = std::move(request);

@@ -68,6 +68,11 @@ struct ServerConfig {
   int max_in_flight = 1024;                 // requests admitted at once, all callers
   int max_in_flight_per_connection = 128;   // per client connection
   int max_concurrent_streams = 256;         // HTTP/2 streams per connection
+  // Upload and StreamingCompute calls open at once, counted apart from
+  // max_in_flight: a stream may wait on its client up to stream_idle_timeout, and
+  // open but idle streams must not take every request's place.
+  int max_open_streams = 1024;
+  int max_open_streams_per_connection = 128;
   // Integer gRPC channel arguments set after the server's own (transport tuning).
   IntChannelArgs grpc_channel_args;
   // An Upload silent this long is closed; a result stream unread this long is cancelled.
@@ -75,6 +80,10 @@ struct ServerConfig {
   // How long a resumable upload no stream uses keeps its partial buffer
   // (--upload_session_ttl).
   absl::Duration upload_session_ttl = absl::Minutes(10);
+  // Compute.Session: answers one session may hold unwritten (its client not
+  // reading) before it reads no more requests; past twice this, a request's
+  // answer is RESOURCE_EXHAUSTED instead of its result.
+  uint64_t session_answer_bytes = 32ull << 20;
   // StreamingCompute: input chunks one call may hold, received and not yet answered.
   int streaming_chunks_in_flight = 4;
   // gRPC's memory for connections and calls; 0: derived (DefaultResourceQuotaBytes).

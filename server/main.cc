@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <iostream>
 #include <malloc.h>
+#include <sys/resource.h>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,9 @@ ABSL_FLAG(absl::Duration, stream_idle_timeout, absl::Seconds(30),
 ABSL_FLAG(absl::Duration, upload_session_ttl, absl::Minutes(10),
           "an upload session (resumable, striped upload) that no stream has used this long is "
           "dropped with its partial buffer");
+ABSL_FLAG(uint64_t, session_answer_bytes, 32ull << 20,
+          "answers one Compute.Session may hold unwritten before it reads no more requests; "
+          "past twice this, answers are RESOURCE_EXHAUSTED");
 ABSL_FLAG(int32_t, streaming_chunks_in_flight, 4,
           "StreamingCompute input chunks one call may hold (received, not yet answered); the "
           "server reads no further until one is written, so a call holds at most this many "
@@ -101,6 +105,10 @@ ABSL_FLAG(uint64_t, principal_quota_bytes, 0,
 ABSL_FLAG(int32_t, max_in_flight, 1024, "requests admitted at once from all callers");
 ABSL_FLAG(int32_t, max_in_flight_per_connection, 128, "requests admitted at once per connection");
 ABSL_FLAG(int32_t, max_concurrent_streams, 256, "HTTP/2 streams per connection");
+ABSL_FLAG(int32_t, max_open_streams, 1024,
+          "Upload and StreamingCompute calls open at once, counted apart from max_in_flight");
+ABSL_FLAG(int32_t, max_open_streams_per_connection, 128,
+          "Upload and StreamingCompute calls open at once per connection");
 ABSL_FLAG(std::vector<std::string>, grpc_channel_args, {},
           "integer gRPC channel arguments, grpc.NAME=VALUE,..., set after the server's own "
           "(transport tuning; docs/operations.md)");
@@ -267,6 +275,10 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
   config.stream_idle_timeout = absl::GetFlag(FLAGS_stream_idle_timeout);
   config.upload_session_ttl = absl::GetFlag(FLAGS_upload_session_ttl);
   config.streaming_chunks_in_flight = absl::GetFlag(FLAGS_streaming_chunks_in_flight);
+  config.session_answer_bytes = absl::GetFlag(FLAGS_session_answer_bytes);
+  if (config.session_answer_bytes < 1) {
+    return absl::InvalidArgumentError("--session_answer_bytes must be >= 1");
+  }
   config.max_buffers_per_owner = absl::GetFlag(FLAGS_max_buffers_per_owner);
   config.max_receive_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   config.min_chunk_bytes = absl::GetFlag(FLAGS_min_chunk_bytes);
@@ -279,6 +291,8 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
   config.max_in_flight = absl::GetFlag(FLAGS_max_in_flight);
   config.max_in_flight_per_connection = absl::GetFlag(FLAGS_max_in_flight_per_connection);
   config.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  config.max_open_streams = absl::GetFlag(FLAGS_max_open_streams);
+  config.max_open_streams_per_connection = absl::GetFlag(FLAGS_max_open_streams_per_connection);
   absl::StatusOr<gpucompute::IntChannelArgs> channel_args = gpucompute::ParseIntChannelArgs(
       absl::GetFlag(FLAGS_grpc_channel_args), "--grpc_channel_args");
   if (!channel_args.ok()) return channel_args.status();
@@ -315,11 +329,13 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
   if (config.max_queue_depth < 1 || config.max_small_queue_depth < 1 ||
       config.max_device_queue_depth < 1 || config.max_metadata_bytes < 1 ||
       config.max_elements < 1 || config.max_in_flight < 1 ||
-      config.max_in_flight_per_connection < 1 || config.max_concurrent_streams < 1) {
+      config.max_in_flight_per_connection < 1 || config.max_concurrent_streams < 1 ||
+      config.max_open_streams < 1 || config.max_open_streams_per_connection < 1) {
     return absl::InvalidArgumentError(
         "--max_queue_depth, --max_small_queue_depth, --max_device_queue_depth, "
         "--max_metadata_bytes, --max_elements, --max_in_flight, "
-        "--max_in_flight_per_connection and --max_concurrent_streams must be >= 1");
+        "--max_in_flight_per_connection, --max_concurrent_streams, --max_open_streams and "
+        "--max_open_streams_per_connection must be >= 1");
   }
   if (config.upload_session_ttl < absl::Milliseconds(1)) {
     return absl::InvalidArgumentError("--upload_session_ttl must be >= 1ms");
@@ -342,10 +358,21 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
   return config;
 }
 
+// Raises the soft limit on open files to the hard one: every connection and
+// every listener takes a descriptor, and gRPC's listener stops accepting for
+// good once accept4 fails with EMFILE.
+void RaiseOpenFileLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  limit.rlim_cur = limit.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &limit);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   ConfigureMalloc();
+  RaiseOpenFileLimit();
   gpucompute::DisableMutexDeadlockDetection();
   absl::SetProgramUsageMessage(
       "GPU (or CPU) numeric operations over gRPC.\n"

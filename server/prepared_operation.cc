@@ -99,7 +99,11 @@ absl::StatusOr<std::shared_ptr<SharedMemoryRegion>> RegionOf(const v1::SharedMem
     const absl::Status& refusal = scope.regions.status();
     return absl::Status(refusal.code(), absl::StrCat(field, ": ", refusal.message()));
   }
-  return (*scope.regions)->Get(slice.region_id(), absl::StrCat(field, ".region_id"), scope.principal);
+  absl::StatusOr<std::string> owner = scope.regions->Owner();
+  if (!owner.ok()) {
+    return absl::Status(owner.status().code(), absl::StrCat(field, ": ", owner.status().message()));
+  }
+  return scope.regions->registry->Get(slice.region_id(), absl::StrCat(field, ".region_id"), *owner);
 }
 
 // Whether two arrays on one device share a byte.

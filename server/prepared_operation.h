@@ -50,9 +50,9 @@ struct RequestScope {
   const BufferStore& store;
   std::string principal;
   int64_t max_elements;
-  // The registry when this call may use shared memory, else why not (SharedMemoryFor);
-  // off unless a caller grants it.
-  absl::StatusOr<const SharedMemoryRegistry*> regions = SharedMemoryOff();
+  // The registry and whose regions, when this call may use shared memory, else
+  // why not (SharedMemoryFor); off unless a caller grants it.
+  absl::StatusOr<SharedMemoryAccess> regions = SharedMemoryOff();
 };
 
 // Checks an Operand: a well-formed inline tensor (known dtype, shape within

@@ -5,10 +5,22 @@
 
 namespace gpucompute {
 
-void ResumableUpload::Received(uint64_t begin, uint64_t end) {
-  if (begin >= end) return;
+absl::Status ResumableUpload::BeginWrite() {
   absl::MutexLock lock(&mu_);
+  if (stored_) {
+    return absl::FailedPreconditionError(
+        "the resumable upload was already stored by another of its streams; a stored buffer "
+        "cannot be written: start a new upload (a new session_token) for other bytes");
+  }
+  ++writers_;
+  return absl::OkStatus();
+}
+
+void ResumableUpload::EndWrite(uint64_t begin, uint64_t end, bool copied) {
+  absl::MutexLock lock(&mu_);
+  --writers_;
   last_used_ = absl::Now();
+  if (!copied || begin >= end) return;
   // Merge [begin, end) with every range it overlaps or touches.
   auto it = received_.upper_bound(begin);
   if (it != received_.begin() && std::prev(it)->second >= begin) --it;
@@ -29,9 +41,15 @@ std::vector<std::pair<uint64_t, uint64_t>> ResumableUpload::ReceivedRanges() con
   return ranges;
 }
 
-std::optional<BufferStore::Reservation> ResumableUpload::TakeIfComplete() {
+absl::StatusOr<std::optional<BufferStore::Reservation>> ResumableUpload::TakeIfComplete() {
   absl::MutexLock lock(&mu_);
-  if (received_bytes_ != array_->bytes()) return std::nullopt;
+  if (stored_) {
+    return absl::FailedPreconditionError(
+        "the resumable upload was already stored by another of its streams");
+  }
+  // A copy still in flight belongs to a stream that stores the buffer when it ends.
+  if (received_bytes_ != array_->bytes() || writers_ > 0) return std::nullopt;
+  stored_ = true;
   return std::exchange(reservation_, std::nullopt);
 }
 

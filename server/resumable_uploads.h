@@ -18,6 +18,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "kernels/array.h"
@@ -42,12 +43,18 @@ class ResumableUpload {
   const std::string& name() const { return name_; }
   const std::shared_ptr<Array>& array() const { return array_; }
 
-  // Bytes [begin, end) are in the array.
-  void Received(uint64_t begin, uint64_t end);
+  // A stream is about to copy into the array: FAILED_PRECONDITION once the
+  // upload is stored, since a stored buffer is immutable. Each OK is followed
+  // by one EndWrite.
+  absl::Status BeginWrite();
+  // The copy is over; when `copied`, bytes [begin, end) are in the array.
+  void EndWrite(uint64_t begin, uint64_t end, bool copied);
   // The received ranges as (offset, length), in order, adjacent ones merged.
   std::vector<std::pair<uint64_t, uint64_t>> ReceivedRanges() const;
-  // Once every byte arrived, the reservation to store the buffer under, once.
-  std::optional<BufferStore::Reservation> TakeIfComplete();
+  // Once every byte arrived and no copy is in flight, the reservation to store
+  // the buffer under, once; from then on the upload is stored. nullopt while
+  // bytes are missing or being copied; FAILED_PRECONDITION once stored.
+  absl::StatusOr<std::optional<BufferStore::Reservation>> TakeIfComplete();
 
  private:
   friend class ResumableUploads;
@@ -59,6 +66,8 @@ class ResumableUpload {
   std::optional<BufferStore::Reservation> reservation_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, uint64_t> received_ ABSL_GUARDED_BY(mu_);  // begin -> end
   uint64_t received_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int writers_ ABSL_GUARDED_BY(mu_) = 0;  // copies in flight
+  bool stored_ ABSL_GUARDED_BY(mu_) = false;
   int streams_ ABSL_GUARDED_BY(mu_) = 0;  // attached streams
   absl::Time last_used_ ABSL_GUARDED_BY(mu_) = absl::Now();
 };

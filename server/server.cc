@@ -19,9 +19,11 @@
 #include "server/chunk_memory.h"
 #include "server/compute_service.h"
 #include "server/executor.h"
+#include "server/grpc_log_watch.h"
 #include "server/info_service.h"
 #include "server/log.h"
 #include "server/metrics.h"
+#include "server/recovery_listener.h"
 #include "server/reflection.h"
 #include "server/security.h"
 #include "server/service_context.h"
@@ -51,6 +53,11 @@ constexpr absl::Duration kHandshakeTimeout = absl::Seconds(10);
 // port stays open after them for their statuses to reach the clients.
 constexpr absl::Duration kDrainPoll = absl::Milliseconds(5);
 constexpr absl::Duration kCloseLinger = absl::Milliseconds(100);
+// Once no admitted work is left, how long the drain still waits for calls that
+// need no admission (a List, a health check) and for clients to close their
+// connections after the GOAWAY; then it closes those that stay open, so that an
+// idle connection cannot hold the drain for the whole grace period.
+constexpr absl::Duration kUnadmittedGrace = absl::Milliseconds(500);
 
 // gRPC channel arguments take int milliseconds; INT_MAX means "never".
 int Millis(absl::Duration d) {
@@ -113,6 +120,10 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
                                     config.max_buffers_per_owner, kBufferOverheadBytes);
   server->admission_ = std::make_unique<Admission>(config.max_in_flight,
                                                    config.max_in_flight_per_connection);
+  server->stream_admission_ = std::make_unique<Admission>(
+      config.max_open_streams, config.max_open_streams_per_connection,
+      "Upload and StreamingCompute calls open", "max_open_streams",
+      "max_open_streams_per_connection");
   const int threads = config.executor_threads > 0
                           ? config.executor_threads
                           : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
@@ -126,7 +137,8 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
                                  [backend = server->backend_.get()] { backend->PrepareThread(); });
   server->context_ = std::unique_ptr<ServiceContext>(new ServiceContext{
       server->config_, *server->backend_, *server->store_, *server->executor_, *server->metrics_,
-      *server->admission_, *server->device_queues_, *server->shared_memory_, server->draining_});
+      *server->admission_, *server->stream_admission_, *server->device_queues_,
+      *server->shared_memory_, server->draining_});
   server->compute_service_ = std::make_unique<ComputeService>(*server->context_);
   server->buffers_service_ = std::make_unique<BuffersService>(*server->context_);
   server->info_service_ = std::make_unique<InfoService>(*server->context_, server->backend_note_);
@@ -204,6 +216,7 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
     return absl::UnavailableError(
         absl::StrCat("cannot listen on address ", config.address, " (in use or invalid)"));
   }
+  WatchGrpcLog();
   server->server_->GetHealthCheckService()->SetServingStatus(true);
   server->health_watcher_ = std::thread([self] { self->WatchBackendHealth(); });
   return server;
@@ -216,7 +229,45 @@ void GpuComputeServer::WatchBackendHealth() {
       LogLine("no healthy device left: health NOT_SERVING");
       return;
     }
+    if (GrpcListenerFailed() && !WatchRecoveryListener()) return;
   }
+}
+
+bool GpuComputeServer::WatchRecoveryListener() {
+  if (!config_.security.tls_cert_file.empty()) {
+    server_->GetHealthCheckService()->SetServingStatus(false);
+    LogLine("the gRPC listener failed to accept a connection and accepts no more (out of file "
+            "descriptors?); with TLS the server cannot accept in its place: health "
+            "NOT_SERVING; restart the server");
+    return false;
+  }
+  if (recovery_listener_ == nullptr) {
+    // Out of descriptors, taking over fails too: tried again at the next tick.
+    absl::StatusOr<std::unique_ptr<RecoveryListener>> listener =
+        RecoveryListener::TakeOver(server_.get(), port_);
+    if (!listener.ok()) {
+      if (serving_) {
+        serving_ = false;
+        server_->GetHealthCheckService()->SetServingStatus(false);
+        LogLine(absl::StrCat("the gRPC listener failed to accept a connection and accepts no "
+                             "more (out of file descriptors?): health NOT_SERVING until the "
+                             "server can accept in its place (",
+                             listener.status().message(), ")"));
+      }
+      return true;
+    }
+    recovery_listener_ = *std::move(listener);
+    LogLine("the server accepts connections on its port itself from now on (gRPC's listener "
+            "failed)");
+  }
+  const bool accepting = recovery_listener_->accepting();
+  if (accepting != serving_) {
+    serving_ = accepting;
+    server_->GetHealthCheckService()->SetServingStatus(accepting);
+    LogLine(accepting ? "accepting connections again: health SERVING"
+                      : "out of file descriptors, new connections wait: health NOT_SERVING");
+  }
+  return true;
 }
 
 void GpuComputeServer::StopHealthWatcher() {
@@ -226,6 +277,7 @@ void GpuComputeServer::StopHealthWatcher() {
 
 GpuComputeServer::~GpuComputeServer() {
   StopHealthWatcher();
+  recovery_listener_.reset();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now());
     server_->Wait();
@@ -264,12 +316,13 @@ void GpuComputeServer::Drain(absl::Duration grace) {
   // caught on a loaded machine). A request's ticket
   // goes just before its status is sent, so the port stays open kCloseLinger more.
   bool waited = false;
-  while (admission_->in_flight() > 0 && absl::Now() < deadline) {
+  while (admission_->in_flight() + stream_admission_->in_flight() > 0 && absl::Now() < deadline) {
     waited = true;
     absl::SleepFor(kDrainPoll);
   }
   if (waited) absl::SleepFor(std::min(kCloseLinger, std::max(deadline - absl::Now(), absl::ZeroDuration())));
-  server_->Shutdown(absl::ToChronoTime(deadline));
+  recovery_listener_.reset();
+  server_->Shutdown(absl::ToChronoTime(std::min(deadline, absl::Now() + kUnadmittedGrace)));
   server_->Wait();
 }
 

@@ -22,6 +22,7 @@ class DeviceQueues;
 class BufferStore;
 class Executor;
 class Metrics;
+class RecoveryListener;
 struct ServiceContext;
 class ComputeService;
 class BuffersService;
@@ -61,7 +62,13 @@ class GpuComputeServer {
  private:
   GpuComputeServer() = default;
   // Reports NOT_SERVING once the backend turns unhealthy (a sticky device error).
+  // Once gRPC's listener failed (grpc_log_watch.h), a plaintext server accepts
+  // through a RecoveryListener and reports NOT_SERVING while that cannot accept;
+  // a TLS server reports NOT_SERVING for good.
   void WatchBackendHealth();
+  // The health watcher's part once gRPC's listener failed; false once health
+  // stays NOT_SERVING for good.
+  bool WatchRecoveryListener();
   void StopHealthWatcher();
 
   ServerConfig config_;
@@ -75,6 +82,7 @@ class GpuComputeServer {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<BufferStore> store_;
   std::unique_ptr<Admission> admission_;
+  std::unique_ptr<Admission> stream_admission_;
   std::unique_ptr<DeviceQueues> device_queues_;
   std::unique_ptr<SharedMemoryRegistry> shared_memory_;
   std::unique_ptr<Executor> executor_;
@@ -86,8 +94,11 @@ class GpuComputeServer {
   std::unique_ptr<grpc::Service> reflection_v1_;
   std::unique_ptr<grpc::Service> reflection_v1alpha_;
   std::unique_ptr<grpc::Server> server_;
+  // Set once gRPC's listener failed (plaintext servers): accepts in its place.
+  std::unique_ptr<RecoveryListener> recovery_listener_;
   int port_ = 0;
   absl::Notification stop_watching_;
+  bool serving_ = true;  // as the health watcher last reported (recovery listener)
   std::thread health_watcher_;
 };
 

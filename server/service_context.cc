@@ -43,21 +43,37 @@ absl::Status ServiceContext::CheckMetadata(const grpc::CallbackServerContext& co
                                                    " (max_metadata_bytes)"));
 }
 
-absl::StatusOr<Admission::Ticket> ServiceContext::Admit(
-    const grpc::CallbackServerContext& context) const {
-  if (draining.load()) {
-    metrics.Rejected(Rejection::kUnavailable);
+namespace {
+
+absl::StatusOr<Admission::Ticket> AdmitTo(const ServiceContext& service, Admission& admission,
+                                          const grpc::CallbackServerContext& context) {
+  if (service.draining.load()) {
+    service.metrics.Rejected(Rejection::kUnavailable);
     return absl::UnavailableError("server is draining; retry on another replica");
   }
-  GC_RETURN_IF_ERROR(CheckMetadata(context));
+  GC_RETURN_IF_ERROR(service.CheckMetadata(context));
   absl::StatusOr<Admission::Ticket> ticket = admission.Enter(context.peer());
-  if (!ticket.ok()) metrics.Rejected(Rejection::kInFlightLimit);
+  if (!ticket.ok()) service.metrics.Rejected(Rejection::kInFlightLimit);
   return ticket;
 }
 
+}  // namespace
+
+absl::StatusOr<Admission::Ticket> ServiceContext::Admit(
+    const grpc::CallbackServerContext& context) const {
+  return AdmitTo(*this, admission, context);
+}
+
+absl::StatusOr<Admission::Ticket> ServiceContext::AdmitClientStream(
+    const grpc::CallbackServerContext& context) const {
+  return AdmitTo(*this, stream_admission, context);
+}
+
 absl::StatusOr<BufferStore::Reservation> ServiceContext::Reserve(
-    uint64_t bytes, absl::string_view what, absl::string_view principal) const {
-  absl::StatusOr<BufferStore::Reservation> reservation = store.Reserve(bytes, what, principal);
+    uint64_t bytes, absl::string_view what, absl::string_view principal,
+    absl::string_view name) const {
+  absl::StatusOr<BufferStore::Reservation> reservation =
+      store.Reserve(bytes, what, principal, name);
   if (!reservation.ok()) {
     metrics.Rejected(IsBufferCountRefusal(reservation.status()) ? Rejection::kBufferCount
                                                                  : Rejection::kQuota);

@@ -27,6 +27,7 @@ struct ServiceContext {
   Executor& executor;
   Metrics& metrics;
   Admission& admission;
+  Admission& stream_admission;  // Upload and StreamingCompute calls
   DeviceQueues& device_queues;
   SharedMemoryRegistry& shared_memory;
   // Set when the server starts draining: new work gets UNAVAILABLE.
@@ -58,11 +59,15 @@ struct ServiceContext {
   // metadata limit or an in-flight limit. The ticket is held until the request
   // is finished.
   absl::StatusOr<Admission::Ticket> Admit(const grpc::CallbackServerContext& context) const;
+  // The same for an Upload or StreamingCompute call, within max_open_streams.
+  absl::StatusOr<Admission::Ticket> AdmitClientStream(
+      const grpc::CallbackServerContext& context) const;
   // The store's Reserve and the executor's SubmitRequest (the client being the
   // call's connection), each counting its refusals (quota, queue_full) in the
   // rejection metrics, requests dropped from a full queue included.
   absl::StatusOr<BufferStore::Reservation> Reserve(uint64_t bytes, absl::string_view what,
-                                                   absl::string_view principal) const;
+                                                   absl::string_view principal,
+                                                   absl::string_view name) const;
   absl::Status SubmitRequest(Executor::RequestTask task, const grpc::CallbackServerContext& context,
                              Executor::Lane lane) const;
   // The same for a task of `client` (a connection's peer string).

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gpucompute/v1/gpucompute.pb.h"
+#include "kernels/memory/memory_budget.h"
 #include "server/compute_request.h"
 #include "server/request_parse.h"
 #include "server/result_stream.h"
@@ -28,7 +29,8 @@ class SessionReactor final
  public:
   SessionReactor(Sessions& sessions, grpc::CallbackServerContext* context)
       : sessions_(sessions), service_(sessions.service_), batcher_(sessions.batcher_),
-        idle_timer_(sessions.idle_timer_), context_(context) {
+        idle_timer_(sessions.idle_timer_), context_(context),
+        host_budget_(HostMemoryBudget(service_.backend)) {
     reading_ = true;
     reads_requested_ = reads_started_ = 1;
     StartRead(&read_);
@@ -93,6 +95,7 @@ class SessionReactor final
     {
       absl::MutexLock lock(&mu_);
       writing_ = false;
+      waiting_bytes_ -= std::exchange(write_bytes_, 0);
       write_.message.Clear();
       if (write_.request != nullptr) Release(std::exchange(write_.request, nullptr));
     }
@@ -124,7 +127,17 @@ class SessionReactor final
       if (cancelled_ || answered) {
         Release(request);
       } else {
-        answers_.push_back({request, std::move(answer)});
+        if (waiting_bytes_ + answer.Length() > 2 * service_.config.session_answer_bytes) {
+          answer = ErrorAnswer(
+              request->id(),
+              grpc::Status(grpc::RESOURCE_EXHAUSTED,
+                           absl::StrCat("this session holds ", waiting_bytes_,
+                                        " bytes of answers its client has not read, over "
+                                        "twice the limit (session_answer_bytes ",
+                                        service_.config.session_answer_bytes,
+                                        "); read the answers, then send again")));
+        }
+        QueueLocked({request, std::move(answer)});
       }
     }
     Act();
@@ -137,6 +150,11 @@ class SessionReactor final
     SessionRequestCall* request = nullptr;
     grpc::ByteBuffer message;
   };
+
+  void QueueLocked(Waiting waiting) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    waiting_bytes_ += waiting.message.Length();
+    answers_.push_back(std::move(waiting));
+  }
 
   void Dispatch(std::shared_ptr<const v1::SessionRequest> message) {
     switch (message->kind_case()) {
@@ -179,6 +197,10 @@ class SessionReactor final
     stream->Bind(this, id);
     {
       absl::MutexLock lock(&mu_);
+      // The parsed request lives until its answer is written: its memory counts.
+      if (host_budget_ != nullptr) {
+        request_charges_[stream] = host_budget_->ChargeFixed(message->ByteSizeLong());
+      }
       in_flight_[id] = stream;
       ++pins_[stream];  // StartCompute may touch the stream after it has answered
       starting_ = stream;
@@ -203,7 +225,7 @@ class SessionReactor final
     grpc::ByteBuffer answer = ErrorAnswer(id, ToGrpcStatus(status));
     {
       absl::MutexLock lock(&mu_);
-      if (!cancelled_) answers_.push_back({nullptr, std::move(answer)});
+      if (!cancelled_) QueueLocked({nullptr, std::move(answer)});
     }
     Act();
   }
@@ -236,6 +258,7 @@ class SessionReactor final
       cancelled_ = true;
       for (Waiting& waiting : answers_) {
         if (waiting.request != nullptr) Release(waiting.request);
+        waiting_bytes_ -= waiting.message.Length();
       }
       answers_.clear();
       for (const auto& [id, request] : in_flight_) {
@@ -295,13 +318,15 @@ class SessionReactor final
           write = !writing_ && !answers_.empty();
           if (write) {
             write_ = std::move(answers_.front());
+            write_bytes_ = write_.message.Length();
             answers_.pop_front();
             writing_ = true;
             more_to_write = !answers_.empty();
           }
           read = !reading_ && !half_closed_ && !cancelled_ && !closing_ &&
                  answers_.size() <
-                     static_cast<size_t>(service_.config.max_in_flight_per_connection);
+                     static_cast<size_t>(service_.config.max_in_flight_per_connection) &&
+                 waiting_bytes_ < service_.config.session_answer_bytes;
           if (read) {
             reading_ = true;
             read_number = ++reads_requested_;
@@ -323,6 +348,7 @@ class SessionReactor final
         // A request's OnDone deletes it; the call cannot finish meanwhile.
         for (SessionRequestCall* request : ending) request->OnDone();
         absl::MutexLock lock(&mu_);
+        for (SessionRequestCall* request : ending) request_charges_.erase(request);
         ending_ -= ending.size();
         continue;
       }
@@ -348,6 +374,7 @@ class SessionReactor final
   DynamicBatcher& batcher_;
   Timer& idle_timer_;
   grpc::CallbackServerContext* const context_;
+  const std::shared_ptr<MemoryBudget> host_budget_;  // null without budgets
   grpc::ByteBuffer read_;       // owned by the read in flight
   uint64_t messages_read_ = 0;  // only the read reaction touches it
 
@@ -361,6 +388,11 @@ class SessionReactor final
   absl::flat_hash_set<SessionRequestCall*> cancelled_requests_ ABSL_GUARDED_BY(mu_);
   std::deque<Waiting> answers_ ABSL_GUARDED_BY(mu_);  // to be written, in order
   Waiting write_ ABSL_GUARDED_BY(mu_);                // the answer being written
+  uint64_t waiting_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of answers_ and write_
+  uint64_t write_bytes_ ABSL_GUARDED_BY(mu_) = 0;    // of write_
+  // The host-budget charge of each started request's message, until it ends.
+  absl::flat_hash_map<SessionRequestCall*, MemoryBudget::Charge> request_charges_
+      ABSL_GUARDED_BY(mu_);
   // Requests the session is still calling (starting or cancelling them) outside
   // mu_: they end only after, even if answered meanwhile.
   absl::flat_hash_map<SessionRequestCall*, int> pins_ ABSL_GUARDED_BY(mu_);

@@ -12,10 +12,14 @@
 // order they come, one write in flight, the others queued behind it, and a
 // request is ended (OnDone) once its answer is written.
 //
-// Reading stops while max_in_flight_per_connection answers wait to be written,
-// so a client that sends without reading holds at most that many, and goes on
-// as they are written. An answer that waits longer than stream_idle_timeout
-// cancels the call (ResultStream's stall limit).
+// Reading stops while max_in_flight_per_connection answers, or
+// session_answer_bytes of them, wait to be written, so a client that sends
+// without reading holds at most that many, and goes on as they are written;
+// an answer that would take them past twice session_answer_bytes is
+// RESOURCE_EXHAUSTED. A request's message, which lives until its answer is
+// written, is charged to the host memory budget (its answer already is).
+// An answer that waits longer than stream_idle_timeout cancels the call
+// (ResultStream's stall limit).
 //
 // Finish is called exactly once: once the client has half-closed (or sent a
 // message that is no SessionRequest, or cancelled the call, or the server

@@ -91,6 +91,9 @@ void UnguardRange(int slot) {
 
 std::string Errno(int error) { return std::strerror(error); }
 
+// Where glibc's shm_open keeps POSIX shared-memory objects.
+constexpr char kShmDirectory[] = "/dev/shm";
+
 absl::Status CheckKey(const std::string& key) {
   if (key.size() < 2 || key.size() > NAME_MAX || key[0] != '/' ||
       key.find('/', 1) != std::string::npos || key.find('\0') != std::string::npos) {
@@ -98,8 +101,28 @@ absl::Status CheckKey(const std::string& key) {
         "key ", QuoteClientString(key),
         " is not a POSIX shared-memory name: '/' then 1 to 254 characters without '/'"));
   }
+  if (key == "/." || key == "/..") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key ", QuoteClientString(key),
+        " names a directory, not a POSIX shared-memory object; choose another name"));
+  }
   return absl::OkStatus();
 }
+
+// Closes a descriptor when it goes out of scope.
+class ScopedFd {
+ public:
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ~ScopedFd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  const int fd_;
+};
 
 absl::Status CheckSize(uint64_t offset, uint64_t byte_size, uint64_t available,
                        absl::string_view what) {
@@ -115,12 +138,14 @@ absl::Status CheckSize(uint64_t offset, uint64_t byte_size, uint64_t available,
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<SharedMemoryRegion>> SharedMemoryRegion::MapSystem(
-    Backend& backend, const std::string& key, uint64_t offset, uint64_t byte_size) {
+    Backend& backend, const std::string& key, uint64_t offset, uint64_t byte_size,
+    uint32_t caller_uid) {
   GC_RETURN_IF_ERROR(CheckKey(key));
   std::shared_ptr<SharedMemoryRegion> region(new SharedMemoryRegion());
   region->key_ = key;
-  region->fd_ = shm_open(key.c_str(), O_RDWR, 0);
-  if (region->fd_ < 0) {
+  // O_NOFOLLOW: a symbolic link planted under /dev/shm must not lead elsewhere.
+  const ScopedFd fd(shm_open(key.c_str(), O_RDWR | O_NOFOLLOW, 0));
+  if (fd.get() < 0) {
     const int error = errno;
     const std::string quoted = QuoteClientString(key);
     if (error == ENOENT) {
@@ -138,16 +163,29 @@ absl::StatusOr<std::shared_ptr<SharedMemoryRegion>> SharedMemoryRegion::MapSyste
         absl::StrCat("key: cannot open shared-memory object ", quoted, ": ", Errno(error)));
   }
   struct stat st {};
-  if (fstat(region->fd_, &st) != 0) {
+  if (fstat(fd.get(), &st) != 0) {
     return absl::InternalError(absl::StrCat("fstat of shared-memory object: ", Errno(errno)));
   }
+  // The server may open what its caller may not: it acts only for the object's
+  // owner, checked on the very object opened.
+  if (caller_uid != 0 && st.st_uid != caller_uid) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "key: shared-memory object ", QuoteClientString(key),
+        " belongs to another user than the caller's (uid ", caller_uid,
+        "); register only objects your own user created"));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key ", QuoteClientString(key), " is not a POSIX shared-memory object"));
+  }
+  region->object_ = absl::StrCat(st.st_dev, ":", st.st_ino);
   GC_RETURN_IF_ERROR(CheckSize(offset, byte_size, static_cast<uint64_t>(st.st_size),
                                absl::StrCat("shared-memory object ", QuoteClientString(key))));
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   const uint64_t map_offset = offset / page * page;
   region->mapping_bytes_ = static_cast<size_t>(offset - map_offset + byte_size);
   void* mapping = mmap(nullptr, region->mapping_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED,
-                       region->fd_, static_cast<off_t>(map_offset));
+                       fd.get(), static_cast<off_t>(map_offset));
   if (mapping == MAP_FAILED) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "cannot map ", byte_size, " bytes of shared-memory object ", QuoteClientString(key), ": ",
@@ -181,7 +219,6 @@ SharedMemoryRegion::~SharedMemoryRegion() {
   device_memory_.reset();
   if (guard_slot_ >= 0) UnguardRange(guard_slot_);
   if (mapping_ != nullptr) munmap(mapping_, mapping_bytes_);
-  if (fd_ >= 0) close(fd_);
   std::vector<absl::AnyInvocable<void() &&>> callbacks;
   {
     absl::MutexLock lock(&mu_);
@@ -207,14 +244,13 @@ absl::Status SharedMemoryRegion::CheckIntact(absl::string_view field) const {
         " was shrunk by its owner while the server used it; its bytes read as zeros from then "
         "on: unregister the region"));
   }
-  if (fd_ < 0) return absl::OkStatus();
-  struct stat st {};
-  if (fstat(fd_, &st) != 0) {
-    return absl::InternalError(absl::StrCat("fstat of shared-memory object: ", Errno(errno)));
-  }
-  if (static_cast<uint64_t>(st.st_size) < object_end_) {
+  if (object_.empty()) return absl::OkStatus();
+  const std::optional<struct stat> st = StatObject();
+  // Unlinked: no one can shrink it by name any more, and the mapping holds the bytes.
+  if (!st.has_value()) return absl::OkStatus();
+  if (static_cast<uint64_t>(st->st_size) < object_end_) {
     return absl::FailedPreconditionError(absl::StrCat(
-        field, ": shared-memory object ", QuoteClientString(key_), " shrank to ", st.st_size,
+        field, ": shared-memory object ", QuoteClientString(key_), " shrank to ", st->st_size,
         " bytes, below the ", object_end_, " the region was registered with"));
   }
   return absl::OkStatus();
@@ -241,10 +277,29 @@ absl::StatusOr<std::shared_ptr<Array>> SharedMemoryRegion::View(DType dtype, con
       dtype, shape, count, device_, data_ + offset, shared_from_this()));
 }
 
-bool SharedMemoryRegion::Orphaned() const {
+namespace {
+
+// The object now named `key`, when it is `object`.
+std::optional<struct stat> StatSystemObject(const std::string& key, absl::string_view object) {
   struct stat st {};
-  return fd_ >= 0 && fstat(fd_, &st) == 0 && st.st_nlink == 0;
+  const std::string path = absl::StrCat(kShmDirectory, key);
+  if (lstat(path.c_str(), &st) != 0 || absl::StrCat(st.st_dev, ":", st.st_ino) != object) {
+    return std::nullopt;
+  }
+  return st;
 }
+
+}  // namespace
+
+bool SystemObjectExists(const std::string& key, absl::string_view object) {
+  return StatSystemObject(key, object).has_value();
+}
+
+std::optional<struct stat> SharedMemoryRegion::StatObject() const {
+  return StatSystemObject(key_, object_);
+}
+
+bool SharedMemoryRegion::Orphaned() const { return !object_.empty() && !StatObject().has_value(); }
 
 void SharedMemoryRegion::WhenReleased(absl::AnyInvocable<void() &&> callback) {
   absl::MutexLock lock(&mu_);

@@ -12,9 +12,12 @@
 // wl_shm does: the request fails with FAILED_PRECONDITION, the server carries on.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,16 +35,24 @@ namespace gpucompute {
 // Mapped regions at once, all callers (the SIGBUS guard's fixed table).
 inline constexpr int kMaxMappedRegions = 4096;
 
+// Whether the POSIX shared-memory object `key` is still the object `object`
+// ("DEV:INODE", SharedMemoryRegion::object()): false once it was unlinked.
+bool SystemObjectExists(const std::string& key, absl::string_view object);
+
 class SharedMemoryRegion : public std::enable_shared_from_this<SharedMemoryRegion> {
  public:
   // `byte_size` bytes from byte `offset` of the POSIX shared-memory object `key`
-  // ("/name"), mapped read-write and pinned through `backend`. NOT_FOUND when no
-  // such object exists on this host, INVALID_ARGUMENT when it is smaller than
-  // offset + byte_size or the key is malformed.
+  // ("/name"), mapped read-write and pinned through `backend`, for a caller
+  // running as `caller_uid`. NOT_FOUND when no such object exists on this host,
+  // PERMISSION_DENIED when the object belongs to another user than the caller
+  // (uid 0 may register any: it could open any itself), INVALID_ARGUMENT when it
+  // is smaller than offset + byte_size or the key is malformed. The object's
+  // descriptor is closed once mapped: a region holds no file descriptor.
   static absl::StatusOr<std::shared_ptr<SharedMemoryRegion>> MapSystem(Backend& backend,
                                                                        const std::string& key,
                                                                        uint64_t offset,
-                                                                       uint64_t byte_size);
+                                                                       uint64_t byte_size,
+                                                                       uint32_t caller_uid);
   // `byte_size` bytes from byte `offset` of the allocation a CUDA IPC handle names.
   static absl::StatusOr<std::shared_ptr<SharedMemoryRegion>> OpenCuda(Backend& backend,
                                                                       absl::string_view handle,
@@ -72,6 +83,9 @@ class SharedMemoryRegion : public std::enable_shared_from_this<SharedMemoryRegio
   // removed it), so no one can use the region any more.
   bool Orphaned() const;
 
+  // System regions: which object is mapped ("DEV:INODE"), the same whatever
+  // name it is registered under; "" for CUDA regions.
+  const std::string& object() const { return object_; }
   uint64_t byte_size() const { return byte_size_; }
   int device() const { return device_; }  // kHostDevice or a CUDA ordinal
   bool pinned() const { return pin_ != nullptr; }
@@ -79,8 +93,12 @@ class SharedMemoryRegion : public std::enable_shared_from_this<SharedMemoryRegio
  private:
   SharedMemoryRegion() = default;
 
+  // The object's status by its name: unset when the name is gone or names
+  // another object now (the region's was unlinked).
+  std::optional<struct stat> StatObject() const;
+
   std::string key_;        // system regions; for messages
-  int fd_ = -1;            // system regions: kept to see shrinking and unlinking
+  std::string object_;     // system regions: "DEV:INODE", told from a later object of that name
   uint64_t object_end_ = 0;  // system regions: the object must keep this many bytes
   void* mapping_ = nullptr;  // system regions: what mmap returned
   size_t mapping_bytes_ = 0;

@@ -5,8 +5,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "server/buffer_store.h"
 #include "server/echo.h"
+#include "server/peer_identity.h"
 
 namespace gpucompute {
 
@@ -17,10 +19,23 @@ absl::Status SharedMemoryRegistry::CheckRoom(absl::string_view owner, uint64_t b
   return CheckRoomLocked(owner, bytes, key);
 }
 
+void SharedMemoryRegistry::DropOrphans() {
+  absl::MutexLock lock(&mu_);
+  DropOrphansLocked();
+}
+
 void SharedMemoryRegistry::DropOrphansLocked() {
   for (auto it = regions_.begin(); it != regions_.end();) {
     auto next = std::next(it);
     if (it->second.region->Orphaned()) EraseLocked(it);
+    it = next;
+  }
+  for (auto it = claims_.begin(); it != claims_.end();) {
+    auto next = std::next(it);
+    if (!SystemObjectExists(it->second.key, it->first)) {
+      if (--claims_by_owner_[it->second.owner] == 0) claims_by_owner_.erase(it->second.owner);
+      claims_.erase(it);
+    }
     it = next;
   }
 }
@@ -71,8 +86,30 @@ absl::Status SharedMemoryRegistry::CheckRoomLocked(absl::string_view owner, uint
 
 absl::StatusOr<RegisteredRegion> SharedMemoryRegistry::Add(RegisteredRegion entry) {
   const uint64_t bytes = entry.region->byte_size();
+  const std::string& object = entry.region->object();
   absl::MutexLock lock(&mu_);
   if (absl::Status room = CheckRoomLocked(entry.owner, bytes, entry.key); !room.ok()) return room;
+  if (!object.empty()) {
+    auto claim = claims_.find(object);
+    if (claim != claims_.end() && claim->second.owner != entry.owner) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "key ", QuoteClientString(entry.key),
+          " names an object another principal registered; it stays theirs while it exists"));
+    }
+    if (claim == claims_.end()) {
+      // Bounded like the regions themselves: claims outlive unregistering.
+      int64_t& held = claims_by_owner_[entry.owner];
+      if (limits_.max_regions_per_owner > 0 &&
+          held >= kClaimsPerRegion * limits_.max_regions_per_owner) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "the caller has registered ", held, " shared-memory objects that still exist, the "
+            "limit (", kClaimsPerRegion, " x --max_shared_memory_regions_per_owner); unlink "
+            "objects it no longer uses"));
+      }
+      ++held;
+      claims_.emplace(object, Claim{entry.owner, entry.key});
+    }
+  }
   entry.id = NewBufferId(instance_id_);
   entry.created = absl::Now();
   used_bytes_ += bytes;
@@ -136,6 +173,14 @@ uint64_t SharedMemoryRegistry::used_bytes() const {
 size_t SharedMemoryRegistry::count() const {
   absl::ReaderMutexLock lock(&mu_);
   return regions_.size();
+}
+
+absl::StatusOr<uint32_t> SharedMemoryAccess::PeerUid() const { return LocalPeerUid(peer); }
+
+absl::StatusOr<std::string> SharedMemoryAccess::Owner() const {
+  if (!principal.empty()) return principal;
+  GC_ASSIGN_OR_RETURN(const uint32_t uid, PeerUid());
+  return absl::StrCat("uid:", uid);
 }
 
 const absl::Status& SharedMemoryOff() {

@@ -1,6 +1,7 @@
 // The shared-memory regions registered with the server, each owned by the
 // principal that registered it like a stored buffer: another principal's region
-// ids are NOT_FOUND, and its keys cannot be registered again by anyone else.
+// ids are NOT_FOUND, and the objects it registered cannot be registered by
+// anyone else as long as they exist, unregistered or not (a claim per object).
 // Registered bytes count against a global and a per-principal quota, and the
 // regions of one principal against a count limit.
 #pragma once
@@ -21,6 +22,11 @@
 
 namespace gpucompute {
 
+class SharedMemoryRegistry;
+
+// How many objects a principal may have claimed per region it may register.
+inline constexpr int64_t kClaimsPerRegion = 4;
+
 struct SharedMemoryLimits {
   uint64_t quota_bytes = 0;            // all regions together
   uint64_t principal_quota_bytes = 0;  // one principal's; 0: only the global quota
@@ -32,6 +38,20 @@ enum class SharedMemoryKind { kSystem, kCuda };
 // Why a call may not use shared memory on a server started without
 // --allow_shared_memory (FAILED_PRECONDITION); made once, every compute request asks.
 const absl::Status& SharedMemoryOff();
+
+// What a call may do with shared memory: the registry, and whose regions it
+// uses: its principal when it has one, else the local user that owns its
+// connection ("uid:N"), so that anonymous local users do not share regions.
+struct SharedMemoryAccess {
+  SharedMemoryRegistry* registry = nullptr;
+  std::string principal;  // "" when anonymous
+  std::string peer;       // the connection (grpc::ServerContext::peer())
+
+  // The uid of the connection's local user (peer_identity.h).
+  absl::StatusOr<uint32_t> PeerUid() const;
+  // The owner the call's regions are registered under.
+  absl::StatusOr<std::string> Owner() const;
+};
 
 struct RegisteredRegion {
   std::string id;
@@ -67,6 +87,9 @@ class SharedMemoryRegistry {
   // of it keep it mapped until they are done.
   absl::StatusOr<std::shared_ptr<SharedMemoryRegion>> Remove(absl::string_view id,
                                                              absl::string_view owner);
+  // Forgets the regions whose object was unlinked and the claims on objects
+  // that are gone.
+  void DropOrphans();
   // The owner's regions, oldest first.
   std::vector<RegisteredRegion> List(absl::string_view owner) const;
   uint64_t used_bytes(absl::string_view owner) const;
@@ -90,6 +113,14 @@ class SharedMemoryRegistry {
   uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<std::string, uint64_t> used_by_owner_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, int64_t> count_by_owner_ ABSL_GUARDED_BY(mu_);
+  // Who registered each object first, kept while the object exists (under its
+  // key), so that an unregistered object is no one else's to register.
+  struct Claim {
+    std::string owner;
+    std::string key;
+  };
+  absl::flat_hash_map<std::string, Claim> claims_ ABSL_GUARDED_BY(mu_);  // by object()
+  absl::flat_hash_map<std::string, int64_t> claims_by_owner_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gpucompute

@@ -1,6 +1,7 @@
 #include "server/shared_memory_service.h"
 
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -63,6 +64,8 @@ void ToRegionInfo(const RegisteredRegion& entry, v1::SharedMemoryRegionInfo* inf
 
 bool IsLocalPeer(absl::string_view peer) {
   if (absl::StartsWith(peer, "unix:") || absl::StartsWith(peer, "unix-abstract:")) return true;
+  // A connection the server accepted itself (RecoveryListener): its user tells.
+  if (absl::StartsWith(peer, "fd:")) return true;
   if (absl::ConsumePrefix(&peer, "ipv4:")) return absl::StartsWith(peer, "127.");
   if (absl::ConsumePrefix(&peer, "ipv6:")) {
     // "[::1]:port" or, URL-encoded, "%5B::1%5D:port"; also IPv4-mapped loopback.
@@ -76,16 +79,16 @@ bool IsLocalPeer(absl::string_view peer) {
   return false;
 }
 
-absl::StatusOr<const SharedMemoryRegistry*> SharedMemoryFor(
-    const ServiceContext& service, const grpc::CallbackServerContext& context) {
+absl::StatusOr<SharedMemoryAccess> SharedMemoryFor(const ServiceContext& service,
+                                                   const grpc::CallbackServerContext& context) {
   if (!service.config.allow_shared_memory) return SharedMemoryOff();
-  const std::string peer = context.peer();
+  std::string peer = context.peer();
   if (!IsLocalPeer(peer)) {
     return absl::PermissionDeniedError(absl::StrCat(
         "shared memory is for clients on the server's host, and this connection comes from ",
         peer, "; send the data (tensor or buffer_id) instead"));
   }
-  return &service.shared_memory;
+  return SharedMemoryAccess{&service.shared_memory, PrincipalOf(context), std::move(peer)};
 }
 
 std::string HostBootId() {
@@ -102,9 +105,9 @@ grpc::ServerUnaryReactor* SharedMemoryService::RegisterSystemSharedMemory(
     grpc::ByteBuffer* response) {
   return Register<v1::RegisterSystemSharedMemoryRequest>(
       context, request, response, RpcMethod::kRegisterSystemSharedMemory,
-      [this](const v1::RegisterSystemSharedMemoryRequest& request) {
+      [this](const v1::RegisterSystemSharedMemoryRequest& request, uint32_t uid) {
         return SharedMemoryRegion::MapSystem(service_.backend, request.key(), request.offset(),
-                                             request.byte_size());
+                                             request.byte_size(), uid);
       });
 }
 
@@ -113,7 +116,7 @@ grpc::ServerUnaryReactor* SharedMemoryService::RegisterCudaSharedMemory(
     grpc::ByteBuffer* response) {
   return Register<v1::RegisterCudaSharedMemoryRequest>(
       context, request, response, RpcMethod::kRegisterCudaSharedMemory,
-      [this](const v1::RegisterCudaSharedMemoryRequest& request) {
+      [this](const v1::RegisterCudaSharedMemoryRequest& request, uint32_t) {
         return SharedMemoryRegion::OpenCuda(service_.backend, request.ipc_handle(),
                                             request.pci_bus_id(), request.offset(),
                                             request.byte_size());
@@ -125,7 +128,7 @@ grpc::ServerUnaryReactor* SharedMemoryService::SharedMemoryStatus(
     grpc::ByteBuffer* response) {
   v1::SharedMemoryStatusResponse answer;
   return service_.FinishUnary(context, RpcMethod::kSharedMemoryStatus, answer, response, [&] {
-    return Status(*request, PrincipalOf(*context), &answer);
+    return Status(*request, *context, &answer);
   });
 }
 
@@ -138,11 +141,21 @@ grpc::ServerUnaryReactor* SharedMemoryService::Register(grpc::CallbackServerCont
                                                            response);
   grpc::ServerUnaryReactor* reactor = call->reactor();
   auto request = std::make_shared<Request>();
-  std::string principal = PrincipalOf(*context);
+  std::string principal;
+  uint32_t uid = 0;
   absl::Status checked = [&]() -> absl::Status {
     GC_RETURN_IF_ERROR(service_.CheckMetadata(*context));
     GC_ASSIGN_OR_RETURN(*request, ParseRequest<Request>(*bytes));
-    GC_RETURN_IF_ERROR(SharedMemoryFor(service_, *context).status());
+    // Not a quota matter: no object or allocation is that large.
+    if (request->byte_size() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "byte_size ", request->byte_size(), " is larger than any object can be (",
+          std::numeric_limits<int64_t>::max(), " bytes)"));
+    }
+    GC_ASSIGN_OR_RETURN(const SharedMemoryAccess access, SharedMemoryFor(service_, *context));
+    // Registering acts for the connection's local user, token or not.
+    GC_ASSIGN_OR_RETURN(uid, access.PeerUid());
+    GC_ASSIGN_OR_RETURN(principal, access.Owner());
     return CheckBufferName(request->name(), "name");
   }();
   if (!checked.ok()) {
@@ -150,7 +163,7 @@ grpc::ServerUnaryReactor* SharedMemoryService::Register(grpc::CallbackServerCont
     return reactor;
   }
   absl::Status submitted = service_.SubmitRequest(
-      [this, call, request, open,
+      [this, call, request, open, uid,
        principal = std::move(principal)](absl::Status admitted) mutable {
         if (!admitted.ok()) {  // dropped from a full queue
           call->Finish(admitted);
@@ -168,7 +181,7 @@ grpc::ServerUnaryReactor* SharedMemoryService::Register(grpc::CallbackServerCont
           // Before mapping anything: the limits (orphans dropped first) and the key.
           GC_RETURN_IF_ERROR(
               service_.shared_memory.CheckRoom(principal, request->byte_size(), entry.key));
-          GC_ASSIGN_OR_RETURN(entry.region, open(*request));
+          GC_ASSIGN_OR_RETURN(entry.region, open(*request, uid));
           GC_ASSIGN_OR_RETURN(const RegisteredRegion added,
                               service_.shared_memory.Add(std::move(entry)));
           ToRegionInfo(added, &call->response());
@@ -192,8 +205,9 @@ grpc::ServerUnaryReactor* SharedMemoryService::UnregisterSharedMemory(
     GC_RETURN_IF_ERROR(service_.CheckMetadata(*context));
     GC_ASSIGN_OR_RETURN(const v1::UnregisterSharedMemoryRequest request,
                         ParseRequest<v1::UnregisterSharedMemoryRequest>(*bytes));
-    GC_RETURN_IF_ERROR(SharedMemoryFor(service_, *context).status());
-    return service_.shared_memory.Remove(request.region_id(), PrincipalOf(*context));
+    GC_ASSIGN_OR_RETURN(const SharedMemoryAccess access, SharedMemoryFor(service_, *context));
+    GC_ASSIGN_OR_RETURN(const std::string owner, access.Owner());
+    return service_.shared_memory.Remove(request.region_id(), owner);
   }();
   if (!region.ok()) {
     call->Finish(region.status());
@@ -209,14 +223,21 @@ grpc::ServerUnaryReactor* SharedMemoryService::UnregisterSharedMemory(
 }
 
 absl::Status SharedMemoryService::Status(const grpc::ByteBuffer& bytes,
-                                         const std::string& principal,
+                                         const grpc::CallbackServerContext& context,
                                          v1::SharedMemoryStatusResponse* response) const {
   GC_RETURN_IF_ERROR(ParseRequest<v1::SharedMemoryStatusRequest>(bytes).status());
-  for (const RegisteredRegion& entry : service_.shared_memory.List(principal)) {
+  response->set_quota_bytes(service_.shared_memory.principal_limit_bytes());
+  // A caller that may not use shared memory has no regions to list.
+  absl::StatusOr<SharedMemoryAccess> access = SharedMemoryFor(service_, context);
+  if (!access.ok()) return absl::OkStatus();
+  absl::StatusOr<std::string> owner = access->Owner();
+  if (!owner.ok()) return absl::OkStatus();
+  // Regions whose object was unlinked are neither listed nor counted.
+  service_.shared_memory.DropOrphans();
+  for (const RegisteredRegion& entry : service_.shared_memory.List(*owner)) {
     ToRegionInfo(entry, response->add_regions());
   }
-  response->set_used_bytes(service_.shared_memory.used_bytes(principal));
-  response->set_quota_bytes(service_.shared_memory.principal_limit_bytes());
+  response->set_used_bytes(service_.shared_memory.used_bytes(*owner));
   return absl::OkStatus();
 }
 

@@ -14,14 +14,16 @@
 namespace gpucompute {
 
 // Whether a gRPC peer ("ipv4:127.0.0.1:5000", "ipv6:[::1]:5000", "unix:/run/s")
-// is on this host.
+// has a loopback address ("fd:N" may have one): a quick refusal of remote peers
+// only, since an address proves nothing about who connects (peer_identity.h does).
 bool IsLocalPeer(absl::string_view peer);
 
-// The registry, when the call may use shared memory: FAILED_PRECONDITION when the
-// server runs without --allow_shared_memory, PERMISSION_DENIED on a connection
-// that is not local.
-absl::StatusOr<const SharedMemoryRegistry*> SharedMemoryFor(
-    const ServiceContext& service, const grpc::CallbackServerContext& context);
+// What the call may do with shared memory: FAILED_PRECONDITION when the server
+// runs without --allow_shared_memory, PERMISSION_DENIED on a connection without
+// a loopback address. Which local user connects is asked (SharedMemoryAccess)
+// only where it matters: registering, and an anonymous caller's regions.
+absl::StatusOr<SharedMemoryAccess> SharedMemoryFor(const ServiceContext& service,
+                                                   const grpc::CallbackServerContext& context);
 
 // /proc/sys/kernel/random/boot_id, "" where the system has none.
 std::string HostBootId();
@@ -58,7 +60,7 @@ class SharedMemoryService final : public RawSharedMemoryService {
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const grpc::ByteBuffer* bytes, grpc::ByteBuffer* response,
                                      RpcMethod method, Open open);
-  absl::Status Status(const grpc::ByteBuffer& bytes, const std::string& principal,
+  absl::Status Status(const grpc::ByteBuffer& bytes, const grpc::CallbackServerContext& context,
                       v1::SharedMemoryStatusResponse* response) const;
 
   ServiceContext& service_;

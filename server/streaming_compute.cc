@@ -192,7 +192,7 @@ class StreamingComputeReactor final
           "message 1 is not a header; the first message must be the header");
     }
     header_ = std::move(request);
-    GC_ASSIGN_OR_RETURN(ticket_, service_.Admit(*context_));
+    GC_ASSIGN_OR_RETURN(ticket_, service_.AdmitClientStream(*context_));
     const RequestScope scope{service_.store, PrincipalOf(*context_), service_.config.max_elements,
                              SharedMemoryFor(service_, *context_)};
     GC_ASSIGN_OR_RETURN(plan_, CheckStreamingHeader(header_->header(), scope));

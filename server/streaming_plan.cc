@@ -3,6 +3,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/preconditions.h"
@@ -15,6 +16,19 @@ namespace {
 // The whole stream's elements (and its result's) may pass max_elements; their
 // byte counts must still fit an int64.
 constexpr int64_t kMaxStreamElements = std::numeric_limits<int64_t>::max() / 16;
+
+// `field`.shape within kMaxStreamElements, a bound of the whole stream apart
+// from max_elements (which bounds a chunk's arrays): refusals quote the bound
+// that applies.
+absl::Status CheckStreamElements(const Shape& shape, absl::string_view field) {
+  absl::Status counted = CheckedElementCount(shape, kMaxStreamElements, field).status();
+  if (counted.ok() || !absl::StrContains(counted.message(), "(the server's max_elements)")) {
+    return counted;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(field, ".shape ", ShapeToString(shape),
+                                                 " has more than ", kMaxStreamElements,
+                                                 " elements, the most one stream may carry"));
+}
 
 int64_t Product(const Shape& shape) {
   int64_t product = 1;
@@ -82,7 +96,7 @@ absl::Status CheckHaversinePoints(StreamingPlan& plan, const v1::StreamingComput
   plan.result_runs = static_cast<int64_t>(plan.references.size());
   plan.out_shape = {plan.result_runs};
   plan.out_shape.insert(plan.out_shape.end(), plan.shape.begin(), plan.shape.end());
-  return CheckedElementCount(plan.out_shape, kMaxStreamElements, "result").status();
+  return CheckStreamElements(plan.out_shape, "result");
 }
 
 }  // namespace
@@ -98,8 +112,7 @@ absl::StatusOr<StreamingPlan> CheckStreamingHeader(const v1::StreamingComputeHea
     return absl::InvalidArgumentError(
         "header.shape is () ; a streamed operand needs rank >= 1 (its rows are streamed)");
   }
-  GC_RETURN_IF_ERROR(
-      CheckedElementCount(plan.shape, kMaxStreamElements, "header.shape").status());
+  GC_RETURN_IF_ERROR(CheckStreamElements(plan.shape, "header"));
   for (int64_t extent : plan.shape) {
     if (extent == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -107,7 +120,7 @@ absl::StatusOr<StreamingPlan> CheckStreamingHeader(const v1::StreamingComputeHea
     }
   }
   if (plan.op == v1::STREAMING_NORMALIZE) {
-    GC_RETURN_IF_ERROR(CheckNormalizeShape(plan.shape, "header.shape"));
+    GC_RETURN_IF_ERROR(CheckNormalizeShape(plan.shape, "header"));
     GC_ASSIGN_OR_RETURN(plan.norm, NormFromProto(header.norm(), "header.norm"));
     plan.row_shape = {plan.shape.back()};
     plan.out_shape = plan.shape;

@@ -1,7 +1,11 @@
 // SIGTERM with --drain_delay, on the real process: health reads NOT_SERVING on a
 // NEW connection while the port still accepts (before, the listener closed at
 // once and such a probe got "connection refused"), then the process exits 0.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <memory>
@@ -89,6 +93,31 @@ TEST(DrainTest, ASecondSignalCutsTheDrainDelayShort) {
   ASSERT_TRUE(process.WaitForLine("draining: health NOT_SERVING", absl::Seconds(2)).has_value());
   process.Signal(SIGTERM);
   EXPECT_EQ(process.WaitForExit(absl::Seconds(30)), 0) << process.output();
+}
+
+// A client that holds a connection open and idle, and never closes it after the
+// GOAWAY, does not hold the drain for the whole grace period.
+TEST(DrainTest, AnIdleConnectionDoesNotHoldTheDrainForTheGracePeriod) {
+  test::ServerProcess process(GPUCOMPUTE_SERVER_PATH,
+                              test::LoopbackCpuFlags({"--grace_period=20s"}));
+  const int port = process.WaitUntilServing().grpc;
+  ASSERT_GT(port, 0) << process.output();
+  // An HTTP/2 client preface and SETTINGS, then silence.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  const std::string preface = std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") +
+                              std::string("\0\0\0\x04\0\0\0\0\0", 9);
+  ASSERT_EQ(send(fd, preface.data(), preface.size(), 0), static_cast<ssize_t>(preface.size()));
+  absl::SleepFor(absl::Milliseconds(200));
+  process.Signal(SIGTERM);
+  const absl::Time signalled = absl::Now();
+  EXPECT_EQ(process.WaitForExit(absl::Seconds(30)), 0) << process.output();
+  EXPECT_LT(absl::Now() - signalled, absl::Seconds(10));
+  close(fd);
 }
 
 }  // namespace

@@ -95,6 +95,38 @@ TEST(HostileStreamsTest, SilentUploadsHoldNoInFlightPlace) {
   for (auto& upload : silent) upload->context.TryCancel();
 }
 
+// Streams open but idle (a header, then nothing) count against a limit of
+// their own, not the requests in flight: they cannot keep other callers out.
+TEST(HostileStreamsTest, IdleStreamingCallsLeaveRequestsTheirPlaces) {
+  ServerConfig config = test::LoopbackConfig();
+  config.max_in_flight = 8;
+  auto server = StartServer(config);
+  ASSERT_NE(server, nullptr);
+  using Stream = grpc::ClientReaderWriter<v1::StreamingComputeRequest, v1::ResultChunk>;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<Stream>> streams;
+  std::vector<std::unique_ptr<SilentUpload>> uploads;
+  for (int i = 0; i < 8; ++i) {
+    v1::StreamingComputeRequest header;
+    header.mutable_header()->set_operation(v1::STREAMING_NORMALIZE);
+    header.mutable_header()->set_dtype(v1::FLOAT64);
+    header.mutable_header()->add_shape(1000);
+    header.mutable_header()->add_shape(4);
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    streams.push_back(server->compute().StreamingCompute(contexts.back().get()));
+    ASSERT_TRUE(streams.back()->Write(header));
+    uploads.push_back(std::make_unique<SilentUpload>(
+        server->buffers(), std::vector<v1::UploadRequest>{Header(1024, "idle")}));
+  }
+  absl::SleepFor(absl::Milliseconds(300));  // every header has reached the server
+  v1::NormalizeRequest request;
+  *request.mutable_input() = test::Operand(test::F64({1.0, 3.0}, {1, 2}));
+  auto normalized = server->client().Normalize(request);
+  EXPECT_TRUE(normalized.ok()) << normalized.status().message();
+  for (auto& context : contexts) context->TryCancel();
+  for (auto& upload : uploads) upload->context.TryCancel();
+}
+
 TEST(HostileStreamsTest, HeaderOnlyUploadIsClosedAfterTheIdleTimeoutAndFreesItsQuota) {
   ServerConfig config = test::LoopbackConfigWithMetrics();
   config.buffer_quota_bytes = 10 << 20;
@@ -167,6 +199,39 @@ TEST(HostileStreamsTest, BufferMetadataCountsAgainstTheQuota) {
                                           (kBufferOverheadBytes + kMaxBufferNameBytes));
 }
 
+// Names are charged when the bytes are reserved, so that no commit pushes usage
+// past a quota, and the bytes a quota has left never wrap below zero: many
+// tiny buffers with long names and then one large upload are all refused in
+// time, under the global and under the per-caller quota alike.
+TEST(HostileStreamsTest, LongNamesNeverPushUsagePastAQuota) {
+  for (const bool per_caller : {false, true}) {
+    SCOPED_TRACE(per_caller ? "principal_quota_bytes" : "buffer_quota_bytes");
+    ServerConfig config = test::LoopbackConfig();
+    constexpr uint64_t kQuota = 65736;
+    (per_caller ? config.principal_quota_bytes : config.buffer_quota_bytes) = kQuota;
+    auto server = StartServer(config);
+    ASSERT_NE(server, nullptr);
+    const std::string name(kMaxBufferNameBytes, 'n');
+    int stored = 0;
+    absl::Status refused;
+    for (; stored < 400 && refused.ok(); ++stored) {
+      refused = server->client().Upload(name, test::F64({1}, {1})).status();
+    }
+    EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << stored << " stored";
+    const auto listed = server->client().List();
+    ASSERT_TRUE(listed.ok());
+    EXPECT_LE(listed->used_bytes() + listed->metadata_bytes(), kQuota);
+    // A 128 MiB upload is refused at its header.
+    grpc::ClientContext context;
+    v1::BufferInfo info;
+    auto writer = server->buffers().Upload(&context, &info);
+    writer->Write(Header(int64_t{16} << 20, "large"));
+    writer->WritesDone();
+    const grpc::Status large = writer->Finish();
+    EXPECT_EQ(large.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << large.error_message();
+  }
+}
+
 TEST(HostileStreamsTest, BuffersPerOwnerAreCapped) {
   ServerConfig config = test::LoopbackConfigWithMetrics();
   config.max_buffers_per_owner = 3;
@@ -208,6 +273,33 @@ TEST(HostileStreamsTest, OversizedMetadataIsRefusedOnComputeCallsNamingTheFlag) 
   EXPECT_THAT(refused.error_message(), HasSubstr("the limit is 2048 (max_metadata_bytes)"));
   const grpc::Status within = normalize(std::string(1024, 'p'));
   EXPECT_TRUE(within.ok()) << within.error_message();
+}
+
+// StreamingCompute refusals name the header's real fields and the bound that applies.
+TEST(HostileStreamsTest, StreamingHeaderRefusalsNameRealFieldsAndLimits) {
+  auto server = StartServer(test::LoopbackConfig());
+  ASSERT_NE(server, nullptr);
+  auto refusal = [&](std::vector<int64_t> shape) {
+    grpc::ClientContext context;
+    auto stream = server->compute().StreamingCompute(&context);
+    v1::StreamingComputeRequest header;
+    header.mutable_header()->set_operation(v1::STREAMING_NORMALIZE);
+    header.mutable_header()->set_dtype(v1::FLOAT64);
+    for (int64_t extent : shape) header.mutable_header()->add_shape(extent);
+    stream->Write(header);
+    stream->WritesDone();
+    v1::ResultChunk chunk;
+    while (stream->Read(&chunk)) {
+    }
+    return stream->Finish();
+  };
+  const grpc::Status negative = refusal({4, -1});
+  EXPECT_EQ(negative.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(negative.error_message(), HasSubstr("header.shape[1]"));
+  EXPECT_THAT(negative.error_message(), ::testing::Not(HasSubstr("shape.shape")));
+  const grpc::Status huge = refusal({int64_t{1} << 40, int64_t{1} << 40});
+  EXPECT_EQ(huge.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(huge.error_message(), ::testing::Not(HasSubstr("max_elements")));
 }
 
 TEST(HostileStreamsTest, ListComesInPagesInCreationOrder) {

@@ -152,5 +152,36 @@ TEST(ResumableUploadTest, AnAbandonedSessionIsFreedAfterItsTtl) {
   EXPECT_EQ(list->used_bytes(), 0u);
 }
 
+// Once a resumable upload is stored its buffer is immutable: a stream of it
+// that is still open may write nothing more into the buffer, and fails.
+TEST(ResumableUploadTest, AStoredUploadRefusesItsOtherStreams) {
+  auto server = StartServer();
+  ASSERT_NE(server, nullptr);
+  const std::string data = test::DistinctBytes(32 << 10);
+  // Stream B sends only its header and waits.
+  grpc::ClientContext late_context;
+  v1::BufferInfo late_info;
+  auto late = server->buffers().Upload(&late_context, &late_info);
+  ASSERT_TRUE(late->Write(Header(data.size(), 0)));
+  absl::SleepFor(absl::Milliseconds(200));  // B is attached to the session
+  // Stream A stores the whole buffer.
+  v1::BufferInfo info;
+  const grpc::Status stored = SendPart(*server, data.size(), 0, data, &info);
+  ASSERT_TRUE(stored.ok()) << stored.error_message();
+  ASSERT_FALSE(info.id().empty());
+  // B now writes 8 KiB of other bytes.
+  v1::UploadRequest message;
+  message.set_data(std::string(8 << 10, '\x07'));
+  late->Write(message);
+  late->WritesDone();
+  const grpc::Status refused = late->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << refused.error_message();
+  EXPECT_THAT(refused.error_message(), HasSubstr("already stored"));
+  EXPECT_TRUE(late_info.id().empty());
+  absl::StatusOr<client::Result> back = server->client().Download(info.id());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->data == data);
+}
+
 }  // namespace
 }  // namespace gpucompute

@@ -2,6 +2,10 @@
 // test; buffers that belong to one principal are invisible to another.
 #include "server/security.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -204,6 +208,26 @@ TEST_F(SecurityTest, SharedMemoryRegionsBelongToTheirPrincipal) {
   ASSERT_TRUE(normalized.ok()) << normalized.status().message();
   EXPECT_THAT(*normalized->AsDoubles(), ::testing::ElementsAre(0.25, 0.75));
   EXPECT_EQ(alice->SharedMemoryStatus()->regions_size(), 1);
+}
+
+// An object a principal registered stays that principal's while it exists:
+// after alice unregisters it, bob (here the same local user) may not take it.
+TEST_F(SecurityTest, AnUnregisteredObjectStaysItsPrincipals) {
+  ASSERT_NO_FATAL_FAILURE(Start(/*mutual=*/false, /*tokens=*/true));
+  auto alice = TlsClient("", "alice-token");
+  auto bob = TlsClient("", "bob-token");
+  const std::string key = absl::StrCat("/gpucompute-security-", getpid());
+  const int fd = shm_open(key.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 4096), 0);
+  close(fd);
+  auto region = alice->RegisterSystemSharedMemory("alice's", key, 0, 4096);
+  ASSERT_TRUE(region.ok()) << region.status().message();
+  ASSERT_TRUE(alice->UnregisterSharedMemory(region->id()).ok());
+  const absl::Status taken = bob->RegisterSystemSharedMemory("mine now", key, 0, 4096).status();
+  EXPECT_EQ(taken.code(), absl::StatusCode::kPermissionDenied) << taken.message();
+  EXPECT_TRUE(alice->RegisterSystemSharedMemory("alice's again", key, 0, 4096).ok());
+  shm_unlink(key.c_str());
 }
 
 TEST_F(SecurityTest, PerPrincipalQuota) {

@@ -328,6 +328,48 @@ TEST_F(SessionTest, ARequestOverTheInFlightLimitFailsAlone) {
   session->CloseOk();
 }
 
+// A session holds about --session_answer_bytes of answers its client does not
+// read before it stops reading, what they hold is charged to the host memory
+// budget, and cancelling the call gives it back.
+TEST_F(SessionTest, UnreadAnswersAreChargedAndCappedPerSession) {
+  ServerConfig config = test::LoopbackConfig();
+  config.session_answer_bytes = 4 << 20;
+  // A server with memory budgets (the fault-injecting one has none).
+  auto server = test::TestServer::Start(config);
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  server_ = *std::move(server);
+  const uint64_t baseline = server_->HostBudgetUsed();
+  // A 512 x 512 float32 grid: 1 MiB answers for a few bytes of request.
+  v1::HaversineGridRequest grid;
+  grid.mutable_mesh()->set_lat_start(-60);
+  grid.mutable_mesh()->set_lat_stop(60);
+  grid.mutable_mesh()->set_n_lat(512);
+  grid.mutable_mesh()->set_lon_start(-180);
+  grid.mutable_mesh()->set_lon_stop(180);
+  grid.mutable_mesh()->set_n_lon(512);
+  grid.mutable_mesh()->set_dtype(v1::FLOAT32);
+  grid.add_references()->set_lat(30);
+  auto session = Open();
+  for (uint64_t id = 1; id <= 64; ++id) {
+    v1::SessionRequest message;
+    message.set_id(id);
+    *message.mutable_haversine_grid() = grid;
+    ASSERT_TRUE(session->stream->Write(message));
+  }
+  // Until the answers stop coming in.
+  uint64_t used = 0;
+  for (int stable = 0; stable < 5;) {
+    absl::SleepFor(absl::Milliseconds(100));
+    const uint64_t now = server_->HostBudgetUsed();
+    stable = now == used ? stable + 1 : 0;
+    used = now;
+  }
+  EXPECT_GE(used - baseline, uint64_t{4} << 20);  // the unread answers count
+  EXPECT_LE(used - baseline, uint64_t{12} << 20);  // and no more than about the cap
+  session->context.TryCancel();
+  EXPECT_EQ(server_->AwaitHostBudgetUsed(baseline), baseline);
+}
+
 TEST_F(SessionTest, CancellingTheCallCancelsEveryRequest) {
   {
     auto session = OpenHolding(3, 1);

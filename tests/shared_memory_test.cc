@@ -378,6 +378,27 @@ TEST_F(SharedMemoryTest, ShrunkOrUnlinkedObjectsFailTheRequestNotTheServer) {
   EXPECT_EQ(Unregister(region->id()).error_code(), grpc::NOT_FOUND);
 }
 
+// Sizes no object can have and keys that name directories are invalid
+// arguments; a region whose object was unlinked is neither listed nor counted.
+TEST_F(SharedMemoryTest, ImpossibleRegistrationsAreInvalidAndUnlinkedRegionsAreNotListed) {
+  auto shm = std::make_unique<ShmObject>(8192);
+  const absl::Status huge = Register(shm->key(), 0, UINT64_MAX).status();
+  EXPECT_EQ(huge.code(), absl::StatusCode::kInvalidArgument) << huge.message();
+  EXPECT_THAT(huge.message(), HasSubstr("byte_size"));
+  for (const char* key : {"/.", "/.."}) {
+    const absl::Status directory = Register(key, 0, 64).status();
+    EXPECT_EQ(directory.code(), absl::StatusCode::kInvalidArgument) << key;
+    EXPECT_THAT(directory.message(), HasSubstr("names a directory")) << key;
+  }
+  ASSERT_TRUE(Register(shm->key(), 0, 8192).ok());
+  shm.reset();  // unlinked
+  v1::SharedMemoryStatusResponse status;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub_->SharedMemoryStatus(&context, {}, &status).ok());
+  EXPECT_EQ(status.regions_size(), 0);
+  EXPECT_EQ(status.used_bytes(), 0u);
+}
+
 TEST_F(SharedMemoryTest, OffByDefault) {
   Start(false);
   ShmObject shm(4096);
@@ -438,7 +459,7 @@ TEST(SharedMemoryRegistryTest, RegionsBelongToTheirPrincipal) {
   ShmObject shm(8192);
   std::unique_ptr<Backend> backend = std::move(CreateBackend({.kind = BackendKind::kCpu})->backend);
   SharedMemoryRegistry registry({1 << 20, 8192, 0}, NewInstanceId());
-  auto mapped = SharedMemoryRegion::MapSystem(*backend, shm.key(), 0, 8192);
+  auto mapped = SharedMemoryRegion::MapSystem(*backend, shm.key(), 0, 8192, getuid());
   ASSERT_TRUE(mapped.ok()) << mapped.status().message();
   auto added = registry.Add({.owner = "alice", .key = shm.key(), .region = *mapped});
   ASSERT_TRUE(added.ok()) << added.status().message();
@@ -470,7 +491,7 @@ TEST(SharedMemoryRegistryTest, RegionsBelongToTheirPrincipal) {
 TEST(SharedMemoryRegionTest, SigbusInsideARegionIsContained) {
   ShmObject shm(1 << 16);
   std::unique_ptr<Backend> backend = std::move(CreateBackend({.kind = BackendKind::kCpu})->backend);
-  auto region = SharedMemoryRegion::MapSystem(*backend, shm.key(), 0, 1 << 16);
+  auto region = SharedMemoryRegion::MapSystem(*backend, shm.key(), 0, 1 << 16, getuid());
   ASSERT_TRUE(region.ok()) << region.status().message();
   auto view = (*region)->View(DType::kFloat64, {8192}, 0, 1 << 20, "input");
   ASSERT_TRUE(view.ok());

@@ -15,6 +15,13 @@ KIND (each call on its own channels, all on one asyncio loop):
   resets     Normalize calls cancelled right after they start (RST_STREAM), RATE per second.
   mesh       keeps COUNT HaversineGrid calls of a MESH float64 mesh (default 16384 x 16384,
              2 GiB) unread for HOLD seconds, then as the stalled ones.
+  streaming  keeps COUNT StreamingCompute calls open that send their header, then nothing;
+             a stream the server ends is reopened.
+  sessions   keeps COUNT Compute.Session calls that send 300 HaversineGrid requests of 1 MiB
+             answers and never read, for HOLD seconds; then cancels and reopens them.
+  regions    registers shared-memory regions RATE per second, each over an object of its
+             own (4 KiB), keeping at most COUNT; a refused one is counted, the oldest
+             unregistered and unlinked.
 
 Stops by itself after DURATION seconds: cancels what is still open and writes
 {"kind", "attempted", "codes": {status code: count}, "open_at_end": {label: count}} to OUT,
@@ -38,7 +45,8 @@ from gpucompute._pb import pb  # noqa: E402
 
 # Calls the server may take per connection: below --max_concurrent_streams (256) and
 # --max_in_flight_per_connection (128), so that every call is really open on the server.
-STREAMS_PER_CHANNEL = {"idle": 200, "stalled": 100, "mesh": 100, "metadata": 100, "resets": 100}
+STREAMS_PER_CHANNEL = {"idle": 200, "stalled": 100, "mesh": 100, "metadata": 100, "resets": 100,
+                       "streaming": 100, "sessions": 1, "regions": 100}
 CANCELLED_BY_US = "CANCELLED_BY_US"
 PAD_METADATA = (("x-hostile-pad", "p" * 16384),)
 ONES = b"\x00\x00\x80\x3f" * (16 * 256)  # float32 1.0: a valid Normalize input
@@ -112,6 +120,79 @@ class Hostile:
             if not await self.finish(call, label):
                 return
             await asyncio.sleep(0.1)
+
+    async def streaming_slot(self, slot):
+        header = pb.StreamingComputeRequest(header=pb.StreamingComputeHeader(
+            operation=pb.STREAMING_NORMALIZE, dtype=pb.FLOAT32, shape=[1 << 20, 256]))
+        while self.left() > 0:
+            self.attempted += 1
+            call = self.method(slot, "stream_stream", "/gpucompute.v1.Compute/StreamingCompute")()
+            try:
+                await call.write(header)
+            except (grpc.RpcError, asyncio.InvalidStateError):
+                pass
+            if not await self.finish(call, "streaming, header only: "):
+                return
+            await asyncio.sleep(0.1)
+
+    async def session_slot(self, slot):
+        request = pb.SessionRequest(haversine_grid=pb.HaversineGridRequest(
+            mesh=pb.LatLonMesh(lat_start=-60, lat_stop=60, n_lat=512, lon_start=-180,
+                               lon_stop=180, n_lon=512, dtype=pb.FLOAT32),
+            references=[pb.GeoPoint(lat=48.85, lon=2.35)], radius=6371.0))
+        while self.left() > 0:
+            self.attempted += 1
+            call = self.method(slot, "stream_stream", "/gpucompute.v1.Compute/Session")()
+            self.open_calls[call] = "session, never read: "
+            try:
+                for i in range(300):
+                    request.id = i + 1
+                    # A server that stops reading leaves these writes waiting: bounded.
+                    await asyncio.wait_for(call.write(request), timeout=max(0.1, self.left()))
+            except (asyncio.TimeoutError, grpc.RpcError, asyncio.InvalidStateError):
+                pass
+            await asyncio.sleep(min(self.args.hold, max(0.0, self.left())))
+            call.cancel()
+            del self.open_calls[call]
+            self.codes[CANCELLED_BY_US] += 1
+
+    async def region_flood(self):
+        from multiprocessing import shared_memory
+        held = collections.deque()  # (region id, SharedMemory)
+        register = self.method(0, "unary_unary",
+                               "/gpucompute.v1.SharedMemory/RegisterSystemSharedMemory",
+                               pb.SharedMemoryRegionInfo.FromString)
+        unregister = self.method(0, "unary_unary",
+                                 "/gpucompute.v1.SharedMemory/UnregisterSharedMemory")
+
+        async def drop_oldest():
+            region_id, memory = held.popleft()
+            try:
+                await unregister(pb.UnregisterSharedMemoryRequest(region_id=region_id), timeout=5)
+            except grpc.RpcError:
+                pass
+            memory.close()
+            memory.unlink()
+
+        async def one(i):
+            memory = shared_memory.SharedMemory(create=True, size=4096)
+            try:
+                info = await register(pb.RegisterSystemSharedMemoryRequest(
+                    name=f"flood-{i}", key="/" + memory.name, byte_size=4096), timeout=5)
+                held.append((info.id, memory))
+                self.codes["OK"] += 1
+            except grpc.RpcError as e:
+                self.codes[e.code().name] += 1
+                memory.close()
+                memory.unlink()
+                if held:
+                    await drop_oldest()
+            while len(held) > self.args.count:
+                await drop_oldest()
+
+        await self.paced(one)
+        while held:
+            await drop_oldest()
 
     def mesh_request(self, n_lat, n_lon):
         return pb.HaversineGridRequest(
@@ -194,6 +275,12 @@ class Hostile:
         elif kind == "mesh":
             n_lat, n_lon = self.args.mesh
             jobs = [self.unread_slot(s, n_lat, n_lon, False, 4) for s in range(count)]
+        elif kind == "streaming":
+            jobs = [self.streaming_slot(s) for s in range(count)]
+        elif kind == "sessions":
+            jobs = [self.session_slot(s) for s in range(count)]
+        elif kind == "regions":
+            jobs = [self.region_flood()]
         elif kind == "metadata":
             jobs = [self.paced(self.metadata_call)]
         else:
@@ -212,7 +299,8 @@ class Hostile:
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("kind", choices=["idle", "stalled", "metadata", "resets", "mesh"])
+    parser.add_argument("kind", choices=["idle", "stalled", "metadata", "resets", "mesh",
+                                         "streaming", "sessions", "regions"])
     parser.add_argument("--target", required=True)
     parser.add_argument("--duration", type=float, required=True)
     parser.add_argument("--count", type=int, default=1)

@@ -10,8 +10,10 @@
    medium sizes, --good-threads calls at once) for --unloaded requests alone: p50/p99;
 4. starts the hostile processes (hostile.py, each with its own channels): --idle idle
    streams, --stalled stalled readers of 8 MiB results, 16 KiB metadata at --metadata-rate,
-   reset floods at --reset-rate, --meshes unread 2 GiB mesh requests; after --ramp seconds
-   runs the good client for --duration seconds next to them, sampling the server's VmRSS;
+   reset floods at --reset-rate, --meshes unread 2 GiB mesh requests, --streaming
+   StreamingCompute calls idle after their header, --sessions never-read sessions and a
+   shared-memory region flood at --region-rate (the server allows shared memory); after
+   --ramp seconds runs the good client for --duration seconds next to them, sampling the server's VmRSS;
 5. scrapes /metrics, downloads every stored buffer and compares SHA-256, stops the server
    with SIGTERM and prints one table; exits 1 when a goal is missed: the good client saw an
    error, its loaded p99 is over --p99-limit x the unloaded one, the server's peak RSS
@@ -44,7 +46,8 @@ import gpucompute  # noqa: E402
 from gpucompute._pb import pb  # noqa: E402
 
 GIB = 1 << 30
-HOSTILE_KINDS = ("idle", "stalled", "metadata", "resets", "mesh")
+HOSTILE_KINDS = ("idle", "stalled", "metadata", "resets", "mesh", "streaming", "sessions",
+                 "regions")
 
 
 # ----------------------------------------------------------------------------- server
@@ -242,6 +245,9 @@ def start_hostiles(args, target, out, duration, hold):
         "metadata": ["--rate", str(args.metadata_rate)],
         "resets": ["--rate", str(args.reset_rate)],
         "mesh": ["--count", str(args.meshes), "--mesh", args.mesh, *hold_flag],
+        "streaming": ["--count", str(args.streaming)],
+        "sessions": ["--count", str(args.sessions), *hold_flag],
+        "regions": ["--rate", str(args.region_rate), "--count", "64"],
     }
     procs = {}
     for kind in HOSTILE_KINDS:
@@ -334,6 +340,12 @@ def parse_args():
     p.add_argument("--meshes", type=int, default=2, help="unread mesh requests held (2)")
     p.add_argument("--mesh", default="16384,16384",
                    help="n_lat,n_lon of the hostile float64 mesh (16384,16384: 2 GiB)")
+    p.add_argument("--streaming", type=int, default=500,
+                   help="StreamingCompute calls held open after their header (500)")
+    p.add_argument("--sessions", type=int, default=8,
+                   help="Compute.Session calls whose 1 MiB answers are never read (8)")
+    p.add_argument("--region-rate", type=float, default=20,
+                   help="shared-memory registrations per second, 64 held (20)")
     p.add_argument("--budget", type=int, default=4 * GIB,
                    help="--host_memory_budget_bytes of the server, and the RSS goal (4 GiB)")
     p.add_argument("--p99-limit", type=float, default=2.0,
@@ -354,7 +366,7 @@ def main():
     out = args.out or tempfile.mkdtemp(prefix="gpucompute-hostile-soak.")
     os.makedirs(out, exist_ok=True)
     flags = [f"--host_memory_budget_bytes={args.budget}", f"--grace_period={args.grace}s",
-             *args.server_flag]
+             "--allow_shared_memory", *args.server_flag]
     print(f"hostile_soak: server {binary} {' '.join(flags)}; artifacts in {out}", flush=True)
     with open(os.path.join(out, "load.txt"), "w") as f:
         f.write(f"loadavg at start: {open('/proc/loadavg').read()}")

@@ -22,6 +22,7 @@ def test_good_client_next_to_hostile_ones(tmp_path):
     args = [sys.executable, str(SOAK), f"--server={server_path()}", f"--out={tmp_path}",
             "--duration=12", "--ramp=2", "--unloaded=100", "--idle=100", "--stalled=20",
             "--metadata-rate=20", "--reset-rate=100", "--meshes=1", "--mesh=4096,4096",
+            "--streaming=50", "--sessions=2", "--region-rate=5",
             f"--budget={1 << 30}", "--p99-limit=10", "--grace=2",
             "--server-flag=--stream_idle_timeout=3s"]
     run = subprocess.run(args, capture_output=True, text=True, timeout=120)
@@ -41,5 +42,8 @@ def test_good_client_next_to_hostile_ones(tmp_path):
     assert set(answers("metadata")) <= {"RESOURCE_EXHAUSTED", "UNAVAILABLE"}
     answers("resets")
     answers("mesh")
+    answers("streaming")
+    answers("sessions")
+    assert answers("regions").get("OK", 0) > 0
     metrics = (tmp_path / "metrics.txt").read_text()
     assert 'gpucompute_rejections_total{reason="stream_idle"}' in metrics
