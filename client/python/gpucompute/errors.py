@@ -9,7 +9,11 @@ import grpc
 class GpuComputeError(Exception):
     """A failed call: ``code`` (grpc.StatusCode), the server's ``message`` (it names the
     field at fault), ``call`` (the client method the caller made, e.g. "normalize") and
-    ``method`` (the RPC that failed inside it, e.g. "Buffers.Upload")."""
+    ``method`` (the RPC that failed inside it, e.g. "Buffers.Upload"). The subclasses
+    also derive from the builtin a Python caller would catch: InvalidArgument from
+    ValueError, DeadlineExceeded from TimeoutError, Unavailable from ConnectionError,
+    NotFound from LookupError, OutOfRange from IndexError, PermissionDenied and
+    Unauthenticated from PermissionError, Unimplemented from NotImplementedError."""
 
     #: the status code this class stands for (None on the base class)
     default_code: Optional[grpc.StatusCode] = None
@@ -47,11 +51,11 @@ class InvalidArgument(GpuComputeError, ValueError):
     default_code = grpc.StatusCode.INVALID_ARGUMENT
 
 
-class DeadlineExceeded(GpuComputeError):
+class DeadlineExceeded(GpuComputeError, TimeoutError):
     default_code = grpc.StatusCode.DEADLINE_EXCEEDED
 
 
-class NotFound(GpuComputeError):
+class NotFound(GpuComputeError, LookupError):
     default_code = grpc.StatusCode.NOT_FOUND
 
 
@@ -59,7 +63,7 @@ class AlreadyExists(GpuComputeError):
     default_code = grpc.StatusCode.ALREADY_EXISTS
 
 
-class PermissionDenied(GpuComputeError):
+class PermissionDenied(GpuComputeError, PermissionError):
     default_code = grpc.StatusCode.PERMISSION_DENIED
 
 
@@ -76,11 +80,11 @@ class Aborted(GpuComputeError):
     default_code = grpc.StatusCode.ABORTED
 
 
-class OutOfRange(GpuComputeError):
+class OutOfRange(GpuComputeError, IndexError):
     default_code = grpc.StatusCode.OUT_OF_RANGE
 
 
-class Unimplemented(GpuComputeError):
+class Unimplemented(GpuComputeError, NotImplementedError):
     default_code = grpc.StatusCode.UNIMPLEMENTED
 
 
@@ -88,7 +92,7 @@ class Internal(GpuComputeError):
     default_code = grpc.StatusCode.INTERNAL
 
 
-class Unavailable(GpuComputeError):
+class Unavailable(GpuComputeError, ConnectionError):
     default_code = grpc.StatusCode.UNAVAILABLE
 
 
@@ -96,7 +100,7 @@ class DataLoss(GpuComputeError):
     default_code = grpc.StatusCode.DATA_LOSS
 
 
-class Unauthenticated(GpuComputeError):
+class Unauthenticated(GpuComputeError, PermissionError):
     default_code = grpc.StatusCode.UNAUTHENTICATED
 
 
