@@ -13,14 +13,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/error_reason.h"
 #include "common/status_macros.h"
 
 namespace gpucompute {
 namespace {
-
-// Marks a budget's RESOURCE_EXHAUSTED so that the server can count it apart
-// from the other refusals.
-constexpr absl::string_view kRefusalPayload = "gpucompute/memory_budget";
 
 uint64_t Fraction(uint64_t bytes, double fraction) {
   return static_cast<uint64_t>(static_cast<double>(bytes) * fraction);
@@ -45,7 +42,7 @@ uint64_t ResidentSetBytes() {
 }
 
 bool IsMemoryBudgetRefusal(const absl::Status& status) {
-  return status.GetPayload(kRefusalPayload).has_value();
+  return ReasonOf(status) == reason::kMemoryBudget;
 }
 
 MemoryBudget::Charge::Charge(std::shared_ptr<MemoryBudget> budget, uint64_t bytes)
@@ -121,14 +118,15 @@ void MemoryBudget::Release(uint64_t bytes) {
 absl::Status MemoryBudget::Refusal(uint64_t bytes, uint64_t used, absl::string_view why) const {
   const uint64_t ceiling = CeilingFor(bytes);
   const uint64_t left = ceiling - std::min(used, ceiling);
-  absl::Status status = absl::ResourceExhaustedError(absl::StrCat(
+  return WithReason(absl::ResourceExhaustedError(absl::StrCat(
       "memory budget of ", memory_, " exhausted: ", bytes, " bytes asked, ", left,
       " bytes left ", why, "; the budget is --", flag_, "=", capacity_bytes_,
       ", of which allocations over ", capacity_bytes_ / kLargeAllocationDivisor,
       " bytes may fill ", Fraction(capacity_bytes_, kLargeAllocationCeiling),
-      " (the rest is kept for small requests)"));
-  status.SetPayload(kRefusalPayload, absl::Cord());
-  return status;
+      " (the rest is kept for small requests)")),
+      reason::kMemoryBudget,
+      {{"memory", memory_}, {"limit_name", flag_}, {"limit", absl::StrCat(capacity_bytes_)},
+       {"requested", absl::StrCat(bytes)}, {"available", absl::StrCat(left)}});
 }
 
 namespace {

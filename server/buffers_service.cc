@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/error_reason.h"
 #include "common/status_macros.h"
 #include "gpucompute/v1/bulk_wire.h"
 #include "server/echo.h"
@@ -549,8 +550,9 @@ absl::Status BuffersService::SessionStatus(const grpc::ByteBuffer& bytes,
                       ParseRequest<v1::UploadStatusRequest>(bytes));
   const std::shared_ptr<UploadSession> session = sessions_.Find(principal, request.session_token());
   if (session == nullptr) {
-    return absl::NotFoundError(
-        "session_token names no upload session of the caller (never started, stored, or expired)");
+    return WithReason(absl::NotFoundError("session_token names no upload session of the caller "
+                                          "(never started, stored, or expired)"),
+                      reason::kUploadSessionNotFound, {{"field", "session_token"}});
   }
   response->set_total_bytes(session->array()->bytes());
   for (const auto& [offset, length] : session->ReceivedRanges()) {
