@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "client/tensor.h"
+#include "google/protobuf/util/json_util.h"
 
 namespace gpucompute::client {
 namespace {
@@ -122,6 +123,17 @@ std::string FormatPreview(const Result& result, size_t max_values) {
   for (size_t i = 0; i < shown; ++i) texts.push_back(absl::StrFormat("%.6g", (*values)[i]));
   if (shown < values->size()) texts.emplace_back("...");
   return absl::StrCat("[", absl::StrJoin(texts, ", "), "]");
+}
+
+absl::StatusOr<std::string> FormatJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  std::string json;
+  const auto status = google::protobuf::util::MessageToJsonString(message, &json, options);
+  if (!status.ok()) return absl::InternalError(std::string(status.message()));
+  return json + "\n";
 }
 
 }  // namespace gpucompute::client
