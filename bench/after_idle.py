@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A request after idle against a fresh server's first request (issue 15): run it
+"""A request after idle against a fresh server's first request: run it
 against a freshly started server. DiscountProduct float32 at seed002's size
 ((4000, 5) x (10, 4000, 5)) through gpucompute.Client: the server's first request,
 the median of --repeats back to back, then --repeats requests after each idle time,

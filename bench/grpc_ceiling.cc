@@ -1,6 +1,6 @@
 // grpc-ceiling: what gRPC itself moves on one stream over loopback, with the
 // service's transport settings and none of its work: the anchor for
-// bulk-transfer-bench's one-stream figures (issue #12), beside tcp_ceiling.py's
+// bulk-transfer-bench's one-stream figures, beside tcp_ceiling.py's
 // plain sockets. A generic callback server drops what it reads (/ceiling/Sink)
 // or writes slices of one static buffer (/ceiling/Source); the client sends
 // slices of one static buffer, or reads and drops, through the C++ client's

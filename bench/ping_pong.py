@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where a small Python request's time goes (issue #13): the same 1024-element float32
+"""Where a small Python request's time goes: the same 1024-element float32
 normalize as a unary call (Client.normalize with session=False), as a request of the
 client's open Compute.Session (Client.normalize, the default), as one chunk of an open
 StreamingCompute stream (the next chunk sent once the last result came back: no call

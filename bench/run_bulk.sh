@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Bulk transfer benchmark (issue #12): a fresh server, then one large Upload and Download
+# Bulk transfer benchmark: a fresh server, then one large Upload and Download
 # through the C++ client (bulk-transfer-bench) and the Python client
 # (bench/bulk_transfer.py), one stream and striped; each line reports GB/s and the
 # server's core-seconds per GB moved.

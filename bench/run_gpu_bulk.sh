@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Bulk transfer on a GPU machine (issue #12), in one device call: a CUDA server, then
+# Bulk transfer on a GPU machine, in one device call: a CUDA server, then
 # 2 GiB uploads and downloads through the C++ client (bulk-transfer-bench) and the
 # Python client, one stream and striped, with server CPU per GB (bench/run_bulk.sh);
 # then the same on the CPU backend for comparison, and seed 000's full case
@@ -26,7 +26,7 @@ export PYTHONPATH="$PWD/client/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFER
 step() { echo; echo "=== $* ($(date +%T))"; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
 python3 -c "import grpc, numpy, sys; print('grpcio', grpc.__version__, 'numpy', numpy.__version__, 'python', sys.version.split()[0])"
-# What a Python client's receive costs depends on (bench/BULK_TRANSFER.md): huge pages
+# What a Python client's receive costs depends on (bench/NOTES.md, Transfers): huge pages
 # for the result arrays, the CPU, glibc.
 echo "THP $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null), defrag" \
   "$(cat /sys/kernel/mm/transparent_hugepage/defrag 2>/dev/null); $(nproc) CPUs:" \

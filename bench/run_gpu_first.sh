@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# First request vs steady state (issue #15: every operation's first request on a fresh
+# First request vs steady state (the goal: every operation's first request on a fresh
 # server <= 1.2x its steady state), in one device call, ~4 minutes: a freshly started
 # CUDA server per client, examples/seed002_first_call.py through the Python client,
 # then through the C++ CLI (one process per request), each printing per operation and
@@ -69,7 +69,7 @@ if LD_BIND_NOW=1 fresh_server 50165 server_bind_now.log; then
 fi
 
 # What a first request pays beyond a later one is the host's wake-up from idle, which
-# any request after a pause pays (session 23): the same request after idle times.
+# any request after a pause pays (bench/NOTES.md, First requests): the same request after idle times.
 step "4. fresh server, requests after idle (bench/after_idle.py, limit ${T_RUN}s)"
 if fresh_server 50167 server_after_idle.log; then
   timeout "$T_RUN" "$PYTHON" bench/after_idle.py --target 127.0.0.1:50167 2>&1 | tee "$OUT/after_idle.txt"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Python client's stripes in worker processes (issue #12, Client(stripe_processes=True))
+# The Python client's stripes in worker processes (Client(stripe_processes=True))
 # on a GPU machine, one CUDA server, about 4 minutes; prints one table:
 #   Buffers upload/download of 2 GiB: one stream, 8 thread stripes, 4 and 8 process
 #     stripes (the input copied into shared memory by the call), 8 process stripes with
@@ -13,9 +13,9 @@
 # each with the server's CPU per GB moved (and the client's, its workers included; the
 # workers' start-up, paid by a first striped call, is printed apart). Timeouts bound it
 # to about 10 minutes if everything hangs.
-# Goal (issue #12): seed 000's 80 GB each way in <= 25 s, >= 3.2 GB/s each way at once.
-# (Session 9, bench/run_gpu_streaming.sh: 4 / 8 separate Python processes streaming at
-# once reached 2.38 / 2.99 GB/s each way together, the ceiling to compare with.)
+# Goal: seed 000's 80 GB each way in <= 25 s, >= 3.2 GB/s each way at once.
+# Separate Python processes streaming parts at once (bench/run_gpu_streaming.sh) are
+# the ceiling to compare with.
 #
 # Here:   cmake --build build-cuda --target gpucompute-server
 #         /work/shared/tools/device-bundle .device/pystripes/b build-cuda/server/gpucompute-server

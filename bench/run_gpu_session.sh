@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Small requests as calls of their own against the same requests on one open
-# Compute.Session (issue #13), in one device call, 1024-element float32 requests,
+# Compute.Session, in one device call, 1024-element float32 requests,
 # on each server variant of VARIANTS (name:flags, e.g. the in-place run of tiny
 # requests against the executor hop):
 #   0. session_test (its servers on the CPU backend), client_session_test and

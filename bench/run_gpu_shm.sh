@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Same-host zero copy (issue #11) on a GPU machine, in one device call: the shared-memory
+# Same-host zero copy on a GPU machine, in one device call: the shared-memory
 # tests on the CUDA backend (C++: system regions, and CUDA IPC from another process;
 # Python, CuPy included where pytest is installed), then bench/shm_bench.py
 # (gpucompute through shared memory and CUDA IPC side by side with local CuPy, with the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Small requests on the GPU (issue 13), in one device call: round trip and
+# Small requests on the GPU, in one device call: round trip and
 # throughput of 1024-element float32 requests through the C++ CLI bench and the
 # Python client, where a request spends its time on the server, and the CPU a
 # request costs.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# StreamingCompute throughput on a GPU machine (issue #12: seed 000's 80 GB each way in
+# StreamingCompute throughput on a GPU machine (seed 000's 80 GB each way in
 # <= 25 s needs >= 3.2 GB/s each way at once), in one device call, about 5 minutes:
 #  1. the C++ client (bulk-transfer-bench --streaming: float64 discount product, factors
 #     (1e6, 5) stored, values (D, 1e6, 5) streamed, result checked exactly) on 1, 2, 4

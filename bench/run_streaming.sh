@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Streaming element-wise operations (issue #12, inputs larger than the GPU): a fresh
+# Streaming element-wise operations (inputs larger than the GPU): a fresh
 # server, then discount product over BYTES of float32 input two ways, through the Python
 # client (bench/streaming_ops.py) and the C++ CLI on .npy files in /dev/shm:
 #   streaming   one StreamingCompute call (stream_discount_product / `cli stream`);

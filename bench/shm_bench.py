@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Same-host zero copy (issue #11) side by side with local CuPy, in one GPU-machine run.
+"""Same-host zero copy side by side with local CuPy, in one GPU-machine run.
 
 Against a CUDA server started with --allow_shared_memory on this host, from warm
 clients, median wall time of each case (the ratio is gpucompute / CuPy; goals below):

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Small requests, measured from Python (issue 13): the client's round trip and
+"""Small requests, measured from Python: the client's round trip and
 where a request spends its time on the server.
 
   python-latency  1 in flight normalize of ROWSx256 float32 through gpucompute.Client:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Discount product over a large input through the Python client, two ways (issue #12,
+"""Discount product over a large input through the Python client, two ways (for
 inputs larger than the GPU):
 
   streaming   one StreamingCompute call (stream_discount_product): input chunks in,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The loopback TCP ceiling of this machine: what plain sockets move, as the
-anchor for bulk transfers over gRPC (issue #12; bench/BULK_TRANSFER.md).
+anchor for bulk transfers over gRPC.
 
 One sender process and one receiver process per connection (no GIL between them);
 the sender sends BYTES in 4 MiB send calls from one buffer, the receiver receives

@@ -40,8 +40,8 @@ struct BenchConfig {
   bool callbacks = false;
   // With callbacks: the slots' requests on `sessions_per_connection`
   // Compute.Session calls per connection (client/session.h) rather than a call each.
-  // A session's server reads its requests one at a time: on the H100 host the mix at
-  // 64 in flight made ~17k req/s on one session, 50k on 8 (bench/results/h100_session_run2.txt).
+  // A session's server reads its requests one at a time, so one session carries a
+  // fraction of what several do under load.
   bool session = false;
   int sessions_per_connection = 8;
   uint64_t seed = 1;

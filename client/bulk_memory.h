@@ -5,9 +5,8 @@
 // slices of every message, result buffers). With glibc's defaults, blocks above
 // the mmap threshold are mmapped and unmapped each time, and a heap whose top
 // exceeds the trim threshold is trimmed: either way every reuse page-faults the
-// memory back in, zeroed by the kernel. Measured on the CPU backend over
-// loopback (bench/BULK_TRANSFER.md): clear_page took 45% of the client's CPU and
-// downloads ran at 0.3 GB/s; with these settings 1.1 GB/s. The process then keeps
+// memory back in, zeroed by the kernel, which cost a downloading client more CPU
+// than the copies themselves. The process then keeps
 // up to kBulkTrimThresholdBytes of freed heap mapped, which a client may; the
 // server keeps its own, RSS-bounding settings (server/main.cc ConfigureMalloc) and
 // avoids the churn by not allocating per chunk instead.

@@ -7,12 +7,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/error_details.h"
+#include "client/raw_call.h"
 #include "common/error_reason.h"
 #include "common/status_macros.h"
 #include "gpucompute/v1/bulk_wire.h"
 #include "grpcpp/create_channel.h"
-#include "grpcpp/impl/client_unary_call.h"
-#include "grpcpp/support/client_callback.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 
@@ -57,26 +57,9 @@ absl::Status ToAbslStatus(const grpc::Status& status) {
       status.error_details());
 }
 
-namespace {
-
-using grpc::internal::RpcMethod;
-
-}  // namespace
-
 Client::Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options)
     : options_(options),
       channel_(channel),
-      upload_method_("/gpucompute.v1.Buffers/Upload", RpcMethod::CLIENT_STREAMING, channel),
-      download_method_("/gpucompute.v1.Buffers/Download", RpcMethod::SERVER_STREAMING, channel),
-      discount_product_method_("/gpucompute.v1.Compute/DiscountProduct",
-                               RpcMethod::SERVER_STREAMING, channel),
-      haversine_grid_method_("/gpucompute.v1.Compute/HaversineGrid", RpcMethod::SERVER_STREAMING,
-                             channel),
-      normalize_method_("/gpucompute.v1.Compute/Normalize", RpcMethod::SERVER_STREAMING, channel),
-      lomb_scargle_method_("/gpucompute.v1.Compute/LombScargle", RpcMethod::SERVER_STREAMING,
-                           channel),
-      streaming_compute_method_("/gpucompute.v1.Compute/StreamingCompute",
-                                RpcMethod::BIDI_STREAMING, channel),
       buffers_(v1::Buffers::NewStub(channel)),
       server_(v1::Server::NewStub(channel)),
       shared_memory_(v1::SharedMemory::NewStub(channel)),
@@ -106,21 +89,22 @@ ResultAssembler::Options Client::AssemblerOptions(bool expect_data,
           .progress = progress};
 }
 
-absl::StatusOr<Result> Client::ResultStream(const RpcMethod& method,
+absl::StatusOr<Result> Client::ResultStream(const std::string& method,
                                             const google::protobuf::MessageLite& request,
                                             ResultAssembler::Options options,
                                             grpc::Channel* channel) const {
   grpc::ClientContext context;
   SetDeadline(context);
-  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
-          channel != nullptr ? channel : channel_.get(),
-          // A method registered with the client's channel; on another, unregistered.
-          channel != nullptr ? RpcMethod(method.name(), method.method_type()) : method, &context,
-          v1::wire::SerializedMessage(request)));
+  // The metadata, the request and the half-close go out in one batch.
+  RawCall call(channel != nullptr ? *channel : *channel_, context, method,
+               RawCall::Start::kWithFirstMessage);
   ResultAssembler assembler(std::move(options));
-  const absl::Status framing = ReadResultStream(*reader, context, assembler);
-  const grpc::Status status = reader->Finish();
+  absl::Status framing = absl::OkStatus();
+  // A failed write means the call ended: the status says why.
+  if (call.WriteLast(v1::wire::SerializedMessage(request))) {
+    framing = ReadResultStream(call, context, assembler);
+  }
+  const grpc::Status status = call.Finish();
   GC_RETURN_IF_ERROR(framing);
   GC_RETURN_IF_ERROR(ToAbslStatus(status));
   return std::move(assembler).Finish();
@@ -166,30 +150,32 @@ absl::StatusOr<v1::BufferInfo> Client::UploadStream(grpc::Channel& channel,
   const size_t chunk_bytes = std::max<uint32_t>(options_.upload_chunk_bytes, 1);
   grpc::ClientContext context;
   SetDeadline(context);
-  v1::BufferInfo info;
-  // The client's own channel has the method registered; another calls it unregistered.
-  const RpcMethod method = &channel == channel_.get()
-                               ? upload_method_
-                               : RpcMethod(upload_method_.name(), RpcMethod::CLIENT_STREAMING);
-  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
-      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(&channel, method, &context,
-                                                                    &info));
+  RawCall writer(channel, context, upload_method_, RawCall::Start::kWithFirstMessage);
   v1::UploadRequest message;
   *message.mutable_header() = header;
   // A failed Write means the server already ended the call; Finish says why.
-  bool open = writer->Write(v1::wire::SerializedMessage(message));
+  bool open = writer.Write(v1::wire::SerializedMessage(message));
   if (progress) progress(0, data.size());
   for (size_t offset = 0; open && offset < data.size(); offset += chunk_bytes) {
     const size_t length = std::min(chunk_bytes, data.size() - offset);
     // gRPC sends from `data` itself, which outlives the call.
-    open = writer->Write(v1::wire::UploadDataMessage(
+    open = writer.Write(v1::wire::UploadDataMessage(
         grpc::Slice(data.data() + offset, length, grpc::Slice::STATIC_SLICE)));
     if (open && progress) progress(offset + length, data.size());
   }
-  if (open) writer->WritesDone();
-  GC_RETURN_IF_ERROR(ToAbslStatus(writer->Finish()));
+  grpc::ByteBuffer reply;
+  bool answered = false;
+  if (open) {
+    writer.WritesDone();
+    answered = writer.Read(&reply);
+  }
+  GC_RETURN_IF_ERROR(ToAbslStatus(writer.Finish()));
   if (!open) {
     return absl::InternalError("upload stream closed early although the server reported success");
+  }
+  v1::BufferInfo info;
+  if (!answered || !v1::wire::ParseMessageBytes(reply, info)) {
+    return absl::InternalError("the server reported success but sent no valid BufferInfo");
   }
   return info;
 }
@@ -273,7 +259,7 @@ absl::StatusOr<v1::ListResponse> Client::List() {
 }
 
 std::optional<absl::StatusOr<Result>> Client::SingleMessage(
-    const RpcMethod& method, const google::protobuf::MessageLite& request,
+    const std::string& method, const google::protobuf::MessageLite& request,
     ResultAssembler::Options options) const {
   if (single_message_results_.load() < 0) {
     grpc::ClientContext ask;
@@ -289,9 +275,8 @@ std::optional<absl::StatusOr<Result>> Client::SingleMessage(
   SetDeadline(context);
   grpc::ByteBuffer reply;
   // The server-streaming method read as unary: one batch of operations, one wait.
-  const grpc::Status status = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
-      channel_.get(), RpcMethod(method.name(), RpcMethod::NORMAL_RPC), &context,
-      v1::wire::SerializedMessage(request), &reply);
+  const grpc::Status status =
+      RawUnaryCall(*channel_, context, method, v1::wire::SerializedMessage(request), &reply);
   if (!status.ok()) {
     absl::Status refused = ToAbslStatus(status);
     if (ReasonOf(refused) == reason::kResultTooLargeForOneMessage) return std::nullopt;
@@ -306,19 +291,17 @@ template <typename Request>
 void Client::StartSingleMessage(const Request& request, ResultCallback done) const {
   // What the call needs until it completes; freed by its completion.
   struct Call {
-    grpc::internal::RpcMethod method;
     grpc::ClientContext context;
     grpc::ByteBuffer request, reply;
     ResultAssembler::Options options;
     ResultCallback done;
   };
   auto* call = new Call{
-      grpc::internal::RpcMethod(MethodOf(request).name(), grpc::internal::RpcMethod::NORMAL_RPC),
       {}, v1::wire::SerializedMessage(request), {},
       AssemblerOptions(ResultDataComesBack(request.output()), {}), std::move(done)};
   SetDeadline(call->context);
-  grpc::internal::CallbackUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
-      channel_.get(), call->method, &call->context, &call->request, &call->reply,
+  grpc::GenericStub(channel_).UnaryCall(
+      &call->context, MethodOf(request), grpc::StubOptions(), &call->request, &call->reply,
       [call](grpc::Status status) {
         std::unique_ptr<Call> owned(call);
         absl::StatusOr<Result> outcome = [&]() -> absl::StatusOr<Result> {
@@ -343,7 +326,7 @@ template void Client::StartSingleMessage(const v1::NormalizeRequest&, ResultCall
 template void Client::StartSingleMessage(const v1::LombScargleRequest&, ResultCallback) const;
 
 template <typename Request>
-absl::StatusOr<Result> Client::Compute(const RpcMethod& method, const Request& request,
+absl::StatusOr<Result> Client::Compute(const std::string& method, const Request& request,
                                        const ProgressCallback& progress) const {
   const bool streamed = ResultDataComesBack(request.output());
   if (request.output().single_message()) {

@@ -37,11 +37,9 @@
 
 namespace gpucompute::client {
 
-// Upload messages and StreamingCompute input chunks: 1 MiB. On the H100 machine
-// 1 MiB messages moved more than 4 MiB - 64 KiB ones in every call that compared them
-// (one-stream uploads 2.09 / 1.74 against 1.71 / 1.64 GB/s, 8 striped streams 4.07
-// against 3.46 GB/s each way, gRPC alone 2.43 against 1.93: bench/BULK_TRANSFER.md);
-// far below every server's message limit (gRPC's default 4 MiB).
+// Upload messages and StreamingCompute input chunks: 1 MiB, which moved more than
+// 4 MiB messages on GPU hosts, through this client as through gRPC alone, and stays
+// below every server's message limit (gRPC's default 4 MiB).
 inline constexpr uint32_t kDefaultUploadChunkBytes = 1 << 20;
 
 struct ChannelOptions {
@@ -76,7 +74,7 @@ struct ClientOptions {
   // stripe_bytes each, `stripes` at a time, reassembled by offset in place. A
   // range that fails with UNAVAILABLE (a broken connection) is fetched again, at
   // most stripe_retries times; any other failure cancels the rest. An Upload
-  // larger than stripe_bytes goes the same way into an upload session
+  // larger than stripe_bytes goes the same way into a resumable upload
   // (UploadHeader.session_token, a random token): a range whose stream breaks is
   // resumed by sending only the bytes UploadStatus does not list.
   int stripes = 1;
@@ -113,7 +111,7 @@ class Client {
                                     const ResultDestination& destination,
                                     uint32_t chunk_bytes = 0,
                                     const ProgressCallback& progress = {});
-  // The byte ranges an upload session (UploadHeader.session_token) has received.
+  // The byte ranges a resumable upload (UploadHeader.session_token) has received.
   absl::StatusOr<v1::UploadStatusResponse> UploadStatus(const std::string& session_token) const;
   // Returns the bytes freed.
   absl::StatusOr<uint64_t> Delete(const std::string& buffer_id);
@@ -180,7 +178,7 @@ class Client {
       const Request& request) const;
   // One RPC that streams a result back, read as raw messages and reassembled
   // (data copied once, from the received slices to its place).
-  absl::StatusOr<Result> ResultStream(const grpc::internal::RpcMethod& method,
+  absl::StatusOr<Result> ResultStream(const std::string& method,
                                       const google::protobuf::MessageLite& request,
                                       ResultAssembler::Options options,
                                       grpc::Channel* channel = nullptr) const;
@@ -188,26 +186,26 @@ class Client {
   // (one message, or the status); nullopt when the server refused the promise
   // (the result is larger than one chunk) or does not make it (an older server,
   // which would stream a large result into a unary read): the caller streams it.
-  std::optional<absl::StatusOr<Result>> SingleMessage(const grpc::internal::RpcMethod& method,
+  std::optional<absl::StatusOr<Result>> SingleMessage(const std::string& method,
                                                       const google::protobuf::MessageLite& request,
                                                       ResultAssembler::Options options) const;
   // One Compute RPC: data is expected unless the request keeps its result on the
   // device; read as a unary call when the request sets output.single_message.
   template <typename Request>
-  absl::StatusOr<Result> Compute(const grpc::internal::RpcMethod& method, const Request& request,
+  absl::StatusOr<Result> Compute(const std::string& method, const Request& request,
                                  const ProgressCallback& progress) const;
   ResultAssembler::Options AssemblerOptions(bool expect_data,
                                             const ProgressCallback& progress) const;
-  const grpc::internal::RpcMethod& MethodOf(const v1::DiscountProductRequest&) const {
+  const std::string& MethodOf(const v1::DiscountProductRequest&) const {
     return discount_product_method_;
   }
-  const grpc::internal::RpcMethod& MethodOf(const v1::HaversineGridRequest&) const {
+  const std::string& MethodOf(const v1::HaversineGridRequest&) const {
     return haversine_grid_method_;
   }
-  const grpc::internal::RpcMethod& MethodOf(const v1::NormalizeRequest&) const {
+  const std::string& MethodOf(const v1::NormalizeRequest&) const {
     return normalize_method_;
   }
-  const grpc::internal::RpcMethod& MethodOf(const v1::LombScargleRequest&) const {
+  const std::string& MethodOf(const v1::LombScargleRequest&) const {
     return lomb_scargle_method_;
   }
   // Whether StreamingCompute calls over ranges of the header's leading axis give
@@ -234,14 +232,14 @@ class Client {
                                               const v1::UploadHeader& header,
                                               absl::string_view data,
                                               const ProgressCallback& progress) const;
-  // Upload by ranges on several streams into one upload session.
+  // Upload by ranges on several streams into one resumable upload.
   absl::StatusOr<v1::BufferInfo> StripedUpload(v1::UploadHeader header, absl::string_view data,
                                                const ProgressCallback& progress);
-  // One range of a session upload, sent again where a broken stream left gaps.
+  // One range of a resumable upload, sent again where a broken stream left gaps.
   absl::StatusOr<v1::BufferInfo> UploadRange(grpc::Channel& channel, v1::UploadHeader header,
                                              absl::string_view data, uint64_t begin,
                                              uint64_t end) const;
-  // The session's received ranges within [begin, end): what still has to be sent.
+  // The upload's received ranges within [begin, end): what still has to be sent.
   absl::StatusOr<std::vector<std::pair<uint64_t, uint64_t>>> MissingRanges(
       const std::string& token, uint64_t begin, uint64_t end) const;
   // Download by ranges on several streams (ClientOptions::stripes).
@@ -255,14 +253,14 @@ class Client {
 
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
-  // The bulk methods, called with raw bytes (proto/gpucompute/v1/bulk_wire.h).
-  const grpc::internal::RpcMethod upload_method_;
-  const grpc::internal::RpcMethod download_method_;
-  const grpc::internal::RpcMethod discount_product_method_;
-  const grpc::internal::RpcMethod haversine_grid_method_;
-  const grpc::internal::RpcMethod normalize_method_;
-  const grpc::internal::RpcMethod lomb_scargle_method_;
-  const grpc::internal::RpcMethod streaming_compute_method_;
+  // The bulk methods, called with raw bytes (client/raw_call.h).
+  const std::string upload_method_ = "/gpucompute.v1.Buffers/Upload";
+  const std::string download_method_ = "/gpucompute.v1.Buffers/Download";
+  const std::string discount_product_method_ = "/gpucompute.v1.Compute/DiscountProduct";
+  const std::string haversine_grid_method_ = "/gpucompute.v1.Compute/HaversineGrid";
+  const std::string normalize_method_ = "/gpucompute.v1.Compute/Normalize";
+  const std::string lomb_scargle_method_ = "/gpucompute.v1.Compute/LombScargle";
+  const std::string streaming_compute_method_ = "/gpucompute.v1.Compute/StreamingCompute";
   std::unique_ptr<v1::Buffers::Stub> buffers_;
   std::unique_ptr<v1::Server::Stub> server_;
   std::unique_ptr<v1::SharedMemory::Stub> shared_memory_;

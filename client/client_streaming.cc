@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "client/raw_call.h"
 #include "common/status_macros.h"
 #include "common/thread_name.h"
 #include "gpucompute/v1/bulk_wire.h"
@@ -72,16 +73,14 @@ absl::StatusOr<Result> Client::StreamingCall(grpc::Channel& channel, grpc::Clien
   const uint64_t rows_per_chunk = std::max<uint64_t>(
       1, options_.upload_chunk_bytes / (row_bytes * operands.size()));
   const uint64_t chunk_bytes = rows_per_chunk * row_bytes;
-  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
-      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
-          &channel, streaming_compute_method_, &context));
+  RawCall stream(channel, context, streaming_compute_method_, RawCall::Start::kNow);
   // A failed Write means the call ended (the server failed it, or the reader
   // cancelled it): the statuses below say why.
   std::thread writer([&] {
     NameThisThread("gc-stream-send");
     v1::StreamingComputeRequest first;
     *first.mutable_header() = header;
-    bool open = stream->Write(v1::wire::SerializedMessage(first));
+    bool open = stream.Write(v1::wire::SerializedMessage(first));
     for (uint64_t offset = 0; open && offset < operand_bytes; offset += chunk_bytes) {
       const uint64_t length = std::min(chunk_bytes, operand_bytes - offset);
       std::vector<grpc::Slice> payload;
@@ -89,17 +88,17 @@ absl::StatusOr<Result> Client::StreamingCall(grpc::Channel& channel, grpc::Clien
       for (absl::string_view operand : operands) {
         payload.emplace_back(operand.data() + offset, length, grpc::Slice::STATIC_SLICE);
       }
-      open = stream->Write(v1::wire::UploadDataMessage(std::move(payload)));
+      open = stream.Write(v1::wire::UploadDataMessage(std::move(payload)));
     }
-    if (open) stream->WritesDone();
+    if (open) stream.WritesDone();
   });
   if (header.operation() == v1::STREAMING_HAVERSINE_POINTS) {
     options.result_runs = std::max(1, header.references_size());
   }
   ResultAssembler assembler(std::move(options));
-  const absl::Status framing = ReadResultStream(*stream, context, assembler);
+  const absl::Status framing = ReadResultStream(stream, context, assembler);
   writer.join();
-  const grpc::Status status = stream->Finish();
+  const grpc::Status status = stream.Finish();
   GC_RETURN_IF_ERROR(framing);
   GC_RETURN_IF_ERROR(ToAbslStatus(status));
   return std::move(assembler).Finish();

@@ -2,9 +2,9 @@
 // ClientOptions::stripe_bytes on several streams (and connections, with
 // ClientOptions::stripe_channels), taken from a shared counter by `stripes`
 // threads once the first range has gone (it gives a download's size and creates
-// an upload's session). Only UNAVAILABLE (a broken connection) is retried: a
+// a resumable upload). Only UNAVAILABLE (a broken connection) is retried: a
 // download range is fetched again from its start, an upload range resumes with
-// the bytes the session lacks (UploadStatus). The first other failure stops the rest.
+// the bytes the upload lacks (UploadStatus). The first other failure stops the rest.
 // A striped StreamingCompute runs one call per range of the leading axis at once,
 // each on the next stripe connection; one failing with UNAVAILABLE runs again whole.
 #include <algorithm>
@@ -27,8 +27,8 @@
 namespace gpucompute::client {
 namespace {
 
-// 128 random bits as 32 hex digits: an upload session's token.
-std::string NewSessionToken() {
+// 128 random bits as 32 hex digits: a resumable upload's token.
+std::string NewUploadToken() {
   std::random_device random;
   std::string token;
   for (int i = 0; i < 4; ++i) absl::StrAppend(&token, absl::Hex(random(), absl::kZeroPad8));
@@ -52,9 +52,8 @@ void ForEachRange(uint64_t count, int threads, const std::function<void(uint64_t
 
 // Before a range is tried again after UNAVAILABLE: a connection that failed is in
 // gRPC's reconnect backoff, and a call started then fails at once; wait (at most this
-// long) for it to be connected again. On the H100 machine a fresh stripe connection
-// failed now and then ("failed to connect to all addresses") and the immediate retries
-// with it.
+// long) for it to be connected again: a fresh stripe connection fails now and then
+// ("failed to connect to all addresses"), and immediate retries would fail with it.
 constexpr absl::Duration kReconnectWait = absl::Seconds(5);
 
 void AwaitReconnect(grpc::Channel& channel) {
@@ -201,7 +200,7 @@ absl::StatusOr<v1::BufferInfo> Client::UploadRange(grpc::Channel& channel,
       if (!info.ok() || !info->id().empty()) break;
     }
     if (info.status().code() != absl::StatusCode::kUnavailable) return info;
-    // Resume: only what the session lacks of this range goes again.
+    // Resume: only what the upload lacks of this range goes again.
     GC_ASSIGN_OR_RETURN(todo, MissingRanges(header.session_token(), begin, end));
     if (todo.empty()) return v1::BufferInfo();
   }
@@ -216,7 +215,7 @@ absl::StatusOr<v1::BufferInfo> Client::StripedUpload(v1::UploadHeader header,
   const uint64_t stripe = std::max<uint64_t>(options_.stripe_bytes, 1);
   const uint64_t total = data.size();
   const uint64_t count = (total + stripe - 1) / stripe;
-  header.set_session_token(NewSessionToken());
+  header.set_session_token(NewUploadToken());
 
   absl::Mutex mu;
   absl::Status failure;
@@ -241,7 +240,7 @@ absl::StatusOr<v1::BufferInfo> Client::StripedUpload(v1::UploadHeader header,
                                 std::min(total, (k + 1) * stripe)));
   };
   if (progress) progress(0, total);
-  range(0, *channel_);  // creates the session before the others join it
+  range(0, *channel_);  // creates the upload before the others join it
   if (!failed()) {
     ForEachRange(count, options_.stripes,
                  [&](uint64_t k, int t) { range(k, *channels[(t + 1) % channels.size()]); },
@@ -254,7 +253,7 @@ absl::StatusOr<v1::BufferInfo> Client::StripedUpload(v1::UploadHeader header,
   header.set_offset(total);
   GC_ASSIGN_OR_RETURN(stored, UploadStream(*channel_, header, {}, {}));
   if (stored.id().empty()) {
-    return absl::DataLossError("striped upload: every range was sent but the session is incomplete");
+    return absl::DataLossError("striped upload: every range was sent but the upload is incomplete");
   }
   return stored;
 }

@@ -2,14 +2,13 @@
 // mapped on its own with huge pages.
 //
 // A result written into fresh memory pays the kernel's page faults, each of them
-// zeroing a page: with 4 KiB pages that took more CPU than the copy into it
-// (bench/BULK_TRANSFER.md), and a std::string result was zero-filled once more, on one
-// thread, before the first byte could land. Here a large block is mapped with
+// zeroing a page: with 4 KiB pages that took more CPU than the copy into it, and a
+// std::string result was zero-filled once more, on one thread, before the first byte
+// could land. Here a large block is mapped with
 // MADV_HUGEPAGE (a fault per 2 MiB) and handed out untouched: the threads copying the
 // data in fault its pages as they go, beside the network. Populating it first, on 8
-// threads, held every stripe back until it was done: on the H100 machine 2 GiB
-// downloads moved 3.5-6.0 GB/s over 8 stripes and 2.24 on one stream that way, against
-// 7.6-8.7 and 3.21 untouched (bench/results/h100_result_memory_probe.txt).
+// threads, held every stripe back until it was done, and cost striped downloads about
+// half their rate.
 #pragma once
 
 #include <cstddef>

@@ -104,8 +104,8 @@ class ResultAssembler {
   std::unique_ptr<PayloadCopier> copier_;
 };
 
-// Reads a result stream's messages (from a grpc::ClientReader or ReaderWriter of
-// raw messages) into `assembler`; a framing error cancels the call, whose rest is
+// Reads a result stream's raw messages (from a RawCall, client/raw_call.h) into
+// `assembler`; a framing error cancels the call, whose rest is
 // read and dropped. The framing's status; the call's comes from the reader's Finish.
 template <typename Reader>
 absl::Status ReadResultStream(Reader& reader, grpc::ClientContext& context,

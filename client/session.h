@@ -1,4 +1,4 @@
-// Compute.Session from C++ (issue #13): many small compute requests on one open
+// Compute.Session from C++: many small compute requests on one open
 // call, each answered by its id as it completes. A unary call pays gRPC's call
 // set-up and teardown on both sides, more than the work of a small request; a
 // session pays them once.

@@ -1,6 +1,6 @@
 // Integer gRPC channel arguments given as text, "name=value" (the server's
 // --grpc_channel_args, the bulk benchmark's --channel_args): how the transport is
-// tuned without a rebuild (bench/BULK_TRANSFER.md says which settings mattered).
+// tuned without a rebuild (bench/NOTES.md says which settings mattered).
 #pragma once
 
 #include <string>
@@ -18,14 +18,13 @@ using IntChannelArgs = std::vector<std::pair<std::string, int>>;
 
 // The largest HTTP/2 DATA frame a peer may send us (SETTINGS_MAX_FRAME_SIZE; HTTP/2's
 // ceiling is 2^24 - 1, gRPC's default 16 KiB). Server and clients advertise it: a
-// 4 MiB message then crosses as a few frames rather than 256, and a one-stream upload
-// on the H100 machine moved 2.37-2.71 GB/s against 2.12-2.28 with the default
-// (bench/run_gpu_transport.sh, bench/BULK_TRANSFER.md).
+// 4 MiB message then crosses as a few frames rather than 256, which sped one-stream
+// uploads by about a tenth; of the transport settings tried, only this one helped.
 inline constexpr int kMaxHttp2FrameBytes = (1 << 24) - 1;
 
 // The server's largest socket read (GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE): larger read
 // buffers sit above the server's mmap threshold (main.cc ConfigureMalloc), so each one
-// is mapped and page-faulted afresh; measured on uploads, bench/BULK_TRANSFER.md.
+// is mapped and page-faulted afresh, which slowed uploads.
 inline constexpr int kMaxSocketReadBytes = 128 << 10;
 
 // Each entry "grpc.NAME=INTEGER"; INVALID_ARGUMENT naming `what` and the entry otherwise.

@@ -19,9 +19,9 @@ tiny requests).
 
 The first request and each later one it is compared with come --pause after the call
 before them, so that all find a server that has idled as long: on a host whose idle
-CPUs halt (a VM), any request after a pause pays for waking them, first or not (on the
-H200 device host a DiscountProduct float32 of this size: 0.42 ms back to back, 0.46-0.65
-ms after 0.01-2 s of idle, its first request 0.61-0.63 ms; bench/NOTES.md, session 23).
+CPUs halt (a VM), any request after a pause pays for waking them, first or not (a fresh
+server's first request costs what any request after the same idle time does;
+bench/NOTES.md, "First requests").
 The median of as many back-to-back requests is printed beside it.
 
     python examples/seed002_first_call.py --target localhost:50051

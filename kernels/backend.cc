@@ -1,4 +1,4 @@
-// The Backend interface's step-by-step defaults.
+// BackendArrays' step-by-step defaults.
 #include "kernels/backend.h"
 
 #include <utility>
@@ -8,10 +8,18 @@
 
 namespace gpucompute {
 
-absl::StatusOr<std::shared_ptr<Array>> Backend::RunFromHost(std::span<const HostInput> inputs,
-                                                            DType out_dtype, const Shape& out_shape,
-                                                            int device, OpContext& ctx,
-                                                            ArraysRun run) {
+absl::Status BackendArrays::CopyPiecesToArray(std::span<const HostPiece> pieces, size_t offset,
+                                              Array& dst) {
+  for (const HostPiece& piece : pieces) {
+    GC_RETURN_IF_ERROR(CopyToArray(piece.data, offset, piece.bytes, dst));
+    offset += piece.bytes;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<Array>> BackendArrays::RunFromHost(
+    std::span<const HostInput> inputs, DType out_dtype, const Shape& out_shape, int device,
+    OpContext& ctx, ArraysRun run) {
   std::vector<std::shared_ptr<Array>> arrays;
   arrays.reserve(inputs.size());
   for (const HostInput& input : inputs) {

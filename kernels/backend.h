@@ -1,5 +1,6 @@
-// The backend seam: everything the server asks of a compute backend. The server
-// validates requests (shape rules in kernels/shape_rules.h) and then calls these with
+// The backend seam: everything the server asks of a compute backend, by role
+// (devices, arrays, same-host shared memory, operations). The server validates
+// requests (shape rules in kernels/shape_rules.h) and then calls these with
 // well-formed arrays; backends still check their preconditions and return a
 // Status, never abort. No gRPC in here.
 #pragma once
@@ -40,7 +41,7 @@ struct DeviceMemoryStats {
   uint64_t queued_ops = 0;           // operations running or waiting on this device
 };
 
-// One memory budget (kernels/memory_budget.h): "host" or a device name.
+// One memory budget (kernels/memory/memory_budget.h): "host" or a device name.
 struct MemoryBudgetStats {
   std::string memory;
   uint64_t used_bytes = 0;
@@ -154,9 +155,15 @@ struct LombScargleOptions {
 
 struct ValueRule;  // kernels/preconditions.h
 
-class Backend {
+// The backend's roles, one interface each, so that a caller or a wrapper
+// (kernels/forwarding_backend.h) deals with the role it needs, and a new
+// operation is one method of BackendOperations, implemented by the CPU and CUDA
+// backends.
+
+// What the backend is and how it is doing: its devices, health and figures.
+class BackendDevices {
  public:
-  virtual ~Backend() = default;
+  virtual ~BackendDevices() = default;
 
   // "cpu" or "cuda".
   virtual absl::string_view name() const = 0;
@@ -176,8 +183,15 @@ class Backend {
   // Whether arrays live in host memory (kHostDevice): results stream from them as they
   // are, where a device's results are copied into the server's recycled chunk blocks.
   virtual bool arrays_on_host() const { return false; }
+};
 
-  // Memory. `Allocate` fails with RESOURCE_EXHAUSTED when the device is full.
+// Arrays on the backend's devices: allocation, copies to, from and between them,
+// and checks of their values.
+class BackendArrays {
+ public:
+  virtual ~BackendArrays() = default;
+
+  // `Allocate` fails with RESOURCE_EXHAUSTED when the device is full.
   virtual absl::StatusOr<std::shared_ptr<Array>> Allocate(DType dtype, Shape shape,
                                                           int device) = 0;
   // Host <-> array copies of `bytes` bytes at byte `offset` within the array.
@@ -188,15 +202,7 @@ class Backend {
   // The pieces, concatenated, copied to the array at byte `offset`: one pass over
   // the host bytes (the CUDA backend gathers them into its pinned staging).
   virtual absl::Status CopyPiecesToArray(std::span<const HostPiece> pieces, size_t offset,
-                                         Array& dst) {
-    for (const HostPiece& piece : pieces) {
-      if (absl::Status copied = CopyToArray(piece.data, offset, piece.bytes, dst); !copied.ok()) {
-        return copied;
-      }
-      offset += piece.bytes;
-    }
-    return absl::OkStatus();
-  }
+                                         Array& dst);
   // Small work from host bytes: arrays on `device` made from `inputs`, an output
   // of `out_dtype` and `out_shape`, and `run` over them; returns the output. This
   // one goes step by step (each allocation and copy complete before the next) and
@@ -215,27 +221,30 @@ class Backend {
   // element that breaks it, as CheckElements says it for host data.
   virtual absl::Status CheckValues(const Array& array, absl::string_view name,
                                    const ValueRule& rule) = 0;
+};
 
-  // Same-host zero copy (server/shared_memory_*). Registers `bytes` of host memory
-  // at `data` with the device driver, so that copies to and from it run at pinned
-  // speed, until the returned handle is dropped; null where nothing needs it.
-  virtual absl::StatusOr<std::shared_ptr<void>> PinHostMemory(void* data, size_t bytes) {
-    (void)data;
-    (void)bytes;
-    return std::shared_ptr<void>();
-  }
+// Same-host zero copy (server/shared_memory_*): the memory of client processes
+// on the server's host, pinned or opened for the backend's copies.
+class BackendSharedMemory {
+ public:
+  virtual ~BackendSharedMemory() = default;
+
+  // Registers `bytes` of host memory at `data` with the device driver, so that
+  // copies to and from it run at pinned speed, until the returned handle is
+  // dropped; null where nothing needs it.
+  virtual absl::StatusOr<std::shared_ptr<void>> PinHostMemory(void* data, size_t bytes) = 0;
   // Opens the device memory of a CUDA IPC handle (cudaIpcMemHandle_t bytes) on the
   // GPU with `pci_bus_id`. FAILED_PRECONDITION when this backend has no such GPU
   // (another host, another GPU, or the CPU backend), INVALID_ARGUMENT for a
   // malformed handle, NOT_FOUND when the handle's memory is gone.
   virtual absl::StatusOr<IpcMemory> OpenIpcMemory(absl::string_view handle,
-                                                  absl::string_view pci_bus_id) {
-    (void)handle;
-    (void)pci_bus_id;
-    return absl::FailedPreconditionError(absl::StrCat(
-        "this server runs the ", name(),
-        " backend, which has no GPU memory: CUDA IPC regions need the CUDA backend"));
-  }
+                                                  absl::string_view pci_bus_id) = 0;
+};
+
+// The operations, on well-formed arrays of the backend's.
+class BackendOperations {
+ public:
+  virtual ~BackendOperations() = default;
 
   // out = factors * values, NumPy broadcasting; out has the broadcast shape.
   virtual absl::Status DiscountProduct(const Array& factors, const Array& values, Array& out,
@@ -263,6 +272,12 @@ class Backend {
                                    OpContext& ctx) = 0;
 };
 
+// A compute backend: every role.
+class Backend : public BackendDevices,
+                public BackendArrays,
+                public BackendSharedMemory,
+                public BackendOperations {};
+
 enum class BackendKind { kAuto, kCpu, kCuda };
 
 // How a CUDA host thread waits for the device: spinning (lowest latency, a core
@@ -282,7 +297,7 @@ struct BackendOptions {
   // Device memory each pool reserves (allocates and frees) at start-up, so that the
   // first requests allocate from warm memory rather than from the driver.
   uint64_t pool_prewarm_bytes = 1ull << 30;
-  // Memory budgets every array draws from (kernels/memory_budget.h); 0 derives
+  // Memory budgets every array draws from (kernels/memory/memory_budget.h); 0 derives
   // them: a fraction of physical RAM, and of each GPU's memory.
   uint64_t host_memory_budget_bytes = 0;
   // Where the cgroup filesystem is mounted: the host budget's default sees the
@@ -291,9 +306,6 @@ struct BackendOptions {
   uint64_t device_memory_budget_bytes = 0;  // per GPU
   // How long an allocation that does not fit waits for memory to be released.
   absl::Duration memory_budget_wait = absl::Seconds(1);
-  // Testing only (restart drills): >= 0 makes the backend fail as after a sticky
-  // device error once this many operations have run (see fault_injection.h).
-  int64_t inject_sticky_error_after_operations = -1;
 };
 
 struct BackendSelection {

@@ -2,8 +2,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/fault_injection.h"
-#include "kernels/memory_budget.h"
+#include "kernels/memory/memory_budget.h"
 #ifdef GPUCOMPUTE_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #endif
@@ -41,12 +40,6 @@ absl::StatusOr<BackendSelection> CreateBackend(const BackendOptions& options) {
   absl::StatusOr<BackendSelection> selection = CreateRealBackend(options);
   if (!selection.ok()) return selection;
   selection->backend = WithMemoryBudgets(std::move(selection->backend), options);
-  if (options.inject_sticky_error_after_operations < 0) return selection;
-  auto faults = std::make_shared<InjectedFaults>();
-  faults->sticky_error_after_operations = options.inject_sticky_error_after_operations;
-  selection->backend = WithInjectedFaults(std::move(selection->backend), std::move(faults));
-  selection->note = absl::StrCat(selection->note, "; FAULT INJECTION: sticky device error after ",
-                                 options.inject_sticky_error_after_operations, " operations");
   return selection;
 }
 

@@ -17,6 +17,7 @@ packages=(
   python3 python3-grpcio python3-protobuf python3-numpy python3-scipy python3-pytest
   python3-venv python3-pip python3-setuptools python3-wheel mypy
   python3-yaml yamllint prometheus curl libssl-dev openssl nodejs
+  python3-dask python3-distributed haproxy dnsmasq-base
 )
 # The Go client test (tests/go) builds against Debian 12's grpc-go 1.33 and its
 # protoc-gen-go 1.3 (whose grpc plugin makes the stubs); elsewhere it is skipped.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Hostile soak (issue 19): a well-behaved client runs the four-op mix against the CPU-backend
+# Hostile soak: a well-behaved client runs the four-op mix against the CPU-backend
 # server on loopback while hostile clients hold 1000 idle streams, stall 200 readers of 8 MiB
 # results, send 16 KiB metadata, flood resets and ask for 2 GiB meshes.
 #

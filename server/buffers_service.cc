@@ -29,8 +29,8 @@ namespace {
 // becomes visible (Commit) only once every declared byte has arrived. The call is
 // admitted (counted in flight) only once its header arrives, and each read waits
 // at most stream_idle_timeout: a silent client holds no place and no quota.
-// With header.session_token the stream writes into an upload session's buffer
-// (upload_sessions.h) from header.offset on, and stores it if it ends complete.
+// With header.session_token the stream writes into a resumable upload's buffer
+// (resumable_uploads.h) from header.offset on, and stores it if it ends complete.
 class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   // A received data message: its slices and where its payload goes.
   struct Chunk {
@@ -40,9 +40,9 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   };
 
  public:
-  UploadReactor(ServiceContext& service, Timer& idle_timer, UploadSessions& sessions,
-                grpc::CallbackServerContext* context, v1::BufferInfo* response)
-      : service_(service), idle_timer_(idle_timer), sessions_(sessions), context_(context),
+  UploadReactor(ServiceContext& service, Timer& idle_timer, ResumableUploads& uploads,
+                grpc::CallbackServerContext* context, grpc::ByteBuffer* response)
+      : service_(service), idle_timer_(idle_timer), uploads_(uploads), context_(context),
         response_(response),
         rpc_(service.metrics, RpcMethod::kUpload, *context) {
     service_.metrics.AddInFlight(Operation::kUpload, 1);
@@ -182,15 +182,15 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     }, *context_, Executor::Lane::kGeneral);
   }
 
-  // This stream writes [offset, end) of the session's buffer; the session is
+  // This stream writes [offset, end) of the upload's buffer; the upload is
   // created (reserved, allocated on the executor) by the first stream naming it.
   absl::Status AcceptSessionHeader(const v1::UploadHeader& header, DType dtype, Shape shape,
                                    uint64_t bytes) {
     const std::string& token = header.session_token();
-    if (token.size() < kMinSessionTokenBytes || token.size() > kMaxSessionTokenBytes) {
+    if (token.size() < kMinUploadTokenBytes || token.size() > kMaxUploadTokenBytes) {
       return absl::InvalidArgumentError(absl::StrCat(
           "header.session_token has ", token.size(), " bytes; it must have ",
-          kMinSessionTokenBytes, " to ", kMaxSessionTokenBytes));
+          kMinUploadTokenBytes, " to ", kMaxUploadTokenBytes));
     }
     if (header.offset() > bytes) {
       return absl::OutOfRangeError(absl::StrCat("header.offset ", header.offset(),
@@ -199,14 +199,14 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     base_offset_ = header.offset();
     expected_bytes_ = bytes - header.offset();
     std::string principal = PrincipalOf(*context_);
-    session_ = sessions_.Attach(principal, token);
-    if (session_ != nullptr) {
-      const Array& array = *session_->array();
-      if (array.dtype() != dtype || array.shape() != shape || session_->name() != header.name()) {
+    upload_ = uploads_.Attach(principal, token);
+    if (upload_ != nullptr) {
+      const Array& array = *upload_->array();
+      if (array.dtype() != dtype || array.shape() != shape || upload_->name() != header.name()) {
         return absl::InvalidArgumentError(
             "header differs from the upload session's first header (name, dtype or shape)");
       }
-      array_ = session_->array();
+      array_ = upload_->array();
       Read();
       return absl::OkStatus();
     }
@@ -222,12 +222,12 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
           absl::StatusOr<std::shared_ptr<Array>> array =
               service_.backend.Allocate(dtype, std::move(shape), service_.backend.PickDevice());
           if (!array.ok()) return Complete(array.status());
-          auto session = std::make_shared<UploadSession>(
+          auto upload = std::make_shared<ResumableUpload>(
               std::move(principal), std::move(token), std::move(name), std::move(reservation),
               *std::move(array));
-          if (absl::Status added = sessions_.Add(session); !added.ok()) return Complete(added);
-          session_ = std::move(session);
-          array_ = session_->array();
+          if (absl::Status added = uploads_.Add(upload); !added.ok()) return Complete(added);
+          upload_ = std::move(upload);
+          array_ = upload_->array();
           Read();
         },
         *context_, Executor::Lane::kGeneral);
@@ -273,7 +273,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       const uint64_t n = chunk.data.size;
       const absl::Status copied = service_.backend.CopyPiecesToArray(pieces, chunk.at, *array_);
       if (copied.ok()) {
-        if (session_ != nullptr) session_->Received(chunk.at, chunk.at + n);
+        if (upload_ != nullptr) upload_->Received(chunk.at, chunk.at + n);
         const absl::Duration elapsed = absl::Now() - start;
         transfer_in_ += elapsed;
         service_.metrics.Transferred(Direction::kHostToDevice, n, elapsed);
@@ -315,7 +315,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     if (array_ == nullptr) {
       return absl::InvalidArgumentError("upload ended before a header was sent");
     }
-    if (session_ != nullptr) return StoreSession();
+    if (upload_ != nullptr) return StoreResumable();
     if (received_bytes_ != expected_bytes_) {
       return absl::InvalidArgumentError(absl::StrCat(
           "upload ended after ", received_bytes_, " of ", expected_bytes_, " declared bytes"));
@@ -323,23 +323,23 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     GC_ASSIGN_OR_RETURN(
         const StoredBuffer stored,
         service_.store.Commit(*std::exchange(reservation_, std::nullopt), name_, array_));
-    ToBufferInfo(stored, response_);
+    ToBufferInfo(stored, &info_);
     service_.metrics.ObserveStage(Operation::kUpload, Stage::kTransferIn, transfer_in_);
     return absl::OkStatus();
   }
 
-  // A session's stream may end before the whole buffer is there: only the stream
+  // A resumable upload's stream may end before the whole buffer is there: only the stream
   // that ends with every byte received stores it.
-  absl::Status StoreSession() {
-    std::optional<BufferStore::Reservation> reservation = session_->TakeIfComplete();
+  absl::Status StoreResumable() {
+    std::optional<BufferStore::Reservation> reservation = upload_->TakeIfComplete();
     if (!reservation.has_value()) {
-      response_->set_name(session_->name());  // no id: not stored yet
+      info_.set_name(upload_->name());  // no id: not stored yet
       return absl::OkStatus();
     }
     GC_ASSIGN_OR_RETURN(const StoredBuffer stored,
-                        service_.store.Commit(*std::move(reservation), session_->name(), array_));
-    sessions_.Remove(*session_);
-    ToBufferInfo(stored, response_);
+                        service_.store.Commit(*std::move(reservation), upload_->name(), array_));
+    uploads_.Remove(*upload_);
+    ToBufferInfo(stored, &info_);
     service_.metrics.ObserveStage(Operation::kUpload, Stage::kTransferIn, transfer_in_);
     return absl::OkStatus();
   }
@@ -364,9 +364,9 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       if (std::exchange(finished_, true)) return;
     }
     // Nothing half-stored survives a failed upload, and the quota and memory are
-    // back before the client hears the status; a session keeps what arrived
+    // back before the client hears the status; a resumable upload keeps what arrived
     // until it is resumed or expires.
-    if (session_ != nullptr) sessions_.Detach(std::exchange(session_, nullptr));
+    if (upload_ != nullptr) uploads_.Detach(std::exchange(upload_, nullptr));
     reservation_.reset();
     array_.reset();
     ticket_ = Admission::Ticket();
@@ -374,21 +374,22 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     service_.metrics.RequestDone(Operation::kUpload, rpc_.Done(grpc_status.error_code()),
                                  absl::Now() - rpc_.start());
     service_.metrics.AddInFlight(Operation::kUpload, -1);
-    Finish(grpc_status);
+    Finish(AnswerWith(grpc_status, info_, response_));
   }
 
   ServiceContext& service_;
   Timer& idle_timer_;
-  UploadSessions& sessions_;
+  ResumableUploads& uploads_;
   grpc::CallbackServerContext* const context_;
-  v1::BufferInfo* const response_;
+  grpc::ByteBuffer* const response_;
+  v1::BufferInfo info_;  // the response, serialized into response_ as the call finishes
   RpcRecorder rpc_;
   Admission::Ticket ticket_;
   grpc::ByteBuffer bytes_;
   v1::UploadRequest request_;
   std::optional<BufferStore::Reservation> reservation_;
   std::shared_ptr<Array> array_;
-  std::shared_ptr<UploadSession> session_;  // set for a session upload
+  std::shared_ptr<ResumableUpload> upload_;  // set for a resumable upload
   uint64_t base_offset_ = 0;                // where this stream's data starts
   std::string name_;
   uint64_t expected_bytes_ = 0;
@@ -460,45 +461,19 @@ absl::StatusOr<AcceptedDownload> AcceptDownload(ServiceContext& service,
 }  // namespace
 
 BuffersService::BuffersService(ServiceContext& service)
-    : service_(service), sessions_(service.config.upload_session_ttl) {
-  ClientStreaming<v1::BufferInfo>(
-      "Upload", [this](grpc::CallbackServerContext* context, v1::BufferInfo* response) {
-        return Upload(context, response);
-      });
-  ServerStreaming<grpc::ByteBuffer>(
-      "Download", [this](grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
-        return Download(context, bytes);
-      });
-  Unary<v1::DeleteResponse>("Delete", [this](grpc::CallbackServerContext* context,
-                                             const grpc::ByteBuffer* bytes,
-                                             v1::DeleteResponse* response) {
-    return Delete(context, bytes, response);
-  });
-  Unary<v1::UploadStatusResponse>("UploadStatus", [this](grpc::CallbackServerContext* context,
-                                                         const grpc::ByteBuffer* bytes,
-                                                         v1::UploadStatusResponse* response) {
-    return service_.FinishUnary(context, RpcMethod::kUploadStatus, [&] {
-      return SessionStatus(*bytes, PrincipalOf(*context), response);
-    });
-  });
-  Unary<v1::ListResponse>("List", [this](grpc::CallbackServerContext* context,
-                                         const grpc::ByteBuffer* bytes,
-                                         v1::ListResponse* response) {
-    return List(context, bytes, response);
-  });
-}
+    : service_(service), uploads_(service.config.upload_session_ttl) {}
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* BuffersService::Upload(
-    grpc::CallbackServerContext* context, v1::BufferInfo* response) {
-  return new UploadReactor(service_, idle_timer_, sessions_, context, response);
+    grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
+  return new UploadReactor(service_, idle_timer_, uploads_, context, response);
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* BuffersService::Download(
-    grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
   auto* reactor = new ResultStreamReactor(service_, idle_timer_, context, Operation::kDownload,
                                           RpcMethod::kDownload);
   const absl::Time start = absl::Now();
-  absl::StatusOr<AcceptedDownload> accepted = AcceptDownload(service_, *context, *bytes);
+  absl::StatusOr<AcceptedDownload> accepted = AcceptDownload(service_, *context, *request);
   if (!accepted.ok()) {
     reactor->Reject(accepted.status());
     return reactor;
@@ -519,18 +494,29 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* BuffersService::Download(
 }
 
 grpc::ServerUnaryReactor* BuffersService::Delete(grpc::CallbackServerContext* context,
-                                                 const grpc::ByteBuffer* bytes,
-                                                 v1::DeleteResponse* response) {
-  return service_.FinishUnary(context, RpcMethod::kDelete, [&] {
-    return DeleteBuffer(*bytes, PrincipalOf(*context), response);
+                                                 const grpc::ByteBuffer* request,
+                                                 grpc::ByteBuffer* response) {
+  v1::DeleteResponse answer;
+  return service_.FinishUnary(context, RpcMethod::kDelete, answer, response, [&] {
+    return DeleteBuffer(*request, PrincipalOf(*context), &answer);
   });
 }
 
 grpc::ServerUnaryReactor* BuffersService::List(grpc::CallbackServerContext* context,
-                                               const grpc::ByteBuffer* bytes,
-                                               v1::ListResponse* response) {
-  return service_.FinishUnary(context, RpcMethod::kList, [&] {
-    return ListPage(*bytes, PrincipalOf(*context), response);
+                                               const grpc::ByteBuffer* request,
+                                               grpc::ByteBuffer* response) {
+  v1::ListResponse answer;
+  return service_.FinishUnary(context, RpcMethod::kList, answer, response, [&] {
+    return ListPage(*request, PrincipalOf(*context), &answer);
+  });
+}
+
+grpc::ServerUnaryReactor* BuffersService::UploadStatus(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request,
+                                                       grpc::ByteBuffer* response) {
+  v1::UploadStatusResponse answer;
+  return service_.FinishUnary(context, RpcMethod::kUploadStatus, answer, response, [&] {
+    return ResumableUploadStatus(*request, PrincipalOf(*context), &answer);
   });
 }
 
@@ -543,19 +529,19 @@ absl::Status BuffersService::DeleteBuffer(const grpc::ByteBuffer& bytes,
   return absl::OkStatus();
 }
 
-absl::Status BuffersService::SessionStatus(const grpc::ByteBuffer& bytes,
-                                           const std::string& principal,
-                                           v1::UploadStatusResponse* response) const {
+absl::Status BuffersService::ResumableUploadStatus(const grpc::ByteBuffer& bytes,
+                                                   const std::string& principal,
+                                                   v1::UploadStatusResponse* response) const {
   GC_ASSIGN_OR_RETURN(const v1::UploadStatusRequest request,
                       ParseRequest<v1::UploadStatusRequest>(bytes));
-  const std::shared_ptr<UploadSession> session = sessions_.Find(principal, request.session_token());
-  if (session == nullptr) {
+  const std::shared_ptr<ResumableUpload> upload = uploads_.Find(principal, request.session_token());
+  if (upload == nullptr) {
     return WithReason(absl::NotFoundError("session_token names no upload session of the caller "
                                           "(never started, stored, or expired)"),
                       reason::kUploadSessionNotFound, {{"field", "session_token"}});
   }
-  response->set_total_bytes(session->array()->bytes());
-  for (const auto& [offset, length] : session->ReceivedRanges()) {
+  response->set_total_bytes(upload->array()->bytes());
+  for (const auto& [offset, length] : upload->ReceivedRanges()) {
     v1::UploadedRange* range = response->add_received();
     range->set_offset(offset);
     range->set_length(length);

@@ -8,9 +8,8 @@
 #include "absl/status/status.h"
 #include "gpucompute/v1/gpucompute.grpc.pb.h"
 #include "server/executor.h"
-#include "server/request_parse.h"
 #include "server/service_context.h"
-#include "server/upload_sessions.h"
+#include "server/resumable_uploads.h"
 
 namespace gpucompute {
 
@@ -18,32 +17,44 @@ namespace gpucompute {
 // stays far below gRPC's default 4 MiB message limit.
 inline constexpr uint32_t kMaxListPageSize = 1000;
 
-class BuffersService final : public ParsingService<v1::Buffers> {
+// Every method raw: requests and responses are bytes (request_parse.h).
+using RawBuffersService = v1::Buffers::WithRawCallbackMethod_Upload<
+    v1::Buffers::WithRawCallbackMethod_Download<v1::Buffers::WithRawCallbackMethod_Delete<
+        v1::Buffers::WithRawCallbackMethod_List<
+            v1::Buffers::WithRawCallbackMethod_UploadStatus<v1::Buffers::Service>>>>>;
+
+class BuffersService final : public RawBuffersService {
  public:
   explicit BuffersService(ServiceContext& service);
 
- private:
   grpc::ServerReadReactor<grpc::ByteBuffer>* Upload(grpc::CallbackServerContext* context,
-                                                    v1::BufferInfo* response);
+                                                    grpc::ByteBuffer* response) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Download(grpc::CallbackServerContext* context,
-                                                      const grpc::ByteBuffer* bytes);
+                                                      const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* Delete(grpc::CallbackServerContext* context,
-                                   const grpc::ByteBuffer* bytes, v1::DeleteResponse* response);
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* context,
-                                 const grpc::ByteBuffer* bytes, v1::ListResponse* response);
-  // Delete's and List's work, from their request bytes.
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* UploadStatus(grpc::CallbackServerContext* context,
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
+
+ private:
+  // Delete's, List's and UploadStatus's work, from their request bytes.
   absl::Status DeleteBuffer(const grpc::ByteBuffer& bytes, const std::string& principal,
                             v1::DeleteResponse* response) const;
   absl::Status ListPage(const grpc::ByteBuffer& bytes, const std::string& principal,
                         v1::ListResponse* response) const;
-  absl::Status SessionStatus(const grpc::ByteBuffer& bytes, const std::string& principal,
-                             v1::UploadStatusResponse* response) const;
+  absl::Status ResumableUploadStatus(const grpc::ByteBuffer& bytes, const std::string& principal,
+                                     v1::UploadStatusResponse* response) const;
 
   ServiceContext& service_;
   // Closes Upload streams whose client stays silent and Download streams whose
   // client takes no message (stream_idle_timeout).
   Timer idle_timer_;
-  UploadSessions sessions_;
+  ResumableUploads uploads_;
 };
 
 }  // namespace gpucompute

@@ -1,7 +1,7 @@
 // Host memory for result chunks copied off a device, recycled through a HostBlockPool
-// (kernels/host_block_pool.h: a fresh megabyte-sized block per chunk is mapped and
+// (kernels/memory/host_block_pool.h: a fresh megabyte-sized block per chunk is mapped and
 // page-faulted in by the kernel, zeroed 4 KiB at a time: more CPU than the copy into
-// it; bench/BULK_TRANSFER.md), up to kMaxCachedBytes in all. Sizes round up to a power
+// it), up to kMaxCachedBytes in all. Sizes round up to a power
 // of two, so that the last, shorter chunk of a result of any size finds a block too;
 // the server fills the pool at start (Prefill), so that the first results pay no page
 // faults the later ones do not. Classes below HostBlockPool::kMinBytes are left to
@@ -18,8 +18,8 @@
 #include "absl/time/time.h"
 #include "grpcpp/support/slice.h"
 #include "kernels/backend.h"
-#include "kernels/host_block_pool.h"
-#include "kernels/memory_budget.h"
+#include "kernels/memory/host_block_pool.h"
+#include "kernels/memory/memory_budget.h"
 
 namespace gpucompute {
 

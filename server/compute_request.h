@@ -13,8 +13,8 @@
 #include "gpucompute/v1/gpucompute.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "server/dynamic_batcher.h"
-#include "server/operation.h"
-#include "server/operations.h"
+#include "server/rpc_labels.h"
+#include "server/prepared_operation.h"
 #include "server/result_stream.h"
 #include "server/service_context.h"
 

@@ -6,24 +6,44 @@
 
 #include "gpucompute/v1/gpucompute.grpc.pb.h"
 #include "server/dynamic_batcher.h"
-#include "server/request_parse.h"
 #include "server/service_context.h"
 #include "server/session.h"
 
 namespace gpucompute {
 
-class ComputeService final : public ParsingService<v1::Compute> {
+// Every method raw: requests and results are bytes (request_parse.h).
+using RawComputeService = v1::Compute::WithRawCallbackMethod_DiscountProduct<
+    v1::Compute::WithRawCallbackMethod_HaversineGrid<v1::Compute::WithRawCallbackMethod_Normalize<
+        v1::Compute::WithRawCallbackMethod_LombScargle<
+            v1::Compute::WithRawCallbackMethod_StreamingCompute<
+                v1::Compute::WithRawCallbackMethod_Session<v1::Compute::Service>>>>>>;
+
+class ComputeService final : public RawComputeService {
  public:
   explicit ComputeService(ServiceContext& service);
+
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* DiscountProduct(
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* HaversineGrid(
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Normalize(
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* LombScargle(
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StreamingCompute(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Session(
+      grpc::CallbackServerContext* context) override;
   // Requests waiting in the dynamic batcher for a thread.
   size_t batching() const { return batcher_.waiting(); }
   // The server drains: open sessions end once their requests are answered.
   void EndSessions() { sessions_.Drain(); }
 
  private:
-  // Registers the compute RPC that takes `Request`.
+  // The compute RPC that takes `Request`.
   template <typename Request>
-  void Serve();
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* ComputeCall(grpc::CallbackServerContext* context,
+                                                          const grpc::ByteBuffer* bytes);
 
   ServiceContext& service_;
   DynamicBatcher batcher_;

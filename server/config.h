@@ -17,6 +17,10 @@ struct ServerConfig {
   // Empty: no metrics endpoint (tests that do not scrape).
   std::string metrics_address = "localhost:9464";
   BackendOptions backend;
+  // Testing only (restart drills, --inject_sticky_error_after): >= 0 makes the
+  // backend fail as after a sticky device error once this many operations have
+  // run (kernels/testing/fault_injection.h).
+  int64_t inject_sticky_error_after_operations = -1;
   int executor_threads = 0;  // 0: hardware concurrency, at least 2
   // Of those, the threads that take only small requests (work up to
   // small_request_work) and continuations; at least one thread stays general.
@@ -68,7 +72,8 @@ struct ServerConfig {
   IntChannelArgs grpc_channel_args;
   // An Upload silent this long is closed; a result stream unread this long is cancelled.
   absl::Duration stream_idle_timeout = absl::Seconds(30);
-  // How long an upload session no stream uses keeps its partial buffer.
+  // How long a resumable upload no stream uses keeps its partial buffer
+  // (--upload_session_ttl).
   absl::Duration upload_session_ttl = absl::Minutes(10);
   // StreamingCompute: input chunks one call may hold, received and not yet answered.
   int streaming_chunks_in_flight = 4;

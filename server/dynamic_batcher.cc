@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "kernels/memory_budget.h"
+#include "kernels/memory/memory_budget.h"
 
 namespace gpucompute {
 namespace {

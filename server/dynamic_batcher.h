@@ -1,5 +1,5 @@
 // Dynamic batching, as Triton's dynamic batcher: small requests of one operation
-// whose BatchPlan keys match (operations.h: dtype, options, shapes but for the
+// whose BatchPlan keys match (prepared_operation.h: dtype, options, shapes but for the
 // leading extent) and that wait together run as one launch, and each gets its
 // own part of the result, a batch being at most --max_batch_size requests and
 // --small_request_work units. A batch is what arrived while its first request
@@ -28,8 +28,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/executor.h"
-#include "server/operation.h"
-#include "server/operations.h"
+#include "server/rpc_labels.h"
+#include "server/prepared_operation.h"
 #include "server/service_context.h"
 
 namespace gpucompute {

@@ -7,20 +7,15 @@
 namespace gpucompute {
 
 InfoService::InfoService(ServiceContext& service, std::string backend_note)
-    : service_(service), backend_note_(std::move(backend_note)) {
-  Unary<v1::ServerInfo>("GetInfo", [this](grpc::CallbackServerContext* context,
-                                          const grpc::ByteBuffer* bytes,
-                                          v1::ServerInfo* response) {
-    return GetInfo(context, bytes, response);
-  });
-}
+    : service_(service), backend_note_(std::move(backend_note)) {}
 
 grpc::ServerUnaryReactor* InfoService::GetInfo(grpc::CallbackServerContext* context,
-                                               const grpc::ByteBuffer* bytes,
-                                               v1::ServerInfo* response) {
-  return service_.FinishUnary(context, RpcMethod::kGetInfo, [&] {
-    GC_RETURN_IF_ERROR(ParseRequest<v1::GetInfoRequest>(*bytes).status());
-    Describe(response);
+                                               const grpc::ByteBuffer* request,
+                                               grpc::ByteBuffer* response) {
+  v1::ServerInfo info;
+  return service_.FinishUnary(context, RpcMethod::kGetInfo, info, response, [&] {
+    GC_RETURN_IF_ERROR(ParseRequest<v1::GetInfoRequest>(*request).status());
+    Describe(&info);
     return absl::OkStatus();
   });
 }

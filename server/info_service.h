@@ -4,20 +4,24 @@
 #include <string>
 
 #include "gpucompute/v1/gpucompute.grpc.pb.h"
-#include "server/request_parse.h"
 #include "server/service_context.h"
 
 namespace gpucompute {
 
 inline constexpr char kVersion[] = "0.1.0";
 
-class InfoService final : public ParsingService<v1::Server> {
+// GetInfo raw: its request and response are bytes (request_parse.h).
+using RawInfoService = v1::Server::WithRawCallbackMethod_GetInfo<v1::Server::Service>;
+
+class InfoService final : public RawInfoService {
  public:
   InfoService(ServiceContext& service, std::string backend_note);
 
- private:
   grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* context,
-                                    const grpc::ByteBuffer* bytes, v1::ServerInfo* response);
+                                    const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override;
+
+ private:
   // GetInfo's answer, once its request parsed.
   void Describe(v1::ServerInfo* response) const;
 

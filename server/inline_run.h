@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
 #include "server/metrics.h"
-#include "server/operations.h"
+#include "server/prepared_operation.h"
 
 namespace gpucompute {
 

@@ -105,7 +105,7 @@ ABSL_FLAG(int32_t, max_in_flight_per_connection, 128, "requests admitted at once
 ABSL_FLAG(int32_t, max_concurrent_streams, 256, "HTTP/2 streams per connection");
 ABSL_FLAG(std::vector<std::string>, grpc_channel_args, {},
           "integer gRPC channel arguments, grpc.NAME=VALUE,..., set after the server's own "
-          "(transport tuning; bench/BULK_TRANSFER.md)");
+          "(transport tuning; docs/operations.md)");
 ABSL_FLAG(uint64_t, resource_quota_bytes, 0,
           "memory gRPC may use for connections and calls (grpc::ResourceQuota), charged to the "
           "host memory budget; 0 = 1/8 of the host budget, within [64 MiB, 2 GiB]");
@@ -254,7 +254,7 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
   config.backend.cgroup_root = absl::GetFlag(FLAGS_cgroup_root);
   config.backend.device_memory_budget_bytes = absl::GetFlag(FLAGS_device_memory_budget_bytes);
   config.backend.memory_budget_wait = absl::GetFlag(FLAGS_memory_budget_wait);
-  config.backend.inject_sticky_error_after_operations =
+  config.inject_sticky_error_after_operations =
       absl::GetFlag(FLAGS_inject_sticky_error_after);
   config.executor_threads = absl::GetFlag(FLAGS_threads);
   config.batching = absl::GetFlag(FLAGS_batching);

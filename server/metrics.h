@@ -22,7 +22,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
-#include "server/operation.h"
+#include "server/rpc_labels.h"
 
 namespace gpucompute {
 

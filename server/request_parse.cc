@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
+#include "gpucompute/v1/bulk_wire.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 
 namespace gpucompute {
@@ -61,6 +62,12 @@ absl::Status ParseMessage(const grpc::ByteBuffer& bytes, absl::string_view what,
   return absl::InvalidArgumentError(absl::StrCat(what, " is not a valid ", message.GetTypeName(),
                                                  " (", bytes.Length(), " bytes): ",
                                                  WhyMalformed(bytes)));
+}
+
+grpc::Status AnswerWith(const grpc::Status& status, const google::protobuf::MessageLite& response,
+                        grpc::ByteBuffer* bytes) {
+  if (status.ok()) *bytes = v1::wire::SerializedMessage(response);
+  return status;
 }
 
 }  // namespace gpucompute

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "gpucompute/v1/bulk_wire.h"
-#include "kernels/memory_budget.h"
+#include "kernels/memory/memory_budget.h"
 #include "server/chunk_memory.h"
 #include "server/proto_convert.h"
 #include "server/status_convert.h"
@@ -187,7 +187,7 @@ void ResultStream<Call>::Deliver(absl::StatusOr<StreamSource> source, absl::Time
       const bool failed = state_ == State::kAllQueued;
       const v1::BufferInfo* stored_info = stored.has_value() ? &*stored : nullptr;
       if (!failed && whole && output_.accept_complete) {
-        // #13's one-message result in #12's framing: the payload slice is
+        // A one-message result in the zero-copy framing: the payload slice is
         // referenced between the header's and the trailer's bytes.
         ready_.push_back({v1::wire::ResultCompleteMessage(header, *std::move(payload),
                                                           MakeTrailer(stored_info)),

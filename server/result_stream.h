@@ -40,10 +40,10 @@
 #include "absl/time/time.h"
 #include "gpucompute/v1/gpucompute.pb.h"
 #include "grpcpp/grpcpp.h"
-#include "kernels/memory_budget.h"
-#include "server/operation.h"
+#include "kernels/memory/memory_budget.h"
+#include "server/rpc_labels.h"
 #include "server/dynamic_batcher.h"
-#include "server/operations.h"
+#include "server/prepared_operation.h"
 #include "server/service_context.h"
 #include "server/session_request.h"
 

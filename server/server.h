@@ -12,7 +12,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/backend.h"
-#include "kernels/memory_budget.h"
+#include "kernels/memory/memory_budget.h"
 #include "server/config.h"
 
 namespace gpucompute {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "google/protobuf/message_lite.h"
 #include "grpcpp/server_context.h"
 #include "kernels/backend.h"
 #include "server/admission.h"
@@ -13,6 +14,7 @@
 #include "server/config.h"
 #include "server/executor.h"
 #include "server/metrics.h"
+#include "server/request_parse.h"
 #include "server/shared_memory_registry.h"
 #include "server/status_convert.h"
 
@@ -37,17 +39,19 @@ struct ServiceContext {
   // metadata is larger, counted as a metadata_size rejection.
   absl::Status CheckMetadata(const grpc::CallbackServerContext& context) const;
   // A unary call answered inline: the metadata check, then `body` (returning
-  // absl::Status), its outcome recorded once and the call finished with it.
+  // absl::Status, filling `response`), its outcome recorded once and the call
+  // finished with it, `response` serialized into the call's `response_bytes`.
   template <typename Body>
   grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context, RpcMethod method,
-                                        Body body) const {
+                                        const google::protobuf::MessageLite& response,
+                                        grpc::ByteBuffer* response_bytes, Body body) const {
     RpcRecorder rpc(metrics, method, *context);
     absl::Status result = CheckMetadata(*context);
     if (result.ok()) result = body();
     const grpc::Status status = ToGrpcStatus(result);
     rpc.Done(status.error_code());
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(status);
+    reactor->Finish(AnswerWith(status, response, response_bytes));
     return reactor;
   }
   // A new request: UNAVAILABLE while draining, RESOURCE_EXHAUSTED over the
@@ -64,7 +68,7 @@ struct ServiceContext {
   // The same for a task of `client` (a connection's peer string).
   absl::Status SubmitRequest(Executor::RequestTask task, absl::string_view client,
                              Executor::Lane lane) const;
-  // The lane for `work` units of `op` (operations.h's PreparedOperation::work):
+  // The lane for `work` units of `op` (prepared_operation.h's PreparedOperation::work):
   // small work may use the reserved lane. Over --max_work_per_request:
   // INVALID_ARGUMENT naming it, counted as a work_limit rejection.
   absl::StatusOr<Executor::Lane> LaneFor(Operation op, int64_t work) const;

@@ -1,5 +1,5 @@
-// Compute.Session: many small requests on one open call (issue #13), one
-// reactor per call.
+// Compute.Session: many small requests on one open call, which spares each its own
+// call's set-up and teardown; one reactor per call.
 //
 // Each SessionRequest is parsed on the gRPC thread as it arrives. A compute
 // request takes the path of the compute RPCs (server/compute_request.h), held to

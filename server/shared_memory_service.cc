@@ -17,25 +17,32 @@
 namespace gpucompute {
 namespace {
 
-// A unary call finished later, from another thread: its outcome recorded once.
+// A unary call finished later, from another thread: its outcome recorded once,
+// and its `Response` serialized into the call's response bytes when it is OK.
+template <typename Response>
 class PendingCall {
  public:
-  PendingCall(grpc::CallbackServerContext* context, RpcMethod method, Metrics& metrics)
-      : reactor_(context->DefaultReactor()), rpc_(metrics, method, *context) {}
+  PendingCall(grpc::CallbackServerContext* context, RpcMethod method, Metrics& metrics,
+              grpc::ByteBuffer* response_bytes)
+      : reactor_(context->DefaultReactor()), rpc_(metrics, method, *context),
+        response_bytes_(response_bytes) {}
 
   // Finishes the call and deletes this.
   void Finish(const absl::Status& status) {
-    const grpc::Status grpc_status = ToGrpcStatus(status);
+    const grpc::Status grpc_status = AnswerWith(ToGrpcStatus(status), response_, response_bytes_);
     rpc_.Done(grpc_status.error_code());
     grpc::ServerUnaryReactor* reactor = reactor_;
     delete this;
     reactor->Finish(grpc_status);
   }
   grpc::ServerUnaryReactor* reactor() const { return reactor_; }
+  Response& response() { return response_; }
 
  private:
   grpc::ServerUnaryReactor* const reactor_;
   RpcRecorder rpc_;
+  grpc::ByteBuffer* const response_bytes_;
+  Response response_;
 };
 
 void ToRegionInfo(const RegisteredRegion& entry, v1::SharedMemoryRegionInfo* info) {
@@ -88,52 +95,47 @@ std::string HostBootId() {
   return id;
 }
 
-SharedMemoryService::SharedMemoryService(ServiceContext& service) : service_(service) {
-  Unary<v1::SharedMemoryRegionInfo>(
-      "RegisterSystemSharedMemory",
-      [this](grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes,
-             v1::SharedMemoryRegionInfo* response) {
-        return Register<v1::RegisterSystemSharedMemoryRequest>(
-            context, bytes, response, RpcMethod::kRegisterSystemSharedMemory,
-            [this](const v1::RegisterSystemSharedMemoryRequest& request) {
-              return SharedMemoryRegion::MapSystem(service_.backend, request.key(),
-                                                   request.offset(), request.byte_size());
-            });
+SharedMemoryService::SharedMemoryService(ServiceContext& service) : service_(service) {}
+
+grpc::ServerUnaryReactor* SharedMemoryService::RegisterSystemSharedMemory(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Register<v1::RegisterSystemSharedMemoryRequest>(
+      context, request, response, RpcMethod::kRegisterSystemSharedMemory,
+      [this](const v1::RegisterSystemSharedMemoryRequest& request) {
+        return SharedMemoryRegion::MapSystem(service_.backend, request.key(), request.offset(),
+                                             request.byte_size());
       });
-  Unary<v1::SharedMemoryRegionInfo>(
-      "RegisterCudaSharedMemory",
-      [this](grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes,
-             v1::SharedMemoryRegionInfo* response) {
-        return Register<v1::RegisterCudaSharedMemoryRequest>(
-            context, bytes, response, RpcMethod::kRegisterCudaSharedMemory,
-            [this](const v1::RegisterCudaSharedMemoryRequest& request) {
-              return SharedMemoryRegion::OpenCuda(service_.backend, request.ipc_handle(),
-                                                  request.pci_bus_id(), request.offset(),
-                                                  request.byte_size());
-            });
+}
+
+grpc::ServerUnaryReactor* SharedMemoryService::RegisterCudaSharedMemory(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Register<v1::RegisterCudaSharedMemoryRequest>(
+      context, request, response, RpcMethod::kRegisterCudaSharedMemory,
+      [this](const v1::RegisterCudaSharedMemoryRequest& request) {
+        return SharedMemoryRegion::OpenCuda(service_.backend, request.ipc_handle(),
+                                            request.pci_bus_id(), request.offset(),
+                                            request.byte_size());
       });
-  Unary<v1::UnregisterSharedMemoryResponse>(
-      "UnregisterSharedMemory",
-      [this](grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes,
-             v1::UnregisterSharedMemoryResponse* response) {
-        return Unregister(context, bytes, response);
-      });
-  Unary<v1::SharedMemoryStatusResponse>(
-      "SharedMemoryStatus", [this](grpc::CallbackServerContext* context,
-                                   const grpc::ByteBuffer* bytes,
-                                   v1::SharedMemoryStatusResponse* response) {
-        return service_.FinishUnary(context, RpcMethod::kSharedMemoryStatus, [&] {
-          return Status(*bytes, PrincipalOf(*context), response);
-        });
-      });
+}
+
+grpc::ServerUnaryReactor* SharedMemoryService::SharedMemoryStatus(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  v1::SharedMemoryStatusResponse answer;
+  return service_.FinishUnary(context, RpcMethod::kSharedMemoryStatus, answer, response, [&] {
+    return Status(*request, PrincipalOf(*context), &answer);
+  });
 }
 
 template <typename Request, typename Open>
 grpc::ServerUnaryReactor* SharedMemoryService::Register(grpc::CallbackServerContext* context,
                                                         const grpc::ByteBuffer* bytes,
-                                                        v1::SharedMemoryRegionInfo* response,
+                                                        grpc::ByteBuffer* response,
                                                         RpcMethod method, Open open) {
-  auto* call = new PendingCall(context, method, service_.metrics);
+  auto* call = new PendingCall<v1::SharedMemoryRegionInfo>(context, method, service_.metrics,
+                                                           response);
   grpc::ServerUnaryReactor* reactor = call->reactor();
   auto request = std::make_shared<Request>();
   std::string principal = PrincipalOf(*context);
@@ -148,7 +150,7 @@ grpc::ServerUnaryReactor* SharedMemoryService::Register(grpc::CallbackServerCont
     return reactor;
   }
   absl::Status submitted = service_.SubmitRequest(
-      [this, call, request, response, open,
+      [this, call, request, open,
        principal = std::move(principal)](absl::Status admitted) mutable {
         if (!admitted.ok()) {  // dropped from a full queue
           call->Finish(admitted);
@@ -169,7 +171,7 @@ grpc::ServerUnaryReactor* SharedMemoryService::Register(grpc::CallbackServerCont
           GC_ASSIGN_OR_RETURN(entry.region, open(*request));
           GC_ASSIGN_OR_RETURN(const RegisteredRegion added,
                               service_.shared_memory.Add(std::move(entry)));
-          ToRegionInfo(added, response);
+          ToRegionInfo(added, &call->response());
           return absl::OkStatus();
         }();
         call->Finish(status);
@@ -179,10 +181,11 @@ grpc::ServerUnaryReactor* SharedMemoryService::Register(grpc::CallbackServerCont
   return reactor;
 }
 
-grpc::ServerUnaryReactor* SharedMemoryService::Unregister(
+grpc::ServerUnaryReactor* SharedMemoryService::UnregisterSharedMemory(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes,
-    v1::UnregisterSharedMemoryResponse* response) {
-  auto* call = new PendingCall(context, RpcMethod::kUnregisterSharedMemory, service_.metrics);
+    grpc::ByteBuffer* response) {
+  auto* call = new PendingCall<v1::UnregisterSharedMemoryResponse>(
+      context, RpcMethod::kUnregisterSharedMemory, service_.metrics, response);
   grpc::ServerUnaryReactor* reactor = call->reactor();
   absl::StatusOr<std::shared_ptr<SharedMemoryRegion>> region =
       [&]() -> absl::StatusOr<std::shared_ptr<SharedMemoryRegion>> {
@@ -196,7 +199,7 @@ grpc::ServerUnaryReactor* SharedMemoryService::Unregister(
     call->Finish(region.status());
     return reactor;
   }
-  response->set_freed_bytes((*region)->byte_size());
+  call->response().set_freed_bytes((*region)->byte_size());
   // Answered when the last request using the region lets go of it. Unpinning and
   // unmapping may take a while for a large region: the last reference is dropped
   // on the executor.

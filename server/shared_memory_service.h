@@ -8,7 +8,6 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "gpucompute/v1/gpucompute.grpc.pb.h"
-#include "server/request_parse.h"
 #include "server/service_context.h"
 #include "server/shared_memory_registry.h"
 
@@ -27,21 +26,38 @@ absl::StatusOr<const SharedMemoryRegistry*> SharedMemoryFor(
 // /proc/sys/kernel/random/boot_id, "" where the system has none.
 std::string HostBootId();
 
-class SharedMemoryService final : public ParsingService<v1::SharedMemory> {
+// Every method raw: requests and responses are bytes (request_parse.h).
+using RawSharedMemoryService = v1::SharedMemory::WithRawCallbackMethod_RegisterSystemSharedMemory<
+    v1::SharedMemory::WithRawCallbackMethod_RegisterCudaSharedMemory<
+        v1::SharedMemory::WithRawCallbackMethod_UnregisterSharedMemory<
+            v1::SharedMemory::WithRawCallbackMethod_SharedMemoryStatus<
+                v1::SharedMemory::Service>>>>;
+
+class SharedMemoryService final : public RawSharedMemoryService {
  public:
   explicit SharedMemoryService(ServiceContext& service);
+
+  grpc::ServerUnaryReactor* RegisterSystemSharedMemory(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request,
+                                                       grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* RegisterCudaSharedMemory(grpc::CallbackServerContext* context,
+                                                     const grpc::ByteBuffer* request,
+                                                     grpc::ByteBuffer* response) override;
+  // Answers once no request uses the region.
+  grpc::ServerUnaryReactor* UnregisterSharedMemory(grpc::CallbackServerContext* context,
+                                                   const grpc::ByteBuffer* request,
+                                                   grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* SharedMemoryStatus(grpc::CallbackServerContext* context,
+                                               const grpc::ByteBuffer* request,
+                                               grpc::ByteBuffer* response) override;
 
  private:
   // Parses and checks a registration on the gRPC thread; `open` then maps the
   // region on the executor and the call finishes from there.
   template <typename Request, typename Open>
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
-                                     const grpc::ByteBuffer* bytes,
-                                     v1::SharedMemoryRegionInfo* response, RpcMethod method,
-                                     Open open);
-  grpc::ServerUnaryReactor* Unregister(grpc::CallbackServerContext* context,
-                                       const grpc::ByteBuffer* bytes,
-                                       v1::UnregisterSharedMemoryResponse* response);
+                                     const grpc::ByteBuffer* bytes, grpc::ByteBuffer* response,
+                                     RpcMethod method, Open open);
   absl::Status Status(const grpc::ByteBuffer& bytes, const std::string& principal,
                       v1::SharedMemoryStatusResponse* response) const;
 

@@ -14,7 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "gpucompute/v1/bulk_wire.h"
-#include "kernels/memory_budget.h"
+#include "kernels/memory/memory_budget.h"
 #include "server/chunk_memory.h"
 #include "server/proto_convert.h"
 #include "server/request_parse.h"

@@ -15,7 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "gpucompute/v1/gpucompute.pb.h"
 #include "kernels/backend.h"
-#include "server/operations.h"
+#include "server/prepared_operation.h"
 
 namespace gpucompute {
 
@@ -62,7 +62,7 @@ absl::StatusOr<std::shared_ptr<Array>> PrepareFactors(const StreamingPlan& plan,
                                                       Backend& backend, OpContext& ctx);
 
 // Arrays of a call's chunks, recycled: a fresh multi-megabyte block per chunk
-// costs more page faults than the copy into it (bench/BULK_TRANSFER.md). Holds at
+// costs more in page faults than the copy into it. Holds at
 // most `capacity` arrays (all charged to the budgets while held), each handed out
 // again once no one else holds it (a result's payload slices hold theirs until
 // gRPC has sent them).

@@ -470,7 +470,7 @@ TYPED_TEST(LombScargleConformance, SinusoidsOverALongBaseline) {
       {64, 100000, shared, Weights::kNone, grid, norm_fm, 4},
       {700, 3001, none, Weights::kShared, grid, pre},
       {5, 1, none, Weights::kNone, grid, fm},
-      {5, 1000, none, Weights::kNone, grid, fm},  // issue 19: ill-conditioned in float32
+      {5, 1000, none, Weights::kNone, grid, fm},  // ill-conditioned in float32
       {33, 2, batched, Weights::kNone, grid, norm_fm, 2},
   };
   this->ForEachSeed([&] {

@@ -1,4 +1,4 @@
-// Values at the edges of every backend's arithmetic (issue 19): haversine points and
+// Values at the edges of every backend's arithmetic: haversine points and
 // references outside their rules, float64 L2 rows whose squares overflow or
 // underflow, cancelling SUM rows and SUM quotients that overflow the dtype. Each
 // backend must give the float64 reference's values and the CPU backend's error

@@ -15,7 +15,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/fault_injection.h"
+#include "kernels/testing/fault_injection.h"
 #include "tests/testing/eventually.h"
 #include "tests/testing/faulty_server.h"
 #include "tests/testing/scrape.h"

@@ -13,7 +13,7 @@
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/fault_injection.h"
+#include "kernels/testing/fault_injection.h"
 #include "server/server.h"
 #include "tests/testing/eventually.h"
 #include "tests/testing/faulty_server.h"

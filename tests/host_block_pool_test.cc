@@ -1,7 +1,7 @@
 // HostBlockPool: blocks let go are kept for the next block of about their size, within
 // the pool's capacity and from kMinBytes up; a kept block keeps its pin until the pool
 // frees it; a fresh block of up to kPopulateMaxBytes comes mapped.
-#include "kernels/host_block_pool.h"
+#include "kernels/memory/host_block_pool.h"
 
 #include <sys/mman.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-// Issue 19, "Hostile neighbours": finite inputs whose results overflow, values
+// Hostile neighbours: finite inputs whose results overflow, values
 // that no rule bounded, empty shapes counted as huge, norms that over- or
 // underflow, client strings echoed unbounded, and chunks too large for a default
 // client. Each case goes over the wire with the raw stubs (no client checks) and

@@ -1,4 +1,4 @@
-// Hostile neighbours (issue 19), over the wire: silent streams, readers that
+// Hostile neighbours, over the wire: silent streams, readers that
 // outlive Delete, many tiny buffers, huge List replies and oversized metadata
 // must not take from the other callers of the same server.
 #include <arpa/inet.h>

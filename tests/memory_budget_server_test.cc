@@ -1,4 +1,4 @@
-// The memory budget over the wire (issue 19), on the CPU backend: results over
+// The memory budget over the wire, on the CPU backend: results over
 // the budget are refused naming the flag, stalled readers that hold results
 // cannot starve small requests, the chunk copies a stalled stream holds are
 // counted and bounded, and their results are freed when their streams are

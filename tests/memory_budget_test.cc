@@ -1,6 +1,6 @@
 // MemoryBudget and the budgeted backend: charges held until the array is gone,
 // bounded waits, and the share of the budget kept for small allocations.
-#include "kernels/memory_budget.h"
+#include "kernels/memory/memory_budget.h"
 
 #include <memory>
 #include <optional>

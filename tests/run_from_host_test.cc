@@ -19,7 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
-#include "kernels/memory_budget.h"
+#include "kernels/memory/memory_budget.h"
 #include "tests/testing/arrays.h"
 #include "tests/testing/conformance.h"
 

@@ -1,4 +1,4 @@
-// Compute.Session (issue #13): many small requests on one open call. Each
+// Compute.Session: many small requests on one open call. Each
 // request's answer carries its id and equals the unary call's one message (or
 // its status); requests run at once and are answered as they complete; a bad
 // request, a cancelled one or one over an in-flight limit fails alone while the

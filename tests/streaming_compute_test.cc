@@ -1,4 +1,4 @@
-// Compute.StreamingCompute (issue #12, inputs larger than the GPU): results byte
+// Compute.StreamingCompute (inputs larger than the GPU): results byte
 // for byte the unary operation's for each operation and dtype, an input larger
 // than the server's memory budget streamed through with bounded memory, a client
 // that stops reading held back at the chunk bound, cancellation freeing every
@@ -31,11 +31,11 @@ constexpr uint64_t kMiB = 1 << 20;
 constexpr uint64_t kBudget = 64 * kMiB;
 constexpr int kChunksInFlight = 4;
 // gRPC's own memory, set apart from the host budget these tests bound. At the 64 MiB
-// floor the budget's 1/8 would give, a 160 MiB upload was reset by gRPC (RST_STREAM
-// ENHANCE_YOUR_CALM from its reclaimer) in 4 of 30 runs beside two busy loops: a server
-// starved of CPU acks BDP pings late, the estimate and the stream window grow past the
-// quota, and the client fills the window while the handler holds its chunks. 256 MiB:
-// 0 of 30 (README, --resource_quota_bytes).
+// floor the budget's 1/8 would give, gRPC's reclaimer reset large uploads (RST_STREAM
+// ENHANCE_YOUR_CALM) on a loaded machine: a server starved of CPU acks BDP pings late,
+// the estimate and the stream window grow past the quota, and the client fills the
+// window while the handler holds its chunks. 256 MiB holds (docs/operations.md,
+// --resource_quota_bytes).
 constexpr uint64_t kGrpcQuota = 256 * kMiB;
 
 ServerConfig StreamingConfig() {

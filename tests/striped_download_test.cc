@@ -1,4 +1,4 @@
-// Ranged and striped downloads (issue #12): ranges cut at the end, stripes
+// Ranged and striped downloads: ranges cut at the end, stripes
 // reassembled byte-exact in place over several connections, and a stripe that
 // fails part-way failing the whole download with everything freed.
 

@@ -11,8 +11,8 @@
 #include "common/status_macros.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/thread_pool.h"
-#include "kernels/host_block_pool.h"
-#include "kernels/memory_budget.h"
+#include "kernels/memory/host_block_pool.h"
+#include "kernels/memory/memory_budget.h"
 #include "kernels/preconditions.h"
 
 namespace gpucompute {
@@ -125,6 +125,16 @@ class CpuBackend final : public Backend {
                           .pool_used_bytes = live,
                           .queued_ops = running_ops_.load(std::memory_order_relaxed)});
     return stats;
+  }
+
+  // Host memory needs no registration: copies to and from it are memcpy.
+  absl::StatusOr<std::shared_ptr<void>> PinHostMemory(void*, size_t) override {
+    return std::shared_ptr<void>();
+  }
+  absl::StatusOr<IpcMemory> OpenIpcMemory(absl::string_view, absl::string_view) override {
+    return absl::FailedPreconditionError(
+        "this server runs the cpu backend, which has no GPU memory: CUDA IPC regions need the "
+        "CUDA backend");
   }
 
   absl::StatusOr<std::shared_ptr<Array>> Allocate(DType dtype, Shape shape, int device) override {

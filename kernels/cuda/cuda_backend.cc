@@ -29,7 +29,7 @@
 #include "kernels/cuda/lombscargle_op.h"
 #include "kernels/cuda/op_runner.h"
 #include "kernels/cuda/shared_memory.h"
-#include "kernels/host_block_pool.h"
+#include "kernels/memory/host_block_pool.h"
 #include "kernels/norm.h"
 #include "kernels/preconditions.h"
 #include "kernels/shape_rules.h"

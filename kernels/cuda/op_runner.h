@@ -21,7 +21,7 @@
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/host_copy.h"
 #include "kernels/cuda/launchers.h"
-#include "kernels/host_block_pool.h"
+#include "kernels/memory/host_block_pool.h"
 
 namespace gpucompute {
 

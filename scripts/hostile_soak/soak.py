@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""A good client next to hostile ones (issue 19), against the real CPU-backend server.
+"""A good client next to hostile ones, against the real CPU-backend server.
 
     soak.py [--build=build] [--duration=180] [--idle=1000] [--stalled=200] ...
 

@@ -46,7 +46,7 @@
 #include "kernels/shape_rules.h"
 #include "server/buffer_store.h"
 #include "server/metrics.h"
-#include "server/operations.h"
+#include "server/prepared_operation.h"
 #include "server/proto_convert.h"
 #include "server/streaming_plan.h"
 #include "tests/fuzz/fuzz_check.h"

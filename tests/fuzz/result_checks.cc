@@ -19,7 +19,7 @@
 #include "gpucompute/v1/gpucompute.pb.h"
 #include "kernels/backend.h"
 #include "kernels/dtype.h"
-#include "server/operations.h"
+#include "server/prepared_operation.h"
 #include "tests/fuzz/fuzz_check.h"
 #include "tests/fuzz/fuzz_common.h"
 

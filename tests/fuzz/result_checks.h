@@ -12,7 +12,7 @@
 #include "gpucompute/v1/gpucompute.pb.h"
 #include "kernels/backend.h"
 #include "kernels/dtype.h"
-#include "server/operations.h"
+#include "server/prepared_operation.h"
 
 namespace gpucompute::fuzz {
 

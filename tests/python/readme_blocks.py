@@ -1,4 +1,4 @@
-"""The fenced code blocks of README.md, for test_readme.py.
+"""The fenced code blocks of README.md and docs/*.md, for test_readme.py.
 
 A ```sh or ```python block is run as written unless the line before it is a marker
 `<!-- readme-test: skip (REASON) -->`, which the reader of the source sees too. An
@@ -24,13 +24,14 @@ class Block:
     line: int  # 1-based line of the opening fence
     skip_reason: Optional[str] = None
     expected_output: Optional[str] = None
+    source: str = "README.md"  # the file, relative to the repository root
 
     @property
     def id(self) -> str:
-        return f"{self.language or 'text'}@line{self.line}"
+        return f"{self.source}:{self.language or 'text'}@line{self.line}"
 
 
-def parse(path: Path) -> List[Block]:
+def parse(path: Path, source: str = "README.md") -> List[Block]:
     lines = path.read_text().splitlines()
     blocks: List[Block] = []
     previous_nonblank = ""
@@ -49,7 +50,7 @@ def parse(path: Path) -> List[Block]:
             raise ValueError(f"{path}:{i + 1}: the block opened here is never closed")
         skip = _SKIP.match(previous_nonblank)
         block = Block(fence.group(1), "\n".join(lines[i + 1:end]) + "\n", i + 1,
-                      skip.group(1) if skip else None)
+                      skip.group(1) if skip else None, source=source)
         if (block.language == "" and blocks and blocks[-1].language == "python"
                 and previous_nonblank == "```"):
             blocks[-1].expected_output = block.text

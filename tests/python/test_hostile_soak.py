@@ -1,6 +1,6 @@
 """scripts/hostile_soak at a small scale (about 30 s): a good client next to hostile ones.
 
-The full scale (issue 19: 1000 idle streams, 200 stalled readers, 2 GiB meshes, 3 minutes)
+The full scale (1000 idle streams, 200 stalled readers, 2 GiB meshes, 3 minutes)
 is `scripts/hostile_soak.sh`; here every hostile kind runs a few seconds against a server
 whose stream_idle_timeout is 3 s, and the test holds the goals that do not depend on the
 host: no good-client error, RSS under the budget, buffers intact, exit 0 on SIGTERM, and the

@@ -1,7 +1,8 @@
-"""README.md as a test: every ```sh and ```python block runs as written, so the
-documentation cannot drift from the product.
+"""README.md and docs/*.md as a test: every ```sh and ```python block runs as written,
+so the documentation cannot drift from the product.
 
-The blocks run in order in a scratch copy of the clone the README assumes: links to the
+The blocks run in order (README.md, then docs/ by name), each from the repository root
+of a scratch copy of the clone the README assumes: links to the
 repository's entries, except build/, which holds the binaries under test
 ($GPUCOMPUTE_SERVER, $GPUCOMPUTE_CLI, else this checkout's build/), so files the blocks
 write stay out of the checkout. `python3` is this interpreter, with the client from this
@@ -27,7 +28,11 @@ from conftest import CLIENT_DIR, REPO, server_path, stop_process, wait_for_log
 
 README = REPO / "README.md"
 BLOCKS = readme_blocks.parse(README)
-RUNNABLE = [b for b in BLOCKS if b.language in readme_blocks.RUNNABLE and not b.skip_reason]
+DOCS = sorted((REPO / "docs").glob("*.md"))
+DOC_BLOCKS = [block for page in DOCS
+              for block in readme_blocks.parse(page, str(page.relative_to(REPO)))]
+RUNNABLE = [b for b in BLOCKS + DOC_BLOCKS
+            if b.language in readme_blocks.RUNNABLE and not b.skip_reason]
 README_PORTS = (50051, 9464)
 BLOCK_TIMEOUT_S = 30
 
@@ -107,14 +112,16 @@ def readme(tmp_path_factory):
 
 
 def test_every_block_is_run_or_says_why_not():
-    languages = {b.language for b in BLOCKS}
-    assert languages <= {"", *readme_blocks.RUNNABLE}, (
-        f"README.md has blocks in {sorted(languages)}: run them here or label them sh/python")
+    for block in BLOCKS + DOC_BLOCKS:
+        assert block.language in ("", *readme_blocks.RUNNABLE), (
+            f"{block.id} is a ```{block.language} block: run it here or label it sh/python")
+        assert not block.skip_reason or block.language in readme_blocks.RUNNABLE, block.id
+    # In the README the quick start only (it installs and builds); anything more needs a
+    # good reason. docs/ pages may skip what needs other machines, each saying why.
     skipped = [b for b in BLOCKS if b.skip_reason]
-    assert all(b.language in readme_blocks.RUNNABLE for b in skipped)
-    # The quick start only (it installs and builds); anything more needs a good reason.
     assert len(skipped) <= 1, [b.id for b in skipped]
-    assert RUNNABLE, "README.md has no ```sh or ```python block left to run"
+    assert any(b in RUNNABLE for b in BLOCKS), (
+        "README.md has no ```sh or ```python block left to run")
 
 
 def test_quick_start_commands_exist():
@@ -159,7 +166,7 @@ def test_server_logs_what_the_readme_shows(readme):
 def test_block_runs_as_written(readme, block):
     result = readme.run(block)
     assert result.returncode == 0, (
-        f"README.md line {block.line}: this block failed ({result.returncode}):\n"
+        f"{block.source} line {block.line}: this block failed ({result.returncode}):\n"
         f"{block.text}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}\n"
         f"--- server log\n{readme.server_log()}")
     if block.expected_output is not None:

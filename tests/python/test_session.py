@@ -1,4 +1,4 @@
-"""The blocking client's Compute.Session (issue #13): with session=True (the default)
+"""The blocking client's Compute.Session: with session=True (the default)
 the calls it reads as one message go over one open session; results and exceptions are
 those of the unary calls; threads share the session; a server restart opens a new one."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""StreamingCompute in the Python client (issue #12, inputs larger than the GPU): byte for
+"""StreamingCompute in the Python client (inputs larger than the GPU): byte for
 byte the unary operations' results from arrays, memory-mapped files and iterators of
 chunks, in both clients; bad chunks refused naming the limit."""
 from __future__ import annotations

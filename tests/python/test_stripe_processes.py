@@ -1,4 +1,4 @@
-"""Stripes in worker processes (Client(stripe_processes=True), issue #12): the striped
+"""Stripes in worker processes (Client(stripe_processes=True)): the striped
 uploads, downloads and stream_* calls of test_striped.py with each stripe in a worker
 process and the data in shared memory, byte-exact against one stream, leaving no fd or
 /dev/shm entry behind; close() stops the workers; a worker that dies is reported and

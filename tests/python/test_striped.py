@@ -1,4 +1,4 @@
-"""Striped transfers in the Python client (issue #12): download ranges fetched, upload
+"""Striped transfers in the Python client: download ranges fetched, upload
 ranges sent and streamed calls run at once on their own connections, reassembled
 byte-exact in place; a stripe failing fails the call and cancels the others."""
 from __future__ import annotations

@@ -75,8 +75,8 @@ struct CpuSubject {
 // The GPU computes float32 in float32: norm-relative bounds. Lomb-Scargle
 // accumulates its sums in float32 too, so a power errs by a few float32
 // roundings of those sums times its conditioning, which few samples or a
-// floating mean make arbitrarily large (issue 19: a fixed 1e-4 failed on 1 seed
-// in 10 at N = 3). K = 64: over 3000 seeds of a numpy emulation of the kernel
+// floating mean make arbitrarily large (a fixed 1e-4 failed on 1 seed in 10 at
+// N = 3). K = 64: over 3000 seeds of a numpy emulation of the kernel
 // (N = 3 and 5, __sincosf's worst error on every call) the worst reached 30.
 struct CudaSubject {
   static constexpr const char* kName = "cuda";

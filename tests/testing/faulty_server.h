@@ -1,4 +1,4 @@
-// A test server whose backend has faults injected (kernels/fault_injection.h).
+// A test server whose backend has faults injected (kernels/testing/fault_injection.h).
 #pragma once
 
 #include <memory>
@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/fault_injection.h"
+#include "kernels/testing/fault_injection.h"
 #include "tests/testing/server_fixture.h"
 
 namespace gpucompute::test {

@@ -8,13 +8,13 @@
     async with gpucompute.aio.Client("localhost:50051") as gc:   # asyncio, same methods
         out = await gc.normalize(x)
 
-Modules: _types (value types), _device_array (DeviceArray), _operands (operand checks),
-_shared_memory (same-host regions: shared_array, CUDA IPC), _cuda_arrays (device arrays of
-other libraries, the CUDA driver through ctypes),
-_stream (result options and stream assembly), _streaming (the stream_* methods:
-StreamingCompute), _steps (a call as RPC steps), _api (every
-public method, written once), client (Client, blocking), aio (Client, asyncio), replicas
-(ReplicatedClient: several replicas behind one name), errors.
+Modules, in tiers (each imports only from its own tier or below; tests/python/test_layers.py):
+wire and types (_pb, _wire, _types, errors, _heap); operands and device arrays
+(_device_array, _cuda_arrays: other libraries' device arrays, _shared_slice, _operands);
+call steps and streams (_stream: result assembly, _steps: a call as RPC steps, _session and
+_aio_session: Compute.Session, _stripe_workers); features (_shared_memory, _shared_pool,
+_transfers, _streaming, _compute_methods); the API (_api: every public method, written
+once); the clients (client: blocking, aio: asyncio, replicas: ReplicatedClient).
 Everything is imported lazily, so ``python -m gpucompute._build_proto`` runs before the
 generated protobuf module (or grpc/numpy) exists.
 """
@@ -31,18 +31,18 @@ _ERROR_NAMES = ("GpuComputeError", "Cancelled", "Unknown", "InvalidArgument",
 # public name -> the module that defines it
 _HOMES = {
     "Client": "client", "DEFAULT_UPLOAD_THRESHOLD": "_api", "ReplicatedClient": "replicas",
-    "DeviceArray": "_device_array",
+    "DeviceArray": "_device_array", "BufferList": "_device_array",
     **{name: "_types" for name in ("FrequencyGrid", "LatLonMesh", "Timing", "ServerInfo",
-                                   "DeviceInfo", "Limits", "BufferList", "DEFAULT_RADIUS_KM")},
+                                   "DeviceInfo", "Limits", "DEFAULT_RADIUS_KM")},
     **{name: "errors" for name in _ERROR_NAMES},
 }
 
 __all__ = list(_HOMES)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._device_array import DeviceArray  # noqa: F401
-    from ._types import (DEFAULT_RADIUS_KM, BufferList, DeviceInfo, FrequencyGrid,  # noqa: F401
-                         LatLonMesh, Limits, ServerInfo, Timing)
+    from ._device_array import BufferList, DeviceArray  # noqa: F401
+    from ._types import (DEFAULT_RADIUS_KM, DeviceInfo, FrequencyGrid, LatLonMesh,  # noqa: F401
+                         Limits, ServerInfo, Timing)
     from . import aio  # noqa: F401
     from ._api import DEFAULT_UPLOAD_THRESHOLD  # noqa: F401
     from .client import Client  # noqa: F401

@@ -45,25 +45,42 @@ class AioSession:
         answer: "asyncio.Future[Any]" = asyncio.get_running_loop().create_future()
         self._pending[key] = answer
         try:
-            await self._write(request_message(key, rpc, request))
-            return result_of(await asyncio.wait_for(answer, timeout))
+            return result_of(await asyncio.wait_for(self._exchange(key, rpc, request, answer),
+                                                    timeout))
         except asyncio.TimeoutError:
             raise deadline_exceeded() from None
         finally:
             if self._pending.pop(key, None) is not None and self._error is None:
                 # Not answered (timed out or the caller cancelled): cancelled on the session.
-                cancel = asyncio.ensure_future(self._write(cancel_message(key)))
+                cancel = asyncio.ensure_future(self._cancel(key))
                 self._cancels.add(cancel)
                 cancel.add_done_callback(self._cancels.discard)
+            if answer.done() and not answer.cancelled():
+                answer.exception()  # the reader's error, raised here some other way
 
     def close(self) -> None:
         """Cancels the call; requests in flight raise."""
         self._call.cancel()
         self._reader.cancel()
 
+    async def _exchange(self, key: int, rpc: str, request: Any,
+                        answer: "asyncio.Future[Any]") -> Any:
+        await self._write(request_message(key, rpc, request))
+        return await answer
+
+    async def _cancel(self, key: int) -> None:
+        try:
+            await self._write(cancel_message(key))
+        except grpc.RpcError:
+            pass  # the session ended: nothing runs on it any more
+
     async def _write(self, message: bytes) -> None:
         async with self._writing:
-            await self._call.write(message)
+            try:
+                await self._call.write(message)
+            except asyncio.InvalidStateError:  # the call has ended
+                raise self._error or RequestFailed(grpc.StatusCode.UNAVAILABLE,
+                                                   "the session ended") from None
 
     async def _read(self) -> None:
         error: grpc.RpcError

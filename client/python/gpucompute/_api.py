@@ -1,30 +1,30 @@
 """The public methods of both clients, written once as generators of RPC steps.
 
-``ClientApi`` is generic in what its methods return: ``client.Client`` binds the results
-themselves (it blocks), ``aio.Client`` binds awaitables of them.
+Each method returns what its subclass's ``_perform`` makes of the call: ``client.Client``
+the result itself (it blocks), ``aio.Client`` an awaitable of it; so they are typed Any.
 """
 from __future__ import annotations
 
 import threading
 import time
-from typing import (Any, Callable, Dict, Generic, List, Optional, Sequence, Tuple,
-                    TypeVar, Union, cast)
+from dataclasses import replace
+from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
-from . import _heap, _shared_memory, _stripe_workers
+from . import _heap, _shared_memory, _shared_pool, _stripe_workers
 from ._heap import DEFAULT_HEAP_WARMUP
-from ._device_array import DeviceArray
-from ._operands import (NORMS, ArrayLike, Operand, as_array, haversine_request, result_dtype,
-                        same_dtype, set_operand)
+from ._cuda_arrays import CudaArray, empty_like_device, to_device_like
+from ._device_array import BufferList, DeviceArray
+from ._compute_methods import ComputeMethods, Named, Placed
 from ._pb import pb
+from ._shared_slice import SharedSlice
 from ._steps import Run, Steps, Stream, Unary, make_stubs
 from ._stream import ResultOptions, ResultStream
 from ._streaming import StreamingMethods
 from ._transfers import (_MESSAGE_MARGIN, _UNASKED_INLINE_BYTES, DEFAULT_STRIPE_BYTES,
                          TransferMethods)
-from ._types import (DEFAULT_RADIUS_KM, Array, BufferList, FrequencyGrid, LatLonMesh,
-                     ServerInfo)
+from ._types import Array, ServerInfo, resolve_target
 from .errors import FailedPrecondition, GpuComputeError
 
 #: inline operands larger than this go through Buffers.Upload automatically
@@ -36,61 +36,33 @@ _SAFE_MESSAGE_BYTES = 4 << 20
 # stream at once, since a result too large for one message is refused and the whole
 # request sent again (an 8 MiB normalize: 28 -> 43 ms on the CPU backend).
 _SMALL_INPUT_BYTES = 1 << 20
-#: lombscargle's method names
-_LOMB_SCARGLE_METHODS = {"auto": pb.LOMB_SCARGLE_METHOD_AUTO,
-                         "direct": pb.LOMB_SCARGLE_METHOD_DIRECT,
-                         "nufft": pb.LOMB_SCARGLE_METHOD_NUFFT}
-#: lombscargle's normalize values as SciPy spells them
-_LOMB_SCARGLE_NORMALIZATIONS = ("power", "normalize", "amplitude")
 
 
-def _normalization(normalize: Union[bool, str]) -> str:
-    """SciPy's normalize argument (False/"power", True/"normalize", "amplitude") by name."""
-    if isinstance(normalize, (bool, np.bool_)):
-        return "normalize" if normalize else "power"
-    if isinstance(normalize, str) and normalize in _LOMB_SCARGLE_NORMALIZATIONS:
-        return normalize
-    raise ValueError(f"normalize is {normalize!r}; use False (or 'power'), True (or 'normalize'), "
-                     "or 'amplitude'")
+def _device_operand(named: Named, options: ResultOptions) -> Optional[CudaArray]:
+    """The first device-array operand of a CuPy or PyTorch kind, when the result is to
+    come back as an array of its library on its device (no out=, nothing kept)."""
+    if options.out is not None or options.keep_on_device:
+        return None
+    return next((v for _, v in named if isinstance(v, CudaArray) and v.library), None)
 
 
-def _ragged(x: Any, y: Sequence[ArrayLike], weights: Any) -> Tuple[Any, Any, Any, List[int]]:
-    """Series of their own lengths as flat x, y, weights and their row offsets."""
-    if not isinstance(x, (list, tuple)) or len(x) != len(y) or not y:
-        raise ValueError("a ragged batch needs x and y as lists of equal, non-zero length")
-    if weights is not None and (not isinstance(weights, (list, tuple)) or len(weights) != len(y)):
-        raise ValueError("weights of a ragged batch must be a list like y (or None)")
-    ys = [np.asarray(v) for v in y]
-    xs = [np.asarray(v, dtype=ys[0].dtype) for v in x]
-    if any(a.ndim != 1 or b.shape != a.shape for a, b in zip(xs, ys)):
-        raise ValueError("each series of a ragged batch needs 1-D x and y of one length")
-    offsets = [0] + [int(v) for v in np.cumsum([len(v) for v in ys])]
-    flat_w = None if weights is None else np.concatenate(
-        [np.asarray(w, dtype=ys[0].dtype) for w in weights])
-    return np.concatenate(xs), np.concatenate(ys), flat_w, offsets
+def _nbytes(shape: Optional[Tuple[int, ...]], dtype: Any) -> Optional[int]:
+    """The bytes of an array of ``shape`` and ``dtype``; None when either is unknown."""
+    if shape is None or dtype is None:
+        return None
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
 
 
-
-# What each kind of method returns (the value, or an awaitable of it).
-ResultT = TypeVar("ResultT")        # compute methods and download: _stream.Result
-DeviceArrayT = TypeVar("DeviceArrayT")
-StrT = TypeVar("StrT")
-ServerInfoT = TypeVar("ServerInfoT")
-IntT = TypeVar("IntT")
-BufferListT = TypeVar("BufferListT")
 LimitT = TypeVar("LimitT")
 
-Named = List[Tuple[str, Operand]]
-Placed = Dict[str, Operand]
 
 
-class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT],
-                Generic[ResultT, DeviceArrayT, StrT, ServerInfoT, IntT, BufferListT]):
+class ClientApi(ComputeMethods, StreamingMethods, TransferMethods):
     """Connection settings and every public method; a subclass runs the steps (``_perform``).
 
     Parameters (of both clients)
     ----------
-    target: "host:port".
+    target: "host:port"; None (or left out): the GPUCOMPUTE_TARGET environment variable.
     credentials: grpc.ChannelCredentials for TLS (e.g. grpc.ssl_channel_credentials());
         None for a plaintext channel.
     token: sent with every call as "authorization: Bearer <token>" metadata.
@@ -116,6 +88,10 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
         Compute.Session call (opened at the first such call, again after it breaks)
         instead of a call each, where the server has sessions; results and exceptions
         are those of the calls.
+    shared_memory: where the server maps this host's shared memory (it runs here, with
+        --allow_shared_memory), compute calls send NumPy operands of 1 MiB and more, and
+        take such results, through shared-memory regions the client keeps and reuses
+        (``_shared_pool``): one copy each way on this host instead of gRPC; False: gRPC.
     heap_warmup: bytes of this process's heap (glibc only) made ready at connect time
         for results, once per process (``_heap``): a first result up to this size then
         costs what later ones do, not the kernel's zeroing of fresh pages (~2 ms more for
@@ -125,20 +101,26 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
     #: False where calls return awaitables (DeviceArray.__array__ cannot download then)
     blocking = True
 
-    def __init__(self, target: str, *, credentials: Optional[Any] = None,
+    def __init__(self, target: Optional[str] = None, *, credentials: Optional[Any] = None,
                  token: Optional[str] = None, timeout: Optional[float] = None,
                  upload_threshold: int = DEFAULT_UPLOAD_THRESHOLD,
                  options: Sequence[Tuple[str, Any]] = (), stripes: int = 1,
                  stripe_bytes: int = DEFAULT_STRIPE_BYTES, stripe_processes: bool = False,
-                 session: bool = True, heap_warmup: int = DEFAULT_HEAP_WARMUP):
-        self.target = target
+                 session: bool = True, heap_warmup: int = DEFAULT_HEAP_WARMUP,
+                 shared_memory: bool = True):
+        self.target = target = resolve_target(target)
         self.timeout = timeout
         self.upload_threshold = int(upload_threshold)
         # HTTP/2 frames up to 16 MiB (gRPC's default is 16 KiB), as the server and
-        # the C++ client advertise (bench/BULK_TRANSFER.md, transport settings).
+        # the C++ client advertise: of the transport settings tried, only this one helped.
+        # No gRPC retries: a streaming call (the session) that fails in grpc-core's retry
+        # layer before it reaches a server (connection refused) can end with its
+        # receives never completed, and grpcio's next() then waits forever, even after
+        # cancel(); failed steps are retried here where that is safe.
         self._channel_options = [("grpc.max_receive_message_length", -1),
                                  ("grpc.max_send_message_length", -1),
-                                 ("grpc.http2.max_frame_size", (1 << 24) - 1)] + list(options)
+                                 ("grpc.http2.max_frame_size", (1 << 24) - 1),
+                                 ("grpc.enable_retries", 0)] + list(options)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         self._max_message: Optional[int] = None
         #: whether the server honours OutputOptions.single_message (None: not asked yet)
@@ -146,6 +128,12 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
         self.session = bool(session)
         #: whether the server has Compute.Session (None: not asked yet)
         self._sessions: Optional[bool] = None
+        #: the server's result chunk size when a request gives none (0: not known)
+        self._default_chunk = 0
+        #: the server has answered since the session last broke: a new session opens only
+        #: then (a session call started while the connection is down is the one call
+        #: grpcio may never end), so the first small call after a break goes alone
+        self._answered = False
         self._lock = threading.Lock()
         if int(stripes) < 1 or int(stripe_bytes) < 1:
             raise ValueError(f"stripes {stripes} and stripe_bytes {stripe_bytes} must be >= 1")
@@ -167,6 +155,8 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
         self._stubs = make_stubs(self._channel)
         self._stripe_stubs = [self._stubs] + [make_stubs(c) for c in self._stripe_channels]
         self._shared = _shared_memory.SharedRegions()
+        self.shared_memory = bool(shared_memory)
+        self._pool = _shared_pool.SharedPool()
         _heap.warm(heap_warmup)
         self._start()
 
@@ -195,12 +185,12 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
 
     # -- server --------------------------------------------------------------------
 
-    def health(self, service: str = "", *, timeout: Optional[float] = None) -> StrT:
+    def health(self, service: str = "", *, timeout: Optional[float] = None) -> Any:
         """grpc.health.v1 status: "SERVING", "NOT_SERVING", ... ("" = the whole server)."""
-        return cast(StrT, self._call("health", timeout, self._unary("Health.Check", service)))
+        return self._call("health", timeout, self._unary("Health.Check", service))
 
-    def info(self, *, timeout: Optional[float] = None) -> ServerInfoT:
-        return cast(ServerInfoT, self._call("info", timeout, self._info()))
+    def info(self, *, timeout: Optional[float] = None) -> Any:
+        return self._call("info", timeout, self._info())
 
     def _unary(self, rpc: str, request: Any) -> Steps[Any]:
         return (yield Unary(rpc, request))
@@ -216,10 +206,16 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
                 self._max_message = int(raw.limits.max_receive_message_bytes)
             self._single_message = bool(raw.limits.single_message_results)
             self._sessions = bool(raw.limits.sessions)
+            self._default_chunk = int(raw.limits.default_chunk_bytes)
+            self._answered = True
 
     def _known_max_message(self) -> Optional[int]:
         with self._lock:
             return self._max_message
+
+    def _known_default_chunk(self) -> int:
+        with self._lock:
+            return self._default_chunk
 
     def _known_single_message(self) -> Optional[bool]:
         with self._lock:
@@ -247,10 +243,10 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
     # -- buffers -------------------------------------------------------------------
 
     def delete(self, buffer: Union[DeviceArray, str], *,
-               timeout: Optional[float] = None) -> IntT:
+               timeout: Optional[float] = None) -> Any:
         """Free a stored buffer; returns the bytes freed (a DeviceArray's handle: 0 when
         it deleted the buffer before)."""
-        return cast(IntT, self._call("delete", timeout, self._delete(buffer)))
+        return self._call("delete", timeout, self._delete(buffer))
 
     def _delete(self, buffer: Union[DeviceArray, str], cleanup: bool = False) -> Steps[int]:
         if isinstance(buffer, DeviceArray) and buffer.deleted:
@@ -261,11 +257,11 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
             buffer._deleted = True
         return int(reply.freed_bytes)
 
-    def list_buffers(self, *, timeout: Optional[float] = None) -> BufferListT:
+    def list_buffers(self, *, timeout: Optional[float] = None) -> Any:
         """The buffers stored by this client's principal (its token or TLS client
         certificate; every unauthenticated client shares one): the server lists the
         caller's own only."""
-        return cast(BufferListT, self._call("list_buffers", timeout, self._list_buffers()))
+        return self._call("list_buffers", timeout, self._list_buffers())
 
     def _list_buffers(self) -> Steps[BufferList]:
         # The server answers a page at a time; follow next_page_token to the end.
@@ -364,32 +360,110 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
                 pass
 
     def _compute(self, method: str, make_request: Callable[[Placed], Any], named: Named,
-                 options: ResultOptions) -> Steps[Any]:
+                 options: ResultOptions, result_shape: Optional[Tuple[int, ...]] = None,
+                 result_type: Any = None) -> Steps[Any]:
+        """result_shape (and result_type, else the operands' dtype): the result's, where
+        the client knows it (a device input's result
+        is then made in its library on its device, for the server to write through CUDA
+        IPC where it shares the input that way; a large NumPy result comes through the
+        shared-memory pool)."""
         start = time.perf_counter()
-        placed, temps, upload_s = yield from self._place(named)
-        sink = ResultStream(options)
+        like = _device_operand(named, options)
+        leases: List[Array] = []
         try:
-            out_slice = yield from _shared_memory.shared_output(self, options.out)
-            request = make_request(placed)
-            options.fill(request.output)
-            if out_slice is not None:
-                out_slice.fill(request.output.shared_memory)
-                sink.shared_out = True
-            # A refused one-message try re-sends the request: only worth it for small inputs.
-            small = sum(a.nbytes for _, a in named if isinstance(a, np.ndarray)) <= _SMALL_INPUT_BYTES
-            array = yield from self._result(method, request, sink, try_single_message=small)
-        finally:
-            yield from self._drop(temps)
+            if self.shared_memory:
+                named = yield from self._pooled_inputs(named, leases)
+            placed, temps, upload_s = yield from self._place(named)
+            if (like is not None and result_shape is not None
+                    and any(isinstance(v, SharedSlice) for v in placed.values())):
+                out = empty_like_device(like, result_shape, named[0][1].dtype)
+                if out is not None:
+                    options = replace(options, out=out)
+            target = options.out
+            pooled_out = None
+            if like is None and result_shape is not None and (named or result_type):
+                pooled_out = yield from self._pooled_output(
+                    options, result_shape, result_type or named[0][1].dtype, leases)
+                if pooled_out is not None:
+                    options = replace(options, out=pooled_out)
+            sink = ResultStream(options)
+            try:
+                out_slice = yield from _shared_memory.shared_output(self, options.out)
+                request = make_request(placed)
+                options.fill(request.output)
+                if out_slice is not None:
+                    out_slice.fill(request.output.shared_memory)
+                    sink.shared_out = True
+                # A refused one-message try re-sends the request: only worth it for small
+                # inputs, and made only when the result fits one message.
+                small = sum(a.nbytes for _, a in named
+                            if isinstance(a, np.ndarray)) <= _SMALL_INPUT_BYTES
+                one_message = (0 if options.keep_on_device or sink.shared_out else
+                               _nbytes(result_shape, result_type or
+                                       (named[0][1].dtype if named else None)))
+                array = yield from self._result(method, request, sink, small, one_message)
+            finally:
+                yield from self._drop(temps)
+            if pooled_out is not None:  # out of the pool, into the caller's array
+                array = np.empty(pooled_out.shape, pooled_out.dtype) if target is None else target
+                _shared_pool.copy(array, pooled_out)
+        except BaseException:
+            yield from self._pool.discard(self, leases)
+            raise
+        self._pool.give_back(leases)
         value = (DeviceArray._from_info(self, sink.trailer.stored_buffer)
                  if options.keep_on_device else array)
-        return options.deliver(value, sink.trailer, start, upload=upload_s)
+        result = options.deliver(value, sink.trailer, start, upload=upload_s)
+        if like is None or options.out is not None:
+            return result
+        if isinstance(result, tuple):  # (value, Timing)
+            return to_device_like(like, result[0]), result[1]
+        return to_device_like(like, result)
+
+    def _pooled_inputs(self, named: Named, leases: List[Array]) -> Steps[Named]:
+        """Large plain NumPy operands copied into regions of the shared-memory pool (and
+        so sent as slices of them), where the server maps this host's memory."""
+        pooled: Named = []
+        for name, value in named:
+            if (isinstance(value, np.ndarray) and value.nbytes >= _shared_pool.POOL_MIN_BYTES
+                    and self._shared.host_slice(value) is None):
+                block = yield from self._pool.lease(self, value.nbytes)
+                if block is not None:
+                    leases.append(block)
+                    region = _shared_pool.view(block, value.shape, value.dtype)
+                    _shared_pool.copy(region, value)
+                    value = region
+            pooled.append((name, value))
+        return pooled
+
+    def _pooled_output(self, options: ResultOptions, shape: Tuple[int, ...], dtype: Any,
+                       leases: List[Array]) -> Steps[Optional[Array]]:
+        """A pool region for a large NumPy result the server may write itself (none for a
+        kept, complex or shared/device ``out`` result)."""
+        out = options.out
+        if (not self.shared_memory or options.keep_on_device or options.complex_pairs
+                or (out is not None and (not isinstance(out, np.ndarray)
+                                         or self._shared.host_slice(out) is not None))):
+            return None
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if nbytes < _shared_pool.POOL_MIN_BYTES:
+            return None
+        block = yield from self._pool.lease(self, nbytes)
+        if block is None:
+            return None
+        leases.append(block)
+        return _shared_pool.view(block, shape, dtype)
 
     def _result(self, method: str, request: Any, sink: ResultStream,
-                try_single_message: bool) -> Steps[Any]:
+                try_single_message: bool, result_bytes: Optional[int]) -> Steps[Any]:
         """The call as one message read as a unary call (cheaper per call) where asked
         and the server promises one; as a stream when it has none or refuses (a result
-        larger than one chunk is refused before it runs)."""
-        if try_single_message and (yield from self._single_message_results()):
+        larger than one chunk is refused before it runs). result_bytes: the bytes the
+        result message carries, where known (0: none); one larger than a chunk is not
+        tried, so that no refusal counts as a failed request in the server's metrics."""
+        if (try_single_message and (yield from self._single_message_results())
+                and (result_bytes is None or result_bytes <= (
+                    request.output.chunk_bytes or self._known_default_chunk()))):
             request.output.single_message = True
             with self._lock:
                 session = self.session and bool(self._sessions)
@@ -404,153 +478,7 @@ class ClientApi(StreamingMethods[ResultT], TransferMethods[ResultT, DeviceArrayT
         return (yield Stream("Compute." + method, request, sink))
 
     def _run(self, name: str, method: str, make_request: Callable[[Placed], Any],
-             named: Named, options: ResultOptions) -> ResultT:
-        return cast(ResultT, self._call(name, options.timeout,
-                                        self._compute(method, make_request, named, options)))
-
-    # -- compute ---------------------------------------------------------------------
-    # Every compute method also takes, keyword-only: out= (write the result into this
-    # C-contiguous NumPy array of its shape and dtype), keep_on_device=, chunk_bytes=,
-    # return_timing=, buffer_name= and timeout= (see ResultOptions).
-
-    def discount_product(self, factors: ArrayLike, values: ArrayLike, *,
-                         out: Optional[Array] = None, keep_on_device: bool = False,
-                         chunk_bytes: Optional[int] = None, return_timing: bool = False,
-                         buffer_name: Optional[str] = None,
-                         timeout: Optional[float] = None) -> ResultT:
-        """factors * values with NumPy broadcasting (the seed: (M, O) * (D, M, O))."""
-        named: Named = [("factors", as_array(factors, "factors")),
-                        ("values", as_array(values, "values"))]
-        same_dtype(named)
-
-        def make(p: Placed) -> Any:
-            req = pb.DiscountProductRequest()
-            set_operand(req.factors, p["factors"])
-            set_operand(req.values, p["values"])
-            return req
-
-        return self._run("discount_product", "DiscountProduct", make, named, ResultOptions(
-            keep_on_device, chunk_bytes, return_timing, buffer_name, timeout, out))
-
-    def haversine_grid(self, mesh: LatLonMesh, refs: ArrayLike, *,
-                       radius: float = DEFAULT_RADIUS_KM, dtype: Any = np.float64,
-                       out: Optional[Array] = None, keep_on_device: bool = False,
-                       chunk_bytes: Optional[int] = None, return_timing: bool = False,
-                       buffer_name: Optional[str] = None,
-                       timeout: Optional[float] = None) -> ResultT:
-        """Great-circle distances from each reference (lat, lon) to every point of `mesh`,
-        generated on the server; degrees in, `radius` units out; shape
-        (n_ref, mesh.n_lat, mesh.n_lon).
-        """
-        if not isinstance(mesh, LatLonMesh):
-            raise TypeError(f"mesh is {mesh!r}; give a gpucompute.LatLonMesh")
-        request = haversine_request(refs, radius)
-        request.mesh.dtype = result_dtype(dtype)
-        mesh._fill(request.mesh)
-        return self._run("haversine_grid", "HaversineGrid", lambda _: request, [],
-                         ResultOptions(keep_on_device, chunk_bytes, return_timing,
-                                       buffer_name, timeout, out))
-
-    def haversine_points(self, lat: ArrayLike, lon: ArrayLike, refs: ArrayLike, *,
-                         radius: float = DEFAULT_RADIUS_KM, out: Optional[Array] = None,
-                         keep_on_device: bool = False, chunk_bytes: Optional[int] = None,
-                         return_timing: bool = False, buffer_name: Optional[str] = None,
-                         timeout: Optional[float] = None) -> ResultT:
-        """Great-circle distances from each reference to each point (lat[i], lon[i]) of
-        two equal-shape arrays S in degrees; shape (n_ref, *S), dtype of lat/lon."""
-        request = haversine_request(refs, radius)
-        named: Named = [("lat", as_array(lat, "lat")), ("lon", as_array(lon, "lon"))]
-        same_dtype(named)
-
-        def make(p: Placed) -> Any:
-            set_operand(request.points.lat, p["lat"])
-            set_operand(request.points.lon, p["lon"])
-            return request
-
-        return self._run("haversine_points", "HaversineGrid", make, named, ResultOptions(
-            keep_on_device, chunk_bytes, return_timing, buffer_name, timeout, out))
-
-    def normalize(self, a: ArrayLike, *, norm: str = "sum", out: Optional[Array] = None,
-                  keep_on_device: bool = False, chunk_bytes: Optional[int] = None,
-                  return_timing: bool = False, buffer_name: Optional[str] = None,
-                  timeout: Optional[float] = None) -> ResultT:
-        """Each row along the last axis divided by its norm: "sum" (x / sum x, the
-        default), "l1", "l2" or "max_abs"; accumulated in float64 on the server."""
-        key = str(norm).lower()
-        if key not in NORMS:
-            raise ValueError(f"norm is {norm!r}; use 'sum', 'l1', 'l2' or 'max_abs'")
-        named: Named = [("input", as_array(a, "a"))]
-
-        def make(p: Placed) -> Any:
-            req = pb.NormalizeRequest(norm=NORMS[key])
-            set_operand(req.input, p["input"])
-            return req
-
-        return self._run("normalize", "Normalize", make, named, ResultOptions(
-            keep_on_device, chunk_bytes, return_timing, buffer_name, timeout, out))
-
-    def lombscargle(self, x: ArrayLike, y: ArrayLike, freqs: Union[ArrayLike, FrequencyGrid],
-                    *, precenter: bool = False, normalize: Union[bool, str] = False,
-                    weights: Optional[ArrayLike] = None, floating_mean: bool = False,
-                    method: str = "auto", accuracy: Optional[float] = None,
-                    out: Optional[Array] = None, keep_on_device: bool = False,
-                    chunk_bytes: Optional[int] = None, return_timing: bool = False,
-                    buffer_name: Optional[str] = None,
-                    timeout: Optional[float] = None) -> ResultT:
-        """scipy.signal.lombscargle(x, y, freqs, *, precenter, normalize, weights,
-        floating_mean) (SciPy 1.15 semantics), computed on the server.
-
-        x, y (and weights): (N,) or a batch (B, N) (x may stay (N,)); freqs: angular
-        frequencies (M,) as an array or DeviceArray of y's dtype, or a FrequencyGrid
-        generated on the server. normalize: False/"power", True/"normalize" or "amplitude".
-        Result (M,) or (B, M), dtype of y; "amplitude": complex (complex64 for float32,
-        complex128 for float64), SciPy 1.15's (a + 1j b) exp(1j tau), the best-fit A + iB of
-        y ~ A cos(f x) + B sin(f x) (+ c). The server sends it as (real, imaginary) pairs,
-        shape (..., M, 2): a keep_on_device result stays so; out= takes a complex array of
-        the result's shape (or real pairs).
-
-        method: "direct" (sums over every sample and frequency), "nufft" (non-uniform
-        FFTs, evenly spaced frequencies only: a FrequencyGrid, or freqs evenly spaced
-        within rounding) or "auto" (the server picks; Timing.method says which ran).
-        accuracy: the NUFFT's bound on each power's error relative to the row's
-        largest power, in [1e-14, 1e-2]; None means the server's default, 1e-9.
-
-        Series of different lengths in one request: x and y (and weights) as lists of
-        1-D arrays, one per series; the result is (B, M).
-        """
-        if method not in _LOMB_SCARGLE_METHODS:
-            raise ValueError(f"method is {method!r}; use one of {sorted(_LOMB_SCARGLE_METHODS)}")
-        normalization = _normalization(normalize)
-        row_offsets: List[int] = []
-        if isinstance(y, (list, tuple)):
-            x, y, weights, row_offsets = _ragged(x, y, weights)
-        named: Named = [("y", as_array(y, "y")), ("x", as_array(x, "x"))]
-        if weights is not None:
-            named.append(("weights", as_array(weights, "weights")))
-        if not isinstance(freqs, FrequencyGrid):
-            named.append(("freqs", as_array(freqs, "freqs")))
-        same_dtype(named)
-
-        def make(p: Placed) -> Any:
-            # "amplitude" by the enum; the others by the bool every server reads.
-            req = pb.LombScargleRequest(precenter=bool(precenter),
-                                        normalize=normalization == "normalize",
-                                        floating_mean=bool(floating_mean),
-                                        method=_LOMB_SCARGLE_METHODS[method],
-                                        accuracy=0.0 if accuracy is None else float(accuracy),
-                                        row_offsets=row_offsets)
-            if normalization == "amplitude":
-                req.normalization = pb.LOMB_SCARGLE_NORMALIZATION_AMPLITUDE
-            set_operand(req.x, p["x"])
-            set_operand(req.y, p["y"])
-            if "weights" in p:
-                set_operand(req.weights, p["weights"])
-            if isinstance(freqs, FrequencyGrid):
-                freqs._fill(req.freq_grid)
-            else:
-                set_operand(req.freqs, p["freqs"])
-            return req
-
-        return self._run("lombscargle", "LombScargle", make, named, ResultOptions(
-            keep_on_device, chunk_bytes, return_timing, buffer_name, timeout, out,
-            complex_pairs=normalization == "amplitude"))
+             named: Named, options: ResultOptions,
+             result_shape: Optional[Tuple[int, ...]] = None, result_type: Any = None) -> Any:
+        return self._call(name, options.timeout, self._compute(
+            method, make_request, named, options, result_shape, result_type))

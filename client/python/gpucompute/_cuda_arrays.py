@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import ctypes
+import importlib
 from typing import Any, Optional, Tuple
 
 import numpy as np
@@ -28,13 +29,24 @@ class _DLTensor(ctypes.Structure):
                 ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
 
 
+class NoCudaDriver(RuntimeError):
+    """A device array was given on a host whose CUDA driver cannot be loaded."""
+
+
 class _Driver:
     """The few CUDA driver calls the IPC path needs, through ctypes."""
 
     CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
 
     def __init__(self) -> None:
-        self.lib = ctypes.CDLL("libcuda.so.1")
+        try:
+            self.lib = ctypes.CDLL("libcuda.so.1")
+        except OSError as e:
+            raise NoCudaDriver(
+                "a device array (__cuda_array_interface__ or CUDA DLPack) was given, but "
+                f"this host's CUDA driver cannot be loaded ({e}): the array's memory cannot "
+                "be read here; pass a NumPy array, or run where the driver is installed"
+            ) from None
 
     def _check(self, result: int, what: str) -> None:
         if result != 0:
@@ -106,6 +118,8 @@ class CudaArray:
 
     def __init__(self, obj: Any, field_name: str):
         self.obj = obj
+        #: the library whose array type results of a call on this array take, when known
+        self.library = _library_of(obj)
         if hasattr(obj, "__cuda_array_interface__"):
             cai = obj.__cuda_array_interface__
             ptr, typestr, shape, strides = (int(cai["data"][0]), cai["typestr"],
@@ -148,3 +162,43 @@ def is_cuda_array(value: Any) -> bool:
         return int(value.__dlpack_device__()[0]) == _DL_CUDA
     except Exception:  # noqa: BLE001 - not a DLPack producer after all
         return False
+
+
+#: libraries whose arrays results are returned in (the input's library, on its device)
+_LIBRARIES = ("cupy", "torch")
+
+
+def _library_of(obj: Any) -> str:
+    library = type(obj).__module__.split(".")[0]
+    return library if library in _LIBRARIES else ""
+
+
+def _module(name: str) -> Any:
+    # Already imported: the caller passed one of its arrays.
+    return importlib.import_module(name)
+
+
+def empty_like_device(like: CudaArray, shape: Tuple[int, ...], dtype: Any) -> Any:
+    """An empty array of ``like``'s library on its device; None for other libraries."""
+    if like.library == "cupy":
+        cupy = _module("cupy")
+        with cupy.cuda.Device(like.obj.device.id):
+            return cupy.empty(shape, dtype=dtype)
+    if like.library == "torch":
+        torch = _module("torch")
+        return torch.empty(shape, dtype=getattr(torch, np.dtype(dtype).name),
+                           device=like.obj.device)
+    return None
+
+
+def to_device_like(like: CudaArray, host: Any) -> Any:
+    """A NumPy result as an array of ``like``'s library on its device (a copy); the
+    NumPy array itself for other libraries."""
+    if like.library == "cupy":
+        cupy = _module("cupy")
+        with cupy.cuda.Device(like.obj.device.id):
+            return cupy.asarray(host)
+    if like.library == "torch":
+        torch = _module("torch")
+        return torch.from_numpy(np.ascontiguousarray(host)).to(like.obj.device)
+    return host

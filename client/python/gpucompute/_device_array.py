@@ -1,7 +1,7 @@
-"""DeviceArray: the handle of a buffer stored on the server."""
+"""DeviceArray: the handle of a buffer stored on the server (and BufferList, a list of them)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional, Tuple
+from typing import Any, List, Optional, Protocol, Tuple
 
 import grpc
 import numpy as np
@@ -9,8 +9,17 @@ import numpy as np
 from ._types import Array, PB_TO_NP
 from .errors import NotFound, ProtocolError
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ._api import ClientApi
+
+class Owner(Protocol):
+    """What a DeviceArray asks of the client that made it (either client)."""
+
+    blocking: bool
+
+    def download(self, buffer: "DeviceArray", *, out: Optional[Array] = ...,
+                 chunk_bytes: Optional[int] = ..., return_timing: bool = ...,
+                 timeout: Optional[float] = ...) -> Any: ...
+
+    def delete(self, buffer: "DeviceArray", *, timeout: Optional[float] = ...) -> Any: ...
 
 
 class DeviceArray:
@@ -25,9 +34,8 @@ class DeviceArray:
     __slots__ = ("_client", "id", "name", "shape", "dtype", "nbytes", "location",
                  "created_unix_ms", "_deleted")
 
-    def __init__(self, client: "ClientApi[Any, Any, Any, Any, Any, Any]", id: str,
-                 shape: Tuple[int, ...], dtype: Any, nbytes: int, location: str,
-                 name: str = "", created_unix_ms: int = 0):
+    def __init__(self, client: Owner, id: str, shape: Tuple[int, ...], dtype: Any,
+                 nbytes: int, location: str, name: str = "", created_unix_ms: int = 0):
         self._client = client
         self.id = id
         self.name = name
@@ -39,8 +47,7 @@ class DeviceArray:
         self._deleted = False
 
     @classmethod
-    def _from_info(cls, client: "ClientApi[Any, Any, Any, Any, Any, Any]",
-                   info: Any) -> "DeviceArray":
+    def _from_info(cls, client: Owner, info: Any) -> "DeviceArray":
         if info.dtype not in PB_TO_NP:
             raise ProtocolError(grpc.StatusCode.DATA_LOSS,
                                 f"buffer {info.id} has unknown dtype {info.dtype}")
@@ -108,3 +115,11 @@ class DeviceArray:
         state = ", deleted" if self._deleted else ""
         return (f"DeviceArray(id={self.id!r}{name}, shape={self.shape}, dtype={self.dtype.name}, "
                 f"nbytes={self.nbytes}, location={self.location!r}{state})")
+
+
+class BufferList(List[DeviceArray]):
+    """list of DeviceArray: the caller's buffers (those stored under its credentials),
+    with their used_bytes and the server's whole quota_bytes."""
+
+    used_bytes: int = 0
+    quota_bytes: int = 0

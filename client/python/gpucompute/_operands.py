@@ -1,7 +1,7 @@
-"""Operand helpers: NumPy inputs checked, cast and written into request messages."""
+"""Operand helpers: inputs checked, cast as NumPy would and written into request messages."""
 from __future__ import annotations
 
-from typing import Any, Dict, Sequence, Tuple, Union
+from typing import Any, Dict, List, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -9,7 +9,7 @@ import numpy.typing as npt
 from ._device_array import DeviceArray
 from ._pb import pb
 from ._cuda_arrays import CudaArray, is_cuda_array
-from ._shared_memory import SharedSlice
+from ._shared_slice import SharedSlice
 from ._types import Array, NP_TO_PB
 
 ArrayLike = Any
@@ -27,11 +27,20 @@ NORMS = {
 
 # float32 and float64 as the wire carries them, by item size (made once, not per call).
 _LITTLE_ENDIAN: Dict[int, np.dtype[Any]] = {4: np.dtype("<f4"), 8: np.dtype("<f8")}
+#: dtype kinds an operand may have: bool, integers, floats (cast as NumPy would)
+_CASTABLE_KINDS = "biuf"
+
+
+def _check_kind(dtype: np.dtype[Any], field_name: str) -> None:
+    if dtype.kind not in _CASTABLE_KINDS or (dtype.kind == "f" and dtype.itemsize > 8):
+        raise TypeError(f"{field_name}: dtype {dtype} is not supported; gpucompute computes "
+                        "in float32 or float64 (from bool, integer or float operands)")
 
 
 def as_array(value: ArrayLike, field_name: str) -> Operand:
-    """A C-contiguous little-endian float32/float64 array (or the DeviceArray itself, or a
-    device array through __cuda_array_interface__)."""
+    """A NumPy array of a bool, integer or float dtype (lists and scalars too), a
+    DeviceArray, or a device array through __cuda_array_interface__; ``cast_operands`` then gives
+    every operand of a call its computing dtype."""
     if isinstance(value, DeviceArray):
         if value.deleted:
             raise ValueError(f"{field_name}: {value!r} was deleted")
@@ -39,25 +48,43 @@ def as_array(value: ArrayLike, field_name: str) -> Operand:
     if is_cuda_array(value):
         return CudaArray(value, field_name)
     arr: Array = np.asarray(value)
-    if arr.dtype.kind != "f" or arr.dtype.itemsize not in (4, 8):
-        raise TypeError(f"{field_name}: dtype {arr.dtype} is not supported; "
-                        "gpucompute computes in float32 or float64 (cast with .astype)")
-    want = _LITTLE_ENDIAN[arr.dtype.itemsize]
-    if arr.dtype != want:
-        arr = arr.astype(want)
-    if not arr.flags.c_contiguous:
-        arr = arr.copy(order="C")
+    _check_kind(arr.dtype, field_name)
     return arr
 
 
-def same_dtype(named: Sequence[Tuple[str, Operand]]) -> np.dtype[Any]:
-    first_name, first = named[0]
-    for name, value in named[1:]:
-        if value.dtype != first.dtype:
-            raise TypeError(f"{first_name} is {first.dtype.name} but {name} is "
-                            f"{value.dtype.name}; operands must share one dtype "
-                            "(no implicit casts: cast with .astype)")
-    return first.dtype
+def computing_dtype(dtypes: Sequence[np.dtype[Any]], dtype: npt.DTypeLike = None) -> np.dtype[Any]:
+    """float32 or float64: ``dtype`` when given, else NumPy's result type of the operands'
+    as a float (bool and integers give float64, float16 float32, as NumPy's true divide)."""
+    if dtype is not None:
+        chosen = np.dtype(dtype)
+        if chosen.kind != "f" or chosen.itemsize not in (4, 8):
+            raise TypeError(f"dtype is {chosen}; use float32 or float64")
+        return _LITTLE_ENDIAN[chosen.itemsize]
+    common = np.result_type(*dtypes)
+    if common.kind == "f" and common.itemsize <= 4:
+        return _LITTLE_ENDIAN[4]
+    return _LITTLE_ENDIAN[8]
+
+
+def cast_operands(named: Sequence[Tuple[str, Operand]], dtype: npt.DTypeLike = None
+         ) -> List[Tuple[str, Operand]]:
+    """The operands in their computing dtype (``computing_dtype``), each C-contiguous
+    and little-endian. Arrays on the server or a device cannot be cast here: one of
+    another dtype raises TypeError."""
+    target = computing_dtype([value.dtype for _, value in named], dtype)
+    out: List[Tuple[str, Operand]] = []
+    for name, value in named:
+        if isinstance(value, np.ndarray):
+            out.append((name, np.ascontiguousarray(value, dtype=target)))
+        elif value.dtype != target:
+            raise TypeError(f"{name} is a {value.dtype.name} array on the "
+                            f"{'server' if isinstance(value, DeviceArray) else 'device'}, "
+                            f"but the call computes in {target.name} (NumPy's result type "
+                            "of the operands, or dtype=): it cannot be cast here; cast it "
+                            "where it lies, or give dtype=")
+        else:
+            out.append((name, value))
+    return out
 
 
 def byte_view(arr: Array) -> memoryview:
@@ -80,10 +107,8 @@ def set_operand(operand: Any, value: Operand) -> None:
 
 
 def result_dtype(dtype: npt.DTypeLike) -> int:
-    dt = np.dtype(dtype)
-    if dt.kind != "f" or dt.itemsize not in (4, 8):
-        raise TypeError(f"dtype {dt} is not supported; use float32 or float64")
-    return int(pb.FLOAT32 if dt.itemsize == 4 else pb.FLOAT64)
+    """The wire's dtype of a result generated on the server (float32 or float64)."""
+    return NP_TO_PB[computing_dtype([], dtype)]
 
 
 def haversine_request(refs: ArrayLike, radius: float) -> Any:

@@ -1,13 +1,13 @@
 """One open Compute.Session call on which a blocking Client sends its small compute
-requests (issue #13): a unary call costs grpcio, and the server, a call's set-up and
+requests: a unary call costs grpcio, and the server, a call's set-up and
 teardown each time, more than a small request's work.
 
 Each request is framed by hand around its serialized compute request and answered by
 id. No thread of this module reads the answers: the calling thread whose answer is due
 reads the call's response stream itself (one reader at a time, under the lock), keeps
 answers for other threads' ids and wakes them; one of them reads next. A reader thread
-handing answers over costs one thread hop more per request (bench/ping_pong.py's
-history in bench/results). Requests go out through grpcio's request thread, as on any
+handing answers over would cost one thread hop more per request (bench/ping_pong.py
+times both). Requests go out through grpcio's request thread, as on any
 client-streaming call.
 
 A request's own failure is raised as its unary call's would be (RequestFailed is the
@@ -206,6 +206,16 @@ class Session:
             self._watch_cond.notify()  # the watcher stops
         raise error
 
+    def _abandon(self) -> None:
+        """The server stopped answering: the session ends for every request on it."""
+        with self._cond:
+            if self._error is None:
+                self._error = RequestFailed(grpc.StatusCode.UNAVAILABLE,
+                                            "the server stopped answering the session")
+            self._cond.notify_all()
+        self.half_close()
+        self._call.cancel()
+
     def _watch(self, deadline: float) -> None:
         """Has the watcher look at ``deadline`` (starting it the first time)."""
         with self._watch_cond:
@@ -238,7 +248,8 @@ class Session:
                     cancelled[key] = deadline
                     self._sends.put(cancel_message(key))
                 elif now > deadline + UNANSWERED_S:
-                    self._call.cancel()
+                    self._abandon()
+                    return
             for key in [k for k in cancelled if k not in due]:
                 del cancelled[key]  # answered
             wakes = upcoming + [d + UNANSWERED_S for d in cancelled.values()]

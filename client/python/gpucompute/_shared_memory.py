@@ -23,47 +23,18 @@ import secrets
 import threading
 from dataclasses import dataclass
 from multiprocessing import resource_tracker
-from typing import TYPE_CHECKING, Any, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import grpc
 import numpy as np
 
 from ._cuda_arrays import CudaArray, driver, is_cuda_array
 from ._pb import pb
-from ._types import NP_TO_PB
+from ._shared_slice import SharedSlice
+from ._steps import Steps, Unary
 from .errors import FailedPrecondition
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ._steps import Steps
-
-
-def _unary(rpc: str, request: Any, cleanup: bool = False) -> Any:
-    # Imported here: _steps imports (through _stream and _operands) this module.
-    from ._steps import Unary
-    return Unary(rpc, request, cleanup)
-
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
-
-
-@dataclass(frozen=True)
-class SharedSlice:
-    """An operand or result in a registered region: the request names it, no bytes."""
-
-    region_id: str
-    offset: int
-    dtype: np.dtype  # type: ignore[type-arg]
-    shape: Tuple[int, ...]
-
-    @property
-    def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
-
-    def fill(self, message: Any, with_type: bool = True) -> None:
-        message.region_id = self.region_id
-        message.offset = self.offset
-        if with_type:
-            message.dtype = NP_TO_PB[self.dtype]
-            message.shape.extend(self.shape)
 
 
 @dataclass
@@ -164,9 +135,9 @@ def new_shared_array(client: Any, shape: Any, dtype: Any, name: str) -> Steps[An
     key = f"/gpucompute_{os.getpid()}_{secrets.token_hex(8)}"
     memory = _create(key, nbytes)
     try:
-        info = yield _unary("SharedMemory.RegisterSystemSharedMemory",
-                            pb.RegisterSystemSharedMemoryRequest(
-                                name=name, key=key, offset=0, byte_size=nbytes))
+        info = yield Unary("SharedMemory.RegisterSystemSharedMemory",
+                           pb.RegisterSystemSharedMemoryRequest(
+                               name=name, key=key, offset=0, byte_size=nbytes))
     except BaseException:
         _unlink(key)
         raise
@@ -216,10 +187,10 @@ def cuda_slice(client: Any, arr: CudaArray) -> Steps[Optional[SharedSlice]]:
     handle = drv.ipc_handle(base)
     region = client._shared.find("cuda", arr.ptr, arr.nbytes, handle)
     if region is None:
-        info = yield _unary("SharedMemory.RegisterCudaSharedMemory",
-                           pb.RegisterCudaSharedMemoryRequest(
-                               name="gpucompute-py cuda allocation", ipc_handle=handle,
-                               pci_bus_id=drv.pci_bus_id(arr.ptr), offset=0, byte_size=size))
+        info = yield Unary("SharedMemory.RegisterCudaSharedMemory",
+                          pb.RegisterCudaSharedMemoryRequest(
+                              name="gpucompute-py cuda allocation", ipc_handle=handle,
+                              pci_bus_id=drv.pci_bus_id(arr.ptr), offset=0, byte_size=size))
         region = Region(info.id, base, size, "cuda", handle=handle)
         client._shared.add(region)
     return SharedSlice(region.id, arr.ptr - region.base, arr.dtype, arr.shape)
@@ -281,8 +252,8 @@ def free(client: Any, array: Any) -> Steps[int]:
 def unregister(client: Any, region: Region) -> Steps[int]:
     client._shared.take(region.id)
     try:
-        reply = yield _unary("SharedMemory.UnregisterSharedMemory",
-                             pb.UnregisterSharedMemoryRequest(region_id=region.id), True)
+        reply = yield Unary("SharedMemory.UnregisterSharedMemory",
+                            pb.UnregisterSharedMemoryRequest(region_id=region.id), True)
         return int(reply.freed_bytes)
     finally:
         release_local(region)
@@ -301,5 +272,5 @@ def free_all(client: Any) -> Steps[None]:
             pass
 
 
-__all__ = ["SharedSlice", "SharedRegions", "new_shared_array", "place_shared",
+__all__ = ["SharedRegions", "new_shared_array", "place_shared",
            "shared_output", "free", "free_all"]

@@ -19,7 +19,7 @@ import grpc
 from . import _wire
 from ._pb import pb
 from ._stream import ResultStream
-from .errors import DeadlineExceeded, from_rpc_error
+from .errors import DeadlineExceeded, GpuComputeError, error_for, from_rpc_error
 
 T = TypeVar("T")
 
@@ -186,10 +186,31 @@ class Run(Generic[T]):
         try:
             yield
         except BaseException as e:  # KeyboardInterrupt too: the steps delete temporaries
-            error = from_rpc_error(e, rpc, self.name) if isinstance(e, grpc.RpcError) else e
+            error = _call_error(e, rpc, self.name) if isinstance(e, grpc.RpcError) else e
             self._advance(lambda: self._steps.throw(error))
         else:
             self._advance(lambda: self._steps.send(self.reply))
+
+
+#: the details of a CANCELLED status that this client caused: grpcio's for call.cancel()
+#: and a closed channel, the session's for Client.close()
+_CLIENT_CANCELS = frozenset({"Locally cancelled by application!", "Channel closed!",
+                             "the client closed"})
+
+
+def _call_error(error: grpc.RpcError, rpc: str, call: str) -> GpuComputeError:
+    """The GpuComputeError of a failed RPC. A CANCELLED this client did not ask for comes
+    from the server giving up on the call, above all from one that stops (its shutdown
+    cancels the calls it still has, and the connection goes with it): Unavailable, as for
+    any server that went away, and as worth another try."""
+    converted = from_rpc_error(error, rpc, call)
+    if (converted.code == grpc.StatusCode.CANCELLED
+            and converted.message not in _CLIENT_CANCELS):
+        return error_for(grpc.StatusCode.UNAVAILABLE,
+                         f"the server cancelled the call ({converted.message}): it is "
+                         "stopping or restarting, or gave up on an unread result stream",
+                         rpc, call)
+    return converted
 
 
 class CallGroup:

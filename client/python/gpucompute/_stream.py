@@ -19,8 +19,8 @@ from .errors import ProtocolError, Unimplemented
 #: data chunk size of downloads and streamed results when the caller gives none: grpcio
 #: assembles each received message in fresh memory with two to three copies, all under
 #: the GIL; at 256 KiB they stay in the CPU's L2 cache and in reused heap memory (from 1
-#: MiB up every message page-faults in fresh mmapped blocks: 0.25 against 0.6 client
-#: core-s/GB, bench/BULK_TRANSFER.md)
+#: MiB up every message page-faults in fresh mmapped blocks, which costs the client more
+#: CPU than the copies)
 BULK_RESULT_CHUNK = 256 << 10
 
 #: what a compute method (or download) returns: the array (``out`` itself when given),

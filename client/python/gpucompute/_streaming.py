@@ -15,23 +15,20 @@ from __future__ import annotations
 
 import math
 import time
-from typing import (TYPE_CHECKING, Any, Generic, Iterable, Iterator, List, Optional,
-                    Sequence, Tuple, TypeVar, Union, cast)
+from typing import (TYPE_CHECKING, Any, Iterable, Iterator, List, Optional, Sequence, Tuple,
+                    Union, cast)
 
 import numpy as np
 
 from . import _wire
-from ._operands import NORMS, ArrayLike, as_array, byte_view, haversine_request, set_operand
+from ._operands import (NORMS, ArrayLike, as_array, byte_view, cast_operands, computing_dtype,
+                        haversine_request, set_operand)
 from ._pb import pb
 from ._steps import Parallel, Steps, Stream
 from ._stripe_workers import Out, stripe_step
 from ._stream import ResultOptions, ResultStream
 from ._types import DEFAULT_RADIUS_KM, NP_TO_PB, Array
 
-if TYPE_CHECKING:
-    from ._steps import Run  # noqa: F401
-
-ResultT = TypeVar("ResultT")
 
 #: input bytes per data message (all streamed operands of a chunk together)
 DEFAULT_STREAM_CHUNK = 2 << 20
@@ -90,11 +87,14 @@ def _merged_trailer(trailers: Sequence[Any]) -> Any:
 
 
 def _host_array(value: Any, name: str) -> Array:
-    """A streamed operand: a NumPy array (numpy.memmap included), as as_array makes it."""
+    """A streamed operand: a NumPy array (numpy.memmap included) in its computing dtype
+    (as ``cast_operands`` gives it: one of another dtype is copied whole, cast)."""
     array = as_array(value, name)
     if not isinstance(array, np.ndarray):
         raise TypeError(f"{name}: a streamed operand must be a NumPy array (or chunks of one)")
-    return array
+    (_, host), = cast_operands([(name, array)])
+    assert isinstance(host, np.ndarray)
+    return host
 
 
 def _input_parts(data: Any, count: int, name: str, shape: Optional[Sequence[int]],
@@ -119,7 +119,7 @@ def _input_parts(data: Any, count: int, name: str, shape: Optional[Sequence[int]
     first = first if isinstance(first, tuple) else (first,)
     if len(first) != count:
         raise ValueError(f"{name}: each chunk must be {count} array(s)")
-    np_dtype = np.dtype(dtype) if dtype is not None else np.asarray(first[0]).dtype
+    np_dtype = computing_dtype([np.asarray(first[0]).dtype], dtype)
 
     def parts() -> Iterator[Tuple[Array, ...]]:
         for chunk in [first] + [c if isinstance(c, tuple) else (c,) for c in it]:
@@ -136,7 +136,7 @@ def _streaming_part(header: Any, arrays: Tuple[Array, ...], out: Array, row_byte
                   ResultStream(ResultOptions(out=out)), channel=channel)
 
 
-class StreamingMethods(Generic[ResultT]):
+class StreamingMethods:
     """The stream_* methods of ClientApi (both clients)."""
 
     if TYPE_CHECKING:
@@ -152,7 +152,7 @@ class StreamingMethods(Generic[ResultT]):
                                 out: Optional[Array] = None, chunk_bytes: Optional[int] = None,
                                 input_chunk_bytes: int = DEFAULT_STREAM_CHUNK,
                                 return_timing: bool = False,
-                                timeout: Optional[float] = None) -> ResultT:
+                                timeout: Optional[float] = None) -> Any:
         """factors * values, values streamed through the server in chunks: any size in
         one call with bounded server memory. factors broadcast into values' shape (the
         seed: (M, O) into (D, M, O)). values: an array (a numpy.memmap for inputs beyond
@@ -161,9 +161,7 @@ class StreamingMethods(Generic[ResultT]):
         discount_product's."""
         parts, whole, np_dtype = _input_parts(values, 1, "values", shape, dtype)
         header = pb.StreamingComputeHeader(operation=pb.STREAMING_DISCOUNT_PRODUCT)
-        f = as_array(factors, "factors")
-        if f.dtype != np_dtype:
-            raise ValueError(f"factors is {f.dtype} but values are {np_dtype}")
+        (_, f), = cast_operands([("factors", as_array(factors, "factors"))], np_dtype)
         set_operand(header.factors, f)
         # Calls over row ranges of values see the same factors when these repeat along the
         # first axis: they do not span it (leading extents of 1 aside).
@@ -180,7 +178,7 @@ class StreamingMethods(Generic[ResultT]):
                                 out: Optional[Array] = None, chunk_bytes: Optional[int] = None,
                                 input_chunk_bytes: int = DEFAULT_STREAM_CHUNK,
                                 return_timing: bool = False,
-                                timeout: Optional[float] = None) -> ResultT:
+                                timeout: Optional[float] = None) -> Any:
         """haversine_points streamed: lat and lon arrays (or lat an iterator of (lat, lon)
         chunk pairs, lon None, with shape=); result (n_ref, *S) as haversine_points'."""
         data = (_host_array(lat, "lat"), _host_array(lon, "lon")) if lon is not None else lat
@@ -197,7 +195,7 @@ class StreamingMethods(Generic[ResultT]):
                          shape: Optional[Sequence[int]] = None, dtype: Any = None,
                          out: Optional[Array] = None, chunk_bytes: Optional[int] = None,
                          input_chunk_bytes: int = DEFAULT_STREAM_CHUNK,
-                         return_timing: bool = False, timeout: Optional[float] = None) -> ResultT:
+                         return_timing: bool = False, timeout: Optional[float] = None) -> Any:
         """normalize streamed by rows (chunks of an iterator must hold whole rows)."""
         key = str(norm).lower()
         if key not in NORMS:
@@ -211,7 +209,7 @@ class StreamingMethods(Generic[ResultT]):
 
     def _stream(self, name: str, header: Any, parts: Iterable[Tuple[Array, ...]],
                 shape: Tuple[int, ...], dtype: np.dtype[Any], options: ResultOptions,
-                input_chunk_bytes: int, splits: bool = False) -> ResultT:
+                input_chunk_bytes: int, splits: bool = False) -> Any:
         """splits: whether calls over ranges of the first axis give the whole's result."""
         if dtype not in NP_TO_PB:
             raise ValueError(f"dtype {dtype} is not float32 or float64")
@@ -233,7 +231,7 @@ class StreamingMethods(Generic[ResultT]):
         else:
             steps = self._streaming_steps(
                 _requests(header, parts, row_bytes, input_chunk_bytes), options, runs)
-        return cast(ResultT, self._call(name, options.timeout, steps))
+        return self._call(name, options.timeout, steps)
 
     def _striped_streaming_steps(self, header: Any, arrays: Tuple[Array, ...], calls: int,
                                  row_bytes: int, options: ResultOptions, input_chunk_bytes: int,

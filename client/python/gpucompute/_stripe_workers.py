@@ -1,8 +1,8 @@
 """Stripes in worker processes (``Client(stripe_processes=True)``).
 
 grpcio copies every received byte two or three times and every sent byte once more, all
-holding the GIL, so one process moves 1.5-2.5 GB/s however many threads it stripes over
-(bench/BULK_TRANSFER.md, "The Python client"). Here each stripe of a Parallel step runs
+holding the GIL, so one process moves about what one stream does however many threads
+it stripes over. Here each stripe of a Parallel step runs
 in one of ``stripes`` worker processes instead, each with its own Client and connection.
 
 The data never crosses the process boundary by pickling: array arguments of a stripe
@@ -52,6 +52,10 @@ _HEAD = struct.Struct("<Q")
 _WORKER_MALLOC = "glibc.malloc.mmap_threshold=67108864:glibc.malloc.trim_threshold=1073741824"
 #: the pieces an input is copied into shared memory by, between checks for cancellation
 _COPY_PIECE = 16 << 20
+#: a worker process's program: the client on top, this module's loop under it
+_WORKER_MAIN = ("import sys; from gpucompute.client import Client; "
+                "from gpucompute._stripe_workers import worker_main; "
+                "worker_main(int(sys.argv[1]), Client)")
 #: how long close() waits for a worker to stop before killing it
 _STOP_TIMEOUT_S = 5.0
 
@@ -293,8 +297,7 @@ class _Worker:
         env.setdefault("GLIBC_TUNABLES", _WORKER_MALLOC)
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", "import sys; from gpucompute._stripe_workers import "
-                 "worker_main; worker_main(int(sys.argv[1]))", str(child.fileno())],
+                [sys.executable, "-c", _WORKER_MAIN, str(child.fileno())],
                 pass_fds=[child.fileno()], env=env, stdin=subprocess.DEVNULL)
         finally:
             child.close()
@@ -520,15 +523,15 @@ def _run_job(client: Any, sock: socket.socket, send_lock: threading.Lock, group:
             _send(sock, ("error", job_id, RuntimeError(f"stripe worker: {reply[2]!r} ({e})")))
 
 
-def worker_main(fd: int) -> None:
-    """A worker process: one Client; jobs run one at a time on a thread, while this
-    thread reads cancels; ends when the parent says stop or goes away."""
+def worker_main(fd: int, make_client: Callable[..., Any]) -> None:
+    """A worker process: one Client (``make_client``, gpucompute.Client: this module lies
+    below it); jobs run one at a time on a thread, while this thread reads cancels; ends
+    when the parent says stop or goes away."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     sock = socket.socket(fileno=fd)
     (kind, config), _ = _recv(sock)
     assert kind == "config"
-    from .client import Client
-    client = Client(config["target"], token=config["token"], options=config["options"])
+    client = make_client(config["target"], token=config["token"], options=config["options"])
     _send(sock, ("ready", 0, None))
     send_lock = threading.Lock()
     groups: Dict[int, Any] = {}

@@ -4,21 +4,19 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Generic, Iterator, Optional, Sequence, TypeVar, Union, cast
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence, Union, cast
 
 import numpy as np
 
 from . import _stripe_workers, _wire
 from ._device_array import DeviceArray
-from ._operands import ArrayLike, as_array, byte_view
+from ._operands import ArrayLike, as_array, byte_view, cast_operands
 from ._pb import pb
 from ._steps import Parallel, Steps, Stream, Unary
 from ._stream import ResultOptions, ResultStream
 from ._stripe_workers import Out, stripe_step
 from ._types import NP_TO_PB, Array
 
-ResultT = TypeVar("ResultT")
-DeviceArrayT = TypeVar("DeviceArrayT")
 
 #: inline requests up to this size go out without asking the server for its limit
 _UNASKED_INLINE_BYTES = 256 << 10
@@ -48,7 +46,7 @@ def _download_part(request: Any, array: Array, begin: int, end: int, channel: in
                   ResultStream(ResultOptions(out=array), begin, end), channel=channel)
 
 
-class TransferMethods(Generic[ResultT, DeviceArrayT]):
+class TransferMethods:
     """upload and download of ClientApi."""
 
     if TYPE_CHECKING:
@@ -63,16 +61,15 @@ class TransferMethods(Generic[ResultT, DeviceArrayT]):
         def _empty(self, shape: Sequence[int], dtype: Any) -> Array: ...
 
     def upload(self, array: ArrayLike, name: str = "", *, chunk_bytes: Optional[int] = None,
-               timeout: Optional[float] = None) -> DeviceArrayT:
+               timeout: Optional[float] = None) -> Any:
         """Store `array` on the server; returns its DeviceArray handle."""
         if isinstance(array, DeviceArray):
             raise TypeError("array is already a DeviceArray")
-        arr = as_array(array, "array")
+        (_, arr), = cast_operands([("array", as_array(array, "array"))])
         assert isinstance(arr, np.ndarray)
         if chunk_bytes is not None and int(chunk_bytes) <= 0:
             raise ValueError(f"chunk_bytes is {chunk_bytes}; it must be > 0")
-        return cast(DeviceArrayT, self._call("upload", timeout,
-                                             self._upload(arr, name, chunk_bytes)))
+        return self._call("upload", timeout, self._upload(arr, name, chunk_bytes))
 
     def _upload(self, arr: Array, name: str, chunk_bytes: Optional[int]) -> Steps[DeviceArray]:
         if chunk_bytes is None:
@@ -120,13 +117,13 @@ class TransferMethods(Generic[ResultT, DeviceArrayT]):
 
     def download(self, buffer: Union[DeviceArray, str], *, out: Optional[Array] = None,
                  chunk_bytes: Optional[int] = None, return_timing: bool = False,
-                 timeout: Optional[float] = None) -> ResultT:
+                 timeout: Optional[float] = None) -> Any:
         """A stored buffer's contents as a NumPy array (written into ``out`` when given)."""
         options = ResultOptions(chunk_bytes=chunk_bytes, return_timing=return_timing,
                                 timeout=timeout, out=out)
         buffer_id = buffer.id if isinstance(buffer, DeviceArray) else str(buffer)
         request = pb.DownloadRequest(buffer_id=buffer_id, chunk_bytes=options.bulk_chunk_bytes())
-        return cast(ResultT, self._call("download", timeout, self._download(request, options)))
+        return self._call("download", timeout, self._download(request, options))
 
     def _download(self, request: Any, options: ResultOptions) -> Steps[Any]:
         start = time.perf_counter()

@@ -1,18 +1,29 @@
 """The client's value types: dtypes, server-generated grids, timings, server info."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 import numpy.typing as npt
 
 from ._pb import pb
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ._device_array import DeviceArray
-
 DEFAULT_RADIUS_KM = 6371.0088
+#: the environment variable that names the server when a client is given no target
+TARGET_VARIABLE = "GPUCOMPUTE_TARGET"
+
+
+def resolve_target(target: Optional[str]) -> str:
+    """``target``, else $GPUCOMPUTE_TARGET; ValueError when neither names a server."""
+    if target:
+        return target
+    from_environment = os.environ.get(TARGET_VARIABLE, "").strip()
+    if not from_environment:
+        raise ValueError(f"no target: give one (e.g. \"localhost:50051\") or set "
+                         f"{TARGET_VARIABLE}")
+    return from_environment
 
 #: a NumPy array of any dtype (the client's results are float32 or float64)
 Array = npt.NDArray[Any]
@@ -169,11 +180,3 @@ class ServerInfo:
             operations={op.name: tuple(PB_TO_NP[d] for d in op.dtypes if d in PB_TO_NP)
                         for op in raw.operations},
             limits=limits, raw=raw, instance_id=raw.instance_id)
-
-
-class BufferList(List["DeviceArray"]):
-    """list of DeviceArray: the caller's buffers (those stored under its credentials),
-    with their used_bytes and the server's whole quota_bytes."""
-
-    used_bytes: int = 0
-    quota_bytes: int = 0

@@ -11,26 +11,39 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Awaitable, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Awaitable, List, Optional, Tuple, Union
 
 import grpc
 import grpc.aio
 
 from ._aio_session import AioSession
 from ._api import ClientApi
-from ._device_array import DeviceArray
 from ._steps import (UNARY, CallGroup, Parallel, Run, Step, Stream, Unary,
                      cancel_on_error)
-from ._stream import Result
-from ._types import BufferList, ServerInfo
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._device_array import BufferList, DeviceArray
+    from ._types import ServerInfo
 
 __all__ = ["Client"]
 
 
-class Client(ClientApi[Awaitable[Result], Awaitable[DeviceArray], Awaitable[str],
-                       Awaitable[ServerInfo], Awaitable[int], Awaitable[BufferList]]):
+class Client(ClientApi):
     """A connection to a gpucompute server on grpc.aio; create it inside the event loop
     that awaits its calls. Takes the arguments of ``gpucompute.Client``."""
+
+    if TYPE_CHECKING:  # what the service methods return here (ClientApi types them Any)
+        def health(self, service: str = "", *, timeout: Optional[float] = None) -> Awaitable[str]: ...
+
+        def info(self, *, timeout: Optional[float] = None) -> Awaitable[ServerInfo]: ...
+
+        def upload(self, array: Any, name: str = "", *, chunk_bytes: Optional[int] = None,
+                   timeout: Optional[float] = None) -> Awaitable[DeviceArray]: ...
+
+        def delete(self, buffer: Union[DeviceArray, str], *,
+                   timeout: Optional[float] = None) -> Awaitable[int]: ...
+
+        def list_buffers(self, *, timeout: Optional[float] = None) -> Awaitable[BufferList]: ...
 
     blocking = False
 
@@ -55,11 +68,14 @@ class Client(ClientApi[Awaitable[Result], Awaitable[DeviceArray], Awaitable[str]
     def _start(self) -> None:
         self._session: Optional[AioSession] = None  # opened by the first call that uses it
 
-    def _open_session(self) -> AioSession:
-        """The client's session, opened anew when there is none or it broke."""
-        if self._session is None or self._session.broken:
-            if self._session is not None:
-                self._session.close()
+    def _open_session(self) -> Optional[AioSession]:
+        """The client's session, opened anew when there is none or it broke; None from
+        a break until the server answers again."""
+        if self._session is not None and self._session.broken:
+            self._session.close()
+            self._session = None
+            self._answered = False
+        if self._session is None and self._answered:
             self._session = AioSession(self._stubs["Compute.Session"], self._metadata)
         return self._session
 
@@ -83,7 +99,14 @@ class Client(ClientApi[Awaitable[Result], Awaitable[DeviceArray], Awaitable[str]
         request = iter(step.request) if isinstance(step.request, list) else step.request
         unary = isinstance(step, Stream) and step.unary
         if isinstance(step, Stream) and step.session and step.channel == 0:
-            step.sink.feed_complete(await self._open_session().run(step.rpc, request, timeout))
+            session = self._open_session()
+            if session is not None:
+                step.sink.feed_complete(await session.run(step.rpc, request, timeout))
+                return step.sink.finish()
+            step.sink.feed(await stubs[step.rpc + UNARY](request, timeout=timeout,
+                                                         metadata=self._metadata))
+            self._answered = True
+            self._open_session()
             return step.sink.finish()
         reply = stubs[step.rpc + UNARY if unary else step.rpc](request, timeout=timeout,
                                                                metadata=self._metadata)

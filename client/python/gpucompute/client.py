@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import Any, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple, Union
 
 import grpc
 import grpc.experimental
@@ -12,18 +12,19 @@ import grpc.experimental
 from ._api import DEFAULT_UPLOAD_THRESHOLD, ClientApi
 from ._pb import pb
 from ._session import Session
-from ._device_array import DeviceArray
 from ._steps import (UNARY, CallGroup, Parallel, Run, Step, Stream, Unary,
                      cancel_on_error)
-from ._stream import Result
-from ._types import BufferList, ServerInfo
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._device_array import BufferList, DeviceArray
+    from ._types import ServerInfo
 
 __all__ = ["Client", "DEFAULT_UPLOAD_THRESHOLD"]
 
 _START_TIMEOUT_S = 30.0  # the server-limits request sent at construction
 
 
-class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
+class Client(ClientApi):
     """A connection to a gpucompute server whose methods block until their result.
 
     Client(target, *, credentials=None, token=None, timeout=None,
@@ -31,6 +32,19 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
     parameters; gpucompute.aio.Client has the same methods, awaitable.
     The client is thread-safe: one Client may serve concurrent calls from threads.
     """
+
+    if TYPE_CHECKING:  # what the service methods return here (ClientApi types them Any)
+        def health(self, service: str = "", *, timeout: Optional[float] = None) -> str: ...
+
+        def info(self, *, timeout: Optional[float] = None) -> ServerInfo: ...
+
+        def upload(self, array: Any, name: str = "", *, chunk_bytes: Optional[int] = None,
+                   timeout: Optional[float] = None) -> DeviceArray: ...
+
+        def delete(self, buffer: Union[DeviceArray, str], *,
+                   timeout: Optional[float] = None) -> int: ...
+
+        def list_buffers(self, *, timeout: Optional[float] = None) -> BufferList: ...
 
     def _connect(self, credentials: Optional[grpc.ChannelCredentials],
                  options: List[Tuple[str, Any]]) -> Any:
@@ -96,7 +110,14 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
         request = iter(step.request) if isinstance(step.request, list) else step.request
         unary = isinstance(step, Stream) and step.unary
         if isinstance(step, Stream) and step.session and step.channel == 0:
-            step.sink.feed_complete(self._open_session().run(step.rpc, request, timeout))
+            session = self._open_session()
+            if session is not None:
+                step.sink.feed_complete(session.run(step.rpc, request, timeout))
+                return step.sink.finish()
+            step.sink.feed(stubs[step.rpc + UNARY](request, timeout=timeout,
+                                                   metadata=self._metadata))
+            self._answered = True
+            self._open_session()
             return step.sink.finish()
         stub = stubs[step.rpc + UNARY if unary else step.rpc]
         if group is not None and not isinstance(step, Stream):
@@ -116,12 +137,15 @@ class Client(ClientApi[Result, DeviceArray, str, ServerInfo, int, BufferList]):
                 step.sink.feed(message)
         return step.sink.finish()
 
-    def _open_session(self) -> Session:
-        """The client's session, opened anew when there is none or it broke."""
+    def _open_session(self) -> Optional[Session]:
+        """The client's session, opened anew when there is none or it broke; None from
+        a break until the server answers again."""
         with self._session_lock:
-            if self._session is None or self._session.broken:
-                if self._session is not None:
-                    self._session.half_close()
+            if self._session is not None and self._session.broken:
+                self._session.half_close()
+                self._session = None
+                self._answered = False
+            if self._session is None and self._answered:
                 self._session = Session(self._stubs["Compute.Session"], self._metadata)
             return self._session
 

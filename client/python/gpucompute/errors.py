@@ -18,7 +18,11 @@ class GpuComputeError(Exception):
     server's stable machine-readable reason (google.rpc.ErrorInfo: "BUFFER_NOT_FOUND",
     "QUOTA_EXCEEDED", ..., else the code's name; "" when the error did not come from the
     server) and ``metadata`` its details ("field", "limit", "owner_instance", ...):
-    decide by these, not by the message."""
+    decide by these, not by the message. The subclasses
+    also derive from the builtin a Python caller would catch: InvalidArgument from
+    ValueError, DeadlineExceeded from TimeoutError, Unavailable from ConnectionError,
+    NotFound from LookupError, OutOfRange from IndexError, PermissionDenied and
+    Unauthenticated from PermissionError, Unimplemented from NotImplementedError."""
 
     #: the status code this class stands for (None on the base class)
     default_code: Optional[grpc.StatusCode] = None
@@ -58,11 +62,11 @@ class InvalidArgument(GpuComputeError, ValueError):
     default_code = grpc.StatusCode.INVALID_ARGUMENT
 
 
-class DeadlineExceeded(GpuComputeError):
+class DeadlineExceeded(GpuComputeError, TimeoutError):
     default_code = grpc.StatusCode.DEADLINE_EXCEEDED
 
 
-class NotFound(GpuComputeError):
+class NotFound(GpuComputeError, LookupError):
     default_code = grpc.StatusCode.NOT_FOUND
 
 
@@ -70,7 +74,7 @@ class AlreadyExists(GpuComputeError):
     default_code = grpc.StatusCode.ALREADY_EXISTS
 
 
-class PermissionDenied(GpuComputeError):
+class PermissionDenied(GpuComputeError, PermissionError):
     default_code = grpc.StatusCode.PERMISSION_DENIED
 
 
@@ -87,11 +91,11 @@ class Aborted(GpuComputeError):
     default_code = grpc.StatusCode.ABORTED
 
 
-class OutOfRange(GpuComputeError):
+class OutOfRange(GpuComputeError, IndexError):
     default_code = grpc.StatusCode.OUT_OF_RANGE
 
 
-class Unimplemented(GpuComputeError):
+class Unimplemented(GpuComputeError, NotImplementedError):
     default_code = grpc.StatusCode.UNIMPLEMENTED
 
 
@@ -99,7 +103,7 @@ class Internal(GpuComputeError):
     default_code = grpc.StatusCode.INTERNAL
 
 
-class Unavailable(GpuComputeError):
+class Unavailable(GpuComputeError, ConnectionError):
     default_code = grpc.StatusCode.UNAVAILABLE
 
 
@@ -107,7 +111,7 @@ class DataLoss(GpuComputeError):
     default_code = grpc.StatusCode.DATA_LOSS
 
 
-class Unauthenticated(GpuComputeError):
+class Unauthenticated(GpuComputeError, PermissionError):
     default_code = grpc.StatusCode.UNAUTHENTICATED
 
 

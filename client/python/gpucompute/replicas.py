@@ -21,14 +21,13 @@ import itertools
 import socket
 import threading
 import time
-from typing import Any, Callable, Dict, Iterable, List, Set, Tuple, TypeVar
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
-from ._device_array import DeviceArray
-from ._types import BufferList
+from ._device_array import BufferList, DeviceArray
+from ._types import ServerInfo, resolve_target
 from .client import Client
 from .errors import DataLoss, FailedPrecondition, GpuComputeError, Unavailable
 
-T = TypeVar("T")
 
 #: length of the instance id that starts every buffer id (the server's kInstanceIdLength)
 INSTANCE_ID_LENGTH = 8
@@ -77,9 +76,9 @@ class ReplicatedClient:
     DeviceArrays it returns belong to their replica's Client.
     """
 
-    def __init__(self, target: str, *, refresh_interval: float = 30.0,
+    def __init__(self, target: Optional[str] = None, *, refresh_interval: float = 30.0,
                  probe_timeout: float = 2.0, **client_options: Any):
-        self.target = target
+        self.target = resolve_target(target)
         self.refresh_interval = refresh_interval
         self.probe_timeout = probe_timeout
         self._client_options = client_options
@@ -154,7 +153,7 @@ class ReplicatedClient:
 
     # -- routing ----------------------------------------------------------------------
 
-    def _any(self, call: str, fn: Callable[[Client], T]) -> T:
+    def _any(self, call: str, fn: Callable[[Client], Any]) -> Any:
         """`fn` on the next replica in turn; on UNAVAILABLE, on the next one that has
         not failed it, until every replica has."""
         failed: Set[str] = set()
@@ -172,7 +171,7 @@ class ReplicatedClient:
                 failed.add(instance)
                 self.refresh()
 
-    def _owner(self, call: str, buffer_ids: Iterable[str], fn: Callable[[Client], T]) -> T:
+    def _owner(self, call: str, buffer_ids: Iterable[str], fn: Callable[[Client], Any]) -> Any:
         """`fn` on the replica that stores every buffer named; FailedPrecondition when
         they are on two replicas, DataLoss when their replica is gone."""
         owners: Dict[str, str] = {}
@@ -214,21 +213,25 @@ class ReplicatedClient:
     # -- the Client's methods -----------------------------------------------------------
 
     def health(self, service: str = "", **kwargs: Any) -> str:
-        return self._any("health", lambda c: c.health(service, **kwargs))
+        return str(self._any("health", lambda c: c.health(service, **kwargs)))
 
-    def info(self, **kwargs: Any) -> Any:
-        return self._any("info", lambda c: c.info(**kwargs))
+    def info(self, **kwargs: Any) -> ServerInfo:
+        info: ServerInfo = self._any("info", lambda c: c.info(**kwargs))
+        return info
 
     def upload(self, array: Any, name: str = "", **kwargs: Any) -> DeviceArray:
-        return self._any("upload", lambda c: c.upload(array, name, **kwargs))
+        stored: DeviceArray = self._any("upload", lambda c: c.upload(array, name, **kwargs))
+        return stored
 
     def download(self, buffer: Any, **kwargs: Any) -> Any:
-        return self._owner("download", [_id(buffer)], lambda c: c.download(_id(buffer), **kwargs))
+        return self._owner("download", [_id(buffer)],
+                           lambda c: c.download(_id(buffer), **kwargs))
 
     def delete(self, buffer: Any, **kwargs: Any) -> int:
         if isinstance(buffer, DeviceArray) and buffer.deleted:
             return 0
-        freed = self._owner("delete", [_id(buffer)], lambda c: c.delete(_id(buffer), **kwargs))
+        freed = int(self._owner("delete", [_id(buffer)],
+                                lambda c: c.delete(_id(buffer), **kwargs)))
         if isinstance(buffer, DeviceArray):
             buffer._deleted = True
         return freed
@@ -238,7 +241,7 @@ class ReplicatedClient:
         out = BufferList()
         out.used_bytes = out.quota_bytes = 0
         for _, client in self._current():
-            part = client.list_buffers(**kwargs)
+            part: BufferList = client.list_buffers(**kwargs)
             out.extend(part)
             out.used_bytes += part.used_bytes
             out.quota_bytes += part.quota_bytes
