@@ -334,8 +334,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   // A resumable upload's stream may end before the whole buffer is there: only the stream
   // that ends with every byte received stores it.
   absl::Status StoreResumable() {
-    GC_ASSIGN_OR_RETURN(std::optional<BufferStore::Reservation> reservation,
-                        upload_->TakeIfComplete());
+    std::optional<BufferStore::Reservation> reservation = upload_->TakeIfComplete();
     if (!reservation.has_value()) {
       info_.set_name(upload_->name());  // no id: not stored yet
       return absl::OkStatus();

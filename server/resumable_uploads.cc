@@ -41,12 +41,11 @@ std::vector<std::pair<uint64_t, uint64_t>> ResumableUpload::ReceivedRanges() con
   return ranges;
 }
 
-absl::StatusOr<std::optional<BufferStore::Reservation>> ResumableUpload::TakeIfComplete() {
+std::optional<BufferStore::Reservation> ResumableUpload::TakeIfComplete() {
   absl::MutexLock lock(&mu_);
-  if (stored_) {
-    return absl::FailedPreconditionError(
-        "the resumable upload was already stored by another of its streams");
-  }
+  // Stored by another stream: this one's bytes were all in before (BeginWrite refuses
+  // writes after), so it ends as the other stripes of an upload do, without the id.
+  if (stored_) return std::nullopt;
   // A copy still in flight belongs to a stream that stores the buffer when it ends.
   if (received_bytes_ != array_->bytes() || writers_ > 0) return std::nullopt;
   stored_ = true;

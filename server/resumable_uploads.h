@@ -53,8 +53,8 @@ class ResumableUpload {
   std::vector<std::pair<uint64_t, uint64_t>> ReceivedRanges() const;
   // Once every byte arrived and no copy is in flight, the reservation to store
   // the buffer under, once; from then on the upload is stored. nullopt while
-  // bytes are missing or being copied; FAILED_PRECONDITION once stored.
-  absl::StatusOr<std::optional<BufferStore::Reservation>> TakeIfComplete();
+  // bytes are missing or being copied, and once stored.
+  std::optional<BufferStore::Reservation> TakeIfComplete();
 
  private:
   friend class ResumableUploads;

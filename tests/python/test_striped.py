@@ -133,9 +133,9 @@ def _admitted(call):
 
 @contextlib.contextmanager
 def _only_slot_held(target):
-    """The server's only request slot (--max_in_flight=1) taken by a Buffers.Upload whose
-    header is sent and whose data never comes: the stripes meet a full server whatever
-    their timing. Cancelled on leaving."""
+    """The server's only open-stream slot (--max_open_streams=1) taken by a Buffers.Upload
+    whose header is sent and whose data never comes: the stripes meet a full server
+    whatever their timing. Cancelled on leaving."""
     release = threading.Event()
 
     def messages():
@@ -152,7 +152,7 @@ def _only_slot_held(target):
                 deadline = time.monotonic() + 10
                 while True:  # until the server counts the upload in flight
                     try:
-                        probe.discount_product(np.ones(1, np.float32), np.ones(1, np.float32))
+                        probe.delete(probe.upload(np.ones(4, np.float32)))
                     except gpucompute.ResourceExhausted:
                         break
                     assert time.monotonic() < deadline, "the held upload was never admitted"
@@ -170,7 +170,7 @@ def test_a_refused_stripe_fails_the_call_and_keeps_no_slot(rng, processes):
     Once the slot comes back a call is admitted, and no stripe left a buffer. (Which
     stripes a free server would refuse depends on their timing, so the test holds the
     slot itself.)"""
-    server = ServerProcess("--max_in_flight=1")
+    server = ServerProcess("--max_open_streams=1")
     try:
         values = rng.uniform(-1, 1, (3, 1 << 22)).astype(np.float32)  # 3 stripes of 16 MiB
         factors = rng.uniform(0.5, 1.0, 1 << 22).astype(np.float32)
@@ -179,7 +179,7 @@ def test_a_refused_stripe_fails_the_call_and_keeps_no_slot(rng, processes):
             with _only_slot_held(server.target):
                 with pytest.raises(gpucompute.ResourceExhausted) as e:
                     c.stream_discount_product(factors, values)
-            assert "max_in_flight 1" in str(e.value)
+            assert "max_open_streams 1" in str(e.value)
             assert e.value.reason == "RESOURCE_EXHAUSTED"  # carried back from a stripe process
             assert e.value.call == "stream_discount_product"
             assert ("(stripe rows [" in str(e.value)) == processes
