@@ -90,6 +90,35 @@ std::optional<Endpoint> ParsePeer(absl::string_view peer) {
   return end;
 }
 
+// A sock_diag dump request for the connected TCP sockets of `family` whose
+// local port is `port`: the kernel filters by the port (bytecode "sport >= port
+// and sport <= port"), so that a server with thousands of connections hands
+// back one or two. A jump past the end of the bytecode rejects the socket.
+struct DumpRequest {
+  nlmsghdr header;
+  inet_diag_req_v2 request;
+  nlattr bytecode;
+  inet_diag_bc_op ops[4];
+};
+
+DumpRequest PortDump(int family, uint16_t port) {
+  DumpRequest message{};
+  message.header.nlmsg_len = sizeof(message);
+  message.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+  message.header.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  message.request.sdiag_family = static_cast<uint8_t>(family);
+  message.request.sdiag_protocol = IPPROTO_TCP;
+  message.request.idiag_states = 1u << TCP_ESTABLISHED;
+  message.bytecode.nla_len = static_cast<uint16_t>(NLA_HDRLEN + sizeof(message.ops));
+  message.bytecode.nla_type = INET_DIAG_REQ_BYTECODE;
+  constexpr uint16_t kLength = sizeof(message.ops);
+  message.ops[0] = {INET_DIAG_BC_S_GE, 8, kLength + 4};
+  message.ops[1] = {0, 0, port};
+  message.ops[2] = {INET_DIAG_BC_S_LE, 8, kLength - 8 + 4};
+  message.ops[3] = {0, 0, port};
+  return message;
+}
+
 // The uids of this namespace's connected TCP sockets of `family` whose local
 // end is `end`, from one sock_diag dump.
 absl::StatusOr<std::vector<uint32_t>> OwnersOf(int family, const Endpoint& end) {
@@ -98,16 +127,7 @@ absl::StatusOr<std::vector<uint32_t>> OwnersOf(int family, const Endpoint& end) 
     return absl::UnavailableError(
         absl::StrCat("cannot ask the kernel who owns the connection: ", std::strerror(errno)));
   }
-  struct {
-    nlmsghdr header;
-    inet_diag_req_v2 request;
-  } message{};
-  message.header.nlmsg_len = sizeof(message);
-  message.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
-  message.header.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
-  message.request.sdiag_family = static_cast<uint8_t>(family);
-  message.request.sdiag_protocol = IPPROTO_TCP;
-  message.request.idiag_states = 1u << TCP_ESTABLISHED;
+  const DumpRequest message = PortDump(family, end.port);
   sockaddr_nl kernel{};
   kernel.nl_family = AF_NETLINK;
   std::vector<uint32_t> owners;
