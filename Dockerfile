@@ -9,6 +9,10 @@
 # scripts/container_test.sh builds this file with buildah against local
 # stand-in base images and runs the result on the CPU backend.
 
+# The base image carries libcudart only; the CUDA libraries the server loads
+# beyond it (libcufft) are copied from the build stage into
+# /usr/local/lib/gpucompute, which is smaller than the runtime base (cuBLAS,
+# cuSPARSE, NPP, ... that the server never loads).
 ARG BASE_BUILD_IMAGE=nvidia/cuda:13.0.0-devel-ubuntu24.04
 ARG BASE_RUNTIME_IMAGE=nvidia/cuda:13.0.0-base-ubuntu24.04
 
@@ -54,7 +58,11 @@ RUN cmake -S . -B /build \
       install -D -m 0755 -s "$f" "/opt/gpucompute/bin/$b"; \
     done \
  && sh deploy/docker/runtime-packages.sh /opt/gpucompute/bin/* > /opt/gpucompute/runtime-packages.txt \
- && echo "runtime packages:" $(cat /opt/gpucompute/runtime-packages.txt)
+ && echo "runtime packages:" $(cat /opt/gpucompute/runtime-packages.txt) \
+ && mkdir -p /opt/gpucompute/lib \
+ && ldd /opt/gpucompute/bin/* | awk '$3 ~ /^\/usr\/local\/cuda/ && $1 !~ /^libcudart/ { print $3 }' \
+      | sort -u | xargs -r cp -L -t /opt/gpucompute/lib \
+ && echo "CUDA libraries carried:" $(ls /opt/gpucompute/lib)
 
 # ---------------------------------------------------------------------- runtime
 FROM ${BASE_RUNTIME_IMAGE} AS runtime
@@ -69,6 +77,8 @@ RUN apt-get update \
       --shell /usr/sbin/nologin gpucompute
 
 COPY --from=build /opt/gpucompute/bin/ /usr/local/bin/
+COPY --from=build /opt/gpucompute/lib/ /usr/local/lib/gpucompute/
+RUN echo /usr/local/lib/gpucompute > /etc/ld.so.conf.d/gpucompute.conf && ldconfig
 # Every library resolves, except the driver's libcuda.so.1, which the NVIDIA
 # container toolkit mounts when the container gets a GPU.
 RUN if ldd /usr/local/bin/gpucompute-server /usr/local/bin/gpucompute-cli \

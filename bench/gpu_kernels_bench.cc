@@ -1,5 +1,6 @@
-// GPU timings at the seed sizes, with CUDA events (no Google Benchmark loop: every
-// figure is the median of >= 20 event-timed runs after warm-up).
+// GPU timings of the shipped kernels at the seed sizes, through the backend, with CUDA
+// events (no Google Benchmark loop: every figure is the median of >= 20 event-timed runs
+// after warm-up). The candidates they were chosen from are timed by dev/cuda's programs.
 //
 //   gpu_kernels_bench [--csv FILE] [--quick] [--only=SECTION] [--reps N]
 //                     [--normalize_cases=f32:sum:100000x1000,f32:l2:100000x1000,...]
@@ -37,9 +38,6 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_resources.h"
 #include "kernels/cuda/launchers.h"
-#include "kernels/cuda/haversine_variants.h"
-#include "kernels/cuda/lombscargle_variants.h"
-#include "kernels/cuda/normalize_variants.h"
 
 namespace gpucompute {
 namespace {
@@ -169,20 +167,6 @@ void SameSizeCeilings(Bench& b, size_t first_row) {
   CHECK_CUDA(cudaFree(dst));
 }
 
-// Device copies of the references, as the backend stages them.
-struct DeviceRefs {
-  cuda::RefPoint* d = nullptr;
-  explicit DeviceRefs(const std::vector<GeoPoint>& refs) {
-    std::vector<cuda::RefPoint> h(refs.size());
-    for (size_t i = 0; i < refs.size(); ++i) {
-      h[i] = {refs[i].lat, refs[i].lon, std::cos(refs[i].lat * 0.017453292519943295), 0};
-    }
-    CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&d), h.size() * sizeof(h[0])));
-    CHECK_CUDA(cudaMemcpy(d, h.data(), h.size() * sizeof(h[0]), cudaMemcpyHostToDevice));
-  }
-  ~DeviceRefs() { cudaFree(d); }
-};
-
 void Ceilings(Bench& b) {
   std::printf("\n== ceilings\n");
   const size_t bytes = size_t{2} << 30;  // 2 GiB each way
@@ -272,7 +256,6 @@ void Discount(Bench& b, bool quick) {
 
 void Haversine(Bench& b, bool quick) {
   std::printf("\n== haversine\n");
-  const cuda::LaunchEnv env{b.stream, b.pool, b.sm_count};
   for (int64_t n : {int64_t{1000}, int64_t{10000}}) {
     if (quick && n > 1000) break;
     for (DType dt : {DType::kFloat32, DType::kFloat64}) {
@@ -287,65 +270,14 @@ void Haversine(Bench& b, bool quick) {
       });
       MarkWriteOnly();
       if (n < 10000) continue;
-      if (dt == DType::kFloat32) {
-        cuda::HaversineMeshSchedule schedule;
-        CHECK_CUDA(cuda::DefaultMeshSchedule(dt, &schedule));
-        std::printf("mesh f32 default: %s\n",
-                    schedule == cuda::HaversineMeshSchedule::kFullWavesFusedStaged ? "fused staged" : "full waves");
-      }
-      // The last step's formulations and the grid schedules (haversine_variants.h),
-      // kernels only: every angle on the default schedule, then the fastest angles and
-      // the new ones on each full-wave schedule. On the 2-degree mesh around the
-      // reference every h is small; across the globe h spans [0, 1] within a warp
-      // (the library asin's two branches diverge).
-      const DeviceRefs d_refs(refs);
-      using Angle = cuda::HaversineAngle;
-      using Schedule = cuda::HaversineMeshSchedule;
-      struct MeshVariant { Angle angle; Schedule schedule; const char* name; };
-      for (const auto& [axes, label] : {std::pair{LatLonMesh{{29, 31, n}, {99, 101, n}}, size},
-                                        std::pair{LatLonMesh{{-89.5, 89.5, n}, {-180, 180, n}}, size + " globe"}}) {
-        for (const MeshVariant& v : std::initializer_list<MeshVariant>{
-                 {Angle::kAtan2, Schedule::kCovering, "  mesh atan2"},
-                 {Angle::kAsinSplit, Schedule::kCovering, "  mesh asin_split"},
-                 {Angle::kAsin, Schedule::kCovering, "  mesh asin"},
-                 {Angle::kAsinPolynomial, Schedule::kCovering, "  mesh asin_poly"},
-                 {Angle::kAsinReduced, Schedule::kCovering, "  mesh reduced"},
-                 {Angle::kAsin, Schedule::kFullWaves, "  mesh asin waves"},
-                 {Angle::kAsinPolynomial, Schedule::kFullWaves, "  mesh asin_poly waves"},
-                 {Angle::kAsinReduced, Schedule::kFullWaves, "  mesh reduced waves"},
-                 {Angle::kAsin, Schedule::kFullWavesTwoRows, "  mesh asin waves2"},
-                 {Angle::kAsinPolynomial, Schedule::kFullWavesTwoRows, "  mesh asin_poly waves2"},
-                 {Angle::kAsinReduced, Schedule::kFullWavesTwoRows, "  mesh reduced waves2"},
-                 {Angle::kAsinPolynomial, Schedule::kFullWavesFused, "  mesh asin_poly fused"},
-                 {Angle::kAsinReduced, Schedule::kFullWavesFused, "  mesh reduced fused"},
-                 {Angle::kAsinReducedNewton, Schedule::kFullWavesFused, "  mesh newton fused"},
-                 {Angle::kAsinReduced, Schedule::kFullWavesFusedStaged, "  mesh reduced staged"},
-                 {Angle::kAsinReducedNewton, Schedule::kFullWavesFusedStaged, "  mesh newton staged"},
-                 {Angle::kAsinPolynomial, Schedule::kFullWavesFusedWide, "  mesh asin_poly wide"},
-                 {Angle::kAsinPolynomial, Schedule::kFullWavesFusedStaged, "  mesh asin_poly staged"},
-                 {Angle::kAsinPolynomial, Schedule::kFullWavesFusedWideStaged, "  mesh asin_poly wide staged"},
-                 {Angle::kAsinReduced, Schedule::kFullWavesFusedWide, "  mesh reduced wide"},
-                 {Angle::kAsinReducedNewton, Schedule::kFullWavesFusedWide, "  mesh newton wide"},
-                 {Angle::kAsinReduced, Schedule::kFullWavesFusedWideStaged, "  mesh reduced wide staged"},
-                 {Angle::kAsinReducedNewton, Schedule::kFullWavesFusedWideStaged, "  mesh newton wide staged"},
-                 {Angle::kAsinReducedBranchFree, Schedule::kFullWavesFused, "  mesh branchfree fused"},
-                 {Angle::kAsinReducedBranchFree, Schedule::kFullWavesFusedStaged, "  mesh branchfree staged"},
-                 {Angle::kAsinReducedBranchFree, Schedule::kFullWavesFusedWide, "  mesh branchfree wide"},
-                 {Angle::kAsinReducedBranchFree, Schedule::kFullWavesFusedWideStaged,
-                  "  mesh branchfree wide staged"},
-                 {Angle::kAsinReducedLean, Schedule::kFullWavesFused, "  mesh lean fused"},
-                 {Angle::kAsinReducedLean, Schedule::kFullWavesFusedStaged, "  mesh lean staged"},
-                 {Angle::kAsinReducedLean, Schedule::kFullWavesFusedWide, "  mesh lean wide"},
-                 {Angle::kAsinReducedLean, Schedule::kFullWavesFusedWideStaged, "  mesh lean wide staged"}}) {
-          TimeLaunch(b, v.name, Short(dt), label, static_cast<double>(out->bytes()), 0, [&] {
-            const cuda::MeshAxis lat{axes.lat.start, axes.lat.stop, axes.lat.count};
-            const cuda::MeshAxis lon{axes.lon.start, axes.lon.stop, axes.lon.count};
-            return cuda::LaunchHaversineMeshVariant(dt, lat, lon, d_refs.d, 1, kDefaultEarthRadiusKm,
-                                                    out->data(), env, v.angle, v.schedule);
-          });
-          MarkWriteOnly();
-        }
-      }
+      // Across the globe h spans [0, 1] within a warp (the last step's ranges all taken).
+      const LatLonMesh globe{{-89.5, 89.5, n}, {-180, 180, n}};
+      Time("haversine mesh", Short(dt), size + " globe", static_cast<double>(out->bytes()), 0, [&] {
+        OpContext ctx;
+        CHECK_OK(b.backend->HaversineMesh(globe, refs, kDefaultEarthRadiusKm, *out, ctx));
+        return OpMs(ctx);
+      });
+      MarkWriteOnly();
     }
   }
   if (quick) return;
@@ -360,28 +292,6 @@ void Haversine(Bench& b, bool quick) {
       CHECK_OK(b.backend->HaversinePoints(*lat, *lon, refs, kDefaultEarthRadiusKm, *out, ctx));
       return OpMs(ctx);
     });
-    const DeviceRefs d_refs(refs);
-    cuda::PointsResult* res = nullptr;
-    CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&res), sizeof(*res)));
-    for (auto [variant, name] : {std::pair{cuda::HaversinePointsVariant::kSplitTerms, "  points split"},
-                                 std::pair{cuda::HaversinePointsVariant::kDirect, "  points direct"},
-                                 std::pair{cuda::HaversinePointsVariant::kSplitPrefetch, "  points prefetch"},
-                                 std::pair{cuda::HaversinePointsVariant::kReduced, "  points reduced"},
-                                 std::pair{cuda::HaversinePointsVariant::kReducedPrefetch, "  points reduced prefetch"},
-                                 std::pair{cuda::HaversinePointsVariant::kReducedNewton, "  points reduced newton"},
-                                 std::pair{cuda::HaversinePointsVariant::kReducedNewtonPrefetch,
-                                           "  points newton prefetch"},
-                                 std::pair{cuda::HaversinePointsVariant::kReducedBranchFree, "  points branchfree"},
-                                 std::pair{cuda::HaversinePointsVariant::kChord, "  points chord"},
-                                 std::pair{cuda::HaversinePointsVariant::kChordPrefetch, "  points chord prefetch"},
-                                 std::pair{cuda::HaversinePointsVariant::kReducedLean, "  points reduced lean"},
-                                 std::pair{cuda::HaversinePointsVariant::kChordVector, "  points chord vector"}}) {
-      TimeLaunch(b, name, Short(dt), "1e7 pts x 4 refs", bytes, 0, [&] {
-        return cuda::LaunchHaversinePointsVariant(dt, lat->data(), lon->data(), n, d_refs.d, 4,
-                                                  kDefaultEarthRadiusKm, out->data(), res, env, variant);
-      });
-    }
-    cudaFree(res);
   }
 }
 
@@ -445,9 +355,6 @@ void Normalize(Bench& b, bool quick) {
   }
   if (quick) cases.resize(1);
   if (!g_normalize_cases.empty()) cases = g_normalize_cases;
-  cuda::NormalizeResult* res = nullptr;
-  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&res), sizeof(*res)));
-  const cuda::LaunchEnv env{b.stream, b.pool, b.sm_count};
   for (const C& c : cases) {
     auto in = b.Alloc(c.dt, {c.rows, c.cols}, 0.5, 1.5, 31);
     auto out = b.Alloc(c.dt, {c.rows, c.cols}, 0, 1, 32);
@@ -458,32 +365,7 @@ void Normalize(Bench& b, bool quick) {
       CHECK_OK(b.backend->Normalize(*in, c.k, *out, ctx));
       return OpMs(ctx);
     });
-    // Kernels only, every path (normalize_variants.h); the policy line says what each runs.
-    const std::pair<cuda::NormalizeVariant, const char*> variants[] = {
-        {cuda::NormalizeVariant::kDefault, "  default"}, {cuda::NormalizeVariant::kTwoReads, "  two reads"},
-        {cuda::NormalizeVariant::kTile, "  tile"}, {cuda::NormalizeVariant::kCluster, "  cluster"},
-        {cuda::NormalizeVariant::kNarrowGroups, "  narrow groups"}, {cuda::NormalizeVariant::kPipelined, "  pipelined"},
-        {cuda::NormalizeVariant::kPipelinedPlain, "  pipelined plain"}, {cuda::NormalizeVariant::kCluster16, "  cluster16"},
-        {cuda::NormalizeVariant::kPipelinedLagged, "  pipelined lagged"},
-        {cuda::NormalizeVariant::kPipelinedRowByRow, "  pipelined rowwise"},
-        {cuda::NormalizeVariant::kClusterBulk, "  cluster bulk"},
-        {cuda::NormalizeVariant::kClusterBulkV4, "  cluster bulk v4"},
-        {cuda::NormalizeVariant::kClusterBulkHalf, "  cluster bulk half"},
-        {cuda::NormalizeVariant::kHeld, "  held"}};
-    std::string policy;
-    for (const auto& [variant, name] : variants) {
-      absl::StrAppend(&policy, policy.empty() ? "" : "; ", std::string(name).substr(2), " = ",
-                      cuda::DescribeNormalizePolicy(c.dt, c.rows, c.cols, variant));
-    }
-    std::printf("    policy: %s\n", policy.c_str());
-    for (const auto& [variant, name] : variants) {
-      TimeLaunch(b, absl::StrCat(name, " ", c.name), Short(c.dt), size, bytes, 0, [&] {
-        return cuda::LaunchNormalizeVariant(c.dt, in->data(), out->data(), c.rows, c.cols, c.k, res, env,
-                                            variant);
-      });
-    }
   }
-  cudaFree(res);
 }
 
 void LombScargle(Bench& b, bool quick) {
@@ -513,33 +395,9 @@ void LombScargle(Bench& b, bool quick) {
         return OpMs(ctx);
       });
     }
-    // Launch-policy variants, straight through the launcher (kernels only), on the grid
-    // and on explicit random frequencies.
-    auto freqs = b.Alloc(dt, {m}, 0.01, 10, 45);
-    for (int variant = 0; variant < cuda::LombScargleVariantCount(dt); ++variant) {
-      for (bool explicit_freqs : {false, true}) {
-        cuda::LombScargleArgs a;
-        if (explicit_freqs) a.freqs = freqs->data();
-        a.samples = n;
-        a.frequencies = m;
-        a.x = x->data();
-        a.y = y->data();
-        a.grid_start = 0.01;
-        a.grid_stop = 10.0;
-        a.floating_mean = true;
-        a.out = out->data();
-        cuda::LombScargleResult* res = nullptr;
-        CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&res), sizeof(*res)));
-        TimeLaunch(b, absl::StrCat("  launcher v", variant, explicit_freqs ? " freqs" : ""), t, size, 0,
-                   static_cast<double>(n) * m, [&] {
-          return cuda::LaunchLombScargleVariant(dt, a, res, cuda::LaunchEnv{b.stream, b.pool, b.sm_count}, variant);
-        });
-        cudaFree(res);
-      }
-    }
   }
-  // Issue 14's direct case: 10,000 samples x 1e6 explicit frequencies, each variant, without
-  // weights (the case) and with them.
+  // The direct case of 10,000 samples x 1e6 explicit frequencies, without weights and
+  // with them.
   const int64_t big_n = 10000, big_m = quick ? 100000 : 1000000;
   for (DType dt : {DType::kFloat32, DType::kFloat64}) {
     auto x = b.Alloc(dt, {big_n}, 0, 1000, 51);
@@ -547,25 +405,16 @@ void LombScargle(Bench& b, bool quick) {
     auto w = b.Alloc(dt, {big_n}, 0.1, 2, 53);
     auto freqs = b.Alloc(dt, {big_m}, 0.01, 10, 54);
     auto out = b.Alloc(dt, {big_m}, 0, 1, 55);
-    cuda::LombScargleResult* res = nullptr;
-    CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&res), sizeof(*res)));
-    for (int variant = 0; variant < cuda::LombScargleVariantCount(dt); ++variant) {
-      for (bool weighted : {false, true}) {
-        cuda::LombScargleArgs a;
-        a.freqs = freqs->data();
-        a.weights = weighted ? w->data() : nullptr;
-        a.samples = big_n;
-        a.frequencies = big_m;
-        a.x = x->data();
-        a.y = y->data();
-        a.out = out->data();
-        TimeLaunch(b, absl::StrCat("  explicit v", variant, weighted ? " weights" : ""), Short(dt),
-                   absl::StrCat("N=", big_n, " M=", big_m), 0, static_cast<double>(big_n) * big_m, [&] {
-          return cuda::LaunchLombScargleVariant(dt, a, res, cuda::LaunchEnv{b.stream, b.pool, b.sm_count}, variant);
-        });
-      }
+    for (bool weighted : {false, true}) {
+      Time(weighted ? "lombscargle explicit w" : "lombscargle explicit", Short(dt),
+           absl::StrCat("N=", big_n, " M=", big_m), 0, static_cast<double>(big_n) * big_m, [&] {
+             OpContext ctx;
+             CHECK_OK(b.backend->LombScargle(*x, *y, weighted ? w.get() : nullptr, freqs.get(), Linspace{},
+                                             LombScargleOptions{false, false, false, LombScargleMethod::kDirect},
+                                             *out, ctx));
+             return OpMs(ctx);
+           });
     }
-    cudaFree(res);
   }
 }
 

@@ -1,11 +1,10 @@
-// Lomb-Scargle on the CUDA backend at issue 14's goal sizes, both methods: the
+// Lomb-Scargle on the CUDA backend at the large request sizes, both methods: the
 // median compute time (ctx.compute_time: CUDA events around the kernels, inputs
 // already on the device) of >= 10 runs after 2 warm-ups, and each result's error
 // against the direct float64 sums of the same inputs, as the largest
 // |P - P_direct64| over the row's largest |P_direct64| (the NUFFT's accuracy measure).
 //
 //   gpu_lombscargle_bench [--quick] [--case=SUBSTRING]   (only the cases whose name has it)
-//   gpu_lombscargle_bench --small                        (issue 13: small requests, below)
 //
 // Cases: 3,000 samples x 1e6 frequencies on a grid; 100 series of 3,000 samples x 1,000
 // frequencies in one request; 10,000 x 1e6 explicit (uneven) frequencies; the seed's
@@ -18,7 +17,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -28,8 +26,6 @@
 #include "bench/check_or_exit.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/launchers.h"
-#include "kernels/cuda/lombscargle_variants.h"
 #include "kernels/lombscargle_nufft.h"
 
 namespace gpucompute {
@@ -170,132 +166,11 @@ void Run(const Case& c, bool quick) {
 // result's error against the float64 result of policy 0 on the same (rounded) inputs.
 constexpr int kLaunchReps = 200;
 
-double MedianLaunchUs(cudaStream_t stream, const std::function<cudaError_t()>& launch) {
-  cudaEvent_t start, stop;
-  CHECK_CUDA(cudaEventCreate(&start));
-  CHECK_CUDA(cudaEventCreate(&stop));
-  std::vector<double> us;
-  for (int i = 0; i < kLaunchReps + 3; ++i) {
-    CHECK_CUDA(cudaEventRecord(start, stream));
-    CHECK_CUDA(launch());
-    CHECK_CUDA(cudaEventRecord(stop, stream));
-    CHECK_CUDA(cudaEventSynchronize(stop));
-    float ms = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-    if (i >= 3) us.push_back(1e3 * ms);
-  }
-  CHECK_CUDA(cudaEventDestroy(start));
-  CHECK_CUDA(cudaEventDestroy(stop));
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
-}
-
-void RunSmall(int64_t batch, int64_t samples, int64_t frequencies, DType dtype, cudaStream_t stream,
-              int sm_count) {
-  std::mt19937_64 rng(13);
-  std::uniform_real_distribution<double> uniform(0, 1);
-  std::vector<double> x(samples), y(batch * samples);
-  for (double& v : x) v = 100 * uniform(rng);
-  for (double& v : y) v = 2 * uniform(rng) - 1;
-  if (dtype == DType::kFloat32) {  // the reference sees the float32 inputs
-    for (double& v : x) v = static_cast<float>(v);
-    for (double& v : y) v = static_cast<float>(v);
-  }
-  const Shape out_shape = batch == 1 ? Shape{frequencies} : Shape{batch, frequencies};
-  const Shape y_shape = batch == 1 ? Shape{samples} : Shape{batch, samples};
-  const std::shared_ptr<Array> xs = Put(dtype, {samples}, x), ys = Put(dtype, y_shape, y);
-  const std::shared_ptr<Array> x64 = Put(DType::kFloat64, {samples}, x), y64 = Put(DType::kFloat64, y_shape, y);
-  absl::StatusOr<std::shared_ptr<Array>> out = g_backend->Allocate(dtype, out_shape, g_device);
-  absl::StatusOr<std::shared_ptr<Array>> out64 = g_backend->Allocate(DType::kFloat64, out_shape, g_device);
-  CHECK_OK(out.status());
-  CHECK_OK(out64.status());
-  cuda::LombScargleResult* result = nullptr;
-  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&result), sizeof(*result)));
-  const cuda::LaunchEnv env{stream, nullptr, sm_count};
-  cuda::LombScargleArgs a;
-  a.batch = batch;
-  a.samples = samples;
-  a.frequencies = frequencies;
-  a.grid_start = 0.01;
-  a.grid_stop = 10.0;
-  a.precenter = true;
-  // The float64 reference: policy 0.
-  a.x = x64->data();
-  a.y = y64->data();
-  a.out = (*out64)->data();
-  CHECK_CUDA(cuda::LaunchLombScargleVariant(DType::kFloat64, a, result, env, 0));
-  CHECK_CUDA(cudaStreamSynchronize(stream));
-  const std::vector<double> reference = Get(**out64);
-  a.x = xs->data();
-  a.y = ys->data();
-  a.out = (*out)->data();
-  // The old policy, then the small path's policies (the first LaunchLombScargle's).
-  static_assert(cuda::kLombScargleSmallVariants == 3, "the table has three columns for them");
-  const int old_variant = cuda::LombScargleDefaultVariant(dtype, a, env, false);
-  const int small_variant = cuda::LombScargleVariantCount(dtype) - cuda::kLombScargleSmallVariants;
-  const int picked = cuda::LombScargleDefaultVariant(dtype, a, env, true);
-  double us[1 + cuda::kLombScargleSmallVariants], error[1 + cuda::kLombScargleSmallVariants];
-  for (int i = 0; i <= cuda::kLombScargleSmallVariants; ++i) {
-    const int variant = i == 0 ? old_variant : small_variant + i - 1;
-    us[i] = MedianLaunchUs(stream, [&] { return cuda::LaunchLombScargleVariant(dtype, a, result, env, variant); });
-    cuda::LombScargleResult flags{};
-    CHECK_CUDA(cudaMemcpy(&flags, result, sizeof(flags), cudaMemcpyDeviceToHost));
-    if (flags.bad_batch != ~0ull) {
-      std::fprintf(stderr, "variant %d flagged batch %llu\n", variant, flags.bad_batch);
-      std::exit(1);
-    }
-    error[i] = RowScaledError(Get(**out), reference, frequencies);
-  }
-  std::vector<double> service_us;
-  for (int i = 0; i < 50; ++i) {
-    OpContext ctx;
-    CHECK_OK(g_backend->LombScargle(*xs, *ys, nullptr, nullptr, Linspace{0.01, 10.0, frequencies},
-                                    LombScargleOptions{.precenter = true, .method = LombScargleMethod::kDirect},
-                                    **out, ctx));
-    service_us.push_back(1e3 * absl::ToDoubleMilliseconds(ctx.compute_time));
-  }
-  std::sort(service_us.begin(), service_us.end());
-  std::printf("%5lld x %5lld x %5lld  %-4s  v%-2d %7.1f  %7.1f %7.1f %7.1f  %6.2fx  %-5s %7.1f   %.1e  %.1e\n",
-              static_cast<long long>(batch), static_cast<long long>(samples), static_cast<long long>(frequencies),
-              dtype == DType::kFloat32 ? "f32" : "f64", old_variant, us[0], us[1], us[2], us[3], us[0] / us[1],
-              picked == small_variant ? "small" : "old", service_us[service_us.size() / 2], error[0],
-              *std::max_element(error + 1, error + 1 + cuda::kLombScargleSmallVariants));
-  std::fflush(stdout);
-  CHECK_CUDA(cudaFree(result));
-}
-
-void RunSmallCases() {
-  CHECK_CUDA(cudaSetDevice(g_device));
-  cudaStream_t stream;
-  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  int sm_count = 0;
-  CHECK_CUDA(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, g_device));
-  std::printf("B x N x M (samples N, frequencies M on a grid), %d SMs; us: median launch (memset + kernels)\n",
-              sm_count);
-  std::printf("small us: policies 0 (LaunchLombScargle's: 8 warps x 32 frequencies), 1 (4 warps), 2 (8 warps x 64);\n"
-              "speedup: old / small 0; backend: ctx.compute_time us of what LaunchLombScargle picks\n");
-  std::printf("%-23s  %-4s  %-3s %7s  %7s %7s %7s  %7s  %-5s %7s   %-7s  %-7s\n", "B x N x M", "type", "old",
-              "old us", "small 0", "1", "2", "speedup", "picks", "backend", "err old", "err small");
-  struct Shape3 {
-    int64_t batch, samples, frequencies;
-  };
-  // The bench's request, its neighbours, and three past the rule (old path kept): more
-  // results than sm_count x 1024, and more than 2^24 pairs (twice), to place the rule.
-  for (const Shape3& c : std::vector<Shape3>{{4, 256, 256}, {1, 256, 64}, {16, 1024, 1024}, {64, 256, 256},
-                                             {256, 256, 1024}, {1, 4096, 16384}, {100, 3000, 1000}}) {
-    for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
-      RunSmall(c.batch, c.samples, c.frequencies, dtype, stream, sm_count);
-    }
-  }
-  CHECK_CUDA(cudaStreamDestroy(stream));
-}
-
 int Main(int argc, char** argv) {
-  bool quick = false, small = false;
+  bool quick = false;
   std::string only;
   for (int i = 1; i < argc; ++i) {
     quick |= std::strcmp(argv[i], "--quick") == 0;
-    small |= std::strcmp(argv[i], "--small") == 0;
     if (std::strncmp(argv[i], "--case=", 7) == 0) only = argv[i] + 7;
   }
   int count = 0;
@@ -307,10 +182,6 @@ int Main(int argc, char** argv) {
   CHECK_OK(backend.status());
   g_backend = backend->get();
   g_device = g_backend->PickDevice();
-  if (small) {
-    RunSmallCases();
-    return 0;
-  }
   std::printf("%-34s %-4s %-16s %13s   %s\n", "case", "type", "method -> ran", "compute",
               "error vs direct f64");
   const int64_t big = quick ? 100000 : 1000000;

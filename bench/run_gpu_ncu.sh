@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Hardware counters of chosen kernels (issue #15) in one device call: for each profile
+# Hardware counters of chosen kernels in one device call: for each profile
 # (a name, a regex on the demangled kernel name, the gpu_kernels_bench arguments that
 # launch it), Nsight Compute on one launch past the warm-ups, with the metrics that
-# told the normalize kernels' limits apart in session 14 (bench/NOTES.md): time, DRAM
+# told the normalize kernels' limits apart: time, DRAM
 # throughput and bytes, warps active against the theoretical occupancy, each SM's
 # active cycles (least, mean, most: how unevenly the SMs finish), issue slots busy,
 # float64 and LSU pipes, warp instructions, lanes active per instruction, and the
@@ -27,7 +27,7 @@ NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 SKIP=${SKIP:-6}  # launches of the kernel skipped: the backend's warm-up and the first timed ones
 PROFILES=${PROFILES:-'tile_sum|TileKernel<float, [^,]*0, [^,]*32>|--only=normalize --normalize_cases=f32:sum:100000x1000
 tile_l2|TileKernel<float, [^,]*2, [^,]*32>|--only=normalize --normalize_cases=f32:l2:100000x1000
-tile4_l1|TileKernel<float, [^,]*1, [^,]*4>|--only=normalize --normalize_cases=f32:l1:10000000x10
+tile1_l1|TileKernel<float, [^,]*1, [^,]*1>|--only=normalize --normalize_cases=f32:l1:10000000x10
 groups16_sum|RowGroupKernel<float, [^,]*0, [^,]*16>|--only=normalize --normalize_cases=f32:sum:1000000x100
 bulk_tma_l2|ClusterBulkKernel<double, [^,]*2, [^,]*[1u]e?>|--only=normalize --normalize_cases=f64:l2:500x100000
 bulk_v4_l2|ClusterBulkKernel<double, [^,]*2, [^,]*[0s]e?>|--only=normalize --normalize_cases=f64:l2:500x100000'}

@@ -43,9 +43,14 @@ absl::Status RunHealth(const CliConfig&, Client& client, const Args&) {
   return absl::OkStatus();
 }
 
-absl::Status RunInfo(const CliConfig&, Client& client, const Args&) {
+absl::Status RunInfo(const CliConfig& config, Client& client, const Args&) {
   GC_ASSIGN_OR_RETURN(const v1::ServerInfo info, client.GetInfo());
-  std::cout << FormatServerInfo(info);
+  if (config.format == "json") {
+    GC_ASSIGN_OR_RETURN(const std::string json, FormatJson(info));
+    std::cout << json;
+  } else {
+    std::cout << FormatServerInfo(info);
+  }
   return absl::OkStatus();
 }
 
@@ -100,9 +105,14 @@ absl::Status RunDelete(const CliConfig&, Client& client, const Args& args) {
   return absl::OkStatus();
 }
 
-absl::Status RunList(const CliConfig&, Client& client, const Args&) {
+absl::Status RunList(const CliConfig& config, Client& client, const Args&) {
   GC_ASSIGN_OR_RETURN(const v1::ListResponse list, client.List());
-  std::cout << FormatBufferList(list);
+  if (config.format == "json") {
+    GC_ASSIGN_OR_RETURN(const std::string json, FormatJson(list));
+    std::cout << json;
+  } else {
+    std::cout << FormatBufferList(list);
+  }
   return absl::OkStatus();
 }
 
@@ -284,7 +294,8 @@ absl::Status RunBenchCommand(const CliConfig& config, Client& client, const Args
   bench.chunk_bytes = config.chunk_bytes;
   bench.complete_results = config.complete_results;
   bench.unary_results = config.unary_results;
-  bench.callbacks = config.callbacks;
+  // A session carries the requests of callback slots: --session alone implies them.
+  bench.callbacks = config.callbacks || config.session;
   bench.session = config.session;
   bench.sessions_per_connection = config.sessions_per_connection;
   GC_ASSIGN_OR_RETURN(bench.mix, AsUsageError(ParseMix(config.mix)));
@@ -404,11 +415,11 @@ std::vector<absl::string_view> ComputeFlagsAnd(std::vector<absl::string_view> fl
 const std::vector<Command>& Commands() {
   static const std::vector<Command> commands = {
       {"health", "health", {}, 0, RunHealth},
-      {"info", "info", {}, 0, RunInfo},
+      {"info", "info [--format=text|json]", {"format"}, 0, RunInfo},
       {"upload", "upload FILE.npy [--name=NAME]", {"name"}, 1, RunUpload},
       {"download", "download ID OUT.npy [--chunk_bytes=N]", {"chunk_bytes"}, 2, RunDownload},
       {"delete", "delete ID", {}, 1, RunDelete},
-      {"list", "list", {}, 0, RunList},
+      {"list", "list [--format=text|json]", {"format"}, 0, RunList},
       {"discount-product", "discount-product --factors=SRC --values=SRC",
        ComputeFlagsAnd({"factors", "values"}), 0, RunDiscountProduct},
       {"haversine",
@@ -441,7 +452,7 @@ const std::vector<Command>& Commands() {
        "bench [--concurrency=8] [--duration=10s | --count=N] [--size=65536]\n"
        "                     [--mix=normalize:1,haversine:1,discount:1,lombscargle:1]\n"
        "                     [--dtype=float32|float64] [--chunk_bytes=N] [--complete_results]\n"
-       "                     [--unary_results] [--callbacks [--session [--sessions_per_connection=8]]]\n"
+       "                     [--unary_results] [--callbacks] [--session [--sessions_per_connection=8]]\n"
        "                     [--connections=1]",
        {"concurrency", "duration", "count", "mix", "size", "dtype", "chunk_bytes", "complete_results",
         "unary_results", "callbacks", "session", "sessions_per_connection", "connections"},

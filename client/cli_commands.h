@@ -40,6 +40,7 @@ struct CliConfig {
   absl::Duration duration;
   uint64_t count = 0;
   std::string mix;
+  std::string format = "text";  // info, list: text or json
   uint64_t size = 0;
   bool complete_results = true;
   bool unary_results = true;

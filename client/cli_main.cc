@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdint>
 #include <iostream>
 #include <set>
@@ -35,11 +36,15 @@
 #include "common/grpc_lifetime.h"
 #include "common/mutex_checks.h"
 #include "common/status_macros.h"
+#include "common/version.h"
 
 // Connection and output, for every subcommand.
-ABSL_FLAG(std::string, target, "localhost:50051", "server address, HOST:PORT or unix:PATH");
+ABSL_FLAG(std::string, target, "",
+          "server address, HOST:PORT or unix:PATH; empty: $GPUCOMPUTE_TARGET, else "
+          "localhost:50051");
 ABSL_FLAG(absl::Duration, timeout, absl::InfiniteDuration(),
-          "deadline of each call, e.g. 30s; inf for none");
+          "deadline of each call: seconds (30) or with a unit (500ms, 2m); inf for none");
+ABSL_FLAG(std::string, format, "text", "info, list: text, or json (protobuf's JSON mapping)");
 ABSL_FLAG(int32_t, stripes, 1,
           "uploads, downloads and streamed operations larger than --stripe_bytes run as up to "
           "this many streams at once, each on its own connection (ClientOptions::stripes)");
@@ -99,8 +104,8 @@ ABSL_FLAG(bool, callbacks, false,
           "calling the blocking API (less client CPU per request; single-message results of "
           "compute operations)");
 ABSL_FLAG(bool, session, false,
-          "bench: with --callbacks, the requests of every connection on one Compute.Session "
-          "call rather than a call each");
+          "bench: the requests of every connection on Compute.Session calls rather than a "
+          "call each (on callback slots: implies --callbacks)");
 ABSL_FLAG(int32_t, sessions_per_connection, 8,
           "bench: with --session, the Compute.Session calls each connection's requests are "
           "spread over (one stream each)");
@@ -115,10 +120,18 @@ namespace {
 
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
+constexpr char kDefaultTarget[] = "localhost:50051";
 
 CliConfig ReadConfig(std::set<std::string> given) {
   CliConfig config;
   config.target = absl::GetFlag(FLAGS_target);
+  if (config.target.empty()) {
+    const char* from_environment = std::getenv("GPUCOMPUTE_TARGET");
+    config.target = from_environment != nullptr && *from_environment != '\0'
+                        ? from_environment
+                        : kDefaultTarget;
+  }
+  config.format = absl::GetFlag(FLAGS_format);
   config.timeout = absl::GetFlag(FLAGS_timeout);
   config.show_progress = absl::GetFlag(FLAGS_progress) || isatty(STDERR_FILENO);
   config.name = absl::GetFlag(FLAGS_name);
@@ -183,7 +196,8 @@ std::string UsageText() {
   std::string out =
       "usage: gpucompute-cli [--target=HOST:PORT] [--timeout=DURATION] [--progress]\n"
       "                      [--stripes=N [--stripe_bytes=N]]\n"
-      "                      SUBCOMMAND [ARGS] [FLAGS]\n\nsubcommands:\n";
+      "                      SUBCOMMAND [ARGS] [FLAGS]\n"
+      "       gpucompute-cli SUBCOMMAND --help | --help | --version\n\nsubcommands:\n";
   for (const Command& command : Commands()) absl::StrAppend(&out, "  ", command.synopsis, "\n");
   absl::StrAppend(
       &out,
@@ -193,14 +207,17 @@ std::string UsageText() {
       ".npy inputs go through shared memory). SRC is a .npy file or buffer:ID.\n"
       "upload and --keep_on_device print the stored buffer's id alone on stdout\n"
       "(ID=$(gpucompute-cli upload data.npy)) and the details on stderr.\n"
-      "Run with --help for every flag.\n");
+      "The target defaults to $GPUCOMPUTE_TARGET, else localhost:50051.\n"
+      "Run with --help for every flag, SUBCOMMAND --help for one subcommand's.\n");
   return out;
 }
 
-std::string FlagHelpText() {
+// Help for `flags` and the connection flags, or for every flag (no command).
+std::string FlagHelpText(const Command* command = nullptr) {
   std::set<absl::string_view> names(kConnectionFlags.begin(), kConnectionFlags.end());
-  for (const Command& command : Commands())
-    names.insert(command.flags.begin(), command.flags.end());
+  for (const Command& each : Commands()) {
+    if (command == nullptr || &each == command) names.insert(each.flags.begin(), each.flags.end());
+  }
   std::string out = "\nflags:\n";
   for (absl::string_view name : names) {
     const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
@@ -215,15 +232,27 @@ std::string FlagHelpText() {
 absl::Status Run(int argc, char** argv) {
   GC_ASSIGN_OR_RETURN(const CommandLine line,
                       ParseCommandLine(argc, argv, IsKnownFlag, kRepeatableFlags));
+  if (line.version) {
+    std::cout << VersionText("gpucompute-cli");
+    return absl::OkStatus();
+  }
+  const auto command =
+      line.positional.empty()
+          ? Commands().end()
+          : std::find_if(Commands().begin(), Commands().end(),
+                         [&](const Command& c) { return c.name == line.positional.front(); });
   if (line.help) {
-    std::cout << UsageText() << FlagHelpText();
+    if (command == Commands().end()) {
+      std::cout << UsageText() << FlagHelpText();
+    } else {
+      std::cout << "usage: gpucompute-cli [--target=HOST:PORT] [--timeout=DURATION] "
+                << command->synopsis << "\n" << FlagHelpText(&*command);
+    }
     return absl::OkStatus();
   }
   if (line.positional.empty()) return UsageError("no subcommand given");
   const std::string& name = line.positional.front();
   const Args args(line.positional.begin() + 1, line.positional.end());
-  const auto command = std::find_if(Commands().begin(), Commands().end(),
-                                    [&](const Command& c) { return c.name == name; });
   if (command == Commands().end()) {
     return UsageError(absl::StrCat("unknown subcommand '", name, "'"));
   }
@@ -238,6 +267,9 @@ absl::Status Run(int argc, char** argv) {
                                    ": ", command->synopsis));
   }
   const CliConfig config = ReadConfig(line.given);
+  if (config.format != "text" && config.format != "json") {
+    return UsageError(absl::StrCat("--format=", config.format, ": text or json"));
+  }
   ClientOptions options{.timeout = config.timeout};
   options.stripes = absl::GetFlag(FLAGS_stripes);
   options.stripe_bytes = absl::GetFlag(FLAGS_stripe_bytes);

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/time.h"
 #include "common/status_macros.h"
 
 namespace gpucompute::client {
@@ -68,6 +69,10 @@ absl::StatusOr<CommandLine> ParseCommandLine(
       line.help = true;
       continue;
     }
+    if (name == "version") {
+      line.version = true;
+      continue;
+    }
     absl::CommandLineFlag* flag = find_flag(name);
     if (flag == nullptr && absl::StartsWith(name, "no") && !value.has_value()) {
       const std::string positive = name.substr(2);
@@ -95,9 +100,18 @@ absl::StatusOr<CommandLine> ParseCommandLine(
       value = absl::StrCat(accumulated[name], ";", *value);
     }
     if (repeatable) accumulated[name] = *value;
+    // A bare number of seconds is a duration too ("--timeout=30" is 30 s).
+    double seconds = 0;
+    if (flag->IsOfType<absl::Duration>() && absl::SimpleAtod(*value, &seconds)) {
+      value = absl::StrCat(*value, "s");
+    }
     std::string error;
     if (!flag->ParseFrom(*value, &error)) {
-      return UsageError(absl::StrCat("invalid value for --", name, ": ", error));
+      return UsageError(absl::StrCat(
+          "invalid value for --", name, ": ", error,
+          flag->IsOfType<absl::Duration>()
+              ? " (a duration: seconds, or a number with its unit: 500ms, 30s, 2m, 1h; inf)"
+              : ""));
     }
     line.given.insert(name);
   }

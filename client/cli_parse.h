@@ -39,6 +39,7 @@ struct CommandLine {
   // Names of the flags present.
   std::set<std::string> given;
   bool help = false;
+  bool version = false;
 };
 
 // Sets the absl flags named on the command line and collects the other

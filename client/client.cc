@@ -6,7 +6,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "client/error_details.h"
 #include "client/raw_call.h"
+#include "common/error_reason.h"
 #include "common/status_macros.h"
 #include "gpucompute/v1/bulk_wire.h"
 #include "grpcpp/create_channel.h"
@@ -50,7 +52,9 @@ std::vector<std::shared_ptr<grpc::Channel>> MakeStripeChannels(const std::string
 absl::Status ToAbslStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
   // gRPC and Abseil share the canonical code numbering.
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+  return WithErrorDetails(
+      absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message()),
+      status.error_details());
 }
 
 Client::Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options)
@@ -273,11 +277,11 @@ std::optional<absl::StatusOr<Result>> Client::SingleMessage(
   // The server-streaming method read as unary: one batch of operations, one wait.
   const grpc::Status status =
       RawUnaryCall(*channel_, context, method, v1::wire::SerializedMessage(request), &reply);
-  if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
-      absl::StartsWith(status.error_message(), "output.single_message")) {
-    return std::nullopt;
+  if (!status.ok()) {
+    absl::Status refused = ToAbslStatus(status);
+    if (ReasonOf(refused) == reason::kResultTooLargeForOneMessage) return std::nullopt;
+    return refused;
   }
-  if (!status.ok()) return ToAbslStatus(status);
   ResultAssembler assembler(std::move(options));
   if (absl::Status framing = assembler.AddBytes(reply); !framing.ok()) return framing;
   return std::move(assembler).Finish();

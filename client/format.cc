@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "client/tensor.h"
+#include "google/protobuf/util/json_util.h"
 
 namespace gpucompute::client {
 namespace {
@@ -103,11 +104,22 @@ std::string FormatTrailer(const v1::ResultTrailer& trailer) {
   // The algorithm, where the operation had a choice (LombScargle's direct or nufft).
   const std::string method =
       trailer.method().empty() ? "" : absl::StrCat(", method ", trailer.method());
+  // The stages in order; what they leave of the total is the rest (gRPC, the
+  // executor hop), or, when streamed stages overlap, the overlap.
+  const uint64_t stages = timing.prepare_us() + timing.queue_us() + timing.transfer_in_us() +
+                          timing.compute_us() + timing.transfer_out_us() +
+                          timing.stream_write_us();
+  const std::string rest =
+      stages <= timing.total_us()
+          ? absl::StrCat("other ", timing.total_us() - stages)
+          : absl::StrCat("overlapped ", stages - timing.total_us());
   std::string out = absl::StrFormat(
       "backend     %s on %s%s\n"
-      "timing (us) queue %d, transfer in %d, compute %d, transfer out %d, total %d\n",
+      "timing (us) queue %d, transfer in %d, compute %d, transfer out %d, stream write %d, "
+      "prepare %d, %s; total %d\n",
       trailer.backend(), trailer.device(), method, timing.queue_us(), timing.transfer_in_us(),
-      timing.compute_us(), timing.transfer_out_us(), timing.total_us());
+      timing.compute_us(), timing.transfer_out_us(), timing.stream_write_us(),
+      timing.prepare_us(), rest, timing.total_us());
   if (trailer.streamed_chunks() > 0) {
     absl::StrAppendFormat(&out, "streamed    %d chunks\n", trailer.streamed_chunks());
   }
@@ -122,6 +134,17 @@ std::string FormatPreview(const Result& result, size_t max_values) {
   for (size_t i = 0; i < shown; ++i) texts.push_back(absl::StrFormat("%.6g", (*values)[i]));
   if (shown < values->size()) texts.emplace_back("...");
   return absl::StrCat("[", absl::StrJoin(texts, ", "), "]");
+}
+
+absl::StatusOr<std::string> FormatJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  std::string json;
+  const auto status = google::protobuf::util::MessageToJsonString(message, &json, options);
+  if (!status.ok()) return absl::InternalError(std::string(status.message()));
+  return json + "\n";
 }
 
 }  // namespace gpucompute::client

@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "client/result.h"
+#include "google/protobuf/message.h"
 #include "gpucompute/v1/gpucompute.pb.h"
 
 namespace gpucompute::client {
@@ -16,6 +18,10 @@ std::string FormatBytes(uint64_t bytes);
 std::string FormatServerInfo(const v1::ServerInfo& info);
 std::string FormatBufferInfo(const v1::BufferInfo& buffer);
 std::string FormatBufferList(const v1::ListResponse& list);
+
+// protobuf's JSON mapping of `message`, with the .proto's field names and every
+// field (defaults too), indented; ends in '\n'.
+absl::StatusOr<std::string> FormatJson(const google::protobuf::Message& message);
 
 // The trailer of a result: backend, device and the timing breakdown.
 std::string FormatTrailer(const v1::ResultTrailer& trailer);

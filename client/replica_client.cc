@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/buffer_id.h"
+#include "common/error_reason.h"
 #include "common/status_macros.h"
 #include "google/protobuf/descriptor.h"
 
@@ -218,7 +219,8 @@ absl::StatusOr<T> ReplicaClient::OnOwner(const std::vector<std::string>& buffer_
   if (client == nullptr) return Lost(owner, buffer_id);
   absl::StatusOr<T> result = call(*client);
   // A dead replica, or another one now at its address (a restart): is it gone?
-  if ((absl::IsUnavailable(result.status()) || absl::IsFailedPrecondition(result.status())) &&
+  if ((absl::IsUnavailable(result.status()) ||
+       ReasonOf(result.status()) == reason::kBufferOnOtherReplica) &&
       !Refresh().contains(owner)) {
     return Lost(owner, buffer_id);
   }

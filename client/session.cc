@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "client/error_details.h"
 #include "gpucompute/v1/bulk_wire.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/byte_buffer.h"
@@ -141,7 +142,9 @@ class Session::Call final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grp
 
   absl::StatusOr<Result> Decode(v1::SessionResponse& response, bool expect_data) const {
     if (response.has_error()) {
-      return absl::Status(static_cast<absl::StatusCode>(response.error().code()), response.error().message());
+      return WithErrorDetails(absl::Status(static_cast<absl::StatusCode>(response.error().code()),
+                                           response.error().message()),
+                              response.error().details());
     }
     if (!response.has_complete()) {
       return absl::DataLossError(

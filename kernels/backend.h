@@ -300,6 +300,9 @@ struct BackendOptions {
   // Memory budgets every array draws from (kernels/memory/memory_budget.h); 0 derives
   // them: a fraction of physical RAM, and of each GPU's memory.
   uint64_t host_memory_budget_bytes = 0;
+  // Where the cgroup filesystem is mounted: the host budget's default sees the
+  // container's memory limit there (tests point it at a fake tree).
+  std::string cgroup_root = "/sys/fs/cgroup";
   uint64_t device_memory_budget_bytes = 0;  // per GPU
   // How long an allocation that does not fit waits for memory to be released.
   absl::Duration memory_budget_wait = absl::Seconds(1);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the Dockerfile with buildah and runs the image's server on the CPU
-# backend: health check and one request with the image's own gpucompute-cli.
+# Builds the Dockerfile with buildah, as a CPU-only image and as the CUDA image,
+# and runs each image's server on the CPU backend: health check and one request
+# with the image's own gpucompute-cli; reports both images' sizes.
 #
 #   sudo scripts/container_test.sh
 #
@@ -8,12 +9,17 @@
 # stand-ins made here, passed through the Dockerfile's build args:
 #   build stage    a debootstrap Debian bookworm root plus the CUDA toolkit
 #                  copied from $CUDA_HOME (like nvidia/cuda:*-devel)
-#   runtime stage  the same root plus libcudart only (like nvidia/cuda:*-base)
+#   runtime stage  the same root plus libcudart only (like nvidia/cuda:*-base), so
+#                  a CUDA library the server loads and the image does not carry
+#                  fails the image's ldd check here as it would on NVIDIA's base
 # buildah runs with --isolation chroot and the vfs storage driver, in its own
 # storage under $WORK, so it needs root but no daemon, overlayfs or user
 # namespaces. Slow (a full Release build with nvcc, and vfs copies every layer):
 # run by hand, not in CI. Installs buildah and debootstrap with apt-get if
 # missing. Network: Debian's package mirror only (debootstrap, apt in the build).
+# The CUDA image's binaries and the libraries they load are extracted to
+# $EXTRACT_DIR (bin/, lib/), to run exactly as the image holds them elsewhere:
+#   LD_LIBRARY_PATH=$EXTRACT_DIR/lib $EXTRACT_DIR/bin/gpucompute-server --backend=cuda
 #
 # Environment:
 #   WORK=/var/tmp/gpucompute-container-test  work dir (rootfs cache, storage)
@@ -25,8 +31,9 @@
 #   KEEP=0                                   1: keep buildah storage and images
 #   REUSE_IMAGE=0                            1: skip the build, test the image a
 #                                            KEEP=1 run left
-#   WITH_CUDA=1                              0: CPU-only image (ENABLE_CUDA=OFF), no
-#                                            toolkit in the build stand-in; faster
+#   VARIANTS="cpu cuda"                      images built and tested, in order: cpu
+#                                            (ENABLE_CUDA=OFF) and cuda (nvcc, cuFFT)
+#   EXTRACT_DIR=$ROOT/.device/image          where the cuda image's bin/ and lib/ go
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -36,13 +43,15 @@ CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES:-90}
 BUILD_JOBS=${BUILD_JOBS:-2}
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 KEEP=${KEEP:-0}
-WITH_CUDA=${WITH_CUDA:-1}
-if [[ "$WITH_CUDA" == 1 ]]; then ENABLE_CUDA=ON; REQUIRE_CUDA=1; else ENABLE_CUDA=OFF; REQUIRE_CUDA=0; fi
+VARIANTS=${VARIANTS:-cpu cuda}
+EXTRACT_DIR=${EXTRACT_DIR:-$ROOT/.device/image}
+WITH_CUDA=0
+[[ " $VARIANTS " == *" cuda "* ]] && WITH_CUDA=1
 SUITE=bookworm
 ROOTFS=$WORK/rootfs-$SUITE
 RUNTIME_BASE=localhost/gpucompute-standin/cuda-base:$SUITE
 BUILD_BASE=localhost/gpucompute-standin/cuda-devel:$SUITE
-IMAGE=localhost/gpucompute:container-test
+IMAGE_PREFIX=localhost/gpucompute:container-test
 
 T0=$(date +%s)
 log() { printf '[%4ds] %s\n' $(( $(date +%s) - T0 )) "$*"; }
@@ -88,11 +97,11 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 log "$(buildah --version); debootstrap $(dpkg-query -W -f '${Version}' debootstrap)"
-[[ "$WITH_CUDA" != 1 || -x "$CUDA_HOME/bin/nvcc" ]] || die "no nvcc under $CUDA_HOME (WITH_CUDA=0 builds CPU-only)"
+[[ "$WITH_CUDA" != 1 || -x "$CUDA_HOME/bin/nvcc" ]] || die "no nvcc under $CUDA_HOME (VARIANTS=cpu builds CPU-only)"
 
 reuse=0
-if [[ "${REUSE_IMAGE:-0}" == 1 ]] && "${BUILDAH[@]}" inspect --type image "$IMAGE" >/dev/null 2>&1; then
-  reuse=1; log "REUSE_IMAGE=1: testing the existing $IMAGE (KEEP=1 from an earlier run)"
+if [[ "${REUSE_IMAGE:-0}" == 1 ]]; then
+  reuse=1; log "REUSE_IMAGE=1: testing the existing images (KEEP=1 from an earlier run)"
 fi
 if [[ $reuse == 0 ]]; then
 # ------------------------------------------------------------------ rootfs
@@ -148,11 +157,11 @@ forget "$ctr"
 log "stand-in build base $BUILD_BASE (runtime base + CUDA toolkit)"
 ctr=$("${BUILDAH[@]}" from --pull=never "$RUNTIME_BASE"); containers+=("$ctr")
 if [[ "$WITH_CUDA" == 1 ]]; then
-  # The compiler, headers, the static runtime and the driver stubs; not the large
-  # math / DL libraries the project does not link (CUDA_FULL=1 copies all).
+  # The compiler, headers, the static runtime, cuFFT and the driver stubs; not the
+  # large math / DL libraries the project does not link (CUDA_FULL=1 copies all).
   excludes=()
   if [[ "${CUDA_FULL:-0}" != 1 ]]; then
-    for pat in 'libcublas*' 'libcudnn*' 'libcufft*' 'libcurand*' 'libcusolver*' 'libcusparse*' \
+    for pat in 'libcublas*' 'libcudnn*' 'libcurand*' 'libcusolver*' 'libcusparse*' \
                'libnccl*' 'libnvblas*' 'libcupti*' 'libnvperf*' 'libpcsampling*' 'libcheckpoint*' \
                'libnvrtc*' 'libnvJitLink*' 'libnvtx3interop*'; do
       excludes+=("--exclude=./lib/$pat")
@@ -162,7 +171,7 @@ if [[ "$WITH_CUDA" == 1 ]]; then
   log "  toolkit copied: $(du -sh "$("${BUILDAH[@]}" mount "$ctr")/usr/local/$cuda_ver" | cut -f1)"
   "${BUILDAH[@]}" umount "$ctr" >/dev/null
 fi
-if [[ "$WITH_CUDA" == 1 ]]; then
+if true; then
   # Debian 12's CMake 3.25.1 FindCUDAToolkit fails with CUDA 13, which has no
   # libnvToolsExt ("set_property could not find TARGET CUDA::nvToolsExt"); the
   # nvidia/cuda Ubuntu 24.04 images get CMake 3.28, which is fixed. So the build
@@ -188,7 +197,21 @@ fi
 "${BUILDAH[@]}" commit --quiet --rm "$ctr" "$BUILD_BASE" >/dev/null
 forget "$ctr"
 "${BUILDAH[@]}" images
+fi  # reuse
 
+failures=0
+check() {  # check DESCRIPTION COMMAND...
+  local what=$1; shift
+  if "$@"; then log "PASS $what"; else log "FAIL $what"; failures=$((failures + 1)); fi
+}
+sizes=()
+
+# Builds (unless REUSE_IMAGE=1), inspects and runs one image: cpu or cuda.
+test_image() {
+local variant=$1
+IMAGE=$IMAGE_PREFIX-$variant
+if [[ $variant == cuda ]]; then ENABLE_CUDA=ON; REQUIRE_CUDA=1; else ENABLE_CUDA=OFF; REQUIRE_CUDA=0; fi
+if [[ $reuse == 0 ]]; then
 # ------------------------------------------------------------------ build
 commit=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 log "buildah bud (chroot isolation, vfs) -> $IMAGE; ENABLE_CUDA=$ENABLE_CUDA CUDA_ARCHITECTURES=$CUDA_ARCHITECTURES BUILD_JOBS=$BUILD_JOBS"
@@ -201,22 +224,17 @@ if ! "${BUILDAH[@]}" bud --isolation chroot --format docker --pull=never --layer
       --build-arg "ENABLE_CUDA=$ENABLE_CUDA" \
       --build-arg "REQUIRE_CUDA=$REQUIRE_CUDA" \
       --build-arg "GIT_COMMIT=$commit" \
-      -f "$ROOT/Dockerfile" -t "$IMAGE" "$ROOT" > "$WORK/bud.log" 2>&1; then
-  tail -n 60 "$WORK/bud.log"
-  die "buildah bud failed (full log: $WORK/bud.log)"
+      -f "$ROOT/Dockerfile" -t "$IMAGE" "$ROOT" > "$WORK/bud-$variant.log" 2>&1; then
+  tail -n 60 "$WORK/bud-$variant.log"
+  die "buildah bud failed (full log: $WORK/bud-$variant.log)"
 fi
-grep -E '^(STEP|runtime packages:|-- gpucompute|gpucompute:)' "$WORK/bud.log" || true
+grep -E '^(STEP|runtime packages:|CUDA libraries carried:|-- gpucompute|gpucompute:)' "$WORK/bud-$variant.log" || true
 log "image built in $(( $(date +%s) - tb )) s"
 "${BUILDAH[@]}" images --format '{{.Name}}:{{.Tag}} {{.Size}}' | grep -E "gpucompute" || true
 
 fi  # reuse
 
 # ------------------------------------------------------------------ inspect
-failures=0
-check() {  # check DESCRIPTION COMMAND...
-  local what=$1; shift
-  if "$@"; then log "PASS $what"; else log "FAIL $what"; failures=$((failures + 1)); fi
-}
 "${BUILDAH[@]}" inspect --type image "$IMAGE" > "$WORK/image-inspect.json"
 /usr/bin/python3 -c "
 import json, sys
@@ -235,7 +253,8 @@ check "healthcheck runs gpucompute-cli health" py_cfg \
 size_of() { "${BUILDAH[@]}" images --json "$1" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["size"])'; }
 # What a registry would hold: the image as a compressed OCI archive.
 "${BUILDAH[@]}" push --quiet "$IMAGE" "oci-archive:$WORK/image.oci.tar" >/dev/null
-log "image size: $(size_of "$IMAGE") unpacked (runtime stand-in base: $(size_of "$RUNTIME_BASE")); compressed OCI archive: $(( $(stat -c %s "$WORK/image.oci.tar") / 1024 / 1024 )) MiB"
+sizes+=("$variant image: $(size_of "$IMAGE") unpacked, $(( $(stat -c %s "$WORK/image.oci.tar") / 1024 / 1024 )) MiB compressed (runtime stand-in base: $(size_of "$RUNTIME_BASE"))")
+log "${sizes[-1]}"
 rm -f "$WORK/image.oci.tar"
 
 # ------------------------------------------------------------------ run
@@ -293,6 +312,27 @@ wait "$server_pid" 2>/dev/null || true
 server_pid=""
 check "server logged its drain" grep -q "draining" "$WORK/server.log"
 tail -n 5 "$WORK/server.log"
+if [[ $variant == cuda ]]; then extract_image; fi
+"${BUILDAH[@]}" rm "$ctr" >/dev/null; forget "$ctr"
+}
+
+# The image's /usr/local/bin and every library its binaries load from the image
+# (libcuda.so.1 excepted: the driver's, on the GPU machine) into $EXTRACT_DIR.
+extract_image() {
+  local mnt
+  mnt=$("${BUILDAH[@]}" mount "$ctr")
+  rm -rf "$EXTRACT_DIR"; mkdir -p "$EXTRACT_DIR/bin" "$EXTRACT_DIR/lib"
+  cp -a "$mnt/usr/local/bin/." "$EXTRACT_DIR/bin/"
+  chroot "$mnt" ldd /usr/local/bin/gpucompute-server /usr/local/bin/gpucompute-cli |
+    awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u | grep -v -e libcuda.so -e '/libc\.so' \
+      -e '/libm\.so' -e libpthread -e '/libdl\.' -e '/librt\.' -e ld-linux |
+    while read -r lib; do cp -L "$mnt$lib" "$EXTRACT_DIR/lib/"; done
+  "${BUILDAH[@]}" umount "$ctr" >/dev/null
+  log "extracted the cuda image's bin/ and lib/ to $EXTRACT_DIR ($(du -sh "$EXTRACT_DIR" | cut -f1))"
+}
+
+for variant in $VARIANTS; do test_image "$variant"; done
+printf '%s\n' "${sizes[@]}"
 
 if ((failures)); then die "$failures check(s) failed"; fi
-log "OK: image $IMAGE built and served requests on the CPU backend"
+log "OK: images ($VARIANTS) built and served requests on the CPU backend"

@@ -9,6 +9,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "common/status_macros.h"
 #include "server/echo.h"
 
@@ -62,22 +63,34 @@ absl::StatusOr<BufferStore::Reservation> BufferStore::Reserve(uint64_t bytes,
       charge.data > UINT64_MAX - charge.metadata ? UINT64_MAX : charge.data + charge.metadata;
   absl::MutexLock lock(&mu_);
   if (needed > Left(quota_bytes_, used_)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        what, " needs ", bytes, " bytes but the buffer quota (buffer_quota_bytes ", quota_bytes_,
-        ") has ", Left(quota_bytes_, used_), " bytes left", MetadataNote(),
-        "; delete buffers to make room"));
+    return WithReason(
+        absl::ResourceExhaustedError(absl::StrCat(
+            what, " needs ", bytes, " bytes but the buffer quota (buffer_quota_bytes ",
+            quota_bytes_, ") has ", Left(quota_bytes_, used_), " bytes left", MetadataNote(),
+            "; delete buffers to make room")),
+        reason::kQuotaExceeded,
+        {{"limit_name", "buffer_quota_bytes"}, {"limit", absl::StrCat(quota_bytes_)},
+         {"requested", absl::StrCat(bytes)}, {"available", absl::StrCat(Left(quota_bytes_, used_))}});
   }
   const Charge& mine = used_by_principal_[principal];
   if (principal_quota_bytes_ > 0 && needed > Left(principal_quota_bytes_, mine)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        what, " needs ", bytes, " bytes but the caller's quota (principal_quota_bytes ",
-        principal_quota_bytes_, ") has ", Left(principal_quota_bytes_, mine), " bytes left",
-        MetadataNote(), "; delete buffers to make room"));
+    return WithReason(
+        absl::ResourceExhaustedError(absl::StrCat(
+            what, " needs ", bytes, " bytes but the caller's quota (principal_quota_bytes ",
+            principal_quota_bytes_, ") has ", Left(principal_quota_bytes_, mine), " bytes left",
+            MetadataNote(), "; delete buffers to make room")),
+        reason::kQuotaExceeded,
+        {{"limit_name", "principal_quota_bytes"}, {"limit", absl::StrCat(principal_quota_bytes_)},
+         {"requested", absl::StrCat(bytes)},
+         {"available", absl::StrCat(Left(principal_quota_bytes_, mine))}});
   }
   if (max_buffers_per_owner_ > 0 && mine.buffers >= max_buffers_per_owner_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        what, " needs a new buffer but the caller holds ", mine.buffers,
-        " (max_buffers_per_owner ", max_buffers_per_owner_, "); delete buffers to make room"));
+    return WithReason(
+        absl::ResourceExhaustedError(absl::StrCat(
+            what, " needs a new buffer but the caller holds ", mine.buffers,
+            " (max_buffers_per_owner ", max_buffers_per_owner_, "); delete buffers to make room")),
+        reason::kQuotaExceeded,
+        {{"limit_name", "max_buffers_per_owner"}, {"limit", absl::StrCat(max_buffers_per_owner_)}});
   }
   ChargeLocked(charge, std::string(principal));
   return Reservation(this, charge, std::string(principal));
@@ -143,10 +156,18 @@ absl::Status BufferStore::CheckIssuedHere(absl::string_view id, absl::string_vie
   if (issuer.empty() || issuer == instance_id_) return absl::OkStatus();
   // Clients route by the id's prefix (ServerInfo.instance_id); only a stale route
   // or a client that does not route lands here. Nothing is looked up or copied.
-  return absl::FailedPreconditionError(absl::StrCat(
-      field, " ", QuoteClientString(id), " was stored by replica instance ", issuer,
-      ", not by this one (instance ", instance_id_,
-      "); send calls naming it to that replica (ServerInfo.instance_id)"));
+  // A single server sees this for ids from before its restart (stored buffers do
+  // not survive one), so the message names that case first.
+  return WithReason(
+      absl::FailedPreconditionError(absl::StrCat(
+          field, " ", QuoteClientString(id), " was stored by replica instance ", issuer,
+          ", not by this one (instance ", instance_id_,
+          "): a single server has restarted since (stored buffers do not survive a "
+          "restart: store the data again); behind replicas, send calls naming it to that "
+          "replica (ServerInfo.instance_id)")),
+      reason::kBufferOnOtherReplica,
+      {{"field", std::string(field)}, {"owner_instance", std::string(issuer)},
+       {"instance", instance_id_}});
 }
 
 absl::StatusOr<StoredBuffer> BufferStore::Get(absl::string_view id, absl::string_view field,
@@ -156,8 +177,9 @@ absl::StatusOr<StoredBuffer> BufferStore::Get(absl::string_view id, absl::string
   absl::MutexLock lock(&mu_);
   auto it = buffers_.find(id);
   if (it == buffers_.end() || it->second.owner != principal) {
-    return absl::NotFoundError(
-        absl::StrCat(field, " ", QuoteClientString(id), " is not a stored buffer"));
+    return WithReason(
+        absl::NotFoundError(absl::StrCat(field, " ", QuoteClientString(id), " is not a stored buffer")),
+        reason::kBufferNotFound, {{"field", std::string(field)}});
   }
   return it->second;
 }
@@ -170,8 +192,9 @@ absl::StatusOr<uint64_t> BufferStore::Delete(absl::string_view id, absl::string_
   absl::MutexLock lock(&mu_);
   auto it = buffers_.find(id);
   if (it == buffers_.end() || it->second.owner != principal) {
-    return absl::NotFoundError(
-        absl::StrCat("buffer_id ", QuoteClientString(id), " is not a stored buffer"));
+    return WithReason(
+        absl::NotFoundError(absl::StrCat("buffer_id ", QuoteClientString(id), " is not a stored buffer")),
+        reason::kBufferNotFound, {{"field", "buffer_id"}});
   }
   released = std::move(it->second.array);
   buffers_.erase(it);

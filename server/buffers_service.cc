@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/error_reason.h"
 #include "common/status_macros.h"
 #include "gpucompute/v1/bulk_wire.h"
 #include "server/echo.h"
@@ -539,8 +540,9 @@ absl::Status BuffersService::ResumableUploadStatus(const grpc::ByteBuffer& bytes
                       ParseRequest<v1::UploadStatusRequest>(bytes));
   const std::shared_ptr<ResumableUpload> upload = uploads_.Find(principal, request.session_token());
   if (upload == nullptr) {
-    return absl::NotFoundError(
-        "session_token names no upload session of the caller (never started, stored, or expired)");
+    return WithReason(absl::NotFoundError("session_token names no upload session of the caller "
+                                          "(never started, stored, or expired)"),
+                      reason::kUploadSessionNotFound, {{"field", "session_token"}});
   }
   response->set_total_bytes(upload->array()->bytes());
   for (const auto& [offset, length] : upload->ReceivedRanges()) {

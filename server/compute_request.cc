@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "common/status_macros.h"
 #include "server/security.h"
 #include "server/shared_memory_service.h"
@@ -25,12 +26,18 @@ absl::Status RefuseLargeResult(const v1::OutputOptions& options, absl::string_vi
                                         " bytes, more than one chunk of ", chunk_bytes,
                                         " (output.chunk_bytes, else --default_chunk_bytes)");
   if (options.single_message()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("output.single_message: ", size, "; read it as a stream"));
+    return WithReason(absl::FailedPreconditionError(absl::StrCat(
+                          "output.single_message: ", size, "; read it as a stream")),
+                      reason::kResultTooLargeForOneMessage,
+                      {{"field", "output.single_message"}, {"limit", absl::StrCat(chunk_bytes)},
+                       {"result_bytes", absl::StrCat(result_bytes)}});
   }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "Session: ", size, "; a session's results are one message: call Compute.", method,
-      " or StreamingCompute for it"));
+  return WithReason(absl::FailedPreconditionError(absl::StrCat(
+                        "Session: ", size, "; a session's results are one message: call Compute.",
+                        method, " or StreamingCompute for it")),
+                    reason::kResultTooLargeForOneMessage,
+                    {{"limit", absl::StrCat(chunk_bytes)},
+                     {"result_bytes", absl::StrCat(result_bytes)}});
 }
 
 }  // namespace

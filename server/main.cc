@@ -19,6 +19,8 @@
 #include "absl/strings/str_split.h"
 #include "common/grpc_lifetime.h"
 #include "common/mutex_checks.h"
+#include "common/version.h"
+#include "kernels/memory_budget.h"
 #include "server/config.h"
 #include "server/log.h"
 #include "server/server.h"
@@ -141,7 +143,10 @@ ABSL_FLAG(uint64_t, pool_prewarm_bytes, 1ull << 30,
           "memory (capped at a quarter of the GPU)");
 ABSL_FLAG(uint64_t, host_memory_budget_bytes, 0,
           "host memory all arrays (results, staging, stored buffers) may take; 0 = half of "
-          "physical RAM");
+          "physical RAM or of the container's cgroup memory limit, whichever is lower");
+ABSL_FLAG(std::string, cgroup_root, "/sys/fs/cgroup",
+          "where the cgroup filesystem is mounted (v2, or v1 with memory/), read for the "
+          "container's memory limit");
 ABSL_FLAG(uint64_t, device_memory_budget_bytes, 0,
           "device memory all arrays may take on each GPU; 0 = 7/8 of the GPU's memory");
 ABSL_FLAG(absl::Duration, memory_budget_wait, absl::Seconds(1),
@@ -254,6 +259,7 @@ absl::StatusOr<gpucompute::ServerConfig> ConfigFromFlags() {
   config.backend.pool_release_threshold_bytes = absl::GetFlag(FLAGS_pool_release_threshold_bytes);
   config.backend.pool_prewarm_bytes = absl::GetFlag(FLAGS_pool_prewarm_bytes);
   config.backend.host_memory_budget_bytes = absl::GetFlag(FLAGS_host_memory_budget_bytes);
+  config.backend.cgroup_root = absl::GetFlag(FLAGS_cgroup_root);
   config.backend.device_memory_budget_bytes = absl::GetFlag(FLAGS_device_memory_budget_bytes);
   config.backend.memory_budget_wait = absl::GetFlag(FLAGS_memory_budget_wait);
   config.inject_sticky_error_after_operations =
@@ -380,6 +386,8 @@ int main(int argc, char** argv) {
   absl::FlagsUsageConfig usage_config;
   usage_config.contains_help_flags = IsServerFlagFile;
   usage_config.contains_helpshort_flags = IsServerFlagFile;
+  // absl::ParseCommandLine answers --version with this and exits.
+  usage_config.version_string = [] { return gpucompute::VersionText("gpucompute-server"); };
   absl::SetFlagsUsageConfig(usage_config);
   if (AsksForHelp(argc, argv)) {
     PrintHelp();
@@ -420,6 +428,14 @@ int main(int argc, char** argv) {
                                                       "/metrics (port ",
                                                       (*server)->metrics_port(), ")"),
                                    ", instance ", (*server)->instance_id()));
+  for (const gpucompute::MemoryBudgetStats& budget : (*server)->backend_stats().memory_budgets) {
+    if (budget.memory != "host") continue;
+    gpucompute::LogLine(absl::StrCat(
+        "host memory budget ", budget.capacity_bytes, " bytes: ",
+        config->backend.host_memory_budget_bytes > 0
+            ? std::string("--host_memory_budget_bytes")
+            : gpucompute::DefaultHostBudget(config->backend).source));
+  }
 
   // Serve until a stop signal, or until no healthy device is left (then drain
   // and exit non-zero so that a supervisor restarts the process).

@@ -194,11 +194,7 @@ Metrics::Metrics(const BuildInfo& build) : registry_(std::make_shared<prometheus
         {"grpc_service", S(rpc.service)}, {"grpc_method", S(rpc.method)}, {"grpc_type", S(rpc.type)}};
     rpc_started_[m] = &started.Add(labels);
     rpc_seconds_[m] = &handling.Add(labels, LatencyBuckets());
-    for (int code = 0; code < 17; ++code) {
-      prometheus::Labels with_code = labels;
-      with_code["grpc_code"] = S(GrpcCodeName(static_cast<grpc::StatusCode>(code)));
-      rpc_handled_[m][code] = &handled.Add(with_code);
-    }
+    rpc_handled_[m] = std::make_unique<CodeCounters>(handled, labels);
   }
 
   auto& requests = prometheus::BuildCounter()
@@ -232,11 +228,7 @@ Metrics::Metrics(const BuildInfo& build) : registry_(std::make_shared<prometheus
                             .Register(*registry_);
   for (int op = 0; op < kOperationCount; ++op) {
     const std::string label = S(OperationLabel(static_cast<Operation>(op)));
-    for (int code = 0; code < 17; ++code) {
-      requests_[op][code] = &requests.Add(
-          {{"operation", label},
-           {"code", S(GrpcCodeName(static_cast<grpc::StatusCode>(code)))}});
-    }
+    requests_[op] = std::make_unique<CodeCounters>(requests, prometheus::Labels{{"operation", label}});
     request_seconds_[op] = &request_seconds.Add({{"operation", label}}, LatencyBuckets());
     for (int stage = 0; stage < kStageCount; ++stage) {
       stage_seconds_[op][stage] = &stage_seconds.Add(
@@ -266,15 +258,12 @@ Metrics::Metrics(const BuildInfo& build) : registry_(std::make_shared<prometheus
                                .Name("gpucompute_transfer_duration_seconds")
                                .Help("Duration of host<->backend copies.")
                                .Register(*registry_);
-  auto& bandwidth = prometheus::BuildGauge()
-                        .Name("gpucompute_transfer_bandwidth_bytes_per_second")
-                        .Help("Bandwidth achieved by the last copy of 1 MiB or more.")
-                        .Register(*registry_);
+  // Bandwidth is rate(gpucompute_transfer_bytes_total) /
+  // rate(gpucompute_transfer_duration_seconds_sum): over any window, from counters.
   for (int d = 0; d < 2; ++d) {
     const prometheus::Labels labels = {{"direction", S(kDirectionLabels[d])}};
     transfer_bytes_[d] = &transfer_bytes.Add(labels);
     transfer_seconds_[d] = &transfer_seconds.Add(labels, LatencyBuckets());
-    transfer_bandwidth_[d] = &bandwidth.Add(labels);
   }
 
   network_received_ = &prometheus::BuildCounter()
@@ -368,15 +357,13 @@ void Metrics::RpcStarted(RpcMethod method) { rpc_started_[static_cast<int>(metho
 
 void Metrics::RpcHandled(RpcMethod method, grpc::StatusCode code, absl::Duration elapsed) {
   const int m = static_cast<int>(method);
-  const int c = (code >= 0 && code < 17) ? code : grpc::UNKNOWN;
-  rpc_handled_[m][c]->Increment();
+  rpc_handled_[m]->Increment(code);
   rpc_seconds_[m]->Observe(absl::ToDoubleSeconds(elapsed));
 }
 
 void Metrics::RequestDone(Operation op, grpc::StatusCode code, absl::Duration total) {
   const int o = static_cast<int>(op);
-  const int c = (code >= 0 && code < 17) ? code : grpc::UNKNOWN;
-  requests_[o][c]->Increment();
+  requests_[o]->Increment(code);
   request_seconds_[o]->Observe(absl::ToDoubleSeconds(total));
   if (code == grpc::OK && !first_request_seen_[o].exchange(true)) {
     first_request_seconds_[o]->Set(absl::ToDoubleSeconds(total));
@@ -405,7 +392,28 @@ void Metrics::Transferred(Direction direction, uint64_t bytes, absl::Duration el
   transfer_bytes_[d]->Increment(static_cast<double>(bytes));
   const double seconds = absl::ToDoubleSeconds(elapsed);
   transfer_seconds_[d]->Observe(seconds);
-  if (bytes >= (1u << 20) && seconds > 0) transfer_bandwidth_[d]->Set(bytes / seconds);
+}
+
+CodeCounters::CodeCounters(prometheus::Family<prometheus::Counter>& family,
+                           prometheus::Labels labels)
+    : family_(family), labels_(std::move(labels)) {
+  Get(grpc::OK);  // successes are a series from the start, for rate() and ratios
+}
+
+void CodeCounters::Increment(grpc::StatusCode code) { Get(code).Increment(); }
+
+prometheus::Counter& CodeCounters::Get(grpc::StatusCode code) {
+  const int c = (code >= 0 && code < kCodes) ? code : grpc::UNKNOWN;
+  prometheus::Counter* counter = counters_[c].load(std::memory_order_acquire);
+  if (counter == nullptr) {
+    // Family::Add is thread-safe and returns the child its labels already have,
+    // so two threads racing here store the same pointer.
+    prometheus::Labels labels = labels_;
+    labels["grpc_code"] = S(GrpcCodeName(static_cast<grpc::StatusCode>(c)));
+    counter = &family_.Add(labels);
+    counters_[c].store(counter, std::memory_order_release);
+  }
+  return *counter;
 }
 
 void Metrics::NetworkReceived(uint64_t bytes) { network_received_->Increment(bytes); }

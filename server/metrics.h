@@ -56,6 +56,23 @@ struct LiveState {
   uint64_t queued_requests = 0;
 };
 
+// The counters of one label set by status code (label grpc_code, as gRPC's own
+// grpc_server_handled_total has it), each a series from its first count on: a
+// scrape shows the codes that happened, not 17 zeros per label set.
+class CodeCounters {
+ public:
+  CodeCounters(prometheus::Family<prometheus::Counter>& family, prometheus::Labels labels);
+  void Increment(grpc::StatusCode code);
+
+ private:
+  static constexpr int kCodes = 17;  // OK .. UNAUTHENTICATED
+  prometheus::Counter& Get(grpc::StatusCode code);
+
+  prometheus::Family<prometheus::Counter>& family_;
+  const prometheus::Labels labels_;
+  std::array<std::atomic<prometheus::Counter*>, kCodes> counters_{};
+};
+
 class Metrics {
  public:
   explicit Metrics(const BuildInfo& build);
@@ -92,10 +109,10 @@ class Metrics {
   std::unique_ptr<prometheus::Exposer> exposer_;
 
   std::array<prometheus::Counter*, kRpcMethodCount> rpc_started_{};
-  std::array<std::array<prometheus::Counter*, 17>, kRpcMethodCount> rpc_handled_{};
+  std::array<std::unique_ptr<CodeCounters>, kRpcMethodCount> rpc_handled_;
   std::array<prometheus::Histogram*, kRpcMethodCount> rpc_seconds_{};
 
-  std::array<std::array<prometheus::Counter*, 17>, kOperationCount> requests_{};
+  std::array<std::unique_ptr<CodeCounters>, kOperationCount> requests_;
   std::array<prometheus::Histogram*, kOperationCount> request_seconds_{};
   std::array<std::array<prometheus::Histogram*, kStageCount>, kOperationCount> stage_seconds_{};
   std::array<prometheus::Histogram*, kOperationCount> batch_size_{};
@@ -106,7 +123,6 @@ class Metrics {
   std::array<prometheus::Counter*, kRejectionCount> rejections_{};
   std::array<prometheus::Counter*, 2> transfer_bytes_{};
   std::array<prometheus::Histogram*, 2> transfer_seconds_{};
-  std::array<prometheus::Gauge*, 2> transfer_bandwidth_{};
   prometheus::Counter* network_received_ = nullptr;
   prometheus::Counter* network_sent_ = nullptr;
 };

@@ -280,6 +280,8 @@ v1::ResultTrailer ResultStream<Call>::MakeTrailer(const v1::BufferInfo* stored) 
   timing->set_transfer_in_us(Micros(times_.transfer_in));
   timing->set_compute_us(Micros(times_.compute));
   timing->set_transfer_out_us(Micros(transfer_out_));
+  timing->set_stream_write_us(Micros(stream_write_));
+  timing->set_prepare_us(Micros(prepare_time_));
   timing->set_total_us(Micros(absl::Now() - accepted_));
   trailer.set_backend(std::string(service_.backend.name()));
   trailer.set_device(times_.device);

@@ -13,6 +13,7 @@ grpc::ByteBuffer ErrorAnswer(uint64_t id, const grpc::Status& status) {
   response.set_id(id);
   response.mutable_error()->set_code(status.error_code());
   response.mutable_error()->set_message(status.error_message());
+  response.mutable_error()->set_details(status.error_details());
   return v1::wire::SerializedMessage(response);
 }
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "common/status_macros.h"
 #include "server/buffer_store.h"
 #include "server/echo.h"
@@ -63,23 +64,34 @@ absl::Status SharedMemoryRegistry::CheckRoomLocked(absl::string_view owner, uint
   const auto count = count_by_owner_.find(owner);
   if (limits_.max_regions_per_owner > 0 && count != count_by_owner_.end() &&
       count->second >= limits_.max_regions_per_owner) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the caller has ", count->second, " shared-memory regions registered, the limit "
-        "(--max_shared_memory_regions_per_owner); unregister some first"));
+    return WithReason(
+        absl::ResourceExhaustedError(absl::StrCat(
+            "the caller has ", count->second, " shared-memory regions registered, the limit "
+            "(--max_shared_memory_regions_per_owner); unregister some first")),
+        reason::kQuotaExceeded,
+        {{"limit_name", "max_shared_memory_regions_per_owner"},
+         {"limit", absl::StrCat(limits_.max_regions_per_owner)}});
   }
   if (bytes > limits_.quota_bytes - std::min(used_bytes_, limits_.quota_bytes)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "byte_size ", bytes, " does not fit the shared-memory quota: ", used_bytes_, " of ",
-        limits_.quota_bytes, " bytes registered (--shared_memory_quota_bytes)"));
+    return WithReason(
+        absl::ResourceExhaustedError(absl::StrCat(
+            "byte_size ", bytes, " does not fit the shared-memory quota: ", used_bytes_, " of ",
+            limits_.quota_bytes, " bytes registered (--shared_memory_quota_bytes)")),
+        reason::kQuotaExceeded,
+        {{"limit_name", "shared_memory_quota_bytes"}, {"limit", absl::StrCat(limits_.quota_bytes)}});
   }
   const auto used = used_by_owner_.find(owner);
   const uint64_t owner_used = used == used_by_owner_.end() ? 0 : used->second;
   if (limits_.principal_quota_bytes > 0 &&
       bytes > limits_.principal_quota_bytes - std::min(owner_used, limits_.principal_quota_bytes)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "byte_size ", bytes, " does not fit the caller's shared-memory quota: ", owner_used,
-        " of ", limits_.principal_quota_bytes,
-        " bytes registered (--shared_memory_principal_quota_bytes)"));
+    return WithReason(
+        absl::ResourceExhaustedError(absl::StrCat(
+            "byte_size ", bytes, " does not fit the caller's shared-memory quota: ", owner_used,
+            " of ", limits_.principal_quota_bytes,
+            " bytes registered (--shared_memory_principal_quota_bytes)")),
+        reason::kQuotaExceeded,
+        {{"limit_name", "shared_memory_principal_quota_bytes"},
+         {"limit", absl::StrCat(limits_.principal_quota_bytes)}});
   }
   return absl::OkStatus();
 }
@@ -124,10 +136,11 @@ absl::StatusOr<std::shared_ptr<SharedMemoryRegion>> SharedMemoryRegistry::Get(
   absl::ReaderMutexLock lock(&mu_);
   const auto it = regions_.find(id);
   if (it == regions_.end() || it->second.owner != owner) {
-    return absl::NotFoundError(absl::StrCat(field, ": no shared-memory region ",
-                                            QuoteClientString(id),
-                                            " of this caller (never registered, unregistered, "
-                                            "or another principal's)"));
+    return WithReason(absl::NotFoundError(absl::StrCat(
+                          field, ": no shared-memory region ", QuoteClientString(id),
+                          " of this caller (never registered, unregistered, or another "
+                          "principal's)")),
+                      reason::kSharedMemoryRegionNotFound, {{"field", std::string(field)}});
   }
   return it->second.region;
 }
@@ -137,8 +150,9 @@ absl::StatusOr<std::shared_ptr<SharedMemoryRegion>> SharedMemoryRegistry::Remove
   absl::MutexLock lock(&mu_);
   const auto it = regions_.find(id);
   if (it == regions_.end() || it->second.owner != owner) {
-    return absl::NotFoundError(absl::StrCat("region_id: no shared-memory region ",
-                                            QuoteClientString(id), " of this caller"));
+    return WithReason(absl::NotFoundError(absl::StrCat("region_id: no shared-memory region ",
+                                                       QuoteClientString(id), " of this caller")),
+                      reason::kSharedMemoryRegionNotFound, {{"field", "region_id"}});
   }
   std::shared_ptr<SharedMemoryRegion> region = it->second.region;
   EraseLocked(it);

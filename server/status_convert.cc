@@ -2,7 +2,34 @@
 
 #include <string>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/strip.h"
+#include "common/error_reason.h"
+#include "google/rpc/error_details.pb.h"
+#include "google/rpc/status.pb.h"
+
 namespace gpucompute {
+namespace {
+
+google::rpc::ErrorInfo ErrorInfoOf(const absl::Status& status, grpc::StatusCode code) {
+  google::rpc::ErrorInfo info;
+  const std::string reason = ReasonOf(status);
+  info.set_reason(reason.empty() ? std::string(GrpcCodeName(code)) : reason);
+  info.set_domain(std::string(kErrorDomain));
+  auto& metadata = *info.mutable_metadata();
+  status.ForEachPayload([&metadata](absl::string_view key, const absl::Cord& value) {
+    if (absl::ConsumePrefix(&key, kMetadataPayloadPrefix)) {
+      metadata[std::string(key)] = std::string(value);
+    }
+  });
+  if (metadata.find("field") == metadata.end()) {
+    const std::string field = FieldNamedBy(status.message());
+    if (!field.empty()) metadata["field"] = field;
+  }
+  return info;
+}
+
+}  // namespace
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
@@ -12,7 +39,41 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   const grpc::StatusCode grpc_code = (code >= 0 && code <= grpc::UNAUTHENTICATED)
                                          ? static_cast<grpc::StatusCode>(code)
                                          : grpc::UNKNOWN;
-  return grpc::Status(grpc_code, std::string(status.message()));
+  google::rpc::Status details;
+  details.set_code(grpc_code);
+  details.set_message(std::string(status.message()));
+  const google::rpc::ErrorInfo info = ErrorInfoOf(status, grpc_code);
+  details.add_details()->PackFrom(info);
+  const auto field = info.metadata().find("field");
+  if ((grpc_code == grpc::INVALID_ARGUMENT || grpc_code == grpc::OUT_OF_RANGE) &&
+      field != info.metadata().end()) {
+    google::rpc::BadRequest bad_request;
+    google::rpc::BadRequest::FieldViolation* violation = bad_request.add_field_violations();
+    violation->set_field(field->second);
+    violation->set_description(std::string(status.message()));
+    violation->set_reason(info.reason());
+    details.add_details()->PackFrom(bad_request);
+  }
+  return grpc::Status(grpc_code, std::string(status.message()), details.SerializeAsString());
+}
+
+std::string FieldNamedBy(absl::string_view message) {
+  // Field paths are lower snake case with dots and indices ("factors.dtype",
+  // "series[2].x"), followed by ':' ("input: ..."), or by a space when the path
+  // cannot be a word ("buffer_id 'x' is not ..."); "Session: ..." or a sentence
+  // ("memory budget ...") is not one.
+  const size_t end = message.find_first_of(": ");
+  if (end == 0 || end == absl::string_view::npos) return "";
+  const absl::string_view field = message.substr(0, end);
+  if (!absl::ascii_islower(field[0])) return "";
+  bool word = true;
+  for (const char c : field) {
+    if (absl::ascii_islower(c) || absl::ascii_isdigit(c)) continue;
+    if (c != '_' && c != '.' && c != '[' && c != ']') return "";
+    word = false;
+  }
+  if (message[end] == ' ' && word) return "";
+  return std::string(field);
 }
 
 absl::string_view GrpcCodeName(grpc::StatusCode code) {

@@ -154,7 +154,15 @@ TEST(FormatTest, TrailerShowsEveryTiming) {
   timing.set_total_us(10);
   EXPECT_EQ(FormatTrailer(trailer),
             "backend     cuda on cuda:0 (NVIDIA H100)\n"
-            "timing (us) queue 1, transfer in 2, compute 3, transfer out 4, total 10\n");
+            "timing (us) queue 1, transfer in 2, compute 3, transfer out 4, stream write 0, "
+            "prepare 0, other 0; total 10\n");
+  // The stages add up to the total: what they leave is named, and so is an overlap.
+  timing.set_stream_write_us(3);
+  timing.set_prepare_us(1);
+  timing.set_total_us(20);
+  EXPECT_THAT(FormatTrailer(trailer), ::testing::HasSubstr("stream write 3, prepare 1, other 6; total 20"));
+  timing.set_total_us(12);
+  EXPECT_THAT(FormatTrailer(trailer), ::testing::HasSubstr("prepare 1, overlapped 2; total 12"));
   trailer.set_method("nufft");
   EXPECT_THAT(FormatTrailer(trailer),
               ::testing::StartsWith("backend     cuda on cuda:0 (NVIDIA H100), method nufft\n"));

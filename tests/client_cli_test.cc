@@ -14,9 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/npy.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/testing/server_fixture.h"
 
@@ -56,13 +58,25 @@ class CliTest : public ::testing::Test {
   std::string PathOf(absl::string_view name) const { return (dir_ / std::string(name)).string(); }
 
   // Runs gpucompute-cli against the server with stdout and stderr captured
-  // apart, as ID=$(gpucompute-cli ...) in a shell would see them.
-  CliRun Cli(std::vector<std::string> args) const {
-    args.insert(args.begin(), {GPUCOMPUTE_CLI_PATH, absl::StrCat("--target=", server_->target()),
-                               "--timeout=30s"});
+  // apart, as ID=$(gpucompute-cli ...) in a shell would see them. With
+  // `target_from_environment` the server is named by GPUCOMPUTE_TARGET instead
+  // of --target.
+  CliRun Cli(std::vector<std::string> args, bool target_from_environment = false) const {
+    args.insert(args.begin(), "--timeout=30s");
+    if (!target_from_environment) {
+      args.insert(args.begin(), absl::StrCat("--target=", server_->target()));
+    }
+    args.insert(args.begin(), GPUCOMPUTE_CLI_PATH);
     std::vector<char*> argv;
     for (std::string& arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
+    std::string target_variable = absl::StrCat("GPUCOMPUTE_TARGET=", server_->target());
+    std::vector<char*> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (!absl::StartsWith(*e, "GPUCOMPUTE_TARGET=")) env.push_back(*e);
+    }
+    if (target_from_environment) env.push_back(target_variable.data());
+    env.push_back(nullptr);
     const std::string out_path = PathOf("cli.stdout"), err_path = PathOf("cli.stderr");
     // Between fork and exec only async-signal-safe calls: this process has threads.
     const pid_t pid = fork();
@@ -72,7 +86,7 @@ class CliTest : public ::testing::Test {
       if (out < 0 || err < 0 || dup2(out, STDOUT_FILENO) < 0 || dup2(err, STDERR_FILENO) < 0) {
         _exit(126);
       }
-      execv(GPUCOMPUTE_CLI_PATH, argv.data());
+      execve(GPUCOMPUTE_CLI_PATH, argv.data(), env.data());
       _exit(127);
     }
     CliRun run;
@@ -228,6 +242,56 @@ TEST_F(CliTest, InfoShowsTheInstanceId) {
   const CliRun info = Cli({"info"});
   ASSERT_EQ(info.exit_code, 0) << info.err;
   EXPECT_THAT(info.out, HasSubstr(absl::StrCat("instance    ", server_->server().instance_id(), "\n")));
+}
+
+TEST_F(CliTest, VersionNamesTheReleaseCommitCudaAndGrpc) {
+  const CliRun version = Cli({"--version"});
+  ASSERT_EQ(version.exit_code, 0) << version.err;
+  EXPECT_THAT(version.out, HasSubstr("gpucompute-cli 0.1.0\n"));
+  EXPECT_THAT(version.out, HasSubstr("git commit: "));
+  EXPECT_THAT(version.out, HasSubstr("architectures "));
+  EXPECT_THAT(version.out, HasSubstr("gRPC: 1."));
+}
+
+TEST_F(CliTest, InfoAndListAsJson) {
+  const CliRun info = Cli({"info", "--format=json"});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  v1::ServerInfo parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(info.out, &parsed).ok()) << info.out;
+  EXPECT_EQ(parsed.instance_id(), server_->server().instance_id());
+  EXPECT_THAT(info.out, HasSubstr("\"instance_id\""));  // the .proto's field names
+  const std::string rows = PathOf("rows.npy");
+  WriteRows(rows);
+  ASSERT_EQ(Cli({"upload", rows}).exit_code, 0);
+  const CliRun list = Cli({"list", "--format=json"});
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  v1::ListResponse listed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(list.out, &listed).ok()) << list.out;
+  ASSERT_EQ(listed.buffers_size(), 1);
+  EXPECT_EQ(listed.buffers(0).id(), OnlyBufferId());
+  EXPECT_EQ(Cli({"info", "--format=yaml"}).exit_code, 2);
+}
+
+TEST_F(CliTest, SubcommandHelpShowsThatSubcommandsFlags) {
+  const CliRun help = Cli({"normalize", "--help"});
+  ASSERT_EQ(help.exit_code, 0) << help.err;
+  EXPECT_THAT(help.out, HasSubstr("--input"));
+  EXPECT_THAT(help.out, HasSubstr("--target"));
+  EXPECT_THAT(help.out, ::testing::Not(HasSubstr("--factors")));
+}
+
+TEST_F(CliTest, DurationsTakeBareSecondsOrNameTheUnit) {
+  const CliRun seconds = Cli({"bench", "--duration=0.2", "--concurrency=1", "--mix=health:1"});
+  EXPECT_EQ(seconds.exit_code, 0) << seconds.err;
+  const CliRun bad = Cli({"bench", "--duration=soon"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("500ms, 30s"));
+}
+
+TEST_F(CliTest, TargetFromTheEnvironment) {
+  const CliRun info = Cli({"info"}, /*target_from_environment=*/true);
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_THAT(info.out, HasSubstr(server_->server().instance_id()));
 }
 
 // Without a stored buffer there is nothing to capture: the report is the output.

@@ -1,6 +1,6 @@
-// The arithmetic of the reduced haversine variants (kernels/cuda/haversine_math.h),
-// run on the CPU against long double references, near the antipode too. On the device sqrt(m) comes from
-// rsqrt (1 ulp more); the kernels' own tests (gpu_kernel_variants_test) check that.
+// The shipped haversine arithmetic (kernels/cuda/haversine_math.h), run on the CPU
+// against long double references, near the antipode too. On the device the square root's
+// estimate is better than here; the kernels' own tests (gpu_backend_test) check them there.
 #include "kernels/cuda/haversine_math.h"
 
 #include <gtest/gtest.h>
@@ -62,35 +62,8 @@ double WorstHalfAngleUlps(T scale, Step step) {
   }
   return worst;
 }
-template <typename T>
-double WorstHalfAngleUlps(T scale) {
-  return WorstHalfAngleUlps(scale, [](T h, T g, T sc) { return hm::ScaledHalfAngleReduced(h, g, sc); });
-}
-
-TEST(HaversineMath, HalfAngleReducedWithinAFewUlps) {
-  // With a correctly rounded sqrt. Measured: 1.42 and 1.46 ulp at scale 1; 2.43 and
-  // 2.49 times 2 R (one more rounding, and an error of y in its ulps is up to twice
-  // that in the product's, as for every asin(sqrt(h)) times 2 R).
-  EXPECT_LE(WorstHalfAngleUlps<double>(1.0), 1.5);
-  EXPECT_LE(WorstHalfAngleUlps<double>(2 * 6371.0), 3.0);
-  EXPECT_LE(WorstHalfAngleUlps<float>(1.0f), 1.5);
-  EXPECT_LE(WorstHalfAngleUlps<float>(2 * 6371.0f), 3.0);
-}
-
-TEST(HaversineMath, HalfAngleReducedAtTheEndsAndRangeBoundaries) {
-  EXPECT_EQ(hm::ScaledHalfAngleReduced(0.0, 1.0, 1.0), 0.0);
-  EXPECT_EQ(hm::ScaledHalfAngleReduced(-1e-17, 1.0, 1.0), 0.0);  // roundings below 0 give 0
-  EXPECT_EQ(hm::ScaledHalfAngleReduced(1.0, 0.0, 1.0), static_cast<double>(kPiL / 2));
-  EXPECT_EQ(hm::ScaledHalfAngleReduced(1.0 + 1e-15, -1e-17, 1.0), static_cast<double>(kPiL / 2));
-  EXPECT_EQ(hm::ScaledHalfAngleReduced(0.0f, 1.0f, 1.0f), 0.0f);
-  EXPECT_EQ(hm::ScaledHalfAngleReduced(1.0f, 0.0f, 1.0f), static_cast<float>(kPiL / 2));
-  for (double h : {0.25, std::nextafter(0.25, 1.0), 0.5, 0.75, std::nextafter(0.75, 0.0)}) {
-    EXPECT_LE(Ulps<double>(hm::ScaledHalfAngleReduced(h, 1 - h, 1.0), AsinSqrtReference(h, 1 - h)), 2.0) << "h " << h;
-  }
-}
-
-// The lean step (HaversineAngle::kAsinReducedLean) with SqrtLean from an estimate
-// worse than the device's (RsqrtEstimate on the host: 2^-20): the reduced step's bounds.
+// The lean step with SqrtLean from an estimate worse than the device's (RsqrtEstimate on
+// the host: 2^-20).
 TEST(HaversineMath, HalfAngleLeanWithinAFewUlps) {
   const auto lean = [](double h, double g, double scale) { return hm::ScaledHalfAngleLean(h, g, scale); };
   EXPECT_LE(WorstHalfAngleUlps(1.0, lean), 1.5);
@@ -164,36 +137,11 @@ TEST(HaversineMath, SqrtLeanWithinAnUlp) {
   }
 }
 
-// The branch-free and Newton forms (HaversineAngle::kAsinReducedBranchFree,
-// kAsinReducedNewton) differ from the plain one on the device only in their control
-// flow and square root; here, where all take std::sqrt, their forced selects must
-// pick the same ranges: equal results, ends included.
-template <typename T, hm::ReducedForm kForm>
-int64_t FormDifferences() {
-  std::mt19937_64 rng(16);
-  int64_t differ = 0;
-  for (int i = 0; i < 100000; ++i) {
-    const auto [h, g] = SampleHG<T>(rng, i);
-    differ += hm::ScaledHalfAngleReduced<T, kForm>(h, g, T(2 * 6371)) != hm::ScaledHalfAngleReduced(h, g, T(2 * 6371));
-  }
-  for (T h : {T(0), T(-1e-17), T(0.25), std::nextafter(T(0.25), T(1)), T(0.5), T(0.75), T(1)}) {
-    differ += hm::ScaledHalfAngleReduced<T, kForm>(h, 1 - h, T(1)) != hm::ScaledHalfAngleReduced(h, 1 - h, T(1));
-  }
-  return differ;
-}
-
-TEST(HaversineMath, HalfAngleReducedForcedFormsSelectTheSameRanges) {
-  EXPECT_EQ((FormDifferences<double, hm::ReducedForm::kBranchFree>()), 0);
-  EXPECT_EQ((FormDifferences<double, hm::ReducedForm::kNewton>()), 0);
-  EXPECT_EQ((FormDifferences<float, hm::ReducedForm::kBranchFree>()), 0);
-  EXPECT_EQ((FormDifferences<float, hm::ReducedForm::kNewton>()), 0);
-}
-
 // Distances from (30, 101) degrees to points around its antipode (-30, -79), 1e-7 to
 // 3 degrees off (19700 km to 20015 km, h in [0.99, 1)), composed as the mesh kernels
 // do (row terms, column terms, h = A + B C, g = HaversineG), against long double.
-enum class Step { kReduced, kLean, kByRange };
-template <typename T, Step kStep = Step::kReduced>
+enum class Step { kLean, kByRange };
+template <typename T, Step kStep>
 double WorstNearAntipodalUlps() {
   constexpr double kLat0 = 30, kLon0 = 101, kTwoR = 2 * 6371.0088;
   const double cos_lat0 = std::cos(kLat0 * static_cast<double>(kPiL / 180));
@@ -217,10 +165,8 @@ double WorstNearAntipodalUlps() {
     T got;
     if constexpr (kStep == Step::kLean) {
       got = hm::ScaledHalfAngleLean(h, g, static_cast<T>(kTwoR));
-    } else if constexpr (kStep == Step::kByRange) {
-      got = HalfAngleByRange(h, g, kTwoR);
     } else {
-      got = hm::ScaledHalfAngleReduced(h, g, static_cast<T>(kTwoR));
+      got = HalfAngleByRange(h, g, kTwoR);
     }
     worst = std::max(worst, Ulps<T>(got, kTwoR * AsinSqrtReference(want_h, want_g)));
   }
@@ -228,11 +174,7 @@ double WorstNearAntipodalUlps() {
 }
 
 TEST(HaversineMath, NearAntipodalDistancesWithinAFewUlps) {
-  // g from its own terms: measured 1.10 (float64) and 1.15 ulp (float32). From g =
-  // 1 - h the error grows as 1 / sqrt(1 - h): ~10 ulp at 19900 km, 1900 (float32) and
-  // 6e7 (float64) ulp 3e-7 degrees off.
-  EXPECT_LE(WorstNearAntipodalUlps<double>(), 2.0);
-  EXPECT_LE(WorstNearAntipodalUlps<float>(), 2.0);
+  // g from its own terms. From g = 1 - h the error would grow as 1 / sqrt(1 - h).
   EXPECT_LE((WorstNearAntipodalUlps<double, Step::kLean>()), 2.0);
   EXPECT_LE((WorstNearAntipodalUlps<double, Step::kByRange>()), 2.0);
 }
@@ -267,11 +209,11 @@ TEST(HaversineMath, SinCosDegreesWithinTwoRoundings) {
   EXPECT_LE(WorstSinCosError<float>(1e6), 1.0);
 }
 
-// Points by chords (HaversinePointsVariant::kChord*): half unit vectors, the smaller of h
+// Points by chords: half unit vectors, the smaller of h
 // and g from their difference or sum, the lean step (ChordHalfAngleLean); against long
 // double for random pairs, pairs 1e-9 to 1 degree apart and pairs as far from their
 // antipode. The coordinates' absolute errors (a few 1e-16) bound the angle's error
-// absolutely, as for the split variants' half-angle differences: per pair |error| <= 4
+// absolutely: per pair |error| <= 4
 // ulp + 2 R 1e-15.
 TEST(HaversineMath, ChordDistancesWithinUlpsPlusAnAbsoluteBound) {
   constexpr long double kTwoR = 2 * 6371.0088L;

@@ -81,12 +81,12 @@ TEST_F(MetricsTest, CountsMatchAKnownSequenceOfRequests) {
   EXPECT_EQ(Sample(samples, R"(grpc_server_handled_total{grpc_code="OK",grpc_method="GetInfo",grpc_service="gpucompute.v1.Server",grpc_type="unary"})"),
             1);
 
-  EXPECT_EQ(Sample(samples, R"(gpucompute_requests_total{code="OK",operation="normalize"})"), 3);
+  EXPECT_EQ(Sample(samples, R"(gpucompute_requests_total{grpc_code="OK",operation="normalize"})"), 3);
   EXPECT_EQ(Sample(samples,
-                   R"(gpucompute_requests_total{code="INVALID_ARGUMENT",operation="normalize"})"),
+                   R"(gpucompute_requests_total{grpc_code="INVALID_ARGUMENT",operation="normalize"})"),
             1);
-  EXPECT_EQ(Sample(samples, R"(gpucompute_requests_total{code="OK",operation="upload"})"), 1);
-  EXPECT_EQ(Sample(samples, R"(gpucompute_requests_total{code="OK",operation="download"})"), 1);
+  EXPECT_EQ(Sample(samples, R"(gpucompute_requests_total{grpc_code="OK",operation="upload"})"), 1);
+  EXPECT_EQ(Sample(samples, R"(gpucompute_requests_total{grpc_code="OK",operation="download"})"), 1);
   EXPECT_EQ(Sample(samples, R"(gpucompute_request_duration_seconds_count{operation="normalize"})"), 4);
   for (const char* stage : {"queue", "transfer_in", "compute", "transfer_out", "stream_write"}) {
     EXPECT_EQ(Sample(samples, absl::StrCat(R"(gpucompute_stage_duration_seconds_count{operation="normalize",stage=")",

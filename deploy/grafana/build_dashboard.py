@@ -150,13 +150,13 @@ def build():
             [(rate("gpucompute_requests_total", SO, "operation"), "{{operation}}")],
             unit="reqps", description="Completed requests per second, every result code.")
     b.panel("Errors by code",
-            [(rate("gpucompute_requests_total", SO + ', code!="OK"', "operation, code") + " > 0",
-              "{{operation}} {{code}}")],
+            [(rate("gpucompute_requests_total", SO + ', grpc_code!="OK"', "operation, grpc_code") + " > 0",
+              "{{operation}} {{grpc_code}}")],
             unit="reqps", description="Requests per second that ended with a gRPC status "
             "other than OK, by operation and code (codes with no errors in the window are "
             "hidden: no data means no errors).")
     b.panel("Error ratio by operation",
-            [(rate("gpucompute_requests_total", SO + ', code!="OK"', "operation") + " / "
+            [(rate("gpucompute_requests_total", SO + ', grpc_code!="OK"', "operation") + " / "
               + rate("gpucompute_requests_total", SO, "operation"), "{{operation}}")],
             unit="percentunit", description="Share of requests that did not end OK "
             "(only operations with errors have a series).")
@@ -204,13 +204,11 @@ def build():
             unit="Bps", description="Bytes per second copied between host and device, "
             "each direction.")
     b.panel("Transfer bandwidth",
-            [(f"max by (direction) (gpucompute_transfer_bandwidth_bytes_per_second{{{S}}})",
-              "last {{direction}}"),
-             (f"{rate('gpucompute_transfer_bytes_total', S, 'direction')} / "
+            [(f"{rate('gpucompute_transfer_bytes_total', S, 'direction')} / "
               f"{rate('gpucompute_transfer_duration_seconds_sum', S, 'direction')}",
-              "mean {{direction}}")],
-            unit="Bps", description="Last achieved bandwidth (gauge) and mean bandwidth "
-            "while copying (bytes / transfer seconds), each direction.")
+              "{{direction}}")],
+            unit="Bps", description="Bandwidth while copying: bytes over the seconds spent "
+            "copying (both counters), each direction.")
     b.panel("Transfer duration p95",
             [(quantile(0.95, "gpucompute_transfer_duration_seconds", S, "direction"),
               "{{direction}}")],

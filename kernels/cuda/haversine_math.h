@@ -1,28 +1,21 @@
-// The haversine arithmetic. First, host and device, the branch-free float64/float32
-// of the "reduced" variants (haversine_variants.h: HaversineAngle::kAsinReduced,
-// HaversinePointsVariant::kReduced*) and the mesh terms' sines and cosines:
-// tests/haversine_math_test.cc checks it on the CPU against long double, the GPU tests
-// through the kernels. Then, device only, the earlier formulations of the last step
-// and DistanceFromH, which picks one by HaversineAngle.
+// The haversine arithmetic the kernels share, host and device: the float64 last step
+// (ScaledHalfAngleLean and its ranges), the mesh terms' and the points' sines and
+// cosines of half angles in degrees, and the points' chords. tests/haversine_math_test.cc
+// checks it on the CPU against long double, the GPU tests through the kernels. Then,
+// device only, the float32 last step (DistanceFromH).
 //
 // Last step: asin(sqrt(h)) = pi/4 + asin(2h - 1) / 2 for every h in [0, 1] (cos 2y =
 // 1 - 2h), and asin(z) = z R(z^2) with R(w) = asin(sqrt(w)) / sqrt(w). So with g =
 // 1 - h formed from its own terms (HaversineG: near h = 1, 1 - h from a rounded h
 // loses g's digits) and m = min(h, g): m <= 1/4 gives sqrt(m) R(m) (pi/2 minus that
 // when m = g); 1/4 < m gives pi/4 + z R(z^2) / 2, z = h - g, z^2 <= 1/4. One polynomial R on
-// [0, 1/4] (the Chebyshev interpolant, float64 12 terms, 12 ulp of the tail, which is
-// under w / 5 of the result: 0.1 ulp more than 13 terms' worst; float32 5 terms,
-// 0.3 ulp) serves all three, chosen by selects: no IEEE sqrt slow path (sqrt(m) =
-// m rsqrt(m)), none of the library asin's two-polynomial branch (NVVM still turns the
-// selects into branches around the square root). In all ~2 ulp (haversine_math_test),
-// near the antipode too, ~1 more on the device from rsqrt. kAsinReducedBranchFree: the
-// same with the selects forced (straight-line code); kAsinReducedNewton: that with
-// sqrt(m) from the MUFU estimate and a Newton step (SqrtByRsqrtNewton, ~0.5 ulp);
-// kAsinReducedLean (ScaledHalfAngleLean): the same formula with its tests and choices on
-// 32-bit words and a 5-operation square root (SqrtLean), for h, g >= 0.
+// [0, 1/4] (the Chebyshev interpolant, float64 12 terms, float32 5 terms) serves all
+// three, chosen by selects on 32-bit words, with a 5-operation square root (SqrtLean):
+// no IEEE sqrt slow path and none of the library asin's branches. ~2 ulp, near the
+// antipode too.
 //
-// Points and mesh terms: sin and cos of a half angle in degrees (and, for the chord
-// points variants, half unit vectors from them: HalfUnitVector). Latitudes are checked
+// Points and mesh terms: sin and cos of a half angle in degrees (and, for the points,
+// half unit vectors from them: HalfUnitVector). Latitudes are checked
 // to +-90, so lat / 2 is within +-45 degrees (|t| <= pi/4) and needs no reduction; other
 // angles are reduced by an exact multiple of 180 degrees (fma), an odd multiple
 // swapping sin and cos of the half angle up to a sign common to both, which the
@@ -34,10 +27,6 @@
 
 #include <cmath>
 #include <cstring>
-
-#if defined(__CUDACC__)
-#include "kernels/cuda/haversine_variants.h"
-#endif
 
 #if defined(__CUDACC__)
 #define GC_HOST_DEVICE __host__ __device__ __forceinline__
@@ -89,23 +78,6 @@ GC_HOST_DEVICE long long Bits(float x) {
 #endif
 }
 
-// sqrt(m) for m > 0 without the IEEE square root's range checks: m rsqrt(m) (rsqrt
-// 1 ulp on the device: ~1.5 ulp in all).
-template <typename T>
-GC_HOST_DEVICE T SqrtOfPositive(T m) {
-#if defined(__CUDA_ARCH__)
-  return m * rsqrt(m);
-#else
-  return std::sqrt(m);
-#endif
-}
-
-// SqrtOfPositive, 0 for m <= 0 (a rounding below 0).
-template <typename T>
-GC_HOST_DEVICE T SqrtOfNonNegative(T m) {
-  return Bits(m) > 0 ? SqrtOfPositive(m) : T(0);
-}
-
 // (R(w) - 1) / w, R(w) = asin(sqrt(w)) / sqrt(w), w in [0, 1/4].
 struct AsinSqrtTailCoefficients {
   double c[12];
@@ -138,53 +110,6 @@ GC_HOST_DEVICE float AsinSqrtTail(float w) {
 template <typename T>
 GC_HOST_DEVICE T AsinByTail(T x, T w) {
   return Fma(x, w * AsinSqrtTail(w), x);
-}
-
-// a > b ? x : y, a and b compared as signed integers (Bits; a float's fit in 32
-// bits), as one select the compiler cannot see through: NVVM turns the reduced step's
-// selects into branches around the square root, and each branch ends a block, so the
-// scheduler cannot interleave a thread's points (a 12-deep FMA chain each) across it.
-GC_HOST_DEVICE double SelectIfGreater(long long a, long long b, double x, double y) {
-#if defined(__CUDA_ARCH__)
-  double r;
-  asm("{\n\t.reg .pred q;\n\tsetp.gt.s64 q, %3, %4;\n\tselp.f64 %0, %1, %2, q;\n\t}"
-      : "=d"(r) : "d"(x), "d"(y), "l"(a), "l"(b));
-  return r;
-#else
-  return a > b ? x : y;
-#endif
-}
-GC_HOST_DEVICE float SelectIfGreater(long long a, long long b, float x, float y) {
-#if defined(__CUDA_ARCH__)
-  float r;
-  asm("{\n\t.reg .pred q;\n\tsetp.gt.s32 q, %3, %4;\n\tselp.f32 %0, %1, %2, q;\n\t}"
-      : "=f"(r) : "f"(x), "f"(y), "r"(static_cast<int>(a)), "r"(static_cast<int>(b)));
-  return r;
-#else
-  return a > b ? x : y;
-#endif
-}
-
-// float64 sqrt(m) from MUFU.RSQ64H's estimate y0 (rsqrt.approx.ftz.f64, ~2^-23
-// relative) without the library rsqrt's range checks and slow-path branch: one
-// coupled Newton step for s = sqrt(m) and h = 1/(2 sqrt(m)) together (s0 = m y0,
-// h0 = y0/2, r = 1/2 - s0 h0: both to ~e0^2), then s + (m - s^2) h, the residual by
-// FMA. 7 double operations, ~0.5 ulp for any estimate within 2^-16 (checked in long
-// double on the CPU with the estimate perturbed); m below the smallest normal (the
-// estimate flushes it) gives 0.
-GC_HOST_DEVICE double SqrtByRsqrtNewton(double m) {
-#if defined(__CUDA_ARCH__)
-  double y;
-  asm("rsqrt.approx.ftz.f64 %0, %1;" : "=d"(y) : "d"(m));
-  double s = m * y, h = 0.5 * y;
-  const double r = Fma(-s, h, 0.5);
-  s = Fma(s, r, s);
-  h = Fma(h, r, h);
-  const double root = Fma(Fma(-s, s, m), h, s);
-  return SelectIfGreater(Bits(m), Bits(0x1p-1022) - 1, root, 0.0);
-#else
-  return Bits(m) > 0 ? std::sqrt(m) : 0.0;
-#endif
 }
 
 // The high 32 bits of x (sign, exponent and 20 bits of mantissa) as a signed integer,
@@ -222,8 +147,8 @@ GC_HOST_DEVICE double RsqrtEstimate(double m) {
 #endif
 }
 
-// sqrt(m) for 0 <= m <= 1 in 5 double operations (SqrtByRsqrtNewton takes 7 and a
-// select): y = RsqrtEstimate(max(m, 2^-1022)) with relative error e, so y/2 is exact
+// sqrt(m) for 0 <= m <= 1 in 5 double operations, without the IEEE square root's range
+// checks and slow path: y = RsqrtEstimate(max(m, 2^-1022)) with relative error e, so y/2 is exact
 // on the integer pipe (y is normal); s = m y, r = 1/2 - s y/2 = -e - e^2/2, s1 = s + s r
 // = sqrt(m) (1 - 3e^2/2), then one residual step with y/2 itself, s1 + (m - s1^2) y/2
 // = sqrt(m) (1 + O(e^3)): ~2^-60 for e = 2^-20, so the last roundings dominate (~0.5
@@ -244,9 +169,8 @@ struct LeanWords {  // high words of 1/4, 1, -1, 1/2, pi/2, pi/4; the low word o
   static constexpr unsigned kPiLow = 0x54442d18u;
 };
 
-// ScaledHalfAngleReduced's formula (three ranges, one polynomial on [0, 1/4]) in fewer
-// instructions, for the kernels whose h and g are sums of non-negative terms (the mesh,
-// the chord points): the range tests compare high words (one 32-bit compare each; a
+// The last step (three ranges, one polynomial on [0, 1/4]) in few instructions, for
+// the kernels whose h and g are sums of non-negative terms (the mesh, the points): the range tests compare high words (one 32-bit compare each; a
 // value within 2^-20 above 1/4 stays in the outer range, where the polynomial is as
 // good 2^-22 past its end), m = min(h, g) is built from the smaller high word, clamped
 // to >= 0 (a negative rounding gives a tiny m, not a NaN), w = x^2 in every range
@@ -256,8 +180,7 @@ struct LeanWords {  // high words of 1/4, 1, -1, 1/2, pi/2, pi/4; the low word o
 // Plain selects: nothing is conditional around the square root, and NVVM keeps them
 // selects (no branch in the PTX of any lean kernel; a forced select of x cost one more
 // compare a point).
-// Double operations: 1 (z) + 5 (sqrt) + 1 (w) + 11 (tail) + 4 = 22, ScaledHalfAngleReduced
-// with SqrtByRsqrtNewton 24.
+// Double operations: 1 (z) + 5 (sqrt) + 1 (w) + 11 (tail) + 4 = 22.
 // ScaledHalfAngleLeanOfMin takes the step from m = min(h, g) in words, z = h - g and
 // whether g is the smaller (`upper`), for callers that make them otherwise (the chords).
 GC_HOST_DEVICE double ScaledHalfAngleLeanOfMin(int m_hi, unsigned m_lo, double z, bool upper, double scale) {
@@ -309,62 +232,10 @@ GC_HOST_DEVICE double ScaledHalfAngleUpper(double g, double scale) {
   return scale * (kPi / 2 - AsinByTail(SqrtLean(g), g));
 }
 
-// How the reduced step takes sqrt(m) and makes its choices (HaversineAngle::
-// kAsinReduced, kAsinReducedBranchFree, kAsinReducedNewton).
-enum class ReducedForm {
-  kPlain,       // m rsqrt(m); selects, which NVVM turns into branches around the sqrt
-  kBranchFree,  // m rsqrt(m), every select forced (SelectIfGreater)
-  kNewton,      // float64 SqrtByRsqrtNewton, every select forced
-};
-
-// sqrt(m) for the reduced step (m <= 1/4), 0 for m <= 0.
-template <ReducedForm kForm, typename T>
-GC_HOST_DEVICE T ReducedSqrt(T m) {
-  if constexpr (kForm == ReducedForm::kNewton && sizeof(T) == 8) {
-    return SqrtByRsqrtNewton(m);
-  } else if constexpr (kForm == ReducedForm::kPlain) {
-    return SqrtOfNonNegative(m);
-  } else {
-    return SelectIfGreater(Bits(m), 0, SqrtOfPositive(m), T(0));
-  }
-}
-
-// scale * asin(sqrt(h)) from h and g = 1 - h, each formed without cancellation
-// (HaversineG): near h = 1 the angle is pi/2 - asin(sqrt(g)), and g = 1 - h from a
-// rounded h would carry h's absolute error, u / (2 sqrt(g)) in the angle (~10 ulp at
-// 19900 km; the library asin(sqrt(h)) adds its sqrt's rounding, twice that). As
-// scale (base + k x (1 + w tail(w))), m = min(h, g): (base, k, x, w) = (0, 1, sqrt(m),
-// m) for m = h <= 1/4, (pi/2, -1, sqrt(m), m) for m = g <= 1/4, and (pi/4, 1/2, z, z^2)
-// between, z = h - g = 2h - 1. The range tests compare bits (integer pipe; a rounding
-// below 0 has negative bits and gives sqrt 0); base and k are selected constants, so
-// the kernels keep no extra registers for them (folding scale into them saves a
-// multiply but holds four more doubles across the loop: the fused kernel spilled).
-// kForm: ReducedForm (kBranchFree, kNewton: the selects of m, w and x and the
-// square root's forced, no branch at all).
-template <typename T, ReducedForm kForm = ReducedForm::kPlain>
-GC_HOST_DEVICE T ScaledHalfAngleReduced(T h, T g, T scale) {
-  const bool upper = Bits(h) > Bits(g);
-  const T z = h - g;
-  T m, w, x;
-  if constexpr (kForm != ReducedForm::kPlain) {
-    m = SelectIfGreater(Bits(h), Bits(g), g, h);
-    w = SelectIfGreater(Bits(m), Bits(T(0.25)), z * z, m);
-    x = SelectIfGreater(Bits(m), Bits(T(0.25)), z, ReducedSqrt<kForm>(m));
-  } else {
-    m = upper ? g : h;
-    w = Bits(m) > Bits(T(0.25)) ? z * z : m;
-    x = Bits(m) > Bits(T(0.25)) ? z : ReducedSqrt<kForm>(m);
-  }
-  const bool middle = Bits(m) > Bits(T(0.25));
-  const T k = middle ? T(0.5) : (upper ? T(-1) : T(1));
-  const T base = middle ? static_cast<T>(kPi / 4) : (upper ? static_cast<T>(kPi / 2) : T(0));
-  return scale * Fma(k, AsinByTail(x, w), base);
-}
-
 // h = sin^2(dlat/2) + cos lat1 cos lat2 sin^2(dlon/2) has the complement
 // g = 1 - h = cos^2(dlat/2) cos^2(dlon/2) + sin^2((lat1 + lat2)/2) sin^2(dlon/2),
 // a sum of non-negative terms as h is: both keep a few ulp of relative error, and
-// ScaledHalfAngleReduced takes the smaller. 2 operations.
+// ScaledHalfAngleLean takes the smaller. 2 operations.
 template <typename T>
 GC_HOST_DEVICE T HaversineG(T cos2_half_dlat, T sin2_half_lat_sum, T sin2_half_dlon, T cos2_half_dlon) {
   return Fma(cos2_half_dlat, cos2_half_dlon, sin2_half_lat_sum * sin2_half_dlon);
@@ -442,14 +313,13 @@ GC_HOST_DEVICE void LongitudeTerms(double dlon, double* sin2, double* cos2) {
   *cos2 = c * c;
 }
 
-// Points by chords (HaversinePointsVariant::kChord*): p/2 for the unit vector p of a
-// point, once per point, so that per (reference, point) pair h = |p/2 - q/2|^2 takes 6
+// Points by chords: p/2 for the unit vector p of a point, once per point, so that per (reference, point) pair h = |p/2 - q/2|^2 takes 6
 // operations (float32, ChordH) and the float64 lean step's inputs 10
 // (ChordHalfAngleLean). From the half-angle sines and cosines in degrees: cos lat =
 // 2 c^2 - 1, and (cos lon, sin lon) / 2 = (c'^2 - 1/2, s' c'), exact in sign up to the
 // common sign of (s', c') (SinCosHalfDegreesUpToSign). Each coordinate
-// is within a few 1e-16 (float64) absolutely, like the half-angle differences of the
-// split variants: both lose relative accuracy for pairs much closer than 1e-8 radians.
+// is within a few 1e-16 (float64) absolutely, as half-angle differences
+// would be: pairs much closer than 1e-8 radians lose relative accuracy.
 template <typename T>
 struct HalfVector {
   T x, y, z;
@@ -486,64 +356,10 @@ GC_HOST_DEVICE double ChordHalfAngleLean(const HalfVector<double>& p, const Half
   return ScaledHalfAngleLeanOfMin(HiWord(m), LoWord(m), -4 * d, upper, scale);
 }
 
-// ---- the earlier formulations of the last step, and the choice (device only) ----------
+// ---- the float32 last step (device only) --------------------------------------------
 #if defined(__CUDACC__)
-// atan2(sqrt(h), sqrt(1 - h)) for h in [0, 1] in float32 without the library's
-// branches and IEEE division/sqrt slow paths (the f32 mesh kernel was issue-bound at
-// ~80 instructions per point): with g = 1 - h, the smaller of the two angles has
-// tangent t = sqrt(min(h, g) / max(h, g)) in [0, 1]; atan(t) = t + t^3 P(t^2) with a
-// degree-7 weighted least-squares fit (1.5 ulp in float32), and the larger angle is
-// pi/2 - atan(t). __fdividef (2 ulp, max(h, g) >= 0.5) and rsqrtf (2 ulp) keep the
-// total near 3 ulp: ~25 instructions, 2 MUFU.
-__device__ __forceinline__ float HalfCentralAngle(float h) {
-  const float g = 1.0f - h;
-  const float lo = fminf(h, g), hi = fmaxf(h, g);
-  const float q = __fdividef(lo, hi);
-  const float t = q > 0.0f ? q * rsqrtf(q) : 0.0f;
-  const float u = t * t;
-  float p = 2.920677885e-03f;
-  p = fmaf(p, u, -1.636787318e-02f);
-  p = fmaf(p, u, 4.321177676e-02f);
-  p = fmaf(p, u, -7.552207261e-02f);
-  p = fmaf(p, u, 1.066600159e-01f);
-  p = fmaf(p, u, -1.421105415e-01f);
-  p = fmaf(p, u, 1.999377310e-01f);
-  p = fmaf(p, u, -3.333315253e-01f);
-  const float a = fmaf(t * u, p, t);
-  return h <= g ? a : 1.57079632679489662f - a;
-}
-
-// asin(sqrt(h)) as asin(sqrt(m)), m = min(h, 1 - h) <= 1/2, and pi/2 minus that when
-// h > 1/2 (asin(sqrt(h)) + asin(sqrt(1 - h)) = pi/2; 1 - h is exact there): the
-// library asin stays on its short polynomial branch and one square root replaces
-// atan2's two and its division.
-template <typename T>
-__device__ __forceinline__ T HalfAngleByAsin(T h) {
-  const T g = T(1) - h;
-  const T a = asin(sqrt(fmin(h, g)));
-  return h <= g ? a : static_cast<T>(1.5707963267948966192) - a;
-}
-
-// asin(sqrt(m)) / sqrt(m) for m in [0, 1/2], in float64: the Chebyshev interpolant at
-// 20 nodes (computed in 60-digit arithmetic from the series sum (2k)! m^k /
-// (4^k (k!)^2 (2k + 1)), converted to monomials and rounded): fit error 8e-18, about
-// 1 ulp with Horner. 19 FMAs, no branch, no division.
-__device__ __forceinline__ double AsinSqrtRatio(double m) {
-  constexpr double kC[20] = {
-      1.0, 0.16666666666666963, 0.07499999999921603, 0.044642857225197834,
-      0.030381939881673394, 0.022372313172485805, 0.017349310327158196, 0.01401917204006966,
-      0.01092934906491237, 0.015091795028583365, -0.026316324552338826, 0.1809574620911065,
-      -0.6641236302549411, 2.0016041109291547, -4.535791802822955, 7.768165374555008,
-      -9.669659398550623, 8.32498352944691, -4.438816692066939, 1.1264192878807509,
-  };
-  double p = kC[19];
-#pragma unroll
-  for (int k = 18; k >= 0; --k) p = fma(p, m, kC[k]);
-  return p;
-}
-
-// The same ratio in float32, as 1 + m Q(m): the interpolant at 8 nodes (fit error
-// 1.8e-8); Q, 6 FMAs.
+// asin(sqrt(m)) / sqrt(m) for m in [0, 1/2] in float32, as 1 + m Q(m): the Chebyshev
+// interpolant at 8 nodes (fit error 1.8e-8); Q, 6 FMAs.
 __device__ __forceinline__ float AsinSqrtRatioTail(float m) {
   constexpr float kC[7] = {0.16666954671609344f, 0.07488114441822327f, 0.046480849462936874f,
                            0.01673138895046739f, 0.07553975382221965f, -0.09008621671077405f,
@@ -554,70 +370,24 @@ __device__ __forceinline__ float AsinSqrtRatioTail(float m) {
   return q;
 }
 
-// HalfAngleByAsin with the polynomials above, for h in [0, 1]. float64: a = x + x
-// (ratio - 1), the ratio - 1 exact (the ratio is in [1, 1.11]). float32: a = x + (x m)
-// Q(m), x from MUFU.SQRT (sqrt.approx: one instruction, 0 for 0, where m rsqrt(m) took
-// three more and a test for 0), 14 instructions.
-template <typename T>
-__device__ __forceinline__ T HalfAngleByPolynomial(T h) {
-  if constexpr (sizeof(T) == 4) {
-    const float g = 1.0f - h;
-    const float m = fminf(h, g);
-    float x;
-    asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(x) : "f"(m));
-    const float a = fmaf(x * m, AsinSqrtRatioTail(m), x);
-    return h <= g ? a : 1.57079632679489662f - a;
-  } else {
-    const double g = 1.0 - h;
-    const double m = fmin(h, g);
-    const double x = sqrt(m);
-    const double a = fma(x, AsinSqrtRatio(m) - 1.0, x);
-    return h <= g ? a : 1.5707963267948966192 - a;
-  }
+// asin(sqrt(h)) for h in [0, 1] as asin(sqrt(m)), m = min(h, 1 - h) <= 1/2, and pi/2
+// minus that when h > 1/2 (1 - h is exact there): a = x + (x m) Q(m), x from MUFU.SQRT
+// (sqrt.approx: one instruction, 0 for 0), 14 instructions and no branch of the
+// library's asin.
+__device__ __forceinline__ float HalfAngleByPolynomial(float h) {
+  const float g = 1.0f - h;
+  const float m = fminf(h, g);
+  float x;
+  asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(x) : "f"(m));
+  const float a = fmaf(x * m, AsinSqrtRatioTail(m), x);
+  return h <= g ? a : 1.57079632679489662f - a;
 }
 
-
-// The formulations of the last step the benchmark compares (haversine_variants.h):
-// kAtan2: atan2(sqrt(h), sqrt(1 - h)) (float32: HalfCentralAngle); kAsinSplit:
-// HalfAngleByAsin; kAsin: asin(sqrt(h)); kAsinPolynomial: HalfAngleByPolynomial.
-// kAsinReduced*: DistanceFromHG.
-template <typename T, HaversineAngle kAngle>
-__device__ __forceinline__ T HalfAngle(T h) {
-  if constexpr (kAngle == HaversineAngle::kAsinSplit) {
-    return HalfAngleByAsin(h);
-  } else if constexpr (kAngle == HaversineAngle::kAsin) {
-    return asin(sqrt(h));
-  } else if constexpr (kAngle == HaversineAngle::kAsinPolynomial) {
-    return HalfAngleByPolynomial(h);
-  } else if constexpr (sizeof(T) == 4) {
-    return HalfCentralAngle(h);
-  } else {
-    return atan2(sqrt(h), sqrt(1.0 - h));
-  }
-}
-
-// d = 2 R asin(sqrt(h)), h clamped to [0, 1]. The kAsinReduced* formulations are not
-// here: they take g = 1 - h as well (DistanceFromHG).
-template <typename T, HaversineAngle kAngle>
-__device__ __forceinline__ T DistanceFromH(T h, T two_r) {
-  static_assert(!TakesG(kAngle));
-  h = fmin(fmax(h, T(0)), T(1));
-  return two_r * HalfAngle<T, kAngle>(h);
-}
-
-// d = 2 R asin(sqrt(h)) by a kAsinReduced* formulation, g = 1 - h from its own terms
-// (float32 kAsinReducedLean: kAsinReduced's arithmetic).
-template <typename T, HaversineAngle kAngle>
-__device__ __forceinline__ T DistanceFromHG(T h, T g, T two_r) {
-  static_assert(TakesG(kAngle));
-  if constexpr (kAngle == HaversineAngle::kAsinReducedLean && sizeof(T) == 8) {
-    return ScaledHalfAngleLean(h, g, two_r);
-  } else {
-    constexpr ReducedForm kForm = kAngle == HaversineAngle::kAsinReducedNewton       ? ReducedForm::kNewton
-                                  : kAngle == HaversineAngle::kAsinReducedBranchFree ? ReducedForm::kBranchFree
-                                                                                     : ReducedForm::kPlain;
-    return ScaledHalfAngleReduced<T, kForm>(h, g, two_r);
-  }
+// d = 2 R asin(sqrt(h)) in float32, h clamped to [0, 1]: float32's g = 1 - h loses
+// nothing the float32 result keeps, so this step takes h alone.
+__device__ __forceinline__ float DistanceFromH(float h, float two_r) {
+  h = fminf(fmaxf(h, 0.0f), 1.0f);
+  return two_r * HalfAngleByPolynomial(h);
 }
 #endif  // __CUDACC__
 

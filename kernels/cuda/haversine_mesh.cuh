@@ -1,11 +1,11 @@
 // The haversine mesh kernels (haversine.cu launches them): per-reference row terms
 // (A, B) and column terms C in float64, stored as T, then h = A_i + B_i C_j and the
-// last step (haversine_math.h) per point; kAsinReduced* also carry the terms of
-// g = 1 - h (two per row, one per column), so g has no cancellation near h = 1.
-// MeshTermsKernel + MeshKernel<kRows> take the terms through global memory;
-// MeshFusedKernel (HaversineMeshSchedule::kFullWavesFused*) computes them itself: each
-// thread its columns' C, a row's (A, B) shuffled across a warp or staged in shared
-// memory for a block, so the mesh is one launch with no scratch.
+// last step (haversine_math.h) per point; float64 also carries the terms of g = 1 - h
+// (two per row, one per column), so g has no cancellation near h = 1.
+// MeshTermsKernel + MeshKernel take the terms through global memory (float32 where DRAM
+// is narrow against the SMs); MeshFusedKernel computes them itself, each thread its
+// columns' C and each block its rows' (A, B) into shared memory, so the mesh is one
+// launch with no scratch.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,33 +14,31 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/haversine_math.h"
-#include "kernels/cuda/haversine_variants.h"
 #include "kernels/cuda/launchers.h"
 
 namespace gpucompute::cuda::haversine_mesh {
 
+// The terms kernel (MeshTermsKernel) and the points' reference terms: a thread an item.
 struct TermsPolicy {
   static constexpr int kThreads = 256;
   static constexpr int kMinBlocksPerSm = 4;
 };
+// MeshKernel and MeshFusedKernel: 256 threads, 64 registers (neither spills at that cap).
 struct MeshPolicy {
   static constexpr int kThreads = 256;
   static constexpr int kMinBlocksPerSm = 4;
 };
 // Rows a fused block is given where the mesh has more than a wave's worth of them:
-// more, shorter blocks let the hardware even out SMs and warps that finish early (one
-// wave of a 1e4 x 1e4 float64 mesh: SMs active 395-516k cycles, 35% of warps active
-// of the 50% that fit); fewer rows repeat a block's column terms too often. H200,
-// session 19, 1e4 x 1e4: float32 16 rows 0.1025-0.1039 ms against one wave's
-// 0.108-0.111 (12-20 alike, 32 and up slower), float64 96 rows 0.266-0.272 against
-// 0.270-0.274 (192: 0.267-0.282).
+// more, shorter blocks let the hardware even out SMs and warps that finish early;
+// fewer rows repeat a block's column terms too often.
+// H200, 1e4 x 1e4 mesh: f32 16 rows 0.1025-0.1039 ms vs one wave's 0.108-0.111; f64 96 rows 0.266-0.272 vs 0.270-0.274.
 template <typename T>
 constexpr int64_t kFusedRowsPerBlock = sizeof(T) == 4 ? 16 : 96;
 
-// The kAsinReduced* formulations also form g = 1 - h from its own terms
-// (haversine_math.h: HaversineG).
-template <HaversineAngle kAngle>
-constexpr bool kWithG = TakesG(kAngle);
+// float64 forms g = 1 - h from its own terms (haversine_math.h: HaversineG) for the
+// lean step; float32's polynomial step takes h alone.
+template <typename T>
+constexpr bool kWithG = sizeof(T) == 8;
 
 // A row's terms as T: h = a + b C; with g, also cos^2 of half the latitude difference
 // and sin^2 of half the latitude sum. A column's: C = sin^2 of half the longitude
@@ -86,29 +84,16 @@ __device__ __forceinline__ ColumnTerms<T, kG> ColumnTermsAt(const MeshAxis& lon,
 }
 
 // The distance of a (row, column) pair: h = a + b C (one FMA) and the last step.
-template <typename T, HaversineAngle kAngle>
-__device__ __forceinline__ T Distance(const RowTerms<T, kWithG<kAngle>>& row,
-                                      const ColumnTerms<T, kWithG<kAngle>>& col, T two_r) {
+template <typename T>
+__device__ __forceinline__ T Distance(const RowTerms<T, kWithG<T>>& row, const ColumnTerms<T, kWithG<T>>& col,
+                                      T two_r) {
   const T h = fma(row.b, col.sin2, row.a);
-  if constexpr (kWithG<kAngle>) {
+  if constexpr (kWithG<T>) {
     const T g = haversine_math::HaversineG(row.cos2_half_dlat, row.sin2_half_lat_sum, col.sin2, col.cos2);
-    return haversine_math::DistanceFromHG<T, kAngle>(h, g, two_r);
+    return haversine_math::ScaledHalfAngleLean(h, g, two_r);
   } else {
-    return haversine_math::DistanceFromH<T, kAngle>(h, two_r);
+    return haversine_math::DistanceFromH(h, two_r);
   }
-}
-
-// Lane `from`'s row terms, to every lane of the warp.
-template <typename T, bool kG>
-__device__ __forceinline__ RowTerms<T, kG> ShuffleRow(const RowTerms<T, kG>& mine, int from) {
-  RowTerms<T, kG> r;
-  r.a = __shfl_sync(0xffffffffu, mine.a, from);
-  r.b = __shfl_sync(0xffffffffu, mine.b, from);
-  if constexpr (kG) {
-    r.cos2_half_dlat = __shfl_sync(0xffffffffu, mine.cos2_half_dlat, from);
-    r.sin2_half_lat_sum = __shfl_sync(0xffffffffu, mine.sin2_half_lat_sum, from);
-  }
-  return r;
 }
 
 __device__ __forceinline__ void StoreVec(float* dst, const float (&d)[4]) {
@@ -121,17 +106,17 @@ template <typename T>
 __device__ __forceinline__ void StoreVec(T* dst, const T (&d)[1]) { dst[0] = d[0]; }
 
 // One row's distances to a thread's vector of kV columns, stored at dst.
-template <typename T, HaversineAngle kAngle, int kV>
-__device__ __forceinline__ void StoreRow(T* dst, const RowTerms<T, kWithG<kAngle>>& row,
-                                         const ColumnTerms<T, kWithG<kAngle>> (&c)[kV], T two_r) {
+template <typename T, int kV>
+__device__ __forceinline__ void StoreRow(T* dst, const RowTerms<T, kWithG<T>>& row,
+                                         const ColumnTerms<T, kWithG<T>> (&c)[kV], T two_r) {
   T d[kV];
 #pragma unroll
-  for (int v = 0; v < kV; ++v) d[v] = Distance<T, kAngle>(row, c[v], two_r);
+  for (int v = 0; v < kV; ++v) d[v] = Distance<T>(row, c[v], two_r);
   StoreVec(dst, d);
 }
 
-// StoreRow for float64 kAsinReducedLean in the fused kernels: where every point a warp
-// stores in this row lies in one of the lean step's ranges, that range's step alone
+// StoreRow for float64 in the fused kernel: where every point a warp stores in this
+// row lies in one of the lean step's ranges, that range's step alone
 // (haversine_math.h: ScaledHalfAngleLower / Middle / Upper: 20 / 18 / 23 double
 // operations a point against the general step's 25, and none of its selects). A warp's
 // columns are neighbours, so their h are too: only warps across a range's edge take the
@@ -164,7 +149,7 @@ __device__ __forceinline__ void StoreRowByRange(double* dst, const RowTerms<doub
     }
   } else {
 #pragma unroll
-    for (int v = 0; v < kV; ++v) d[v] = Distance<double, HaversineAngle::kAsinReducedLean>(row, c[v], two_r);
+    for (int v = 0; v < kV; ++v) d[v] = Distance<double>(row, c[v], two_r);
   }
   StoreVec(dst, d);
 }
@@ -190,14 +175,12 @@ __global__ void __launch_bounds__(TermsPolicy::kThreads, TermsPolicy::kMinBlocks
   }
 }
 
-// ---- the mesh: each thread owns a vector of columns, walks rows ---------------------
-// kRows rows per iteration (HaversineMeshSchedule::kFullWavesTwoRows: 2, and the next
-// iteration's row terms are loaded before this one's are used).
-template <typename T, bool kVec, HaversineAngle kAngle, int kRows>
+// ---- the mesh from stored terms: each thread owns a vector of columns, walks rows -------
+template <typename T, bool kVec>
 struct MeshAgent {
   static constexpr int kV = kVec ? Vec16<T>::kCount : 1;
-  using P = RowTerms<T, kWithG<kAngle>>;
-  using C = ColumnTerms<T, kWithG<kAngle>>;
+  using P = RowTerms<T, kWithG<T>>;
+  using C = ColumnTerms<T, kWithG<T>>;
   const P* row_terms;
   const C* col_terms;
   int64_t n_lat, n_lon, n_ref;
@@ -216,67 +199,37 @@ struct MeshAgent {
 #pragma unroll
       for (int v = 0; v < kV; ++v) c[v] = col_terms[r * n_lon + unit * kV + v];
       const P* rows = row_terms + r * n_lat;
-      if constexpr (kRows == 1) {
-        // The row's terms (a warp-uniform load) and its output advance by pointers: no
-        // 64-bit index products a row (11% of the float32 loop's instructions).
-        const P* const end = rows + n_lat;
-        const int64_t dst_step = row_step * n_lon;
-        T* dst = RowOut(r, first);
-        for (const P* row = rows + first; row < end; row += row_step, dst += dst_step) {
-          StoreRow<T, kAngle>(dst, *row, c, two_r);
-        }
-      } else {
-        // Rows past the end load the last row's terms (always valid) and store nothing.
-        P ab[kRows];
-#pragma unroll
-        for (int k = 0; k < kRows; ++k) ab[k] = rows[min(first + k * row_step, n_lat - 1)];
-        for (int64_t i = first; i < n_lat; i += kRows * row_step) {
-          P next[kRows];
-#pragma unroll
-          for (int k = 0; k < kRows; ++k) next[k] = rows[min(i + (kRows + k) * row_step, n_lat - 1)];
-#pragma unroll
-          for (int k = 0; k < kRows; ++k) {
-            if (i + k * row_step < n_lat) StoreRow<T, kAngle>(RowOut(r, i + k * row_step), ab[k], c, two_r);
-            ab[k] = next[k];
-          }
-        }
+      // The row's terms (a warp-uniform load) and its output advance by pointers: no
+      // 64-bit index products a row (11% of the float32 loop's instructions).
+      const P* const end = rows + n_lat;
+      const int64_t dst_step = row_step * n_lon;
+      T* dst = out + (r * n_lat + first) * n_lon + unit * kV;
+      for (const P* row = rows + first; row < end; row += row_step, dst += dst_step) {
+        StoreRow<T>(dst, *row, c, two_r);
       }
     }
   }
-
-  // This thread's columns of reference r's row i.
-  __device__ __forceinline__ T* RowOut(int64_t r, int64_t i) const {
-    return out + (r * n_lat + i) * n_lon + (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kV;
-  }
-
 };
 
-template <typename T, bool kVec, HaversineAngle kAngle, int kRows>
+template <typename T, bool kVec>
 __global__ void __launch_bounds__(MeshPolicy::kThreads, MeshPolicy::kMinBlocksPerSm)
-    MeshKernel(const RowTerms<T, kWithG<kAngle>>* row_terms, const ColumnTerms<T, kWithG<kAngle>>* col_terms, int64_t n_lat,
+    MeshKernel(const RowTerms<T, kWithG<T>>* row_terms, const ColumnTerms<T, kWithG<T>>* col_terms, int64_t n_lat,
                int64_t n_lon, int64_t n_ref, T two_r, T* out) {
-  MeshAgent<T, kVec, kAngle, kRows>{row_terms, col_terms, n_lat, n_lon, n_ref, two_r, out}.Run();
+  MeshAgent<T, kVec>{row_terms, col_terms, n_lat, n_lon, n_ref, two_r, out}.Run();
 }
 
 // ---- the mesh in one launch: terms computed where they are used -----------------------
-// Each thread computes its columns' terms once a reference. kVecs vectors of columns
-// per thread (HaversineMeshSchedule::kFullWavesFusedWide*: 2), the grid's width apart
-// so each store stays coalesced: a row's terms serve kVecs vectors. A warp's lanes share
-// threadIdx.y (blockDim.x >= 32), so they walk the same rows. The rows' terms:
-// - shuffled (kFullWavesFused, kFullWavesFusedWide): row i0 + L row_step's terms come
-//   from lane L, 32 rows at a time; lanes past the last column still take part in the
-//   shuffles (only warps all past it leave). Every warp of a block row computes the
-//   same rows' terms.
-// - staged (kFullWavesFused*Staged): the block computes its next blockDim.x rows a
-//   thread-row, one row a thread, into shared memory once, and every warp reads them
-//   by broadcast: a row's float64 sines are made once a block, not once a warp (a
-//   block of 256 columns is 8 warps on the same rows), and no warp stalls on them
-//   between its stores. Every thread takes part in the block's barriers.
-template <typename T, bool kVec, HaversineAngle kAngle, int kVecs, bool kStaged>
+// Each thread computes its vector of columns' terms once a reference. The block computes
+// its next blockDim.x rows a thread-row, one row a thread, into shared memory once, and
+// every warp reads them by broadcast: a row's float64 sines are made once a block, not
+// once a warp (a block of 256 columns is 8 warps on the same rows), and no warp stalls
+// on them between its stores. Every thread takes part in the block's barriers. A warp's
+// lanes share threadIdx.y (blockDim.x >= 32), so they walk the same rows.
+template <typename T, bool kVec>
 struct MeshFusedAgent {
   static constexpr int kV = kVec ? Vec16<T>::kCount : 1;
-  static constexpr bool kG = kWithG<kAngle>;
-  static constexpr bool kByRange = kAngle == HaversineAngle::kAsinReducedLean && sizeof(T) == 8;
+  static constexpr bool kG = kWithG<T>;
+  static constexpr bool kByRange = sizeof(T) == 8;  // the lean step a warp's range at a time
   using P = RowTerms<T, kG>;
   using C = ColumnTerms<T, kG>;
   MeshAxis lat, lon;
@@ -286,95 +239,47 @@ struct MeshFusedAgent {
   T* out;
 
   __device__ void Run() {
-    const int64_t unit_step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    int64_t unit[kVecs];
-    bool active[kVecs];  // active[q] implies active[0]
-#pragma unroll
-    for (int q = 0; q < kVecs; ++q) {
-      unit[q] = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x + q * unit_step;
-      active[q] = unit[q] < lon.count / kV;
-    }
-    unsigned lanes[kVecs] = {};  // the lanes that store vector q (StoreRowByRange's votes)
-    if constexpr (kByRange) {
-#pragma unroll
-      for (int q = 0; q < kVecs; ++q) lanes[q] = __ballot_sync(0xffffffffu, active[q]);
-    }
-    if (!kStaged && __all_sync(0xffffffffu, !active[0])) return;
+    const int64_t unit = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const bool active = unit < lon.count / kV;
+    unsigned lanes = 0;  // the lanes that store (StoreRowByRange's votes)
+    if constexpr (kByRange) lanes = __ballot_sync(0xffffffffu, active);
     const int64_t row_step = static_cast<int64_t>(gridDim.y) * blockDim.y;
     const int64_t dst_step = row_step * lon.count;
     for (int64_t r = blockIdx.z; r < n_ref; r += gridDim.z) {
       const RefPoint ref = refs[r];
-      C c[kVecs][kV];
+      C c[kV];
 #pragma unroll
-      for (int q = 0; q < kVecs; ++q) {
-#pragma unroll
-        for (int v = 0; v < kV; ++v) c[q][v] = ColumnTermsAt<T, kG>(lon, active[q] ? unit[q] * kV + v : 0, ref);
-      }
-      T* const ref_out = out + r * lat.count * lon.count + unit[0] * kV;
-      if constexpr (kStaged) {
-        __shared__ P stage[MeshPolicy::kThreads];
-        const int64_t block_first = static_cast<int64_t>(blockIdx.y) * blockDim.y;
-        const int per_thread_row = blockDim.x;  // rows staged a thread-row at a time
-        const P* const my_rows = stage + threadIdx.y * per_thread_row;
-        for (int64_t k0 = 0; block_first + k0 * row_step < lat.count; k0 += per_thread_row) {
-          __syncthreads();  // the previous rows are read
-          const int64_t row = block_first + threadIdx.y + (k0 + threadIdx.x) * row_step;
-          stage[threadIdx.y * per_thread_row + threadIdx.x] = RowTermsAt<T, kG>(lat, min(row, lat.count - 1), ref);
-          __syncthreads();
-          const int64_t i0 = block_first + threadIdx.y + k0 * row_step;
-          if (i0 >= lat.count || !active[0]) continue;
-          const int rows = static_cast<int>(min(int64_t{per_thread_row}, (lat.count - 1 - i0) / row_step + 1));
-          T* dst = ref_out + i0 * lon.count;  // advanced by a pointer
-          for (int k = 0; k < rows; ++k, dst += dst_step) Store(dst, my_rows[k], c, active, lanes, unit_step);
-        }
-      } else {
-        const int lane = threadIdx.x % 32;
-        for (int64_t i0 = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; i0 < lat.count;
-             i0 += 32 * row_step) {
-          const P mine = RowTermsAt<T, kG>(lat, min(i0 + lane * row_step, lat.count - 1), ref);
-          const int rows = static_cast<int>(min(int64_t{32}, (lat.count - 1 - i0) / row_step + 1));
-          T* dst = ref_out + i0 * lon.count;  // advanced by a pointer
-          for (int k = 0; k < rows; ++k, dst += dst_step) {
-            const P row = ShuffleRow(mine, k);
-            if (active[0]) Store(dst, row, c, active, lanes, unit_step);
+      for (int v = 0; v < kV; ++v) c[v] = ColumnTermsAt<T, kG>(lon, active ? unit * kV + v : 0, ref);
+      T* const ref_out = out + r * lat.count * lon.count + unit * kV;
+      __shared__ P stage[MeshPolicy::kThreads];
+      const int64_t block_first = static_cast<int64_t>(blockIdx.y) * blockDim.y;
+      const int per_thread_row = blockDim.x;  // rows staged a thread-row at a time
+      const P* const my_rows = stage + threadIdx.y * per_thread_row;
+      for (int64_t k0 = 0; block_first + k0 * row_step < lat.count; k0 += per_thread_row) {
+        __syncthreads();  // the previous rows are read
+        const int64_t row = block_first + threadIdx.y + (k0 + threadIdx.x) * row_step;
+        stage[threadIdx.y * per_thread_row + threadIdx.x] = RowTermsAt<T, kG>(lat, min(row, lat.count - 1), ref);
+        __syncthreads();
+        const int64_t i0 = block_first + threadIdx.y + k0 * row_step;
+        if (i0 >= lat.count || !active) continue;
+        const int rows = static_cast<int>(min(int64_t{per_thread_row}, (lat.count - 1 - i0) / row_step + 1));
+        T* dst = ref_out + i0 * lon.count;  // advanced by a pointer
+        for (int k = 0; k < rows; ++k, dst += dst_step) {
+          if constexpr (kByRange) {
+            StoreRowByRange(dst, my_rows[k], c, two_r, lanes);
+          } else {
+            StoreRow<T>(dst, my_rows[k], c, two_r);
           }
         }
       }
     }
   }
-
-  // One row's distances for this thread's kVecs vectors of columns.
-  __device__ __forceinline__ void Store(T* dst, const P& row, const C (&c)[kVecs][kV], const bool (&active)[kVecs],
-                                        const unsigned (&lanes)[kVecs], int64_t unit_step) const {
-#pragma unroll
-    for (int q = 0; q < kVecs; ++q) {
-      if (q > 0 && !active[q]) break;
-      if constexpr (kByRange) {
-        StoreRowByRange(dst + q * unit_step * kV, row, c[q], two_r, lanes[q]);
-      } else {
-        StoreRow<T, kAngle>(dst + q * unit_step * kV, row, c[q], two_r);
-      }
-    }
-  }
 };
 
-// Blocks per SM the fused kernel is built for (its register cap), from ptxas's spills
-// (float64): kVecs = 2 keeps twice the column terms and chains, and the Newton square
-// root's temporaries add to each chain: at 64 registers the Newton kernel spilled 60
-// bytes, the wide kernels at 80 registers 8 (reduced), 124 (Newton) and 88-100 (lean;
-// at 64 the narrow lean kernels do not spill); with these caps up to 16 bytes are left
-// in the wide reduced and branch-free kernels.
-template <HaversineAngle kAngle, int kVecs>
-constexpr bool kFusedSpillsAtBaseCap =
-    kAngle == HaversineAngle::kAsinReducedNewton || (kAngle == HaversineAngle::kAsinReducedLean && kVecs == 2);
-template <HaversineAngle kAngle, int kVecs>
-constexpr int kFusedMinBlocksPerSm =
-    (kVecs == 1 ? MeshPolicy::kMinBlocksPerSm : 3) - (kFusedSpillsAtBaseCap<kAngle, kVecs> ? 1 : 0);
-
-template <typename T, bool kVec, HaversineAngle kAngle, int kVecs, bool kStaged>
-__global__ void __launch_bounds__(MeshPolicy::kThreads, (kFusedMinBlocksPerSm<kAngle, kVecs>))
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(MeshPolicy::kThreads, MeshPolicy::kMinBlocksPerSm)
     MeshFusedKernel(MeshAxis lat, MeshAxis lon, const RefPoint* refs, int64_t n_ref, T two_r, T* out) {
-  MeshFusedAgent<T, kVec, kAngle, kVecs, kStaged>{lat, lon, refs, n_ref, two_r, out}.Run();
+  MeshFusedAgent<T, kVec>{lat, lon, refs, n_ref, two_r, out}.Run();
 }
 
 }  // namespace gpucompute::cuda::haversine_mesh

@@ -164,8 +164,8 @@ struct LombScargleResult {
   unsigned long long bad_batch;
 };
 
-// The launch policy (frequencies per thread) is picked by size; the benchmark's
-// forced choices are in lombscargle_variants.h.
+// The launch policy (frequencies per thread) is picked by dtype and size
+// (lombscargle.cu: PolicyFor).
 cudaError_t LaunchLombScargle(DType dtype, const LombScargleArgs& args, LombScargleResult* result,
                               const LaunchEnv& env);
 

@@ -16,7 +16,6 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launchers.h"
-#include "kernels/cuda/lombscargle_variants.h"
 #include "kernels/cuda/sincos_table.cuh"
 #include "kernels/lombscargle_power.h"
 
@@ -27,10 +26,8 @@ struct NoTable {
 };
 // float64 sin/cos tables (sincos_table.cuh), 64 KiB each, two blocks per SM still fit:
 // 512 angles in 8 copies, 14 FP64 operations per sin/cos pair and no bank conflicts; or
-// 2048 angles in 2 copies, 13 operations and ~2x the shared-memory wavefronts. H100,
-// 10,000 x 1e6 explicit: 5 frequencies per thread 13.3 ms with the 2048-angle table
-// against 14.1 ms with the 512 (variant 4); 4 per thread the other way round (13.9
-// against 14.3 ms), and the grid's 8 (two sin/cos per 8 pairs) gains nothing from it.
+// 2048 angles in 2 copies, 13 operations and ~2x the shared-memory wavefronts.
+// H100, f64 10,000 x 1e6 explicit: 5 a thread 13.3 ms on 2048 angles vs 14.1 on 512; 4 a thread 14.3 vs 13.9.
 using ConflictFreeTable = SinCosTable<512, 8>;
 using FinerTable = SinCosTable<2048, 2>;
 
@@ -343,12 +340,10 @@ struct ThreadFrequencies {
 // ---- the small-problem path (lombscargle_small.cu) -------------------------------------
 // Whether LaunchLombScargle takes it for these arguments.
 bool SmallProblem(const LombScargleArgs& a, const LaunchEnv& env);
-// Its launch policies (kLombScargleSmallVariants): 0 LaunchLombScargle's, the others for
-// the benchmark. The result, set to kNoIndex by the caller, flags bad weights as the
-// prep kernel does.
+// Its launch. The result, set to kNoIndex by the caller, flags bad weights as the prep
+// kernel does.
 template <typename T>
-cudaError_t LaunchSmall(const LombScargleArgs& a, LombScargleResult* result, const LaunchEnv& env,
-                        int variant);
+cudaError_t LaunchSmall(const LombScargleArgs& a, LombScargleResult* result, const LaunchEnv& env);
 template <typename T>
 void ListSmallKernels(std::vector<KernelEntry>& out, const std::string& t);
 

@@ -1,6 +1,6 @@
-// sm_90, long rows read once with TMA (for normalize.cu and its plan;
-// NormalizeVariant::kClusterBulk / kClusterBulkV4 / kClusterBulkHalf): one persistent
-// launch of as many clusters as fit at once, one block per SM (two with half slices);
+// sm_90, long rows read once with TMA (normalize_plan.cuh: aligned rows past a tile up
+// to 16 blocks' slices): one persistent launch of as many clusters as fit at once, one
+// block per SM;
 // cluster j owns rows j, j + clusters, ...
 // Block k of a cluster holds slice k of its row in shared memory, loaded by ONE bulk
 // copy (cp.async.bulk, completion on an mbarrier), with two buffers: while row i is
@@ -37,7 +37,6 @@ struct ClusterBulkPolicy {
   static constexpr int kMinBlocksPerSm = 2;
   static constexpr int kUnroll = 4;                      // independent accumulators per thread
   static constexpr int64_t kMaxSliceBytes = 100 << 10;   // two buffers of it per block
-  static constexpr int64_t kHalfSliceBytes = 50 << 10;   // kClusterBulkHalf: two blocks per SM
   static constexpr int64_t kMinRowBytes = 32 << 10;      // shorter rows: tiles
   static constexpr int kMinBlocks = 2;
   static constexpr int kMaxPortableBlocks = 8;

@@ -1,5 +1,5 @@
 // sm_90, long rows read once from memory, each piece held in shared memory until its
-// row's norm is out (normalize.cu, its only includer; NormalizeVariant::kHeld).
+// row's norm is out (normalize_plan.cuh: sm_90 rows past the TMA clusters).
 // One persistent launch takes items of 37 KiB in order from an atomic counter. Each
 // block keeps a ring of kSlots items in shared memory, every free slot loading by one
 // TMA bulk copy: it reduces its items in the order taken and posts each item's partial
@@ -20,7 +20,7 @@
 // the end every deferred item, whose rows are then all taken. So the launch makes
 // progress with any number of resident blocks, beside any other kernel. Rows of more
 // items than the grid holds (float32 past ~6.5e6 elements on 132 SMs) defer their first
-// items; the default takes only rows of up to half the grid's slots.
+// items; the policy takes only rows of up to half the grid's slots.
 #pragma once
 
 #include <cuda/ptx>
@@ -35,30 +35,22 @@
 namespace gpucompute::cuda {
 namespace {
 
-// Two slots a block, three blocks an SM (H200, session 20, against 6 x 1,
-// 3 x 2, 2 x 2 of 32 KiB and 4 x 3, 3 x 4, 2 x 6 of 16 KiB): each block's bookkeeping
-// is serial, so more blocks and larger items won. Its own warp (session 21) took
-// 9-12% off (f32 1e6: 0.288-0.295 -> 0.252-0.261 ms): the keeper stores no data, so
-// its release of a partial waits for that one store, where thread 0's fence waited
-// for all of its scaling's stores. 256 threads beside it, not 224: 1-5% faster on
-// every shape timed. Items of 37 KiB, the most that leaves three blocks an SM (session 24,
-// three alternated rounds each: 36 against 32 KiB, f64 L2 rows of 1e6 0.245-0.250 ->
-// 0.234-0.238 ms, f32 SUM 0.252-0.258 -> 0.251-0.253; 37 against 36 another 1%): a
-// block's rounds are serial and slow (~16k cycles, 40% of them its stores draining),
-// so each should carry as much as fits. A block scales at most one item a round, so
-// blocks, not bytes held, set the rate (session 26: 2 blocks of 3 slots 16-22% slower,
-// and a fourth item in the workers' registers slower still).
+// Two slots a block, three blocks an SM, each block's bookkeeping on a warp of its own
+// (the keeper stores no data, so its release of a partial waits for that one store, not
+// for all of a scaling's stores), 256 threads beside it, and items of 37 KiB, the most
+// that leaves three blocks an SM: a block's rounds are serial and slow (~16k cycles, 40%
+// of them its stores draining), so each should carry as much as fits, and a block
+// scales at most one item a round, so blocks, not bytes held, set the rate.
+// H200, f64 L2 rows of 1e6: 37 KiB items 0.234-0.238 ms vs 32 KiB's 0.245-0.250; the keeper warp took 9-12% off f32 1e6.
 struct HeldPolicy {
   static constexpr int kThreads = 256;                   // reduce and scale the slots
   static constexpr int kBlockThreads = kThreads + 32;    // and the keeper warp
   static constexpr int kSlots = 2;
   static constexpr int kBlocksPerSm = 3;
   static constexpr int64_t kItemBytes = 37 << 10;
-  // Default only for rows of at most half the grid's slots: longer rows keep more slots
-  // waiting for their norms (H200, session 21: float32 SUM rows of 4e6 (489 items, 792
-  // slots) 0.351-0.353 ms against the chunks' 0.312-0.317; f32 L2 3e6 (367) 0.272-0.282
-  // against the pipeline's 0.300-0.305; f64 L2 2e6 (489) 0.304-0.309 against the chunks'
-  // 0.316-0.319, too close to move the line).
+  // The policy takes rows of at most half the grid's slots: longer rows keep more slots
+  // waiting for their norms.
+  // H200, f32 SUM rows of 4e6 (489 items, 792 slots): 0.351-0.353 ms vs the chunks' 0.312-0.317.
   static constexpr int64_t kRowShareOfSlots = 2;
   static constexpr long long kBoundedWaitCycles = 1 << 15;  // ~16 us: then defer
 };
@@ -349,7 +341,7 @@ constexpr bool HeldFits(int64_t cols) {
   return cols * static_cast<int64_t>(sizeof(T)) % 16 == 0;
 }
 
-// Whether kDefault takes these rows on this device (HeldPolicy::kRowShareOfSlots).
+// Whether the policy takes these rows on this device (HeldPolicy::kRowShareOfSlots).
 template <typename T>
 cudaError_t HeldByDefault(int64_t cols, bool* yes) {
   int device = 0, sms = 0;

@@ -29,8 +29,8 @@ struct ChunkPolicy {
   static constexpr int64_t kChunk = 16384;  // elements per block work item
   static constexpr int kUnroll = 4;
   // Grid cap: blocks an SM, several waves, so the hardware hands the chunks out and
-  // no SM waits on a last round of a few (H200, session 19, 10 x 1e7: f32 SUM
-  // 0.314-0.319 ms against 8 blocks' 0.321-0.322, f64 L2 0.609-0.610 / 0.612-0.628).
+  // no SM waits on a last round of a few.
+  // H200, 10 x 1e7 f32 SUM: 0.314-0.319 ms vs 8 blocks an SM's 0.321-0.322.
   static constexpr int kGridBlocksPerSm = 32;
 };
 struct BadRowPolicy {
@@ -66,8 +66,8 @@ __device__ __forceinline__ double TwoSumError(double a, double b, double total) 
 }
 // Dekker's Fast2Sum on the operands ordered by magnitude: three float64 operations, a
 // compare and selects, for loops that the float64 pipe bounds (rows summed from shared
-// memory: float32 SUM rows of 1e3..1e4 elements took ~0.29 ms on an H200 with TwoSum
-// against ~0.22 for L1). An infinite total leaves a NaN error, as TwoSum's does.
+// memory, where TwoSum left SUM a third slower than L1). An infinite total leaves a NaN
+// error, as TwoSum's does.
 __device__ __forceinline__ double FastTwoSumError(double a, double b, double total) {
   const bool a_larger = fabs(a) >= fabs(b);
   const double larger = a_larger ? a : b;
@@ -201,9 +201,9 @@ __device__ __forceinline__ typename Op::Acc AccumulateVec(typename Op::Acc acc,
   }
 }
 
-// float4 bitwise (every test made, no branch between them): float32 tile rows of
-// 512 / 1e3 columns 1.5-2% faster than with ||; double2 with ||: float64 TMA cluster
-// rows of 1e5 2-3% faster than bitwise (H200, both alternated twice, session 15).
+// float4 bitwise (every test made, no branch between them), double2 with ||: each the
+// faster on its paths.
+// H200: f32 tile rows of 512 / 1e3 1.5-2% faster bitwise; f64 TMA cluster rows of 1e5 2-3% faster with ||.
 __device__ __forceinline__ bool AnyInf(float4 v) {
   return isinf(v.x) | isinf(v.y) | isinf(v.z) | isinf(v.w);
 }
@@ -342,11 +342,9 @@ struct RowPartials {
     __syncwarp();  // the lane that saw the count acquired the partials for the warp
     const int lane = static_cast<int>(threadIdx.x % 32);
     // Each lane's partials j = lane, lane + 32, ... loaded kBatch at a time before any is
-    // added: one round trip to L2 for every 32 kBatch partials, not one for every 32
-    // (H200, session 21, against one at a time: f32 SUM 2e6 0.321-0.330 -> 0.262-0.266 ms).
-    // 8 where a partial is one double (f64 L2 1e6, 245 items: 0.257-0.259 -> 0.246-0.253;
-    // f32 L2 3e6 0.274-0.278 -> 0.262-0.267; f32 L2 1e6, 123 items, 0.234-0.238 ->
-    // 0.235-0.242), 4 for SUM's pairs (registers).
+    // added: one round trip to L2 for every 32 kBatch partials, not one for every 32;
+    // 8 where a partial is one double, 4 for SUM's pairs (registers).
+    // H200, f32 SUM 2e6: 0.262-0.266 ms vs one at a time's 0.321-0.330; f64 L2 1e6 at 8: 0.246-0.253 vs 4's 0.257-0.259.
     constexpr int kBatch = sizeof(Acc) == 8 ? 8 : 4;
     const Acc* p = partials + row * n;
     Acc acc = Op::Identity();

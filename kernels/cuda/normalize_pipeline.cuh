@@ -1,5 +1,5 @@
-// Long rows in one launch, re-read from L2 rather than memory (normalize.cu, its only
-// includer; NormalizeVariant::kPipelined). The chunked path reads every row twice from
+// Long rows in one launch, re-read from L2 rather than memory (normalize_plan.cuh: the
+// policy for rows past the held items on sm_90). The chunked path reads every row twice from
 // memory: its reduction walks all rows before its scaling starts, so only the last
 // ~50 MB are still in L2. Here one persistent launch takes work items in a fixed order
 // from an atomic counter: R(c) reduces chunk c of the flattened rows (as the chunked
@@ -9,7 +9,7 @@
 //   lagged (rows up to L2 / kRowByRowL2Fraction): R(0..lag-1), then R(i) and S(i - lag)
 //     alternately, then the last S; lag = one row + one item per block in flight, so
 //     a row's norm is ready when its first S is taken, and every chunk is re-read
-//     after about `lag` chunks of reads (~10-25 MB on an H100 for rows of 1e5-1e6);
+//     after about `lag` chunks of reads (tens of MB for rows of 1e5-1e6);
 //   row by row (longer rows): a row's R in order, then its S from the end, so the
 //     lines read last are re-read first; one pause per row while its last R finish.
 // Every S load and store is hinted evict-first (StoreHinted): the written lines and
@@ -38,9 +38,6 @@ struct PipelinePolicy {
 
 template <typename T>
 constexpr int64_t kPipelineChunk = PipelinePolicy::kChunkBytes / static_cast<int64_t>(sizeof(T));
-
-// Which order a launch takes: by the row's size (the rule above), or forced (variants).
-enum class PipelineOrderChoice { kByRowSize, kLagged, kRowByRow };
 
 struct PipelineOrder {
   int64_t chunks_per_row;  // n
@@ -156,23 +153,14 @@ cudaError_t PipelineRowByRow(int64_t cols, bool* row_by_row) {
   return cudaSuccess;
 }
 
-template <typename T>
-cudaError_t PipelineRowByRow(int64_t cols, PipelineOrderChoice choice, bool* row_by_row) {
-  if (choice != PipelineOrderChoice::kByRowSize) {
-    *row_by_row = choice == PipelineOrderChoice::kRowByRow;
-    return cudaSuccess;
-  }
-  return PipelineRowByRow<T>(cols, row_by_row);
-}
-
-template <typename T, NormKind kNorm>
-cudaError_t LaunchPipeline(const T* in, T* out, int64_t rows, int64_t cols, bool streaming,
-                           PipelineOrderChoice choice, NormalizeResult* result, const LaunchEnv& env) {
+// row_by_row: the order for rows past a quarter of L2 (PipelineRowByRow); the normalize
+// policy runs the lagged order only. kStreaming: S loads and stores hinted evict-first.
+template <typename T, NormKind kNorm, bool kStreaming = true>
+cudaError_t LaunchPipeline(const T* in, T* out, int64_t rows, int64_t cols, bool row_by_row,
+                           NormalizeResult* result, const LaunchEnv& env) {
   PipelineOrder order{CeilDiv(cols, kPipelineChunk<T>), 0, 0};
   order.total = rows * order.chunks_per_row;
   const unsigned grid = GridFor(2 * order.total, env.sm_count, PipelinePolicy::kMinBlocksPerSm);
-  bool row_by_row = false;
-  GC_TRY(PipelineRowByRow<T>(cols, choice, &row_by_row));
   if (!row_by_row) order.lag = std::min<int64_t>(order.total, order.chunks_per_row + grid);
   RowPartialsScratch<T, kNorm> s;
   GC_TRY(s.Allocate(rows, order.chunks_per_row, /*with_counter=*/true, 0, result, env));
@@ -180,11 +168,7 @@ cudaError_t LaunchPipeline(const T* in, T* out, int64_t rows, int64_t cols, bool
     kernel<<<grid, PipelinePolicy::kThreads, 0, env.stream>>>(in, out, cols, order, s.parts, s.counter, result);
   };
   const bool vec = Aligned16(in) && Aligned16(out);
-  if (streaming) {
-    vec ? launch(PipelineKernel<T, kNorm, true, true>) : launch(PipelineKernel<T, kNorm, false, true>);
-  } else {
-    vec ? launch(PipelineKernel<T, kNorm, true, false>) : launch(PipelineKernel<T, kNorm, false, false>);
-  }
+  vec ? launch(PipelineKernel<T, kNorm, true, kStreaming>) : launch(PipelineKernel<T, kNorm, false, kStreaming>);
   GC_CHECK_LAUNCH();
   return cudaSuccess;
 }

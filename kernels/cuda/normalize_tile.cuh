@@ -28,30 +28,25 @@ namespace {
 struct TilePolicy {
   static constexpr int kThreads = ChunkPolicy::kThreads;  // BlockReduceFor's block size
   // Blocks a multiprocessor must hold (registers a thread), by lanes a row: a warp a row
-  // 5 (ncu, H200, float32 SUM 1e5 x 1e3 at 2: 70 registers, 3 blocks an SM, 37% of
-  // issue slots without an eligible warp; at 4 float32 SUM rows of 512 / 1e3 took 0.204
-  // / 0.203 ms against 0.231 / 0.227, float32 L2 and float64 within 1%; 5 (46-48
-  // registers) a further 0.5-2% on every norm and dtype, 6 spilled and lost 2-7%);
-  // narrower groups 2 (float32 L1 1e7 x 10, 4 lanes: 0.320 ms at 2, 0.350 at 3 or 4).
+  // 5 (at 2, 70 registers left 37% of issue slots without an eligible warp; 6 spilled),
+  // narrower groups 2.
+  // H200, f32 SUM rows of 512 / 1e3: 0.204 / 0.203 ms at 4 vs 0.231 / 0.227 at 2, 5 a further 0.5-2%.
   template <int kGroup>
   static constexpr int kMinBlocksPerSm = kGroup == 32 ? 5 : 2;
   static constexpr int64_t kTileBytes = 32 * 1024;  // rows up to this share a tile
   static constexpr int64_t kMaxTileRows = 2048;     // bounds the per-row slots
   static constexpr int64_t kSmallCols = 32;         // rows this short get 4 lanes, not 32
-  // Rows this short get a lane each (float32 / float64; H200, 2026-11-29, against 4 lanes
-  // a row: f32 1 / 3 / 5 / 8 / 10 / 12 columns 1.90 -> 0.48, 0.72 -> 0.26, 0.70 -> 0.36,
-  // 0.29 -> 0.21, 0.32 -> 0.23, 0.255 -> 0.20 ms; f64 1 / 4 / 6 / 7 / 10 0.97 -> 0.27,
-  // 0.31 -> 0.20, 0.35 -> 0.21, 0.265 -> 0.21, 0.215 -> 0.21, 8 even; 16 columns lost,
-  // 0.28 -> 0.31 and 0.23 -> 0.31: a lane's reads of its row in shared memory conflict
-  // at a stride of 64 or 128 bytes). Four lanes a row gave each row's norm, reciprocal
-  // and checks to four lanes, and the 16-byte vectors crossing rows to a per-element path.
+  // Rows this short get a lane each: four lanes a row gave each row's norm, reciprocal
+  // and checks to four lanes, and the 16-byte vectors crossing rows to a per-element
+  // path; past it a lane's reads of its row in shared memory conflict (a stride of 64 or
+  // 128 bytes).
+  // H200, f32 1 / 8 / 12 columns: 0.48 / 0.21 / 0.20 ms vs 4 lanes' 1.90 / 0.29 / 0.255; 16 columns lost (0.31 vs 0.23-0.28).
   template <typename T>
   static constexpr int64_t kLaneRowCols = sizeof(T) == 4 ? 12 : 10;
   static constexpr int kUnroll = 4;                 // independent accumulators per lane
   // Tiles of this many rows or more are reduced a warp a row, fewer by the whole block
-  // row after row (H200: float32 L2 rows of 1500-2000 elements, 4-5 a tile, 0.275 ->
-  // 0.212 ms; float64 SUM rows of 1000, 4 a tile, 0.328 -> 0.207; at 2 rows a tile a
-  // warp a row tied or lost up to 7%).
+  // row after row (at 2 rows a tile a warp a row tied or lost up to 7%).
+  // H200, f32 L2 rows of 1500-2000 (4-5 a tile): 0.212 ms a warp a row vs 0.275 by the block.
   static constexpr int kWarpRowsFrom = 4;
 };
 
@@ -290,10 +285,11 @@ inline bool TileFits(int64_t cols, int64_t limit) {
 }
 
 // Lanes per row in a tile of several rows: 1 for rows up to TilePolicy::kLaneRowCols,
-// 4 up to TilePolicy::kSmallCols, else 32; `narrow` (NormalizeVariant::kTile; float64's
-// default up to 256 columns) gives rows up to 512 the narrowest group with at most 16
-// elements a lane (100 columns: 8 lanes, 4 rows a warp at once, 3 shuffle rounds
-// instead of 5; the warp per row left the tile latency-bound).
+// 4 up to TilePolicy::kSmallCols, else 32; `narrow` (float64 up to 256 columns) gives
+// rows up to 512 the narrowest group with at most 16 elements a lane (100 columns: 8
+// lanes, 4 rows a warp at once, 3 shuffle rounds instead of 5; the warp per row left
+// the tile latency-bound). float32 takes no narrow tile and no row of kLaneRowCols to
+// kSmallCols (the row groups take those): its tiles are of 1 or 32 lanes a row.
 template <typename T>
 int TileGroupFor(int64_t cols, bool narrow) {
   if (cols <= TilePolicy::kLaneRowCols<T>) return 1;
@@ -318,12 +314,16 @@ cudaError_t LaunchTile(const T* in, T* out, int64_t rows, int64_t cols, int grou
     GC_CHECK_LAUNCH();
     return cudaSuccess;
   };
-  switch (group) {
-    case 1: return launch(TileKernel<T, kNorm, 1>);
-    case 4: return launch(TileKernel<T, kNorm, 4>);
-    case 8: return launch(TileKernel<T, kNorm, 8>);
-    case 16: return launch(TileKernel<T, kNorm, 16>);
-    default: return launch(TileKernel<T, kNorm, 32>);
+  if constexpr (sizeof(T) == 4) {  // float32's tiles: a lane a row or a warp (TileGroups)
+    return group == 1 ? launch(TileKernel<T, kNorm, 1>) : launch(TileKernel<T, kNorm, 32>);
+  } else {
+    switch (group) {
+      case 1: return launch(TileKernel<T, kNorm, 1>);
+      case 4: return launch(TileKernel<T, kNorm, 4>);
+      case 8: return launch(TileKernel<T, kNorm, 8>);
+      case 16: return launch(TileKernel<T, kNorm, 16>);
+      default: return launch(TileKernel<T, kNorm, 32>);
+    }
   }
 }
 
@@ -331,7 +331,7 @@ cudaError_t LaunchTile(const T* in, T* out, int64_t rows, int64_t cols, int grou
 struct ClusterPolicy {
   static constexpr int kThreads = TilePolicy::kThreads;
   static constexpr int kMaxBlocks = 8;    // the portable cluster size
-  static constexpr int kWideBlocks = 16;  // sm_90's non-portable size (NormalizeVariant::kCluster16)
+  static constexpr int kWideBlocks = 16;  // sm_90's non-portable size, for rows whose 8 slices are long
 };
 
 // Grid: rows x blocks, clusters of `blocks` along x; block k of row r holds elements

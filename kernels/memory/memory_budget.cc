@@ -6,22 +6,23 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
+#include <string>
+#include <vector>
 #include <utility>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/error_reason.h"
 #include "common/status_macros.h"
 #include "kernels/forwarding_backend.h"
 
 namespace gpucompute {
 namespace {
-
-// Marks a budget's RESOURCE_EXHAUSTED so that the server can count it apart
-// from the other refusals.
-constexpr absl::string_view kRefusalPayload = "gpucompute/memory_budget";
 
 uint64_t Fraction(uint64_t bytes, double fraction) {
   return static_cast<uint64_t>(static_cast<double>(bytes) * fraction);
@@ -45,8 +46,79 @@ uint64_t ResidentSetBytes() {
   return resident_pages * static_cast<uint64_t>(page_size);
 }
 
+namespace {
+
+// A cgroup file's limit: a number of bytes, or nullopt for "max", "-1", a
+// missing file or the v1 "unlimited" (a number past any machine's memory).
+std::optional<uint64_t> CgroupLimit(const std::string& path) {
+  std::ifstream file(path);
+  std::string text;
+  uint64_t bytes = 0;
+  if (!(file >> text) || !absl::SimpleAtoi(text, &bytes)) return std::nullopt;
+  if (bytes >= (uint64_t{1} << 62)) return std::nullopt;
+  return bytes;
+}
+
+// This process's cgroup path per hierarchy: "" for v2 ("0::/path"), else the
+// v1 controller list ("4:memory:/path" -> "memory").
+std::map<std::string, std::string> SelfCgroups(const std::string& self_cgroup_file) {
+  std::map<std::string, std::string> paths;
+  std::ifstream file(self_cgroup_file);
+  for (std::string line; std::getline(file, line);) {
+    const std::vector<std::string> parts = absl::StrSplit(line, absl::MaxSplits(':', 2));
+    if (parts.size() != 3) continue;
+    for (absl::string_view controller : absl::StrSplit(parts[1], ',')) {
+      paths[std::string(controller)] = parts[2];
+    }
+  }
+  return paths;
+}
+
+}  // namespace
+
+MemoryLimit ProcessMemoryLimit(const std::string& cgroup_root,
+                               const std::string& self_cgroup_file) {
+  MemoryLimit limit{PhysicalMemoryBytes(), "physical memory"};
+  const std::map<std::string, std::string> self = SelfCgroups(self_cgroup_file);
+  // v2 at the root, v1's memory controller in its own directory; the process's
+  // own cgroup and every ancestor down to the root (a container sees "/").
+  const auto v2 = self.find("");
+  const auto v1 = self.find("memory");
+  const struct {
+    std::string dir;
+    std::string path;
+    const char* file;
+    const char* version;
+  } hierarchies[] = {
+      {cgroup_root, v2 != self.end() ? v2->second : "/", "memory.max", "cgroup v2"},
+      {absl::StrCat(cgroup_root, "/memory"), v1 != self.end() ? v1->second : "/",
+       "memory.limit_in_bytes", "cgroup v1"},
+  };
+  for (const auto& hierarchy : hierarchies) {
+    std::string path = hierarchy.path;
+    while (true) {
+      const std::string file = absl::StrCat(hierarchy.dir, path == "/" ? "" : path, "/",
+                                            hierarchy.file);
+      if (const std::optional<uint64_t> bytes = CgroupLimit(file);
+          bytes.has_value() && *bytes < limit.bytes) {
+        limit = {*bytes, absl::StrCat(hierarchy.version, " ", hierarchy.file, " at ", file)};
+      }
+      if (path.empty() || path == "/") break;
+      const size_t slash = path.rfind('/');
+      path = slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
+    }
+  }
+  return limit;
+}
+
+MemoryLimit DefaultHostBudget(const BackendOptions& options) {
+  const MemoryLimit limit = ProcessMemoryLimit(options.cgroup_root);
+  return {Fraction(limit.bytes, kDefaultHostBudgetFraction),
+          absl::StrCat("half of ", limit.bytes, " bytes, the ", limit.source)};
+}
+
 bool IsMemoryBudgetRefusal(const absl::Status& status) {
-  return status.GetPayload(kRefusalPayload).has_value();
+  return ReasonOf(status) == reason::kMemoryBudget;
 }
 
 MemoryBudget::Charge::Charge(std::shared_ptr<MemoryBudget> budget, uint64_t bytes)
@@ -122,14 +194,15 @@ void MemoryBudget::Release(uint64_t bytes) {
 absl::Status MemoryBudget::Refusal(uint64_t bytes, uint64_t used, absl::string_view why) const {
   const uint64_t ceiling = CeilingFor(bytes);
   const uint64_t left = ceiling - std::min(used, ceiling);
-  absl::Status status = absl::ResourceExhaustedError(absl::StrCat(
+  return WithReason(absl::ResourceExhaustedError(absl::StrCat(
       "memory budget of ", memory_, " exhausted: ", bytes, " bytes asked, ", left,
       " bytes left ", why, "; the budget is --", flag_, "=", capacity_bytes_,
       ", of which allocations over ", capacity_bytes_ / kLargeAllocationDivisor,
       " bytes may fill ", Fraction(capacity_bytes_, kLargeAllocationCeiling),
-      " (the rest is kept for small requests)"));
-  status.SetPayload(kRefusalPayload, absl::Cord());
-  return status;
+      " (the rest is kept for small requests)")),
+      reason::kMemoryBudget,
+      {{"memory", memory_}, {"limit_name", flag_}, {"limit", absl::StrCat(capacity_bytes_)},
+       {"requested", absl::StrCat(bytes)}, {"available", absl::StrCat(left)}});
 }
 
 namespace {
@@ -153,12 +226,11 @@ class BudgetedBackend final : public ForwardingBackend {
  public:
   BudgetedBackend(std::unique_ptr<Backend> inner, const BackendOptions& options)
       : ForwardingBackend(std::move(inner)) {
-    const uint64_t ram = PhysicalMemoryBytes();
-    host_.memory_bytes = ram;
+    host_.memory_bytes = PhysicalMemoryBytes();
     host_.budget = MemoryBudget::Create(
         "host", "host_memory_budget_bytes",
         options.host_memory_budget_bytes > 0 ? options.host_memory_budget_bytes
-                                             : Fraction(ram, kDefaultHostBudgetFraction),
+                                             : DefaultHostBudget(options).bytes,
         options.memory_budget_wait);
     for (const DeviceDescription& device : this->inner().Devices()) {
       int ordinal = 0;

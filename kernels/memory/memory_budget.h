@@ -29,9 +29,23 @@ uint64_t PhysicalMemoryBytes();
 // This process's resident set; 0 when the system cannot tell.
 uint64_t ResidentSetBytes();
 
+// The memory this process may take: physical RAM, or the limit of its cgroup
+// (v2 memory.max, v1 memory.limit_in_bytes; the smallest of its cgroup and the
+// ancestors visible under `cgroup_root`) where that is lower, as in a container.
+struct MemoryLimit {
+  uint64_t bytes = 0;
+  std::string source;  // "physical memory" or "cgroup v2 memory.max at PATH", ...
+};
+MemoryLimit ProcessMemoryLimit(const std::string& cgroup_root,
+                               const std::string& self_cgroup_file = "/proc/self/cgroup");
+
 // Budgets derived from the machine when their option is 0.
 inline constexpr double kDefaultHostBudgetFraction = 0.5;
 inline constexpr double kDefaultDeviceBudgetFraction = 0.875;
+
+// The host budget when its option is 0: kDefaultHostBudgetFraction of the
+// process's memory limit; `source` says where the figure came from.
+MemoryLimit DefaultHostBudget(const BackendOptions& options);
 
 // True for the RESOURCE_EXHAUSTED of a budget (counted as reason "memory_budget").
 bool IsMemoryBudgetRefusal(const absl::Status& status);

@@ -43,7 +43,6 @@ SERVER_METRICS = {
     "gpucompute_stage_duration_seconds", "gpucompute_requests_in_flight",
     "gpucompute_queue_depth", "gpucompute_rejections_total",
     "gpucompute_transfer_bytes_total", "gpucompute_transfer_duration_seconds",
-    "gpucompute_transfer_bandwidth_bytes_per_second",
     "gpucompute_network_received_bytes_total", "gpucompute_network_sent_bytes_total",
     "gpucompute_device_pool_reserved_bytes", "gpucompute_device_pool_used_bytes",
     "gpucompute_stored_buffers", "gpucompute_stored_buffer_bytes", "gpucompute_pinned_pool_bytes",

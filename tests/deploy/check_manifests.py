@@ -192,11 +192,47 @@ def check_k8s(r, root):
     r.check(set(metric_names) <= served, "every HPA Pods metric is served by an adapter rule",
             f"served {sorted(served)}")
 
+    # Memory: requests equal limits (no overcommit; the host budget follows the limit).
+    r.check(requests.get("memory") == limits.get("memory"),
+            "container memory request equals its limit", f"{requests} vs {limits}")
+    image = c.get("image", "")
+    tag = image.rsplit(":", 1)[1] if ":" in image.rsplit("/", 1)[-1] else ""
+    r.check("@sha256:" in image or (tag and tag != "latest"),
+            "container image is pinned (a tag other than latest, or a digest)", image)
+    newtags = [i.get("newTag") for i in kust.get("images") or []]
+    r.check(newtags and all(t and str(t) != "latest" for t in newtags),
+            "kustomization pins the image tag", f"{newtags}")
+    terms = dig(pod, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
+                "nodeSelectorTerms", default=[])
+    keys = [e.get("key") for t in terms for e in t.get("matchExpressions") or []]
+    r.check(terms and all(any(str(e.get("key", "")).startswith("nvidia.com/gpu")
+                              for e in t.get("matchExpressions") or []) for t in terms),
+            "pods require GPU nodes (node affinity on nvidia.com/gpu labels)", f"{keys}")
+
+    # NetworkPolicy: the API and metrics ports reachable only as listed, nothing else.
+    netpol = one("NetworkPolicy")
+    r.check(selects(dig(netpol, "spec", "podSelector", "matchLabels"), pod_labels),
+            "NetworkPolicy selects the pods")
+    r.check("Ingress" in (dig(netpol, "spec", "policyTypes") or []),
+            "NetworkPolicy restricts ingress")
+    allowed = {p.get("port") for rule in dig(netpol, "spec", "ingress", default=[]) or []
+               for p in rule.get("ports") or []}
+    r.check(allowed == {GRPC_PORT, METRICS_PORT},
+            f"NetworkPolicy admits ports {GRPC_PORT} and {METRICS_PORT} only", f"{allowed}")
+    r.check(all(rule.get("from") for rule in dig(netpol, "spec", "ingress", default=[]) or []),
+            "every NetworkPolicy ingress rule names who may connect")
+
     # PDB, kustomization
     r.check(selects(dig(pdb, "spec", "selector", "matchLabels"), pod_labels), "PDB selects the pods")
+    replicas = dig(dep, "spec", "replicas", default=1)
+    min_available = dig(pdb, "spec", "minAvailable")
+    r.check((isinstance(min_available, int) and min_available >= 1)
+            or dig(pdb, "spec", "maxUnavailable") == 0,
+            f"PDB cannot evict the last replica ({replicas} replica(s))",
+            f"{dig(pdb, 'spec')}")
     res = kust.get("resources") or []
     r.check(res and all((k8s / f).exists() for f in res), "kustomization resources exist", f"{res}")
-    for name in ("deployment.yaml", "service.yaml", "hpa.yaml"):
+    for name in ("deployment.yaml", "service.yaml", "hpa.yaml", "pdb.yaml", "networkpolicy.yaml"):
         r.check(name in res, f"kustomization includes {name}")
     return dep, svc
 

@@ -146,7 +146,7 @@ for i in 1 2 3; do
   expect_ok "lombscargle #$i" lombscargle --x="$I/x.npy" --y="$I/y.npy" --freq_grid=0.1:5:64 --normalize
 done
 expect_ok "normalize l2" normalize --input="$I/rows.npy" --norm=l2
-expect_ok "normalize 1 MiB (sets the bandwidth gauges)" normalize --input="$I/rows_1mib.npy" --norm=max_abs
+expect_ok "normalize 1 MiB (counts transfer bytes and seconds)" normalize --input="$I/rows_1mib.npy" --norm=max_abs
 expect_fail "normalize of a zero row fails with INVALID_ARGUMENT" "INVALID_ARGUMENT" \
   normalize --input="$I/zero_row.npy"
 expect_ok "upload" upload "$I/rows.npy" --name=rows

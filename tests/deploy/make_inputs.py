@@ -42,8 +42,8 @@ def main():
     # haversine points: 6 points.
     write_npy(out / "lat.npy", (6,), [-50.0, -20.0, 0.0, 10.0, 45.0, 80.0])
     write_npy(out / "lon.npy", (6,), [0.0, 30.0, 60.0, 90.0, 120.0, 150.0])
-    # 1 MiB (256 x 512 float64): host <-> device copies this large set the
-    # last-achieved transfer bandwidth gauges.
+    # 1 MiB (256 x 512 float64): host <-> device copies of a size that shows in the
+    # transfer byte and second counters.
     write_npy(out / "rows_1mib.npy", (256, 512), [1.0 + (i % 97) for i in range(256 * 512)])
     # 128 KiB: larger than the test server's buffer quota.
     write_npy(out / "big.npy", (16384,), [0.5] * 16384)

@@ -17,6 +17,7 @@ import (
 	"reflect"
 	"regexp"
 	"sort"
+	"strconv"
 	"testing"
 	"time"
 
@@ -31,10 +32,13 @@ import (
 
 var conn *grpc.ClientConn
 
+// The server's buffer quota (error_reasons_test.go uploads more).
+const quotaBytes = 1 << 20
+
 // Starts the server on a port of the kernel's choosing, read from its log.
 func TestMain(m *testing.M) {
 	server := exec.Command(os.Getenv("GPUCOMPUTE_SERVER"), "--address=127.0.0.1:0",
-		"--metrics_address=", "--backend=cpu")
+		"--metrics_address=", "--backend=cpu", "--buffer_quota_bytes="+strconv.Itoa(quotaBytes))
 	logs, err := server.StderrPipe()
 	if err == nil {
 		err = server.Start()

@@ -15,7 +15,7 @@ mkdir -p "$work/src/clienttest"
 protoc -I "$repo/proto" \
   --go_out=plugins=grpc,Mgpucompute/v1/gpucompute.proto=gpucompute/v1:"$work/src" \
   gpucompute/v1/gpucompute.proto
-cp "$here/client_test.go" "$work/src/clienttest/"
+cp "$here"/*_test.go "$work/src/clienttest/"
 cd "$work/src/clienttest"
 GPUCOMPUTE_SERVER=$server GOPATH="$work:/usr/share/gocode" GO111MODULE=off GOFLAGS= \
   GOCACHE=${GOCACHE:-${XDG_CACHE_HOME:-${HOME:-$work}/.cache}/go-build} \

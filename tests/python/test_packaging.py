@@ -73,7 +73,9 @@ def test_generated_files_are_world_readable(tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = src / "client" / "python" / "gpucompute" / "_proto"
     files = [p for p in out.rglob("*") if p.is_file()]
-    assert len(files) == 3  # __init__.py, gpucompute_pb2.py, src/.../gpucompute.proto
+    # __init__.py, gpucompute_pb2.py, google_rpc.binpb, src/.../gpucompute.proto and the
+    # two google/rpc protos
+    assert len(files) == 6
     assert all(world_readable(p) for p in files), [(str(p), oct(p.stat().st_mode))
                                                     for p in files]
 

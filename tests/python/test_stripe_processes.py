@@ -27,7 +27,8 @@ def _open_fds() -> int:
 
 
 def _shm_entries() -> set:
-    return set(os.listdir("/dev/shm"))
+    # The client's own objects only: other programs on the host come and go meanwhile.
+    return {e for e in os.listdir("/dev/shm") if e.startswith("gpucompute_")}
 
 
 def _ended(pid: int, timeout: float = 10.0) -> bool:

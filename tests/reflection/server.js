@@ -1,14 +1,15 @@
 // The real server for the Node tests: CPU backend, a port of the kernel's choosing
-// read from its log. Resolves to { process, address }.
+// read from its log, and any further flags. Resolves to { process, address }.
 'use strict';
 
 const assert = require('node:assert');
 const { spawn } = require('node:child_process');
 
-async function startServer() {
+async function startServer(flags = []) {
   const binary = process.env.GPUCOMPUTE_SERVER;
   assert.ok(binary, 'set GPUCOMPUTE_SERVER to the gpucompute-server binary');
-  const child = spawn(binary, ['--address=127.0.0.1:0', '--metrics_address=', '--backend=cpu'],
+  const child = spawn(binary, ['--address=127.0.0.1:0', '--metrics_address=', '--backend=cpu',
+                               ...flags],
                       { stdio: ['ignore', 'ignore', 'pipe'] });
   const address = await new Promise((resolve, reject) => {
     let log = '';

@@ -471,7 +471,7 @@ class ClientApi(ComputeMethods, StreamingMethods, TransferMethods):
                 return (yield Stream("Compute." + method, request, sink, unary=True,
                                      session=session))
             except FailedPrecondition as e:
-                if not e.message.startswith("output.single_message"):
+                if e.reason != "RESULT_TOO_LARGE_FOR_ONE_MESSAGE":
                     raise
             request.output.single_message = False
             sink.reset()

@@ -9,7 +9,11 @@ the client calls its RPCs through ``grpc.Channel.unary_stream`` & co. with the
 messages' own (de)serializers, so no grpc plugin (and no grpcio-tools version check
 against grpcio) is involved. grpc.health.v1 is encoded by hand in ``_wire.py``: its
 two one-field messages do not justify registering ``grpc/health/v1/health.proto`` in
-the default descriptor pool, where it would clash with grpcio-health-checking.
+the default descriptor pool, where it would clash with grpcio-health-checking. For the
+same reason the vendored google.rpc error details (``google/rpc/*.proto``, read by
+``errors.py``) are written as a descriptor set, ``_proto/google_rpc.binpb``, that
+errors.py loads into a pool of its own, not as modules (googleapis-common-protos has
+them in the default pool).
 
 The generator is, in order of preference:
   1. ``$GPUCOMPUTE_PROTOC`` (a protoc binary),
@@ -44,7 +48,11 @@ SRC_COPY_DIR = OUT_DIR / "src"
 # client/python/gpucompute -> the repository's proto/
 REPO_PROTO_DIR = PACKAGE_DIR.parent.parent.parent / "proto"
 # Relative to the proto root (the directory passed to protoc as -I).
-PROTO_FILES = ["gpucompute/v1/gpucompute.proto"]
+PROTO_FILES = ["gpucompute/v1/gpucompute.proto", "google/rpc/status.proto",
+               "google/rpc/error_details.proto"]
+# The error details, compiled to a descriptor set (with their imports) for errors.py.
+ERROR_PROTO_FILES = ["google/rpc/status.proto", "google/rpc/error_details.proto"]
+ERROR_DESCRIPTOR_SET = "google_rpc.binpb"
 # (proto relative path, generated module name inside gpucompute/_proto)
 MODULES = [("gpucompute/v1/gpucompute.proto", "gpucompute_pb2")]
 
@@ -82,7 +90,8 @@ def proto_digest(root: Path) -> str:
 def generated_digest() -> Optional[str]:
     """The digest recorded by the last generation, or None if nothing is generated."""
     init = OUT_DIR / "__init__.py"
-    if not init.is_file() or not all((OUT_DIR / (m + ".py")).is_file() for _, m in MODULES):
+    if (not init.is_file() or not (OUT_DIR / ERROR_DESCRIPTOR_SET).is_file()
+            or not all((OUT_DIR / (m + ".py")).is_file() for _, m in MODULES)):
         return None
     match = _STAMP_RE.search(init.read_text())
     return match.group(1) if match else None
@@ -164,6 +173,15 @@ def choose_generator() -> Tuple[str, List[str]]:
     return gens[0][0], gens[0][1]
 
 
+def _well_known_includes(cmd: List[str]) -> List[str]:
+    """-I for google/protobuf/*.proto where the generator does not find them itself
+    (grpc_tools.protoc carries them in its package; a protoc binary knows its own)."""
+    if "grpc_tools.protoc" not in cmd:
+        return []
+    import grpc_tools  # noqa: F401  (chosen as generator, so importable)
+    return [f"-I{Path(str(sys.modules['grpc_tools'].__file__)).parent / '_proto'}"]
+
+
 def _write_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix="." + path.name + ".")
@@ -205,10 +223,16 @@ def build(proto_dir: Optional[str] = None, force: bool = False, quiet: bool = Fa
         for f in PROTO_FILES:
             (src / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(root / f, src / f)
-        args = cmd + [f"-I{src}", f"--python_out={out}"] + [str(src / f) for f in PROTO_FILES]
-        result = subprocess.run(args, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise ProtoBuildError(f"{' '.join(args)} failed:\n{result.stderr}")
+        messages = [f for f in PROTO_FILES if f not in ERROR_PROTO_FILES]
+        descriptor_set = out / ERROR_DESCRIPTOR_SET
+        for args in (cmd + [f"-I{src}", f"--python_out={out}"] + [str(src / f) for f in messages],
+                     cmd + [f"-I{src}", *_well_known_includes(cmd),
+                            f"--descriptor_set_out={descriptor_set}",
+                            "--include_imports"] + [str(src / f) for f in ERROR_PROTO_FILES]):
+            result = subprocess.run(args, capture_output=True, text=True)
+            if result.returncode != 0:
+                raise ProtoBuildError(f"{' '.join(args)} failed:\n{result.stderr}")
+        _write_atomic(OUT_DIR / ERROR_DESCRIPTOR_SET, descriptor_set.read_bytes())
         for proto, module in MODULES:
             generated = out / (proto[: -len(".proto")] + "_pb2.py")
             text = generated.read_bytes()

@@ -25,7 +25,7 @@ import itertools
 import queue
 import threading
 import time
-from typing import Any, Dict, NoReturn, Optional
+from typing import Any, Dict, NoReturn, Optional, Tuple
 
 import grpc
 
@@ -45,16 +45,21 @@ _CODES = {code.value[0]: code for code in grpc.StatusCode}
 class RequestFailed(grpc.RpcError):  # type: ignore[misc]  # grpc has no types
     """A session request's status: the grpc.RpcError its unary call would raise."""
 
-    def __init__(self, code: grpc.StatusCode, details: str):
+    def __init__(self, code: grpc.StatusCode, details: str, status_details: bytes = b""):
         super().__init__(code, details)
         self._code = code
         self._details = details
+        self._status_details = status_details
 
     def code(self) -> grpc.StatusCode:
         return self._code
 
     def details(self) -> str:
         return self._details
+
+    def trailing_metadata(self) -> Tuple[Tuple[str, bytes], ...]:
+        """The unary call's grpc-status-details-bin trailer (a serialized google.rpc.Status)."""
+        return (("grpc-status-details-bin", self._status_details),) if self._status_details else ()
 
 
 def deadline_exceeded() -> RequestFailed:
@@ -81,7 +86,7 @@ def result_of(answer: Any) -> Any:
     """A pb.SessionResponse's pb.ResultComplete, or its status raised as RequestFailed."""
     if answer.HasField("error"):
         raise RequestFailed(_CODES.get(answer.error.code, grpc.StatusCode.UNKNOWN),
-                            answer.error.message)
+                            answer.error.message, answer.error.details)
     return answer.complete
 
 

@@ -1,15 +1,24 @@
 """gRPC statuses as Python exceptions."""
 from __future__ import annotations
 
-from typing import Dict, Optional, Type
+import functools
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional, Tuple, Type
 
 import grpc
+
+#: The trailer in which the server sends a serialized google.rpc.Status.
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
 
 
 class GpuComputeError(Exception):
     """A failed call: ``code`` (grpc.StatusCode), the server's ``message`` (it names the
     field at fault), ``call`` (the client method the caller made, e.g. "normalize") and
-    ``method`` (the RPC that failed inside it, e.g. "Buffers.Upload"). The subclasses
+    ``method`` (the RPC that failed inside it, e.g. "Buffers.Upload"). ``reason`` is the
+    server's stable machine-readable reason (google.rpc.ErrorInfo: "BUFFER_NOT_FOUND",
+    "QUOTA_EXCEEDED", ..., else the code's name; "" when the error did not come from the
+    server) and ``metadata`` its details ("field", "limit", "owner_instance", ...):
+    decide by these, not by the message. The subclasses
     also derive from the builtin a Python caller would catch: InvalidArgument from
     ValueError, DeadlineExceeded from TimeoutError, Unavailable from ConnectionError,
     NotFound from LookupError, OutOfRange from IndexError, PermissionDenied and
@@ -19,11 +28,13 @@ class GpuComputeError(Exception):
     default_code: Optional[grpc.StatusCode] = None
 
     def __init__(self, code: grpc.StatusCode, message: str, *, method: str = "",
-                 call: str = ""):
+                 call: str = "", reason: str = "", metadata: Optional[Mapping[str, str]] = None):
         self.code = code
         self.message = message
         self.method = method
         self.call = call
+        self.reason = reason
+        self.metadata: Dict[str, str] = dict(metadata or {})
         super().__init__(code, message)
 
     def __str__(self) -> str:
@@ -121,9 +132,57 @@ _BY_CODE: Dict[grpc.StatusCode, Type[GpuComputeError]] = {
 }
 
 
-def error_for(code: grpc.StatusCode, message: str, method: str = "",
-              call: str = "") -> GpuComputeError:
-    return _BY_CODE.get(code, GpuComputeError)(code, message, method=method, call=call)
+def error_for(code: grpc.StatusCode, message: str, method: str = "", call: str = "",
+              reason: str = "", metadata: Optional[Mapping[str, str]] = None) -> GpuComputeError:
+    return _BY_CODE.get(code, GpuComputeError)(code, message, method=method, call=call,
+                                               reason=reason, metadata=metadata)
+
+
+@functools.lru_cache(maxsize=1)
+def _status_classes() -> Tuple[Any, Any]:
+    """google.rpc.Status and google.rpc.ErrorInfo, from the vendored protos' descriptor
+    set in a pool of this module's own (not the default pool, where
+    googleapis-common-protos may have them)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    from . import _pb  # noqa: F401  (generates _proto in a source checkout)
+    files = descriptor_pb2.FileDescriptorSet.FromString(
+        (Path(__file__).resolve().parent / "_proto" / "google_rpc.binpb").read_bytes())
+    pool = descriptor_pool.DescriptorPool()
+    for file in files.file:
+        pool.Add(file)
+    factory = message_factory.MessageFactory(pool)
+    return tuple(factory.GetPrototype(pool.FindMessageTypeByName(name))  # type: ignore
+                 for name in ("google.rpc.Status", "google.rpc.ErrorInfo"))
+
+
+def status_reason(details: Optional[bytes]) -> Tuple[str, Dict[str, str]]:
+    """The google.rpc.ErrorInfo's reason and metadata in a serialized google.rpc.Status
+    (the grpc-status-details-bin trailer); ("", {}) when there is none."""
+    if not details:
+        return "", {}
+    status_class, info_class = _status_classes()
+    try:
+        status = status_class.FromString(details)
+        for any_detail in status.details:
+            if any_detail.type_url.endswith("/google.rpc.ErrorInfo"):
+                info = info_class.FromString(any_detail.value)
+                return info.reason, dict(info.metadata)
+    except Exception:  # a malformed trailer leaves the error without a reason
+        pass
+    return "", {}
+
+
+def _details_of(err: grpc.RpcError) -> Optional[bytes]:
+    trailing = getattr(err, "trailing_metadata", None)
+    try:
+        metadata = trailing() if callable(trailing) else None
+    except Exception:
+        return None
+    for key, value in metadata or ():
+        if key == STATUS_DETAILS_KEY:
+            return value if isinstance(value, bytes) else None
+    return None
 
 
 def from_rpc_error(err: grpc.RpcError, method: str = "", call: str = "") -> GpuComputeError:
@@ -131,6 +190,7 @@ def from_rpc_error(err: grpc.RpcError, method: str = "", call: str = "") -> GpuC
     details = err.details() if hasattr(err, "details") else str(err)
     if code is None:
         code = grpc.StatusCode.UNKNOWN
-    error = error_for(code, details or "", method, call)
+    reason, metadata = status_reason(_details_of(err))
+    error = error_for(code, details or "", method, call, reason, metadata)
     error.__suppress_context__ = True  # the grpc exception adds nothing to code + message
     return error

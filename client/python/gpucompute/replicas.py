@@ -198,7 +198,8 @@ class ReplicatedClient:
             return fn(client)
         except (Unavailable, FailedPrecondition) as e:
             # A dead replica, or another one now at its address (a restart): is it gone?
-            if owner in self.refresh():
+            if ((isinstance(e, FailedPrecondition) and e.reason != "BUFFER_ON_OTHER_REPLICA")
+                    or owner in self.refresh()):
                 raise
             raise self._lost(call, owner, buffer_id) from e
 

@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/launchers.h"
-#include "kernels/cuda/lombscargle_variants.h"
+#include "dev/cuda/lombscargle_variants.h"
 #include "tests/testing/arrays.h"
 #include "tests/testing/conformance.h"
 #include "tests/testing/gpu_present.h"
@@ -134,12 +134,12 @@ void CheckEveryVariant(const Case& c, const LombScargleOptions& o, test::RandomI
       bounds[k] = lambda_min > k_u ? k_u * conditioning[k].first_order / (1 - k_u / lambda_min)
                                    : std::numeric_limits<double>::infinity();
     }
-    for (int variant = 0; variant < cuda::LombScargleVariantCount(dtype); ++variant) {
+    for (int variant = 0; variant < cuda::lab::LombScargleVariantCount(dtype); ++variant) {
       SCOPED_TRACE(absl::StrCat(Describe(c, o), f32 ? " f32" : " f64", " variant ", variant, " seed ", random.seed()));
       DeviceResult result;
       // NaN again: an element this variant leaves unwritten fails.
       ASSERT_EQ(cudaMemset(a.out, 0xff, values * (f32 ? sizeof(float) : sizeof(double))), cudaSuccess);
-      ASSERT_EQ(cuda::LaunchLombScargleVariant(dtype, a, result.p, Env(), variant), cudaSuccess);
+      ASSERT_EQ(cuda::lab::LaunchLombScargleVariant(dtype, a, result.p, Env(), variant), cudaSuccess);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       ASSERT_EQ(result.BadBatch(), cuda::kNoIndex);
       const std::vector<double> got =
@@ -187,7 +187,7 @@ TEST(GpuLombScargleVariants, BenchNeighbours) {
 }
 
 // Rows 1 and 3 (of 4) have a negative weight and a zero sum: every variant flags the
-// first, row 0 is still computed. Small enough for racecheck (bench/run_gpu_ls_small.sh),
+// first, row 0 is still computed. Small enough for racecheck,
 // with samples over two of the small path's tiles.
 TEST(GpuLombScargleVariants, BadWeightsOnEveryVariant) {
   REQUIRE_GPU();
@@ -217,10 +217,10 @@ TEST(GpuLombScargleVariants, BadWeightsOnEveryVariant) {
     a.grid_start = 0.1;
     a.grid_stop = 3;
     a.out = out->data();
-    for (int variant = 0; variant < cuda::LombScargleVariantCount(dtype); ++variant) {
+    for (int variant = 0; variant < cuda::lab::LombScargleVariantCount(dtype); ++variant) {
       SCOPED_TRACE(absl::StrCat(f32 ? "f32" : "f64", " variant ", variant));
       DeviceResult result;
-      ASSERT_EQ(cuda::LaunchLombScargleVariant(dtype, a, result.p, Env(), variant), cudaSuccess);
+      ASSERT_EQ(cuda::lab::LaunchLombScargleVariant(dtype, a, result.p, Env(), variant), cudaSuccess);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       EXPECT_EQ(result.BadBatch(), 1u);
       const std::vector<double> got =

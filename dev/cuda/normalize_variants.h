@@ -1,6 +1,7 @@
-// The normalize launch with a forced policy, for the benchmark (every candidate path
-// timed per shape, so one run decides the default) and the tests (every path against
-// the reference). The backend calls LaunchNormalize, which is kDefault.
+// The normalize paths by name (normalize_candidates.cu), for normalize_lab (each timed
+// against the shipped LaunchNormalize per shape) and gpu_kernel_variants_test (each
+// against the float64 reference). kDefault is the shipped policy
+// (kernels/cuda/normalize_plan.cuh: PlanFor).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,12 +11,12 @@
 
 #include "kernels/cuda/launchers.h"
 
-namespace gpucompute::cuda {
+namespace gpucompute::cuda::lab {
 
 enum class NormalizeVariant {
-  kDefault = 0,       // per shape, the fastest measured (normalize.cu, LaunchT)
-  kTwoReads = 1,      // main's paths: lane groups of 4 / 32 (rows <= 4096), else chunks
-                      // (a warp a row up to 256 columns: main's and run 1's default)
+  kDefault = 0,       // the shipped policy (PlanFor)
+  kTwoReads = 1,      // lane groups of 4 / 32 (rows <= 4096; past 8 elements a lane
+                      // read twice, the second from L1/L2), else chunks
   kTile = 2,          // a shared-memory tile wherever the row fits one block (rows up to
                       // 512 with narrower lane groups, TileGroupFor), else chunks
   kCluster = 3,       // rows past a tile over a cluster of 8 blocks where one fits (sm_90;
@@ -34,7 +35,7 @@ enum class NormalizeVariant {
   kClusterBulk = 10,   // sm_90, rows of 32 KiB .. 16 x 100 KiB whose bytes are a multiple of 16
                        // (aligned pointers): persistent clusters of 2-16 blocks, each slice
                        // loaded by one TMA bulk copy, two buffers, a bulk store back
-                       // (normalize_bulk.cuh; kDefault's choice there); else kDefault
+                       // (normalize_bulk.cuh); else kDefault
   kClusterBulkV4 = 11,  // kClusterBulk, storing with 16-byte stores from registers
   kClusterBulkHalf = 12,  // kClusterBulk with slices up to 50 KiB (twice the blocks a row,
                           // two blocks a SM: one's reduction overlaps the other's); rows
@@ -42,9 +43,7 @@ enum class NormalizeVariant {
   kHeld = 13,  // sm_90, rows past a tile whose bytes are a multiple of 16 (aligned
                // pointers): one persistent launch, each 37 KiB piece held in a TMA-loaded
                // shared-memory ring until its row's norm is out, read once
-               // (normalize_held.cuh; kDefault's choice for rows the clusters split
-               // 16 ways and past them up to ~13 MB);
-               // else kDefault
+               // (normalize_held.cuh); else kDefault
 };
 
 // What `variant` runs for this shape on the current device (for the benchmark's log).
@@ -54,4 +53,4 @@ cudaError_t LaunchNormalizeVariant(DType dtype, const void* in, void* out, int64
                                    int64_t cols, NormKind norm, NormalizeResult* result,
                                    const LaunchEnv& env, NormalizeVariant variant);
 
-}  // namespace gpucompute::cuda
+}  // namespace gpucompute::cuda::lab

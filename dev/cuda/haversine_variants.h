@@ -1,14 +1,15 @@
-// Haversine launches with a forced formulation, for the benchmark (one GPU run times
-// every candidate) and the tests (each against the float64 reference). The backend
-// calls LaunchHaversineMesh / LaunchHaversinePoints, which use the defaults
-// (haversine.cu: kDefaultMeshAngle, DefaultMeshSchedule, kDefaultPointsVariant).
+// The haversine candidates by name (haversine.cu here), for haversine_lab and
+// gpu_kernel_variants_test. The shipped choice per dtype and device is the policy in
+// kernels/cuda/haversine.cu: mesh f32 kAsinPolynomial on kFullWaves or
+// kFullWavesFusedStaged, mesh f64 kAsinReducedLean on kFullWavesFusedStaged, points
+// kChordVector.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include "kernels/cuda/launchers.h"
 
-namespace gpucompute::cuda {
+namespace gpucompute::cuda::lab {
 
 // The last step, half the central angle from h = sin^2(dlat/2) + ... in [0, 1].
 enum class HaversineAngle {
@@ -81,9 +82,6 @@ enum class HaversinePointsVariant {
                       // length or alignment does not allow it)
 };
 
-// The schedule LaunchHaversineMesh takes for `dtype` on the current device.
-cudaError_t DefaultMeshSchedule(DType dtype, HaversineMeshSchedule* schedule);
-
 cudaError_t LaunchHaversineMeshVariant(DType dtype, const MeshAxis& lat, const MeshAxis& lon,
                                        const RefPoint* refs, int64_t n_ref, double radius, void* out,
                                        const LaunchEnv& env, HaversineAngle angle,
@@ -93,4 +91,4 @@ cudaError_t LaunchHaversinePointsVariant(DType dtype, const void* lat, const voi
                                          PointsResult* result, const LaunchEnv& env,
                                          HaversinePointsVariant variant);
 
-}  // namespace gpucompute::cuda
+}  // namespace gpucompute::cuda::lab

@@ -1,6 +1,5 @@
-// Every launch policy and formulation of the normalize and haversine kernels (the
-// defaults and the variants the benchmark times, normalize_variants.h and
-// haversine_variants.h) against the CPU backend in float64: row lengths on both sides
+// Every normalize path and haversine formulation of the lab (normalize_variants.h,
+// haversine_variants.h: the shipped policy and the candidates) against the CPU backend in float64: row lengths on both sides
 // of each policy switch, pointers off 16-byte alignment, odd sizes, poisoned outputs
 // that must all be overwritten, and bad rows on every path. Launchers are called
 // directly (raw device memory, so pointers can be offset).
@@ -23,9 +22,9 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/cuda/haversine_variants.h"
+#include "dev/cuda/haversine_variants.h"
 #include "kernels/cuda/launchers.h"
-#include "kernels/cuda/normalize_variants.h"
+#include "dev/cuda/normalize_variants.h"
 #include "tests/testing/arrays.h"
 #include "tests/testing/conformance.h"
 #include "tests/testing/gpu_present.h"
@@ -91,34 +90,34 @@ template <typename T>
 constexpr DType kDType = sizeof(T) == 4 ? DType::kFloat32 : DType::kFloat64;
 
 constexpr NormKind kAllNorms[] = {NormKind::kSum, NormKind::kL1, NormKind::kL2, NormKind::kMaxAbs};
-constexpr cuda::NormalizeVariant kNormalizeVariants[] = {
-    cuda::NormalizeVariant::kDefault, cuda::NormalizeVariant::kTwoReads, cuda::NormalizeVariant::kTile,
-    cuda::NormalizeVariant::kCluster, cuda::NormalizeVariant::kNarrowGroups, cuda::NormalizeVariant::kPipelined,
-    cuda::NormalizeVariant::kHeld,
+constexpr cuda::lab::NormalizeVariant kNormalizeVariants[] = {
+    cuda::lab::NormalizeVariant::kDefault, cuda::lab::NormalizeVariant::kTwoReads, cuda::lab::NormalizeVariant::kTile,
+    cuda::lab::NormalizeVariant::kCluster, cuda::lab::NormalizeVariant::kNarrowGroups, cuda::lab::NormalizeVariant::kPipelined,
+    cuda::lab::NormalizeVariant::kHeld,
     // The same kernels as ones above, other hints, cluster size or order:
-    cuda::NormalizeVariant::kPipelinedPlain, cuda::NormalizeVariant::kCluster16,
-    cuda::NormalizeVariant::kPipelinedLagged, cuda::NormalizeVariant::kPipelinedRowByRow,
+    cuda::lab::NormalizeVariant::kPipelinedPlain, cuda::lab::NormalizeVariant::kCluster16,
+    cuda::lab::NormalizeVariant::kPipelinedLagged, cuda::lab::NormalizeVariant::kPipelinedRowByRow,
     // The TMA cluster kernels (under the sanitizers: NormalizeClusterBulkSmall).
-    cuda::NormalizeVariant::kClusterBulk, cuda::NormalizeVariant::kClusterBulkV4,
-    cuda::NormalizeVariant::kClusterBulkHalf};
+    cuda::lab::NormalizeVariant::kClusterBulk, cuda::lab::NormalizeVariant::kClusterBulkV4,
+    cuda::lab::NormalizeVariant::kClusterBulkHalf};
 constexpr size_t kDistinctNormalizeKernels = 7;
 
 // Every variant; under compute-sanitizer (slow) the first kDistinctNormalizeKernels.
-std::span<const cuda::NormalizeVariant> NormalizeVariants() {
+std::span<const cuda::lab::NormalizeVariant> NormalizeVariants() {
   return std::span(kNormalizeVariants).first(test::Sanitized() ? kDistinctNormalizeKernels
                                                                 : std::size(kNormalizeVariants));
 }
-constexpr cuda::NormalizeVariant kPipelineVariants[] = {
-    cuda::NormalizeVariant::kPipelined, cuda::NormalizeVariant::kPipelinedPlain,
-    cuda::NormalizeVariant::kPipelinedLagged, cuda::NormalizeVariant::kPipelinedRowByRow};
-constexpr cuda::NormalizeVariant kHeldVariant[] = {cuda::NormalizeVariant::kHeld};
-constexpr cuda::NormalizeVariant kClusterBulkVariants[] = {
-    cuda::NormalizeVariant::kClusterBulk, cuda::NormalizeVariant::kClusterBulkV4,
-    cuda::NormalizeVariant::kClusterBulkHalf};
+constexpr cuda::lab::NormalizeVariant kPipelineVariants[] = {
+    cuda::lab::NormalizeVariant::kPipelined, cuda::lab::NormalizeVariant::kPipelinedPlain,
+    cuda::lab::NormalizeVariant::kPipelinedLagged, cuda::lab::NormalizeVariant::kPipelinedRowByRow};
+constexpr cuda::lab::NormalizeVariant kHeldVariant[] = {cuda::lab::NormalizeVariant::kHeld};
+constexpr cuda::lab::NormalizeVariant kClusterBulkVariants[] = {
+    cuda::lab::NormalizeVariant::kClusterBulk, cuda::lab::NormalizeVariant::kClusterBulkV4,
+    cuda::lab::NormalizeVariant::kClusterBulkHalf};
 
 // Runs one variant on x (rows x cols) and returns the device's result struct and output.
 template <typename T>
-void RunNormalize(const std::vector<T>& x, int64_t rows, int64_t cols, NormKind norm, cuda::NormalizeVariant v,
+void RunNormalize(const std::vector<T>& x, int64_t rows, int64_t cols, NormKind norm, cuda::lab::NormalizeVariant v,
                   int in_offset, int out_offset, cuda::NormalizeResult* host_result, std::vector<T>* out) {
   const int64_t n = rows * cols;
   DeviceBuffer<T> in(n, in_offset), o(n, out_offset);
@@ -126,7 +125,7 @@ void RunNormalize(const std::vector<T>& x, int64_t rows, int64_t cols, NormKind 
   ASSERT_NE(in.p, nullptr);
   ASSERT_NE(o.p, nullptr);
   in.Upload(x);
-  ASSERT_CUDA(cuda::LaunchNormalizeVariant(kDType<T>, in.p, o.p, rows, cols, norm, res.p, Env(), v));
+  ASSERT_CUDA(cuda::lab::LaunchNormalizeVariant(kDType<T>, in.p, o.p, rows, cols, norm, res.p, Env(), v));
   ASSERT_CUDA(cudaDeviceSynchronize());
   *host_result = res.Download(1)[0];
   *out = o.Download(n);
@@ -134,7 +133,7 @@ void RunNormalize(const std::vector<T>& x, int64_t rows, int64_t cols, NormKind 
 
 template <typename T>
 void CheckNormalizeVariants(int64_t rows, int64_t cols,
-                            std::span<const cuda::NormalizeVariant> variants = NormalizeVariants()) {
+                            std::span<const cuda::lab::NormalizeVariant> variants = NormalizeVariants()) {
   const uint64_t seed = FreshSeed();
   const Shape shape = {rows, cols};
   for (NormKind norm : kAllNorms) {
@@ -143,7 +142,7 @@ void CheckNormalizeVariants(int64_t rows, int64_t cols,
     auto ref = Poisoned(*Cpu(), kDType<T>, shape);
     ASSERT_TRUE(Cpu()->Normalize(*Put(*Cpu(), shape, x), norm, *ref, ctx).ok());
     const std::vector<double> want = ToDoubles(Read<T>(*Cpu(), *ref));
-    for (cuda::NormalizeVariant v : variants) {
+    for (cuda::lab::NormalizeVariant v : variants) {
       // Aligned, input off by one element, output off by one element.
       for (const auto [in_off, out_off] : {std::pair{0, 0}, std::pair{1, 0}, std::pair{0, 1}}) {
         SCOPED_TRACE(absl::StrCat(rows, " x ", cols, sizeof(T) == 4 ? " f32" : " f64", " norm ",
@@ -213,11 +212,11 @@ TEST(GpuKernelVariants, NormalizePipelineRowByRow) {
 // normalized, on every path (rows `first` and `first` + 2 are zero).
 template <typename T>
 void CheckBadRows(int64_t cols, int64_t rows = 7, int64_t first = 3,
-                  std::span<const cuda::NormalizeVariant> variants = NormalizeVariants()) {
+                  std::span<const cuda::lab::NormalizeVariant> variants = NormalizeVariants()) {
   std::vector<T> x = Uniform<T>(rows * cols, 0.5, 1.5, FreshSeed());
   for (int64_t r : {first, first + 2}) std::fill(x.begin() + r * cols, x.begin() + (r + 1) * cols, T(0));
   for (NormKind norm : kAllNorms) {
-    for (cuda::NormalizeVariant v : variants) {
+    for (cuda::lab::NormalizeVariant v : variants) {
       SCOPED_TRACE(absl::StrCat(cols, " cols", sizeof(T) == 4 ? " f32" : " f64", " norm ", static_cast<int>(norm),
                                 " variant ", static_cast<int>(v)));
       cuda::NormalizeResult result{};
@@ -259,8 +258,8 @@ TEST(GpuKernelVariants, NormalizeHeldRows) {
   CheckNormalizeVariants<float>(7, 65540, kHeldVariant);
   // The default's held items on sm_90: rows the TMA clusters would split 16 ways
   // (float32) or 8 (float64), and rows past them.
-  constexpr cuda::NormalizeVariant kDefaultAndHeld[] = {cuda::NormalizeVariant::kDefault,
-                                                        cuda::NormalizeVariant::kHeld};
+  constexpr cuda::lab::NormalizeVariant kDefaultAndHeld[] = {cuda::lab::NormalizeVariant::kDefault,
+                                                        cuda::lab::NormalizeVariant::kHeld};
   CheckNormalizeVariants<float>(4, 300000, kDefaultAndHeld);
   CheckNormalizeVariants<double>(4, 75000, kDefaultAndHeld);
   CheckNormalizeVariants<float>(3, 1000000, kDefaultAndHeld);
@@ -279,8 +278,8 @@ TEST(GpuKernelVariants, NormalizeHeldRows) {
 // lines), as scalars (7, 33) or 16-byte vectors (64, 100, 200); a bad row among the last.
 TEST(GpuKernelVariants, NormalizeRowGroupsManyRowsAGroup) {
   REQUIRE_GPU();
-  constexpr cuda::NormalizeVariant kRegisterRowVariants[] = {
-      cuda::NormalizeVariant::kDefault, cuda::NormalizeVariant::kNarrowGroups, cuda::NormalizeVariant::kTwoReads};
+  constexpr cuda::lab::NormalizeVariant kRegisterRowVariants[] = {
+      cuda::lab::NormalizeVariant::kDefault, cuda::lab::NormalizeVariant::kNarrowGroups, cuda::lab::NormalizeVariant::kTwoReads};
   const int64_t rows = 2 * int64_t{Env().sm_count} * 8 * (256 / 4) + 5;  // twice the 4-lane groups
   const std::vector<int64_t> widths =
       test::Sanitized() ? std::vector<int64_t>{7, 33} : std::vector<int64_t>{7, 33, 64, 100, 200};
@@ -342,28 +341,28 @@ void CheckMeshAngles(const LatLonMesh& mesh, const std::vector<GeoPoint>& refs, 
   ASSERT_TRUE(Cpu()->HaversineMesh(mesh, refs, kDefaultEarthRadiusKm, *ref, ctx).ok());
   const std::vector<double> want = Read<double>(*Cpu(), *ref);
   const DeviceRefs d_refs(refs);
-  for (auto angle : {cuda::HaversineAngle::kAtan2, cuda::HaversineAngle::kAsinSplit, cuda::HaversineAngle::kAsin,
-                     cuda::HaversineAngle::kAsinPolynomial, cuda::HaversineAngle::kAsinReduced,
-                     cuda::HaversineAngle::kAsinReducedNewton, cuda::HaversineAngle::kAsinReducedBranchFree,
-                     cuda::HaversineAngle::kAsinReducedLean}) {
-    for (auto [schedule, offset] : {std::pair{cuda::HaversineMeshSchedule::kCovering, 0},
-                                    std::pair{cuda::HaversineMeshSchedule::kCovering, 1},  // scalar stores
-                                    std::pair{cuda::HaversineMeshSchedule::kFullWaves, 0},
-                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesTwoRows, 0},
-                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesTwoRows, 1},
-                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesFused, 0},
-                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesFused, 1},
-                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesFusedWide, 0},
-                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesFusedWide, 1},
-                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesFusedStaged, 0},
-                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesFusedStaged, 1},
-                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesFusedWideStaged, 0},
-                                    std::pair{cuda::HaversineMeshSchedule::kFullWavesFusedWideStaged, 1}}) {
+  for (auto angle : {cuda::lab::HaversineAngle::kAtan2, cuda::lab::HaversineAngle::kAsinSplit, cuda::lab::HaversineAngle::kAsin,
+                     cuda::lab::HaversineAngle::kAsinPolynomial, cuda::lab::HaversineAngle::kAsinReduced,
+                     cuda::lab::HaversineAngle::kAsinReducedNewton, cuda::lab::HaversineAngle::kAsinReducedBranchFree,
+                     cuda::lab::HaversineAngle::kAsinReducedLean}) {
+    for (auto [schedule, offset] : {std::pair{cuda::lab::HaversineMeshSchedule::kCovering, 0},
+                                    std::pair{cuda::lab::HaversineMeshSchedule::kCovering, 1},  // scalar stores
+                                    std::pair{cuda::lab::HaversineMeshSchedule::kFullWaves, 0},
+                                    std::pair{cuda::lab::HaversineMeshSchedule::kFullWavesTwoRows, 0},
+                                    std::pair{cuda::lab::HaversineMeshSchedule::kFullWavesTwoRows, 1},
+                                    std::pair{cuda::lab::HaversineMeshSchedule::kFullWavesFused, 0},
+                                    std::pair{cuda::lab::HaversineMeshSchedule::kFullWavesFused, 1},
+                                    std::pair{cuda::lab::HaversineMeshSchedule::kFullWavesFusedWide, 0},
+                                    std::pair{cuda::lab::HaversineMeshSchedule::kFullWavesFusedWide, 1},
+                                    std::pair{cuda::lab::HaversineMeshSchedule::kFullWavesFusedStaged, 0},
+                                    std::pair{cuda::lab::HaversineMeshSchedule::kFullWavesFusedStaged, 1},
+                                    std::pair{cuda::lab::HaversineMeshSchedule::kFullWavesFusedWideStaged, 0},
+                                    std::pair{cuda::lab::HaversineMeshSchedule::kFullWavesFusedWideStaged, 1}}) {
       SCOPED_TRACE(absl::StrCat(mesh.lat.count, " x ", mesh.lon.count, sizeof(T) == 4 ? " f32" : " f64",
                                 " angle ", static_cast<int>(angle), " schedule ", static_cast<int>(schedule),
                                 " offset ", offset));
       DeviceBuffer<T> out(n, offset);
-      ASSERT_CUDA(cuda::LaunchHaversineMeshVariant(
+      ASSERT_CUDA(cuda::lab::LaunchHaversineMeshVariant(
           kDType<T>, {mesh.lat.start, mesh.lat.stop, mesh.lat.count}, {mesh.lon.start, mesh.lon.stop, mesh.lon.count},
           d_refs.buffer.p, n_ref, kDefaultEarthRadiusKm, out.p, Env(), angle, schedule));
       ASSERT_CUDA(cudaDeviceSynchronize());
@@ -389,13 +388,13 @@ TEST(GpuKernelVariants, HaversineMeshEveryAngleFormulation) {
   CheckMeshAngles<float>({{-60, 70, 50}, {-170, 170, 64}}, refs, 2e-6);  // float4 stores (64 columns)
 }
 
-constexpr std::initializer_list<cuda::HaversinePointsVariant> kEveryPointsVariant = {
-    cuda::HaversinePointsVariant::kSplitTerms, cuda::HaversinePointsVariant::kDirect,
-    cuda::HaversinePointsVariant::kSplitPrefetch, cuda::HaversinePointsVariant::kReduced,
-    cuda::HaversinePointsVariant::kReducedPrefetch, cuda::HaversinePointsVariant::kReducedNewton,
-    cuda::HaversinePointsVariant::kReducedNewtonPrefetch, cuda::HaversinePointsVariant::kReducedBranchFree,
-    cuda::HaversinePointsVariant::kChord, cuda::HaversinePointsVariant::kChordPrefetch,
-    cuda::HaversinePointsVariant::kReducedLean, cuda::HaversinePointsVariant::kChordVector};
+constexpr std::initializer_list<cuda::lab::HaversinePointsVariant> kEveryPointsVariant = {
+    cuda::lab::HaversinePointsVariant::kSplitTerms, cuda::lab::HaversinePointsVariant::kDirect,
+    cuda::lab::HaversinePointsVariant::kSplitPrefetch, cuda::lab::HaversinePointsVariant::kReduced,
+    cuda::lab::HaversinePointsVariant::kReducedPrefetch, cuda::lab::HaversinePointsVariant::kReducedNewton,
+    cuda::lab::HaversinePointsVariant::kReducedNewtonPrefetch, cuda::lab::HaversinePointsVariant::kReducedBranchFree,
+    cuda::lab::HaversinePointsVariant::kChord, cuda::lab::HaversinePointsVariant::kChordPrefetch,
+    cuda::lab::HaversinePointsVariant::kReducedLean, cuda::lab::HaversinePointsVariant::kChordVector};
 
 // The reduced variant elementwise against long double, across the globe and through
 // each antipode (h near 1, where it forms g = 1 - h from its own terms): a few ulp plus
@@ -426,18 +425,18 @@ double Ulps(T got, long double want) {
   return static_cast<double>(std::fabs(static_cast<long double>(got) - want) / ulp);
 }
 
-// Returns the largest error in ulps (and prints it: bench/run_gpu_haversine.sh's table)
+// Returns the largest error in ulps (and prints it)
 // over the distances up to max_km (formulations from h alone lose ~1 / sqrt(1 - h) ulp
 // toward the antipode).
 template <typename T>
-double CheckMeshAgainstLongDouble(cuda::HaversineAngle angle, cuda::HaversineMeshSchedule schedule, double rtol,
+double CheckMeshAgainstLongDouble(cuda::lab::HaversineAngle angle, cuda::lab::HaversineMeshSchedule schedule, double rtol,
                                   long double max_km = std::numeric_limits<long double>::infinity()) {
   const LatLonMesh globe{{-89.5, 89.5, 361}, {-180, 180, 724}};
   const std::vector<GeoPoint> refs = {{30, 101}, {-0.25, 0.5}};
   const DeviceRefs d_refs(refs);
   const int64_t n = static_cast<int64_t>(refs.size()) * globe.lat.count * globe.lon.count;
   DeviceBuffer<T> out(n, 0);
-  const cudaError_t launched = cuda::LaunchHaversineMeshVariant(
+  const cudaError_t launched = cuda::lab::LaunchHaversineMeshVariant(
       kDType<T>, {globe.lat.start, globe.lat.stop, globe.lat.count}, {globe.lon.start, globe.lon.stop, globe.lon.count},
       d_refs.buffer.p, static_cast<int64_t>(refs.size()), kDefaultEarthRadiusKm, out.p, Env(), angle, schedule);
   const cudaError_t synced = cudaDeviceSynchronize();
@@ -475,20 +474,20 @@ double CheckMeshAgainstLongDouble(cuda::HaversineAngle angle, cuda::HaversineMes
 // over the library rsqrt, and forcing the selects changes no arithmetic.
 TEST(GpuKernelVariants, HaversineReducedWithinAFewUlpsOfLongDouble) {
   REQUIRE_GPU();
-  using S = cuda::HaversineMeshSchedule;
+  using S = cuda::lab::HaversineMeshSchedule;
   for (auto schedule : {S::kCovering, S::kFullWavesFused, S::kFullWavesFusedWide, S::kFullWavesFusedStaged,
                         S::kFullWavesFusedWideStaged}) {
     // float64 9 to 18 ulp, float32 8 to 16: catches a bad formulation, not 1 ulp.
-    const double reduced = CheckMeshAgainstLongDouble<double>(cuda::HaversineAngle::kAsinReduced, schedule, 2e-15);
-    const double newton = CheckMeshAgainstLongDouble<double>(cuda::HaversineAngle::kAsinReducedNewton, schedule, 2e-15);
+    const double reduced = CheckMeshAgainstLongDouble<double>(cuda::lab::HaversineAngle::kAsinReduced, schedule, 2e-15);
+    const double newton = CheckMeshAgainstLongDouble<double>(cuda::lab::HaversineAngle::kAsinReducedNewton, schedule, 2e-15);
     const double branch_free =
-        CheckMeshAgainstLongDouble<double>(cuda::HaversineAngle::kAsinReducedBranchFree, schedule, 2e-15);
-    const double lean = CheckMeshAgainstLongDouble<double>(cuda::HaversineAngle::kAsinReducedLean, schedule, 2e-15);
+        CheckMeshAgainstLongDouble<double>(cuda::lab::HaversineAngle::kAsinReducedBranchFree, schedule, 2e-15);
+    const double lean = CheckMeshAgainstLongDouble<double>(cuda::lab::HaversineAngle::kAsinReducedLean, schedule, 2e-15);
     EXPECT_LE(newton, reduced + 1) << "schedule " << static_cast<int>(schedule);
     EXPECT_LE(branch_free, reduced + 1) << "schedule " << static_cast<int>(schedule);
     EXPECT_LE(lean, reduced + 1) << "schedule " << static_cast<int>(schedule);
-    for (auto angle : {cuda::HaversineAngle::kAsinReduced, cuda::HaversineAngle::kAsinReducedNewton,
-                       cuda::HaversineAngle::kAsinReducedBranchFree, cuda::HaversineAngle::kAsinReducedLean}) {
+    for (auto angle : {cuda::lab::HaversineAngle::kAsinReduced, cuda::lab::HaversineAngle::kAsinReducedNewton,
+                       cuda::lab::HaversineAngle::kAsinReducedBranchFree, cuda::lab::HaversineAngle::kAsinReducedLean}) {
       CheckMeshAgainstLongDouble<float>(angle, schedule, 1e-6);
     }
   }
@@ -498,15 +497,15 @@ TEST(GpuKernelVariants, HaversineReducedWithinAFewUlpsOfLongDouble) {
 // 15000 km (h ~ 0.93).
 TEST(GpuKernelVariants, HaversineFloat32PolynomialWithinAFewUlpsOfLongDouble) {
   REQUIRE_GPU();
-  using S = cuda::HaversineMeshSchedule;
+  using S = cuda::lab::HaversineMeshSchedule;
   for (auto schedule : {S::kCovering, S::kFullWaves, S::kFullWavesFused, S::kFullWavesFusedWide}) {
-    CheckMeshAgainstLongDouble<float>(cuda::HaversineAngle::kAsinPolynomial, schedule, 1e-6, 15000);
+    CheckMeshAgainstLongDouble<float>(cuda::lab::HaversineAngle::kAsinPolynomial, schedule, 1e-6, 15000);
   }
 }
 
 template <typename T>
 void CheckPointsVariants(int64_t n, int n_ref, double lon_range = 540,
-                         std::initializer_list<cuda::HaversinePointsVariant> variants = kEveryPointsVariant) {
+                         std::initializer_list<cuda::lab::HaversinePointsVariant> variants = kEveryPointsVariant) {
   const uint64_t seed = FreshSeed();
   std::vector<GeoPoint> refs;
   const std::vector<double> rl = Uniform<double>(n_ref, -89, 89, seed + 7), ro = Uniform<double>(n_ref, -180, 180, seed + 8);
@@ -528,12 +527,12 @@ void CheckPointsVariants(int64_t n, int n_ref, double lon_range = 540,
                               static_cast<int>(v), " seed ", seed));
     // kChordVector takes its 16-byte path only where every array is aligned (and falls
     // back where n is not a multiple of its vector); the others start one element off.
-    const int offset = v == cuda::HaversinePointsVariant::kChordVector ? 0 : 1;
+    const int offset = v == cuda::lab::HaversinePointsVariant::kChordVector ? 0 : 1;
     DeviceBuffer<T> la(n, offset), lo(n, 0), out(n * n_ref, offset);
     DeviceBuffer<cuda::PointsResult> res(1, 0);
     la.Upload(lat);
     lo.Upload(lon);
-    ASSERT_CUDA(cuda::LaunchHaversinePointsVariant(kDType<T>, la.p, lo.p, n, d_refs.buffer.p, n_ref,
+    ASSERT_CUDA(cuda::lab::LaunchHaversinePointsVariant(kDType<T>, la.p, lo.p, n, d_refs.buffer.p, n_ref,
                                                    kDefaultEarthRadiusKm, out.p, res.p, Env(), v));
     ASSERT_CUDA(cudaDeviceSynchronize());
     const cuda::PointsResult r = res.Download(1)[0];
@@ -564,11 +563,11 @@ TEST(GpuKernelVariants, HaversinePointsEveryVariant) {
 // the rule's 1e6, where the others' float32 radians lose the angle.
 TEST(GpuKernelVariants, HaversinePointsReducedFarLongitudes) {
   REQUIRE_GPU();
-  for (auto v : {cuda::HaversinePointsVariant::kReduced, cuda::HaversinePointsVariant::kReducedPrefetch,
-                 cuda::HaversinePointsVariant::kReducedNewton, cuda::HaversinePointsVariant::kReducedNewtonPrefetch,
-                 cuda::HaversinePointsVariant::kReducedBranchFree, cuda::HaversinePointsVariant::kChord,
-                 cuda::HaversinePointsVariant::kChordPrefetch, cuda::HaversinePointsVariant::kReducedLean,
-                 cuda::HaversinePointsVariant::kChordVector}) {
+  for (auto v : {cuda::lab::HaversinePointsVariant::kReduced, cuda::lab::HaversinePointsVariant::kReducedPrefetch,
+                 cuda::lab::HaversinePointsVariant::kReducedNewton, cuda::lab::HaversinePointsVariant::kReducedNewtonPrefetch,
+                 cuda::lab::HaversinePointsVariant::kReducedBranchFree, cuda::lab::HaversinePointsVariant::kChord,
+                 cuda::lab::HaversinePointsVariant::kChordPrefetch, cuda::lab::HaversinePointsVariant::kReducedLean,
+                 cuda::lab::HaversinePointsVariant::kChordVector}) {
     CheckPointsVariants<float>(30012, 5, 1e6, {v});
     CheckPointsVariants<double>(30012, 5, 1e6, {v});
   }

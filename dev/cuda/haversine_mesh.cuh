@@ -1,0 +1,376 @@
+// The haversine mesh kernels (haversine.cu launches them): per-reference row terms
+// (A, B) and column terms C in float64, stored as T, then h = A_i + B_i C_j and the
+// last step (haversine_math.h) per point; kAsinReduced* also carry the terms of
+// g = 1 - h (two per row, one per column), so g has no cancellation near h = 1.
+// MeshTermsKernel + MeshKernel<kRows> take the terms through global memory;
+// MeshFusedKernel (HaversineMeshSchedule::kFullWavesFused*) computes them itself: each
+// thread its columns' C, a row's (A, B) shuffled across a warp or staged in shared
+// memory for a block, so the mesh is one launch with no scratch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+#include "dev/cuda/haversine_angles.cuh"
+#include "dev/cuda/haversine_variants.h"
+#include "kernels/cuda/launchers.h"
+
+namespace gpucompute::cuda::lab::haversine_mesh {
+
+struct TermsPolicy {
+  static constexpr int kThreads = 256;
+  static constexpr int kMinBlocksPerSm = 4;
+};
+struct MeshPolicy {
+  static constexpr int kThreads = 256;
+  static constexpr int kMinBlocksPerSm = 4;
+};
+// Rows a fused block is given where the mesh has more than a wave's worth of them:
+// more, shorter blocks let the hardware even out SMs and warps that finish early;
+// fewer rows repeat a block's column terms too often.
+template <typename T>
+constexpr int64_t kFusedRowsPerBlock = sizeof(T) == 4 ? 16 : 96;
+
+// The kAsinReduced* formulations also form g = 1 - h from its own terms
+// (haversine_math.h: HaversineG).
+template <HaversineAngle kAngle>
+constexpr bool kWithG = TakesG(kAngle);
+
+// A row's terms as T: h = a + b C; with g, also cos^2 of half the latitude difference
+// and sin^2 of half the latitude sum. A column's: C = sin^2 of half the longitude
+// difference; with g, its cos^2.
+template <typename T, bool kG>
+struct alignas(2 * sizeof(T)) RowTerms { T a, b; };
+template <typename T>
+struct alignas(16) RowTerms<T, true> { T a, b, cos2_half_dlat, sin2_half_lat_sum; };
+template <typename T, bool kG>
+struct ColumnTerms { T sin2; };
+template <typename T>
+struct alignas(2 * sizeof(T)) ColumnTerms<T, true> { T sin2, cos2; };
+
+// numpy.linspace point i (the Linspace::At formula of backend.h).
+__device__ __forceinline__ double LinspaceAt(const MeshAxis& a, int64_t i) {
+  if (a.count == 1) return a.start;
+  if (i == a.count - 1) return a.stop;
+  return a.start + static_cast<double>(i) * ((a.stop - a.start) / static_cast<double>(a.count - 1));
+}
+
+// Row k's and column j's terms, in float64 from haversine_math.h's half angles in
+// degrees (exact reduction, short polynomials: no Payne-Hanek path, so the fused kernel
+// keeps few registers), stored as T.
+template <typename T, bool kG>
+__device__ __forceinline__ RowTerms<T, kG> RowTermsAt(const MeshAxis& lat, int64_t k, const RefPoint& ref) {
+  const haversine_math::LatitudeTerms t = haversine_math::LatitudePairTerms(LinspaceAt(lat, k), ref.lat_deg, ref.cos_lat);
+  if constexpr (kG) {
+    return {static_cast<T>(t.sin2_half_dlat), static_cast<T>(t.cos_product), static_cast<T>(t.cos2_half_dlat),
+            static_cast<T>(t.sin2_half_lat_sum)};
+  } else {
+    return {static_cast<T>(t.sin2_half_dlat), static_cast<T>(t.cos_product)};
+  }
+}
+template <typename T, bool kG>
+__device__ __forceinline__ ColumnTerms<T, kG> ColumnTermsAt(const MeshAxis& lon, int64_t j, const RefPoint& ref) {
+  double s2, c2;
+  haversine_math::LongitudeTerms(LinspaceAt(lon, j) - ref.lon_deg, &s2, &c2);
+  if constexpr (kG) {
+    return {static_cast<T>(s2), static_cast<T>(c2)};
+  } else {
+    return {static_cast<T>(s2)};
+  }
+}
+
+// The distance of a (row, column) pair: h = a + b C (one FMA) and the last step.
+template <typename T, HaversineAngle kAngle>
+__device__ __forceinline__ T Distance(const RowTerms<T, kWithG<kAngle>>& row,
+                                      const ColumnTerms<T, kWithG<kAngle>>& col, T two_r) {
+  const T h = fma(row.b, col.sin2, row.a);
+  if constexpr (kWithG<kAngle>) {
+    const T g = haversine_math::HaversineG(row.cos2_half_dlat, row.sin2_half_lat_sum, col.sin2, col.cos2);
+    return haversine_math::DistanceFromHG<T, kAngle>(h, g, two_r);
+  } else {
+    return haversine_math::DistanceFromH<T, kAngle>(h, two_r);
+  }
+}
+
+// Lane `from`'s row terms, to every lane of the warp.
+template <typename T, bool kG>
+__device__ __forceinline__ RowTerms<T, kG> ShuffleRow(const RowTerms<T, kG>& mine, int from) {
+  RowTerms<T, kG> r;
+  r.a = __shfl_sync(0xffffffffu, mine.a, from);
+  r.b = __shfl_sync(0xffffffffu, mine.b, from);
+  if constexpr (kG) {
+    r.cos2_half_dlat = __shfl_sync(0xffffffffu, mine.cos2_half_dlat, from);
+    r.sin2_half_lat_sum = __shfl_sync(0xffffffffu, mine.sin2_half_lat_sum, from);
+  }
+  return r;
+}
+
+__device__ __forceinline__ void StoreVec(float* dst, const float (&d)[4]) {
+  *reinterpret_cast<float4*>(dst) = make_float4(d[0], d[1], d[2], d[3]);
+}
+__device__ __forceinline__ void StoreVec(double* dst, const double (&d)[2]) {
+  *reinterpret_cast<double2*>(dst) = make_double2(d[0], d[1]);
+}
+template <typename T>
+__device__ __forceinline__ void StoreVec(T* dst, const T (&d)[1]) { dst[0] = d[0]; }
+
+// One row's distances to a thread's vector of kV columns, stored at dst.
+template <typename T, HaversineAngle kAngle, int kV>
+__device__ __forceinline__ void StoreRow(T* dst, const RowTerms<T, kWithG<kAngle>>& row,
+                                         const ColumnTerms<T, kWithG<kAngle>> (&c)[kV], T two_r) {
+  T d[kV];
+#pragma unroll
+  for (int v = 0; v < kV; ++v) d[v] = Distance<T, kAngle>(row, c[v], two_r);
+  StoreVec(dst, d);
+}
+
+// StoreRow for float64 kAsinReducedLean in the fused kernels: where every point a warp
+// stores in this row lies in one of the lean step's ranges, that range's step alone
+// (haversine_math.h: ScaledHalfAngleLower / Middle / Upper: 20 / 18 / 23 double
+// operations a point against the general step's 25, and none of its selects). A warp's
+// columns are neighbours, so their h are too: only warps across a range's edge take the
+// general step. lanes: the lanes of the warp that store this row (the votes' mask).
+template <int kV>
+__device__ __forceinline__ void StoreRowByRange(double* dst, const RowTerms<double, true>& row,
+                                                const ColumnTerms<double, true> (&c)[kV], double two_r,
+                                                unsigned lanes) {
+  namespace hm = haversine_math;
+  double h[kV], d[kV];
+  bool lower = true, middle = true, upper = true;
+#pragma unroll
+  for (int v = 0; v < kV; ++v) {
+    h[v] = fma(row.b, c[v].sin2, row.a);
+    lower &= hm::InLeanRange(hm::LeanRange::kLower, h[v]);  // & not &&: no branch a point
+    middle &= hm::InLeanRange(hm::LeanRange::kMiddle, h[v]);
+    upper &= hm::InLeanRange(hm::LeanRange::kUpper, h[v]);
+  }
+  if (__all_sync(lanes, lower)) {
+#pragma unroll
+    for (int v = 0; v < kV; ++v) d[v] = hm::ScaledHalfAngleLower(h[v], two_r);
+  } else if (__all_sync(lanes, middle)) {
+#pragma unroll
+    for (int v = 0; v < kV; ++v) d[v] = hm::ScaledHalfAngleMiddle(h[v], two_r);
+  } else if (__all_sync(lanes, upper)) {
+#pragma unroll
+    for (int v = 0; v < kV; ++v) {
+      d[v] = hm::ScaledHalfAngleUpper(hm::HaversineG(row.cos2_half_dlat, row.sin2_half_lat_sum, c[v].sin2, c[v].cos2),
+                                      two_r);
+    }
+  } else {
+#pragma unroll
+    for (int v = 0; v < kV; ++v) d[v] = Distance<double, HaversineAngle::kAsinReducedLean>(row, c[v], two_r);
+  }
+  StoreVec(dst, d);
+}
+
+// ---- per-reference row and column terms (float64, stored as T) ---------------------
+template <typename T, bool kG>
+__global__ void __launch_bounds__(TermsPolicy::kThreads, TermsPolicy::kMinBlocksPerSm)
+    MeshTermsKernel(MeshAxis lat, MeshAxis lon, const RefPoint* refs, int64_t n_ref,
+                    RowTerms<T, kG>* row_terms, ColumnTerms<T, kG>* col_terms) {
+  const int64_t per_ref = lat.count + lon.count;
+  const int64_t total = per_ref * n_ref;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
+       idx += stride) {
+    const int64_t r = idx / per_ref;
+    const int64_t k = idx - r * per_ref;
+    const RefPoint ref = refs[r];
+    if (k < lat.count) {
+      row_terms[r * lat.count + k] = RowTermsAt<T, kG>(lat, k, ref);
+    } else {
+      col_terms[r * lon.count + k - lat.count] = ColumnTermsAt<T, kG>(lon, k - lat.count, ref);
+    }
+  }
+}
+
+// ---- the mesh: each thread owns a vector of columns, walks rows ---------------------
+// kRows rows per iteration (HaversineMeshSchedule::kFullWavesTwoRows: 2, and the next
+// iteration's row terms are loaded before this one's are used).
+template <typename T, bool kVec, HaversineAngle kAngle, int kRows>
+struct MeshAgent {
+  static constexpr int kV = kVec ? Vec16<T>::kCount : 1;
+  using P = RowTerms<T, kWithG<kAngle>>;
+  using C = ColumnTerms<T, kWithG<kAngle>>;
+  const P* row_terms;
+  const C* col_terms;
+  int64_t n_lat, n_lon, n_ref;
+  T two_r;
+  T* out;
+
+  __device__ void Run() {
+    const int64_t units = n_lon / kV;
+    const int64_t unit = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (unit >= units) return;
+    const int64_t row_step = static_cast<int64_t>(gridDim.y) * blockDim.y;
+    const int64_t first = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
+    for (int64_t r = blockIdx.z; r < n_ref; r += gridDim.z) {
+      // Column terms for this thread's columns: read once, kept in registers.
+      C c[kV];
+#pragma unroll
+      for (int v = 0; v < kV; ++v) c[v] = col_terms[r * n_lon + unit * kV + v];
+      const P* rows = row_terms + r * n_lat;
+      if constexpr (kRows == 1) {
+        // The row's terms (a warp-uniform load) and its output advance by pointers: no
+        // 64-bit index products a row (11% of the float32 loop's instructions).
+        const P* const end = rows + n_lat;
+        const int64_t dst_step = row_step * n_lon;
+        T* dst = RowOut(r, first);
+        for (const P* row = rows + first; row < end; row += row_step, dst += dst_step) {
+          StoreRow<T, kAngle>(dst, *row, c, two_r);
+        }
+      } else {
+        // Rows past the end load the last row's terms (always valid) and store nothing.
+        P ab[kRows];
+#pragma unroll
+        for (int k = 0; k < kRows; ++k) ab[k] = rows[min(first + k * row_step, n_lat - 1)];
+        for (int64_t i = first; i < n_lat; i += kRows * row_step) {
+          P next[kRows];
+#pragma unroll
+          for (int k = 0; k < kRows; ++k) next[k] = rows[min(i + (kRows + k) * row_step, n_lat - 1)];
+#pragma unroll
+          for (int k = 0; k < kRows; ++k) {
+            if (i + k * row_step < n_lat) StoreRow<T, kAngle>(RowOut(r, i + k * row_step), ab[k], c, two_r);
+            ab[k] = next[k];
+          }
+        }
+      }
+    }
+  }
+
+  // This thread's columns of reference r's row i.
+  __device__ __forceinline__ T* RowOut(int64_t r, int64_t i) const {
+    return out + (r * n_lat + i) * n_lon + (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kV;
+  }
+
+};
+
+template <typename T, bool kVec, HaversineAngle kAngle, int kRows>
+__global__ void __launch_bounds__(MeshPolicy::kThreads, MeshPolicy::kMinBlocksPerSm)
+    MeshKernel(const RowTerms<T, kWithG<kAngle>>* row_terms, const ColumnTerms<T, kWithG<kAngle>>* col_terms, int64_t n_lat,
+               int64_t n_lon, int64_t n_ref, T two_r, T* out) {
+  MeshAgent<T, kVec, kAngle, kRows>{row_terms, col_terms, n_lat, n_lon, n_ref, two_r, out}.Run();
+}
+
+// ---- the mesh in one launch: terms computed where they are used -----------------------
+// Each thread computes its columns' terms once a reference. kVecs vectors of columns
+// per thread (HaversineMeshSchedule::kFullWavesFusedWide*: 2), the grid's width apart
+// so each store stays coalesced: a row's terms serve kVecs vectors. A warp's lanes share
+// threadIdx.y (blockDim.x >= 32), so they walk the same rows. The rows' terms:
+// - shuffled (kFullWavesFused, kFullWavesFusedWide): row i0 + L row_step's terms come
+//   from lane L, 32 rows at a time; lanes past the last column still take part in the
+//   shuffles (only warps all past it leave). Every warp of a block row computes the
+//   same rows' terms.
+// - staged (kFullWavesFused*Staged): the block computes its next blockDim.x rows a
+//   thread-row, one row a thread, into shared memory once, and every warp reads them
+//   by broadcast: a row's float64 sines are made once a block, not once a warp (a
+//   block of 256 columns is 8 warps on the same rows), and no warp stalls on them
+//   between its stores. Every thread takes part in the block's barriers.
+template <typename T, bool kVec, HaversineAngle kAngle, int kVecs, bool kStaged>
+struct MeshFusedAgent {
+  static constexpr int kV = kVec ? Vec16<T>::kCount : 1;
+  static constexpr bool kG = kWithG<kAngle>;
+  static constexpr bool kByRange = kAngle == HaversineAngle::kAsinReducedLean && sizeof(T) == 8;
+  using P = RowTerms<T, kG>;
+  using C = ColumnTerms<T, kG>;
+  MeshAxis lat, lon;
+  const RefPoint* refs;
+  int64_t n_ref;
+  T two_r;
+  T* out;
+
+  __device__ void Run() {
+    const int64_t unit_step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    int64_t unit[kVecs];
+    bool active[kVecs];  // active[q] implies active[0]
+#pragma unroll
+    for (int q = 0; q < kVecs; ++q) {
+      unit[q] = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x + q * unit_step;
+      active[q] = unit[q] < lon.count / kV;
+    }
+    unsigned lanes[kVecs] = {};  // the lanes that store vector q (StoreRowByRange's votes)
+    if constexpr (kByRange) {
+#pragma unroll
+      for (int q = 0; q < kVecs; ++q) lanes[q] = __ballot_sync(0xffffffffu, active[q]);
+    }
+    if (!kStaged && __all_sync(0xffffffffu, !active[0])) return;
+    const int64_t row_step = static_cast<int64_t>(gridDim.y) * blockDim.y;
+    const int64_t dst_step = row_step * lon.count;
+    for (int64_t r = blockIdx.z; r < n_ref; r += gridDim.z) {
+      const RefPoint ref = refs[r];
+      C c[kVecs][kV];
+#pragma unroll
+      for (int q = 0; q < kVecs; ++q) {
+#pragma unroll
+        for (int v = 0; v < kV; ++v) c[q][v] = ColumnTermsAt<T, kG>(lon, active[q] ? unit[q] * kV + v : 0, ref);
+      }
+      T* const ref_out = out + r * lat.count * lon.count + unit[0] * kV;
+      if constexpr (kStaged) {
+        __shared__ P stage[MeshPolicy::kThreads];
+        const int64_t block_first = static_cast<int64_t>(blockIdx.y) * blockDim.y;
+        const int per_thread_row = blockDim.x;  // rows staged a thread-row at a time
+        const P* const my_rows = stage + threadIdx.y * per_thread_row;
+        for (int64_t k0 = 0; block_first + k0 * row_step < lat.count; k0 += per_thread_row) {
+          __syncthreads();  // the previous rows are read
+          const int64_t row = block_first + threadIdx.y + (k0 + threadIdx.x) * row_step;
+          stage[threadIdx.y * per_thread_row + threadIdx.x] = RowTermsAt<T, kG>(lat, min(row, lat.count - 1), ref);
+          __syncthreads();
+          const int64_t i0 = block_first + threadIdx.y + k0 * row_step;
+          if (i0 >= lat.count || !active[0]) continue;
+          const int rows = static_cast<int>(min(int64_t{per_thread_row}, (lat.count - 1 - i0) / row_step + 1));
+          T* dst = ref_out + i0 * lon.count;  // advanced by a pointer
+          for (int k = 0; k < rows; ++k, dst += dst_step) Store(dst, my_rows[k], c, active, lanes, unit_step);
+        }
+      } else {
+        const int lane = threadIdx.x % 32;
+        for (int64_t i0 = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; i0 < lat.count;
+             i0 += 32 * row_step) {
+          const P mine = RowTermsAt<T, kG>(lat, min(i0 + lane * row_step, lat.count - 1), ref);
+          const int rows = static_cast<int>(min(int64_t{32}, (lat.count - 1 - i0) / row_step + 1));
+          T* dst = ref_out + i0 * lon.count;  // advanced by a pointer
+          for (int k = 0; k < rows; ++k, dst += dst_step) {
+            const P row = ShuffleRow(mine, k);
+            if (active[0]) Store(dst, row, c, active, lanes, unit_step);
+          }
+        }
+      }
+    }
+  }
+
+  // One row's distances for this thread's kVecs vectors of columns.
+  __device__ __forceinline__ void Store(T* dst, const P& row, const C (&c)[kVecs][kV], const bool (&active)[kVecs],
+                                        const unsigned (&lanes)[kVecs], int64_t unit_step) const {
+#pragma unroll
+    for (int q = 0; q < kVecs; ++q) {
+      if (q > 0 && !active[q]) break;
+      if constexpr (kByRange) {
+        StoreRowByRange(dst + q * unit_step * kV, row, c[q], two_r, lanes[q]);
+      } else {
+        StoreRow<T, kAngle>(dst + q * unit_step * kV, row, c[q], two_r);
+      }
+    }
+  }
+};
+
+// Blocks per SM the fused kernel is built for (its register cap), from ptxas's spills
+// (float64): kVecs = 2 keeps twice the column terms and chains, and the Newton square
+// root's temporaries add to each chain: at 64 registers the Newton kernel spilled 60
+// bytes, the wide kernels at 80 registers 8 (reduced), 124 (Newton) and 88-100 (lean;
+// at 64 the narrow lean kernels do not spill); with these caps up to 16 bytes are left
+// in the wide reduced and branch-free kernels.
+template <HaversineAngle kAngle, int kVecs>
+constexpr bool kFusedSpillsAtBaseCap =
+    kAngle == HaversineAngle::kAsinReducedNewton || (kAngle == HaversineAngle::kAsinReducedLean && kVecs == 2);
+template <HaversineAngle kAngle, int kVecs>
+constexpr int kFusedMinBlocksPerSm =
+    (kVecs == 1 ? MeshPolicy::kMinBlocksPerSm : 3) - (kFusedSpillsAtBaseCap<kAngle, kVecs> ? 1 : 0);
+
+template <typename T, bool kVec, HaversineAngle kAngle, int kVecs, bool kStaged>
+__global__ void __launch_bounds__(MeshPolicy::kThreads, (kFusedMinBlocksPerSm<kAngle, kVecs>))
+    MeshFusedKernel(MeshAxis lat, MeshAxis lon, const RefPoint* refs, int64_t n_ref, T two_r, T* out) {
+  MeshFusedAgent<T, kVec, kAngle, kVecs, kStaged>{lat, lon, refs, n_ref, two_r, out}.Run();
+}
+
+}  // namespace gpucompute::cuda::lab::haversine_mesh
