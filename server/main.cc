@@ -20,7 +20,7 @@
 #include "common/grpc_lifetime.h"
 #include "common/mutex_checks.h"
 #include "common/version.h"
-#include "kernels/memory_budget.h"
+#include "kernels/memory/memory_budget.h"
 #include "server/config.h"
 #include "server/log.h"
 #include "server/server.h"

@@ -20,6 +20,7 @@ const { after, before, test } = require('node:test');
 const requireTests = createRequire(path.join(__dirname, '..', 'reflection', 'package.json'));
 const grpc = requireTests('@grpc/grpc-js');
 const protoLoader = requireTests('@grpc/proto-loader');
+const protobuf = requireTests('protobufjs');
 
 const REPO = path.join(__dirname, '..', '..');
 const definition = protoLoader.loadSync(['gpucompute/v1/gpucompute.proto'], {
@@ -27,6 +28,15 @@ const definition = protoLoader.loadSync(['gpucompute/v1/gpucompute.proto'], {
   defaults: true,
 });
 const api = grpc.loadPackageDefinition(definition).gpucompute.v1;
+// The error details (google.rpc.Status holding an ErrorInfo), from the vendored protos.
+const rpc = new protobuf.Root();
+rpc.resolvePath = (origin, target) => {
+  const vendored = path.join(REPO, 'proto', target);
+  return fs.existsSync(vendored) ? vendored : protobuf.util.path.resolve(origin, target);
+};
+rpc.loadSync(['google/rpc/status.proto', 'google/rpc/error_details.proto']);
+const RpcStatus = rpc.lookupType('google.rpc.Status');
+const ErrorInfo = rpc.lookupType('google.rpc.ErrorInfo');
 const AFFINITY = 'x-gpucompute-affinity';
 const HOSTS = ['127.0.0.2', '127.0.0.3', '127.0.0.4'];
 const SRV_NAME = '_grpc._tcp.replicas.gpucompute.test';
@@ -139,6 +149,15 @@ const upload = (stub, bytes, shape, key, messageBytes = 4 << 20) => new Promise(
 });
 
 const instanceOf = (bufferId) => bufferId.slice(0, 8);
+
+// The ErrorInfo in a failed call's grpc-status-details-bin trailer, or undefined.
+function errorInfo(error) {
+  const [details] = error.metadata ? error.metadata.get('grpc-status-details-bin') : [];
+  if (!details) return undefined;
+  const any = RpcStatus.decode(details).details
+    .find((d) => d.type_url.endsWith('/google.rpc.ErrorInfo'));
+  return any && ErrorInfo.decode(any.value);
+}
 
 before(async () => {
   const binary = process.env.GPUCOMPUTE_SERVER;
@@ -335,10 +354,15 @@ test('a replica killed mid-run fails only the calls of its keys, each naming wha
     assert.strictEqual(f.wave, 2);
     assert.ok(lostKeys.includes(f.key), `key ${f.key} did not live on the killed replica`);
     assert.strictEqual(f.error.code, grpc.status.FAILED_PRECONDITION, f.error.message);
-    assert.match(f.error.details,
-                 new RegExp(`^input.buffer_id .${f.input}. was stored by replica instance `
-                            + `${victim.instance}, not by this one`));
+    const info = errorInfo(f.error);
+    assert.ok(info, `no ErrorInfo: ${f.error.message}`);
+    assert.strictEqual(info.domain, 'gpucompute.dev');
+    assert.strictEqual(info.reason, 'BUFFER_ON_OTHER_REPLICA', f.error.message);
+    assert.strictEqual(info.metadata.field, 'input.buffer_id');
+    assert.strictEqual(info.metadata.owner_instance, victim.instance);
+    assert.strictEqual(info.metadata.owner_instance, instanceOf(f.input));
+    assert.notStrictEqual(info.metadata.instance, victim.instance);
   }
   console.log(`killed replica ${victim.instance} with ${lostKeys.length} of ${KEYS.length} keys: `
-              + `${failures.length} calls failed, all naming a lost buffer; 0 others`);
+              + `${failures.length} calls failed, all BUFFER_ON_OTHER_REPLICA owned by it; 0 others`);
 });

@@ -240,6 +240,22 @@ def test_return_timing(client, rng):
     assert "compute" in str(t)
 
 
+def test_timing_stages_add_up_to_the_total(client, rng):
+    """prepare, queue, in, compute, out and stream write, plus other less overlapped, are
+    the total, as the CLI prints it; a result streamed in chunks spends time writing them."""
+    a = rng.uniform(1, 2, (64, 4096))
+    for chunk_bytes in (None, 64 << 10):
+        _, t = client.normalize(a, chunk_bytes=chunk_bytes, return_timing=True)
+        assert t.prepare >= 0 and t.stream_write >= 0
+        assert t.stages == pytest.approx(t.prepare + t.queue + t.transfer_in + t.compute
+                                         + t.transfer_out + t.stream_write, abs=1e-12)
+        assert min(t.other, t.overlapped) == 0
+        assert t.stages + t.other - t.overlapped == pytest.approx(t.total, abs=1e-9)
+        assert "stream write" in str(t) and "prepare" in str(t)
+        assert ("overlapped" if t.overlapped else "other") in str(t)
+    assert t.stream_write > 0
+
+
 def test_one_message_results_are_read_as_unary_calls(server, rng):
     """A result the server promises as one message is read as a unary call; a larger
     one (the client knows its size) is read as a stream at once, with no one-message try

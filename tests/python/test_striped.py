@@ -180,6 +180,7 @@ def test_a_refused_stripe_fails_the_call_and_keeps_no_slot(rng, processes):
                 with pytest.raises(gpucompute.ResourceExhausted) as e:
                     c.stream_discount_product(factors, values)
             assert "max_in_flight 1" in str(e.value)
+            assert e.value.reason == "RESOURCE_EXHAUSTED"  # carried back from a stripe process
             assert e.value.call == "stream_discount_product"
             assert ("(stripe rows [" in str(e.value)) == processes
             small = values[:, :1000]

@@ -80,7 +80,9 @@ def _merged_trailer(trailers: Sequence[Any]) -> Any:
         timing.transfer_in_us += trailer.timing.transfer_in_us
         timing.compute_us += trailer.timing.compute_us
         timing.transfer_out_us += trailer.timing.transfer_out_us
+        timing.prepare_us = max(timing.prepare_us, trailer.timing.prepare_us)
         timing.queue_us = max(timing.queue_us, trailer.timing.queue_us)
+        timing.stream_write_us = max(timing.stream_write_us, trailer.timing.stream_write_us)
         timing.total_us = max(timing.total_us, trailer.timing.total_us)
         merged.streamed_chunks += trailer.streamed_chunks
     return merged

@@ -39,7 +39,7 @@ import numpy as np
 
 from ._pb import pb
 from ._steps import CallGroup, Stream, Unary
-from .errors import StripeWorkerDied
+from .errors import STATUS_DETAILS_KEY, StripeWorkerDied, status_details_of
 
 StepT = TypeVar("StepT", bound=Union[Unary, Stream])
 
@@ -272,17 +272,20 @@ def _recv(sock: socket.socket) -> Tuple[Any, List[int]]:
 
 class _RemoteRpcError(grpc.RpcError):  # type: ignore[misc]  # grpc has no types
     """A worker's gRPC failure as the thread path raises it (Run turns it into the
-    errors.py class of its code)."""
+    errors.py class of its code, with the reason its status details carry)."""
 
-    def __init__(self, code: grpc.StatusCode, details: str):
+    def __init__(self, code: grpc.StatusCode, details: str, status_details: bytes = b""):
         super().__init__(details)
-        self._code, self._details = code, details
+        self._code, self._details, self._status_details = code, details, status_details
 
     def code(self) -> grpc.StatusCode:
         return self._code
 
     def details(self) -> str:
         return self._details
+
+    def trailing_metadata(self) -> Tuple[Tuple[str, bytes], ...]:
+        return ((STATUS_DETAILS_KEY, self._status_details),) if self._status_details else ()
 
 
 class _Worker:
@@ -353,8 +356,9 @@ class _Worker:
             except (EOFError, OSError):
                 raise self.died(job.label) from None
         if kind == "rpc":
-            code, details = value
-            raise _RemoteRpcError(grpc.StatusCode[code], f"{details} (stripe {job.label})")
+            code, details, status_details = value
+            raise _RemoteRpcError(grpc.StatusCode[code], f"{details} (stripe {job.label})",
+                                  status_details)
         if kind == "error":
             raise value
         placed.finish()
@@ -505,15 +509,17 @@ def _run_job(client: Any, sock: socket.socket, send_lock: threading.Lock, group:
         timeout = None if deadline is None else deadline - time.monotonic()
         if timeout is not None and timeout <= 0:
             reply: Tuple[str, int, Any] = ("rpc", job_id, ("DEADLINE_EXCEEDED",
-                                                           "the call's timeout passed"))
+                                                           "the call's timeout passed", b""))
         else:
             value = client._send_retrying(step, timeout, retries, group)
             reply = ("ok", job_id, _portable(step.sink.trailer if hasattr(step, "sink")
                                              else value))
     except grpc.RpcError as e:
         code = e.code() if hasattr(e, "code") and e.code() is not None else None
+        # The status details go along, so that the caller's error keeps its reason.
         reply = ("rpc", job_id, ((code or grpc.StatusCode.UNKNOWN).name,
-                                 e.details() if hasattr(e, "details") else str(e)))
+                                 e.details() if hasattr(e, "details") else str(e),
+                                 status_details_of(e) or b""))
     except Exception as e:  # noqa: BLE001 - goes back to the caller as raised
         reply = ("error", job_id, e)
     with send_lock:

@@ -36,12 +36,17 @@ PB_TO_NP: Dict[int, np.dtype[Any]] = {pb.FLOAT32: np.dtype("<f4"), pb.FLOAT64: n
 class Timing:
     """Server-side timing of one request, in seconds, plus where it ran.
 
-    queue: accepted -> started; transfer_in: inline operands copied to the device;
+    The server's stages, in order: prepare: the request read, checked and admitted;
+    queue: admitted -> started; transfer_in: inline operands copied to the device;
     compute: the operation (device time on a GPU); transfer_out: the result copied back,
-    all chunks; total: accepted -> trailer sent. Client-side: upload is the time spent
-    uploading large operands before the call (0 when none), wall the whole call as the
-    client saw it (upload, request, stream, assembly). method: the algorithm an operation
-    with a choice ran (lombscargle: "direct" or "nufft"), else "".
+    all chunks; stream_write: result chunks written to the client before the trailer
+    (waiting on its flow control included), which overlaps transfer_out when streamed.
+    total: accepted -> trailer sent, which is ``stages`` plus ``other`` (gRPC, the
+    executor hop) less ``overlapped`` (what streamed stages ran at once), as the CLI
+    prints it. Client-side: upload is the time spent uploading large operands before the
+    call (0 when none), wall the whole call as the client saw it (upload, request, stream,
+    assembly). method: the algorithm an operation with a choice ran (lombscargle:
+    "direct" or "nufft"), else "".
     """
 
     queue: float
@@ -54,6 +59,24 @@ class Timing:
     upload: float = 0.0
     wall: float = 0.0
     method: str = ""
+    stream_write: float = 0.0
+    prepare: float = 0.0
+
+    @property
+    def stages(self) -> float:
+        """The server's stages summed: prepare, queue, in, compute, out, stream write."""
+        return (self.prepare + self.queue + self.transfer_in + self.compute
+                + self.transfer_out + self.stream_write)
+
+    @property
+    def other(self) -> float:
+        """What the stages leave of the total (0 when they overlap past it)."""
+        return max(0.0, self.total - self.stages)
+
+    @property
+    def overlapped(self) -> float:
+        """How far the stages, overlapping, exceed the total (0 when they do not)."""
+        return max(0.0, self.stages - self.total)
 
     @classmethod
     def _from_trailer(cls, trailer: Any, *, upload: float = 0.0, wall: float = 0.0) -> "Timing":
@@ -61,15 +84,19 @@ class Timing:
         return cls(queue=t.queue_us / 1e6, transfer_in=t.transfer_in_us / 1e6,
                    compute=t.compute_us / 1e6, transfer_out=t.transfer_out_us / 1e6,
                    total=t.total_us / 1e6, backend=trailer.backend, device=trailer.device,
-                   upload=upload, wall=wall, method=trailer.method)
+                   upload=upload, wall=wall, method=trailer.method,
+                   stream_write=t.stream_write_us / 1e6, prepare=t.prepare_us / 1e6)
 
     def __str__(self) -> str:
         def ms(seconds: float) -> str:
             return f"{seconds * 1e3:.3f} ms"
 
+        rest = (f"overlapped {ms(self.overlapped)}" if self.overlapped
+                else f"other {ms(self.other)}")
         parts = [f"queue {ms(self.queue)}", f"in {ms(self.transfer_in)}",
                  f"compute {ms(self.compute)}", f"out {ms(self.transfer_out)}",
-                 f"total {ms(self.total)}"]
+                 f"stream write {ms(self.stream_write)}", f"prepare {ms(self.prepare)}",
+                 rest, f"total {ms(self.total)}"]
         if self.upload:
             parts.append(f"upload {ms(self.upload)}")
         if self.wall:

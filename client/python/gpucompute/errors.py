@@ -173,7 +173,9 @@ def status_reason(details: Optional[bytes]) -> Tuple[str, Dict[str, str]]:
     return "", {}
 
 
-def _details_of(err: grpc.RpcError) -> Optional[bytes]:
+def status_details_of(err: grpc.RpcError) -> Optional[bytes]:
+    """A failed call's serialized google.rpc.Status (its grpc-status-details-bin
+    trailer), or None."""
     trailing = getattr(err, "trailing_metadata", None)
     try:
         metadata = trailing() if callable(trailing) else None
@@ -190,7 +192,7 @@ def from_rpc_error(err: grpc.RpcError, method: str = "", call: str = "") -> GpuC
     details = err.details() if hasattr(err, "details") else str(err)
     if code is None:
         code = grpc.StatusCode.UNKNOWN
-    reason, metadata = status_reason(_details_of(err))
+    reason, metadata = status_reason(status_details_of(err))
     error = error_for(code, details or "", method, call, reason, metadata)
     error.__suppress_context__ = True  # the grpc exception adds nothing to code + message
     return error
