@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/error_reason.h"
 
 namespace gpucompute {
 namespace {
@@ -173,9 +174,10 @@ absl::StatusOr<std::vector<uint32_t>> OwnersOf(int family, const Endpoint& end) 
 absl::StatusOr<uint32_t> LocalPeerUid(absl::string_view peer) {
   const std::optional<Endpoint> end = ParsePeer(peer);
   if (!end.has_value()) {
-    return absl::PermissionDeniedError(absl::StrCat(
+    return WithReason(absl::PermissionDeniedError(absl::StrCat(
         "cannot tell which local user connection ", peer,
-        " is (shared memory needs a TCP connection from this host)"));
+        " is (shared memory needs a TCP connection from this host)")),
+                      reason::kSharedMemoryCallerUnknown);
   }
   // An IPv4 peer may be an IPv6 socket bound to the v4-mapped address
   // (::ffff:a.b.c.d; gRPC makes dual-stack sockets), and gRPC may name a mapped
@@ -202,15 +204,17 @@ absl::StatusOr<uint32_t> LocalPeerUid(absl::string_view peer) {
     owners.insert(owners.end(), found->begin(), found->end());
   }
   if (owners.empty()) {
-    return absl::PermissionDeniedError(absl::StrCat(
+    return WithReason(absl::PermissionDeniedError(absl::StrCat(
         "connection ", peer, " does not come from this host's network namespace; shared "
-        "memory is for clients on the server's host"));
+        "memory is for clients on the server's host")),
+                      reason::kSharedMemoryCallerUnknown);
   }
   for (uint32_t uid : owners) {
     // Two sockets sharing the endpoint (SO_REUSEPORT) of two users: no answer.
     if (uid != owners.front()) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "connection ", peer, " is owned by more than one local user; shared memory refused"));
+      return WithReason(absl::PermissionDeniedError(absl::StrCat(
+          "connection ", peer, " is owned by more than one local user; shared memory refused")),
+                        reason::kSharedMemoryCallerUnknown);
     }
   }
   return owners.front();

@@ -3,14 +3,17 @@
 #include <algorithm>
 #include <iterator>
 
+#include "common/error_reason.h"
+
 namespace gpucompute {
 
 absl::Status ResumableUpload::BeginWrite() {
   absl::MutexLock lock(&mu_);
   if (stored_) {
-    return absl::FailedPreconditionError(
+    return WithReason(absl::FailedPreconditionError(
         "the resumable upload was already stored by another of its streams; a stored buffer "
-        "cannot be written: start a new upload (a new session_token) for other bytes");
+        "cannot be written: start a new upload (a new session_token) for other bytes"),
+                      reason::kUploadAlreadyStored);
   }
   ++writers_;
   return absl::OkStatus();
@@ -44,8 +47,9 @@ std::vector<std::pair<uint64_t, uint64_t>> ResumableUpload::ReceivedRanges() con
 absl::StatusOr<std::optional<BufferStore::Reservation>> ResumableUpload::TakeIfComplete() {
   absl::MutexLock lock(&mu_);
   if (stored_) {
-    return absl::FailedPreconditionError(
-        "the resumable upload was already stored by another of its streams");
+    return WithReason(absl::FailedPreconditionError(
+                          "the resumable upload was already stored by another of its streams"),
+                      reason::kUploadAlreadyStored);
   }
   // A copy still in flight belongs to a stream that stores the buffer when it ends.
   if (received_bytes_ != array_->bytes() || writers_ > 0) return std::nullopt;
