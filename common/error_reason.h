@@ -34,6 +34,13 @@ inline constexpr absl::string_view kResultTooLargeForOneMessage =
     "RESULT_TOO_LARGE_FOR_ONE_MESSAGE";
 inline constexpr absl::string_view kSharedMemoryRegionNotFound = "SHARED_MEMORY_REGION_NOT_FOUND";
 inline constexpr absl::string_view kUploadSessionNotFound = "UPLOAD_SESSION_NOT_FOUND";
+// A resumable upload's other stream wrote or ended after it was stored.
+inline constexpr absl::string_view kUploadAlreadyStored = "UPLOAD_ALREADY_STORED";
+// The shared-memory object belongs to another local user, or another principal
+// registered it. Metadata: field.
+inline constexpr absl::string_view kSharedMemoryNotOwned = "SHARED_MEMORY_NOT_OWNED";
+// The server cannot tell which local user the connection is (docs/security.md).
+inline constexpr absl::string_view kSharedMemoryCallerUnknown = "SHARED_MEMORY_CALLER_UNKNOWN";
 // A status without a reason of its own gets its code's name ("INVALID_ARGUMENT", ...)
 // at the edge, with the field its message names.
 }  // namespace reason

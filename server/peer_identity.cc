@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/error_reason.h"
 
 namespace gpucompute {
 namespace {
@@ -90,6 +91,35 @@ std::optional<Endpoint> ParsePeer(absl::string_view peer) {
   return end;
 }
 
+// A sock_diag dump request for the connected TCP sockets of `family` whose
+// local port is `port`: the kernel filters by the port (bytecode "sport >= port
+// and sport <= port"), so that a server with thousands of connections hands
+// back one or two. A jump past the end of the bytecode rejects the socket.
+struct DumpRequest {
+  nlmsghdr header;
+  inet_diag_req_v2 request;
+  nlattr bytecode;
+  inet_diag_bc_op ops[4];
+};
+
+DumpRequest PortDump(int family, uint16_t port) {
+  DumpRequest message{};
+  message.header.nlmsg_len = sizeof(message);
+  message.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+  message.header.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  message.request.sdiag_family = static_cast<uint8_t>(family);
+  message.request.sdiag_protocol = IPPROTO_TCP;
+  message.request.idiag_states = 1u << TCP_ESTABLISHED;
+  message.bytecode.nla_len = static_cast<uint16_t>(NLA_HDRLEN + sizeof(message.ops));
+  message.bytecode.nla_type = INET_DIAG_REQ_BYTECODE;
+  constexpr uint16_t kLength = sizeof(message.ops);
+  message.ops[0] = {INET_DIAG_BC_S_GE, 8, kLength + 4};
+  message.ops[1] = {0, 0, port};
+  message.ops[2] = {INET_DIAG_BC_S_LE, 8, kLength - 8 + 4};
+  message.ops[3] = {0, 0, port};
+  return message;
+}
+
 // The uids of this namespace's connected TCP sockets of `family` whose local
 // end is `end`, from one sock_diag dump.
 absl::StatusOr<std::vector<uint32_t>> OwnersOf(int family, const Endpoint& end) {
@@ -98,16 +128,7 @@ absl::StatusOr<std::vector<uint32_t>> OwnersOf(int family, const Endpoint& end) 
     return absl::UnavailableError(
         absl::StrCat("cannot ask the kernel who owns the connection: ", std::strerror(errno)));
   }
-  struct {
-    nlmsghdr header;
-    inet_diag_req_v2 request;
-  } message{};
-  message.header.nlmsg_len = sizeof(message);
-  message.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
-  message.header.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
-  message.request.sdiag_family = static_cast<uint8_t>(family);
-  message.request.sdiag_protocol = IPPROTO_TCP;
-  message.request.idiag_states = 1u << TCP_ESTABLISHED;
+  const DumpRequest message = PortDump(family, end.port);
   sockaddr_nl kernel{};
   kernel.nl_family = AF_NETLINK;
   std::vector<uint32_t> owners;
@@ -153,9 +174,10 @@ absl::StatusOr<std::vector<uint32_t>> OwnersOf(int family, const Endpoint& end) 
 absl::StatusOr<uint32_t> LocalPeerUid(absl::string_view peer) {
   const std::optional<Endpoint> end = ParsePeer(peer);
   if (!end.has_value()) {
-    return absl::PermissionDeniedError(absl::StrCat(
+    return WithReason(absl::PermissionDeniedError(absl::StrCat(
         "cannot tell which local user connection ", peer,
-        " is (shared memory needs a TCP connection from this host)"));
+        " is (shared memory needs a TCP connection from this host)")),
+                      reason::kSharedMemoryCallerUnknown);
   }
   // An IPv4 peer may be an IPv6 socket bound to the v4-mapped address
   // (::ffff:a.b.c.d; gRPC makes dual-stack sockets), and gRPC may name a mapped
@@ -182,15 +204,17 @@ absl::StatusOr<uint32_t> LocalPeerUid(absl::string_view peer) {
     owners.insert(owners.end(), found->begin(), found->end());
   }
   if (owners.empty()) {
-    return absl::PermissionDeniedError(absl::StrCat(
+    return WithReason(absl::PermissionDeniedError(absl::StrCat(
         "connection ", peer, " does not come from this host's network namespace; shared "
-        "memory is for clients on the server's host"));
+        "memory is for clients on the server's host")),
+                      reason::kSharedMemoryCallerUnknown);
   }
   for (uint32_t uid : owners) {
     // Two sockets sharing the endpoint (SO_REUSEPORT) of two users: no answer.
     if (uid != owners.front()) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "connection ", peer, " is owned by more than one local user; shared memory refused"));
+      return WithReason(absl::PermissionDeniedError(absl::StrCat(
+          "connection ", peer, " is owned by more than one local user; shared memory refused")),
+                        reason::kSharedMemoryCallerUnknown);
     }
   }
   return owners.front();

@@ -3,14 +3,17 @@
 #include <algorithm>
 #include <iterator>
 
+#include "common/error_reason.h"
+
 namespace gpucompute {
 
 absl::Status ResumableUpload::BeginWrite() {
   absl::MutexLock lock(&mu_);
   if (stored_) {
-    return absl::FailedPreconditionError(
+    return WithReason(absl::FailedPreconditionError(
         "the resumable upload was already stored by another of its streams; a stored buffer "
-        "cannot be written: start a new upload (a new session_token) for other bytes");
+        "cannot be written: start a new upload (a new session_token) for other bytes"),
+                      reason::kUploadAlreadyStored);
   }
   ++writers_;
   return absl::OkStatus();

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "common/status_macros.h"
 #include "kernels/array_view.h"
 #include "kernels/shape_rules.h"
@@ -169,10 +170,11 @@ absl::StatusOr<std::shared_ptr<SharedMemoryRegion>> SharedMemoryRegion::MapSyste
   // The server may open what its caller may not: it acts only for the object's
   // owner, checked on the very object opened.
   if (caller_uid != 0 && st.st_uid != caller_uid) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "key: shared-memory object ", QuoteClientString(key),
-        " belongs to another user than the caller's (uid ", caller_uid,
-        "); register only objects your own user created"));
+    return WithReason(absl::PermissionDeniedError(absl::StrCat(
+                          "key: shared-memory object ", QuoteClientString(key),
+                          " belongs to another user than the caller's (uid ", caller_uid,
+                          "); register only objects your own user created")),
+                      reason::kSharedMemoryNotOwned, {{"field", "key"}});
   }
   if (!S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(

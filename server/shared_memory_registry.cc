@@ -104,9 +104,11 @@ absl::StatusOr<RegisteredRegion> SharedMemoryRegistry::Add(RegisteredRegion entr
   if (!object.empty()) {
     auto claim = claims_.find(object);
     if (claim != claims_.end() && claim->second.owner != entry.owner) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "key ", QuoteClientString(entry.key),
-          " names an object another principal registered; it stays theirs while it exists"));
+      return WithReason(absl::PermissionDeniedError(absl::StrCat(
+                            "key ", QuoteClientString(entry.key),
+                            " names an object another principal registered; it stays theirs "
+                            "while it exists")),
+                        reason::kSharedMemoryNotOwned, {{"field", "key"}});
     }
     if (claim == claims_.end()) {
       // Bounded like the regions themselves: claims outlive unregistering.

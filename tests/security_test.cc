@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "client/shared_memory.h"
+#include "common/error_reason.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -226,6 +227,7 @@ TEST_F(SecurityTest, AnUnregisteredObjectStaysItsPrincipals) {
   ASSERT_TRUE(alice->UnregisterSharedMemory(region->id()).ok());
   const absl::Status taken = bob->RegisterSystemSharedMemory("mine now", key, 0, 4096).status();
   EXPECT_EQ(taken.code(), absl::StatusCode::kPermissionDenied) << taken.message();
+  EXPECT_EQ(ReasonOf(taken), reason::kSharedMemoryNotOwned);
   EXPECT_TRUE(alice->RegisterSystemSharedMemory("alice's again", key, 0, 4096).ok());
   shm_unlink(key.c_str());
 }
