@@ -64,31 +64,13 @@ __device__ __forceinline__ double AsinSqrtRatio(double m) {
   return p;
 }
 
-// The same ratio in float32, as 1 + m Q(m): the interpolant at 8 nodes (fit error
-// 1.8e-8); Q, 6 FMAs.
-__device__ __forceinline__ float AsinSqrtRatioTail(float m) {
-  constexpr float kC[7] = {0.16666954671609344f, 0.07488114441822327f, 0.046480849462936874f,
-                           0.01673138895046739f, 0.07553975382221965f, -0.09008621671077405f,
-                           0.10967398323879114f};
-  float q = kC[6];
-#pragma unroll
-  for (int k = 5; k >= 0; --k) q = fmaf(q, m, kC[k]);
-  return q;
-}
-
-// HalfAngleByAsin with the polynomials above, for h in [0, 1]. float64: a = x + x
-// (ratio - 1), the ratio - 1 exact (the ratio is in [1, 1.11]). float32: a = x + (x m)
-// Q(m), x from MUFU.SQRT (sqrt.approx: one instruction, 0 for 0, where m rsqrt(m) took
-// three more and a test for 0), 14 instructions.
+// HalfAngleByAsin with polynomials, for h in [0, 1]. float32: the shipped kernels'
+// (kernels/cuda/haversine_math.h). float64: a = x + x (ratio - 1), the ratio - 1
+// exact (the ratio is in [1, 1.11]).
 template <typename T>
 __device__ __forceinline__ T HalfAngleByPolynomial(T h) {
   if constexpr (sizeof(T) == 4) {
-    const float g = 1.0f - h;
-    const float m = fminf(h, g);
-    float x;
-    asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(x) : "f"(m));
-    const float a = fmaf(x * m, AsinSqrtRatioTail(m), x);
-    return h <= g ? a : 1.57079632679489662f - a;
+    return ::gpucompute::cuda::haversine_math::HalfAngleByPolynomial(h);
   } else {
     const double g = 1.0 - h;
     const double m = fmin(h, g);
@@ -97,7 +79,6 @@ __device__ __forceinline__ T HalfAngleByPolynomial(T h) {
     return h <= g ? a : 1.5707963267948966192 - a;
   }
 }
-
 
 // The formulations of the last step the benchmark compares (haversine_variants.h):
 // kAtan2: atan2(sqrt(h), sqrt(1 - h)) (float32: HalfCentralAngle); kAsinSplit:

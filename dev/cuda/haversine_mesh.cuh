@@ -15,71 +15,28 @@
 #include "kernels/cuda/common.cuh"
 #include "dev/cuda/haversine_angles.cuh"
 #include "dev/cuda/haversine_variants.h"
+#include "kernels/cuda/haversine_mesh.cuh"
 #include "kernels/cuda/launchers.h"
 
 namespace gpucompute::cuda::lab::haversine_mesh {
 
-struct TermsPolicy {
-  static constexpr int kThreads = 256;
-  static constexpr int kMinBlocksPerSm = 4;
-};
-struct MeshPolicy {
-  static constexpr int kThreads = 256;
-  static constexpr int kMinBlocksPerSm = 4;
-};
-// Rows a fused block is given where the mesh has more than a wave's worth of them:
-// more, shorter blocks let the hardware even out SMs and warps that finish early;
-// fewer rows repeat a block's column terms too often.
-template <typename T>
-constexpr int64_t kFusedRowsPerBlock = sizeof(T) == 4 ? 16 : 96;
+// The launch policies, the row and column terms and the terms kernel are the shipped
+// kernels' (kernels/cuda/haversine_mesh.cuh): the candidates differ in the last step
+// and the schedule only.
+using ::gpucompute::cuda::haversine_mesh::ColumnTerms;
+using ::gpucompute::cuda::haversine_mesh::ColumnTermsAt;
+using ::gpucompute::cuda::haversine_mesh::kFusedRowsPerBlock;
+using ::gpucompute::cuda::haversine_mesh::MeshPolicy;
+using ::gpucompute::cuda::haversine_mesh::MeshTermsKernel;
+using ::gpucompute::cuda::haversine_mesh::RowTerms;
+using ::gpucompute::cuda::haversine_mesh::RowTermsAt;
+using ::gpucompute::cuda::haversine_mesh::StoreVec;
+using ::gpucompute::cuda::haversine_mesh::TermsPolicy;
 
 // The kAsinReduced* formulations also form g = 1 - h from its own terms
 // (haversine_math.h: HaversineG).
 template <HaversineAngle kAngle>
 constexpr bool kWithG = TakesG(kAngle);
-
-// A row's terms as T: h = a + b C; with g, also cos^2 of half the latitude difference
-// and sin^2 of half the latitude sum. A column's: C = sin^2 of half the longitude
-// difference; with g, its cos^2.
-template <typename T, bool kG>
-struct alignas(2 * sizeof(T)) RowTerms { T a, b; };
-template <typename T>
-struct alignas(16) RowTerms<T, true> { T a, b, cos2_half_dlat, sin2_half_lat_sum; };
-template <typename T, bool kG>
-struct ColumnTerms { T sin2; };
-template <typename T>
-struct alignas(2 * sizeof(T)) ColumnTerms<T, true> { T sin2, cos2; };
-
-// numpy.linspace point i (the Linspace::At formula of backend.h).
-__device__ __forceinline__ double LinspaceAt(const MeshAxis& a, int64_t i) {
-  if (a.count == 1) return a.start;
-  if (i == a.count - 1) return a.stop;
-  return a.start + static_cast<double>(i) * ((a.stop - a.start) / static_cast<double>(a.count - 1));
-}
-
-// Row k's and column j's terms, in float64 from haversine_math.h's half angles in
-// degrees (exact reduction, short polynomials: no Payne-Hanek path, so the fused kernel
-// keeps few registers), stored as T.
-template <typename T, bool kG>
-__device__ __forceinline__ RowTerms<T, kG> RowTermsAt(const MeshAxis& lat, int64_t k, const RefPoint& ref) {
-  const haversine_math::LatitudeTerms t = haversine_math::LatitudePairTerms(LinspaceAt(lat, k), ref.lat_deg, ref.cos_lat);
-  if constexpr (kG) {
-    return {static_cast<T>(t.sin2_half_dlat), static_cast<T>(t.cos_product), static_cast<T>(t.cos2_half_dlat),
-            static_cast<T>(t.sin2_half_lat_sum)};
-  } else {
-    return {static_cast<T>(t.sin2_half_dlat), static_cast<T>(t.cos_product)};
-  }
-}
-template <typename T, bool kG>
-__device__ __forceinline__ ColumnTerms<T, kG> ColumnTermsAt(const MeshAxis& lon, int64_t j, const RefPoint& ref) {
-  double s2, c2;
-  haversine_math::LongitudeTerms(LinspaceAt(lon, j) - ref.lon_deg, &s2, &c2);
-  if constexpr (kG) {
-    return {static_cast<T>(s2), static_cast<T>(c2)};
-  } else {
-    return {static_cast<T>(s2)};
-  }
-}
 
 // The distance of a (row, column) pair: h = a + b C (one FMA) and the last step.
 template <typename T, HaversineAngle kAngle>
@@ -106,15 +63,6 @@ __device__ __forceinline__ RowTerms<T, kG> ShuffleRow(const RowTerms<T, kG>& min
   }
   return r;
 }
-
-__device__ __forceinline__ void StoreVec(float* dst, const float (&d)[4]) {
-  *reinterpret_cast<float4*>(dst) = make_float4(d[0], d[1], d[2], d[3]);
-}
-__device__ __forceinline__ void StoreVec(double* dst, const double (&d)[2]) {
-  *reinterpret_cast<double2*>(dst) = make_double2(d[0], d[1]);
-}
-template <typename T>
-__device__ __forceinline__ void StoreVec(T* dst, const T (&d)[1]) { dst[0] = d[0]; }
 
 // One row's distances to a thread's vector of kV columns, stored at dst.
 template <typename T, HaversineAngle kAngle, int kV>
@@ -163,27 +111,6 @@ __device__ __forceinline__ void StoreRowByRange(double* dst, const RowTerms<doub
     for (int v = 0; v < kV; ++v) d[v] = Distance<double, HaversineAngle::kAsinReducedLean>(row, c[v], two_r);
   }
   StoreVec(dst, d);
-}
-
-// ---- per-reference row and column terms (float64, stored as T) ---------------------
-template <typename T, bool kG>
-__global__ void __launch_bounds__(TermsPolicy::kThreads, TermsPolicy::kMinBlocksPerSm)
-    MeshTermsKernel(MeshAxis lat, MeshAxis lon, const RefPoint* refs, int64_t n_ref,
-                    RowTerms<T, kG>* row_terms, ColumnTerms<T, kG>* col_terms) {
-  const int64_t per_ref = lat.count + lon.count;
-  const int64_t total = per_ref * n_ref;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
-       idx += stride) {
-    const int64_t r = idx / per_ref;
-    const int64_t k = idx - r * per_ref;
-    const RefPoint ref = refs[r];
-    if (k < lat.count) {
-      row_terms[r * lat.count + k] = RowTermsAt<T, kG>(lat, k, ref);
-    } else {
-      col_terms[r * lon.count + k - lat.count] = ColumnTermsAt<T, kG>(lon, k - lat.count, ref);
-    }
-  }
 }
 
 // ---- the mesh: each thread owns a vector of columns, walks rows ---------------------
