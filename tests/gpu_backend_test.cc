@@ -32,12 +32,14 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/dtype.h"
 #include "tests/testing/arrays.h"
+#include "tests/testing/device_launch.h"
 #include "tests/testing/gpu_present.h"
 #include "tests/testing/tensors.h"
 
 namespace gpucompute {
 namespace {
 
+using test::Cpu;
 using test::ElementCount;
 using test::ExpectRelativeL2;
 using test::FreshSeed;
@@ -63,14 +65,10 @@ Backend* Gpu() {
   return backend.get();
 }
 
-Backend* Cpu() {
-  static std::unique_ptr<Backend> backend = CreateCpuBackend(0);
-  return backend.get();
-}
-
-#define REQUIRE_GPU()                                              \
-  do {                                                             \
-    if (!GpuPresent()) GTEST_SKIP() << "no CUDA device present";   \
+// REQUIRE_GPU, and the CUDA backend started where a GPU is present.
+#define REQUIRE_GPU_BACKEND()                                                           \
+  do {                                                                                  \
+    REQUIRE_GPU();                                                                      \
     ASSERT_NE(Gpu(), nullptr) << "a GPU is present but the CUDA backend did not start"; \
   } while (0)
 
@@ -78,7 +76,7 @@ DType DTypeOf(bool f64) { return f64 ? DType::kFloat64 : DType::kFloat32; }
 
 // ---- start-up -----------------------------------------------------------------------------------
 TEST(GpuBackendSmall, WarmAtConstruction) {
-  REQUIRE_GPU();
+  REQUIRE_GPU_BACKEND();
   Backend& g = *Gpu();
   EXPECT_EQ(g.name(), "cuda");
   EXPECT_FALSE(g.arrays_on_host());
@@ -106,14 +104,14 @@ TEST(GpuBackendSmall, WarmAtConstruction) {
 }
 
 TEST(GpuBackendSmall, NoDeviceListedTwiceOrMissing) {
-  REQUIRE_GPU();
+  REQUIRE_GPU_BACKEND();
   BackendOptions o;
   o.cuda_devices = {9999};
   EXPECT_EQ(CreateCudaBackend(o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(GpuBackendSmall, CopiesFromPinnedHostMemory) {
-  REQUIRE_GPU();
+  REQUIRE_GPU_BACKEND();
   Backend& g = *Gpu();
   const size_t bytes = (20u << 20) + 3;
   void* pinned = nullptr;
@@ -176,7 +174,7 @@ void CheckDiscount(const DiscountCase& c, bool f64) {
 }
 
 TEST(GpuBackendLarge, DiscountProduct1e8) {
-  REQUIRE_GPU();
+  REQUIRE_GPU_BACKEND();
   CheckDiscount({{1000000, 5}, {20, 1000000, 5}}, false);  // 1e8 elements, the seed's layout
   CheckDiscount({{1, 333333}, {151, 333333}}, true);       // ~5e7, odd row length
   CheckDiscount({{2000001, 1}, {2000001, 7}}, false);      // column broadcast, general path
@@ -212,7 +210,7 @@ std::vector<GeoPoint> RandomRefs(int n, uint64_t seed) {
 }
 
 TEST(GpuBackendLarge, HaversineMesh1e8) {
-  REQUIRE_GPU();
+  REQUIRE_GPU_BACKEND();
   CheckMesh({{{29, 31, 10000}, {99, 101, 10000}}, {{30, 101}}}, false);
   CheckMesh({{{-50, 50, 9999}, {-120, 120, 10001}}, {{1, 2}}}, true);
 }
@@ -242,7 +240,7 @@ void CheckPoints(const Shape& shape, int n_ref, bool f64) {
 }
 
 TEST(GpuBackendLarge, HaversinePoints1e8) {
-  REQUIRE_GPU();
+  REQUIRE_GPU_BACKEND();
   CheckPoints({10000000}, 10, false);
   CheckPoints({999, 1001}, 7, true);
 }
@@ -270,7 +268,7 @@ void CheckNormalize(const Shape& shape, NormKind norm, bool f64) {
 }
 
 TEST(GpuBackendLarge, Normalize1e8) {
-  REQUIRE_GPU();
+  REQUIRE_GPU_BACKEND();
   CheckNormalize({10, 10000000}, NormKind::kSum, false);  // the seed: 10 x 10M float32
   CheckNormalize({10, 10000000}, NormKind::kL2, true);
   CheckNormalize({1000001, 33}, NormKind::kMaxAbs, false);
@@ -308,7 +306,7 @@ void CheckTinyNorms(int64_t cols) {
 }
 
 TEST(GpuBackendSmall, NormalizeDividesWhenTheReciprocalOverflows) {
-  REQUIRE_GPU();
+  REQUIRE_GPU_BACKEND();
   for (int64_t cols : {2, 9, 100, 1000, 20001}) {  // lane groups, warps (1 and 2 reads), chunks
     CheckTinyNorms<float>(cols);
     CheckTinyNorms<double>(cols);
@@ -367,7 +365,7 @@ void CheckLs(const LsCase& c, bool f64) {
 }
 
 TEST(GpuBackendLarge, LombScargleSeedSize) {
-  REQUIRE_GPU();
+  REQUIRE_GPU_BACKEND();
   const LombScargleOptions fm{false, false, true};
   CheckLs({1, 1024, 1 << 20, false, 0, true, fm}, false);
   CheckLs({1, 1024, 1 << 20, false, 0, true, fm}, true);
@@ -376,7 +374,7 @@ TEST(GpuBackendLarge, LombScargleSeedSize) {
 
 // ---- cancellation, concurrency, memory ------------------------------------------------------------------------
 TEST(GpuBackendSmall, ConcurrentCallsFromTwoThreads) {
-  REQUIRE_GPU();
+  REQUIRE_GPU_BACKEND();
   Backend& g = *Gpu();
   constexpr int kIterations = 25;
   std::atomic<int> failures{0};
@@ -422,7 +420,7 @@ uint64_t UsedBytes(Backend& g) {
 }
 
 TEST(GpuBackendSmall, PoolReturnsToBaselineAfterArraysDrop) {
-  REQUIRE_GPU();
+  REQUIRE_GPU_BACKEND();
   Backend& g = *Gpu();
   const uint64_t baseline = UsedBytes(g);
   {
@@ -447,7 +445,7 @@ TEST(GpuBackendSmall, PoolReturnsToBaselineAfterArraysDrop) {
 }
 
 TEST(GpuBackendSmall, HostArraysAreRejected) {
-  REQUIRE_GPU();
+  REQUIRE_GPU_BACKEND();
   const std::vector<float> v = {1, 2, 3};
   auto host = Put(*Cpu(), {3}, v);
   auto dev = Poisoned(*Gpu(), DType::kFloat32, {3});
@@ -457,7 +455,7 @@ TEST(GpuBackendSmall, HostArraysAreRejected) {
 }
 
 TEST(GpuBackendSmall, OperandsOnTwoDevicesFailNamingThem) {
-  REQUIRE_GPU();
+  REQUIRE_GPU_BACKEND();
   const std::vector<DeviceDescription> devices = Gpu()->Devices();
   if (devices.size() < 2) GTEST_SKIP() << "one GPU";
   const int d0 = std::stoi(devices[0].name.substr(5)), d1 = std::stoi(devices[1].name.substr(5));
@@ -471,7 +469,7 @@ TEST(GpuBackendSmall, OperandsOnTwoDevicesFailNamingThem) {
 }
 
 TEST(GpuBackendLarge, OutOfMemoryIsResourceExhaustedAndRecoverable) {
-  REQUIRE_GPU();
+  REQUIRE_GPU_BACKEND();
   Backend& g = *Gpu();
   const int device = g.PickDevice();
   EXPECT_EQ(g.Allocate(DType::kFloat64, {int64_t{1} << 42}, device).status().code(),
@@ -501,7 +499,7 @@ class WildArray final : public Array {
 };
 
 TEST(GpuBackendDeathTest, StickyErrorMarksDeviceUnhealthy) {
-  REQUIRE_GPU();
+  REQUIRE_GPU_BACKEND();
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
       {

@@ -20,7 +20,7 @@ namespace {
 class GpuChunkMemoryTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!test::GpuPresent()) GTEST_SKIP() << "no CUDA device";
+    REQUIRE_GPU();
     absl::StatusOr<std::unique_ptr<Backend>> made = CreateCudaBackend(BackendOptions{});
     ASSERT_TRUE(made.ok()) << made.status().message();
     backend_ = *std::move(made);

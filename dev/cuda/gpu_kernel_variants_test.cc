@@ -27,69 +27,26 @@
 #include "dev/cuda/normalize_variants.h"
 #include "tests/testing/arrays.h"
 #include "tests/testing/conformance.h"
+#include "tests/testing/device_launch.h"
 #include "tests/testing/gpu_present.h"
 #include "tests/testing/tensors.h"
 
 namespace gpucompute {
 namespace {
 
+using test::Cpu;
+using test::DeviceBuffer;
+using test::Env;
 using test::ExpectRelativeL2;
 using test::FreshSeed;
+using test::kAllNorms;
+using test::kDType;
 using test::Poisoned;
 using test::Put;
 using test::Read;
 using test::ToDoubles;
 using test::Uniform;
 
-using test::GpuPresent;
-
-#define REQUIRE_GPU()                                                    \
-  do {                                                                   \
-    if (!GpuPresent()) GTEST_SKIP() << "no CUDA device present";         \
-  } while (0)
-
-#define ASSERT_CUDA(expr)                                                \
-  do {                                                                   \
-    const cudaError_t _e = (expr);                                       \
-    ASSERT_EQ(_e, cudaSuccess) << #expr << ": " << cudaGetErrorString(_e); \
-  } while (0)
-
-Backend* Cpu() {
-  static std::unique_ptr<Backend> backend = CreateCpuBackend(0);
-  return backend.get();
-}
-
-cuda::LaunchEnv Env() {
-  int device = 0, sms = 1;
-  (void)cudaGetDevice(&device);
-  (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  return cuda::LaunchEnv{nullptr, nullptr, sms};
-}
-
-// Device memory for n elements of T at `offset` elements past a 256-byte boundary,
-// every byte 0xff (NaN) until written.
-template <typename T>
-struct DeviceBuffer {
-  void* base = nullptr;
-  T* p = nullptr;
-  DeviceBuffer(int64_t n, int offset) {
-    if (cudaMalloc(&base, (n + offset + 1) * sizeof(T)) != cudaSuccess) return;
-    p = static_cast<T*>(base) + offset;
-    (void)cudaMemset(base, 0xff, (n + offset + 1) * sizeof(T));
-  }
-  ~DeviceBuffer() { cudaFree(base); }
-  void Upload(const std::vector<T>& v) { (void)cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice); }
-  std::vector<T> Download(int64_t n) const {
-    std::vector<T> v(n);
-    (void)cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
-    return v;
-  }
-};
-
-template <typename T>
-constexpr DType kDType = sizeof(T) == 4 ? DType::kFloat32 : DType::kFloat64;
-
-constexpr NormKind kAllNorms[] = {NormKind::kSum, NormKind::kL1, NormKind::kL2, NormKind::kMaxAbs};
 constexpr cuda::lab::NormalizeVariant kNormalizeVariants[] = {
     cuda::lab::NormalizeVariant::kDefault, cuda::lab::NormalizeVariant::kTwoReads, cuda::lab::NormalizeVariant::kTile,
     cuda::lab::NormalizeVariant::kCluster, cuda::lab::NormalizeVariant::kNarrowGroups, cuda::lab::NormalizeVariant::kPipelined,

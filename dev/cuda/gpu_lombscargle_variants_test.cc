@@ -22,6 +22,7 @@
 #include "dev/cuda/lombscargle_variants.h"
 #include "tests/testing/arrays.h"
 #include "tests/testing/conformance.h"
+#include "tests/testing/device_launch.h"
 #include "tests/testing/gpu_present.h"
 #include "tests/testing/tensors.h"
 
@@ -29,13 +30,9 @@ namespace gpucompute {
 namespace {
 
 using test::Batching;
+using test::Env;
 using test::Freqs;
 using test::Weights;
-
-#define REQUIRE_GPU()                                            \
-  do {                                                           \
-    if (!test::GpuPresent()) GTEST_SKIP() << "no CUDA device present"; \
-  } while (0)
 
 Backend& Cuda() {
   static Backend* backend = [] {
@@ -44,13 +41,6 @@ Backend& Cuda() {
     return made.ok() ? *made : nullptr;
   }();
   return *backend;
-}
-
-cuda::LaunchEnv Env() {
-  int device = 0, sms = 1;
-  (void)cudaGetDevice(&device);
-  (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  return cuda::LaunchEnv{nullptr, nullptr, sms};
 }
 
 struct DeviceResult {
