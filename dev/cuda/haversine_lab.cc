@@ -12,7 +12,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -147,13 +146,7 @@ void PointsCase(const Device& dev, DType t) {
 
 int Main(int argc, char** argv) {
   Device dev;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) dev.reps = std::max(5, std::atoi(argv[++i]));
-  }
-  if (!dev.Open()) {
-    std::printf("no CUDA device: nothing to time\n");
-    return 0;
-  }
+  if (!dev.OpenWithArgs(argc, argv)) return 0;
   for (DType t : {DType::kFloat32, DType::kFloat64}) Mesh(dev, t);
   for (DType t : {DType::kFloat32, DType::kFloat64}) PointsCase(dev, t);
   return 0;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -48,6 +49,16 @@ struct Device {
     sm_count = prop.multiProcessorCount;
     std::printf("device: %s, cc %d.%d, %d SMs\n", prop.name, prop.major, prop.minor, sm_count);
     return true;
+  }
+  // Open, reps from the command line's --reps N (at least 5). False, said on stdout,
+  // where there is no device: the program has nothing to time.
+  bool OpenWithArgs(int argc, char** argv) {
+    for (int i = 1; i < argc; ++i) {
+      if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = std::max(5, std::atoi(argv[++i]));
+    }
+    if (Open()) return true;
+    std::printf("no CUDA device: nothing to time\n");
+    return false;
   }
   cuda::LaunchEnv Env() const { return cuda::LaunchEnv{stream, pool, sm_count}; }
 

@@ -14,8 +14,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -119,13 +117,7 @@ void Run(const Device& dev, const Case& c, DType t) {
 
 int Main(int argc, char** argv) {
   Device dev;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) dev.reps = std::max(5, std::atoi(argv[++i]));
-  }
-  if (!dev.Open()) {
-    std::printf("no CUDA device: nothing to time\n");
-    return 0;
-  }
+  if (!dev.OpenWithArgs(argc, argv)) return 0;
   std::printf("variants: %s\n", "f32 v0 8 a thread, v1 4, v2-4 small (8 warps, 4 warps, 2 a lane); "
                                 "f64 v0 4 a thread, v1 8 (128 threads), v2 3, v3 5 (2048 angles), v4 5 (512 angles), "
                                 "v5-7 small");

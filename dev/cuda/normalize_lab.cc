@@ -84,13 +84,7 @@ void Run(const Device& dev, const Case& c) {
 
 int Main(int argc, char** argv) {
   Device dev;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) dev.reps = std::max(5, std::atoi(argv[++i]));
-  }
-  if (!dev.Open()) {
-    std::printf("no CUDA device: nothing to time\n");
-    return 0;
-  }
+  if (!dev.OpenWithArgs(argc, argv)) return 0;
   std::vector<Case> cases = {{10, 10000000, DType::kFloat32, NormKind::kSum, "sum"},
                              {10, 10000000, DType::kFloat64, NormKind::kL2, "l2"},
                              {1000000, 100, DType::kFloat32, NormKind::kSum, "sum"},
