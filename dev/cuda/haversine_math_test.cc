@@ -1,71 +1,32 @@
-// The arithmetic of the haversine candidates (dev/cuda/haversine_math.h), the shipped
-// lean step among them,
-// run on the CPU against long double references, near the antipode too. On the device sqrt(m) comes from
-// rsqrt (1 ulp more); the kernels' own tests (gpu_kernel_variants_test) check that.
+// The arithmetic only the haversine candidates use (dev/cuda/haversine_math.h: the
+// reduced last step and its forced forms), run on the CPU against long double
+// references, near the antipode too. The shipped arithmetic, which the candidates share,
+// is tests/haversine_math_test.cc's. On the device sqrt(m) comes from rsqrt (1 ulp
+// more); the kernels' own tests (gpu_kernel_variants_test) check that.
 #include "dev/cuda/haversine_math.h"
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
-#include <limits>
 #include <random>
-#include <utility>
+
+#include "tests/testing/half_angle_reference.h"
 
 namespace gpucompute {
 namespace {
 
 namespace hm = cuda::lab::haversine_math;
 
-constexpr long double kPiL = 3.14159265358979323846264338327950288L;
+using test::AsinSqrtReference;
+using test::kPiL;
+using test::SampleHG;
+using test::Ulps;
+using test::WorstNearAntipodalUlps;
 
-// asin(sqrt(h)) given h and g = 1 - h, from the smaller (no cancellation).
-long double AsinSqrtReference(long double h, long double g) {
-  return h <= g ? std::asin(std::sqrt(h)) : kPiL / 2 - std::asin(std::sqrt(g));
-}
-
-template <typename T>
-double Ulps(T got, long double want) {
-  const T w = static_cast<T>(want);
-  const long double ulp = std::nextafter(std::fabs(w), std::numeric_limits<T>::infinity()) - std::fabs(w);
-  return static_cast<double>(std::fabs(static_cast<long double>(got) - want) / ulp);
-}
-
-// (h, g = 1 - h): uniform h; h near 0 (down to 2^-60); h near 1, g down to 2^-60 given
-// as the kernels form it, not as 1 - h; and h in [0.99, 1] (distances past ~19800 km).
-template <typename T>
-std::pair<T, T> SampleHG(std::mt19937_64& rng, int i) {
-  std::uniform_real_distribution<double> u(0, 1);
-  const auto complement = [](T x) { return std::pair<T, T>{x, static_cast<T>(1 - x)}; };
-  switch (i % 4) {
-    case 0: return complement(static_cast<T>(u(rng)));
-    case 1: return complement(static_cast<T>(std::ldexp(u(rng), -static_cast<int>(u(rng) * 60))));
-    case 2: {
-      const T g = static_cast<T>(std::ldexp(u(rng), -static_cast<int>(u(rng) * 60)));
-      return {static_cast<T>(1 - g), g};
-    }
-    default: {
-      const T g = static_cast<T>(0.01 * u(rng));
-      return {static_cast<T>(1 - g), g};
-    }
-  }
-}
-
-template <typename T, typename Step>
-double WorstHalfAngleUlps(T scale, Step step) {
-  std::mt19937_64 rng(15);
-  double worst = 0;
-  for (int i = 0; i < 300000; ++i) {
-    const auto [h, g] = SampleHG<T>(rng, i);
-    worst = std::max(worst, Ulps<T>(step(h, g, scale), scale * AsinSqrtReference(h, g)));
-  }
-  return worst;
-}
 template <typename T>
 double WorstHalfAngleUlps(T scale) {
-  return WorstHalfAngleUlps(scale, [](T h, T g, T sc) { return hm::ScaledHalfAngleReduced(h, g, sc); });
+  return test::WorstHalfAngleUlps(scale, [](T h, T g, T sc) { return hm::ScaledHalfAngleReduced(h, g, sc); });
 }
 
 TEST(HaversineMath, HalfAngleReducedWithinAFewUlps) {
@@ -87,81 +48,6 @@ TEST(HaversineMath, HalfAngleReducedAtTheEndsAndRangeBoundaries) {
   EXPECT_EQ(hm::ScaledHalfAngleReduced(1.0f, 0.0f, 1.0f), static_cast<float>(kPiL / 2));
   for (double h : {0.25, std::nextafter(0.25, 1.0), 0.5, 0.75, std::nextafter(0.75, 0.0)}) {
     EXPECT_LE(Ulps<double>(hm::ScaledHalfAngleReduced(h, 1 - h, 1.0), AsinSqrtReference(h, 1 - h)), 2.0) << "h " << h;
-  }
-}
-
-// The lean step (HaversineAngle::kAsinReducedLean) with SqrtLean from an estimate
-// worse than the device's (RsqrtEstimate on the host: 2^-20): the reduced step's bounds.
-TEST(HaversineMath, HalfAngleLeanWithinAFewUlps) {
-  const auto lean = [](double h, double g, double scale) { return hm::ScaledHalfAngleLean(h, g, scale); };
-  EXPECT_LE(WorstHalfAngleUlps(1.0, lean), 1.5);
-  EXPECT_LE(WorstHalfAngleUlps(2 * 6371.0, lean), 3.0);
-}
-
-TEST(HaversineMath, HalfAngleLeanAtTheEndsAndRangeBoundaries) {
-  using W = hm::LeanWords;
-  EXPECT_EQ(hm::HiWord(0.25), W::kQuarter);
-  EXPECT_EQ(hm::HiWord(1.0), W::kOne);
-  EXPECT_EQ(hm::HiWord(-1.0), W::kMinusOne);
-  EXPECT_EQ(hm::HiWord(0.5), W::kHalf);
-  EXPECT_EQ(hm::FromWords(W::kHalfPi, W::kPiLow), static_cast<double>(kPiL / 2));
-  EXPECT_EQ(hm::FromWords(W::kQuarterPi, W::kPiLow), static_cast<double>(kPiL / 4));
-  EXPECT_EQ(hm::ScaledHalfAngleLean(0.0, 1.0, 1.0), 0.0);  // coincident points: exactly 0
-  EXPECT_EQ(hm::ScaledHalfAngleLean(1.0, 0.0, 1.0), static_cast<double>(kPiL / 2));
-  // Roundings below 0 (not from the mesh's or the chords' sums, which are >= 0) stay finite.
-  EXPECT_EQ(hm::ScaledHalfAngleLean(1.0 + 1e-15, -1e-17, 1.0), static_cast<double>(kPiL / 2));
-  EXPECT_LE(std::fabs(hm::ScaledHalfAngleLean(-1e-17, 1.0, 1.0)), 1e-150);
-  for (double h : {0.25, std::nextafter(0.25, 1.0), 0.25 * (1 + 0x1p-21), 0.5, 0.75, std::nextafter(0.75, 0.0),
-                   0.75 - 0x1p-23}) {
-    EXPECT_LE(Ulps<double>(hm::ScaledHalfAngleLean(h, 1 - h, 1.0), AsinSqrtReference(h, 1 - h)), 2.0) << "h " << h;
-  }
-}
-
-// The lean step a range at a time (ScaledHalfAngleLower / Middle / Upper), each h given to
-// the range InLeanRange puts it in, as the mesh kernels do when a warp's h share one.
-double HalfAngleByRange(double h, double g, double scale) {
-  if (hm::InLeanRange(hm::LeanRange::kLower, h)) return hm::ScaledHalfAngleLower(h, scale);
-  if (hm::InLeanRange(hm::LeanRange::kMiddle, h)) return hm::ScaledHalfAngleMiddle(h, scale);
-  return hm::ScaledHalfAngleUpper(g, scale);
-}
-
-TEST(HaversineMath, HalfAngleByRangeWithinAFewUlps) {
-  EXPECT_LE(WorstHalfAngleUlps(1.0, HalfAngleByRange), 1.5);
-  EXPECT_LE(WorstHalfAngleUlps(2 * 6371.0, HalfAngleByRange), 3.0);
-}
-
-TEST(HaversineMath, HalfAngleByRangeAtTheEndsAndRangeBoundaries) {
-  EXPECT_EQ(hm::HiWord(0.75), hm::kThreeQuartersHi);
-  EXPECT_EQ(hm::ScaledHalfAngleLower(0.0, 1.0), 0.0);  // coincident points: exactly 0
-  EXPECT_EQ(hm::ScaledHalfAngleUpper(0.0, 1.0), static_cast<double>(kPiL / 2));
-  for (double h : {0.0, 0x1p-1074, 0.25, std::nextafter(0.25, 0.0), std::nextafter(0.25, 1.0), 0.5, 0.75,
-                   std::nextafter(0.75, 0.0), std::nextafter(0.75, 1.0), 1.0}) {
-    int ranges = 0;  // each h in exactly one range
-    for (auto r : {hm::LeanRange::kLower, hm::LeanRange::kMiddle, hm::LeanRange::kUpper}) ranges += hm::InLeanRange(r, h);
-    EXPECT_EQ(ranges, 1) << "h " << h;
-    if (h > 0x1p-1022) {
-      EXPECT_LE(Ulps<double>(HalfAngleByRange(h, 1 - h, 1.0), AsinSqrtReference(h, 1 - h)), 2.0) << "h " << h;
-    }
-  }
-}
-
-// SqrtLean against long double over [0, 1], down to 2^-1074 (the estimate's argument is
-// clamped to the smallest normal: below it only finiteness and size are promised).
-TEST(HaversineMath, SqrtLeanWithinAnUlp) {
-  EXPECT_EQ(hm::SqrtLean(0.0), 0.0);
-  EXPECT_EQ(hm::SqrtLean(1.0), 1.0);
-  std::mt19937_64 rng(18);
-  std::uniform_real_distribution<double> u(0, 1);
-  double worst = 0;
-  for (int i = 0; i < 300000; ++i) {
-    const double m = std::ldexp(u(rng), -static_cast<int>(u(rng) * (i % 2 ? 60 : 1000)));
-    if (m < 0x1p-1022) continue;
-    worst = std::max(worst, Ulps<double>(hm::SqrtLean(m), std::sqrt(static_cast<long double>(m))));
-  }
-  EXPECT_LE(worst, 1.0);
-  for (double m : {0x1p-1074, 0x1p-1030, std::nextafter(0x1p-1022, 0.0)}) {
-    const double r = hm::SqrtLean(m);
-    EXPECT_TRUE(std::isfinite(r) && r >= 0 && r < 1e-150) << m << " -> " << r;
   }
 }
 
@@ -190,115 +76,13 @@ TEST(HaversineMath, HalfAngleReducedForcedFormsSelectTheSameRanges) {
   EXPECT_EQ((FormDifferences<float, hm::ReducedForm::kNewton>()), 0);
 }
 
-// Distances from (30, 101) degrees to points around its antipode (-30, -79), 1e-7 to
-// 3 degrees off (19700 km to 20015 km, h in [0.99, 1)), composed as the mesh kernels
-// do (row terms, column terms, h = A + B C, g = HaversineG), against long double.
-enum class Step { kReduced, kLean, kByRange };
-template <typename T, Step kStep = Step::kReduced>
-double WorstNearAntipodalUlps() {
-  constexpr double kLat0 = 30, kLon0 = 101, kTwoR = 2 * 6371.0088;
-  const double cos_lat0 = std::cos(kLat0 * static_cast<double>(kPiL / 180));
-  std::mt19937_64 rng(17);
-  std::uniform_real_distribution<double> u(-1, 1);
-  double worst = 0;
-  for (int i = 0; i < 100000; ++i) {
-    const double off = 3 * std::pow(10.0, -7 * std::fabs(u(rng)));  // 3 degrees down to 3e-7
-    const double lat = static_cast<T>(-kLat0 + off * u(rng)), lon = static_cast<T>(kLon0 - 180 + off * u(rng));
-    const hm::LatitudeTerms row = hm::LatitudePairTerms(lat, kLat0, cos_lat0);
-    double sin2, cos2;
-    hm::LongitudeTerms(lon - kLon0, &sin2, &cos2);
-    const T h = hm::Fma(static_cast<T>(row.cos_product), static_cast<T>(sin2), static_cast<T>(row.sin2_half_dlat));
-    const T g = hm::HaversineG(static_cast<T>(row.cos2_half_dlat), static_cast<T>(row.sin2_half_lat_sum),
-                               static_cast<T>(sin2), static_cast<T>(cos2));
-    const long double d = kPiL / 360, dlat = (lat - kLat0) * d, dlon = (lon - kLon0) * d, sum = (lat + kLat0) * d;
-    const long double want_h = std::sin(dlat) * std::sin(dlat) +
-                               std::cos(lat * 2 * d) * std::cos(kLat0 * 2 * d) * std::sin(dlon) * std::sin(dlon);
-    const long double want_g = std::cos(dlat) * std::cos(dlat) * std::cos(dlon) * std::cos(dlon) +
-                               std::sin(sum) * std::sin(sum) * std::sin(dlon) * std::sin(dlon);
-    T got;
-    if constexpr (kStep == Step::kLean) {
-      got = hm::ScaledHalfAngleLean(h, g, static_cast<T>(kTwoR));
-    } else if constexpr (kStep == Step::kByRange) {
-      got = HalfAngleByRange(h, g, kTwoR);
-    } else {
-      got = hm::ScaledHalfAngleReduced(h, g, static_cast<T>(kTwoR));
-    }
-    worst = std::max(worst, Ulps<T>(got, kTwoR * AsinSqrtReference(want_h, want_g)));
-  }
-  return worst;
-}
-
 TEST(HaversineMath, NearAntipodalDistancesWithinAFewUlps) {
   // g from its own terms: measured 1.10 (float64) and 1.15 ulp (float32). From g =
   // 1 - h the error grows as 1 / sqrt(1 - h): ~10 ulp at 19900 km, 1900 (float32) and
   // 6e7 (float64) ulp 3e-7 degrees off.
-  EXPECT_LE(WorstNearAntipodalUlps<double>(), 2.0);
-  EXPECT_LE(WorstNearAntipodalUlps<float>(), 2.0);
-  EXPECT_LE((WorstNearAntipodalUlps<double, Step::kLean>()), 2.0);
-  EXPECT_LE((WorstNearAntipodalUlps<double, Step::kByRange>()), 2.0);
-}
-
-// sin and cos of x / 2 degrees, up to a sign common to both as the haversine's
-// squares allow.
-template <typename T>
-double WorstSinCosError(double max_degrees) {
-  std::mt19937_64 rng(16);
-  std::uniform_real_distribution<double> u(-max_degrees, max_degrees);
-  double worst = 0;
-  for (int i = 0; i < 200000; ++i) {
-    const T x = static_cast<T>(u(rng));
-    T s, c;
-    hm::SinCosHalfDegreesUpToSign(x, &s, &c);
-    const long double t = std::fmod(static_cast<long double>(x), 720.0L) * kPiL / 360;
-    const long double ws = std::sin(t), wc = std::cos(t);
-    const long double same = std::fabs(s - ws) + std::fabs(c - wc);
-    const long double flipped = std::fabs(s + ws) + std::fabs(c + wc);
-    const long double err = std::max(std::fabs((same <= flipped ? s : -s) - ws),
-                                     std::fabs((same <= flipped ? c : -c) - wc));
-    worst = std::max(worst, static_cast<double>(err / std::numeric_limits<T>::epsilon()));
-  }
-  return worst;
-}
-
-TEST(HaversineMath, SinCosDegreesWithinTwoRoundings) {
-  // In units of epsilon (absolute, sin and cos <= 1): measured 0.62 (float64), 0.61 (float32).
-  EXPECT_LE(WorstSinCosError<double>(90), 1.0);
-  EXPECT_LE(WorstSinCosError<double>(1e6), 1.0);  // the longitude rule
-  EXPECT_LE(WorstSinCosError<float>(90), 1.0);
-  EXPECT_LE(WorstSinCosError<float>(1e6), 1.0);
-}
-
-// Points by chords (HaversinePointsVariant::kChord*): half unit vectors, the smaller of h
-// and g from their difference or sum, the lean step (ChordHalfAngleLean); against long
-// double for random pairs, pairs 1e-9 to 1 degree apart and pairs as far from their
-// antipode. The coordinates' absolute errors (a few 1e-16) bound the angle's error
-// absolutely, as for the split variants' half-angle differences: per pair |error| <= 4
-// ulp + 2 R 1e-15.
-TEST(HaversineMath, ChordDistancesWithinUlpsPlusAnAbsoluteBound) {
-  constexpr long double kTwoR = 2 * 6371.0088L;
-  std::mt19937_64 rng(19);
-  std::uniform_real_distribution<double> u(-1, 1);
-  double worst = 0, worst_ulps = 0, worst_km = 0;
-  for (int i = 0; i < 300000; ++i) {
-    const double lat0 = 89 * u(rng), lon0 = 180 * u(rng);
-    const double off = std::pow(10.0, -9 * std::fabs(u(rng)));  // 1 degree down to 1e-9
-    double lat = 90 * u(rng), lon = 540 * u(rng);
-    if (i % 3 == 1) lat = lat0 + off * u(rng), lon = lon0 + off * u(rng);
-    if (i % 3 == 2) lat = -lat0 + off * u(rng), lon = lon0 + 180 + off * u(rng);
-    const hm::HalfVector<double> p = hm::HalfUnitVector(lat, lon), q = hm::HalfUnitVector(lat0, lon0);
-    const double got = hm::ChordHalfAngleLean(p, q, static_cast<double>(kTwoR));
-    const long double d = kPiL / 360, dlat = (lat - lat0) * d, dlon = (lon - lon0) * d, sum = (lat + lat0) * d;
-    const long double sl = std::sin(dlat), so = std::sin(dlon), cl = std::cos(dlat), co = std::cos(dlon), ss = std::sin(sum);
-    const long double want = kTwoR * AsinSqrtReference(sl * sl + std::cos(2 * lat * d) * std::cos(2 * lat0 * d) * so * so,
-                                                       cl * cl * co * co + ss * ss * so * so);
-    const double err = static_cast<double>(std::fabs(static_cast<long double>(got) - want));
-    const double w = static_cast<double>(want), ulp = std::nextafter(w, 2 * w + 1) - w;
-    worst = std::max(worst, err / (4 * ulp + static_cast<double>(kTwoR) * 1e-15));
-    worst_ulps = std::max(worst_ulps, err / ulp);
-    worst_km = std::max(worst_km, err);
-  }
-  std::printf("chord float64: worst %.3g of the bound; %.3g ulp, %.3g km at most\n", worst, worst_ulps, worst_km);
-  EXPECT_LE(worst, 1.0);
+  const auto reduced = [](auto h, auto g, auto scale) { return hm::ScaledHalfAngleReduced(h, g, scale); };
+  EXPECT_LE(WorstNearAntipodalUlps<double>(reduced), 2.0);
+  EXPECT_LE(WorstNearAntipodalUlps<float>(reduced), 2.0);
 }
 
 }  // namespace
