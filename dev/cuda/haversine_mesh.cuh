@@ -20,9 +20,9 @@
 
 namespace gpucompute::cuda::lab::haversine_mesh {
 
-// The launch policies, the row and column terms and the terms kernel are the shipped
-// kernels' (kernels/cuda/haversine_mesh.cuh): the candidates differ in the last step
-// and the schedule only.
+// The launch policies, the row and column terms, the terms kernel and the lean step a
+// warp's range at a time are the shipped kernels' (kernels/cuda/haversine_mesh.cuh): the
+// candidates differ in the last step and the schedule only.
 using ::gpucompute::cuda::haversine_mesh::ColumnTerms;
 using ::gpucompute::cuda::haversine_mesh::ColumnTermsAt;
 using ::gpucompute::cuda::haversine_mesh::kFusedRowsPerBlock;
@@ -30,6 +30,7 @@ using ::gpucompute::cuda::haversine_mesh::MeshPolicy;
 using ::gpucompute::cuda::haversine_mesh::MeshTermsKernel;
 using ::gpucompute::cuda::haversine_mesh::RowTerms;
 using ::gpucompute::cuda::haversine_mesh::RowTermsAt;
+using ::gpucompute::cuda::haversine_mesh::StoreRowByRange;  // float64 kAsinReducedLean
 using ::gpucompute::cuda::haversine_mesh::StoreVec;
 using ::gpucompute::cuda::haversine_mesh::TermsPolicy;
 
@@ -71,45 +72,6 @@ __device__ __forceinline__ void StoreRow(T* dst, const RowTerms<T, kWithG<kAngle
   T d[kV];
 #pragma unroll
   for (int v = 0; v < kV; ++v) d[v] = Distance<T, kAngle>(row, c[v], two_r);
-  StoreVec(dst, d);
-}
-
-// StoreRow for float64 kAsinReducedLean in the fused kernels: where every point a warp
-// stores in this row lies in one of the lean step's ranges, that range's step alone
-// (haversine_math.h: ScaledHalfAngleLower / Middle / Upper: 20 / 18 / 23 double
-// operations a point against the general step's 25, and none of its selects). A warp's
-// columns are neighbours, so their h are too: only warps across a range's edge take the
-// general step. lanes: the lanes of the warp that store this row (the votes' mask).
-template <int kV>
-__device__ __forceinline__ void StoreRowByRange(double* dst, const RowTerms<double, true>& row,
-                                                const ColumnTerms<double, true> (&c)[kV], double two_r,
-                                                unsigned lanes) {
-  namespace hm = haversine_math;
-  double h[kV], d[kV];
-  bool lower = true, middle = true, upper = true;
-#pragma unroll
-  for (int v = 0; v < kV; ++v) {
-    h[v] = fma(row.b, c[v].sin2, row.a);
-    lower &= hm::InLeanRange(hm::LeanRange::kLower, h[v]);  // & not &&: no branch a point
-    middle &= hm::InLeanRange(hm::LeanRange::kMiddle, h[v]);
-    upper &= hm::InLeanRange(hm::LeanRange::kUpper, h[v]);
-  }
-  if (__all_sync(lanes, lower)) {
-#pragma unroll
-    for (int v = 0; v < kV; ++v) d[v] = hm::ScaledHalfAngleLower(h[v], two_r);
-  } else if (__all_sync(lanes, middle)) {
-#pragma unroll
-    for (int v = 0; v < kV; ++v) d[v] = hm::ScaledHalfAngleMiddle(h[v], two_r);
-  } else if (__all_sync(lanes, upper)) {
-#pragma unroll
-    for (int v = 0; v < kV; ++v) {
-      d[v] = hm::ScaledHalfAngleUpper(hm::HaversineG(row.cos2_half_dlat, row.sin2_half_lat_sum, c[v].sin2, c[v].cos2),
-                                      two_r);
-    }
-  } else {
-#pragma unroll
-    for (int v = 0; v < kV; ++v) d[v] = Distance<double, HaversineAngle::kAsinReducedLean>(row, c[v], two_r);
-  }
   StoreVec(dst, d);
 }
 
