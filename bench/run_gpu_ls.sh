@@ -2,10 +2,10 @@
 # Issue 14 (Lomb-Scargle: NUFFT and direct methods) on a GPU machine, in one device call.
 #
 # Here (no GPU needed):
-#   cmake --build build-cuda -j2 --target lombscargle_methods_test backend_conformance_test \
+#   cmake --build build-cuda -j2 --target lombscargle_methods_test lombscargle_conformance_test \
 #       gpu_lombscargle_bench gpucompute-server gpucompute-cli
 #   /work/shared/tools/device-bundle .device/ls build-cuda/tests/lombscargle_methods_test \
-#       build-cuda/tests/backend_conformance_test build-cuda/bench/gpu_lombscargle_bench \
+#       build-cuda/tests/lombscargle_conformance_test build-cuda/bench/gpu_lombscargle_bench \
 #       build-cuda/server/gpucompute-server build-cuda/client/gpucompute-cli
 #   rm -f .device/ls/lib/libcufft*      # ~280 MB: the machine's CUDA image has cuFFT
 #   (cd client/python && /usr/bin/python3 -m gpucompute._build_proto --force)
@@ -14,7 +14,7 @@
 #
 # Steps, each with its own time limit (about 6 minutes in all):
 #   1. the cuda_* instances of lombscargle_methods_test (NUFFT vs float64 direct reference,
-#      method choice, refusals, amplitudes, ragged batches) and of backend_conformance_test's
+#      method choice, refusals, amplitudes, ragged batches) and of lombscargle_conformance_test's
 #      Lomb-Scargle suite (every option combination, amplitude included, on both methods);
 #   1b. the NUFFT's small ill-conditioned rows (and the option sweep's small cases) over
 #      SWEEP_SEEDS fresh seeds (default 2000; 0 skips), GPUCOMPUTE_SEED_SWEEP; with
@@ -47,7 +47,7 @@ echo "cuFFT from: ${CUFFT_DIR:-not found}"
 step "1. tests (limit 120 s)"
 timeout 120 "$BUNDLE/lombscargle_methods_test" --gtest_color=no --gtest_filter='*cuda*' > "$OUT/ls_test.log" 2>&1
 echo "rc=$?" >> "$OUT/ls_test.log"
-timeout 120 "$BUNDLE/backend_conformance_test" --gtest_color=no --gtest_filter='LombScargle*cuda*' >> "$OUT/ls_test.log" 2>&1
+timeout 120 "$BUNDLE/lombscargle_conformance_test" --gtest_color=no --gtest_filter='LombScargle*cuda*' >> "$OUT/ls_test.log" 2>&1
 echo "rc=$?" >> "$OUT/ls_test.log"
 grep -E '^\[  (PASSED|FAILED) |^\[       OK \]|^\[  FAILED  \]|^rc=' "$OUT/ls_test.log" | tail -30
 grep -B2 -A10 'Failure' "$OUT/ls_test.log" | head -60
@@ -58,7 +58,7 @@ if [ "$SWEEP_SEEDS" -gt 0 ]; then
   : > "$OUT/ls_sweep.log"
   for run in "150 lombscargle_methods_test LombScargleMethods/cuda_f32.NufftOnIllConditionedSmallRows $SWEEP_SEEDS" \
              "60 lombscargle_methods_test LombScargleMethods/cuda_f64.NufftOnIllConditionedSmallRows $((SWEEP_SEEDS / 4))" \
-             "60 backend_conformance_test LombScargleConformance/cuda_f32.EveryOptionCombination $((SWEEP_SEEDS / 4))"; do
+             "60 lombscargle_conformance_test LombScargleConformance/cuda_f32.EveryOptionCombination $((SWEEP_SEEDS / 4))"; do
     set -- $run
     echo "--- $3 over $4 seeds" >> "$OUT/ls_sweep.log"
     GPUCOMPUTE_SEED_SWEEP=$4 timeout "$1" "$BUNDLE/$2" --gtest_color=no --gtest_filter="$3" >> "$OUT/ls_sweep.log" 2>&1
