@@ -29,11 +29,16 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 
-# Debian 12's dask 2022.12 names np.round_, which NumPy 2 removed: the alias lets this
-# bench import it where only that Dask can travel (gpucompute.dask itself wants a Dask
-# made for NumPy 2 there).
+# Debian 12's dask 2022.12 names np.round_ and numpy.compat.basestring, which NumPy 2
+# removed: the aliases let this bench import it where only that Dask can travel
+# (gpucompute.dask itself wants a Dask made for NumPy 2 there).
 if not hasattr(np, "round_"):
     np.round_ = np.round
+try:
+    import numpy.compat  # noqa: F401
+except ImportError:
+    import types
+    sys.modules["numpy.compat"] = types.SimpleNamespace(basestring=str)  # type: ignore[assignment]
 
 import dask  # noqa: E402
 import dask.array as da  # noqa: E402

@@ -47,11 +47,11 @@ class SharedPool:
         if why:
             return None
         with self._lock:
-            fits = [b for b in self._free if nbytes <= b.nbytes <= 2 * nbytes + _GRANULE]
+            fits = [i for i, b in enumerate(self._free)
+                    if nbytes <= b.nbytes <= 2 * nbytes + _GRANULE]
             if fits:
-                block = min(fits, key=lambda b: b.nbytes)
-                self._free.remove(block)
-                return block
+                # By position: list.remove would compare arrays with ==, elementwise.
+                return self._free.pop(min(fits, key=lambda i: self._free[i].nbytes))
             capacity = -(-max(nbytes, 1) // _GRANULE) * _GRANULE
             evicted: List[Array] = []
             while self._free and self._bytes + capacity > self.max_bytes:
