@@ -397,7 +397,15 @@ void Metrics::Transferred(Direction direction, uint64_t bytes, absl::Duration el
 CodeCounters::CodeCounters(prometheus::Family<prometheus::Counter>& family,
                            prometheus::Labels labels)
     : family_(family), labels_(std::move(labels)) {
-  Get(grpc::OK);  // successes are a series from the start, for rate() and ratios
+  // The codes any call can end with are series from the start: rate() misses a
+  // counter's first increment when its series appears already at 1. Codes only a few
+  // calls can return appear on first use.
+  for (grpc::StatusCode code : {grpc::OK, grpc::CANCELLED, grpc::INVALID_ARGUMENT,
+                                grpc::DEADLINE_EXCEEDED, grpc::NOT_FOUND,
+                                grpc::RESOURCE_EXHAUSTED, grpc::FAILED_PRECONDITION,
+                                grpc::INTERNAL, grpc::UNAVAILABLE}) {
+    Get(code);
+  }
 }
 
 void CodeCounters::Increment(grpc::StatusCode code) { Get(code).Increment(); }
