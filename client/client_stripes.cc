@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "common/error_reason.h"
 #include "common/status_macros.h"
 #include "common/thread_name.h"
 
@@ -341,9 +342,9 @@ absl::StatusOr<Result> Client::StripedStreamingCompute(
       return;
     }
     if (!failure.ok()) return;  // cancelled by the first failure
-    failure = absl::Status(done.status().code(),
-                           absl::StrCat("striped StreamingCompute, call ", k, " (leading rows ",
-                                        begin, " to ", end - 1, "): ", done.status().message()));
+    failure = WithContext(done.status(), absl::StrCat("striped StreamingCompute, call ", k,
+                                                      " (leading rows ", begin, " to ", end - 1,
+                                                      ")"));
     for (grpc::ClientContext* context : in_flight) {
       if (context != nullptr) context->TryCancel();
     }

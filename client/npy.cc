@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "common/status_macros.h"
 
 namespace gpucompute::client {
@@ -397,7 +398,7 @@ absl::Status FileError(const std::string& path, absl::string_view action) {
 // The same failure, its message prefixed with the path.
 absl::Status WithPath(const absl::Status& status, const std::string& path) {
   if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrCat(path, ": ", status.message()));
+  return WithContext(status, path);
 }
 
 template <typename T>

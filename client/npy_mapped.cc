@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "common/status_macros.h"
 
 namespace gpucompute::client {
@@ -74,8 +75,7 @@ absl::StatusOr<MappedNpy> MapNpyFile(const std::string& path) {
   const absl::string_view file = npy.mapping->bytes();
   absl::StatusOr<NpyLayout> layout = ParseNpyLayout(file);
   if (!layout.ok()) {
-    return absl::Status(layout.status().code(),
-                        absl::StrCat(path, ": ", layout.status().message()));
+    return WithContext(layout.status(), path);
   }
   npy.dtype = layout->dtype;
   npy.shape = layout->shape;

@@ -10,6 +10,7 @@
 #include "client/npy.h"
 #include "client/npy_mapped.h"
 #include "client/progress_bar.h"
+#include "common/error_reason.h"
 #include "common/status_macros.h"
 
 namespace gpucompute::client {
@@ -34,9 +35,8 @@ absl::StatusOr<v1::Operand> OperandResolver::Resolve(absl::string_view spec,
     absl::StatusOr<std::unique_ptr<SharedRegion>> region = SharedRegion::Create(
         client_, std::max<uint64_t>(array.data.size(), 1), parsed.value);
     if (!region.ok()) {
-      return absl::Status(region.status().code(),
-                          absl::StrCat("--", flag, "=", parsed.value, " into shared memory: ",
-                                       region.status().message()));
+      return WithContext(region.status(),
+                         absl::StrCat("--", flag, "=", parsed.value, " into shared memory"));
     }
     std::memcpy((*region)->data(), array.data.data(), array.data.size());
     regions_.push_back(*std::move(region));

@@ -65,6 +65,16 @@ inline absl::Status WithReason(absl::Status status, absl::string_view reason,
   return status;
 }
 
+// `status` with `context` before its message ("context: message"), its code, reason and
+// metadata kept: wrapping an error never loses what clients decide by.
+inline absl::Status WithContext(const absl::Status& status, absl::string_view context) {
+  absl::Status wrapped(status.code(), absl::StrCat(context, ": ", status.message()));
+  status.ForEachPayload([&](absl::string_view key, const absl::Cord& value) {
+    wrapped.SetPayload(key, value);
+  });
+  return wrapped;
+}
+
 // The reason attached by WithReason, or "".
 inline std::string ReasonOf(const absl::Status& status) {
   const auto payload = status.GetPayload(kReasonPayload);

@@ -10,6 +10,7 @@
 #include "absl/base/casts.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "common/status_macros.h"
 #include "kernels/lombscargle_nufft.h"
 #include "kernels/preconditions.h"
@@ -96,12 +97,11 @@ absl::StatusOr<std::shared_ptr<SharedMemoryRegion>> RegionOf(const v1::SharedMem
                                                              absl::string_view field,
                                                              const RequestScope& scope) {
   if (!scope.regions.ok()) {
-    const absl::Status& refusal = scope.regions.status();
-    return absl::Status(refusal.code(), absl::StrCat(field, ": ", refusal.message()));
+    return WithContext(scope.regions.status(), field);
   }
   absl::StatusOr<std::string> owner = scope.regions->Owner();
   if (!owner.ok()) {
-    return absl::Status(owner.status().code(), absl::StrCat(field, ": ", owner.status().message()));
+    return WithContext(owner.status(), field);
   }
   return scope.regions->registry->Get(slice.region_id(), absl::StrCat(field, ".region_id"), *owner);
 }

@@ -12,6 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/error_reason.h"
 #include "common/status_macros.h"
 #include "gpucompute/v1/bulk_wire.h"
 #include "kernels/memory/memory_budget.h"
@@ -300,10 +301,9 @@ class StreamingComputeReactor final
     absl::Duration copy_out = absl::ZeroDuration();
     absl::Status status = ChunkMessages(chunk, times, copy_out, messages);
     if (!status.ok() && !cancelled_.load()) {
-      status = absl::Status(status.code(),
-                            absl::StrCat("chunk ", chunk.sequence, " (rows ", chunk.first_row,
-                                         " to ", chunk.first_row + chunk.rows - 1,
-                                         "): ", status.message()));
+      status = WithContext(status, absl::StrCat("chunk ", chunk.sequence, " (rows ",
+                                                chunk.first_row, " to ",
+                                                chunk.first_row + chunk.rows - 1, ")"));
     }
     mu_.Lock();
     --tasks_;

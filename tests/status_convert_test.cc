@@ -77,5 +77,16 @@ TEST(StatusConvertTest, FieldNamedByTheMessage) {
   EXPECT_EQ(FieldNamedBy("input is not set"), "");
 }
 
+TEST(StatusConvertTest, ContextKeepsCodeReasonAndMetadata) {
+  const absl::Status wrapped =
+      WithContext(WithReason(absl::NotFoundError("no such buffer"), reason::kBufferNotFound,
+                             {{"field", "input.buffer_id"}}),
+                  "chunk 3");
+  EXPECT_EQ(wrapped.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(wrapped.message(), "chunk 3: no such buffer");
+  EXPECT_EQ(ReasonOf(wrapped), reason::kBufferNotFound);
+  EXPECT_EQ(ReasonMetadata(wrapped, "field"), "input.buffer_id");
+}
+
 }  // namespace
 }  // namespace gpucompute
