@@ -79,6 +79,11 @@ size_t Executor::queued_requests() const {
   return general_.size + small_.size;
 }
 
+int Executor::busy_threads(Lane lane) const {
+  absl::MutexLock lock(&mu_);
+  return lane == Lane::kSmall ? busy_small_lane_ : busy_general_;
+}
+
 bool Executor::BeginInPlace() {
   absl::MutexLock lock(&mu_);
   if (stopping_ || in_place_ >= small_lane_threads_ || HasWork(/*small_lane_only=*/false)) {
@@ -192,10 +197,12 @@ void Executor::WorkerLoop(bool small_lane_only) {
     if (!HasWork(small_lane_only)) break;  // stopping and drained
     {
       Task task = Take(small_lane_only);
+      ++(small_lane_only ? busy_small_lane_ : busy_general_);
       mu_.Unlock();
       std::move(task)();
     }  // the task's captures go before the lock is taken again
     mu_.Lock();
+    --(small_lane_only ? busy_small_lane_ : busy_general_);
   }
   mu_.Unlock();
 }

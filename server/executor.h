@@ -79,6 +79,8 @@ class Executor {
   void SubmitContinuation(Task task);
 
   size_t queued_requests() const;
+  // Threads running a task now: the reserved small-lane ones, or the general ones.
+  int busy_threads(Lane lane) const;
   // Whether the caller may run a tiny request in place now, skipping the queues:
   // nothing waits in them and fewer than small_lane_threads requests run in
   // place. When true, the caller runs it, then calls EndInPlace.
@@ -134,6 +136,8 @@ class Executor {
   mutable absl::Mutex mu_;
   size_t spinners_ ABSL_GUARDED_BY(mu_) = 0;
   int in_place_ ABSL_GUARDED_BY(mu_) = 0;  // requests running in place now
+  int busy_small_lane_ ABSL_GUARDED_BY(mu_) = 0;
+  int busy_general_ ABSL_GUARDED_BY(mu_) = 0;
   // Continuations go first: finishing admitted work frees memory soonest.
   std::deque<Task> continuations_ ABSL_GUARDED_BY(mu_);
   LaneQueue general_ ABSL_GUARDED_BY(mu_);

@@ -131,6 +131,11 @@ class Metrics::LiveStateCollector final : public prometheus::Collectable {
       AddGauge(queue, device.queued_ops, {{"device", device.device}});
     }
     AddGauge(queue, state.queued_requests, {{"device", "executor"}});
+    auto busy = GaugeFamily("gpucompute_executor_busy_threads",
+                            "Executor threads running a task, per lane (lane=\"small\" are the "
+                            "threads reserved for small requests).");
+    AddGauge(busy, state.busy_general_threads, {{"lane", "general"}});
+    AddGauge(busy, state.busy_small_lane_threads, {{"lane", "small"}});
     auto info = GaugeFamily("gpucompute_device_info", "Devices in use (value 1).");
     auto healthy = GaugeFamily("gpucompute_device_healthy", "1 when the device can serve.");
     for (const DeviceDescription& device : state.devices) {
@@ -164,7 +169,7 @@ class Metrics::LiveStateCollector final : public prometheus::Collectable {
       AddGauge(budget_used, budget.used_bytes, {{"memory", budget.memory}});
       AddGauge(budget_capacity, budget.capacity_bytes, {{"memory", budget.memory}});
     }
-    return {std::move(reserved), std::move(used), std::move(queue), std::move(info),
+    return {std::move(reserved), std::move(used), std::move(queue), std::move(busy), std::move(info),
             std::move(healthy), std::move(buffers), std::move(buffer_bytes), std::move(regions),
             std::move(region_bytes), std::move(pinned),
             std::move(kernels), std::move(warmup), std::move(budget_used),

@@ -54,6 +54,8 @@ struct LiveState {
   uint64_t shared_memory_regions = 0;
   uint64_t shared_memory_bytes = 0;
   uint64_t queued_requests = 0;
+  int busy_general_threads = 0;
+  int busy_small_lane_threads = 0;
 };
 
 // The counters of one label set by status code (label grpc_code, as gRPC's own

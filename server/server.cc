@@ -155,6 +155,8 @@ absl::StatusOr<std::unique_ptr<GpuComputeServer>> GpuComputeServer::Start(
     state.shared_memory_bytes = self->shared_memory_->used_bytes();
     state.queued_requests =
         self->executor_->queued_requests() + self->compute_service_->batching();
+    state.busy_general_threads = self->executor_->busy_threads(Executor::Lane::kGeneral);
+    state.busy_small_lane_threads = self->executor_->busy_threads(Executor::Lane::kSmall);
     return state;
   };
   GC_RETURN_IF_ERROR(server->metrics_->StartExposer(

@@ -83,6 +83,34 @@ TEST(ExecutorTest, FullQueueRefusesRequestsButAcceptsContinuations) {
   EXPECT_TRUE(continued.load());
 }
 
+TEST(ExecutorTest, BusyThreadsCountsEachLaneWhileItsTaskRuns) {
+  Executor executor(2, 10, /*small_lane_threads=*/1);
+  EXPECT_EQ(executor.busy_threads(Executor::Lane::kGeneral), 0);
+  absl::Notification release;
+  absl::Notification started;
+  HoldTheOnlyThread(executor, started, release);
+  EXPECT_EQ(executor.busy_threads(Executor::Lane::kGeneral), 1);
+  EXPECT_EQ(executor.busy_threads(Executor::Lane::kSmall), 0);
+  absl::Notification small_release;
+  absl::Notification small_started;
+  ASSERT_TRUE(executor
+                  .SubmitRequest(
+                      [&](absl::Status) {
+                        small_started.Notify();
+                        small_release.WaitForNotification();
+                      },
+                      "client", Executor::Lane::kSmall)
+                  .ok());
+  small_started.WaitForNotification();
+  EXPECT_EQ(executor.busy_threads(Executor::Lane::kSmall), 1);
+  release.Notify();
+  small_release.Notify();
+  while (executor.busy_threads(Executor::Lane::kGeneral) +
+             executor.busy_threads(Executor::Lane::kSmall) >
+         0) {
+  }
+}
+
 // What each request's task was told, in the order the tasks ran.
 class Outcomes {
  public:

@@ -41,7 +41,12 @@ v1::LombScargleRequest Periodogram(int samples, uint64_t frequencies) {
 }
 
 // A streaming call that runs until it ends or is cancelled; `finished` is set then.
+// Going away cancels it, so that a failed assertion does not leave it running.
 struct LongCall {
+  ~LongCall() {
+    context.TryCancel();
+    if (reader.joinable()) reader.join();
+  }
   grpc::ClientContext context;
   std::atomic<bool> finished{false};
   std::thread reader;
@@ -76,14 +81,14 @@ class WorkLanesTest : public ::testing::Test {
     return calls;
   }
 
-  // Whether the executor's queue reads `depth` requests within 30 s.
-  bool AwaitExecutorQueueDepth(int depth) {
+  // Whether the metrics read `value` for `series` within 30 s.
+  bool AwaitMetric(const std::string& series, int value) {
     return test::Eventually(
-        [&] {
-          return test::MetricsShow(server_->server().metrics_port(), R"(gpucompute_queue_depth{device="executor"})",
-                                   depth);
-        },
+        [&] { return test::MetricsShow(server_->server().metrics_port(), series, value); },
         std::chrono::seconds(30));
+  }
+  bool AwaitExecutorQueueDepth(int depth) {
+    return AwaitMetric(R"(gpucompute_queue_depth{device="executor"})", depth);
   }
 
   std::unique_ptr<test::TestServer> server_;
@@ -116,7 +121,6 @@ TEST_F(WorkLanesTest, ASmallRequestRunsWhileLongOnesHoldEveryGeneralThread) {
   EXPECT_LT(took, absl::Seconds(10));
 
   for (const auto& call : long_calls) call->context.TryCancel();
-  for (const auto& call : long_calls) call->reader.join();
 }
 
 TEST_F(WorkLanesTest, AFullGeneralQueueDoesNotRefuseSmallRequests) {
@@ -128,9 +132,16 @@ TEST_F(WorkLanesTest, AFullGeneralQueueDoesNotRefuseSmallRequests) {
   Start(config);
 
   // One long call runs on the general thread, two wait: the general queue is full.
+  // Started one at a time, each seen in place before the next: calls arriving
+  // together could all be queued before the thread takes the first, and the
+  // third would rightly be refused.
   const v1::LombScargleRequest long_request = Periodogram(100000, 1000000);
-  const auto long_calls = StartLongCalls(long_request, 3);
-  ASSERT_TRUE(AwaitExecutorQueueDepth(2));
+  auto long_calls = StartLongCalls(long_request, 1);
+  ASSERT_TRUE(AwaitMetric(R"(gpucompute_executor_busy_threads{lane="general"})", 1));
+  for (int waiting = 1; waiting <= 2; ++waiting) {
+    long_calls.push_back(std::move(StartLongCalls(long_request, 1).front()));
+    ASSERT_TRUE(AwaitExecutorQueueDepth(waiting));
+  }
 
   // Another long call and an Upload's allocation are refused by the general queue...
   grpc::ClientContext refused_context;
@@ -164,7 +175,6 @@ TEST_F(WorkLanesTest, AFullGeneralQueueDoesNotRefuseSmallRequests) {
   for (const auto& call : long_calls) EXPECT_FALSE(call->finished.load());
 
   for (const auto& call : long_calls) call->context.TryCancel();
-  for (const auto& call : long_calls) call->reader.join();
 }
 
 TEST_F(WorkLanesTest, WorkOverTheLimitIsRefusedNamingTheFlagAndCounted) {
