@@ -4,7 +4,7 @@
 # calls run_sections "DEFAULT SECTIONS" "$@".
 set -u
 OUT=${OUT:-gpu-out}
-PYTHON=${PYTHON:-python3}
+export PYTHON=${PYTHON:-python3}
 BACKEND=${BACKEND:-cuda}  # cpu: a dry run of a section without a GPU, where it can run there
 mkdir -p "$OUT"
 # A bundle too large to carry as files travels packed as BUNDLE.txz.

@@ -240,7 +240,7 @@ section_bulk() (
     OUT=$OUT/cpu T_STEP=60 REPEAT=2 PORT=50181 limited 150 bulk_pass "$BUNDLE" cpu "$BULK_BYTES" 8
   fi
   step "bulk: GB/s and server core-s per GB"
-  grep -h "GB/s" "$OUT/$BACKEND/bulk_$BACKEND.txt" "$OUT"/cpu/bulk_cpu.txt 2>/dev/null | sort -u | sed 's/^/  /'
+  grep -h "GB/s" "$OUT/$BACKEND/bulk_$BACKEND.txt" "$OUT"/cpu/bulk_cpu.txt 2>/dev/null | awk '!seen[$0]++' | sed 's/^/  /'
 )
 
 section_seed000() (
