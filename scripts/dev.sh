@@ -40,9 +40,25 @@ install_node_packages() {
   fi
 }
 
+# Kernels for the GPUs this machine has, so nothing else compiles and nothing is
+# JIT-compiled at run time; with no GPU the CPU backend serves, and PTX for the
+# oldest and newest supported architectures still compiles every kernel path, in
+# a third of the time. The container image builds the full set (Dockerfile);
+# GPUCOMPUTE_CUDA_ARCHITECTURES overrides.
+cuda_architectures() {
+  if [ -n "${GPUCOMPUTE_CUDA_ARCHITECTURES:-}" ]; then
+    echo "$GPUCOMPUTE_CUDA_ARCHITECTURES"
+  elif command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+    echo native
+  else
+    echo "80-virtual;90-virtual"
+  fi
+}
+
 build_all() {
   if [ ! -f "$build/CMakeCache.txt" ]; then
-    cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release
+    cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release \
+      "-DCMAKE_CUDA_ARCHITECTURES=$(cuda_architectures)"
   fi
   cmake --build "$build" -j "$jobs"
 }

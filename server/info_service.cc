@@ -64,6 +64,10 @@ void InfoService::Describe(v1::ServerInfo* response) const {
   limits->set_max_in_flight(config.max_in_flight);
   limits->set_max_in_flight_per_connection(config.max_in_flight_per_connection);
   limits->set_max_concurrent_streams(config.max_concurrent_streams);
+  limits->set_max_open_streams(static_cast<uint32_t>(config.max_open_streams));
+  limits->set_max_open_streams_per_connection(
+      static_cast<uint32_t>(config.max_open_streams_per_connection));
+  limits->set_session_answer_bytes(config.session_answer_bytes);
   limits->set_resource_quota_bytes(config.resource_quota_bytes);
   limits->set_tls(!config.security.tls_cert_file.empty());
   limits->set_mutual_tls(!config.security.tls_client_ca_file.empty());

@@ -407,6 +407,10 @@ TEST_F(ServerTest, InfoReportsBackendOperationsAndLimits) {
             static_cast<uint32_t>(defaults.max_in_flight_per_connection));
   EXPECT_EQ(info->limits().max_concurrent_streams(),
             static_cast<uint32_t>(defaults.max_concurrent_streams));
+  EXPECT_EQ(info->limits().max_open_streams(), static_cast<uint32_t>(defaults.max_open_streams));
+  EXPECT_EQ(info->limits().max_open_streams_per_connection(),
+            static_cast<uint32_t>(defaults.max_open_streams_per_connection));
+  EXPECT_EQ(info->limits().session_answer_bytes(), defaults.session_answer_bytes);
   // Derived from the host budget (1/8 of it within [64 MiB, 2 GiB]).
   EXPECT_GE(info->limits().resource_quota_bytes(), uint64_t{64} << 20);
   EXPECT_LE(info->limits().resource_quota_bytes(), uint64_t{2} << 30);
