@@ -154,9 +154,9 @@ stage_means() {  # GLOB: the stage means of the stages files it names
 section_tests() (
   for t in run_from_host_test small_results_test dynamic_batching_test client_session_test session_test executor_test; do
     GPUCOMPUTE_TEST_BACKEND=$BACKEND timeout 120 "$(find_bin $t)" --gtest_color=no > "$OUT/$t.log" 2>&1
-    echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/$t.log" | tr '\n' ' ')"
+    echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]' "$OUT/$t.log" | tr '\n' ' ')"
     grep -E '^\[  FAILED  \]' "$OUT/$t.log"
-    grep -A8 'Failure' "$OUT/$t.log" | head -30
+    grep -A8 ': Failure' "$OUT/$t.log" | head -30
   done
 )
 
