@@ -45,11 +45,11 @@ set -u
 BUNDLE=${BUNDLE:-.device/kernels}
 # shellcheck source=bench/common.sh
 . "$(dirname "$0")/common.sh"
-KERNELS="$BUNDLE/gpu_kernels_test"
-TEST="$BUNDLE/gpu_backend_test"
-CONFORMANCE="$BUNDLE/backend_conformance_test"
-VALUES="$BUNDLE/backend_values_test"
-BENCH="$BUNDLE/gpu_kernels_bench"
+KERNELS=$(find_bin gpu_kernels_test)
+TEST=$(find_bin gpu_backend_test)
+CONFORMANCE=$(find_bin backend_conformance_test)
+VALUES=$(find_bin backend_values_test)
+BENCH=$(find_bin gpu_kernels_bench)
 T_TEST=${T_TEST:-180}
 T_SAN=${T_SAN:-100}
 T_BENCH=${T_BENCH:-150}
@@ -65,7 +65,7 @@ section_tests() (
   : > "$OUT/test.log"
   run_test test.log "$T_TEST" "$KERNELS" '*'
   run_test test.log "$T_TEST" "$TEST" '*'
-  run_test test.log "$T_TEST" "$BUNDLE/gpu_chunk_memory_test" '*'
+  run_test test.log "$T_TEST" "$(find_bin gpu_chunk_memory_test)" '*'
   run_test test.log "$T_TEST" "$CONFORMANCE" "$CUDA_SUITES"
   run_test test.log "$T_TEST" "$VALUES" "$CUDA_SUITES"
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|^rc=' "$OUT/test.log"
@@ -232,15 +232,15 @@ PY
 
 section_ls_tests() (
   step "Lomb-Scargle tests (limit 120 s)"
-  timeout 120 "$BUNDLE/lombscargle_methods_test" --gtest_color=no --gtest_filter='*cuda*' > "$OUT/ls_test.log" 2>&1
+  timeout 120 "$(find_bin lombscargle_methods_test)" --gtest_color=no --gtest_filter='*cuda*' > "$OUT/ls_test.log" 2>&1
   echo "rc=$?" >> "$OUT/ls_test.log"
-  timeout 120 "$BUNDLE/lombscargle_conformance_test" --gtest_color=no --gtest_filter='LombScargle*cuda*' >> "$OUT/ls_test.log" 2>&1
+  timeout 120 "$(find_bin lombscargle_conformance_test)" --gtest_color=no --gtest_filter='LombScargle*cuda*' >> "$OUT/ls_test.log" 2>&1
   echo "rc=$?" >> "$OUT/ls_test.log"
   grep -E '^\[  (PASSED|FAILED) |^\[       OK \]|^\[  FAILED  \]|^rc=' "$OUT/ls_test.log" | tail -30
   grep -B2 -A10 'Failure' "$OUT/ls_test.log" | head -60
   step "memcheck on the NUFFT tests (limit 60 s): ${SAN:-not found}"
   if [ -n "${SAN:-}" ]; then
-    GPUCOMPUTE_SANITIZER=1 timeout 60 "$SAN" --tool memcheck --error-exitcode 17 "$BUNDLE/lombscargle_methods_test" \
+    GPUCOMPUTE_SANITIZER=1 timeout 60 "$SAN" --tool memcheck --error-exitcode 17 "$(find_bin lombscargle_methods_test)" \
       --gtest_color=no --gtest_filter='*cuda*:-*AutoPicks*' > "$OUT/ls_memcheck.log" 2>&1
     echo "rc=$?" >> "$OUT/ls_memcheck.log"
     grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED) |^rc=|Invalid' "$OUT/ls_memcheck.log" | head -10
@@ -258,7 +258,7 @@ section_ls_sweep() (
              "60 lombscargle_conformance_test LombScargleConformance/cuda_f32.EveryOptionCombination $((SWEEP_SEEDS / 4))"; do
     read -r limit binary filter seeds <<< "$run"
     echo "--- $filter over $seeds seeds" >> "$OUT/ls_sweep.log"
-    GPUCOMPUTE_SEED_SWEEP=$seeds timeout "$limit" "$BUNDLE/$binary" --gtest_color=no --gtest_filter="$filter" >> "$OUT/ls_sweep.log" 2>&1
+    GPUCOMPUTE_SEED_SWEEP=$seeds timeout "$limit" "$(find_bin "$binary")" --gtest_color=no --gtest_filter="$filter" >> "$OUT/ls_sweep.log" 2>&1
     echo "rc=$? ($filter)" >> "$OUT/ls_sweep.log"
   done
   grep -E '^--- |SWEEP|^\[  FAILED  \]|^rc=' "$OUT/ls_sweep.log"
@@ -267,13 +267,13 @@ section_ls_sweep() (
 
 section_ls() (
   step "gpu_lombscargle_bench (limit 90 s)"
-  timeout 90 "$BUNDLE/gpu_lombscargle_bench" 2>&1 | tee "$OUT/ls_bench.log"
+  timeout 90 "$(find_bin gpu_lombscargle_bench)" 2>&1 | tee "$OUT/ls_bench.log"
 
   NSYS=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys 2>/dev/null | head -1)
   step "per-kernel times of 3000 x 1e6 (nsys, limit 90 s): ${NSYS:-not found}"
   if [ -n "${NSYS:-}" ]; then
     timeout 90 "$NSYS" profile --stats=false --force-overwrite=true -o "$OUT/ls_nsys" \
-      "$BUNDLE/gpu_lombscargle_bench" --case="3000 x 1e6" > "$OUT/ls_nsys.log" 2>&1
+      "$(find_bin gpu_lombscargle_bench)" --case="3000 x 1e6" > "$OUT/ls_nsys.log" 2>&1
     timeout 60 "$NSYS" stats --report cuda_gpu_kern_sum,cuda_gpu_mem_time_sum --format csv \
       "$OUT/ls_nsys.nsys-rep" 2>/dev/null | cut -c1-200 | head -40 | tee -a "$OUT/ls_nsys.log"
   fi
