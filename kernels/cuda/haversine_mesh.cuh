@@ -176,18 +176,35 @@ __global__ void __launch_bounds__(TermsPolicy::kThreads, TermsPolicy::kMinBlocks
 }
 
 // ---- the mesh from stored terms: each thread owns a vector of columns, walks rows -------
-template <typename T, bool kVec>
-struct MeshAgent {
-  static constexpr int kV = kVec ? Vec16<T>::kCount : 1;
+// The shipped last step of a row (StoreRow): float32 from h alone, float64 the lean step
+// with g. Step, in MeshAgent, lets the lab's candidates walk the same rows with theirs.
+template <typename T>
+struct LeanStep {
   using P = RowTerms<T, kWithG<T>>;
   using C = ColumnTerms<T, kWithG<T>>;
+  template <int kV>
+  __device__ static __forceinline__ void StoreRow(T* dst, const P& row, const C (&c)[kV], T two_r) {
+    haversine_mesh::StoreRow<T>(dst, row, c, two_r);
+  }
+};
+
+template <typename T, bool kVec, typename Step = LeanStep<T>>
+struct MeshAgent {
+  static constexpr int kV = kVec ? Vec16<T>::kCount : 1;
+  using P = typename Step::P;
+  using C = typename Step::C;
   const P* row_terms;
   const C* col_terms;
   int64_t n_lat, n_lon, n_ref;
   T two_r;
   T* out;
 
-  __device__ void Run() {
+  __device__ void Run() { ForEachReference(*this); }
+
+  // Calls walk.Rows(r, c, first, row_step) for every reference r of this thread: c its
+  // columns' terms, its rows first + k row_step.
+  template <typename Walk>
+  __device__ __forceinline__ void ForEachReference(const Walk& walk) const {
     const int64_t units = n_lon / kV;
     const int64_t unit = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (unit >= units) return;
@@ -198,16 +215,25 @@ struct MeshAgent {
       C c[kV];
 #pragma unroll
       for (int v = 0; v < kV; ++v) c[v] = col_terms[r * n_lon + unit * kV + v];
-      const P* rows = row_terms + r * n_lat;
-      // The row's terms (a warp-uniform load) and its output advance by pointers: no
-      // 64-bit index products a row (11% of the float32 loop's instructions).
-      const P* const end = rows + n_lat;
-      const int64_t dst_step = row_step * n_lon;
-      T* dst = out + (r * n_lat + first) * n_lon + unit * kV;
-      for (const P* row = rows + first; row < end; row += row_step, dst += dst_step) {
-        StoreRow<T>(dst, *row, c, two_r);
-      }
+      walk.Rows(r, c, first, row_step);
     }
+  }
+
+  __device__ __forceinline__ void Rows(int64_t r, const C (&c)[kV], int64_t first, int64_t row_step) const {
+    const P* rows = row_terms + r * n_lat;
+    // The row's terms (a warp-uniform load) and its output advance by pointers: no
+    // 64-bit index products a row (11% of the float32 loop's instructions).
+    const P* const end = rows + n_lat;
+    const int64_t dst_step = row_step * n_lon;
+    T* dst = RowOut(r, first);
+    for (const P* row = rows + first; row < end; row += row_step, dst += dst_step) {
+      Step::StoreRow(dst, *row, c, two_r);
+    }
+  }
+
+  // This thread's columns of reference r's row i.
+  __device__ __forceinline__ T* RowOut(int64_t r, int64_t i) const {
+    return out + (r * n_lat + i) * n_lon + (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kV;
   }
 };
 
