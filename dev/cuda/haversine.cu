@@ -35,7 +35,6 @@ constexpr double kDegToRad = 0.017453292519943295769236907684886;
 using haversine_mesh::MeshFusedKernel;
 using haversine_mesh::MeshKernel;
 using haversine_mesh::MeshPolicy;
-using haversine_mesh::MeshTermsKernel;
 using haversine_mesh::ColumnTerms;
 using haversine_mesh::kFusedRowsPerBlock;
 using haversine_mesh::kWithG;
@@ -274,13 +273,8 @@ cudaError_t LaunchMeshT(const MeshAxis& lat, const MeshAxis& lon, const RefPoint
   using P = RowTerms<T, kWithG<kAngle>>;
   using C = ColumnTerms<T, kWithG<kAngle>>;
   Scratch rows, cols;
-  GC_TRY(rows.Allocate(static_cast<size_t>(n_ref * lat.count) * sizeof(P), env));
-  GC_TRY(cols.Allocate(static_cast<size_t>(n_ref * lon.count) * sizeof(C), env));
-  const int64_t total = n_ref * (lat.count + lon.count);
-  const unsigned terms_grid = GridFor(CeilDiv(total, TermsPolicy::kThreads), env.sm_count, TermsPolicy::kMinBlocksPerSm);
-  MeshTermsKernel<T, kWithG<kAngle>><<<terms_grid, TermsPolicy::kThreads, 0, env.stream>>>(
-      lat, lon, refs, n_ref, rows.as<P>(), cols.as<C>());
-  GC_CHECK_LAUNCH();
+  GC_TRY((::gpucompute::cuda::haversine_mesh::LaunchMeshTerms<T, kWithG<kAngle>>(lat, lon, refs, n_ref, env, &rows,
+                                                                                &cols)));
   auto kernel = vec ? MeshKernel<T, true, kAngle, kRows> : MeshKernel<T, false, kAngle, kRows>;
   kernel<<<grid, block, 0, env.stream>>>(rows.as<P>(), cols.as<C>(), lat.count, lon.count, n_ref, two_r, out);
   GC_CHECK_LAUNCH();

@@ -28,7 +28,6 @@ using ::gpucompute::cuda::haversine_mesh::ColumnTerms;
 using ::gpucompute::cuda::haversine_mesh::ColumnTermsAt;
 using ::gpucompute::cuda::haversine_mesh::kFusedRowsPerBlock;
 using ::gpucompute::cuda::haversine_mesh::MeshPolicy;
-using ::gpucompute::cuda::haversine_mesh::MeshTermsKernel;
 using ::gpucompute::cuda::haversine_mesh::RowTerms;
 using ::gpucompute::cuda::haversine_mesh::RowTermsAt;
 using ::gpucompute::cuda::haversine_mesh::StoreRowByRange;  // float64 kAsinReducedLean

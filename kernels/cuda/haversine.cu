@@ -127,13 +127,7 @@ cudaError_t LaunchTermsThenMesh(const MeshAxis& lat, const MeshAxis& lon, const 
   using P = RowTerms<T, kWithG<T>>;
   using C = ColumnTerms<T, kWithG<T>>;
   Scratch rows, cols;
-  GC_TRY(rows.Allocate(static_cast<size_t>(n_ref * lat.count) * sizeof(P), env));
-  GC_TRY(cols.Allocate(static_cast<size_t>(n_ref * lon.count) * sizeof(C), env));
-  const int64_t total = n_ref * (lat.count + lon.count);
-  const unsigned terms_grid = GridFor(CeilDiv(total, TermsPolicy::kThreads), env.sm_count, TermsPolicy::kMinBlocksPerSm);
-  MeshTermsKernel<T, kWithG<T>><<<terms_grid, TermsPolicy::kThreads, 0, env.stream>>>(lat, lon, refs, n_ref,
-                                                                                      rows.as<P>(), cols.as<C>());
-  GC_CHECK_LAUNCH();
+  GC_TRY((haversine_mesh::LaunchMeshTerms<T, kWithG<T>>(lat, lon, refs, n_ref, env, &rows, &cols)));
   auto kernel = vec ? MeshKernel<T, true> : MeshKernel<T, false>;
   kernel<<<grid, block, 0, env.stream>>>(rows.as<P>(), cols.as<C>(), lat.count, lon.count, n_ref, two_r, out);
   GC_CHECK_LAUNCH();

@@ -175,6 +175,23 @@ __global__ void __launch_bounds__(TermsPolicy::kThreads, TermsPolicy::kMinBlocks
   }
 }
 
+// Every reference's row and column terms (MeshTermsKernel) into `rows` and `cols`,
+// allocated here on the launch's stream, for MeshKernel.
+template <typename T, bool kG>
+cudaError_t LaunchMeshTerms(const MeshAxis& lat, const MeshAxis& lon, const RefPoint* refs, int64_t n_ref,
+                            const LaunchEnv& env, Scratch* rows, Scratch* cols) {
+  using P = RowTerms<T, kG>;
+  using C = ColumnTerms<T, kG>;
+  GC_TRY(rows->Allocate(static_cast<size_t>(n_ref * lat.count) * sizeof(P), env));
+  GC_TRY(cols->Allocate(static_cast<size_t>(n_ref * lon.count) * sizeof(C), env));
+  const int64_t total = n_ref * (lat.count + lon.count);
+  const unsigned grid = GridFor(CeilDiv(total, TermsPolicy::kThreads), env.sm_count, TermsPolicy::kMinBlocksPerSm);
+  MeshTermsKernel<T, kG><<<grid, TermsPolicy::kThreads, 0, env.stream>>>(lat, lon, refs, n_ref, rows->as<P>(),
+                                                                         cols->as<C>());
+  GC_CHECK_LAUNCH();
+  return cudaSuccess;
+}
+
 // ---- the mesh from stored terms: each thread owns a vector of columns, walks rows -------
 // The shipped last step of a row (StoreRow): float32 from h alone, float64 the lean step
 // with g. Step, in MeshAgent, lets the lab's candidates walk the same rows with theirs.
