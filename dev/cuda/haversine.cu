@@ -238,12 +238,6 @@ cudaError_t LaunchMeshT(const MeshAxis& lat, const MeshAxis& lon, const RefPoint
   constexpr int kV = Vec16<T>::kCount;
   const bool vec = lon.count % kV == 0 && Aligned16(out);
   const int64_t units = CeilDiv(vec ? lon.count / kV : lon.count, kFused ? kVecs : 1);
-  int bx = 32;  // at least a warp wide: MeshFusedAgent's warps walk rows together
-  while (bx < MeshPolicy::kThreads && bx < units) bx *= 2;
-  const int by = MeshPolicy::kThreads / bx;
-  const int64_t gx = CeilDiv(units, bx);
-  GC_REQUIRE(gx <= 0x7fffffff);
-  const int64_t gz = std::min<int64_t>(n_ref, 65535);
   int64_t blocks_per_sm = MeshPolicy::kMinBlocksPerSm * 2;  // kCovering: two waves of 4
   if constexpr (kFused) {  // full waves: asked once per kernel
     static const int vec_blocks =
@@ -256,12 +250,10 @@ cudaError_t LaunchMeshT(const MeshAxis& lat, const MeshAxis& lon, const RefPoint
     static const int scalar_blocks = ResidentBlocksPerSm(MeshKernel<T, false, kAngle, kRows>, MeshPolicy::kThreads);
     blocks_per_sm = vec ? vec_blocks : scalar_blocks;
   }
-  const int64_t want = static_cast<int64_t>(env.sm_count) * blocks_per_sm;
-  int64_t gy = std::max<int64_t>(want / (gx * gz), 1);
-  if constexpr (kFused) gy = std::max(gy, CeilDiv(lat.count, by * kFusedRowsPerBlock<T>));
-  gy = std::min<int64_t>(gy, std::min<int64_t>(CeilDiv(lat.count, by * kRows), 65535));
-  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz));
-  const dim3 block(bx, by);
+  dim3 grid, block;
+  GC_TRY(::gpucompute::cuda::haversine_mesh::MeshGridFor(units, lat.count, n_ref, blocks_per_sm,
+                                                         kFused ? kFusedRowsPerBlock<T> : 0, kRows, env, &grid,
+                                                         &block));
   const T two_r = static_cast<T>(2.0 * radius);
   if constexpr (kFused) {
     auto kernel =

@@ -141,12 +141,6 @@ cudaError_t LaunchMeshT(const MeshAxis& lat, const MeshAxis& lon, const RefPoint
   constexpr int kV = Vec16<T>::kCount;
   const bool vec = lon.count % kV == 0 && Aligned16(out);
   const int64_t units = vec ? lon.count / kV : lon.count;
-  int bx = 32;  // at least a warp wide: MeshFusedAgent's warps walk rows together
-  while (bx < MeshPolicy::kThreads && bx < units) bx *= 2;
-  const int by = MeshPolicy::kThreads / bx;
-  const int64_t gx = CeilDiv(units, bx);
-  GC_REQUIRE(gx <= 0x7fffffff);
-  const int64_t gz = std::min<int64_t>(n_ref, 65535);
   // Full waves: as many blocks as fit at once, asked once per kernel.
   int64_t blocks_per_sm = 0;
   if (fused) {
@@ -158,12 +152,9 @@ cudaError_t LaunchMeshT(const MeshAxis& lat, const MeshAxis& lon, const RefPoint
     static const int scalar_blocks = ResidentBlocksPerSm(MeshKernel<T, false>, MeshPolicy::kThreads);
     blocks_per_sm = vec ? vec_blocks : scalar_blocks;
   }
-  const int64_t want = static_cast<int64_t>(env.sm_count) * blocks_per_sm;
-  int64_t gy = std::max<int64_t>(want / (gx * gz), 1);
-  if (fused) gy = std::max(gy, CeilDiv(lat.count, by * kFusedRowsPerBlock<T>));
-  gy = std::min<int64_t>(gy, std::min<int64_t>(CeilDiv(lat.count, by), 65535));
-  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz));
-  const dim3 block(bx, by);
+  dim3 grid, block;
+  GC_TRY(haversine_mesh::MeshGridFor(units, lat.count, n_ref, blocks_per_sm, fused ? kFusedRowsPerBlock<T> : 0, 1, env,
+                                     &grid, &block));
   const T two_r = static_cast<T>(2.0 * radius);
   if (fused) {
     auto kernel = vec ? MeshFusedKernel<T, true> : MeshFusedKernel<T, false>;

@@ -10,6 +10,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
@@ -173,6 +174,29 @@ __global__ void __launch_bounds__(TermsPolicy::kThreads, TermsPolicy::kMinBlocks
       col_terms[r * lon.count + k - lat.count] = ColumnTermsAt<T, kG>(lon, k - lat.count, ref);
     }
   }
+}
+
+// The mesh kernels' grid and block: MeshPolicy::kThreads threads at least a warp wide
+// (MeshFusedAgent's warps walk rows together) over `units` column units, a thread
+// each; references along z; along y enough block rows for blocks_per_sm blocks an SM
+// (full waves), and at least enough for rows_per_block rows a block where that is not
+// 0, but no more than give each thread-row rows_per_thread rows.
+inline cudaError_t MeshGridFor(int64_t units, int64_t n_lat, int64_t n_ref, int64_t blocks_per_sm,
+                               int64_t rows_per_block, int rows_per_thread, const LaunchEnv& env, dim3* grid,
+                               dim3* block) {
+  int bx = 32;
+  while (bx < MeshPolicy::kThreads && bx < units) bx *= 2;
+  const int by = MeshPolicy::kThreads / bx;
+  const int64_t gx = CeilDiv(units, bx);
+  GC_REQUIRE(gx <= 0x7fffffff);
+  const int64_t gz = std::min<int64_t>(n_ref, 65535);
+  const int64_t want = static_cast<int64_t>(env.sm_count) * blocks_per_sm;
+  int64_t gy = std::max<int64_t>(want / (gx * gz), 1);
+  if (rows_per_block > 0) gy = std::max(gy, CeilDiv(n_lat, by * rows_per_block));
+  gy = std::min<int64_t>(gy, std::min<int64_t>(CeilDiv(n_lat, by * rows_per_thread), 65535));
+  *grid = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz));
+  *block = dim3(bx, by);
+  return cudaSuccess;
 }
 
 // Every reference's row and column terms (MeshTermsKernel) into `rows` and `cols`,
