@@ -34,14 +34,12 @@ struct TwoReadRowGroupAgent {
   int64_t rows, cols;
   NormalizeResult* result;
 
-  __device__ void Run() {
-    const LaneGroup<kGroup> g = LaneGroup<kGroup>::OfThisThread();
-    TwoPassRows(g.lane, g.mask, g.first, g.groups);
-  }
+  __device__ void Run() { TwoPassRows(LaneGroup<kGroup>::OfThisThread()); }
 
   // Longer rows: two passes, the second from L1/L2; four loads in flight per lane.
-  __device__ void TwoPassRows(int lane, unsigned mask, int64_t first, int64_t groups) const {
-    for (int64_t row = first; row < rows; row += groups) {
+  __device__ void TwoPassRows(const LaneGroup<kGroup>& g) const {
+    const int lane = g.lane;
+    for (int64_t row = g.first; row < rows; row += g.groups) {
       const T* src = in + row * cols;
       T* dst = out + row * cols;
       typename Op::Acc acc0 = Op::Identity(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
@@ -54,7 +52,7 @@ struct TwoReadRowGroupAgent {
         acc3 = Op::Add(acc3, Op::Transform(e));
       }
       for (; c < cols; c += kGroup) acc0 = Op::Add(acc0, Op::Transform(src[c]));
-      const double norm = GroupReduce(Op::Combine(Op::Combine(acc0, acc1), Op::Combine(acc2, acc3)), mask);
+      const double norm = GroupReduce(Op::Combine(Op::Combine(acc0, acc1), Op::Combine(acc2, acc3)), g.mask);
       if (!FastNorm<T, kNorm>(norm)) {
         if (lane == 0) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
         continue;
