@@ -30,6 +30,7 @@ using ::gpucompute::cuda::haversine_mesh::kFusedRowsPerBlock;
 using ::gpucompute::cuda::haversine_mesh::MeshPolicy;
 using ::gpucompute::cuda::haversine_mesh::RowTerms;
 using ::gpucompute::cuda::haversine_mesh::RowTermsAt;
+using ::gpucompute::cuda::haversine_mesh::StagedRows;
 using ::gpucompute::cuda::haversine_mesh::StoreRowByRange;  // float64 kAsinReducedLean
 using ::gpucompute::cuda::haversine_mesh::StoreVec;
 using ::gpucompute::cuda::haversine_mesh::TermsPolicy;
@@ -139,11 +140,8 @@ __global__ void __launch_bounds__(MeshPolicy::kThreads, MeshPolicy::kMinBlocksPe
 //   from lane L, 32 rows at a time; lanes past the last column still take part in the
 //   shuffles (only warps all past it leave). Every warp of a block row computes the
 //   same rows' terms.
-// - staged (kFullWavesFused*Staged): the block computes its next blockDim.x rows a
-//   thread-row, one row a thread, into shared memory once, and every warp reads them
-//   by broadcast: a row's float64 sines are made once a block, not once a warp (a
-//   block of 256 columns is 8 warps on the same rows), and no warp stalls on them
-//   between its stores. Every thread takes part in the block's barriers.
+// - staged (kFullWavesFused*Staged): as the shipped kernel stages them
+//   (kernels/cuda/haversine_mesh.cuh: StagedRows).
 template <typename T, bool kVec, HaversineAngle kAngle, int kVecs, bool kStaged>
 struct MeshFusedAgent {
   static constexpr int kV = kVec ? Vec16<T>::kCount : 1;
@@ -184,21 +182,8 @@ struct MeshFusedAgent {
       }
       T* const ref_out = out + r * lat.count * lon.count + unit[0] * kV;
       if constexpr (kStaged) {
-        __shared__ P stage[MeshPolicy::kThreads];
-        const int64_t block_first = static_cast<int64_t>(blockIdx.y) * blockDim.y;
-        const int per_thread_row = blockDim.x;  // rows staged a thread-row at a time
-        const P* const my_rows = stage + threadIdx.y * per_thread_row;
-        for (int64_t k0 = 0; block_first + k0 * row_step < lat.count; k0 += per_thread_row) {
-          __syncthreads();  // the previous rows are read
-          const int64_t row = block_first + threadIdx.y + (k0 + threadIdx.x) * row_step;
-          stage[threadIdx.y * per_thread_row + threadIdx.x] = RowTermsAt<T, kG>(lat, min(row, lat.count - 1), ref);
-          __syncthreads();
-          const int64_t i0 = block_first + threadIdx.y + k0 * row_step;
-          if (i0 >= lat.count || !active[0]) continue;
-          const int rows = static_cast<int>(min(int64_t{per_thread_row}, (lat.count - 1 - i0) / row_step + 1));
-          T* dst = ref_out + i0 * lon.count;  // advanced by a pointer
-          for (int k = 0; k < rows; ++k, dst += dst_step) Store(dst, my_rows[k], c, active, lanes, unit_step);
-        }
+        StagedRows<T, kG>(lat, lon.count, ref, active[0], ref_out, row_step, dst_step,
+                          [&](T* dst, const P& row) { Store(dst, row, c, active, lanes, unit_step); });
       } else {
         const int lane = threadIdx.x % 32;
         for (int64_t i0 = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; i0 < lat.count;

@@ -286,12 +286,37 @@ __global__ void __launch_bounds__(MeshPolicy::kThreads, MeshPolicy::kMinBlocksPe
 }
 
 // ---- the mesh in one launch: terms computed where they are used -----------------------
-// Each thread computes its vector of columns' terms once a reference. The block computes
-// its next blockDim.x rows a thread-row, one row a thread, into shared memory once, and
-// every warp reads them by broadcast: a row's float64 sines are made once a block, not
-// once a warp (a block of 256 columns is 8 warps on the same rows), and no warp stalls
-// on them between its stores. Every thread takes part in the block's barriers. A warp's
-// lanes share threadIdx.y (blockDim.x >= 32), so they walk the same rows.
+// A fused block's rows of reference `ref`, staged: the block computes its next
+// blockDim.x rows a thread-row, one row a thread, into shared memory once, and every
+// warp reads them by broadcast: a row's float64 sines are made once a block, not once a
+// warp (a block of 256 columns is 8 warps on the same rows), and no warp stalls on them
+// between its stores. store(dst, row) for each of this thread's rows where `active`
+// (dst its row of ref_out, advanced by a pointer); every thread takes part in the
+// block's barriers.
+template <typename T, bool kG, typename Store>
+__device__ __forceinline__ void StagedRows(const MeshAxis& lat, int64_t lon_count, const RefPoint& ref, bool active,
+                                           T* ref_out, int64_t row_step, int64_t dst_step, const Store& store) {
+  using P = RowTerms<T, kG>;
+  __shared__ P stage[MeshPolicy::kThreads];
+  const int64_t block_first = static_cast<int64_t>(blockIdx.y) * blockDim.y;
+  const int per_thread_row = blockDim.x;  // rows staged a thread-row at a time
+  const P* const my_rows = stage + threadIdx.y * per_thread_row;
+  for (int64_t k0 = 0; block_first + k0 * row_step < lat.count; k0 += per_thread_row) {
+    __syncthreads();  // the previous rows are read
+    const int64_t row = block_first + threadIdx.y + (k0 + threadIdx.x) * row_step;
+    stage[threadIdx.y * per_thread_row + threadIdx.x] = RowTermsAt<T, kG>(lat, min(row, lat.count - 1), ref);
+    __syncthreads();
+    const int64_t i0 = block_first + threadIdx.y + k0 * row_step;
+    if (i0 >= lat.count || !active) continue;
+    const int rows = static_cast<int>(min(int64_t{per_thread_row}, (lat.count - 1 - i0) / row_step + 1));
+    T* dst = ref_out + i0 * lon_count;
+    for (int k = 0; k < rows; ++k, dst += dst_step) store(dst, my_rows[k]);
+  }
+}
+
+// Each thread computes its vector of columns' terms once a reference, the block its
+// rows' (StagedRows). A warp's lanes share threadIdx.y (blockDim.x >= 32), so they walk
+// the same rows.
 template <typename T, bool kVec>
 struct MeshFusedAgent {
   static constexpr int kV = kVec ? Vec16<T>::kCount : 1;
@@ -304,6 +329,20 @@ struct MeshFusedAgent {
   int64_t n_ref;
   T two_r;
   T* out;
+
+  // One row's distances to this thread's columns c (StoreRowByRange votes among `lanes`).
+  struct RowStore {
+    const C (&c)[kV];
+    unsigned lanes;
+    T two_r;
+    __device__ __forceinline__ void operator()(T* dst, const P& row) const {
+      if constexpr (kByRange) {
+        StoreRowByRange(dst, row, c, two_r, lanes);
+      } else {
+        StoreRow<T>(dst, row, c, two_r);
+      }
+    }
+  };
 
   __device__ void Run() {
     const int64_t unit = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -318,27 +357,7 @@ struct MeshFusedAgent {
 #pragma unroll
       for (int v = 0; v < kV; ++v) c[v] = ColumnTermsAt<T, kG>(lon, active ? unit * kV + v : 0, ref);
       T* const ref_out = out + r * lat.count * lon.count + unit * kV;
-      __shared__ P stage[MeshPolicy::kThreads];
-      const int64_t block_first = static_cast<int64_t>(blockIdx.y) * blockDim.y;
-      const int per_thread_row = blockDim.x;  // rows staged a thread-row at a time
-      const P* const my_rows = stage + threadIdx.y * per_thread_row;
-      for (int64_t k0 = 0; block_first + k0 * row_step < lat.count; k0 += per_thread_row) {
-        __syncthreads();  // the previous rows are read
-        const int64_t row = block_first + threadIdx.y + (k0 + threadIdx.x) * row_step;
-        stage[threadIdx.y * per_thread_row + threadIdx.x] = RowTermsAt<T, kG>(lat, min(row, lat.count - 1), ref);
-        __syncthreads();
-        const int64_t i0 = block_first + threadIdx.y + k0 * row_step;
-        if (i0 >= lat.count || !active) continue;
-        const int rows = static_cast<int>(min(int64_t{per_thread_row}, (lat.count - 1 - i0) / row_step + 1));
-        T* dst = ref_out + i0 * lon.count;  // advanced by a pointer
-        for (int k = 0; k < rows; ++k, dst += dst_step) {
-          if constexpr (kByRange) {
-            StoreRowByRange(dst, my_rows[k], c, two_r, lanes);
-          } else {
-            StoreRow<T>(dst, my_rows[k], c, two_r);
-          }
-        }
-      }
+      StagedRows<T, kG>(lat, lon.count, ref, active, ref_out, row_step, dst_step, RowStore{c, lanes, two_r});
     }
   }
 };
