@@ -24,13 +24,9 @@ struct PeriodogramF32Wide {
 };
 // float32 on fewer frequencies: 4 a thread, twice the blocks of PeriodogramF32Wide.
 // Taken where 8 a thread would leave an SM fewer than two blocks (every device).
-struct PeriodogramF32 {
-  using Table = lombscargle::NoTable;
-  static constexpr int kThreads = 256;
+struct PeriodogramF32 : PeriodogramF32Wide {
   static constexpr int kMinBlocksPerSm = 4;
   static constexpr int kFreqsPerThread = 4;
-  static constexpr int kInnerUnroll = 1;
-  static constexpr int kTile = 256;
 };
 // float64, 4 frequencies a thread with the 512-angle table: explicit frequencies where 4 fill the last wave best.
 // H200, 2^10 x 2^20 f64: 2.37 ms vs 2 a thread's 3.86.
@@ -44,12 +40,9 @@ struct PeriodogramF64 {
 };
 // float64 on a grid with blocks for every SM twice: 8 frequencies a thread on 128-thread blocks.
 // H100, 2^10 x 2^20 f64 grid: 1.29 ms vs 4 a thread's 1.59.
-struct PeriodogramF64Wide {
-  using Table = lombscargle::ConflictFreeTable;
+struct PeriodogramF64Wide : PeriodogramF64 {
   static constexpr int kThreads = 128;
-  static constexpr int kMinBlocksPerSm = 2;
   static constexpr int kFreqsPerThread = 8;
-  static constexpr int kInnerUnroll = 1;
   static constexpr int kTile = 128;
 };
 // float64, 3 a thread: explicit frequencies where 3 fill the last wave best (M = 1e6 makes 977 blocks of 4 for 264 resident).
@@ -57,13 +50,9 @@ struct PeriodogramF64Narrow : PeriodogramF64 {
   static constexpr int kFreqsPerThread = 3;
 };
 // float64, 5 a thread with the 2048-angle table in 2 copies: explicit frequencies where 5 fill the last wave best, and on a tie.
-struct PeriodogramF64Deep {
+struct PeriodogramF64Deep : PeriodogramF64 {
   using Table = lombscargle::FinerTable;
-  static constexpr int kThreads = 256;
-  static constexpr int kMinBlocksPerSm = 2;
   static constexpr int kFreqsPerThread = 5;
-  static constexpr int kInnerUnroll = 1;
-  static constexpr int kTile = 256;
 };
 
 // How many units of one tile of pairs Policy takes: (waves rounded up) x (frequencies
