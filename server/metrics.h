@@ -109,6 +109,7 @@ class Metrics {
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<LiveStateCollector> live_collector_;
   std::unique_ptr<prometheus::Exposer> exposer_;
+  std::string exposer_host_;  // the numeric address /metrics is bound to
 
   std::array<prometheus::Counter*, kRpcMethodCount> rpc_started_{};
   std::array<std::unique_ptr<CodeCounters>, kRpcMethodCount> rpc_handled_;

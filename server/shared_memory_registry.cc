@@ -56,8 +56,10 @@ absl::Status SharedMemoryRegistry::CheckRoomLocked(absl::string_view owner, uint
   if (!key.empty()) {
     for (const auto& [id, entry] : regions_) {
       if (entry.key == key && entry.owner != owner) {
-        return absl::PermissionDeniedError(absl::StrCat(
-            "key ", QuoteClientString(key), " is registered by another principal"));
+        return WithReason(absl::PermissionDeniedError(absl::StrCat(
+                              "key ", QuoteClientString(key),
+                              " is registered by another principal")),
+                          reason::kSharedMemoryNotOwned, {{"field", "key"}});
       }
     }
   }
