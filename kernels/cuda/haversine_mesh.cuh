@@ -260,6 +260,7 @@ struct MeshAgent {
     }
   }
 
+  // The shipped walk of reference r's rows: one row at a time, each with Step's last step.
   __device__ __forceinline__ void Rows(int64_t r, const C (&c)[kV], int64_t first, int64_t row_step) const {
     const P* rows = row_terms + r * n_lat;
     // The row's terms (a warp-uniform load) and its output advance by pointers: no
