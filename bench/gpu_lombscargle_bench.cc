@@ -9,7 +9,7 @@
 // Cases: 3,000 samples x 1e6 frequencies on a grid; 100 series of 3,000 samples x 1,000
 // frequencies in one request; 10,000 x 1e6 explicit (uneven) frequencies; the seed's
 // ~100 samples x 2^20 grid; 8 series x 1e6, which the NUFFT runs in two passes.
-// bench/run_gpu_ls.sh times cupyx on the same cases.
+// bench/run_gpu_kernels.sh ls times cupyx on the same cases.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>

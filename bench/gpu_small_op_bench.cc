@@ -1,4 +1,4 @@
-// Where the GPU part of a small request goes (issue #13): one 1024-element float32
+// Where the GPU part of a small request goes: one 1024-element float32
 // normalize from host memory to host memory, timed per call on the host clock.
 //
 //   gpu_small_op_bench [--sync=spin|yield|block] [--calls=N] [--threads=1,4,16] [--gap_us=N]

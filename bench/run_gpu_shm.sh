@@ -1,71 +1,103 @@
 #!/usr/bin/env bash
-# Same-host zero copy on a GPU machine, in one device call: the shared-memory
-# tests on the CUDA backend (C++: system regions, and CUDA IPC from another process;
-# Python, CuPy included where pytest is installed), then bench/shm_bench.py
-# (gpucompute through shared memory and CUDA IPC side by side with local CuPy, with the
-# pinned PCIe ceiling measured in the same run), then the five seed walkthroughs, each
-# printing its gRPC and its shared-memory variant.
+# Same host: a client on the server's host hands its arrays over through shared memory or
+# CUDA IPC instead of gRPC; against local CuPy from the same NumPy arrays; each section
+# one table.
 #
-# Here:   export CCACHE_BASEDIR=/work
-#         cmake --build build-cuda -j2 --target gpucompute-server gpucompute-cli \
-#             shared_memory_test gpu_shared_memory_test
-#         /work/shared/tools/device-bundle .device/shm build-cuda/server/gpucompute-server \
-#             build-cuda/client/gpucompute-cli build-cuda/tests/shared_memory_test \
-#             build-cuda/tests/gpu_shared_memory_test
-#         (cd client/python && /usr/bin/python3 -m gpucompute._build_proto --force)
-# There:  BUNDLE=.device/shm bash bench/run_gpu_shm.sh
-#         (carry .device and client/python/gpucompute/_proto); about 3 minutes.
+# Here (no GPU needed):
+#   cmake -S . -B build-cuda -DGPUCOMPUTE_ENABLE_CUDA=ON -DCMAKE_BUILD_TYPE=Release
+#   nice cmake --build build-cuda -j2 --target gpucompute-server gpucompute-cli \
+#       shared_memory_test gpu_shared_memory_test
+#   /work/shared/tools/device-bundle .device/shm build-cuda/server/gpucompute-server \
+#       build-cuda/client/gpucompute-cli build-cuda/tests/shared_memory_test \
+#       build-cuda/tests/gpu_shared_memory_test
+#   (cd client/python && /usr/bin/python3 -m gpucompute._build_proto --force)
+# On the GPU machine (device tool: carry [".device", "client/python/gpucompute/_proto"]):
+#   bash bench/run_gpu_shm.sh [SECTION...]     # logs under $OUT (or ./gpu-out)
+#
+# Sections (default: tests shm seeds, about 3 minutes; numpy dask in another call):
+#   tests  shared_memory_test on the CUDA backend (system regions, CUDA IPC from another
+#          process), gpu_shared_memory_test, tests/python/test_shared_memory.py (CuPy
+#          included) where pytest is installed
+#   shm    bench/shm_bench.py: shared memory and CUDA IPC against local CuPy, with the
+#          pinned PCIe ceiling measured in the same run
+#   seeds  the five seed walkthroughs, each printing its gRPC and its shared-memory variant
+#   numpy  bench/same_host.py: the seeds from plain NumPy arrays through the client's
+#          shared-memory pool, over gRPC, and local CuPy, median of 5
+#   dask   bench/dask_seeds.py: seeds 000 and 003 as Dask arrays of 4 GB through one and
+#          three servers sharing the GPU, against the plain client (DASK_PATH: a folder
+#          holding a Dask that imports there, e.g. Debian's, put after client/python)
 set -u
 BUNDLE=${BUNDLE:-.device/shm}
-OUT=${OUT:-gpu-out}
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export PYTHONPATH="$PWD/client/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# shellcheck source=bench/common.sh
+. "$(dirname "$0")/common.sh"
+SERVER_BIN=$(find_bin gpucompute-server)
+CLI=$(find_bin gpucompute-cli)
 PORT=50161
-step() { echo; echo "=== $* ($(date +%T))"; }
 
-step "device"
-nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current --format=csv 2>&1
+start_shm_server() {  # a server that maps its clients' memory; sets SERVER
+  "$SERVER_BIN" --backend="$BACKEND" --address=127.0.0.1:$PORT --metrics_address= \
+    --allow_shared_memory --buffer_quota_bytes=100000000000 > "$OUT/shm_server.log" 2>&1 &
+  SERVER=$!
+  for _ in $(seq 150); do
+    "$CLI" --target=127.0.0.1:$PORT --timeout=1s health > /dev/null 2>&1 && break
+    sleep 0.1
+  done
+  cat "$OUT/shm_server.log"
+}
 
-step "1. shared_memory_test on the CUDA backend, gpu_shared_memory_test (CUDA IPC)"
-GPUCOMPUTE_TEST_BACKEND=cuda timeout 120 "$BUNDLE/shared_memory_test" --gtest_color=no > "$OUT/shm_test_cuda.log" 2>&1
-echo "rc=$?" >> "$OUT/shm_test_cuda.log"
-grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|^rc=' "$OUT/shm_test_cuda.log"
-grep -B2 -A10 ': Failure' "$OUT/shm_test_cuda.log" | head -40
-timeout 90 "$BUNDLE/gpu_shared_memory_test" --gtest_color=no > "$OUT/gpu_shm_test.log" 2>&1
-echo "rc=$?" >> "$OUT/gpu_shm_test.log"
-grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|^rc=' "$OUT/gpu_shm_test.log"
-grep -B2 -A10 ': Failure' "$OUT/gpu_shm_test.log" | head -40
+section_tests() (
+  nvidia-smi --query-gpu=pcie.link.gen.current,pcie.link.width.current --format=csv 2>&1
+  step "shared_memory_test on the $BACKEND backend, gpu_shared_memory_test (CUDA IPC)"
+  GPUCOMPUTE_TEST_BACKEND=$BACKEND timeout 120 "$(find_bin shared_memory_test)" --gtest_color=no > "$OUT/shm_test_$BACKEND.log" 2>&1
+  echo "rc=$?" >> "$OUT/shm_test_$BACKEND.log"
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|^rc=' "$OUT/shm_test_$BACKEND.log"
+  grep -B2 -A10 ': Failure' "$OUT/shm_test_$BACKEND.log" | head -40
+  timeout 90 "$(find_bin gpu_shared_memory_test)" --gtest_color=no > "$OUT/gpu_shm_test.log" 2>&1
+  echo "rc=$?" >> "$OUT/gpu_shm_test.log"
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|^rc=' "$OUT/gpu_shm_test.log"
+  grep -B2 -A10 ': Failure' "$OUT/gpu_shm_test.log" | head -40
 
-step "2. Python shared-memory tests on the CUDA backend, CuPy IPC included (limit 120s)"
-if python3 -c "import pytest" 2>/dev/null; then
-  GPUCOMPUTE_TEST_BACKEND=cuda GPUCOMPUTE_SERVER="$BUNDLE/gpucompute-server" \
-    timeout 120 python3 -m pytest -q -p no:cacheprovider tests/python/test_shared_memory.py 2>&1 | tail -15
-else
-  echo "pytest not installed: skipped (shm_bench.py below checks every CUDA IPC result)"
-fi
+  step "Python shared-memory tests on the $BACKEND backend, CuPy IPC included (limit 120s)"
+  if "$PYTHON" -c "import pytest" 2>/dev/null; then
+    GPUCOMPUTE_TEST_BACKEND=$BACKEND GPUCOMPUTE_SERVER="$SERVER_BIN" \
+      timeout 120 "$PYTHON" -m pytest -q -p no:cacheprovider tests/python/test_shared_memory.py 2>&1 | tail -15
+  else
+    echo "pytest not installed: skipped (the shm section checks every CUDA IPC result)"
+  fi
+)
 
-step "3. CUDA server with --allow_shared_memory"
-"$BUNDLE/gpucompute-server" --backend=cuda --address=127.0.0.1:$PORT --metrics_address= \
-  --allow_shared_memory --buffer_quota_bytes=100000000000 > "$OUT/shm_server.log" 2>&1 &
-SERVER=$!
-for _ in $(seq 150); do
-  "$BUNDLE/gpucompute-cli" --target=127.0.0.1:$PORT --timeout=1s health > /dev/null 2>&1 && break
-  sleep 0.1
-done
-cat "$OUT/shm_server.log"
+section_shm() (
+  step "$BACKEND server with --allow_shared_memory"
+  start_shm_server
+  step "shm_bench: gpucompute (shared memory, CUDA IPC) vs local CuPy (limit 150s)"
+  timeout 150 "$PYTHON" bench/shm_bench.py --target 127.0.0.1:$PORT 2>&1 | tee "$OUT/shm_bench.txt"
+  kill -TERM "$SERVER"; wait "$SERVER"; echo "server exit code $?"
+  step "shm"
+  sed -n '/^case /,$p' "$OUT/shm_bench.txt"
+)
 
-step "4. shm_bench: gpucompute (shared memory, CUDA IPC) vs local CuPy (limit 150s)"
-timeout 150 python3 bench/shm_bench.py --target 127.0.0.1:$PORT 2>&1 | tee "$OUT/shm_bench.txt"
+section_seeds() (
+  step "$BACKEND server with --allow_shared_memory"
+  start_shm_server
+  step "seed walkthroughs, gRPC and shared-memory variants (limit 60s each)"
+  for seed in seed001_haversine seed003_normalize seed004_lombscargle seed002_first_call; do
+    echo "--- $seed"
+    timeout 60 "$PYTHON" examples/$seed.py --target 127.0.0.1:$PORT 2>&1 | tail -25 | tee "$OUT/$seed.txt"
+  done
+  echo "--- seed000_discount"
+  timeout 60 "$PYTHON" examples/seed000_discount.py --target 127.0.0.1:$PORT --small 2>&1 | tail -25 | tee "$OUT/seed000_discount.txt"
+  kill -TERM "$SERVER"; wait "$SERVER"; echo "server exit code $?"
+)
 
-step "5. seed walkthroughs, gRPC and shared-memory variants (limit 60s each)"
-for seed in seed001_haversine seed003_normalize seed004_lombscargle seed002_first_call; do
-  echo "--- $seed"
-  timeout 60 python3 examples/$seed.py --target 127.0.0.1:$PORT 2>&1 | tail -25 | tee "$OUT/$seed.txt"
-done
-echo "--- seed000_discount"
-timeout 60 python3 examples/seed000_discount.py --target 127.0.0.1:$PORT --small 2>&1 | tail -25 | tee "$OUT/seed000_discount.txt"
+section_numpy() (
+  step "same_host.py: plain NumPy through the shared-memory pool, over gRPC, local CuPy (limit 240s)"
+  timeout 240 "$PYTHON" bench/same_host.py --server "$SERVER_BIN" --reps "${REPS:-5}" 2>&1 | tee "$OUT/same_host.txt"
+)
 
-kill -TERM $SERVER; wait $SERVER; echo "server exit code $?"
-step "summary"
-sed -n '/^case /,$p' "$OUT/shm_bench.txt"
+section_dask() (
+  step "dask_seeds.py: ${DASK_GB:-4} GB through one and three servers (limit 300s)"
+  PYTHONPATH=$PYTHONPATH${DASK_PATH:+:$DASK_PATH} timeout 300 "$PYTHON" bench/dask_seeds.py --server "$SERVER_BIN" \
+    --gb "${DASK_GB:-4}" --servers 3 --reps 2 --no-distributed -- --backend="$BACKEND" 2>&1 | tee "$OUT/dask_seeds.txt"
+)
+
+run_sections "tests shm seeds" "$@"

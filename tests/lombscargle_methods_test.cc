@@ -84,9 +84,9 @@ TEST(NufftPlan, SumErrorBoundsOneSource) {
 
 // Few samples and a floating mean leave G nearly singular at the lowest frequencies,
 // where the NUFFT hands powers to its direct redo: every option there, small enough
-// for GPUCOMPUTE_SEED_SWEEP to run on thousands of seeds (bench/run_gpu_ls.sh). A
-// float32 row whose normalized weights were rounded to float32 failed here: they do
-// not sum to 1, and CC - C^2 cancels down to that error at f ~ 1 / span(x).
+// for GPUCOMPUTE_SEED_SWEEP to run on thousands of seeds (bench/run_gpu_kernels.sh
+// ls_sweep). A float32 row whose normalized weights were rounded to float32 failed
+// here: they do not sum to 1, and CC - C^2 cancels down to that error at f ~ 1 / span(x).
 TYPED_TEST(LombScargleMethods, NufftOnIllConditionedSmallRows) {
   struct Shape {
     int64_t samples, frequencies;

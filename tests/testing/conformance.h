@@ -112,7 +112,7 @@ absl::StatusOr<Backend*> Shared() {
   return made->get();
 }
 
-// Set by bench/run_gpu.sh under compute-sanitizer: trims the largest cases.
+// Set by bench/run_gpu_kernels.sh under compute-sanitizer: trims the largest cases.
 inline bool Sanitized() { return std::getenv("GPUCOMPUTE_SANITIZER") != nullptr; }
 
 // GPUCOMPUTE_SEED_SWEEP=N: the tests that run under ForEachSeed repeat on N

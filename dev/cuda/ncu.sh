@@ -8,20 +8,21 @@
 # float64 and LSU pipes, warp instructions, lanes active per instruction, and the
 # stall reasons per issue.
 #
-# Here (no GPU needed): build and bundle gpu_kernels_bench as in run_gpu_kernels.sh.
+# Here (no GPU needed): build and bundle gpu_kernels_bench as bench/run_gpu_kernels.sh's
+# header says (or a lab build's).
 # On the GPU machine (device tool: carry the bundle):
-#   BUNDLE=.device/kern bash bench/run_gpu_ncu.sh          # logs under $OUT (or ./gpu-out)
+#   BUNDLE=.device/kernels bash dev/cuda/ncu.sh           # logs under $OUT (or ./gpu-out)
 #   PROFILES='tile_sum|TileKernel<float, [^,]*0, [^,]*32>|--only=normalize --normalize_cases=f32:sum:100000x1000' \
-#     BUNDLE=... bash bench/run_gpu_ncu.sh                  # profiles of your own, one a line
+#     BUNDLE=... bash dev/cuda/ncu.sh                     # profiles of your own, one a line
 # Demangled names read like TileKernel<float, (gpucompute::NormKind)0, (int)32>: match
 # template arguments with [^,]*; a regex holds no '|', which separates the fields (bool
 # arguments: [1u]e? for 1 or true, [0s]e? for 0 or false). The clocks are left alone
 # (--clock-control none).
 set -u
-BUNDLE=${BUNDLE:-.device/kern}
+BUNDLE=${BUNDLE:-.device/kernels}
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$BUNDLE/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 [ -x "$NCU" ] || { echo "ncu not found"; exit 1; }
 SKIP=${SKIP:-6}  # launches of the kernel skipped: the backend's warm-up and the first timed ones
