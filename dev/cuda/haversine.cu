@@ -24,6 +24,7 @@
 #include "dev/cuda/haversine_angles.cuh"
 #include "dev/cuda/haversine_mesh.cuh"
 #include "dev/cuda/haversine_variants.h"
+#include "kernels/cuda/haversine_points.cuh"
 #include "kernels/cuda/launchers.h"
 
 namespace gpucompute::cuda::lab {
@@ -34,25 +35,18 @@ constexpr double kDegToRad = 0.017453292519943295769236907684886;
 using haversine_mesh::MeshFusedKernel;
 using haversine_mesh::MeshKernel;
 using haversine_mesh::MeshPolicy;
-using haversine_mesh::MeshTermsKernel;
 using haversine_mesh::ColumnTerms;
 using haversine_mesh::kFusedRowsPerBlock;
 using haversine_mesh::kWithG;
 using haversine_mesh::RowTerms;
 using haversine_mesh::TermsPolicy;
 
-struct PointsPolicy {
-  static constexpr int kThreads = 256;
-  static constexpr int kMinBlocksPerSm = 4;
-};
-// PointsSplitAgent: points loaded per thread before any is used (bytes in flight);
-// float64 keeps 2, so five terms per point fit the 64 registers of 4 blocks per SM.
-template <typename T>
-constexpr int kPointsPerThread = sizeof(T) == 4 ? 4 : 2;
-// Groups of points a thread is given where n has more than a wave's worth of them:
-// more, shorter blocks let the hardware even out warps that finish early.
-template <typename T>
-constexpr int64_t kPointsGroupsPerThread = sizeof(T) == 4 ? 2 : 4;
+// The points kernels' policy and loads are the shipped ones (haversine_points.cuh):
+// PointsSplitAgent's kPointsPerThread also lets float64's five terms a point fit the 64
+// registers of 4 blocks per SM.
+using haversine_points::kPointsGroupsPerThread;
+using haversine_points::kPointsPerThread;
+using haversine_points::PointsPolicy;
 
 // The points kernels' last step but for the chords': float32 the polynomial, float64
 // asin(sqrt(h)).
@@ -60,14 +54,6 @@ template <typename T>
 constexpr HaversineAngle kPointsAngle = sizeof(T) == 4 ? HaversineAngle::kAsinPolynomial : HaversineAngle::kAsin;
 
 // ---- points: lat/lon arrays -----------------------------------------------------------
-// The point rules of kernels/preconditions.h (kLatitudeRule, kLongitudeRule), in T:
-// +-90 and 1e6 are exact in float32, so the comparisons equal the float64 ones. NaN
-// fails both.
-template <typename T>
-__device__ __forceinline__ bool IsLatitude(T v) { return v >= T(-90) && v <= T(90); }
-template <typename T>
-__device__ __forceinline__ bool IsLongitude(T v) { return fabs(v) <= T(1e6); }
-
 template <typename T>
 struct PointsAgent {
   const T* lat;
@@ -87,10 +73,7 @@ struct PointsAgent {
          p += stride) {
       const T la = lat[p];
       const T lo = lon[p];
-      if (blockIdx.y == 0) {  // one check per point
-        if (!IsLatitude(la)) atomicMin(&result->bad_lat, static_cast<unsigned long long>(p));
-        if (!IsLongitude(lo)) atomicMin(&result->bad_lon, static_cast<unsigned long long>(p));
-      }
+      if (blockIdx.y == 0) haversine_points::CheckPoint(result, p, la, lo);  // one check per point
       const T cos_la = cos(la * rad);  // once per point, reused for every reference
       for (int64_t r = blockIdx.y; r < n_ref; r += gridDim.y) {
         const RefPoint ref = refs[r];  // warp-uniform
@@ -138,14 +121,10 @@ __global__ void __launch_bounds__(TermsPolicy::kThreads, TermsPolicy::kMinBlocks
 __device__ __forceinline__ void SinCos(float x, float* s, float* c) { sincosf(x, s, c); }
 __device__ __forceinline__ void SinCos(double x, double* s, double* c) { sincos(x, s, c); }
 
-__device__ __forceinline__ void Unpack(const float4& v, float* x) {
-  x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-}
-__device__ __forceinline__ void Unpack(const double2& v, double* x) { x[0] = v.x, x[1] = v.y; }
-
-// kPrefetch (HaversinePointsVariant::kSplitPrefetch): the next K points are loaded
-// before the current ones are computed, so a thread's loads overlap its arithmetic
-// (without it, each iteration waits for its loads); the chord kernels do the same.
+// A thread's groups of points come from the shipped loads (haversine_points.cuh:
+// PointGroups). kPrefetch (HaversinePointsVariant::kSplitPrefetch): the next K points
+// are loaded before the current ones are computed (without it, each iteration waits for
+// its loads); the chord kernels do the same.
 // kLast, the last step: a kAsinReduced* formulation (HaversinePointsVariant::kReduced*)
 // also takes haversine_math.h's half-angle sines and cosines in degrees and forms g.
 // kChord (HaversinePointsVariant::kChord*): each point's half unit vector instead, h
@@ -158,72 +137,19 @@ template <typename T, bool kPrefetch, HaversineAngle kLast = kPointsAngle<T>, bo
 struct PointsSplitAgent {
   static constexpr int K = kPointsPerThread<T>;
   static_assert(!kVector || (kChord && K == Vec16<T>::kCount));
-  const T* lat;
-  const T* lon;
-  int64_t n;
+  haversine_points::PointGroups<T, K, kVector> points;
   const RefTerms<T>* terms;
   int64_t n_ref;
   T two_r;
   T* out;
-  PointsResult* result;
 
-  __device__ void Run() {
-    // Point k of a thread's group is p0 + k * stride: a grid's width apart, or next to
-    // each other (kVector), where the groups are a grid's width of K apart.
-    const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    const int64_t stride = kVector ? 1 : threads;
-    const int64_t group_step = K * threads;
-    int64_t p0 = kVector ? K * thread : thread;
-    T la[K], lo[K];
-    if constexpr (kPrefetch) Load(p0, stride, la, lo);
-    for (; p0 < n; p0 += group_step) {
-      if constexpr (kPrefetch) {
-        T next_la[K], next_lo[K];
-        Load(p0 + group_step, stride, next_la, next_lo);
-        Points(p0, stride, la, lo);
-#pragma unroll
-        for (int k = 0; k < K; ++k) {
-          la[k] = next_la[k];
-          lo[k] = next_lo[k];
-        }
-      } else {
-        Load(p0, stride, la, lo);
-        Points(p0, stride, la, lo);
-      }
-    }
-  }
+  __device__ void Run() { points.template ForEach<kPrefetch>(*this); }
 
-  __device__ __forceinline__ void Load(int64_t p0, int64_t stride, T* la, T* lo) const {
-    if constexpr (kVector) {
-      using V = typename Vec16<T>::type;
-      const V zero{};
-      Unpack(p0 < n ? *reinterpret_cast<const V*>(lat + p0) : zero, la);
-      Unpack(p0 < n ? *reinterpret_cast<const V*>(lon + p0) : zero, lo);
-    } else {
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const int64_t p = p0 + k * stride;
-        la[k] = p < n ? lat[p] : T(0);
-        lo[k] = p < n ? lon[p] : T(0);
-      }
-    }
-  }
-
-  // How many of points p0 + k * stride are below n: counted once a group, not tested
-  // (64-bit) for every pair.
-  __device__ __forceinline__ int InRange(int64_t p0, int64_t stride) const {
-    if constexpr (kVector) return p0 < n ? K : 0;
-    int count = 0;
-#pragma unroll
-    for (int k = 0; k < K; ++k) count += p0 + k * stride < n ? 1 : 0;
-    return count;
-  }
-
-  // Points p0 + k * stride: checked, then their distances to every reference.
+  // Points p0 + k * stride: checked, then their distances to every reference (kChord:
+  // three terms a point instead of five; per pair 6 operations for h, 6 for g).
   __device__ __forceinline__ void Points(int64_t p0, int64_t stride, const T* la, const T* lo) const {
     if constexpr (kChord) {
-      Chords(p0, stride, la, lo);
+      points.Chords(p0, stride, la, lo, n_ref, out, *this);
     } else {
       HalfAngles(p0, stride, la, lo);
     }
@@ -236,7 +162,7 @@ struct PointsSplitAgent {
     T sla[K], cla[K], slo[K], clo[K], cos_la[K];
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      Check(p0 + k * stride, la[k], lo[k]);
+      points.Check(p0 + k * stride, la[k], lo[k]);
       if constexpr (kReduced) {
         hm::SinCosHalfDegrees(la[k], &sla[k], &cla[k]);  // |lat| <= 90 once checked
         hm::SinCosHalfDegreesUpToSign(lo[k], &slo[k], &clo[k]);
@@ -246,10 +172,10 @@ struct PointsSplitAgent {
       }
       cos_la[k] = (cla[k] - sla[k]) * (cla[k] + sla[k]);  // cos^2 - sin^2 of the half angle
     }
-    const int in_range = InRange(p0, stride);
+    const int in_range = points.InRange(p0, stride);
     for (int64_t r = blockIdx.y; r < n_ref; r += gridDim.y) {
       const RefTerms<T> t = terms[r];  // warp-uniform
-      T* dst = out + r * n + p0;
+      T* dst = out + r * points.n + p0;
 #pragma unroll
       for (int k = 0; k < K; ++k, dst += stride) {
         if (k >= in_range) break;
@@ -271,40 +197,7 @@ struct PointsSplitAgent {
     }
   }
 
-  __device__ __forceinline__ void Check(int64_t p, T la, T lo) const {
-    if (blockIdx.y == 0 && p < n) {  // one check per point
-      if (!IsLatitude(la)) atomicMin(&result->bad_lat, static_cast<unsigned long long>(p));
-      if (!IsLongitude(lo)) atomicMin(&result->bad_lon, static_cast<unsigned long long>(p));
-    }
-  }
-
-  // kChord: three terms a point instead of five; per pair 6 operations for h, 6 for g.
-  __device__ __forceinline__ void Chords(int64_t p0, int64_t stride, const T* la, const T* lo) const {
-    hm::HalfVector<T> v[K];
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      Check(p0 + k * stride, la[k], lo[k]);
-      v[k] = hm::HalfUnitVector(la[k], lo[k]);
-    }
-    const int in_range = InRange(p0, stride);
-    for (int64_t r = blockIdx.y; r < n_ref; r += gridDim.y) {
-      const hm::HalfVector<T> q = terms[r].half;  // warp-uniform
-      T* dst = out + r * n + p0;
-      if constexpr (kVector) {
-        if (in_range == 0) break;
-        T d[K];
-#pragma unroll
-        for (int k = 0; k < K; ++k) d[k] = ChordDistance(v[k], q);
-        haversine_mesh::StoreVec(dst, d);
-      } else {
-#pragma unroll
-        for (int k = 0; k < K; ++k, dst += stride) {
-          if (k >= in_range) break;
-          *dst = ChordDistance(v[k], q);
-        }
-      }
-    }
-  }
+  __device__ __forceinline__ hm::HalfVector<T> RefHalf(int64_t r) const { return terms[r].half; }
 
   __device__ __forceinline__ T ChordDistance(const hm::HalfVector<T>& p, const hm::HalfVector<T>& q) const {
     if constexpr (TakesG(kLast)) {
@@ -329,7 +222,7 @@ template <typename T, bool kPrefetch, HaversineAngle kLast = kPointsAngle<T>, bo
 __global__ void __launch_bounds__(PointsPolicy::kThreads, (kPointsMinBlocksPerSm<kPrefetch, kLast>))
     PointsSplitKernel(const T* lat, const T* lon, int64_t n, const RefTerms<T>* terms, int64_t n_ref,
                       T two_r, T* out, PointsResult* result) {
-  PointsSplitAgent<T, kPrefetch, kLast, kChord, kVector>{lat, lon, n, terms, n_ref, two_r, out, result}.Run();
+  PointsSplitAgent<T, kPrefetch, kLast, kChord, kVector>{{lat, lon, n, result}, terms, n_ref, two_r, out}.Run();
 }
 
 // ---- host ------------------------------------------------------------------------------
@@ -345,12 +238,6 @@ cudaError_t LaunchMeshT(const MeshAxis& lat, const MeshAxis& lon, const RefPoint
   constexpr int kV = Vec16<T>::kCount;
   const bool vec = lon.count % kV == 0 && Aligned16(out);
   const int64_t units = CeilDiv(vec ? lon.count / kV : lon.count, kFused ? kVecs : 1);
-  int bx = 32;  // at least a warp wide: MeshFusedAgent's warps walk rows together
-  while (bx < MeshPolicy::kThreads && bx < units) bx *= 2;
-  const int by = MeshPolicy::kThreads / bx;
-  const int64_t gx = CeilDiv(units, bx);
-  GC_REQUIRE(gx <= 0x7fffffff);
-  const int64_t gz = std::min<int64_t>(n_ref, 65535);
   int64_t blocks_per_sm = MeshPolicy::kMinBlocksPerSm * 2;  // kCovering: two waves of 4
   if constexpr (kFused) {  // full waves: asked once per kernel
     static const int vec_blocks =
@@ -363,12 +250,10 @@ cudaError_t LaunchMeshT(const MeshAxis& lat, const MeshAxis& lon, const RefPoint
     static const int scalar_blocks = ResidentBlocksPerSm(MeshKernel<T, false, kAngle, kRows>, MeshPolicy::kThreads);
     blocks_per_sm = vec ? vec_blocks : scalar_blocks;
   }
-  const int64_t want = static_cast<int64_t>(env.sm_count) * blocks_per_sm;
-  int64_t gy = std::max<int64_t>(want / (gx * gz), 1);
-  if constexpr (kFused) gy = std::max(gy, CeilDiv(lat.count, by * kFusedRowsPerBlock<T>));
-  gy = std::min<int64_t>(gy, std::min<int64_t>(CeilDiv(lat.count, by * kRows), 65535));
-  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz));
-  const dim3 block(bx, by);
+  dim3 grid, block;
+  GC_TRY(::gpucompute::cuda::haversine_mesh::MeshGridFor(units, lat.count, n_ref, blocks_per_sm,
+                                                         kFused ? kFusedRowsPerBlock<T> : 0, kRows, env, &grid,
+                                                         &block));
   const T two_r = static_cast<T>(2.0 * radius);
   if constexpr (kFused) {
     auto kernel =
@@ -380,13 +265,8 @@ cudaError_t LaunchMeshT(const MeshAxis& lat, const MeshAxis& lon, const RefPoint
   using P = RowTerms<T, kWithG<kAngle>>;
   using C = ColumnTerms<T, kWithG<kAngle>>;
   Scratch rows, cols;
-  GC_TRY(rows.Allocate(static_cast<size_t>(n_ref * lat.count) * sizeof(P), env));
-  GC_TRY(cols.Allocate(static_cast<size_t>(n_ref * lon.count) * sizeof(C), env));
-  const int64_t total = n_ref * (lat.count + lon.count);
-  const unsigned terms_grid = GridFor(CeilDiv(total, TermsPolicy::kThreads), env.sm_count, TermsPolicy::kMinBlocksPerSm);
-  MeshTermsKernel<T, kWithG<kAngle>><<<terms_grid, TermsPolicy::kThreads, 0, env.stream>>>(
-      lat, lon, refs, n_ref, rows.as<P>(), cols.as<C>());
-  GC_CHECK_LAUNCH();
+  GC_TRY((::gpucompute::cuda::haversine_mesh::LaunchMeshTerms<T, kWithG<kAngle>>(lat, lon, refs, n_ref, env, &rows,
+                                                                                &cols)));
   auto kernel = vec ? MeshKernel<T, true, kAngle, kRows> : MeshKernel<T, false, kAngle, kRows>;
   kernel<<<grid, block, 0, env.stream>>>(rows.as<P>(), cols.as<C>(), lat.count, lon.count, n_ref, two_r, out);
   GC_CHECK_LAUNCH();

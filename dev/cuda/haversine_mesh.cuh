@@ -2,7 +2,8 @@
 // (A, B) and column terms C in float64, stored as T, then h = A_i + B_i C_j and the
 // last step (haversine_math.h) per point; kAsinReduced* also carry the terms of
 // g = 1 - h (two per row, one per column), so g has no cancellation near h = 1.
-// MeshTermsKernel + MeshKernel<kRows> take the terms through global memory;
+// MeshTermsKernel + MeshKernel<kRows> take the terms through global memory (the shipped
+// MeshAgent's walk, with the candidate's last step);
 // MeshFusedKernel (HaversineMeshSchedule::kFullWavesFused*) computes them itself: each
 // thread its columns' C, a row's (A, B) shuffled across a warp or staged in shared
 // memory for a block, so the mesh is one launch with no scratch.
@@ -27,9 +28,9 @@ using ::gpucompute::cuda::haversine_mesh::ColumnTerms;
 using ::gpucompute::cuda::haversine_mesh::ColumnTermsAt;
 using ::gpucompute::cuda::haversine_mesh::kFusedRowsPerBlock;
 using ::gpucompute::cuda::haversine_mesh::MeshPolicy;
-using ::gpucompute::cuda::haversine_mesh::MeshTermsKernel;
 using ::gpucompute::cuda::haversine_mesh::RowTerms;
 using ::gpucompute::cuda::haversine_mesh::RowTermsAt;
+using ::gpucompute::cuda::haversine_mesh::StagedRows;
 using ::gpucompute::cuda::haversine_mesh::StoreRowByRange;  // float64 kAsinReducedLean
 using ::gpucompute::cuda::haversine_mesh::StoreVec;
 using ::gpucompute::cuda::haversine_mesh::TermsPolicy;
@@ -76,71 +77,58 @@ __device__ __forceinline__ void StoreRow(T* dst, const RowTerms<T, kWithG<kAngle
 }
 
 // ---- the mesh: each thread owns a vector of columns, walks rows ---------------------
-// kRows rows per iteration (HaversineMeshSchedule::kFullWavesTwoRows: 2, and the next
-// iteration's row terms are loaded before this one's are used).
-template <typename T, bool kVec, HaversineAngle kAngle, int kRows>
-struct MeshAgent {
-  static constexpr int kV = kVec ? Vec16<T>::kCount : 1;
+// The shipped walk (kernels/cuda/haversine_mesh.cuh: MeshAgent) with a candidate's last step.
+template <typename T, HaversineAngle kAngle>
+struct AngleStep {
   using P = RowTerms<T, kWithG<kAngle>>;
   using C = ColumnTerms<T, kWithG<kAngle>>;
-  const P* row_terms;
-  const C* col_terms;
-  int64_t n_lat, n_lon, n_ref;
-  T two_r;
-  T* out;
+  template <int kV>
+  __device__ static __forceinline__ void StoreRow(T* dst, const P& row, const C (&c)[kV], T two_r) {
+    haversine_mesh::StoreRow<T, kAngle>(dst, row, c, two_r);
+  }
+};
+template <typename T, bool kVec, HaversineAngle kAngle>
+using MeshAgent = ::gpucompute::cuda::haversine_mesh::MeshAgent<T, kVec, AngleStep<T, kAngle>>;
 
-  __device__ void Run() {
-    const int64_t units = n_lon / kV;
-    const int64_t unit = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (unit >= units) return;
-    const int64_t row_step = static_cast<int64_t>(gridDim.y) * blockDim.y;
-    const int64_t first = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
-    for (int64_t r = blockIdx.z; r < n_ref; r += gridDim.z) {
-      // Column terms for this thread's columns: read once, kept in registers.
-      C c[kV];
+// HaversineMeshSchedule::kFullWavesTwoRows: kRows rows per iteration, the next
+// iteration's row terms loaded before this one's are used.
+template <typename T, bool kVec, HaversineAngle kAngle, int kRows>
+struct RowsAtATime {
+  using Agent = MeshAgent<T, kVec, kAngle>;
+  using P = typename Agent::P;
+  const Agent& agent;
+
+  __device__ __forceinline__ void Rows(int64_t r, const typename Agent::C (&c)[Agent::kV], int64_t first,
+                                       int64_t row_step) const {
+    const int64_t n_lat = agent.n_lat;
+    const P* rows = agent.row_terms + r * n_lat;
+    // Rows past the end load the last row's terms (always valid) and store nothing.
+    P ab[kRows];
 #pragma unroll
-      for (int v = 0; v < kV; ++v) c[v] = col_terms[r * n_lon + unit * kV + v];
-      const P* rows = row_terms + r * n_lat;
-      if constexpr (kRows == 1) {
-        // The row's terms (a warp-uniform load) and its output advance by pointers: no
-        // 64-bit index products a row (11% of the float32 loop's instructions).
-        const P* const end = rows + n_lat;
-        const int64_t dst_step = row_step * n_lon;
-        T* dst = RowOut(r, first);
-        for (const P* row = rows + first; row < end; row += row_step, dst += dst_step) {
-          StoreRow<T, kAngle>(dst, *row, c, two_r);
-        }
-      } else {
-        // Rows past the end load the last row's terms (always valid) and store nothing.
-        P ab[kRows];
+    for (int k = 0; k < kRows; ++k) ab[k] = rows[min(first + k * row_step, n_lat - 1)];
+    for (int64_t i = first; i < n_lat; i += kRows * row_step) {
+      P next[kRows];
 #pragma unroll
-        for (int k = 0; k < kRows; ++k) ab[k] = rows[min(first + k * row_step, n_lat - 1)];
-        for (int64_t i = first; i < n_lat; i += kRows * row_step) {
-          P next[kRows];
+      for (int k = 0; k < kRows; ++k) next[k] = rows[min(i + (kRows + k) * row_step, n_lat - 1)];
 #pragma unroll
-          for (int k = 0; k < kRows; ++k) next[k] = rows[min(i + (kRows + k) * row_step, n_lat - 1)];
-#pragma unroll
-          for (int k = 0; k < kRows; ++k) {
-            if (i + k * row_step < n_lat) StoreRow<T, kAngle>(RowOut(r, i + k * row_step), ab[k], c, two_r);
-            ab[k] = next[k];
-          }
-        }
+      for (int k = 0; k < kRows; ++k) {
+        if (i + k * row_step < n_lat) StoreRow<T, kAngle>(agent.RowOut(r, i + k * row_step), ab[k], c, agent.two_r);
+        ab[k] = next[k];
       }
     }
   }
-
-  // This thread's columns of reference r's row i.
-  __device__ __forceinline__ T* RowOut(int64_t r, int64_t i) const {
-    return out + (r * n_lat + i) * n_lon + (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kV;
-  }
-
 };
 
 template <typename T, bool kVec, HaversineAngle kAngle, int kRows>
 __global__ void __launch_bounds__(MeshPolicy::kThreads, MeshPolicy::kMinBlocksPerSm)
     MeshKernel(const RowTerms<T, kWithG<kAngle>>* row_terms, const ColumnTerms<T, kWithG<kAngle>>* col_terms, int64_t n_lat,
                int64_t n_lon, int64_t n_ref, T two_r, T* out) {
-  MeshAgent<T, kVec, kAngle, kRows>{row_terms, col_terms, n_lat, n_lon, n_ref, two_r, out}.Run();
+  MeshAgent<T, kVec, kAngle> agent{row_terms, col_terms, n_lat, n_lon, n_ref, two_r, out};
+  if constexpr (kRows == 1) {
+    agent.Run();
+  } else {
+    agent.ForEachReference(RowsAtATime<T, kVec, kAngle, kRows>{agent});
+  }
 }
 
 // ---- the mesh in one launch: terms computed where they are used -----------------------
@@ -152,11 +140,8 @@ __global__ void __launch_bounds__(MeshPolicy::kThreads, MeshPolicy::kMinBlocksPe
 //   from lane L, 32 rows at a time; lanes past the last column still take part in the
 //   shuffles (only warps all past it leave). Every warp of a block row computes the
 //   same rows' terms.
-// - staged (kFullWavesFused*Staged): the block computes its next blockDim.x rows a
-//   thread-row, one row a thread, into shared memory once, and every warp reads them
-//   by broadcast: a row's float64 sines are made once a block, not once a warp (a
-//   block of 256 columns is 8 warps on the same rows), and no warp stalls on them
-//   between its stores. Every thread takes part in the block's barriers.
+// - staged (kFullWavesFused*Staged): as the shipped kernel stages them
+//   (kernels/cuda/haversine_mesh.cuh: StagedRows).
 template <typename T, bool kVec, HaversineAngle kAngle, int kVecs, bool kStaged>
 struct MeshFusedAgent {
   static constexpr int kV = kVec ? Vec16<T>::kCount : 1;
@@ -197,21 +182,8 @@ struct MeshFusedAgent {
       }
       T* const ref_out = out + r * lat.count * lon.count + unit[0] * kV;
       if constexpr (kStaged) {
-        __shared__ P stage[MeshPolicy::kThreads];
-        const int64_t block_first = static_cast<int64_t>(blockIdx.y) * blockDim.y;
-        const int per_thread_row = blockDim.x;  // rows staged a thread-row at a time
-        const P* const my_rows = stage + threadIdx.y * per_thread_row;
-        for (int64_t k0 = 0; block_first + k0 * row_step < lat.count; k0 += per_thread_row) {
-          __syncthreads();  // the previous rows are read
-          const int64_t row = block_first + threadIdx.y + (k0 + threadIdx.x) * row_step;
-          stage[threadIdx.y * per_thread_row + threadIdx.x] = RowTermsAt<T, kG>(lat, min(row, lat.count - 1), ref);
-          __syncthreads();
-          const int64_t i0 = block_first + threadIdx.y + k0 * row_step;
-          if (i0 >= lat.count || !active[0]) continue;
-          const int rows = static_cast<int>(min(int64_t{per_thread_row}, (lat.count - 1 - i0) / row_step + 1));
-          T* dst = ref_out + i0 * lon.count;  // advanced by a pointer
-          for (int k = 0; k < rows; ++k, dst += dst_step) Store(dst, my_rows[k], c, active, lanes, unit_step);
-        }
+        StagedRows<T, kG>(lat, lon.count, ref, active[0], ref_out, row_step, dst_step,
+                          [&](T* dst, const P& row) { Store(dst, row, c, active, lanes, unit_step); });
       } else {
         const int lane = threadIdx.x % 32;
         for (int64_t i0 = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; i0 < lat.count;

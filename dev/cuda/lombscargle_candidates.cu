@@ -1,10 +1,11 @@
-// The direct Lomb-Scargle policies by index: the shipped ones again (as policy structs of
-// the same values, so that any can be forced at any size) and the candidates that lost,
-// on the shipped kernels' templates (kernels/cuda/lombscargle_periodogram.cuh,
+// The direct Lomb-Scargle policies by index, so that any can be forced at any size: the
+// shipped ones (kernels/cuda/lombscargle_policies.cuh) and the candidates that lost, on
+// the shipped kernels' templates (kernels/cuda/lombscargle_periodogram.cuh,
 // lombscargle_small.cuh).
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <tuple>
 #include <type_traits>
 
 #include "dev/cuda/lombscargle_variants.h"
@@ -12,6 +13,7 @@
 #include "kernels/cuda/launchers.h"
 #include "kernels/cuda/lombscargle_direct.cuh"
 #include "kernels/cuda/lombscargle_periodogram.cuh"
+#include "kernels/cuda/lombscargle_policies.cuh"
 #include "kernels/cuda/lombscargle_small.cuh"
 
 namespace gpucompute::cuda::lab {
@@ -19,54 +21,21 @@ namespace {
 
 using namespace lombscargle;
 
-template <typename T, int kVariant>
-struct PeriodogramPolicy;
-
-template <>
-struct PeriodogramPolicy<float, 0> {
-  using Table = NoTable;
-  static constexpr int kThreads = 256;
-  static constexpr int kMinBlocksPerSm = 2;
-  static constexpr int kFreqsPerThread = 8;
-  static constexpr int kInnerUnroll = 1;
-  static constexpr int kTile = 256;
-};
-template <>
-struct PeriodogramPolicy<float, 1> : PeriodogramPolicy<float, 0> {
-  static constexpr int kMinBlocksPerSm = 4;
-  static constexpr int kFreqsPerThread = 4;
-};
-template <>
-struct PeriodogramPolicy<double, 0> {
-  using Table = ConflictFreeTable;
-  static constexpr int kThreads = 256;
-  static constexpr int kMinBlocksPerSm = 2;
-  static constexpr int kFreqsPerThread = 4;
-  static constexpr int kInnerUnroll = 1;
-  static constexpr int kTile = 256;
-};
-template <>
-struct PeriodogramPolicy<double, 1> : PeriodogramPolicy<double, 0> {
-  static constexpr int kThreads = 128;
-  static constexpr int kFreqsPerThread = 8;
-  static constexpr int kTile = 128;
-};
-template <>
-struct PeriodogramPolicy<double, 2> : PeriodogramPolicy<double, 0> {
-  static constexpr int kFreqsPerThread = 3;
-};
-template <>
-struct PeriodogramPolicy<double, 3> : PeriodogramPolicy<double, 0> {
-  using Table = FinerTable;
-  static constexpr int kFreqsPerThread = 5;
-};
 // Candidate: 5 a thread on the 512-angle table (lost to the 2048-angle table at 5).
-template <>
-struct PeriodogramPolicy<double, 4> : PeriodogramPolicy<double, 0> {
+struct PeriodogramF64FiveOnSmallTable : PeriodogramF64 {
   static constexpr int kFreqsPerThread = 5;
 };
+// The periodogram policies by index (lombscargle_variants.h): the shipped ones
+// (kernels/cuda/lombscargle_policies.cuh), then the candidate.
 template <typename T>
-constexpr int kPeriodogramVariants = std::is_same_v<T, float> ? 2 : 5;
+using PeriodogramPolicies =
+    std::conditional_t<std::is_same_v<T, float>, std::tuple<PeriodogramF32Wide, PeriodogramF32>,
+                       std::tuple<PeriodogramF64, PeriodogramF64Wide, PeriodogramF64Narrow, PeriodogramF64Deep,
+                                  PeriodogramF64FiveOnSmallTable>>;
+template <typename T, int kVariant>
+using PeriodogramPolicy = std::tuple_element_t<kVariant, PeriodogramPolicies<T>>;
+template <typename T>
+constexpr int kPeriodogramVariants = std::tuple_size_v<PeriodogramPolicies<T>>;
 
 // 0 shipped (8 warps, a frequency a lane); candidates 1: 4 warps, 2: two frequencies a lane.
 template <typename T, int kVariant>
@@ -94,16 +63,14 @@ cudaError_t LaunchTVariant(const LombScargleArgs& a, LombScargleResult* result, 
   }
 }
 
-// float64 on explicit frequencies: the variant whose last wave of blocks is fullest, as
-// (waves rounded up) x (frequencies per thread); on a tie the first listed.
+// float64 on explicit frequencies: the variant whose last wave of blocks is fullest
+// (lombscargle_policies.cuh: WaveCost); on a tie the first listed.
 template <int... V>
 int FullestWavesVariant(const LombScargleArgs& a, const LaunchEnv& env) {
   int best = 0;
   int64_t best_cost = INT64_MAX;
   const auto consider = [&]<int kV>() {
-    using P = PeriodogramPolicy<double, kV>;
-    const int64_t blocks = CeilDiv(a.frequencies, int64_t{P::kThreads} * P::kFreqsPerThread) * a.batch;
-    const int64_t cost = CeilDiv(blocks, int64_t{env.sm_count} * P::kMinBlocksPerSm) * P::kFreqsPerThread;
+    const int64_t cost = WaveCost<PeriodogramPolicy<double, kV>>(a, env);
     if (cost < best_cost) {
       best = kV;
       best_cost = cost;
@@ -122,14 +89,10 @@ int LombScargleVariantCount(DType dtype) {
 int LombScargleDefaultVariant(DType dtype, const LombScargleArgs& a, const LaunchEnv& env, bool small_path) {
   if (small_path && SmallProblem(a, env)) return LombScargleVariantCount(dtype) - kLombScargleSmallVariants;
   if (dtype == DType::kFloat64) {
-    using P1 = PeriodogramPolicy<double, 1>;
-    const int64_t grid_blocks = CeilDiv(a.frequencies, int64_t{P1::kThreads} * P1::kFreqsPerThread) * a.batch;
-    if (a.freqs == nullptr) return grid_blocks >= 2 * int64_t{env.sm_count} ? 1 : 0;
+    if (a.freqs == nullptr) return FillsEverySmTwice<PeriodogramPolicy<double, 1>>(a, env) ? 1 : 0;
     return FullestWavesVariant<3, 0, 2>(a, env);
   }
-  using P0 = PeriodogramPolicy<float, 0>;
-  const int64_t blocks = CeilDiv(a.frequencies, int64_t{P0::kThreads} * P0::kFreqsPerThread) * a.batch;
-  return blocks >= 2 * int64_t{env.sm_count} ? 0 : 1;
+  return FillsEverySmTwice<PeriodogramPolicy<float, 0>>(a, env) ? 0 : 1;
 }
 
 cudaError_t LaunchLombScargleVariant(DType dtype, const LombScargleArgs& a, LombScargleResult* result,

@@ -5,10 +5,8 @@
 // without cache hints or row by row, and TMA clusters of half slices.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <string>
-#include <type_traits>
 
 #include "dev/cuda/normalize_variants.h"
 #include "kernels/cuda/common.cuh"
@@ -36,18 +34,12 @@ struct TwoReadRowGroupAgent {
   int64_t rows, cols;
   NormalizeResult* result;
 
-  __device__ void Run() {
-    const int lane = threadIdx.x % kGroup;
-    const unsigned mask = kGroup == 32 ? 0xffffffffu
-                                       : (((1u << kGroup) - 1u) << (threadIdx.x % 32 / kGroup * kGroup));
-    const int64_t groups = static_cast<int64_t>(gridDim.x) * (blockDim.x / kGroup);
-    const int64_t first = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kGroup) + threadIdx.x / kGroup;
-    TwoPassRows(lane, mask, first, groups);
-  }
+  __device__ void Run() { TwoPassRows(LaneGroup<kGroup>::OfThisThread()); }
 
   // Longer rows: two passes, the second from L1/L2; four loads in flight per lane.
-  __device__ void TwoPassRows(int lane, unsigned mask, int64_t first, int64_t groups) const {
-    for (int64_t row = first; row < rows; row += groups) {
+  __device__ void TwoPassRows(const LaneGroup<kGroup>& g) const {
+    const int lane = g.lane;
+    for (int64_t row = g.first; row < rows; row += g.groups) {
       const T* src = in + row * cols;
       T* dst = out + row * cols;
       typename Op::Acc acc0 = Op::Identity(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
@@ -60,7 +52,7 @@ struct TwoReadRowGroupAgent {
         acc3 = Op::Add(acc3, Op::Transform(e));
       }
       for (; c < cols; c += kGroup) acc0 = Op::Add(acc0, Op::Transform(src[c]));
-      const double norm = GroupReduce(Op::Combine(Op::Combine(acc0, acc1), Op::Combine(acc2, acc3)), mask);
+      const double norm = GroupReduce(Op::Combine(Op::Combine(acc0, acc1), Op::Combine(acc2, acc3)), g.mask);
       if (!FastNorm<T, kNorm>(norm)) {
         if (lane == 0) atomicMin(&result->bad_row, static_cast<unsigned long long>(row));
         continue;
@@ -101,32 +93,6 @@ cudaError_t LaunchGroups(const T* in, T* out, int64_t rows, int64_t cols, int gr
   return cudaSuccess;
 }
 
-// A tile of any lane group, both dtypes (the shipped LaunchTile builds float32's 1 and 32 only).
-template <typename T, NormKind kNorm>
-cudaError_t LaunchAnyTile(const T* in, T* out, int64_t rows, int64_t cols, int group, NormalizeResult* result,
-                          const LaunchEnv& env, int64_t limit) {
-  if constexpr (sizeof(T) == 8) {
-    return LaunchTile<T, kNorm>(in, out, rows, cols, group, result, env, limit);
-  } else {
-    if (group == 1 || group == 32) return LaunchTile<T, kNorm>(in, out, rows, cols, group, result, env, limit);
-    const int64_t tile_rows = TileRowsFor<T>(rows, cols);
-    const int64_t smem = TileSharedBytes<T>(tile_rows, cols);
-    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(CeilDiv(rows, tile_rows), int64_t{1} << 20));
-    auto launch = [&](auto kernel) -> cudaError_t {
-      if (smem > 48 * 1024) GC_TRY(AllowSharedLimit(kernel, limit));
-      kernel<<<grid, TilePolicy::kThreads, static_cast<size_t>(smem), env.stream>>>(in, out, rows, cols, tile_rows,
-                                                                                   result);
-      GC_CHECK_LAUNCH();
-      return cudaSuccess;
-    };
-    switch (group) {
-      case 4: return launch(TileKernel<T, kNorm, 4>);
-      case 8: return launch(TileKernel<T, kNorm, 8>);
-      default: return launch(TileKernel<T, kNorm, 16>);
-    }
-  }
-}
-
 // A plan and what only the candidates add to it.
 struct LabPlan {
   NormalizePlan plan;
@@ -135,20 +101,11 @@ struct LabPlan {
   bool row_by_row = false;  // kPipeline: the order for rows past a quarter of L2
 };
 
+// kClusterBulkHalf: half slices where the row has them, else the shipped slices.
 template <typename T>
 cudaError_t PlanBulkHalf(int64_t cols, NormalizePlan* plan) {
-  bool clusters = false;
-  GC_TRY(HasClusters(&clusters));
-  if (!clusters) return cudaSuccess;
-  int64_t slice = 0;
-  int blocks = ClusterBulkBlocksFor<T>(cols, plan->limit, kHalfSliceBytes, &slice);
-  if (blocks == 0) return PlanClusterBulk<T>(cols, plan);
-  bool wide = false;
-  GC_TRY(WideDram(&wide));
-  plan->path = NormalizePath::kClusterBulk;
-  plan->blocks = blocks;
-  plan->slice = slice;
-  plan->bulk_store = !wide;
+  GC_TRY(PlanClusterBulk<T>(cols, plan, kHalfSliceBytes));
+  if (plan->path != NormalizePath::kClusterBulk) GC_TRY(PlanClusterBulk<T>(cols, plan));
   return cudaSuccess;
 }
 
@@ -222,35 +179,23 @@ cudaError_t PlanVariant(int64_t cols, NormalizeVariant variant, LabPlan* lab) {
   return cudaSuccess;
 }
 
+// What only the candidates launch (rows read twice, tiles of any group, either dtype's
+// lane groups, the pipeline's other hints and order); the other paths as shipped.
 template <typename T, NormKind kNorm>
 cudaError_t LaunchLabPlan(const LabPlan& lab, const T* in, T* out, int64_t rows, int64_t cols,
                           NormalizeResult* result, const LaunchEnv& env) {
   const NormalizePlan& plan = lab.plan;
-  bool launched = false;
   switch (plan.path) {
     case NormalizePath::kRowGroups:
       if (lab.two_reads) return LaunchGroups<T, kNorm>(in, out, rows, cols, plan.group, result, env);
       return LaunchRowGroups<T, kNorm>(in, out, rows, cols, plan.group, result, env);
     case NormalizePath::kTile:
-      return LaunchAnyTile<T, kNorm>(in, out, rows, cols, plan.group, result, env, plan.limit);
-    case NormalizePath::kCluster:
-      return LaunchClusterRows<T, kNorm>(in, out, rows, cols, plan.blocks, plan.slice, result, env, plan.limit);
-    case NormalizePath::kClusterBulk:
-      GC_TRY((LaunchClusterBulk<T, kNorm>(in, out, rows, cols, plan.blocks, plan.slice, plan.bulk_store, result,
-                                          env, plan.limit, &launched)));
-      break;
+      return LaunchTile<T, kNorm, /*kEveryGroup=*/true>(in, out, rows, cols, plan.group, result, env, plan.limit);
     case NormalizePath::kPipeline:
       if (lab.streaming) return LaunchPipeline<T, kNorm, true>(in, out, rows, cols, lab.row_by_row, result, env);
       return LaunchPipeline<T, kNorm, false>(in, out, rows, cols, lab.row_by_row, result, env);
-    case NormalizePath::kHeld:
-      GC_TRY((LaunchHeld<T, kNorm>(in, out, rows, cols, result, env, &launched)));
-      break;
-    case NormalizePath::kChunks: return LaunchChunks<T, kNorm>(in, out, rows, cols, result, env);
+    default: return LaunchPlanned<T, kNorm>(plan, in, out, rows, cols, result, env);
   }
-  if (launched) return cudaSuccess;
-  LabPlan fallback;
-  GC_TRY(PlanFor<T>(cols, &fallback.plan, /*bulk=*/false));
-  return LaunchLabPlan<T, kNorm>(fallback, in, out, rows, cols, result, env);
 }
 
 template <typename T>

@@ -15,6 +15,7 @@
 //   LaunchHaversineMesh -> MeshScheduleFor: MeshTermsKernel + MeshKernel -> MeshAgent,
 //     or MeshFusedKernel -> MeshFusedAgent (haversine_mesh.cuh)
 //   LaunchHaversinePoints -> RefTermsKernel, PointsKernel<T, kVector> -> PointsAgent
+//     (haversine_points.cuh: PointGroups)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/haversine_math.h"
 #include "kernels/cuda/haversine_mesh.cuh"
+#include "kernels/cuda/haversine_points.cuh"
 #include "kernels/cuda/launchers.h"
 
 namespace gpucompute::cuda {
@@ -40,6 +42,9 @@ using haversine_mesh::MeshPolicy;
 using haversine_mesh::MeshTermsKernel;
 using haversine_mesh::RowTerms;
 using haversine_mesh::TermsPolicy;
+using haversine_points::kPointsGroupsPerThread;
+using haversine_points::kPointsPerThread;
+using haversine_points::PointsPolicy;
 
 // ---- policies ---------------------------------------------------------------------------
 // How the mesh covers the grid; MeshScheduleFor picks one per dtype and device.
@@ -51,22 +56,6 @@ enum class MeshSchedule {
   // H200, 1e4 x 1e4 mesh: f32 0.1009-0.1029 ms vs 0.1029-0.1054 (two vectors a thread), f64 0.274-0.277 vs 0.307-0.310 (rows a warp).
   kFusedStaged,
 };
-
-// Points: 256 threads, a thread's kPointsPerThread points consecutive and moved 16 bytes
-// at a time, the next group loaded while this one is computed; 64 registers, no spills.
-// H200, 1e7 points x 4 refs: f32 0.077-0.079 ms vs 0.087-0.091 a grid's width apart, f64 0.183-0.189 vs 0.215-0.221.
-struct PointsPolicy {
-  static constexpr int kThreads = 256;
-  static constexpr int kMinBlocksPerSm = 4;
-};
-// Points loaded per thread before any is used (bytes in flight): one 16-byte vector.
-template <typename T>
-constexpr int kPointsPerThread = Vec16<T>::kCount;
-// Groups of points a thread is given where n has more than a wave's worth of them:
-// more, shorter blocks let the hardware even out warps that finish early.
-// H200, 1e7 x 4 f64 points: 0.175-0.185 ms vs one wave's 0.180-0.190 (f32 even).
-template <typename T>
-constexpr int64_t kPointsGroupsPerThread = sizeof(T) == 4 ? 2 : 4;
 
 // float64 everywhere and float32 where DRAM is wide against the SMs (WideDram) take the
 // fused schedule; float32 elsewhere the terms kernel and full waves.
@@ -80,14 +69,6 @@ cudaError_t MeshScheduleFor(DType dtype, MeshSchedule* schedule) {
 }
 
 // ---- points: lat/lon arrays -------------------------------------------------------------
-// The point rules of kernels/preconditions.h (kLatitudeRule, kLongitudeRule), in T:
-// +-90 and 1e6 are exact in float32, so the comparisons equal the float64 ones. NaN
-// fails both.
-template <typename T>
-__device__ __forceinline__ bool IsLatitude(T v) { return v >= T(-90) && v <= T(90); }
-template <typename T>
-__device__ __forceinline__ bool IsLongitude(T v) { return fabs(v) <= T(1e6); }
-
 // Each reference's half unit vector, once (float64, stored as T).
 template <typename T>
 __global__ void __launch_bounds__(TermsPolicy::kThreads, TermsPolicy::kMinBlocksPerSm)
@@ -99,112 +80,25 @@ __global__ void __launch_bounds__(TermsPolicy::kThreads, TermsPolicy::kMinBlocks
   }
 }
 
-__device__ __forceinline__ void Unpack(const float4& v, float* x) {
-  x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-}
-__device__ __forceinline__ void Unpack(const double2& v, double* x) { x[0] = v.x, x[1] = v.y; }
-
-// A thread's K points, checked, then their distances to every reference: each point's
-// half unit vector once (three terms), then per pair h = |p/2 - q/2|^2 (float32, 6
-// operations) or the lean step's inputs (float64, haversine_math.h: ChordHalfAngleLean).
-// The next K points are loaded before these are computed, so a thread's loads overlap
-// its arithmetic. kVector: a thread's K points are consecutive, loaded and stored 16
-// bytes at a time (n a multiple of K, every array 16-byte aligned: LaunchPointsT
-// checks); else they are a grid's width apart, one element at a time.
+// A thread's groups of K points (haversine_points.cuh: PointGroups), checked, then their
+// distances to every reference: each point's half unit vector once (three terms), then
+// per pair h = |p/2 - q/2|^2 (float32, 6 operations) or the lean step's inputs (float64,
+// haversine_math.h: ChordHalfAngleLean).
 template <typename T, bool kVector>
 struct PointsAgent {
-  static constexpr int K = kPointsPerThread<T>;
-  const T* lat;
-  const T* lon;
-  int64_t n;
+  haversine_points::PointGroups<T, kPointsPerThread<T>, kVector> points;
   const hm::HalfVector<T>* terms;
   int64_t n_ref;
   T two_r;
   T* out;
-  PointsResult* result;
 
-  __device__ void Run() {
-    // Point k of a thread's group is p0 + k * stride: a grid's width apart, or next to
-    // each other (kVector), where the groups are a grid's width of K apart.
-    const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    const int64_t stride = kVector ? 1 : threads;
-    const int64_t group_step = K * threads;
-    int64_t p0 = kVector ? K * thread : thread;
-    T la[K], lo[K];
-    Load(p0, stride, la, lo);
-    for (; p0 < n; p0 += group_step) {
-      T next_la[K], next_lo[K];
-      Load(p0 + group_step, stride, next_la, next_lo);
-      Points(p0, stride, la, lo);
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        la[k] = next_la[k];
-        lo[k] = next_lo[k];
-      }
-    }
-  }
+  __device__ void Run() { points.ForEach(*this); }
 
-  __device__ __forceinline__ void Load(int64_t p0, int64_t stride, T* la, T* lo) const {
-    if constexpr (kVector) {
-      using V = typename Vec16<T>::type;
-      const V zero{};
-      Unpack(p0 < n ? *reinterpret_cast<const V*>(lat + p0) : zero, la);
-      Unpack(p0 < n ? *reinterpret_cast<const V*>(lon + p0) : zero, lo);
-    } else {
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const int64_t p = p0 + k * stride;
-        la[k] = p < n ? lat[p] : T(0);
-        lo[k] = p < n ? lon[p] : T(0);
-      }
-    }
-  }
-
-  // How many of points p0 + k * stride are below n: counted once a group, not tested
-  // (64-bit) for every pair.
-  __device__ __forceinline__ int InRange(int64_t p0, int64_t stride) const {
-    if constexpr (kVector) return p0 < n ? K : 0;
-    int count = 0;
-#pragma unroll
-    for (int k = 0; k < K; ++k) count += p0 + k * stride < n ? 1 : 0;
-    return count;
-  }
-
-  __device__ __forceinline__ void Check(int64_t p, T la, T lo) const {
-    if (blockIdx.y == 0 && p < n) {  // one check per point
-      if (!IsLatitude(la)) atomicMin(&result->bad_lat, static_cast<unsigned long long>(p));
-      if (!IsLongitude(lo)) atomicMin(&result->bad_lon, static_cast<unsigned long long>(p));
-    }
-  }
-
-  // Points p0 + k * stride: checked, then their distances to every reference.
   __device__ __forceinline__ void Points(int64_t p0, int64_t stride, const T* la, const T* lo) const {
-    hm::HalfVector<T> v[K];
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      Check(p0 + k * stride, la[k], lo[k]);
-      v[k] = hm::HalfUnitVector(la[k], lo[k]);
-    }
-    const int in_range = InRange(p0, stride);
-    for (int64_t r = blockIdx.y; r < n_ref; r += gridDim.y) {
-      const hm::HalfVector<T> q = terms[r];  // warp-uniform
-      T* dst = out + r * n + p0;
-      if constexpr (kVector) {
-        if (in_range == 0) break;
-        T d[K];
-#pragma unroll
-        for (int k = 0; k < K; ++k) d[k] = ChordDistance(v[k], q);
-        haversine_mesh::StoreVec(dst, d);
-      } else {
-#pragma unroll
-        for (int k = 0; k < K; ++k, dst += stride) {
-          if (k >= in_range) break;
-          *dst = ChordDistance(v[k], q);
-        }
-      }
-    }
+    points.Chords(p0, stride, la, lo, n_ref, out, *this);
   }
+
+  __device__ __forceinline__ hm::HalfVector<T> RefHalf(int64_t r) const { return terms[r]; }
 
   __device__ __forceinline__ T ChordDistance(const hm::HalfVector<T>& p, const hm::HalfVector<T>& q) const {
     if constexpr (sizeof(T) == 8) {
@@ -219,7 +113,7 @@ template <typename T, bool kVector>
 __global__ void __launch_bounds__(PointsPolicy::kThreads, PointsPolicy::kMinBlocksPerSm)
     PointsKernel(const T* lat, const T* lon, int64_t n, const hm::HalfVector<T>* terms, int64_t n_ref, T two_r,
                  T* out, PointsResult* result) {
-  PointsAgent<T, kVector>{lat, lon, n, terms, n_ref, two_r, out, result}.Run();
+  PointsAgent<T, kVector>{{lat, lon, n, result}, terms, n_ref, two_r, out}.Run();
 }
 
 // ---- host ---------------------------------------------------------------------------------
@@ -233,13 +127,7 @@ cudaError_t LaunchTermsThenMesh(const MeshAxis& lat, const MeshAxis& lon, const 
   using P = RowTerms<T, kWithG<T>>;
   using C = ColumnTerms<T, kWithG<T>>;
   Scratch rows, cols;
-  GC_TRY(rows.Allocate(static_cast<size_t>(n_ref * lat.count) * sizeof(P), env));
-  GC_TRY(cols.Allocate(static_cast<size_t>(n_ref * lon.count) * sizeof(C), env));
-  const int64_t total = n_ref * (lat.count + lon.count);
-  const unsigned terms_grid = GridFor(CeilDiv(total, TermsPolicy::kThreads), env.sm_count, TermsPolicy::kMinBlocksPerSm);
-  MeshTermsKernel<T, kWithG<T>><<<terms_grid, TermsPolicy::kThreads, 0, env.stream>>>(lat, lon, refs, n_ref,
-                                                                                      rows.as<P>(), cols.as<C>());
-  GC_CHECK_LAUNCH();
+  GC_TRY((haversine_mesh::LaunchMeshTerms<T, kWithG<T>>(lat, lon, refs, n_ref, env, &rows, &cols)));
   auto kernel = vec ? MeshKernel<T, true> : MeshKernel<T, false>;
   kernel<<<grid, block, 0, env.stream>>>(rows.as<P>(), cols.as<C>(), lat.count, lon.count, n_ref, two_r, out);
   GC_CHECK_LAUNCH();
@@ -253,12 +141,6 @@ cudaError_t LaunchMeshT(const MeshAxis& lat, const MeshAxis& lon, const RefPoint
   constexpr int kV = Vec16<T>::kCount;
   const bool vec = lon.count % kV == 0 && Aligned16(out);
   const int64_t units = vec ? lon.count / kV : lon.count;
-  int bx = 32;  // at least a warp wide: MeshFusedAgent's warps walk rows together
-  while (bx < MeshPolicy::kThreads && bx < units) bx *= 2;
-  const int by = MeshPolicy::kThreads / bx;
-  const int64_t gx = CeilDiv(units, bx);
-  GC_REQUIRE(gx <= 0x7fffffff);
-  const int64_t gz = std::min<int64_t>(n_ref, 65535);
   // Full waves: as many blocks as fit at once, asked once per kernel.
   int64_t blocks_per_sm = 0;
   if (fused) {
@@ -270,12 +152,9 @@ cudaError_t LaunchMeshT(const MeshAxis& lat, const MeshAxis& lon, const RefPoint
     static const int scalar_blocks = ResidentBlocksPerSm(MeshKernel<T, false>, MeshPolicy::kThreads);
     blocks_per_sm = vec ? vec_blocks : scalar_blocks;
   }
-  const int64_t want = static_cast<int64_t>(env.sm_count) * blocks_per_sm;
-  int64_t gy = std::max<int64_t>(want / (gx * gz), 1);
-  if (fused) gy = std::max(gy, CeilDiv(lat.count, by * kFusedRowsPerBlock<T>));
-  gy = std::min<int64_t>(gy, std::min<int64_t>(CeilDiv(lat.count, by), 65535));
-  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz));
-  const dim3 block(bx, by);
+  dim3 grid, block;
+  GC_TRY(haversine_mesh::MeshGridFor(units, lat.count, n_ref, blocks_per_sm, fused ? kFusedRowsPerBlock<T> : 0, 1, env,
+                                     &grid, &block));
   const T two_r = static_cast<T>(2.0 * radius);
   if (fused) {
     auto kernel = vec ? MeshFusedKernel<T, true> : MeshFusedKernel<T, false>;

@@ -10,6 +10,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
@@ -175,19 +176,76 @@ __global__ void __launch_bounds__(TermsPolicy::kThreads, TermsPolicy::kMinBlocks
   }
 }
 
+// The mesh kernels' grid and block: MeshPolicy::kThreads threads at least a warp wide
+// (MeshFusedAgent's warps walk rows together) over `units` column units, a thread
+// each; references along z; along y enough block rows for blocks_per_sm blocks an SM
+// (full waves), and at least enough for rows_per_block rows a block where that is not
+// 0, but no more than give each thread-row rows_per_thread rows.
+inline cudaError_t MeshGridFor(int64_t units, int64_t n_lat, int64_t n_ref, int64_t blocks_per_sm,
+                               int64_t rows_per_block, int rows_per_thread, const LaunchEnv& env, dim3* grid,
+                               dim3* block) {
+  int bx = 32;
+  while (bx < MeshPolicy::kThreads && bx < units) bx *= 2;
+  const int by = MeshPolicy::kThreads / bx;
+  const int64_t gx = CeilDiv(units, bx);
+  GC_REQUIRE(gx <= 0x7fffffff);
+  const int64_t gz = std::min<int64_t>(n_ref, 65535);
+  const int64_t want = static_cast<int64_t>(env.sm_count) * blocks_per_sm;
+  int64_t gy = std::max<int64_t>(want / (gx * gz), 1);
+  if (rows_per_block > 0) gy = std::max(gy, CeilDiv(n_lat, by * rows_per_block));
+  gy = std::min<int64_t>(gy, std::min<int64_t>(CeilDiv(n_lat, by * rows_per_thread), 65535));
+  *grid = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz));
+  *block = dim3(bx, by);
+  return cudaSuccess;
+}
+
+// Every reference's row and column terms (MeshTermsKernel) into `rows` and `cols`,
+// allocated here on the launch's stream, for MeshKernel.
+template <typename T, bool kG>
+cudaError_t LaunchMeshTerms(const MeshAxis& lat, const MeshAxis& lon, const RefPoint* refs, int64_t n_ref,
+                            const LaunchEnv& env, Scratch* rows, Scratch* cols) {
+  using P = RowTerms<T, kG>;
+  using C = ColumnTerms<T, kG>;
+  GC_TRY(rows->Allocate(static_cast<size_t>(n_ref * lat.count) * sizeof(P), env));
+  GC_TRY(cols->Allocate(static_cast<size_t>(n_ref * lon.count) * sizeof(C), env));
+  const int64_t total = n_ref * (lat.count + lon.count);
+  const unsigned grid = GridFor(CeilDiv(total, TermsPolicy::kThreads), env.sm_count, TermsPolicy::kMinBlocksPerSm);
+  MeshTermsKernel<T, kG><<<grid, TermsPolicy::kThreads, 0, env.stream>>>(lat, lon, refs, n_ref, rows->as<P>(),
+                                                                         cols->as<C>());
+  GC_CHECK_LAUNCH();
+  return cudaSuccess;
+}
+
 // ---- the mesh from stored terms: each thread owns a vector of columns, walks rows -------
-template <typename T, bool kVec>
-struct MeshAgent {
-  static constexpr int kV = kVec ? Vec16<T>::kCount : 1;
+// The shipped last step of a row (StoreRow): float32 from h alone, float64 the lean step
+// with g. Step, in MeshAgent, lets the lab's candidates walk the same rows with theirs.
+template <typename T>
+struct LeanStep {
   using P = RowTerms<T, kWithG<T>>;
   using C = ColumnTerms<T, kWithG<T>>;
+  template <int kV>
+  __device__ static __forceinline__ void StoreRow(T* dst, const P& row, const C (&c)[kV], T two_r) {
+    haversine_mesh::StoreRow<T>(dst, row, c, two_r);
+  }
+};
+
+template <typename T, bool kVec, typename Step = LeanStep<T>>
+struct MeshAgent {
+  static constexpr int kV = kVec ? Vec16<T>::kCount : 1;
+  using P = typename Step::P;
+  using C = typename Step::C;
   const P* row_terms;
   const C* col_terms;
   int64_t n_lat, n_lon, n_ref;
   T two_r;
   T* out;
 
-  __device__ void Run() {
+  __device__ void Run() { ForEachReference(*this); }
+
+  // Calls walk.Rows(r, c, first, row_step) for every reference r of this thread: c its
+  // columns' terms, its rows first + k row_step.
+  template <typename Walk>
+  __device__ __forceinline__ void ForEachReference(const Walk& walk) const {
     const int64_t units = n_lon / kV;
     const int64_t unit = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (unit >= units) return;
@@ -198,16 +256,26 @@ struct MeshAgent {
       C c[kV];
 #pragma unroll
       for (int v = 0; v < kV; ++v) c[v] = col_terms[r * n_lon + unit * kV + v];
-      const P* rows = row_terms + r * n_lat;
-      // The row's terms (a warp-uniform load) and its output advance by pointers: no
-      // 64-bit index products a row (11% of the float32 loop's instructions).
-      const P* const end = rows + n_lat;
-      const int64_t dst_step = row_step * n_lon;
-      T* dst = out + (r * n_lat + first) * n_lon + unit * kV;
-      for (const P* row = rows + first; row < end; row += row_step, dst += dst_step) {
-        StoreRow<T>(dst, *row, c, two_r);
-      }
+      walk.Rows(r, c, first, row_step);
     }
+  }
+
+  // The shipped walk of reference r's rows: one row at a time, each with Step's last step.
+  __device__ __forceinline__ void Rows(int64_t r, const C (&c)[kV], int64_t first, int64_t row_step) const {
+    const P* rows = row_terms + r * n_lat;
+    // The row's terms (a warp-uniform load) and its output advance by pointers: no
+    // 64-bit index products a row (11% of the float32 loop's instructions).
+    const P* const end = rows + n_lat;
+    const int64_t dst_step = row_step * n_lon;
+    T* dst = RowOut(r, first);
+    for (const P* row = rows + first; row < end; row += row_step, dst += dst_step) {
+      Step::StoreRow(dst, *row, c, two_r);
+    }
+  }
+
+  // This thread's columns of reference r's row i.
+  __device__ __forceinline__ T* RowOut(int64_t r, int64_t i) const {
+    return out + (r * n_lat + i) * n_lon + (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kV;
   }
 };
 
@@ -219,12 +287,37 @@ __global__ void __launch_bounds__(MeshPolicy::kThreads, MeshPolicy::kMinBlocksPe
 }
 
 // ---- the mesh in one launch: terms computed where they are used -----------------------
-// Each thread computes its vector of columns' terms once a reference. The block computes
-// its next blockDim.x rows a thread-row, one row a thread, into shared memory once, and
-// every warp reads them by broadcast: a row's float64 sines are made once a block, not
-// once a warp (a block of 256 columns is 8 warps on the same rows), and no warp stalls
-// on them between its stores. Every thread takes part in the block's barriers. A warp's
-// lanes share threadIdx.y (blockDim.x >= 32), so they walk the same rows.
+// A fused block's rows of reference `ref`, staged: the block computes its next
+// blockDim.x rows a thread-row, one row a thread, into shared memory once, and every
+// warp reads them by broadcast: a row's float64 sines are made once a block, not once a
+// warp (a block of 256 columns is 8 warps on the same rows), and no warp stalls on them
+// between its stores. store(dst, row) for each of this thread's rows where `active`
+// (dst its row of ref_out, advanced by a pointer); every thread takes part in the
+// block's barriers.
+template <typename T, bool kG, typename Store>
+__device__ __forceinline__ void StagedRows(const MeshAxis& lat, int64_t lon_count, const RefPoint& ref, bool active,
+                                           T* ref_out, int64_t row_step, int64_t dst_step, const Store& store) {
+  using P = RowTerms<T, kG>;
+  __shared__ P stage[MeshPolicy::kThreads];
+  const int64_t block_first = static_cast<int64_t>(blockIdx.y) * blockDim.y;
+  const int per_thread_row = blockDim.x;  // rows staged a thread-row at a time
+  const P* const my_rows = stage + threadIdx.y * per_thread_row;
+  for (int64_t k0 = 0; block_first + k0 * row_step < lat.count; k0 += per_thread_row) {
+    __syncthreads();  // the previous rows are read
+    const int64_t row = block_first + threadIdx.y + (k0 + threadIdx.x) * row_step;
+    stage[threadIdx.y * per_thread_row + threadIdx.x] = RowTermsAt<T, kG>(lat, min(row, lat.count - 1), ref);
+    __syncthreads();
+    const int64_t i0 = block_first + threadIdx.y + k0 * row_step;
+    if (i0 >= lat.count || !active) continue;
+    const int rows = static_cast<int>(min(int64_t{per_thread_row}, (lat.count - 1 - i0) / row_step + 1));
+    T* dst = ref_out + i0 * lon_count;
+    for (int k = 0; k < rows; ++k, dst += dst_step) store(dst, my_rows[k]);
+  }
+}
+
+// Each thread computes its vector of columns' terms once a reference, the block its
+// rows' (StagedRows). A warp's lanes share threadIdx.y (blockDim.x >= 32), so they walk
+// the same rows.
 template <typename T, bool kVec>
 struct MeshFusedAgent {
   static constexpr int kV = kVec ? Vec16<T>::kCount : 1;
@@ -237,6 +330,20 @@ struct MeshFusedAgent {
   int64_t n_ref;
   T two_r;
   T* out;
+
+  // One row's distances to this thread's columns c (StoreRowByRange votes among `lanes`).
+  struct RowStore {
+    const C (&c)[kV];
+    unsigned lanes;
+    T two_r;
+    __device__ __forceinline__ void operator()(T* dst, const P& row) const {
+      if constexpr (kByRange) {
+        StoreRowByRange(dst, row, c, two_r, lanes);
+      } else {
+        StoreRow<T>(dst, row, c, two_r);
+      }
+    }
+  };
 
   __device__ void Run() {
     const int64_t unit = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -251,27 +358,7 @@ struct MeshFusedAgent {
 #pragma unroll
       for (int v = 0; v < kV; ++v) c[v] = ColumnTermsAt<T, kG>(lon, active ? unit * kV + v : 0, ref);
       T* const ref_out = out + r * lat.count * lon.count + unit * kV;
-      __shared__ P stage[MeshPolicy::kThreads];
-      const int64_t block_first = static_cast<int64_t>(blockIdx.y) * blockDim.y;
-      const int per_thread_row = blockDim.x;  // rows staged a thread-row at a time
-      const P* const my_rows = stage + threadIdx.y * per_thread_row;
-      for (int64_t k0 = 0; block_first + k0 * row_step < lat.count; k0 += per_thread_row) {
-        __syncthreads();  // the previous rows are read
-        const int64_t row = block_first + threadIdx.y + (k0 + threadIdx.x) * row_step;
-        stage[threadIdx.y * per_thread_row + threadIdx.x] = RowTermsAt<T, kG>(lat, min(row, lat.count - 1), ref);
-        __syncthreads();
-        const int64_t i0 = block_first + threadIdx.y + k0 * row_step;
-        if (i0 >= lat.count || !active) continue;
-        const int rows = static_cast<int>(min(int64_t{per_thread_row}, (lat.count - 1 - i0) / row_step + 1));
-        T* dst = ref_out + i0 * lon.count;  // advanced by a pointer
-        for (int k = 0; k < rows; ++k, dst += dst_step) {
-          if constexpr (kByRange) {
-            StoreRowByRange(dst, my_rows[k], c, two_r, lanes);
-          } else {
-            StoreRow<T>(dst, my_rows[k], c, two_r);
-          }
-        }
-      }
+      StagedRows<T, kG>(lat, lon.count, ref, active, ref_out, row_step, dst_step, RowStore{c, lanes, two_r});
     }
   }
 };

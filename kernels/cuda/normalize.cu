@@ -119,38 +119,6 @@ __global__ void __launch_bounds__(RescuePolicy::kThreads, RescuePolicy::kMinBloc
 
 
 // ---- host ----------------------------------------------------------------------------
-// Runs `plan`; the TMA paths (clusters, held items) turn down rows they cannot load
-// (unaligned ones), which then run the plan without them.
-template <typename T, NormKind kNorm>
-cudaError_t LaunchPlanned(const NormalizePlan& plan, const T* in, T* out, int64_t rows, int64_t cols,
-                          NormalizeResult* result, const LaunchEnv& env) {
-  bool launched = false;
-  switch (plan.path) {
-    case NormalizePath::kRowGroups:
-      if constexpr (NormalizePolicy<T>::kRegisterRowsInGroups) {
-        return LaunchRowGroups<T, kNorm>(in, out, rows, cols, plan.group, result, env);
-      }
-      return cudaErrorInvalidValue;
-    case NormalizePath::kTile: return LaunchTile<T, kNorm>(in, out, rows, cols, plan.group, result, env, plan.limit);
-    case NormalizePath::kCluster:
-      return LaunchClusterRows<T, kNorm>(in, out, rows, cols, plan.blocks, plan.slice, result, env, plan.limit);
-    case NormalizePath::kClusterBulk:
-      GC_TRY((LaunchClusterBulk<T, kNorm>(in, out, rows, cols, plan.blocks, plan.slice, plan.bulk_store, result,
-                                          env, plan.limit, &launched)));
-      break;
-    case NormalizePath::kPipeline:
-      return LaunchPipeline<T, kNorm>(in, out, rows, cols, /*row_by_row=*/false, result, env);
-    case NormalizePath::kHeld:
-      GC_TRY((LaunchHeld<T, kNorm>(in, out, rows, cols, result, env, &launched)));
-      break;
-    case NormalizePath::kChunks: return LaunchChunks<T, kNorm>(in, out, rows, cols, result, env);
-  }
-  if (launched) return cudaSuccess;
-  NormalizePlan fallback;
-  GC_TRY(PlanFor<T>(cols, &fallback, /*bulk=*/false));
-  return LaunchPlanned<T, kNorm>(fallback, in, out, rows, cols, result, env);
-}
-
 template <typename T, NormKind kNorm>
 cudaError_t LaunchT(const T* in, T* out, int64_t rows, int64_t cols, NormalizeResult* result,
                     const LaunchEnv& env) {

@@ -1,5 +1,6 @@
-// The normalize policy (normalize.cu runs it): which path a row length takes on this
-// device (PlanFor), each choice with the shape and device where it won.
+// The normalize policy: which path a row length takes on this device (PlanFor), each
+// choice with the shape and device where it won, and the launch of a plan
+// (LaunchPlanned: normalize.cu, and the lab's candidates for the paths they share).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -7,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/normalize_bulk.cuh"
+#include "kernels/cuda/normalize_chunks.cuh"
 #include "kernels/cuda/normalize_held.cuh"
 #include "kernels/cuda/normalize_ops.cuh"
 #include "kernels/cuda/normalize_pipeline.cuh"
@@ -16,7 +18,7 @@
 namespace gpucompute::cuda {
 namespace {
 
-// What runs for one shape (normalize.cu: LaunchPlanned).
+// What runs for one shape (LaunchPlanned).
 enum class NormalizePath { kRowGroups, kTile, kCluster, kClusterBulk, kPipeline, kHeld, kChunks };
 struct NormalizePlan {
   NormalizePath path = NormalizePath::kChunks;
@@ -78,17 +80,19 @@ cudaError_t PlanCluster(int64_t cols, NormalizePlan* plan, bool wide = false) {
   return cudaSuccess;
 }
 
-// The TMA clusters where the device has them (sm_90) and the row's slices fit, else the
-// plan unchanged. The slices go back with the TMA store, except where DRAM is wide
-// against the SMs (WideDram), where 16-byte stores won.
+// The TMA clusters where the device has them (sm_90) and the row's slices fit (up to
+// max_slice_bytes each: the lab tries other sizes), else the plan unchanged. The slices
+// go back with the TMA store, except where DRAM is wide against the SMs (WideDram),
+// where 16-byte stores won.
 // H200, f32 4e5 columns: 16-byte stores 0.293-0.302 ms vs the TMA store's 0.329; H100, f32 1e5: the TMA store ahead by 5%.
 template <typename T>
-cudaError_t PlanClusterBulk(int64_t cols, NormalizePlan* plan) {
+cudaError_t PlanClusterBulk(int64_t cols, NormalizePlan* plan,
+                            int64_t max_slice_bytes = ClusterBulkPolicy::kMaxSliceBytes) {
   bool clusters = false;
   GC_TRY(HasClusters(&clusters));
   if (!clusters) return cudaSuccess;
   int64_t slice = 0;
-  const int blocks = ClusterBulkBlocksFor<T>(cols, plan->limit, ClusterBulkPolicy::kMaxSliceBytes, &slice);
+  const int blocks = ClusterBulkBlocksFor<T>(cols, plan->limit, max_slice_bytes, &slice);
   if (blocks == 0) return cudaSuccess;
   bool wide = false;
   GC_TRY(WideDram(&wide));
@@ -145,6 +149,38 @@ cudaError_t PlanFor(int64_t cols, NormalizePlan* plan, bool bulk = true) {
     }
   }
   return cudaSuccess;
+}
+
+// Runs `plan`; the TMA paths (clusters, held items) turn down rows they cannot load
+// (unaligned ones), which then run the plan without them.
+template <typename T, NormKind kNorm>
+cudaError_t LaunchPlanned(const NormalizePlan& plan, const T* in, T* out, int64_t rows, int64_t cols,
+                          NormalizeResult* result, const LaunchEnv& env) {
+  bool launched = false;
+  switch (plan.path) {
+    case NormalizePath::kRowGroups:
+      if constexpr (NormalizePolicy<T>::kRegisterRowsInGroups) {
+        return LaunchRowGroups<T, kNorm>(in, out, rows, cols, plan.group, result, env);
+      }
+      return cudaErrorInvalidValue;
+    case NormalizePath::kTile: return LaunchTile<T, kNorm>(in, out, rows, cols, plan.group, result, env, plan.limit);
+    case NormalizePath::kCluster:
+      return LaunchClusterRows<T, kNorm>(in, out, rows, cols, plan.blocks, plan.slice, result, env, plan.limit);
+    case NormalizePath::kClusterBulk:
+      GC_TRY((LaunchClusterBulk<T, kNorm>(in, out, rows, cols, plan.blocks, plan.slice, plan.bulk_store, result,
+                                          env, plan.limit, &launched)));
+      break;
+    case NormalizePath::kPipeline:
+      return LaunchPipeline<T, kNorm>(in, out, rows, cols, /*row_by_row=*/false, result, env);
+    case NormalizePath::kHeld:
+      GC_TRY((LaunchHeld<T, kNorm>(in, out, rows, cols, result, env, &launched)));
+      break;
+    case NormalizePath::kChunks: return LaunchChunks<T, kNorm>(in, out, rows, cols, result, env);
+  }
+  if (launched) return cudaSuccess;
+  NormalizePlan fallback;
+  GC_TRY(PlanFor<T>(cols, &fallback, /*bulk=*/false));
+  return LaunchPlanned<T, kNorm>(fallback, in, out, rows, cols, result, env);
 }
 
 }  // namespace

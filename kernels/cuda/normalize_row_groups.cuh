@@ -14,6 +14,24 @@
 namespace gpucompute::cuda {
 namespace {
 
+// This thread's place among the grid's groups of kGroup lanes, a row a group at a time:
+// its lane, its group's shuffle mask, its group's first row and the step to its next.
+template <int kGroup>
+struct LaneGroup {
+  int lane;
+  unsigned mask;
+  int64_t first, groups;
+
+  __device__ __forceinline__ static LaneGroup OfThisThread() {
+    const int lane = threadIdx.x % kGroup;
+    const unsigned mask = kGroup == 32 ? 0xffffffffu
+                                       : (((1u << kGroup) - 1u) << (threadIdx.x % 32 / kGroup * kGroup));
+    const int64_t groups = static_cast<int64_t>(gridDim.x) * (blockDim.x / kGroup);
+    const int64_t first = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kGroup) + threadIdx.x / kGroup;
+    return {lane, mask, first, groups};
+  }
+};
+
 // Each row in the registers of a group of kGroup lanes (up to RowGroupPolicy::kPerLane
 // elements a lane), reduced with shuffles and scaled: one read of memory. kVec: the rows
 // move as 16-byte vectors (each row a whole number of them, both arrays aligned:
@@ -32,19 +50,15 @@ struct RowGroupAgent {
   NormalizeResult* result;
 
   __device__ void Run() {
-    const int lane = threadIdx.x % kGroup;
-    const unsigned mask = kGroup == 32 ? 0xffffffffu
-                                       : (((1u << kGroup) - 1u) << (threadIdx.x % 32 / kGroup * kGroup));
-    const int64_t groups = static_cast<int64_t>(gridDim.x) * (blockDim.x / kGroup);
-    const int64_t first = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kGroup) + threadIdx.x / kGroup;
+    const LaneGroup<kGroup> g = LaneGroup<kGroup>::OfThisThread();
     if (cols > kGroup * RowGroupPolicy::kPerLane) return;  // LaunchRowGroups' callers give a row a group that holds it
     if constexpr (sizeof(T) == 4) {
       if (cols * static_cast<int64_t>(sizeof(T)) % RowGroupPolicy::kLineBytes != 0) {
-        RegisterRows<true>(lane, mask, first, groups);
+        RegisterRows<true>(g.lane, g.mask, g.first, g.groups);
         return;
       }
     }
-    RegisterRows<false>(lane, mask, first, groups);
+    RegisterRows<false>(g.lane, g.mask, g.first, g.groups);
   }
 
   // kPrefetch: the next row's loads are issued before this row is reduced and scaled,

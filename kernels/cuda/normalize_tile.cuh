@@ -300,7 +300,9 @@ int TileGroupFor(int64_t cols, bool narrow) {
   return group;
 }
 
-template <typename T, NormKind kNorm>
+// kEveryGroup: float32 tiles of 4, 8 and 16 lanes a row too, which only the lab's
+// candidates launch (the server builds float32's 1 and 32 alone).
+template <typename T, NormKind kNorm, bool kEveryGroup = false>
 cudaError_t LaunchTile(const T* in, T* out, int64_t rows, int64_t cols, int group, NormalizeResult* result,
                        const LaunchEnv& env, int64_t limit) {
   const int64_t tile_rows = TileRowsFor<T>(rows, cols);
@@ -314,7 +316,7 @@ cudaError_t LaunchTile(const T* in, T* out, int64_t rows, int64_t cols, int grou
     GC_CHECK_LAUNCH();
     return cudaSuccess;
   };
-  if constexpr (sizeof(T) == 4) {  // float32's tiles: a lane a row or a warp (TileGroups)
+  if constexpr (sizeof(T) == 4 && !kEveryGroup) {  // float32's tiles: a lane a row or a warp (TileGroups)
     return group == 1 ? launch(TileKernel<T, kNorm, 1>) : launch(TileKernel<T, kNorm, 32>);
   } else {
     switch (group) {
