@@ -31,7 +31,7 @@ struct NormalizePlan {
 
 // The thresholds of PlanFor, per element type. Each choice won on the shapes named (ms
 // for 800 MB of float32 / 1.6 GB of float64 in + out):
-// - rows up to kLaneTileCols: a tile, a lane a row (4 for float64 past TilePolicy::kLaneRowCols);
+// - rows up to kLaneTileCols: a tile, a lane a row (4 for float64 past TilePolicy::LaneRowCols);
 //   H200, f32 1e7 x 10: 0.23 ms vs 4 lanes a row's 0.32; f32 13-32 columns: row groups 0.204-0.35 vs tile 0.237-0.48.
 // - rows up to kRegisterCols: float32 the narrowest lane group holding the row in registers, float64 a tile of 8 / 16 lanes;
 //   H100, f32 64 / 128 columns: 0.296 / 0.301 ms vs a warp a row's 0.627 / 0.349; f64 64: 0.274 vs 0.307.
@@ -46,7 +46,7 @@ struct NormalizePlan {
 // - longer rows, and sm_80/86/89 past a tile: the chunks (H100, f32 1e7 columns: 0.428 ms vs the pipeline's 0.450).
 template <typename T>
 struct NormalizePolicy {
-  static constexpr int64_t kLaneTileCols = sizeof(T) == 4 ? TilePolicy::kLaneRowCols<T> : TilePolicy::kSmallCols;
+  static constexpr int64_t kLaneTileCols = sizeof(T) == 4 ? TilePolicy::LaneRowCols<T>() : TilePolicy::kSmallCols;
   static constexpr int64_t kRegisterCols = 32 * RowGroupPolicy::kPerLane;
   static constexpr bool kRegisterRowsInGroups = sizeof(T) == 4;  // else in narrow-lane tiles
   static constexpr int64_t kWideClusterSliceBytes = 64 << 10;

@@ -31,8 +31,7 @@ struct TilePolicy {
   // 5 (at 2, 70 registers left 37% of issue slots without an eligible warp; 6 spilled),
   // narrower groups 2.
   // H200, f32 SUM rows of 512 / 1e3: 0.204 / 0.203 ms at 4 vs 0.231 / 0.227 at 2, 5 a further 0.5-2%.
-  template <int kGroup>
-  static constexpr int kMinBlocksPerSm = kGroup == 32 ? 5 : 2;
+  static constexpr int MinBlocksPerSm(int group) { return group == 32 ? 5 : 2; }
   static constexpr int64_t kTileBytes = 32 * 1024;  // rows up to this share a tile
   static constexpr int64_t kMaxTileRows = 2048;     // bounds the per-row slots
   static constexpr int64_t kSmallCols = 32;         // rows this short get 4 lanes, not 32
@@ -42,7 +41,7 @@ struct TilePolicy {
   // 128 bytes).
   // H200, f32 1 / 8 / 12 columns: 0.48 / 0.21 / 0.20 ms vs 4 lanes' 1.90 / 0.29 / 0.255; 16 columns lost (0.31 vs 0.23-0.28).
   template <typename T>
-  static constexpr int64_t kLaneRowCols = sizeof(T) == 4 ? 12 : 10;
+  static constexpr int64_t LaneRowCols() { return sizeof(T) == 4 ? 12 : 10; }
   static constexpr int kUnroll = 4;                 // independent accumulators per lane
   // Tiles of this many rows or more are reduced a warp a row, fewer by the whole block
   // row after row (at 2 rows a tile a warp a row tied or lost up to 7%).
@@ -264,7 +263,7 @@ struct TileAgent {
 };
 
 template <typename T, NormKind kNorm, int kGroup>
-__global__ void __launch_bounds__(TilePolicy::kThreads, TilePolicy::kMinBlocksPerSm<kGroup>)
+__global__ void __launch_bounds__(TilePolicy::kThreads, TilePolicy::MinBlocksPerSm(kGroup))
     TileKernel(const T* in, T* out, int64_t rows, int64_t cols, int64_t tile_rows, NormalizeResult* result) {
   TileAgent<T, kNorm, kGroup>{in, out, rows, cols, tile_rows, result}.Run();
 }
@@ -284,15 +283,15 @@ inline bool TileFits(int64_t cols, int64_t limit) {
   return TileSharedBytes<T>(1, cols) <= limit;
 }
 
-// Lanes per row in a tile of several rows: 1 for rows up to TilePolicy::kLaneRowCols,
+// Lanes per row in a tile of several rows: 1 for rows up to TilePolicy::LaneRowCols,
 // 4 up to TilePolicy::kSmallCols, else 32; `narrow` (float64 up to 256 columns) gives
 // rows up to 512 the narrowest group with at most 16 elements a lane (100 columns: 8
 // lanes, 4 rows a warp at once, 3 shuffle rounds instead of 5; the warp per row left
-// the tile latency-bound). float32 takes no narrow tile and no row of kLaneRowCols to
+// the tile latency-bound). float32 takes no narrow tile and no row of LaneRowCols to
 // kSmallCols (the row groups take those): its tiles are of 1 or 32 lanes a row.
 template <typename T>
 int TileGroupFor(int64_t cols, bool narrow) {
-  if (cols <= TilePolicy::kLaneRowCols<T>) return 1;
+  if (cols <= TilePolicy::LaneRowCols<T>()) return 1;
   if (cols <= TilePolicy::kSmallCols) return 4;
   if (!narrow) return 32;
   int group = 8;
