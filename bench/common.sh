@@ -17,6 +17,18 @@ export PYTHONPATH="$PWD/client/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFER
 
 step() { echo; echo "=== $* ($(date +%T))"; }
 
+# await_health PORT [TENTHS]: whether the server on 127.0.0.1:PORT answers health within
+# TENTHS tenths of a second (default 150).
+await_health() {
+  local cli
+  cli=$(find_bin gpucompute-cli)
+  for _ in $(seq "${2:-150}"); do
+    "$cli" --target=127.0.0.1:"$1" --timeout=1s health > /dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
 # A program of the bundle: BUNDLE/NAME, or one folder down when BUNDLE is a build folder.
 find_bin() {
   local p

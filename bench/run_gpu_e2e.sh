@@ -38,10 +38,7 @@ section_seeds() (
   "$SERVER_BIN" --backend="$BACKEND" --address=127.0.0.1:$PORT --metrics_address=127.0.0.1:9565 \
     --buffer_quota_bytes=100000000000 > "$OUT/server.log" 2>&1 &
   SERVER=$!
-  for _ in $(seq 100); do
-    "$CLI" --target=127.0.0.1:$PORT --timeout=1s health > /dev/null 2>&1 && break
-    sleep 0.1
-  done
+  await_health $PORT 100
   cat "$OUT/server.log"
   "$CLI" --target=127.0.0.1:$PORT info | tee "$OUT/info.txt"
 
@@ -65,10 +62,7 @@ section_first() (
     "$SERVER_BIN" --backend="$BACKEND" --address=127.0.0.1:"$1" --metrics_address=127.0.0.1:$(($1 + 1000)) \
       --buffer_quota_bytes=100000000000 > "$OUT/$2" 2>&1 &
     SERVER=$!
-    for _ in $(seq 300); do
-      "$CLI" --target=127.0.0.1:"$1" --timeout=1s health > /dev/null 2>&1 && return 0
-      sleep 0.1
-    done
+    await_health "$1" 300 && return 0
     echo "server on port $1 did not come up:"; cat "$OUT/$2"; return 1
   }
   stop_server() { kill -TERM "$SERVER"; wait "$SERVER"; echo "server exit code $?"; }
@@ -124,7 +118,7 @@ section_faults() (
   "$SERVER_BIN" --backend="$BACKEND" --address=127.0.0.1:50161 --metrics_address= --inject_sticky_error_after=1 \
     --grace_period=5s > "$OUT/drill.log" 2>&1 &
   P=$!
-  for _ in $(seq 100); do "$CLI" --target=127.0.0.1:50161 --timeout=1s health > /dev/null 2>&1 && break; sleep 0.1; done
+  await_health 50161 100
   "$CLI" --target=127.0.0.1:50161 haversine --lat=0:1:100 --lon=0:1:100 --ref=0,0 --out="$OUT/drill_a.npy"
   echo "first request rc=$? (want 0)"
   "$CLI" --target=127.0.0.1:50161 haversine --lat=0:1:100 --lon=0:1:100 --ref=0,0 --out="$OUT/drill_b.npy"

@@ -314,10 +314,7 @@ PY
   "$(find_bin gpucompute-server)" --backend="$BACKEND" --address=127.0.0.1:$PORT --metrics_address=127.0.0.1:9575 \
     --allow_shared_memory > "$OUT/ls_server.log" 2>&1 &
   SERVER=$!
-  for _ in $(seq 100); do
-    "$(find_bin gpucompute-cli)" --target=127.0.0.1:$PORT --timeout=1s health > /dev/null 2>&1 && break
-    sleep 0.1
-  done
+  await_health $PORT 100
   timeout 60 "$PYTHON" - "$PORT" <<'PY' 2>&1 | tee "$OUT/ls_e2e.log"
 import sys, time
 import numpy as np

@@ -31,17 +31,13 @@ BUNDLE=${BUNDLE:-.device/shm}
 # shellcheck source=bench/common.sh
 . "$(dirname "$0")/common.sh"
 SERVER_BIN=$(find_bin gpucompute-server)
-CLI=$(find_bin gpucompute-cli)
 PORT=50161
 
 start_shm_server() {  # a server that maps its clients' memory; sets SERVER
   "$SERVER_BIN" --backend="$BACKEND" --address=127.0.0.1:$PORT --metrics_address= \
     --allow_shared_memory --buffer_quota_bytes=100000000000 > "$OUT/shm_server.log" 2>&1 &
   SERVER=$!
-  for _ in $(seq 150); do
-    "$CLI" --target=127.0.0.1:$PORT --timeout=1s health > /dev/null 2>&1 && break
-    sleep 0.1
-  done
+  await_health $PORT 150
   cat "$OUT/shm_server.log"
 }
 

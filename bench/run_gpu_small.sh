@@ -89,10 +89,7 @@ start_server() {  # NAME PORT METRICS FLAGS...: starts it (SERVER_BIN, else the 
   "${SERVER_BIN:-$DEFAULT_SERVER}" --backend="$BACKEND" --address=127.0.0.1:"$port" \
     --metrics_address=127.0.0.1:"$metrics" "$@" > "$OUT/server_$name.log" 2>&1 &
   SERVER=$!
-  for _ in $(seq 150); do
-    "$CLI" --target=127.0.0.1:"$port" --timeout=1s health > /dev/null 2>&1 && return
-    sleep 0.1
-  done
+  await_health "$port" 150 && return
   echo "server $name did not start"; tail -5 "$OUT/server_$name.log"
 }
 
@@ -279,10 +276,7 @@ section_session() (
     "$DEFAULT_SERVER" --backend="$BACKEND" --address=127.0.0.1:$PORT \
       --metrics_address=127.0.0.1:$METRICS $FLAGS > "$OUT/server_${BACKEND}_$VARIANT.log" 2>&1 &
     SERVER=$!
-    for _ in $(seq 150); do
-      "$CLI" --target=127.0.0.1:$PORT --timeout=1s health > /dev/null 2>&1 && break
-      sleep 0.1
-    done
+    await_health $PORT 150
     "$CLI" --target=127.0.0.1:$PORT bench --concurrency=16 --duration=1s --size=1024 --mix=$MIX \
       --callbacks --session > /dev/null 2>&1  # warm-up
     step "C++ 1 in flight ($BACKEND, $VARIANT)"

@@ -141,10 +141,7 @@ streaming_pass() (
     > "$OUT/server_streaming_$BACKEND.log" 2>&1 &
   SERVER=$!
   trap 'kill -TERM $SERVER 2>/dev/null; wait $SERVER 2>/dev/null; rm -rf "$SHM"' EXIT
-  for _ in $(seq 300); do
-    timeout 2 "$CLI_BIN" --target=127.0.0.1:$PORT health > /dev/null 2>&1 && break
-    sleep 0.2
-  done
+  await_health $PORT 600
   report="$OUT/streaming_$BACKEND.txt"
   run() { echo "+ $*" >&2; timeout "${T_STEP:-200}" "$@" 2>&1 | tee -a "$report"; }
 
@@ -207,10 +204,7 @@ start_stream_server() {  # flags...
   "$SERVER_BIN" --backend="$BACKEND" --address=127.0.0.1:$PORT --metrics_address=127.0.0.1:0 \
     --stream_idle_timeout=120s "$@" > "$OUT/server_$PORT.log" 2>&1 &
   SERVER=$!
-  for _ in $(seq 300); do
-    timeout 2 "$CLI" --target=127.0.0.1:$PORT health > /dev/null 2>&1 && return
-    sleep 0.2
-  done
+  await_health $PORT 600
 }
 stop_stream_server() { kill -TERM "$SERVER" 2>/dev/null; wait "$SERVER" 2>/dev/null; }
 
