@@ -19,12 +19,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
@@ -45,26 +41,12 @@ import dask.array as da  # noqa: E402
 
 import gpucompute
 import gpucompute.dask as gcd
+from harness import start_server  # noqa: E402
 
 try:
     import distributed
 except ImportError:  # the threaded scheduler, a part of the array per server
     distributed = None
-
-
-def start_server(binary: str, extra: List[str]) -> Tuple[subprocess.Popen, str]:
-    log = tempfile.NamedTemporaryFile(prefix="dask-seeds-server-", suffix=".log", delete=False)
-    proc = subprocess.Popen([binary, "--address=127.0.0.1:0", "--metrics_address=",
-                             "--allow_shared_memory", *extra],
-                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        m = re.search(r"\(port (\d+)\)", Path(log.name).read_text(errors="replace"))
-        if m:
-            return proc, f"127.0.0.1:{m.group(1)}"
-        time.sleep(0.1)
-    proc.kill()
-    sys.exit(f"{binary} did not start:\n{Path(log.name).read_text(errors='replace')}")
 
 
 def best_of(reps: int, run: Callable[[], np.ndarray]) -> Tuple[float, np.ndarray]:

@@ -26,46 +26,17 @@ or let it start the server: python3 bench/same_host.py --server build/server/gpu
 from __future__ import annotations
 
 import argparse
-import re
 import signal
-import statistics
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "client" / "python"))
 import gpucompute  # noqa: E402
+from harness import median_ms, start_server  # noqa: E402
 
 R_KM = 6371.0088
-
-
-def median_ms(fn, reps, warm=2):
-    for _ in range(warm):
-        fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(times)
-
-
-def start_server(path):
-    log = tempfile.NamedTemporaryFile(prefix="same-host-server-", suffix=".log", delete=False)
-    proc = subprocess.Popen([path, "--allow_shared_memory", "--address=127.0.0.1:0",
-                             "--metrics_address="], stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        m = re.search(r"\(port (\d+)\)", Path(log.name).read_text(errors="replace"))
-        if m:
-            return proc, f"127.0.0.1:{m.group(1)}"
-        time.sleep(0.1)
-    proc.kill()
-    sys.exit(f"{path} did not start:\n{Path(log.name).read_text(errors='replace')}")
 
 
 def cupy_haversine(cp, lat, lon, ref):

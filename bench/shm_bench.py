@@ -27,28 +27,15 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "client" / "python"))
 import gpucompute  # noqa: E402
+from harness import median_ms  # noqa: E402
 
 R_KM = 6371.0088
-
-
-def median_ms(fn, reps, warm=3, sync=None):
-    for _ in range(warm):
-        fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        if sync is not None:
-            sync()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(times)
 
 
 def cupy_haversine(cp, n, ref):
