@@ -6,10 +6,8 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <spawn.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -31,8 +29,6 @@
 #include "gtest/gtest.h"
 #include "tests/testing/server_fixture.h"
 #include "tests/testing/server_process.h"
-
-extern char** environ;
 
 namespace gpucompute {
 namespace {
@@ -66,31 +62,25 @@ std::string SelfPath() {
   return n > 0 ? std::string(self, n) : std::string();
 }
 
-// setpriv's arguments that run what follows as uid 65534.
-std::vector<std::string> AsNobody() {
-  return {absl::StrCat("--reuid=", kNobody), absl::StrCat("--regid=", kNobody),
-          "--clear-groups"};
+// This binary as uid 65534 through setpriv, running the tests `filter` selects
+// with `variables` ("NAME=VALUE") added to its environment; killed and reaped
+// when it goes away, whatever the test's outcome.
+std::unique_ptr<test::ServerProcess> StartAsNobody(const std::vector<std::string>& variables,
+                                                   const std::string& filter) {
+  std::vector<std::string> args = {absl::StrCat("--reuid=", kNobody),
+                                   absl::StrCat("--regid=", kNobody), "--clear-groups", "env"};
+  args.insert(args.end(), variables.begin(), variables.end());
+  args.insert(args.end(), {SelfPath(), absl::StrCat("--gtest_filter=", filter)});
+  return std::make_unique<test::ServerProcess>("/usr/bin/setpriv", args);
 }
 
 // Runs this binary's SharedMemoryIdentityOtherUser test as uid 65534 against
 // the server at `target`; its exit status.
 int RunAsNobody(const std::string& target, const std::string& key) {
-  std::vector<std::string> args = AsNobody();
-  args.insert(args.begin(), "setpriv");
-  args.insert(args.end(), {SelfPath(), "--gtest_filter=SharedMemoryIdentityOtherUser.*"});
-  std::vector<std::string> env = {absl::StrCat(kTargetVariable, "=", target),
-                                  absl::StrCat(kKeyVariable, "=", key)};
-  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-  std::vector<char*> argv, envp;
-  for (std::string& a : args) argv.push_back(a.data());
-  for (std::string& e : env) envp.push_back(e.data());
-  argv.push_back(nullptr);
-  envp.push_back(nullptr);
-  pid_t pid;
-  if (posix_spawnp(&pid, "setpriv", nullptr, nullptr, argv.data(), envp.data()) != 0) return -1;
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return StartAsNobody({absl::StrCat(kTargetVariable, "=", target),
+                        absl::StrCat(kKeyVariable, "=", key)},
+                       "SharedMemoryIdentityOtherUser.*")
+      ->WaitForExit(absl::Seconds(60));
 }
 
 // The other user's side, run only by RunAsNobody: root's object is refused,
@@ -201,13 +191,10 @@ TEST(SharedMemoryIdentityRelay, ForwardsUntilKilled) {
 }
 
 // This binary's relay run as uid 65534, forwarding 127.0.0.7:<its port> to
-// 127.0.0.1:`server_port`; killed and reaped when it goes away, whatever the
-// test's outcome.
+// 127.0.0.1:`server_port`.
 std::unique_ptr<test::ServerProcess> StartRelayAsNobody(int server_port) {
-  std::vector<std::string> args = AsNobody();
-  args.insert(args.end(), {"env", absl::StrCat(kRelayPortVariable, "=", server_port), SelfPath(),
-                           "--gtest_filter=SharedMemoryIdentityRelay.*"});
-  return std::make_unique<test::ServerProcess>("/usr/bin/setpriv", args);
+  return StartAsNobody({absl::StrCat(kRelayPortVariable, "=", server_port)},
+                       "SharedMemoryIdentityRelay.*");
 }
 
 TEST(SharedMemoryIdentityTest, RelayActsAsItsOwnUserNotAsItsClients) {
