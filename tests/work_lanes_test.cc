@@ -61,23 +61,24 @@ class WorkLanesTest : public ::testing::Test {
   }
   std::string Scrape() { return test::ScrapeMetrics(server_->server().metrics_port()); }
 
-  // `count` calls of `request`, each read on a thread of its own until it ends.
+  // A call of `request`, read on a thread of its own until it ends.
+  std::unique_ptr<LongCall> StartLongCall(const v1::LombScargleRequest& request) {
+    auto call = std::make_unique<LongCall>();
+    LongCall* raw = call.get();
+    call->reader = std::thread([this, raw, &request] {
+      auto reader = server_->compute().LombScargle(&raw->context, request);
+      v1::ResultChunk chunk;
+      while (reader->Read(&chunk)) {
+      }
+      reader->Finish();
+      raw->finished = true;
+    });
+    return call;
+  }
   std::vector<std::unique_ptr<LongCall>> StartLongCalls(const v1::LombScargleRequest& request,
                                                         int count) {
     std::vector<std::unique_ptr<LongCall>> calls;
-    for (int i = 0; i < count; ++i) {
-      auto call = std::make_unique<LongCall>();
-      LongCall* raw = call.get();
-      call->reader = std::thread([this, raw, &request] {
-        auto reader = server_->compute().LombScargle(&raw->context, request);
-        v1::ResultChunk chunk;
-        while (reader->Read(&chunk)) {
-        }
-        reader->Finish();
-        raw->finished = true;
-      });
-      calls.push_back(std::move(call));
-    }
+    for (int i = 0; i < count; ++i) calls.push_back(StartLongCall(request));
     return calls;
   }
 
@@ -136,10 +137,11 @@ TEST_F(WorkLanesTest, AFullGeneralQueueDoesNotRefuseSmallRequests) {
   // together could all be queued before the thread takes the first, and the
   // third would rightly be refused.
   const v1::LombScargleRequest long_request = Periodogram(100000, 1000000);
-  auto long_calls = StartLongCalls(long_request, 1);
+  std::vector<std::unique_ptr<LongCall>> long_calls;
+  long_calls.push_back(StartLongCall(long_request));
   ASSERT_TRUE(AwaitMetric(R"(gpucompute_executor_busy_threads{lane="general"})", 1));
   for (int waiting = 1; waiting <= 2; ++waiting) {
-    long_calls.push_back(std::move(StartLongCalls(long_request, 1).front()));
+    long_calls.push_back(StartLongCall(long_request));
     ASSERT_TRUE(AwaitExecutorQueueDepth(waiting));
   }
 
