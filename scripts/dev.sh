@@ -42,9 +42,9 @@ install_node_packages() {
 
 # Kernels for the GPUs this machine has, so nothing else compiles and nothing is
 # JIT-compiled at run time; with no GPU the CPU backend serves, and PTX for the
-# oldest and newest supported architectures still compiles every kernel path, in
-# a third of the time. The container image builds the full set (Dockerfile);
-# GPUCOMPUTE_CUDA_ARCHITECTURES overrides.
+# oldest and newest supported architectures still compiles every kernel path
+# without generating machine code for each GPU. The container image builds the
+# full set (Dockerfile); GPUCOMPUTE_CUDA_ARCHITECTURES overrides.
 cuda_architectures() {
   if [ -n "${GPUCOMPUTE_CUDA_ARCHITECTURES:-}" ]; then
     echo "$GPUCOMPUTE_CUDA_ARCHITECTURES"
